@@ -1,0 +1,85 @@
+/* CPU backend: device memory is 64-byte aligned host memory, products go to
+ * OpenBLAS (CBLAS row-major). SYRK computes one triangle with cblas_ssyrk and
+ * mirrors it, so callers always see a full symmetric matrix. */
+#include "strata/backend.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+static strata_status cpu_alloc(void *ctx, size_t bytes, void **out)
+{
+    (void)ctx;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+        return strata_error(STRATA_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+    memset(p, 0, rounded);
+    *out = p;
+    return STRATA_OK;
+}
+
+static void cpu_free(void *ctx, void *ptr)
+{
+    (void)ctx;
+    free(ptr);
+}
+
+static strata_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    (void)ctx;
+    memmove(dst, src, bytes);
+    return STRATA_OK;
+}
+
+static strata_status cpu_sgemm(void *ctx, int trans_a, int trans_b, int m, int n, int k,
+                               float alpha, const float *a, int lda, const float *b, int ldb,
+                               float beta, float *c, int ldc)
+{
+    (void)ctx;
+    if (k == 0) {
+        /* BLAS with k = 0 scales C by beta; do it here so beta = 0 clears NaNs too. */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return STRATA_OK;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return STRATA_OK;
+}
+
+static strata_status cpu_ssyrk(void *ctx, int trans, int n, int k, float alpha, const float *a,
+                               int lda, float beta, float *c, int ldc)
+{
+    (void)ctx;
+    if (k == 0)
+        return cpu_sgemm(ctx, 0, 0, n, n, 0, alpha, a, lda, a, lda, beta, c, ldc);
+    cblas_ssyrk(CblasRowMajor, CblasLower, trans ? CblasTrans : CblasNoTrans, n, k, alpha, a, lda,
+                beta, c, ldc);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            c[(size_t)i * ldc + j] = c[(size_t)j * ldc + i];
+    return STRATA_OK;
+}
+
+static const strata_backend_iface cpu_iface = {
+    .version = STRATA_BACKEND_IFACE_VERSION,
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .sgemm = cpu_sgemm,
+    .ssyrk = cpu_ssyrk,
+    .synchronize = NULL,
+    .destroy = NULL,
+};
+
+strata_status strata_backend_cpu_create(int blas_threads, strata_backend **out)
+{
+    if (!out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "backend_cpu_create: out is NULL");
+    if (blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+    return strata_backend_create(&cpu_iface, NULL, 0, out);
+}

@@ -1,0 +1,189 @@
+/* strata/strata.h — the runtime: parameters, hooks, the optimizer step, stats.
+ *
+ * A training loop creates a runtime from a strata_config, registers every
+ * parameter (name, shape, layer, data and gradient pointers), commits, and
+ * then per optimizer step:
+ *
+ *     for l in 0..L-1:        strata_hook_forward(rt, l);  forward of layer l
+ *     for l in L-1..0:        backward of layer l;  strata_hook_backward(rt, l)
+ *     strata_step(rt);
+ *
+ * With gradient accumulation the hooks run per micro-batch and strata_step
+ * once per optimizer step (the caller accumulates into the gradient buffers).
+ *
+ * Routing (which optimizer updates a parameter) — one rule, printed at commit
+ * when verbose:
+ *   - an explicit per-parameter `optimizer` wins;
+ *   - role EMBEDDING, HEAD or VECTOR, and every tensor with ndim <= 1 (or a
+ *     2-D tensor with a dimension of 1 when route_degenerate_to_adamw) go to
+ *     AdamW (the "tail");
+ *   - every other 2-D tensor goes to cfg.matrix_optimizer; a tensor with
+ *     ndim > 2 is flattened to (shape[0], prod(shape[1:])).
+ *
+ * This version runs in one process: every parameter is owned by rank 0, the
+ * backward hook's reduce-to-owner is the identity, and the forward hook's
+ * materialize is the identity; both validate the layer sequence and record
+ * that the layer's gradients are final. Owners, tiers and worker threads slot in behind
+ * the same calls. A step that finds a parameter whose layer had no backward
+ * hook since the previous step counts it in stats.missing_backward_hooks and
+ * logs a warning once.
+ *
+ * Threading: one runtime is driven by one thread at a time.
+ */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/backend.h"
+#include "strata/optim.h"
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_CONFIG_VERSION 1
+#define STRATA_MAX_DIMS 4
+
+typedef enum strata_log_level {
+    STRATA_LOG_ERROR = 0,
+    STRATA_LOG_WARN = 1,
+    STRATA_LOG_INFO = 2,
+    STRATA_LOG_DEBUG = 3,
+} strata_log_level;
+
+/* Log sink: receives every message at or below cfg.log_level. The default
+ * writes "strata[subsystem] message" lines to stderr. */
+typedef void (*strata_log_fn)(void *user, strata_log_level level, const char *subsystem,
+                              const char *msg);
+
+typedef struct strata_config {
+    int version;                        /* STRATA_CONFIG_VERSION */
+    strata_optimizer matrix_optimizer;  /* for 2-D matrices; default STRATA_OPTIM_SHAMPOO */
+    strata_adamw_config adamw;          /* the tail (1-D, embeddings, head), and matrices
+                                           when matrix_optimizer is AdamW */
+    strata_shampoo_config shampoo;
+    strata_muon_config muon;
+    float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
+    bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
+    int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default */
+    strata_log_level log_level; /* default STRATA_LOG_WARN */
+    strata_log_fn log_fn;     /* NULL = stderr */
+    void *log_user;
+} strata_config;
+
+/* Fill `cfg` with the defaults above and each optimizer's defaults.
+ * Environment overrides (read here, once): STRATA_LOG_LEVEL (0..3).
+ * Errors: STRATA_ERR_INVALID_ARG (cfg NULL). */
+STRATA_API strata_status strata_config_default(strata_config *cfg);
+
+typedef enum strata_role {
+    STRATA_ROLE_AUTO = 0,      /* decide from the shape */
+    STRATA_ROLE_MATRIX = 1,    /* a hidden-layer weight matrix */
+    STRATA_ROLE_EMBEDDING = 2, /* token/position embedding table */
+    STRATA_ROLE_HEAD = 3,      /* output (LM head) projection */
+    STRATA_ROLE_VECTOR = 4,    /* bias, norm scale/shift */
+} strata_role;
+
+typedef struct strata_param_desc {
+    const char *name;               /* copied; unique within the runtime */
+    int ndim;                       /* 0..STRATA_MAX_DIMS */
+    int64_t shape[STRATA_MAX_DIMS]; /* row-major, each >= 1 */
+    int layer;                      /* hook layer that produces/consumes it, >= 0 */
+    strata_role role;
+    strata_optimizer optimizer;     /* STRATA_OPTIM_DEFAULT = follow the routing rule */
+    float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place */
+    float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
+} strata_param_desc;
+
+typedef int32_t strata_param_id;
+
+typedef struct strata_runtime strata_runtime;
+
+/* Create a runtime (CPU backend). `cfg` is copied. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL, wrong version, a hyperparameter out of
+ * range, with the field named), STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
+
+/* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE
+ * (after commit), STRATA_ERR_INVALID_ARG (NULL pointers, bad shape, duplicate
+ * name, negative layer). On error nothing is registered. */
+STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
+                                          strata_param_id *out);
+
+/* Route parameters to optimizers and allocate all optimizer state in the
+ * device tier. After commit no allocation happens on the step path.
+ * Errors: STRATA_ERR_STATE (no parameters, or committed twice),
+ * STRATA_ERR_NOMEM, STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_commit(strata_runtime *rt);
+
+/* Before layer `layer`'s forward: materialize its parameters on this rank.
+ * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_INVALID_ARG (a layer
+ * no parameter declared is fine; a negative one is not). */
+STRATA_API strata_status strata_hook_forward(strata_runtime *rt, int layer);
+
+/* After layer `layer`'s backward: its gradients are final for this
+ * micro-batch; reduce them to their owners and record their squared norm.
+ * Errors: as strata_hook_forward. */
+STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
+
+/* Scale every learning rate by `scale` (>= 0) from the next step on; for
+ * warm-up and decay schedules. Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
+
+/* One optimizer step over every registered parameter. The gradients are
+ * checked first: if any is NaN/Inf, STRATA_ERR_NONFINITE is returned and no
+ * weight or optimizer state changes (the step counter does not advance; the
+ * stats count the rejection). Then the gradient is clipped (max_grad_norm),
+ * and each parameter is updated by its optimizer. Gradients are not zeroed.
+ * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_NONFINITE. */
+STRATA_API strata_status strata_step(strata_runtime *rt);
+
+typedef struct strata_stats {
+    int64_t step;               /* optimizer steps taken */
+    int32_t n_params;           /* registered tensors */
+    int32_t n_matrix;           /* tensors updated by the matrix optimizer */
+    int32_t n_tail;             /* tensors updated by AdamW */
+    int64_t matrix_elements, tail_elements;
+    int32_t preconditioner_blocks; /* Shampoo blocks over all matrices */
+    size_t device_bytes;        /* optimizer state in the device tier now */
+    size_t device_bytes_peak;
+    double grad_norm;           /* global L2 norm of the last step's gradient (before clipping) */
+    double last_step_seconds;   /* wall time of the last strata_step */
+    double last_seconds_factors, last_seconds_roots, last_seconds_precondition,
+        last_seconds_tail;      /* its split */
+    double seconds_factors, seconds_roots, seconds_precondition, seconds_tail; /* cumulative */
+    int64_t root_refreshes;     /* successful inverse-root computations (per factor) */
+    int64_t root_failures;      /* failed ones (previous root kept) */
+    int64_t nonfinite_rejected; /* steps refused for NaN/Inf gradients */
+    int64_t forward_hooks, backward_hooks;
+    int64_t missing_backward_hooks; /* parameters stepped without their layer's backward hook */
+} strata_stats;
+
+/* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out);
+
+/* Which optimizer a registered parameter was routed to (valid after commit). */
+STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
+                                                strata_optimizer *out);
+
+/* Destroy (NULL is a no-op); frees all optimizer state. */
+STRATA_API void strata_destroy(strata_runtime *rt);
+
+/* Log through the runtime's sink (used by strata's own components). */
+STRATA_API void strata_log(const strata_runtime *rt, strata_log_level level,
+                           const char *subsystem, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_H */

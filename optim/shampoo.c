@@ -1,0 +1,411 @@
+/* Shampoo with Adam/AdaGrad grafting, blocking, momentum and decoupled weight
+ * decay. Formulas in include/strata/optim.h (Gupta et al. 2018; Shi et al.
+ * 2023, Distributed Shampoo).
+ *
+ * Object life: one strata_shampoo_state per matrix parameter. All buffers
+ * are carved from one backend allocation made at creation (device tier) plus
+ * one host allocation for the float64 eigen workspace; nothing is allocated
+ * per step. Blocks tile W row-major in tiles of at most d x d
+ * (d = max_preconditioner_dim); block b has factors L_b (r_b x r_b) and
+ * R_b (c_b x c_b) and their inverse roots.
+ *
+ * Invariant: a block's `has_root[f]` becomes true only after a successful,
+ * finite root of factor f; failures leave the previous root in place.
+ */
+#include "strata/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct shampoo_block {
+    int64_t r0, c0;   /* top-left corner in W */
+    int rows, cols;   /* r_b, c_b */
+    float *L, *R;     /* factor matrices */
+    float *L_inv, *R_inv; /* inverse 4th roots */
+    bool has_root[2]; /* L_inv, R_inv computed at least once */
+} shampoo_block;
+
+struct strata_shampoo_state {
+    strata_shampoo_config cfg;
+    strata_backend *be;
+    int64_t rows, cols;
+    int nblocks;
+    shampoo_block *blocks;
+    float *filtered; /* M, rows x cols (NULL when beta1 == 0) */
+    float *graft;    /* A, rows x cols (NULL when grafting == NONE) */
+    float *mom;      /* B, rows x cols (NULL when momentum == 0) */
+    float *m_hat;    /* scratch rows x cols */
+    float *dir;      /* scratch rows x cols: grafting direction D */
+    float *pre;      /* scratch rows x cols: preconditioned direction P */
+    float *tmp;      /* scratch d x d */
+    void *mem;       /* the one device allocation */
+    size_t mem_bytes;
+    double *eig_work; /* host float64 eigen workspace */
+    int *eig_iwork;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void strata_shampoo_config_default(strata_shampoo_config *c)
+{
+    c->lr = 1e-2f;
+    c->beta1 = 0.9f;
+    c->beta2 = 1.0f;
+    c->epsilon = 1e-12f;
+    c->momentum = 0.0f;
+    c->nesterov = false;
+    c->weight_decay = 0.0f;
+    c->precondition_frequency = 1;
+    c->start_preconditioning_step = -1;
+    c->max_preconditioner_dim = 1024;
+    c->grafting = STRATA_GRAFT_ADAM;
+    c->grafting_beta2 = 0.999f;
+    c->grafting_epsilon = 1e-8f;
+}
+
+static int64_t start_step(const strata_shampoo_config *c)
+{
+    return c->start_preconditioning_step < 0 ? c->precondition_frequency
+                                             : c->start_preconditioning_step;
+}
+
+bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
+{
+    int64_t s = start_step(c);
+    return t >= s && (t - s) % c->precondition_frequency == 0;
+}
+
+static strata_status check_config(const strata_shampoo_config *c)
+{
+    if (c->precondition_frequency < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: precondition_frequency %d must be >= 1",
+                            c->precondition_frequency);
+    if (c->max_preconditioner_dim < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: max_preconditioner_dim %d must be >= 1",
+                            c->max_preconditioner_dim);
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta1 %g must lie in [0, 1)",
+                            (double)c->beta1);
+    if (!(c->beta2 > 0.0f && c->beta2 <= 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta2 %g must lie in (0, 1]",
+                            (double)c->beta2);
+    if (!(c->epsilon >= 0.0f) || !(c->momentum >= 0.0f && c->momentum < 1.0f) ||
+        !(c->grafting_epsilon > 0.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo: epsilon, momentum in [0,1) or grafting_epsilon out of range");
+    if (c->grafting == STRATA_GRAFT_ADAM && !(c->grafting_beta2 > 0.0f && c->grafting_beta2 < 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: grafting_beta2 %g must lie in (0, 1)",
+                            (double)c->grafting_beta2);
+    if (c->grafting < STRATA_GRAFT_NONE || c->grafting > STRATA_GRAFT_ADAGRAD)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: unknown grafting %d", (int)c->grafting);
+    return STRATA_OK;
+}
+
+strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata_backend *be,
+                                          int64_t rows, int64_t cols, strata_shampoo_state **out)
+{
+    if (!c || !be || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_state_create: NULL argument");
+    *out = NULL;
+    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: bad shape %lld x %lld",
+                            (long long)rows, (long long)cols);
+    strata_status st = check_config(c);
+    if (st != STRATA_OK)
+        return st;
+
+    strata_shampoo_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory");
+    s->cfg = *c;
+    s->be = be;
+    s->rows = rows;
+    s->cols = cols;
+    const int64_t d = c->max_preconditioner_dim;
+    const int64_t nbr = (rows + d - 1) / d, nbc = (cols + d - 1) / d;
+    s->nblocks = (int)(nbr * nbc);
+    s->blocks = calloc((size_t)s->nblocks, sizeof *s->blocks);
+    if (!s->blocks) {
+        st = strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory");
+        goto out_free_state;
+    }
+
+    /* Size the one device allocation: per block 2 factors + 2 roots, then the
+     * full-size buffers and the d x d scratch. */
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t floats = 0;
+    int maxdim = 1;
+    for (int64_t bi = 0; bi < nbr; bi++)
+        for (int64_t bj = 0; bj < nbc; bj++) {
+            shampoo_block *b = &s->blocks[bi * nbc + bj];
+            b->r0 = bi * d;
+            b->c0 = bj * d;
+            b->rows = (int)((rows - b->r0) < d ? rows - b->r0 : d);
+            b->cols = (int)((cols - b->c0) < d ? cols - b->c0 : d);
+            floats += 2 * ((size_t)b->rows * b->rows + (size_t)b->cols * b->cols);
+            if (b->rows > maxdim)
+                maxdim = b->rows;
+            if (b->cols > maxdim)
+                maxdim = b->cols;
+        }
+    const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
+               need_b = c->momentum > 0.0f;
+    floats += n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b);
+    size_t tmp_floats = 0;
+    for (int i = 0; i < s->nblocks; i++) {
+        size_t f = (size_t)s->blocks[i].rows * s->blocks[i].cols;
+        if (f > tmp_floats)
+            tmp_floats = f;
+    }
+    floats += tmp_floats;
+    /* Each carved buffer starts 64-byte aligned: pad every piece to 16 floats. */
+    floats += 16 * (size_t)(4 * s->nblocks + 8);
+    s->mem_bytes = floats * sizeof(float);
+    st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
+    if (st != STRATA_OK)
+        goto out_free_blocks;
+
+    float *p = s->mem;
+#define CARVE(dst, count)                                   \
+    do {                                                    \
+        (dst) = p;                                          \
+        p += (((size_t)(count) + 15) / 16) * 16;            \
+    } while (0)
+    for (int i = 0; i < s->nblocks; i++) {
+        shampoo_block *b = &s->blocks[i];
+        CARVE(b->L, (size_t)b->rows * b->rows);
+        CARVE(b->R, (size_t)b->cols * b->cols);
+        CARVE(b->L_inv, (size_t)b->rows * b->rows);
+        CARVE(b->R_inv, (size_t)b->cols * b->cols);
+    }
+    if (need_m)
+        CARVE(s->filtered, n);
+    if (need_a)
+        CARVE(s->graft, n);
+    if (need_b)
+        CARVE(s->mom, n);
+    CARVE(s->m_hat, n);
+    CARVE(s->dir, n);
+    CARVE(s->pre, n);
+    CARVE(s->tmp, tmp_floats);
+#undef CARVE
+
+    s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
+    s->eig_iwork = malloc(strata_inv_root_work_ints(maxdim) * sizeof(int));
+    if (!s->eig_work || !s->eig_iwork) {
+        st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate eigen workspace (dim %d)",
+                          maxdim);
+        goto out_free_work;
+    }
+    *out = s;
+    return STRATA_OK;
+
+out_free_work:
+    free(s->eig_work);
+    free(s->eig_iwork);
+    strata_backend_free(be, s->mem, s->mem_bytes);
+out_free_blocks:
+    free(s->blocks);
+out_free_state:
+    free(s);
+    return st;
+}
+
+void strata_shampoo_state_destroy(strata_shampoo_state *s)
+{
+    if (!s)
+        return;
+    free(s->eig_work);
+    free(s->eig_iwork);
+    strata_backend_free(s->be, s->mem, s->mem_bytes);
+    free(s->blocks);
+    free(s);
+}
+
+size_t strata_shampoo_state_bytes(const strata_shampoo_state *s)
+{
+    return s ? s->mem_bytes : 0;
+}
+
+int strata_shampoo_state_blocks(const strata_shampoo_state *s)
+{
+    return s ? s->nblocks : 0;
+}
+
+strata_status strata_shampoo_update_factors(strata_shampoo_state *s, const float *g,
+                                            strata_optim_counters *cnt)
+{
+    if (!s || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_update_factors: NULL argument");
+    double t0 = now_seconds();
+    const float b2 = s->cfg.beta2;
+    const float alpha = b2 == 1.0f ? 1.0f : 1.0f - b2;
+    const int ld = (int)s->cols;
+    for (int i = 0; i < s->nblocks; i++) {
+        shampoo_block *b = &s->blocks[i];
+        const float *gb = g + b->r0 * s->cols + b->c0;
+        strata_status st = strata_backend_ssyrk(s->be, 0, b->rows, b->cols, alpha, gb, ld, b2,
+                                                b->L, b->rows);
+        if (st == STRATA_OK)
+            st = strata_backend_ssyrk(s->be, 1, b->cols, b->rows, alpha, gb, ld, b2, b->R,
+                                      b->cols);
+        if (st != STRATA_OK)
+            return st;
+    }
+    if (cnt)
+        cnt->seconds_factors += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim_counters *cnt)
+{
+    if (!s)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_compute_roots: NULL state");
+    double t0 = now_seconds();
+    for (int i = 0; i < s->nblocks; i++) {
+        shampoo_block *b = &s->blocks[i];
+        for (int f = 0; f < 2; f++) {
+            int dim = f == 0 ? b->rows : b->cols;
+            strata_status st = strata_inv_root(dim, f == 0 ? b->L : b->R, s->cfg.epsilon, 4.0,
+                                               f == 0 ? b->L_inv : b->R_inv, s->eig_work,
+                                               s->eig_iwork);
+            if (st == STRATA_OK) {
+                b->has_root[f] = true;
+                if (cnt)
+                    cnt->root_refreshes++;
+            } else if (st == STRATA_ERR_LINALG) {
+                if (cnt)
+                    cnt->root_failures++; /* keep the previous root */
+            } else {
+                return st;
+            }
+        }
+    }
+    if (cnt)
+        cnt->seconds_roots += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+static double block_norm2(const float *x, int64_t ld, int rows, int cols)
+{
+    double acc = 0.0;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double v = x[i * ld + j];
+            acc += v * v;
+        }
+    return acc;
+}
+
+strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                                   const float *g, strata_optim_counters *cnt)
+{
+    if (!s || !w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_apply: NULL argument");
+    if (t < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_apply: step %lld must be >= 1",
+                            (long long)t);
+    double t0 = now_seconds();
+    const strata_shampoo_config *c = &s->cfg;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    const int64_t ld = s->cols;
+
+    /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected). */
+    if (s->filtered) {
+        const float b1 = c->beta1;
+        const float inv_bc = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+        for (size_t i = 0; i < n; i++) {
+            float m = b1 * s->filtered[i] + (1.0f - b1) * g[i];
+            s->filtered[i] = m;
+            s->m_hat[i] = m * inv_bc;
+        }
+    } else {
+        memcpy(s->m_hat, g, n * sizeof(float));
+    }
+
+    /* Grafting direction D (its state absorbs the raw gradient). */
+    if (c->grafting == STRATA_GRAFT_ADAM) {
+        const float bg = c->grafting_beta2;
+        const float bc_sqrt = (float)sqrt(1.0 - pow((double)bg, (double)t));
+        for (size_t i = 0; i < n; i++) {
+            float a = bg * s->graft[i] + (1.0f - bg) * g[i] * g[i];
+            s->graft[i] = a;
+            s->dir[i] = s->m_hat[i] / (sqrtf(a) / bc_sqrt + c->grafting_epsilon);
+        }
+    } else if (c->grafting == STRATA_GRAFT_ADAGRAD) {
+        for (size_t i = 0; i < n; i++) {
+            float a = s->graft[i] + g[i] * g[i];
+            s->graft[i] = a;
+            s->dir[i] = s->m_hat[i] / (sqrtf(a) + c->grafting_epsilon);
+        }
+    } else {
+        memcpy(s->dir, s->m_hat, n * sizeof(float));
+    }
+
+    /* Preconditioned direction per block, rescaled to the grafting norm. */
+    for (int i = 0; i < s->nblocks; i++) {
+        shampoo_block *b = &s->blocks[i];
+        float *pb = s->pre + b->r0 * ld + b->c0;
+        const float *db = s->dir + b->r0 * ld + b->c0;
+        const bool ready = b->has_root[0] && b->has_root[1] &&
+                           t >= start_step(c);
+        if (!ready) {
+            for (int r = 0; r < b->rows; r++)
+                memcpy(pb + r * ld, db + r * ld, (size_t)b->cols * sizeof(float));
+            continue;
+        }
+        const float *mb = s->m_hat + b->r0 * ld + b->c0;
+        strata_status st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f,
+                                                b->L_inv, b->rows, mb, (int)ld, 0.0f, s->tmp,
+                                                b->cols);
+        if (st == STRATA_OK)
+            st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
+                                      b->cols, b->R_inv, b->cols, 0.0f, pb, (int)ld);
+        if (st != STRATA_OK)
+            return st;
+        if (c->grafting != STRATA_GRAFT_NONE) {
+            double pn = sqrt(block_norm2(pb, ld, b->rows, b->cols));
+            double dn = sqrt(block_norm2(db, ld, b->rows, b->cols));
+            float scale = pn > 0.0 ? (float)(dn / pn) : 0.0f;
+            for (int r = 0; r < b->rows; r++)
+                for (int k = 0; k < b->cols; k++)
+                    pb[r * ld + k] *= scale;
+        }
+    }
+
+    /* Momentum, then decoupled weight decay and the update. */
+    const float lr = c->lr * lr_scale;
+    const float decay = lr * c->weight_decay;
+    const float mu = c->momentum;
+    for (size_t i = 0; i < n; i++) {
+        float p = s->pre[i];
+        if (s->mom) {
+            float bm = mu * s->mom[i] + p;
+            s->mom[i] = bm;
+            p = c->nesterov ? p + mu * bm : bm;
+        }
+        float wi = w[i];
+        w[i] = wi - lr * p - decay * wi;
+    }
+    if (cnt)
+        cnt->seconds_precondition += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                                  const float *g, strata_optim_counters *cnt)
+{
+    strata_status st = strata_shampoo_update_factors(s, g, cnt);
+    if (st == STRATA_OK && strata_shampoo_is_refresh_step(&s->cfg, t))
+        st = strata_shampoo_compute_roots(s, cnt);
+    if (st == STRATA_OK)
+        st = strata_shampoo_apply(s, lr_scale, t, w, g, cnt);
+    return st;
+}
