@@ -1,0 +1,473 @@
+/* The GPT training loop, top to bottom: data, model, runtime, steps, report. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "data.h"
+
+#define DEFAULT_CORPUS "/usr/share/games/fortunes"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void gpt_train_options_default(gpt_train_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->data_path = DEFAULT_CORPUS;
+    o->val_fraction = 0.1;
+    o->seq_len = 128;
+    o->batch = 16;
+    o->model.vocab = 256;
+    o->model.max_seq = o->seq_len;
+    o->model.n_layer = 4;
+    o->model.n_head = 4;
+    o->model.d_model = 128;
+    o->steps = 300;
+    o->warmup = -1; /* steps / 10 */
+    o->min_lr_ratio = 0.1f;
+    o->eval_every = 50;
+    o->eval_batches = 8;
+    o->seed = 1337;
+    strata_config_default(&o->strata);
+    o->strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
+    o->strata.adamw.lr = 3e-3f;
+    o->strata.adamw.weight_decay = 0.0f;
+    o->strata.shampoo.lr = 3e-3f;
+    o->strata.shampoo.beta2 = 0.95f;
+    o->strata.shampoo.epsilon = 1e-10f;
+    o->strata.shampoo.precondition_frequency = 10;
+    o->strata.shampoo.grafting_beta2 = 0.95f;
+    o->strata.shampoo.max_preconditioner_dim = 1024;
+    o->strata.muon.lr = 0.02f;
+    o->strata.max_grad_norm = 1.0f;
+    o->progress = -1;
+    o->memory_limit = 0;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when unknown. */
+static size_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib * 1024;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double percentile(const double *sorted, int n, double q)
+{
+    if (n <= 0)
+        return 0.0;
+    double pos = q * (n - 1);
+    int lo = (int)floor(pos), hi = (int)ceil(pos);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+}
+
+static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-based */)
+{
+    if (step < warmup)
+        return (float)(step + 1) / (float)warmup;
+    int decay_steps = o->steps - warmup;
+    if (decay_steps <= 1)
+        return 1.0f;
+    double p = (double)(step - warmup) / (double)(decay_steps - 1);
+    double cosv = 0.5 * (1.0 + cos(M_PI * p));
+    return (float)(o->min_lr_ratio + (1.0 - o->min_lr_ratio) * cosv);
+}
+
+/* Cross-entropy of the val split under the train split's byte unigram
+ * distribution (add-one smoothing): the loss a model that ignores context
+ * cannot beat. */
+static double unigram_baseline(const gpt_data *d)
+{
+    double counts[256];
+    for (int i = 0; i < 256; i++)
+        counts[i] = 1.0;
+    for (size_t i = 0; i < d->n_train; i++)
+        counts[d->train[i]] += 1.0;
+    double total = (double)d->n_train + 256.0, ce = 0.0;
+    for (size_t i = 0; i < d->n_val; i++)
+        ce -= log(counts[d->val[i]] / total);
+    return d->n_val ? ce / (double)d->n_val : NAN;
+}
+
+typedef struct hook_ctx {
+    strata_runtime *rt;
+} hook_ctx;
+
+static int hook_fwd(void *ctx, int layer)
+{
+    return (int)strata_hook_forward(((hook_ctx *)ctx)->rt, layer);
+}
+
+static int hook_bwd(void *ctx, int layer)
+{
+    return (int)strata_hook_backward(((hook_ctx *)ctx)->rt, layer);
+}
+
+static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int B, int T,
+                              uint8_t *x, uint8_t *y, double *loss_out)
+{
+    double acc = 0.0;
+    for (int k = 0; k < batches; k++) {
+        gpt_data_eval_batch(d, k, B, T, x, y);
+        float loss;
+        int rc = gpt_forward(m, x, y, B, T, NULL, NULL, &loss);
+        if (rc)
+            return (strata_status)rc;
+        acc += loss;
+    }
+    *loss_out = acc / batches;
+    return STRATA_OK;
+}
+
+static void json_add_double(json_object *o, const char *k, double v)
+{
+    json_object_object_add(o, k, isfinite(v) ? json_object_new_double(v) : json_object_new_null());
+}
+
+static void write_json_line(FILE *f, json_object *o)
+{
+    if (f) {
+        fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN), f);
+        fputc('\n', f);
+        fflush(f);
+    }
+    json_object_put(o);
+}
+
+static strata_status validate(const gpt_train_options *o)
+{
+    if (o->seq_len < 1 || o->batch < 1 || o->steps < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "seq-len (%d), batch (%d) and steps (%d) must be >= 1", o->seq_len,
+                            o->batch, o->steps);
+    if (o->model.n_layer < 1 || o->model.d_model < 1 || o->model.n_head < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "layers, d-model and heads must be >= 1");
+    if (o->model.d_model % o->model.n_head != 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "d-model (%d) must be divisible by heads (%d)",
+                            o->model.d_model, o->model.n_head);
+    if (o->seq_len > o->model.max_seq)
+        return strata_error(STRATA_ERR_INVALID_ARG, "seq-len %d exceeds the model's max_seq %d",
+                            o->seq_len, o->model.max_seq);
+    if (!(o->val_fraction > 0.0 && o->val_fraction < 1.0))
+        return strata_error(STRATA_ERR_INVALID_ARG, "val-fraction %g must lie in (0, 1)",
+                            o->val_fraction);
+    if (o->eval_batches < 1 || o->eval_every < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "eval-batches must be >= 1, eval-every >= 0");
+    if (o->warmup > o->steps)
+        return strata_error(STRATA_ERR_INVALID_ARG, "warmup (%d) exceeds steps (%d)", o->warmup,
+                            o->steps);
+    if (!(o->min_lr_ratio >= 0.0f && o->min_lr_ratio <= 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG, "min-lr-ratio must lie in [0, 1]");
+    return STRATA_OK;
+}
+
+/* Rough upper bound of the optimizer state: Shampoo keeps factors, roots and
+ * five full-size buffers; AdamW two; Muon four. */
+static size_t optimizer_bytes_estimate(const gpt_train_options *o, size_t param_bytes)
+{
+    size_t mult = o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO ? 8 : 4;
+    size_t d = (size_t)o->model.d_model * 4;
+    size_t factors = (size_t)o->model.n_layer * 4 * 4 * d * d * sizeof(float);
+    return mult * param_bytes + factors;
+}
+
+strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_result *res)
+{
+    if (!opts || !res)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_train: NULL argument");
+    gpt_train_options o = *opts;
+    memset(res, 0, sizeof *res);
+    if (!o.data_path)
+        o.data_path = DEFAULT_CORPUS;
+    if (o.warmup < 0)
+        o.warmup = o.steps / 10;
+    strata_status st = validate(&o);
+    if (st != STRATA_OK)
+        return st;
+    const int B = o.batch, T = o.seq_len;
+    const bool tty = o.progress < 0 ? (out && isatty(fileno(out))) : o.progress == 1;
+    FILE *report = out; /* the summary goes here even when quiet */
+    if (o.quiet)
+        out = NULL;
+
+    /* Refuse a model that cannot fit before allocating any of it. */
+    size_t pbytes = gpt_param_bytes(&o.model);
+    size_t abytes = gpt_activation_bytes(&o.model, B, T);
+    if (pbytes == 0 || abytes == 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "invalid model configuration");
+    size_t need = 2 * pbytes + abytes + optimizer_bytes_estimate(&o, pbytes);
+    size_t limit = o.memory_limit ? o.memory_limit : mem_available();
+    if (limit && need > limit)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "the model needs about %.2f GiB (params+grads %.2f, activations %.2f, "
+                            "optimizer %.2f) but only %.2f GiB are available; reduce --layers, "
+                            "--d-model, --batch or --seq-len",
+                            need / 1073741824.0, 2 * pbytes / 1073741824.0, abytes / 1073741824.0,
+                            optimizer_bytes_estimate(&o, pbytes) / 1073741824.0,
+                            limit / 1073741824.0);
+
+    gpt_data data = {0};
+    gpt_model *model = NULL;
+    strata_runtime *rt = NULL;
+    FILE *metrics = NULL;
+    uint8_t *x = NULL, *y = NULL;
+    double *step_ms = NULL, *opt_ms = NULL;
+    float *losses = NULL;
+
+    st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
+    if (st != STRATA_OK)
+        goto out;
+    st = (strata_status)gpt_create(&o.model, o.seed, &model);
+    if (st != STRATA_OK)
+        goto out;
+    st = strata_create(&o.strata, &rt);
+    if (st != STRATA_OK)
+        goto out;
+    for (int i = 0; i < gpt_num_tensors(model); i++) {
+        const gpt_tensor *t = gpt_tensor_at(model, i);
+        strata_param_desc d = {
+            .name = t->name,
+            .ndim = t->ndim,
+            .shape = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1},
+            .layer = t->layer,
+            .role = t->role == GPT_ROLE_EMBEDDING ? STRATA_ROLE_EMBEDDING
+                    : t->role == GPT_ROLE_MATRIX  ? STRATA_ROLE_MATRIX
+                                                  : STRATA_ROLE_VECTOR,
+            .optimizer = STRATA_OPTIM_DEFAULT,
+            .data = t->data,
+            .grad = t->grad,
+        };
+        st = strata_param_add(rt, &d, NULL);
+        if (st != STRATA_OK)
+            goto out;
+    }
+    st = strata_commit(rt);
+    if (st != STRATA_OK)
+        goto out;
+
+    x = malloc((size_t)B * T);
+    y = malloc((size_t)B * T);
+    step_ms = malloc((size_t)o.steps * sizeof *step_ms);
+    opt_ms = malloc((size_t)o.steps * sizeof *opt_ms);
+    losses = malloc((size_t)o.steps * sizeof *losses);
+    if (!x || !y || !step_ms || !opt_ms || !losses) {
+        st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+        goto out;
+    }
+    if (o.metrics_path) {
+        metrics = fopen(o.metrics_path, "w");
+        if (!metrics) {
+            st = strata_error(STRATA_ERR_IO, "cannot write metrics to '%s': %s", o.metrics_path,
+                              strerror(errno));
+            goto out;
+        }
+    }
+
+    strata_stats s0;
+    strata_stats_get(rt, &s0);
+    res->unigram_val_loss = unigram_baseline(&data);
+    const strata_optimizer mopt = o.strata.matrix_optimizer;
+    if (out) {
+        fprintf(out,
+                "strata train: %s | data %s (%zu files, %zu train / %zu val bytes)\n"
+                "model: %d layers, d_model %d, %d heads, seq %d, batch %d | %zu params "
+                "(%d matrices -> %s, %d tail tensors -> adamw)\n"
+                "unigram baseline: %.4f nats/byte (val)\n",
+                strata_optimizer_name(mopt), o.data_path, data.n_files, data.n_train, data.n_val,
+                o.model.n_layer, o.model.d_model, o.model.n_head, T, B, gpt_num_params(model),
+                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, res->unigram_val_loss);
+        fflush(out);
+    }
+    if (metrics) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "type", json_object_new_string("config"));
+        json_object_object_add(j, "optimizer", json_object_new_string(strata_optimizer_name(mopt)));
+        json_object_object_add(j, "data", json_object_new_string(o.data_path));
+        json_object_object_add(j, "layers", json_object_new_int(o.model.n_layer));
+        json_object_object_add(j, "d_model", json_object_new_int(o.model.d_model));
+        json_object_object_add(j, "heads", json_object_new_int(o.model.n_head));
+        json_object_object_add(j, "seq_len", json_object_new_int(T));
+        json_object_object_add(j, "batch", json_object_new_int(B));
+        json_object_object_add(j, "steps", json_object_new_int(o.steps));
+        json_object_object_add(j, "params", json_object_new_int64((int64_t)gpt_num_params(model)));
+        json_object_object_add(j, "seed", json_object_new_int64((int64_t)o.seed));
+        json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
+        write_json_line(metrics, j);
+    }
+
+    hook_ctx hctx = {rt};
+    uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
+    double loop_seconds = 0.0, val_loss = NAN;
+    for (int step = 0; step < o.steps; step++) {
+        const double t0 = now_seconds();
+        float lrs = lr_scale_at(&o, o.warmup, step);
+        strata_set_lr_scale(rt, lrs);
+        gpt_data_batch(&data, 0, B, T, &rng, x, y);
+        gpt_zero_grad(model);
+        float loss;
+        st = (strata_status)gpt_forward(model, x, y, B, T, hook_fwd, &hctx, &loss);
+        if (st == STRATA_OK)
+            st = (strata_status)gpt_backward(model, hook_bwd, &hctx);
+        if (st != STRATA_OK)
+            goto out;
+        const double t1 = now_seconds();
+        st = strata_step(rt);
+        if (st == STRATA_ERR_NONFINITE)
+            strata_error(st, "training diverged at step %d (loss %g): %s", step + 1, (double)loss,
+                         strata_last_error());
+        if (st != STRATA_OK)
+            goto out;
+        const double t2 = now_seconds();
+        loop_seconds += t2 - t0;
+        step_ms[step] = 1e3 * (t2 - t0);
+        opt_ms[step] = 1e3 * (t2 - t1);
+        losses[step] = loss;
+        res->steps_done = step + 1;
+        strata_stats s;
+        strata_stats_get(rt, &s);
+        const double tps = (double)B * T / (t2 - t0);
+
+        const bool do_eval = (o.eval_every > 0 && (step + 1) % o.eval_every == 0) ||
+                             step + 1 == o.steps;
+        if (do_eval) {
+            st = evaluate(model, &data, o.eval_batches, B, T, x, y, &val_loss);
+            if (st != STRATA_OK)
+                goto out;
+        }
+        if (out) {
+            if (tty) {
+                const int width = 30, filled = (int)((double)(step + 1) / o.steps * width);
+                fprintf(out, "\r[%.*s%*s] %d/%d loss %.4f | %.1f ms | %.0f tok/s ", filled,
+                        "##############################", width - filled, "", step + 1, o.steps,
+                        (double)loss, step_ms[step], tps);
+                if (do_eval)
+                    fprintf(out, "\n  step %d: val loss %.4f\n", step + 1, val_loss);
+            } else {
+                fprintf(out, "step %d/%d | loss %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.steps,
+                        (double)loss, step_ms[step], tps);
+                if (do_eval)
+                    fprintf(out, "step %d/%d | val loss %.4f\n", step + 1, o.steps, val_loss);
+            }
+            fflush(out);
+        }
+        if (metrics) {
+            json_object *j = json_object_new_object();
+            json_object_object_add(j, "type", json_object_new_string("step"));
+            json_object_object_add(j, "step", json_object_new_int(step + 1));
+            json_add_double(j, "loss", loss);
+            json_add_double(j, "step_ms", step_ms[step]);
+            json_add_double(j, "opt_ms", opt_ms[step]);
+            json_add_double(j, "factors_ms", 1e3 * s.last_seconds_factors);
+            json_add_double(j, "roots_ms", 1e3 * s.last_seconds_roots);
+            json_add_double(j, "precondition_ms", 1e3 * s.last_seconds_precondition);
+            json_add_double(j, "tail_ms", 1e3 * s.last_seconds_tail);
+            json_add_double(j, "tokens_per_s", tps);
+            json_add_double(j, "lr_scale", lrs);
+            json_add_double(j, "grad_norm", s.grad_norm);
+            json_add_double(j, "wall_s", loop_seconds);
+            if (do_eval)
+                json_add_double(j, "val_loss", val_loss);
+            write_json_line(metrics, j);
+        }
+    }
+
+    /* Summary. */
+    const int n = res->steps_done;
+    int last = n < 10 ? n : 10;
+    double acc = 0.0;
+    for (int i = n - last; i < n; i++)
+        acc += losses[i];
+    res->final_train_loss = acc / last;
+    res->final_val_loss = val_loss;
+    res->wall_seconds = loop_seconds;
+    res->tokens_per_second = (double)n * B * T / loop_seconds;
+    double mean = 0.0;
+    for (int i = 0; i < n; i++)
+        mean += step_ms[i];
+    res->step_ms_mean = mean / n;
+    qsort(step_ms, (size_t)n, sizeof *step_ms, cmp_double);
+    qsort(opt_ms, (size_t)n, sizeof *opt_ms, cmp_double);
+    res->step_ms_p50 = percentile(step_ms, n, 0.5);
+    res->step_ms_p99 = percentile(step_ms, n, 0.99);
+    res->step_ms_max = step_ms[n - 1];
+    res->opt_ms_p50 = percentile(opt_ms, n, 0.5);
+    res->opt_ms_max = opt_ms[n - 1];
+    strata_stats_get(rt, &res->stats);
+    {
+        FILE *f = report;
+        if (f)
+            fprintf(f,
+                    "summary: %s | %d steps in %.1f s | train loss %.4f | val loss %.4f "
+                    "(unigram %.4f)\n"
+                    "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
+                    "max %.1f | %.0f tok/s\n"
+                    "optimizer: %lld inverse roots (%lld failed), %.1f MiB state in the device "
+                    "tier\n",
+                    strata_optimizer_name(mopt), n, loop_seconds, res->final_train_loss,
+                    res->final_val_loss, res->unigram_val_loss, res->step_ms_p50,
+                    res->step_ms_p99, res->step_ms_max, res->step_ms_mean, res->opt_ms_p50,
+                    res->opt_ms_max, res->tokens_per_second,
+                    (long long)res->stats.root_refreshes, (long long)res->stats.root_failures,
+                    res->stats.device_bytes / 1048576.0);
+    }
+    if (metrics) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "type", json_object_new_string("summary"));
+        json_object_object_add(j, "optimizer", json_object_new_string(strata_optimizer_name(mopt)));
+        json_object_object_add(j, "steps", json_object_new_int(n));
+        json_add_double(j, "final_train_loss", res->final_train_loss);
+        json_add_double(j, "final_val_loss", res->final_val_loss);
+        json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
+        json_add_double(j, "wall_s", loop_seconds);
+        json_add_double(j, "step_ms_p50", res->step_ms_p50);
+        json_add_double(j, "step_ms_p99", res->step_ms_p99);
+        json_add_double(j, "step_ms_max", res->step_ms_max);
+        json_add_double(j, "step_ms_mean", res->step_ms_mean);
+        json_add_double(j, "tokens_per_s", res->tokens_per_second);
+        json_object_object_add(j, "root_refreshes",
+                               json_object_new_int64(res->stats.root_refreshes));
+        json_object_object_add(j, "root_failures", json_object_new_int64(res->stats.root_failures));
+        json_object_object_add(j, "device_bytes",
+                               json_object_new_int64((int64_t)res->stats.device_bytes));
+        write_json_line(metrics, j);
+    }
+    st = STRATA_OK;
+
+out:
+    if (st != STRATA_OK && out && tty)
+        fputc('\n', out);
+    if (metrics && fclose(metrics) != 0 && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "writing metrics '%s' failed", o.metrics_path);
+    free(losses);
+    free(opt_ms);
+    free(step_ms);
+    free(y);
+    free(x);
+    strata_destroy(rt);
+    gpt_destroy(model);
+    gpt_data_free(&data);
+    return st;
+}

@@ -1,0 +1,73 @@
+/* trainer.h — the main job: train the byte-level GPT through the strata runtime.
+ *
+ * One call runs a whole training: load the corpus, build the model, register
+ * its tensors with a strata runtime (the routing rule sends embeddings and
+ * 1-D tensors to AdamW, the matrices to the chosen matrix optimizer), then
+ * per step: sample a batch, forward with strata_hook_forward per layer,
+ * backward with strata_hook_backward per layer, strata_step. Reports go to a
+ * FILE (per-step lines or a progress bar on a terminal), metrics to JSONL.
+ *
+ * Learning-rate schedule: linear warm-up over `warmup` steps, then cosine
+ * decay to `min_lr_ratio` of the peak at the last step (nanoGPT's schedule),
+ * applied through strata_set_lr_scale.
+ */
+#ifndef STRATA_EXAMPLES_GPT_TRAINER_H
+#define STRATA_EXAMPLES_GPT_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpt.h"
+#include "strata/strata.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt_train_options {
+    const char *data_path;   /* file or directory; default the Debian fortunes corpus */
+    double val_fraction;     /* default 0.1 */
+    gpt_config model;        /* default 4 layers, d_model 128, 4 heads, max_seq = seq_len */
+    int seq_len;             /* T, bytes per sequence; default 128 */
+    int batch;               /* B, sequences per step; default 16 */
+    int steps;               /* optimizer steps; default 300 */
+    int warmup;              /* warm-up steps; default steps / 10 */
+    float min_lr_ratio;      /* cosine floor as a fraction of peak; default 0.1 */
+    int eval_every;          /* steps between validation evaluations; default 50 (0 = end only) */
+    int eval_batches;        /* batches per validation; default 8 */
+    uint64_t seed;           /* model init and batch sampling; default 1337 */
+    strata_config strata;    /* optimizer configuration (matrix_optimizer, hyperparameters) */
+    const char *metrics_path; /* JSONL output, NULL = none */
+    int progress;            /* 0 = plain lines, 1 = progress bar, -1 = decide by isatty */
+    bool quiet;              /* only the summary */
+    size_t memory_limit;     /* bytes the run may use; 0 = MemAvailable from /proc/meminfo */
+} gpt_train_options;
+
+typedef struct gpt_train_result {
+    int steps_done;
+    double final_train_loss;  /* mean of the last min(10, steps) steps' losses */
+    double final_val_loss;    /* validation loss after the last step */
+    double unigram_val_loss;  /* cross-entropy of val under the train split's byte frequencies */
+    double wall_seconds;      /* the whole training loop, evaluations excluded */
+    double step_ms_p50, step_ms_p99, step_ms_max, step_ms_mean; /* whole step: fwd+bwd+opt */
+    double opt_ms_p50, opt_ms_max; /* strata_step alone */
+    double tokens_per_second;
+    strata_stats stats;       /* the runtime's counters at the end */
+} gpt_train_result;
+
+/* Defaults as documented on each field (matrix optimizer: Shampoo with Adam
+ * grafting, precondition frequency 10, lr 3e-3; tail AdamW lr 3e-3). */
+void gpt_train_options_default(gpt_train_options *o);
+
+/* Run a training. `out` receives human-readable progress (may be NULL for
+ * silence). Errors: STRATA_ERR_INVALID_ARG (a bad option, named),
+ * STRATA_ERR_IO / STRATA_ERR_DATA (corpus), STRATA_ERR_NOMEM (the model
+ * does not fit `memory_limit`, with the sizes in the message), any status
+ * of the runtime (STRATA_ERR_NONFINITE when the loss diverges). */
+strata_status gpt_train(const gpt_train_options *o, FILE *out, gpt_train_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_EXAMPLES_GPT_TRAINER_H */

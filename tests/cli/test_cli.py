@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""`strata` command: help, flag errors, data errors, memory refusal, and a tiny
+run whose JSONL metrics parse. Usage: test_cli.py path/to/strata"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+STRATA = sys.argv[1]
+failures = 0
+
+
+def run(*args, expect_rc, expect_text=None, stream="stderr"):
+    global failures
+    p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=120)
+    out = p.stderr if stream == "stderr" else p.stdout
+    ok = p.returncode == expect_rc and (expect_text is None or expect_text in out)
+    print(f"{'PASS' if ok else 'FAIL'}: strata {' '.join(args)[:70]} -> rc {p.returncode}")
+    if not ok:
+        failures += 1
+        print("  expected rc", expect_rc, "and text", repr(expect_text))
+        print("  stdout:", p.stdout[-800:])
+        print("  stderr:", p.stderr[-800:])
+    return p
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    empty = os.path.join(tmp, "empty.txt")
+    open(empty, "w").close()
+    short = os.path.join(tmp, "short.txt")
+    with open(short, "w") as f:
+        f.write("too short for a context of 64 bytes\n" * 2)
+    text = os.path.join(tmp, "text.txt")
+    with open(text, "w") as f:
+        for i in range(400):
+            f.write(f"Line {i}: the quick brown fox jumps over the lazy dog, {i * 7 % 13} times.\n")
+    metrics = os.path.join(tmp, "m.jsonl")
+
+    run("--help", expect_rc=0, expect_text="train", stream="stdout")
+    run(expect_rc=2, expect_text="usage")
+    run("fly", expect_rc=2, expect_text="unknown command")
+    run("train", "--help", expect_rc=0, expect_text="--optimizer", stream="stdout")
+    run("train", "--layers", "abc", expect_rc=2, expect_text="--layers expects an integer")
+    run("train", "--layers", "0", expect_rc=2, expect_text="--layers")
+    run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
+    run("train", "--optimizer", "sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
+    run("train", "--bogus", expect_rc=2, expect_text="unknown or incomplete option")
+    run("train", "--steps", expect_rc=2, expect_text="unknown or incomplete option")
+    run("train", "extra", expect_rc=2, expect_text="unexpected argument")
+    run("train", "--d-model", "30", "--heads", "4", expect_rc=1,
+        expect_text="divisible")
+    run("train", "--data", os.path.join(tmp, "nope"), expect_rc=1, expect_text="STRATA_ERR_IO")
+    run("train", "--data", empty, expect_rc=1, expect_text="STRATA_ERR_DATA")
+    run("train", "--data", short, "--seq-len", "64", expect_rc=1, expect_text="STRATA_ERR_DATA")
+    run("train", "--data", text, "--layers", "200", "--d-model", "16384", "--heads", "128",
+        expect_rc=1, expect_text="STRATA_ERR_NOMEM")
+    run("train", "--data", text, "--memory-limit-mib", "1", expect_rc=1,
+        expect_text="GiB are available")
+    run("train", "--data", text, "--metrics", os.path.join(tmp, "no", "such", "dir.jsonl"),
+        expect_rc=1, expect_text="cannot write metrics")
+
+    for opt in ("adamw", "shampoo", "muon"):
+        p = run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
+                "--heads", "2", "--seq-len", "16", "--batch", "4", "--steps", "6",
+                "--eval-every", "3", "--eval-batches", "2", "--precondition-frequency", "2",
+                "--metrics", metrics, "--no-progress", expect_rc=0,
+                expect_text="summary:", stream="stdout")
+        try:
+            recs = [json.loads(line) for line in open(metrics)]
+            steps = [r for r in recs if r["type"] == "step"]
+            ok = (recs[0]["type"] == "config" and recs[-1]["type"] == "summary"
+                  and len(steps) == 6 and [r["step"] for r in steps] == list(range(1, 7))
+                  and sum("val_loss" in r for r in steps) == 2
+                  and recs[-1]["optimizer"] == opt)
+            if opt == "shampoo":
+                ok = ok and recs[-1]["root_refreshes"] > 0
+        except Exception as e:  # noqa: BLE001 - any parse problem is a failure
+            print("  metrics error:", e)
+            ok = False
+        print(f"{'PASS' if ok else 'FAIL'}: metrics JSONL for {opt}")
+        failures += not ok
+
+print(f"{failures} failed")
+sys.exit(1 if failures else 0)
