@@ -42,6 +42,7 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
     o->strata.adamw.lr = 3e-3f;
     o->strata.adamw.weight_decay = 0.0f;
+    o->strata.adamw.beta2 = 0.95f;
     o->strata.shampoo.lr = 3e-3f;
     o->strata.shampoo.beta2 = 0.95f;
     o->strata.shampoo.epsilon = 1e-10f;

@@ -1,0 +1,357 @@
+/* data.c — byte corpus loader, train/val split and batch windows (data.h).
+ *
+ * The corpus is read whole into memory (fortunes: 2.8 MB), then copied
+ * once into its final layout: train chunks first, val chunks after, in one
+ * allocation that gpt_data.train owns.
+ */
+#include "data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpt_rng.h"
+#include "strata/status.h"
+
+#define CHUNK_MAX 4096
+#define CHUNK_MIN 256
+#define VAL_CHUNKS_WANTED 8
+
+/* A growing byte buffer. */
+typedef struct bytes {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
+
+static int bytes_reserve(bytes *b, size_t extra)
+{
+    if (b->cap - b->n >= extra)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap - b->n < extra) {
+        if (cap > SIZE_MAX / 2)
+            return strata_error(STRATA_ERR_NOMEM, "gpt_data_load: corpus too large");
+        cap *= 2;
+    }
+    uint8_t *p = realloc(b->p, cap);
+    if (!p)
+        return strata_error(STRATA_ERR_NOMEM, "gpt_data_load: cannot allocate %zu bytes", cap);
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* Append everything readable from fd (until EOF) to b. `what` names the
+ * file in messages. */
+static int read_all(int fd, const char *what, bytes *b)
+{
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+        int rc = bytes_reserve(b, (size_t)st.st_size + 1);
+        if (rc)
+            return rc;
+    }
+    for (;;) {
+        int rc = bytes_reserve(b, 1 << 16);
+        if (rc)
+            return rc;
+        ssize_t r = read(fd, b->p + b->n, b->cap - b->n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot read %s: %s",
+                                what, strerror(errno));
+        }
+        if (r == 0)
+            return 0;
+        b->n += (size_t)r;
+    }
+}
+
+static int name_skipped(const char *name)
+{
+    size_t len = strlen(name);
+    return name[0] == '.' || (len >= 4 && strcmp(name + len - 4, ".dat") == 0);
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Concatenate the regular files of directory `path` in sorted name order. */
+static int read_dir(const char *path, bytes *b, size_t *n_files)
+{
+    int rc = 0;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    DIR *dir = opendir(path);
+    if (!dir)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open directory %s: %s",
+                            path, strerror(errno));
+    const int dfd = dirfd(dir);
+
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(dir);
+        if (!e) {
+            if (errno) {
+                rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot list %s: %s",
+                                  path, strerror(errno));
+                goto out_free_names;
+            }
+            break;
+        }
+        if (name_skipped(e->d_name))
+            continue;
+        struct stat st;
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;   /* symlinks, subdirectories, vanished entries */
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 64;
+            char **nn = realloc(names, ncap * sizeof *nn);
+            if (!nn) {
+                rc = strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s",
+                                  path);
+                goto out_free_names;
+            }
+            names = nn;
+            cap = ncap;
+        }
+        if (!(names[n] = strdup(e->d_name))) {
+            rc = strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s", path);
+            goto out_free_names;
+        }
+        n++;
+    }
+    if (n)
+        qsort(names, n, sizeof *names, cmp_names);
+
+    for (size_t i = 0; i < n; i++) {
+        int fd = openat(dfd, names[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s/%s: %s",
+                              path, names[i], strerror(errno));
+            goto out_free_names;
+        }
+        char what[512];
+        snprintf(what, sizeof what, "%s/%s", path, names[i]);
+        rc = read_all(fd, what, b);
+        close(fd);
+        if (rc)
+            goto out_free_names;
+        (*n_files)++;
+    }
+
+out_free_names:
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    closedir(dir);
+    return rc;
+}
+
+static int read_path(const char *path, bytes *b, size_t *n_files)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot access %s: %s",
+                            path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return read_dir(path, b, n_files);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s: %s",
+                            path, strerror(errno));
+    int rc = read_all(fd, path, b);
+    close(fd);
+    if (rc == 0)
+        *n_files = 1;
+    return rc;
+}
+
+static int chunk_is_val(size_t i, double f)
+{
+    return floor((double)(i + 1) * f) > floor((double)i * f);
+}
+
+static size_t chunk_size(size_t n, double f, size_t min_len)
+{
+    const size_t smallest = min_len > CHUNK_MIN ? min_len : CHUNK_MIN;
+    size_t chunk = CHUNK_MAX;
+    if (f <= 0.0)
+        return chunk;
+    while (chunk / 2 >= smallest && (double)(n / chunk) * f < VAL_CHUNKS_WANTED)
+        chunk /= 2;
+    return chunk;
+}
+
+int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!path || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_data_load: %s is NULL",
+                            path ? "out" : "path");
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "gpt_data_load: val_fraction=%g, need 0 <= val_fraction < 1",
+                            val_fraction);
+    if (min_len < 2)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_data_load: min_len=%d, need >= 2",
+                            min_len);
+
+    bytes all = { 0 };
+    size_t n_files = 0;
+    int rc = read_path(path, &all, &n_files);
+    if (rc)
+        goto out_free_all;
+    if (all.n == 0) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load: no data in %s: 0 bytes in %zu "
+                          "file(s) (hidden files, *.dat, symlinks and subdirectories are "
+                          "skipped)", path, n_files);
+        goto out_free_all;
+    }
+    if (all.n < (size_t)min_len) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load: %s has %zu bytes, needs at least "
+                          "%d (context + 1)", path, all.n, min_len);
+        goto out_free_all;
+    }
+
+    /* Split into train chunks then val chunks, in corpus order. */
+    const size_t n = all.n, chunk = chunk_size(n, val_fraction, (size_t)min_len);
+    size_t n_val = 0;
+    for (size_t i = 0; i * chunk < n; i++) {
+        size_t len = n - i * chunk < chunk ? n - i * chunk : chunk;
+        if (chunk_is_val(i, val_fraction))
+            n_val += len;
+    }
+    const size_t n_train = n - n_val;
+    if (n_train < (size_t)min_len || (val_fraction > 0.0 && n_val < (size_t)min_len)) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load: %s has %zu bytes; split with "
+                          "val_fraction=%g gives train %zu and val %zu bytes, each needs at "
+                          "least %d (context + 1)", path, n, val_fraction, n_train, n_val,
+                          min_len);
+        goto out_free_all;
+    }
+    uint8_t *split = malloc(n);
+    if (!split) {
+        rc = strata_error(STRATA_ERR_NOMEM, "gpt_data_load: cannot allocate %zu bytes", n);
+        goto out_free_all;
+    }
+    size_t t_off = 0, v_off = n_train;
+    for (size_t i = 0; i * chunk < n; i++) {
+        size_t len = n - i * chunk < chunk ? n - i * chunk : chunk;
+        size_t *dst = chunk_is_val(i, val_fraction) ? &v_off : &t_off;
+        memcpy(split + *dst, all.p + i * chunk, len);
+        *dst += len;
+    }
+    out->train = split;
+    out->n_train = n_train;
+    out->val = n_val ? split + n_train : NULL;
+    out->n_val = n_val;
+    out->n_files = n_files;
+
+out_free_all:
+    free(all.p);
+    return rc;
+}
+
+void gpt_data_free(gpt_data *d)
+{
+    if (!d)
+        return;
+    free(d->train);
+    memset(d, 0, sizeof *d);
+}
+
+static const uint8_t *split_of(const gpt_data *d, int split, size_t *n)
+{
+    *n = split == 0 ? d->n_train : d->n_val;
+    return split == 0 ? d->train : d->val;
+}
+
+void gpt_data_batch(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                    uint8_t *x, uint8_t *y)
+{
+    if (!x || !y || B < 1 || T < 1)
+        return;
+    const size_t BT = (size_t)B * (size_t)T;
+    size_t n = 0;
+    const uint8_t *p = d ? split_of(d, split, &n) : NULL;
+    if (!p || !rng_state || n < (size_t)T + 1) {
+        memset(x, 0, BT);
+        memset(y, 0, BT);
+        return;
+    }
+    const uint64_t starts = n - (size_t)T;   /* windows [s, s + T] with s < starts */
+    for (int b = 0; b < B; b++) {
+        size_t s = (size_t)(gpt_splitmix64(rng_state) % starts);
+        memcpy(x + (size_t)b * T, p + s, (size_t)T);
+        memcpy(y + (size_t)b * T, p + s + 1, (size_t)T);
+    }
+}
+
+size_t gpt_data_eval_windows(const gpt_data *d, int T)
+{
+    if (!d || !d->val || T < 1 || d->n_val < (size_t)T + 1)
+        return 0;
+    return (d->n_val - 1) / (size_t)T;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* (a * b) mod m without overflow, for a, b < m. */
+static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
+{
+    if (a == 0 || b <= UINT64_MAX / a)
+        return a * b % m;
+    uint64_t r = 0;
+    while (b) {
+        if (b & 1)
+            r = r >= m - a ? r - (m - a) : r + a;
+        a = a >= m - a ? a - (m - a) : a + a;
+        b >>= 1;
+    }
+    return r;
+}
+
+void gpt_data_eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x, uint8_t *y)
+{
+    if (!x || !y || B < 1 || T < 1)
+        return;
+    const size_t BT = (size_t)B * (size_t)T;
+    const uint64_t W = gpt_data_eval_windows(d, T);
+    if (W == 0 || k < 0) {
+        memset(x, 0, BT);
+        memset(y, 0, BT);
+        return;
+    }
+    uint64_t P = (uint64_t)((double)W * 0.6180339887498949);
+    if (P == 0)
+        P = 1;
+    while (gcd_u64(P % W, W) != 1)
+        P++;
+    P %= W;
+    const uint64_t first = mulmod((uint64_t)k % W, (uint64_t)B % W, W);
+    for (int b = 0; b < B; b++) {
+        uint64_t j = (first + (uint64_t)b) % W;
+        uint64_t start = mulmod(j, P, W) * (uint64_t)T;
+        memcpy(x + (size_t)b * T, d->val + start, (size_t)T);
+        memcpy(y + (size_t)b * T, d->val + start + 1, (size_t)T);
+    }
+}

@@ -1,0 +1,83 @@
+/* data.h — byte corpus for the GPT example: load a file or a directory,
+ * split it into train and validation, and cut (x, y) windows for training
+ * and evaluation.
+ *
+ * Bytes are tokens: any content (UTF-8 or not) is used as is.
+ *
+ * Split. The corpus is cut into consecutive chunks; chunk i goes to
+ * validation when floor((i + 1) f) > floor(i f), f = val_fraction, so every
+ * (1/f)-th chunk is a validation chunk and the fraction holds to within one
+ * chunk, spread over the whole corpus rather than its last file. Chunks are
+ * 4096 bytes, halved (never below max(256, min_len)) while the corpus would
+ * give fewer than 8 validation chunks, so small corpora still get a spread
+ * validation set. The split depends only on the bytes, f and min_len.
+ */
+#ifndef STRATA_EXAMPLES_GPT_DATA_H
+#define STRATA_EXAMPLES_GPT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gpt_data {
+    uint8_t *train;     /* n_train bytes (one allocation with val; owned) */
+    size_t n_train;
+    uint8_t *val;       /* n_val bytes, NULL when n_val == 0 */
+    size_t n_val;
+    size_t n_files;     /* files read (a single file counts 1) */
+} gpt_data;
+
+/* Load `path` into *out and split it.
+ * path: a regular file (read whole; a symlink to one is followed), or a
+ *   directory: its regular files, not descending into subdirectories, in
+ *   byte-wise sorted name order, concatenated with nothing in between.
+ *   Skipped: names starting with '.', names ending in ".dat" (fortune
+ *   indexes), symlinks (fortune's ".u8" links would duplicate files),
+ *   anything not a regular file.
+ * val_fraction: in [0, 1); 0 means no validation split (val NULL, n_val 0).
+ * min_len: the fewest bytes each split must hold, normally T + 1 (>= 2).
+ * On success *out owns the bytes (free with gpt_data_free); on failure *out
+ * is zeroed and nothing is held.
+ * Errors (message via strata_last_error()):
+ *   STRATA_ERR_INVALID_ARG  NULL argument, val_fraction outside [0, 1),
+ *                           min_len < 2
+ *   STRATA_ERR_IO           path missing or unreadable, a file unreadable
+ *   STRATA_ERR_DATA         no bytes at all (empty file, empty directory,
+ *                           only skipped files), or the train split (or the
+ *                           val split when val_fraction > 0) has fewer than
+ *                           min_len bytes; the message gives both numbers
+ *   STRATA_ERR_NOMEM */
+int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *out);
+
+/* Free the bytes and zero *d. NULL or a zeroed struct is a no-op. */
+void gpt_data_free(gpt_data *d);
+
+/* Sample B windows of T + 1 consecutive bytes from split (0 train, 1 val),
+ * each start uniform over the split, drawn with splitmix64 from
+ * *rng_state (advanced; any seed value works).
+ * x, y: B*T bytes each, row b = window b: x = window[0..T), y = window[1..T+1).
+ * Precondition: the split holds at least T + 1 bytes (gpt_data_load with
+ * min_len >= T + 1 guarantees it); if it does not, x and y are zero-filled. */
+void gpt_data_batch(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                    uint8_t *x, uint8_t *y);
+
+/* Number of evaluation windows of the val split for context T: windows
+ * start at multiples of T and hold T + 1 bytes, so every val byte after the
+ * first is a target of exactly one window. 0 if val has fewer than T + 1. */
+size_t gpt_data_eval_windows(const gpt_data *d, int T);
+
+/* The k-th deterministic evaluation batch (k >= 0): windows
+ * (k*B + b) * P mod W for b = 0..B-1, W = gpt_data_eval_windows(d, T),
+ * P a fixed stride near 0.618 W coprime with W. So the first batches
+ * already sample the whole val split, and batches 0..ceil(W/B)-1 together
+ * visit every window once (the last batch wraps around).
+ * x, y as in gpt_data_batch; zero-filled when W == 0. */
+void gpt_data_eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x, uint8_t *y);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_EXAMPLES_GPT_DATA_H */
