@@ -1,0 +1,562 @@
+/* optim_driver — runs one strata optimizer (or one linear-algebra kernel) on a
+ * problem read from files, for the float64 reference test
+ * (test_optim_reference.py). It uses only the public API of strata/optim.h.
+ *
+ * Usage:
+ *   optim_driver defaults OUT.json
+ *       writes the *_config_default() values of the three optimizers as JSON.
+ *   optim_driver MODE CONFIG.json IN.f32 OUT.f32
+ *       MODE adamw | shampoo | muon: CONFIG holds rows, cols, steps, lr_scale
+ *       and the hyperparameters (every field of the optimizer's config struct
+ *       that is present overrides its default). IN holds W0 (rows x cols)
+ *       followed by `steps` gradients of the same shape; OUT receives the
+ *       weights after each step (steps x rows x cols). One JSON line on
+ *       stdout reports counters (blocks, state bytes, root refreshes and
+ *       failures, the refresh schedule, backend bytes left after destroy).
+ *       Shampoo config "api": "split" runs update_factors / compute_roots /
+ *       apply instead of strata_shampoo_step.
+ *     MODE inv_root: CONFIG {n, eps, p}; IN is an n x n matrix; OUT the root.
+ *       OUT is pre-filled with SENTINEL and written even when the call fails,
+ *       so the test can check that a failed call leaves it untouched.
+ *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
+ *
+ * All binary files are raw little-endian float32, row-major.
+ * Exit status: 0 ok, 1 failure (strata_status_str and strata_last_error on
+ * stderr), 2 usage or I/O error of the driver itself.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "strata/backend.h"
+#include "strata/optim.h"
+#include "strata/status.h"
+
+#define SENTINEL 12345.0f
+
+/* ------------------------------------------------------------ small helpers */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: optim_driver defaults OUT.json\n"
+                    "       optim_driver adamw|shampoo|muon|inv_root|newton_schulz "
+                    "CONFIG.json IN.f32 OUT.f32\n");
+    return 2;
+}
+
+static int fail(strata_status st, const char *what)
+{
+    fprintf(stderr, "optim_driver: %s: %s: %s\n", what, strata_status_str(st),
+            strata_last_error());
+    return 1;
+}
+
+static bool read_floats(const char *path, float *dst, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "optim_driver: open %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    size_t got = fread(dst, sizeof(float), n, f);
+    int extra = fgetc(f);
+    fclose(f);
+    if (got != n || extra != EOF) {
+        fprintf(stderr, "optim_driver: %s: expected exactly %zu floats\n", path, n);
+        return false;
+    }
+    return true;
+}
+
+static FILE *open_out(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        fprintf(stderr, "optim_driver: create %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+static bool write_floats(FILE *f, const float *src, size_t n)
+{
+    if (fwrite(src, sizeof(float), n, f) != n) {
+        fprintf(stderr, "optim_driver: short write\n");
+        return false;
+    }
+    return true;
+}
+
+static bool close_out(FILE *f)
+{
+    if (fclose(f) != 0) {
+        fprintf(stderr, "optim_driver: close: %s\n", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+static double jget_double(json_object *cfg, const char *key, double def)
+{
+    json_object *v;
+    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_double(v) : def;
+}
+
+static int64_t jget_int(json_object *cfg, const char *key, int64_t def)
+{
+    json_object *v;
+    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_int64(v) : def;
+}
+
+static bool jget_bool(json_object *cfg, const char *key, bool def)
+{
+    json_object *v;
+    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_boolean(v) : def;
+}
+
+static const char *jget_str(json_object *cfg, const char *key, const char *def)
+{
+    json_object *v;
+    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_string(v) : def;
+}
+
+/* Device buffers (host-visible on the cpu backend) with their sizes, so that
+ * one cleanup loop frees them all. */
+typedef struct buf {
+    void *p;
+    size_t bytes;
+} buf;
+
+static strata_status buf_alloc(strata_backend *be, buf *b, size_t bytes)
+{
+    b->bytes = bytes ? bytes : 1;
+    return strata_backend_alloc(be, b->bytes, &b->p);
+}
+
+static void buf_free(strata_backend *be, buf *b)
+{
+    strata_backend_free(be, b->p, b->bytes);
+    b->p = NULL;
+}
+
+static void print_bytes_left(strata_backend *be)
+{
+    size_t in_use = 0, peak = 0;
+    strata_backend_bytes(be, &in_use, &peak);
+    printf("\"bytes_in_use_after\": %zu, \"bytes_peak\": %zu}\n", in_use, peak);
+}
+
+/* ------------------------------------------------------------ defaults mode */
+
+static int run_defaults(const char *out_path)
+{
+    strata_adamw_config a;
+    strata_shampoo_config s;
+    strata_muon_config m;
+    strata_adamw_config_default(&a);
+    strata_shampoo_config_default(&s);
+    strata_muon_config_default(&m);
+
+    FILE *f = open_out(out_path);
+    if (!f)
+        return 2;
+    fprintf(f,
+            "{\"adamw\": {\"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, "
+            "\"weight_decay\": %.9g},\n",
+            a.lr, a.beta1, a.beta2, a.eps, a.weight_decay);
+    fprintf(f,
+            " \"shampoo\": {\"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, \"epsilon\": %.9g, "
+            "\"momentum\": %.9g, \"nesterov\": %s, \"weight_decay\": %.9g, "
+            "\"precondition_frequency\": %d, \"start_preconditioning_step\": %d, "
+            "\"max_preconditioner_dim\": %d, \"grafting\": %d, \"grafting_beta2\": %.9g, "
+            "\"grafting_epsilon\": %.9g},\n",
+            s.lr, s.beta1, s.beta2, s.epsilon, s.momentum, s.nesterov ? "true" : "false",
+            s.weight_decay, s.precondition_frequency, s.start_preconditioning_step,
+            s.max_preconditioner_dim, (int)s.grafting, s.grafting_beta2, s.grafting_epsilon);
+    fprintf(f,
+            " \"muon\": {\"lr\": %.9g, \"momentum\": %.9g, \"nesterov\": %s, \"ns_steps\": %d, "
+            "\"weight_decay\": %.9g, \"scale\": %d}}\n",
+            m.lr, m.momentum, m.nesterov ? "true" : "false", m.ns_steps, m.weight_decay,
+            (int)m.scale);
+    return close_out(f) ? 0 : 2;
+}
+
+/* ------------------------------------------------------------ optimizer modes */
+
+typedef struct problem {
+    int64_t rows, cols, steps;
+    float lr_scale;
+    size_t n;     /* rows * cols */
+    float *host;  /* W0 then `steps` gradients */
+} problem;
+
+static bool problem_load(json_object *cfg, const char *in_path, problem *p)
+{
+    p->rows = jget_int(cfg, "rows", 0);
+    p->cols = jget_int(cfg, "cols", 0);
+    p->steps = jget_int(cfg, "steps", 0);
+    p->lr_scale = (float)jget_double(cfg, "lr_scale", 1.0);
+    if (p->rows < 1 || p->cols < 1 || p->steps < 1) {
+        fprintf(stderr, "optim_driver: config needs rows, cols, steps >= 1\n");
+        return false;
+    }
+    p->n = (size_t)p->rows * (size_t)p->cols;
+    p->host = malloc(p->n * (size_t)(p->steps + 1) * sizeof(float));
+    if (!p->host) {
+        fprintf(stderr, "optim_driver: out of memory\n");
+        return false;
+    }
+    if (!read_floats(in_path, p->host, p->n * (size_t)(p->steps + 1))) {
+        free(p->host);
+        return false;
+    }
+    return true;
+}
+
+static int run_adamw(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
+{
+    strata_adamw_config c;
+    strata_adamw_config_default(&c);
+    c.lr = (float)jget_double(cfg, "lr", c.lr);
+    c.beta1 = (float)jget_double(cfg, "beta1", c.beta1);
+    c.beta2 = (float)jget_double(cfg, "beta2", c.beta2);
+    c.eps = (float)jget_double(cfg, "eps", c.eps);
+    c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
+
+    int rc = 1;
+    buf w = {0}, g = {0}, m = {0}, v = {0};
+    strata_status st;
+    if ((st = buf_alloc(be, &w, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &g, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &m, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &v, p->n * sizeof(float))) != STRATA_OK) {
+        rc = fail(st, "alloc");
+        goto out_free;
+    }
+    memcpy(w.p, p->host, p->n * sizeof(float));
+    for (int64_t t = 1; t <= p->steps; t++) {
+        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
+        st = strata_adamw_update(&c, p->lr_scale, t, p->n, w.p, g.p, m.p, v.p);
+        if (st != STRATA_OK) {
+            rc = fail(st, "strata_adamw_update");
+            goto out_free;
+        }
+        if (!write_floats(out, w.p, p->n)) {
+            rc = 2;
+            goto out_free;
+        }
+    }
+    rc = 0;
+out_free:
+    buf_free(be, &v);
+    buf_free(be, &m);
+    buf_free(be, &g);
+    buf_free(be, &w);
+    if (rc == 0) {
+        printf("{");
+        print_bytes_left(be);
+    }
+    return rc;
+}
+
+static bool parse_grafting(const char *s, strata_grafting *out)
+{
+    if (!strcmp(s, "none"))
+        *out = STRATA_GRAFT_NONE;
+    else if (!strcmp(s, "adam"))
+        *out = STRATA_GRAFT_ADAM;
+    else if (!strcmp(s, "adagrad"))
+        *out = STRATA_GRAFT_ADAGRAD;
+    else
+        return false;
+    return true;
+}
+
+static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
+{
+    strata_shampoo_config c;
+    strata_shampoo_config_default(&c);
+    c.lr = (float)jget_double(cfg, "lr", c.lr);
+    c.beta1 = (float)jget_double(cfg, "beta1", c.beta1);
+    c.beta2 = (float)jget_double(cfg, "beta2", c.beta2);
+    c.epsilon = (float)jget_double(cfg, "epsilon", c.epsilon);
+    c.momentum = (float)jget_double(cfg, "momentum", c.momentum);
+    c.nesterov = jget_bool(cfg, "nesterov", c.nesterov);
+    c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
+    c.precondition_frequency =
+        (int)jget_int(cfg, "precondition_frequency", c.precondition_frequency);
+    c.start_preconditioning_step =
+        (int)jget_int(cfg, "start_preconditioning_step", c.start_preconditioning_step);
+    c.max_preconditioner_dim =
+        (int)jget_int(cfg, "max_preconditioner_dim", c.max_preconditioner_dim);
+    if (!parse_grafting(jget_str(cfg, "grafting", "adam"), &c.grafting)) {
+        fprintf(stderr, "optim_driver: grafting must be none, adam or adagrad\n");
+        return 2;
+    }
+    c.grafting_beta2 = (float)jget_double(cfg, "grafting_beta2", c.grafting_beta2);
+    c.grafting_epsilon = (float)jget_double(cfg, "grafting_epsilon", c.grafting_epsilon);
+    bool split = !strcmp(jget_str(cfg, "api", "step"), "split");
+
+    int rc = 1;
+    buf w = {0}, g = {0};
+    strata_shampoo_state *s = NULL;
+    strata_optim_counters cnt = {0};
+    strata_status st;
+    int blocks = 0;
+    size_t state_bytes = 0;
+    if ((st = buf_alloc(be, &w, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &g, p->n * sizeof(float))) != STRATA_OK) {
+        rc = fail(st, "alloc");
+        goto out_free;
+    }
+    st = strata_shampoo_state_create(&c, be, p->rows, p->cols, &s);
+    if (st != STRATA_OK) {
+        rc = fail(st, "strata_shampoo_state_create");
+        goto out_free;
+    }
+    blocks = strata_shampoo_state_blocks(s);
+    state_bytes = strata_shampoo_state_bytes(s);
+    memcpy(w.p, p->host, p->n * sizeof(float));
+    for (int64_t t = 1; t <= p->steps; t++) {
+        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
+        if (split) {
+            st = strata_shampoo_update_factors(s, g.p, &cnt);
+            if (st == STRATA_OK && strata_shampoo_is_refresh_step(&c, t))
+                st = strata_shampoo_compute_roots(s, &cnt);
+            if (st == STRATA_OK)
+                st = strata_shampoo_apply(s, p->lr_scale, t, w.p, g.p, &cnt);
+        } else {
+            st = strata_shampoo_step(s, p->lr_scale, t, w.p, g.p, &cnt);
+        }
+        if (st != STRATA_OK) {
+            rc = fail(st, split ? "strata_shampoo (split api)" : "strata_shampoo_step");
+            goto out_destroy;
+        }
+        if (!write_floats(out, w.p, p->n)) {
+            rc = 2;
+            goto out_destroy;
+        }
+    }
+    rc = 0;
+out_destroy:
+    strata_shampoo_state_destroy(s);
+out_free:
+    buf_free(be, &g);
+    buf_free(be, &w);
+    if (rc == 0) {
+        printf("{\"blocks\": %d, \"state_bytes\": %zu, \"root_refreshes\": %lld, "
+               "\"root_failures\": %lld, \"refresh\": [",
+               blocks, state_bytes, (long long)cnt.root_refreshes,
+               (long long)cnt.root_failures);
+        for (int64_t t = 1; t <= p->steps; t++)
+            printf("%s%d", t > 1 ? ", " : "", strata_shampoo_is_refresh_step(&c, t) ? 1 : 0);
+        printf("], ");
+        print_bytes_left(be);
+    }
+    return rc;
+}
+
+static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
+{
+    strata_muon_config c;
+    strata_muon_config_default(&c);
+    c.lr = (float)jget_double(cfg, "lr", c.lr);
+    c.momentum = (float)jget_double(cfg, "momentum", c.momentum);
+    c.nesterov = jget_bool(cfg, "nesterov", c.nesterov);
+    c.ns_steps = (int)jget_int(cfg, "ns_steps", c.ns_steps);
+    c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
+    const char *scale = jget_str(cfg, "scale", "shape");
+    if (!strcmp(scale, "shape")) {
+        c.scale = STRATA_MUON_SCALE_SHAPE;
+    } else if (!strcmp(scale, "adamw_rms")) {
+        c.scale = STRATA_MUON_SCALE_ADAMW_RMS;
+    } else {
+        fprintf(stderr, "optim_driver: scale must be shape or adamw_rms\n");
+        return 2;
+    }
+
+    int rc = 1;
+    buf w = {0}, g = {0};
+    strata_muon_state *s = NULL;
+    strata_optim_counters cnt = {0};
+    strata_status st;
+    size_t state_bytes = 0;
+    if ((st = buf_alloc(be, &w, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &g, p->n * sizeof(float))) != STRATA_OK) {
+        rc = fail(st, "alloc");
+        goto out_free;
+    }
+    st = strata_muon_state_create(&c, be, p->rows, p->cols, &s);
+    if (st != STRATA_OK) {
+        rc = fail(st, "strata_muon_state_create");
+        goto out_free;
+    }
+    state_bytes = strata_muon_state_bytes(s);
+    memcpy(w.p, p->host, p->n * sizeof(float));
+    for (int64_t t = 1; t <= p->steps; t++) {
+        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
+        st = strata_muon_step(s, p->lr_scale, t, w.p, g.p, &cnt);
+        if (st != STRATA_OK) {
+            rc = fail(st, "strata_muon_step");
+            goto out_destroy;
+        }
+        if (!write_floats(out, w.p, p->n)) {
+            rc = 2;
+            goto out_destroy;
+        }
+    }
+    rc = 0;
+out_destroy:
+    strata_muon_state_destroy(s);
+out_free:
+    buf_free(be, &g);
+    buf_free(be, &w);
+    if (rc == 0) {
+        printf("{\"state_bytes\": %zu, ", state_bytes);
+        print_bytes_left(be);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ linear algebra */
+
+static int run_inv_root(json_object *cfg, const char *in_path, const char *out_path)
+{
+    int64_t n = jget_int(cfg, "n", 0);
+    double eps = jget_double(cfg, "eps", 0.0);
+    double p = jget_double(cfg, "p", 4.0);
+    if (n < 1 || n > 1 << 14) {
+        fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384\n");
+        return 2;
+    }
+    size_t nn = (size_t)n * (size_t)n;
+    int rc = 2;
+    float *a = malloc(nn * sizeof(float));
+    float *out = malloc(nn * sizeof(float));
+    double *work = malloc((strata_inv_root_work_doubles((int)n) + 1) * sizeof(double));
+    int *iwork = malloc((strata_inv_root_work_ints((int)n) + 1) * sizeof(int));
+    if (!a || !out || !work || !iwork) {
+        fprintf(stderr, "optim_driver: out of memory\n");
+        goto out_free;
+    }
+    if (!read_floats(in_path, a, nn))
+        goto out_free;
+    for (size_t i = 0; i < nn; i++)
+        out[i] = SENTINEL;
+    strata_status st = strata_inv_root((int)n, a, eps, p, out, work, iwork);
+    FILE *f = open_out(out_path);
+    if (!f)
+        goto out_free;
+    bool ok = write_floats(f, out, nn);
+    if (!close_out(f) || !ok)
+        goto out_free;
+    rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root");
+out_free:
+    free(iwork);
+    free(work);
+    free(out);
+    free(a);
+    return rc;
+}
+
+static int run_newton_schulz(json_object *cfg, const char *in_path, const char *out_path,
+                             strata_backend *be)
+{
+    int64_t rows = jget_int(cfg, "rows", 0), cols = jget_int(cfg, "cols", 0);
+    int steps = (int)jget_int(cfg, "steps", 5);
+    if (rows < 1 || cols < 1) {
+        fprintf(stderr, "optim_driver: newton_schulz needs rows, cols >= 1\n");
+        return 2;
+    }
+    size_t n = (size_t)rows * (size_t)cols;
+    int rc = 2;
+    buf x = {0}, work = {0};
+    strata_status st;
+    if ((st = buf_alloc(be, &x, n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &work, strata_newton_schulz_work_floats(rows, cols) *
+                                       sizeof(float))) != STRATA_OK) {
+        rc = fail(st, "alloc");
+        goto out_free;
+    }
+    if (!read_floats(in_path, x.p, n))
+        goto out_free;
+    st = strata_newton_schulz(be, rows, cols, steps, x.p, work.p);
+    if (st != STRATA_OK) {
+        rc = fail(st, "strata_newton_schulz");
+        goto out_free;
+    }
+    FILE *f = open_out(out_path);
+    if (!f)
+        goto out_free;
+    bool ok = write_floats(f, x.p, n);
+    if (close_out(f) && ok)
+        rc = 0;
+out_free:
+    buf_free(be, &work);
+    buf_free(be, &x);
+    return rc;
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "defaults"))
+        return run_defaults(argv[2]);
+    if (argc != 5)
+        return usage();
+    const char *mode = argv[1], *in_path = argv[3], *out_path = argv[4];
+
+    json_object *cfg = json_object_from_file(argv[2]);
+    if (!cfg || !json_object_is_type(cfg, json_type_object)) {
+        fprintf(stderr, "optim_driver: %s: not a JSON object\n", argv[2]);
+        json_object_put(cfg);
+        return 2;
+    }
+
+    int rc = 2;
+    strata_backend *be = NULL;
+    if (!strcmp(mode, "inv_root")) {
+        rc = run_inv_root(cfg, in_path, out_path);
+        goto out_put;
+    }
+    strata_status st = strata_backend_cpu_create(1, &be);
+    if (st != STRATA_OK) {
+        rc = fail(st, "strata_backend_cpu_create");
+        goto out_put;
+    }
+    if (!strcmp(mode, "newton_schulz")) {
+        rc = run_newton_schulz(cfg, in_path, out_path, be);
+        goto out_backend;
+    }
+
+    int (*run)(json_object *, const problem *, FILE *, strata_backend *);
+    if (!strcmp(mode, "adamw")) {
+        run = run_adamw;
+    } else if (!strcmp(mode, "shampoo")) {
+        run = run_shampoo;
+    } else if (!strcmp(mode, "muon")) {
+        run = run_muon;
+    } else {
+        rc = usage();
+        goto out_backend;
+    }
+    problem p;
+    if (!problem_load(cfg, in_path, &p))
+        goto out_backend;
+    FILE *out = open_out(out_path);
+    if (out) {
+        rc = run(cfg, &p, out, be);
+        if (!close_out(out) && rc == 0)
+            rc = 2;
+    }
+    free(p.host);
+out_backend:
+    strata_backend_destroy(be);
+out_put:
+    json_object_put(cfg);
+    return rc;
+}
