@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install what strata needs on Debian (12+), then configure and build it.
+# Usage: scripts/setup.sh [BUILD_DIR [extra meson options...]]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+shift || true
+
+PKGS=(build-essential meson ninja-build pkg-config python3 python3-pip
+      libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev fortunes
+      gnuplot-nox)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# numpy/scipy for the float64 reference tests (tests/reference).
+if ! python3 -c "import numpy, scipy" 2>/dev/null; then
+  echo "setup: installing numpy and scipy for the reference tests"
+  python3 -m pip install -q numpy scipy 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy scipy
+fi
+if [ ! -f "$BUILD/build.ninja" ]; then
+  case " $* " in
+    *buildtype*) meson setup "$BUILD" "$@" >/dev/null ;;
+    *) meson setup "$BUILD" --buildtype=release "$@" >/dev/null ;;
+  esac
+fi
+ninja -C "$BUILD" >/dev/null
+echo "setup: built $BUILD/cli/strata"
