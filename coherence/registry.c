@@ -1,0 +1,351 @@
+/* Coherence registry: per-block slot states and the installed version.
+ *
+ * Invariants (under `mu`):
+ *  - per block at most one slot is INSTALLED, and installed_version equals
+ *    that slot's version (or -1 with no INSTALLED slot);
+ *  - versions only grow: a slot is installed only if its version is newer
+ *    than installed_version; READY/FAILED slots older than the installed
+ *    version are freed at once (dropped);
+ *  - PENDING/COMPUTING slots are owned by an in-flight job; only that job's
+ *    complete() moves them on.
+ * Lock order: `mu` only. `cv` is broadcast whenever a job completes or a
+ * slot is freed.
+ */
+#include "strata/coherence.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct coh_slot {
+    strata_coh_slot_state state;
+    int64_t version;
+} coh_slot;
+
+typedef struct coh_block {
+    int64_t installed_version;
+    int installed_slot;
+} coh_block;
+
+struct strata_coh_registry {
+    strata_coh_config cfg;
+    int n_blocks, n_slots;
+    coh_block *blocks;
+    coh_slot *slots; /* n_blocks * n_slots */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    strata_coh_stats stats;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static struct timespec deadline_after(double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double end = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + seconds;
+    ts.tv_sec = (time_t)end;
+    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+int strata_coh_slots_needed(int precondition_frequency, int staleness)
+{
+    int f = precondition_frequency < 1 ? 1 : precondition_frequency;
+    int s = staleness < 0 ? 0 : staleness;
+    return (s + f - 1) / f + 2;
+}
+
+bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t)
+{
+    return t >= cfg->start && (t - cfg->start) % cfg->precondition_frequency == 0;
+}
+
+/* Latest refresh point <= t - S, or -1 when there is none yet. */
+static int64_t due_version(const strata_coh_config *cfg, int64_t t)
+{
+    int64_t limit = t - cfg->staleness;
+    if (limit < cfg->start)
+        return -1;
+    return cfg->start + (limit - cfg->start) / cfg->precondition_frequency *
+                            cfg->precondition_frequency;
+}
+
+strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
+                                strata_coh_registry **out)
+{
+    if (!cfg || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_create: NULL argument");
+    *out = NULL;
+    if (cfg->precondition_frequency < 1 || cfg->start < 1 || cfg->staleness < 0 || n_blocks < 1 ||
+        cfg->slots < 0 || (cfg->mode != STRATA_COH_FIXED && cfg->mode != STRATA_COH_EAGER) ||
+        !(cfg->timeout_s > 0.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "coh_create: need F >= 1 (%d), start >= 1 (%lld), S >= 0 (%d), "
+                            "blocks >= 1 (%d), timeout > 0",
+                            cfg->precondition_frequency, (long long)cfg->start, cfg->staleness,
+                            n_blocks);
+    strata_coh_registry *reg = calloc(1, sizeof *reg);
+    if (!reg)
+        return strata_error(STRATA_ERR_NOMEM, "coh_create: out of memory");
+    reg->cfg = *cfg;
+    reg->n_blocks = n_blocks;
+    reg->n_slots = cfg->slots ? cfg->slots
+                              : strata_coh_slots_needed(cfg->precondition_frequency, cfg->staleness);
+    reg->cfg.slots = reg->n_slots;
+    reg->blocks = calloc((size_t)n_blocks, sizeof *reg->blocks);
+    reg->slots = calloc((size_t)n_blocks * reg->n_slots, sizeof *reg->slots);
+    if (!reg->blocks || !reg->slots) {
+        free(reg->blocks);
+        free(reg->slots);
+        free(reg);
+        return strata_error(STRATA_ERR_NOMEM, "coh_create: out of memory");
+    }
+    for (int b = 0; b < n_blocks; b++) {
+        reg->blocks[b].installed_version = -1;
+        reg->blocks[b].installed_slot = -1;
+    }
+    for (size_t i = 0; i < (size_t)n_blocks * reg->n_slots; i++)
+        reg->slots[i].version = -1;
+    pthread_mutex_init(&reg->mu, NULL);
+    pthread_cond_init(&reg->cv, NULL);
+    *out = reg;
+    return STRATA_OK;
+}
+
+void strata_coh_destroy(strata_coh_registry *reg)
+{
+    if (!reg)
+        return;
+    pthread_cond_destroy(&reg->cv);
+    pthread_mutex_destroy(&reg->mu);
+    free(reg->blocks);
+    free(reg->slots);
+    free(reg);
+}
+
+static coh_slot *slot_at(strata_coh_registry *reg, int b, int s)
+{
+    return &reg->slots[(size_t)b * reg->n_slots + s];
+}
+
+static void slot_free(strata_coh_registry *reg, coh_slot *s)
+{
+    s->state = STRATA_SLOT_FREE;
+    s->version = -1;
+    pthread_cond_broadcast(&reg->cv);
+}
+
+strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t r, int *slot)
+{
+    if (!reg || !slot || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_begin_refresh: bad block %d", b);
+    struct timespec dl = deadline_after(reg->cfg.timeout_s);
+    pthread_mutex_lock(&reg->mu);
+    for (;;) {
+        for (int i = 0; i < reg->n_slots; i++) {
+            coh_slot *s = slot_at(reg, b, i);
+            if (s->state == STRATA_SLOT_FREE) {
+                s->state = STRATA_SLOT_PENDING;
+                s->version = r;
+                *slot = i;
+                pthread_mutex_unlock(&reg->mu);
+                return STRATA_OK;
+            }
+        }
+        if (pthread_cond_timedwait(&reg->cv, &reg->mu, &dl) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return strata_error(STRATA_ERR_TIMEOUT,
+                        "coherence: block %d has no free slot for refresh %lld after %.1f s", b,
+                        (long long)r, reg->cfg.timeout_s);
+}
+
+void strata_coh_abort_refresh(strata_coh_registry *reg, int b, int slot)
+{
+    pthread_mutex_lock(&reg->mu);
+    slot_free(reg, slot_at(reg, b, slot));
+    pthread_mutex_unlock(&reg->mu);
+}
+
+void strata_coh_mark_computing(strata_coh_registry *reg, int b, int slot)
+{
+    pthread_mutex_lock(&reg->mu);
+    coh_slot *s = slot_at(reg, b, slot);
+    if (s->state == STRATA_SLOT_PENDING)
+        s->state = STRATA_SLOT_COMPUTING;
+    pthread_mutex_unlock(&reg->mu);
+}
+
+void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok)
+{
+    pthread_mutex_lock(&reg->mu);
+    coh_slot *s = slot_at(reg, b, slot);
+    if (!ok)
+        reg->stats.failed++;
+    if (s->version <= reg->blocks[b].installed_version) {
+        /* A newer version is already in use: never install out of order. */
+        if (ok)
+            reg->stats.dropped++;
+        slot_free(reg, s);
+    } else {
+        s->state = ok ? STRATA_SLOT_READY : STRATA_SLOT_FAILED;
+        pthread_cond_broadcast(&reg->cv);
+    }
+    pthread_mutex_unlock(&reg->mu);
+}
+
+/* Install slot `i` of block b (READY, newer than installed); free the old
+ * one and every READY/FAILED slot older than the new version. */
+static void install(strata_coh_registry *reg, int b, int i)
+{
+    coh_block *blk = &reg->blocks[b];
+    coh_slot *s = slot_at(reg, b, i);
+    if (blk->installed_slot >= 0)
+        slot_free(reg, slot_at(reg, b, blk->installed_slot));
+    s->state = STRATA_SLOT_INSTALLED;
+    blk->installed_slot = i;
+    blk->installed_version = s->version;
+    reg->stats.installs++;
+    for (int k = 0; k < reg->n_slots; k++) {
+        coh_slot *o = slot_at(reg, b, k);
+        if (k != i && o->version < s->version &&
+            (o->state == STRATA_SLOT_READY || o->state == STRATA_SLOT_FAILED)) {
+            if (o->state == STRATA_SLOT_READY)
+                reg->stats.dropped++;
+            slot_free(reg, o);
+        }
+    }
+}
+
+static int find_version(strata_coh_registry *reg, int b, int64_t v)
+{
+    for (int k = 0; k < reg->n_slots; k++) {
+        coh_slot *s = slot_at(reg, b, k);
+        if (s->state != STRATA_SLOT_FREE && s->version == v)
+            return k;
+    }
+    return -1;
+}
+
+strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
+                                 int64_t *version, bool *installed_now)
+{
+    if (!reg || !slot || !version || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_acquire: bad block %d", b);
+    coh_block *blk = &reg->blocks[b];
+    const int64_t due = due_version(&reg->cfg, t);
+    bool changed = false;
+    strata_status st = STRATA_OK;
+    pthread_mutex_lock(&reg->mu);
+
+    if (reg->cfg.mode == STRATA_COH_EAGER) {
+        int best = -1;
+        for (int k = 0; k < reg->n_slots; k++) {
+            coh_slot *s = slot_at(reg, b, k);
+            if (s->state == STRATA_SLOT_READY && s->version > blk->installed_version &&
+                s->version <= t && (best < 0 || s->version > slot_at(reg, b, best)->version))
+                best = k;
+        }
+        if (best >= 0) {
+            install(reg, b, best);
+            changed = true;
+        }
+    }
+
+    if (due >= 0 && blk->installed_version < due) {
+        int k = find_version(reg, b, due);
+        if (k >= 0) {
+            coh_slot *s = slot_at(reg, b, k);
+            if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
+                struct timespec dl = deadline_after(reg->cfg.timeout_s);
+                double t0 = now_seconds();
+                reg->stats.waits++;
+                int rc = 0;
+                /* The slot cannot change hands while PENDING/COMPUTING. */
+                while ((s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) &&
+                       rc != ETIMEDOUT)
+                    rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
+                reg->stats.wait_seconds += now_seconds() - t0;
+                if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
+                    st = strata_error(STRATA_ERR_TIMEOUT,
+                                      "coherence: block %d waited %.1f s for the root of step "
+                                      "%lld at step %lld",
+                                      b, reg->cfg.timeout_s, (long long)due, (long long)t);
+                    goto out;
+                }
+            }
+            if (s->state == STRATA_SLOT_READY && s->version == due) {
+                install(reg, b, k);
+                changed = true;
+            } else if (s->state == STRATA_SLOT_FAILED && s->version == due) {
+                slot_free(reg, s); /* keep the previous version */
+            }
+        }
+    }
+    if (blk->installed_version >= 0) {
+        int64_t stale = t - blk->installed_version;
+        if (stale > reg->stats.max_staleness)
+            reg->stats.max_staleness = stale;
+        if (stale > reg->cfg.precondition_frequency - 1 + reg->cfg.staleness)
+            reg->stats.bound_exceeded++;
+    }
+out:
+    *slot = blk->installed_slot;
+    *version = blk->installed_version;
+    if (installed_now)
+        *installed_now = changed;
+    pthread_mutex_unlock(&reg->mu);
+    return st;
+}
+
+strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,
+                                          int64_t *version)
+{
+    pthread_mutex_lock(&reg->mu);
+    coh_slot *s = slot_at(reg, b, slot);
+    strata_coh_slot_state st = s->state;
+    if (version)
+        *version = s->version;
+    pthread_mutex_unlock(&reg->mu);
+    return st;
+}
+
+void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out)
+{
+    pthread_mutex_lock(&reg->mu);
+    *out = reg->stats;
+    pthread_mutex_unlock(&reg->mu);
+}
+
+strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s)
+{
+    struct timespec dl = deadline_after(timeout_s);
+    pthread_mutex_lock(&reg->mu);
+    int rc = 0;
+    for (;;) {
+        bool busy = false;
+        for (size_t i = 0; i < (size_t)reg->n_blocks * reg->n_slots && !busy; i++)
+            busy = reg->slots[i].state == STRATA_SLOT_PENDING ||
+                   reg->slots[i].state == STRATA_SLOT_COMPUTING;
+        if (!busy || rc == ETIMEDOUT) {
+            pthread_mutex_unlock(&reg->mu);
+            return busy ? strata_error(STRATA_ERR_TIMEOUT, "coherence: jobs still in flight after %.1f s",
+                                       timeout_s)
+                        : STRATA_OK;
+        }
+        rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
+    }
+}

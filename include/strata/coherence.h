@@ -1,0 +1,134 @@
+/* strata/coherence.h — the coherence registry: which preconditioner version
+ * each block uses, and when a step must wait (DESIGN.md, "Coherence protocol").
+ *
+ * Terms. A *block* is one preconditioned matrix block with its factor pair.
+ * *Refresh points* are the steps r >= start with (r - start) % F == 0. At a
+ * refresh point the runtime snapshots the block's factors into a *slot* and
+ * a worker computes the block's inverse roots (or eigenbasis) into that
+ * slot. The *installed* version v(b) is the refresh point whose result the
+ * block uses; staleness at step t is t - v(b).
+ *
+ * Rules (S = staleness budget):
+ *  - Before block b is preconditioned at step t, let r(t) be the latest
+ *    refresh point <= t - S. If v(b) < r(t), strata_coh_acquire waits for
+ *    the job of r(t) (bounded by timeout_s: STRATA_ERR_TIMEOUT, never a
+ *    hang) and installs it. So after the first install S <= staleness <= F-1+S
+ *    in fixed mode, 0 <= staleness <= F-1+S in eager mode.
+ *  - FIXED mode (default) installs exactly r(t) at step t, even if it was
+ *    ready earlier: a run is bit-reproducible whatever the workers' speed,
+ *    and S = 0 reproduces the synchronous path bit for bit.
+ *  - EAGER mode also installs, at acquire, the newest READY result that is
+ *    newer than v(b) (fresher, not reproducible).
+ *  - Results older than the installed version are dropped (counted), never
+ *    installed out of order. A FAILED job leaves the previous version
+ *    installed (counted).
+ *  - Before the first install acquire reports no slot: the caller uses its
+ *    documented fallback (the grafting direction).
+ *
+ * Slot life: FREE -> PENDING (begin_refresh, training thread) -> COMPUTING
+ * (worker) -> READY | FAILED (complete, worker) -> INSTALLED (acquire,
+ * training thread) -> FREE (when a newer version is installed, or dropped).
+ * With F and S, at most ceil(S/F) + 2 slots per block are ever in use;
+ * strata_coh_slots_needed() says so.
+ *
+ * Threads: begin_refresh and acquire from the training thread; mark_computing
+ * and complete from workers. One mutex guards the registry; no callback runs
+ * under it.
+ */
+#ifndef STRATA_COHERENCE_H
+#define STRATA_COHERENCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum strata_coh_mode {
+    STRATA_COH_FIXED = 0,
+    STRATA_COH_EAGER = 1,
+} strata_coh_mode;
+
+typedef enum strata_coh_slot_state {
+    STRATA_SLOT_FREE = 0,
+    STRATA_SLOT_PENDING,
+    STRATA_SLOT_COMPUTING,
+    STRATA_SLOT_READY,
+    STRATA_SLOT_INSTALLED,
+    STRATA_SLOT_FAILED,
+} strata_coh_slot_state;
+
+typedef struct strata_coh_config {
+    int precondition_frequency; /* F >= 1 */
+    int64_t start;              /* first refresh point >= 1 */
+    int staleness;              /* S >= 0 */
+    strata_coh_mode mode;
+    double timeout_s;           /* bound of every wait; default 600 */
+    int slots;                  /* per block; 0 = strata_coh_slots_needed(F, S) */
+} strata_coh_config;
+
+/* Slots a block needs so that begin_refresh never waits: ceil(S/F) + 2. */
+STRATA_API int strata_coh_slots_needed(int precondition_frequency, int staleness);
+
+/* True when t is a refresh point of cfg. */
+STRATA_API bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t);
+
+typedef struct strata_coh_registry strata_coh_registry;
+
+/* Errors: STRATA_ERR_INVALID_ARG (F < 1, start < 1, S < 0, blocks < 1),
+ * STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
+                                           strata_coh_registry **out);
+STRATA_API void strata_coh_destroy(strata_coh_registry *reg);
+
+/* Refresh point r of block b: reserve a FREE slot (PENDING(r)) for the
+ * snapshot and the job. Waits (bounded) only if every slot is busy.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_TIMEOUT. */
+STRATA_API strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t r,
+                                                  int *slot);
+
+/* Undo a begin_refresh whose job could not be submitted (slot -> FREE). */
+STRATA_API void strata_coh_abort_refresh(strata_coh_registry *reg, int b, int slot);
+
+/* Worker: the job of (b, slot) started. */
+STRATA_API void strata_coh_mark_computing(strata_coh_registry *reg, int b, int slot);
+
+/* Worker: the job of (b, slot) finished (ok: READY, else FAILED). */
+STRATA_API void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok);
+
+/* Training thread, before block b is preconditioned at step t: apply the
+ * rules above. On return *slot is the installed slot (-1 before the first
+ * install) and *version its refresh point (-1 if none). `installed_now` (may
+ * be NULL) is set when this call changed the installed slot.
+ * Errors: STRATA_ERR_TIMEOUT (the job of r(t) did not finish in timeout_s;
+ * nothing changed), STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
+                                            int64_t *version, bool *installed_now);
+
+/* Slot state and version (for tests and stats). */
+STRATA_API strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,
+                                                     int64_t *version);
+
+typedef struct strata_coh_stats {
+    int64_t installs;        /* versions installed */
+    int64_t waits;           /* acquires that had to wait */
+    double wait_seconds;     /* total time waited */
+    int64_t max_staleness;   /* largest t - v(b) seen at acquire (after first install) */
+    int64_t dropped;         /* results never installed because a newer one was */
+    int64_t failed;          /* jobs that failed (previous version kept) */
+    int64_t bound_exceeded;  /* acquires with staleness > F-1+S (only after failures) */
+} strata_coh_stats;
+
+STRATA_API void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out);
+
+/* Wait until no slot of any block is PENDING or COMPUTING (bounded).
+ * Errors: STRATA_ERR_TIMEOUT. */
+STRATA_API strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_COHERENCE_H */

@@ -1,0 +1,125 @@
+/* strata/tiers.h — memory tiers: bytes with a budget (DESIGN.md "Backends and tiers").
+ *
+ * device  the backend's memory (strata/backend.h counts it);
+ * host    page-aligned host memory (pinned through the CUDA backend when it
+ *         exists; plain page-aligned memory on the CPU backend);
+ * nvme    extents of one file in a directory, O_DIRECT, driven by io_uring
+ *         (liburing) with registered staging buffers and queue depth >= 8.
+ *
+ * Every tier counts bytes in use and the peak, and refuses an allocation
+ * past its budget with STRATA_ERR_NOMEM (so the caller can fall back to the
+ * next tier). The nvme tier's reads and writes are asynchronous: a
+ * caller-visible strata_io request is submitted, the transfer proceeds on
+ * the tier's completion thread (the CPU backend's "shadow stream"), and
+ * strata_tier_io_wait() returns its status. An I/O error (-errno from a
+ * completion, a short transfer, a full disk) surfaces as STRATA_ERR_IO with
+ * the errno text; the destination of a failed read is unspecified, the
+ * source of a failed write unchanged.
+ */
+#ifndef STRATA_TIERS_H
+#define STRATA_TIERS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum strata_tier_kind {
+    STRATA_TIER_DEVICE = 0,
+    STRATA_TIER_HOST = 1,
+    STRATA_TIER_NVME = 2,
+} strata_tier_kind;
+
+STRATA_API const char *strata_tier_kind_name(strata_tier_kind k);
+
+typedef struct strata_tier strata_tier;
+
+/* Host tier with a byte budget (0 = unlimited). Errors: STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_tier_host_create(size_t budget, strata_tier **out);
+
+typedef struct strata_nvme_config {
+    const char *dir;       /* directory for the tier's file (created if missing) */
+    size_t budget;         /* bytes of file space; 0 = unlimited */
+    int queue_depth;       /* io_uring entries and staging buffers; >= 8, default 16 */
+    size_t chunk_bytes;    /* transfer size per request, multiple of 4096; default 1 MiB */
+    bool direct;           /* O_DIRECT; default true (falls back with a warning if refused) */
+} strata_nvme_config;
+
+STRATA_API void strata_nvme_config_default(strata_nvme_config *c);
+
+/* Create the nvme tier: a file `strata-tier-<pid>-<n>.bin` in c->dir (removed
+ * at destroy), an io_uring of queue_depth entries, queue_depth registered
+ * staging buffers, and the completion thread. Errors: STRATA_ERR_IO (the
+ * directory is missing/read-only, or io_uring is unavailable: the message
+ * says which), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out);
+
+/* Destroy a tier (NULL is a no-op). Waits for in-flight nvme requests. */
+STRATA_API void strata_tier_destroy(strata_tier *t);
+
+STRATA_API strata_tier_kind strata_tier_kind_of(const strata_tier *t);
+
+/* Bytes in use now and peak since creation. Thread-safe. */
+STRATA_API void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
+
+/* Host tier: allocate `bytes` (> 0) page-aligned, zeroed. nvme tier: reserve
+ * `bytes` (rounded up to 4096) of file space and return its offset cast to a
+ * handle: `*out` is an opaque token for strata_tier_read/write, not memory.
+ * Errors: STRATA_ERR_NOMEM (budget or allocation), STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out);
+
+/* Release what strata_tier_alloc returned (same `bytes`). NULL is a no-op. */
+STRATA_API void strata_tier_free(strata_tier *t, void *p, size_t bytes);
+
+/* An asynchronous nvme transfer; the caller owns the struct until wait returns. */
+typedef struct strata_io {
+    /* private */
+    _Atomic int pending_;   /* chunks not yet completed */
+    _Atomic int error_;     /* first -errno or short-transfer marker, 0 = none */
+    int op_;
+    uint8_t *host_;
+    uint64_t offset_;
+    size_t bytes_;
+    size_t next_;           /* bytes submitted so far */
+} strata_io;
+
+/* Start writing `bytes` from host memory `src` to nvme handle `h` at byte
+ * `offset` within it, or reading into `dst`. `src`/`dst` must stay valid
+ * until strata_tier_io_wait. Thread-safe. Errors: STRATA_ERR_INVALID_ARG (not
+ * an nvme tier, out of the extent), STRATA_ERR_IO (submission failed: then
+ * nothing is in flight for this request). */
+STRATA_API strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset,
+                                                 const void *src, size_t bytes, strata_io *io);
+STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
+                                                size_t bytes, strata_io *io);
+
+/* Wait for a request (bounded by timeout_s). Errors: STRATA_ERR_IO (with the
+ * errno text), STRATA_ERR_TIMEOUT. */
+STRATA_API strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
+
+/* Synchronous helpers: submit and wait. */
+STRATA_API strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
+                                           size_t bytes);
+STRATA_API strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,
+                                          size_t bytes);
+
+typedef struct strata_tier_io_stats {
+    uint64_t bytes_written, bytes_read;
+    uint64_t requests, errors;
+} strata_tier_io_stats;
+STRATA_API void strata_tier_io_stats_get(const strata_tier *t, strata_tier_io_stats *out);
+
+/* Testing: make the next `n` nvme chunk completions fail with -errno_value
+ * (as a disk would), to exercise the error paths. */
+STRATA_API void strata_tier_inject_io_errors(strata_tier *t, int n, int errno_value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_TIERS_H */

@@ -1,0 +1,96 @@
+/* strata/workers.h — CPU worker pool with a deadline-ordered job queue.
+ *
+ * Workers are pthreads that run jobs in order of deadline (the step by which
+ * the result is needed; ties in submission order). A job is a caller-owned,
+ * caller-visible struct (no allocation on submit): the pool calls job->run on
+ * a worker, then job->done on the same worker with run's status. libuv's
+ * rule holds: if strata_worker_submit fails, neither callback ever fires.
+ *
+ * Each worker owns a float64 workspace sized at pool creation (for the largest
+ * inverse root it will compute: LAPACK workspaces are queried once and kept),
+ * and runs OpenBLAS single-threaded (the pool is meant to be used with the
+ * process's OpenBLAS thread count at 1 while workers exist, so calls from the
+ * training thread and the workers run side by side rather than queueing on
+ * OpenBLAS's own thread pool).
+ *
+ * Shutdown (strata_worker_pool_destroy): jobs still queued are cancelled
+ * (done is called with STRATA_ERR_STATE, on the destroying thread), jobs
+ * running finish, then the threads are joined. Nothing leaks.
+ */
+#ifndef STRATA_WORKERS_H
+#define STRATA_WORKERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a job sees of the worker running it. */
+typedef struct strata_worker_ctx {
+    int index;          /* 0..n_workers-1 */
+    double *work;       /* work_doubles float64s, this worker's alone */
+    int *iwork;         /* work_ints ints */
+    size_t work_doubles, work_ints;
+} strata_worker_ctx;
+
+typedef struct strata_job strata_job;
+struct strata_job {
+    int64_t deadline;  /* smaller runs first */
+    strata_status (*run)(strata_job *job, strata_worker_ctx *w); /* on a worker */
+    void (*done)(strata_job *job, strata_status st);            /* after run, same thread */
+    void *user;
+    /* private to the pool */
+    uint64_t seq_;
+    int heap_index_;
+};
+
+typedef struct strata_worker_config {
+    int n_workers;        /* >= 1; default: online cores minus 1, at least 1 */
+    size_t work_doubles;  /* per-worker float64 workspace (e.g. strata_inv_root_work_doubles); 0 */
+    size_t work_ints;     /* per-worker int workspace; 0 */
+    bool pin;             /* pin worker i to the i-th core from the end (hwloc); default false */
+    int max_delay_us;     /* testing: sleep a uniform random 0..max_delay_us before each job; 0 */
+    uint64_t delay_seed;  /* seed of that delay */
+} strata_worker_config;
+
+STRATA_API void strata_worker_config_default(strata_worker_config *c);
+
+typedef struct strata_worker_pool strata_worker_pool;
+
+/* Start the workers. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM
+ * (workspaces), STRATA_ERR_INTERNAL (pthread_create failed; the threads
+ * already started are stopped and joined). */
+STRATA_API strata_status strata_worker_pool_create(const strata_worker_config *c,
+                                                   strata_worker_pool **out);
+
+/* Queue a job. The job struct must stay valid until its done callback
+ * returns. Thread-safe. Errors: STRATA_ERR_INVALID_ARG (NULL job/run),
+ * STRATA_ERR_STATE (pool shutting down). */
+STRATA_API strata_status strata_worker_submit(strata_worker_pool *p, strata_job *job);
+
+/* Number of jobs queued or running. Thread-safe. */
+STRATA_API int strata_worker_pending(strata_worker_pool *p);
+
+/* Wait until no job is queued or running, at most timeout_s seconds.
+ * Errors: STRATA_ERR_TIMEOUT. */
+STRATA_API strata_status strata_worker_drain(strata_worker_pool *p, double timeout_s);
+
+/* Counters: jobs completed, jobs failed (run returned non-OK), seconds busy. */
+typedef struct strata_worker_stats {
+    int64_t completed, failed, cancelled;
+    double busy_seconds;
+} strata_worker_stats;
+STRATA_API void strata_worker_stats_get(strata_worker_pool *p, strata_worker_stats *out);
+
+/* Cancel queued jobs, finish running ones, join the threads, free (NULL ok). */
+STRATA_API void strata_worker_pool_destroy(strata_worker_pool *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_WORKERS_H */

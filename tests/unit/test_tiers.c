@@ -1,0 +1,187 @@
+/* Tiers: host budget accounting; nvme round trips bit-exact (partial chunks,
+ * many chunks, many requests in flight), injected I/O errors surface as
+ * STRATA_ERR_IO, an unusable directory fails cleanly. Skips (77) if io_uring
+ * is not available on this kernel. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "strata/tiers.h"
+
+static char tmpdir[256];
+
+static void test_host_budget(void **state)
+{
+    (void)state;
+    strata_tier *t;
+    assert_int_equal(strata_tier_host_create(3 * 4096, &t), STRATA_OK);
+    assert_int_equal(strata_tier_kind_of(t), STRATA_TIER_HOST);
+    void *a, *b, *c;
+    assert_int_equal(strata_tier_alloc(t, 5000, &a), STRATA_OK); /* 2 pages */
+    assert_int_equal((uintptr_t)a % 4096, 0);
+    assert_int_equal(strata_tier_alloc(t, 4096, &b), STRATA_OK);
+    assert_int_equal(strata_tier_alloc(t, 1, &c), STRATA_ERR_NOMEM);
+    size_t use, peak;
+    strata_tier_bytes(t, &use, &peak);
+    assert_int_equal(use, 3 * 4096);
+    strata_tier_free(t, a, 5000);
+    strata_tier_bytes(t, &use, &peak);
+    assert_int_equal(use, 4096);
+    assert_int_equal(peak, 3 * 4096);
+    strata_tier_free(t, b, 4096);
+    strata_tier_destroy(t);
+}
+
+static strata_tier *make_nvme(size_t chunk, size_t budget)
+{
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = tmpdir;
+    c.queue_depth = 8;
+    c.chunk_bytes = chunk;
+    c.budget = budget;
+    strata_tier *t = NULL;
+    strata_status st = strata_tier_nvme_create(&c, &t);
+    if (st != STRATA_OK)
+        fail_msg("nvme create: %s: %s", strata_status_str(st), strata_last_error());
+    return t;
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(seed >> 24);
+    }
+}
+
+static void test_nvme_roundtrip(void **state)
+{
+    (void)state;
+    strata_tier *t = make_nvme(16384, 0);
+    const size_t sizes[] = {1, 4095, 4096, 16384, 16385, 100000, 1 << 20};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        uint8_t *src = malloc(n), *dst = malloc(n);
+        fill(src, n, (uint32_t)k + 1);
+        memset(dst, 0xAB, n);
+        void *h;
+        assert_int_equal(strata_tier_alloc(t, n, &h), STRATA_OK);
+        assert_int_equal(strata_tier_write(t, h, 0, src, n), STRATA_OK);
+        assert_int_equal(strata_tier_read(t, h, 0, dst, n), STRATA_OK);
+        assert_memory_equal(src, dst, n);
+        strata_tier_free(t, h, n);
+        free(src);
+        free(dst);
+    }
+    /* 24 requests in flight at once over 8 staging buffers. */
+    enum { N = 24, SZ = 50000 };
+    uint8_t *bufs = malloc((size_t)N * SZ), *back = malloc((size_t)N * SZ);
+    void *hs[N];
+    strata_io ios[N];
+    for (int i = 0; i < N; i++) {
+        fill(bufs + (size_t)i * SZ, SZ, 1000u + (uint32_t)i);
+        assert_int_equal(strata_tier_alloc(t, SZ, &hs[i]), STRATA_OK);
+        assert_int_equal(strata_tier_write_async(t, hs[i], 0, bufs + (size_t)i * SZ, SZ, &ios[i]),
+                         STRATA_OK);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(strata_tier_io_wait(t, &ios[i], 10.0), STRATA_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(strata_tier_read_async(t, hs[i], 0, back + (size_t)i * SZ, SZ, &ios[i]),
+                         STRATA_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(strata_tier_io_wait(t, &ios[i], 10.0), STRATA_OK);
+    assert_memory_equal(bufs, back, (size_t)N * SZ);
+    strata_tier_io_stats s;
+    strata_tier_io_stats_get(t, &s);
+    assert_true(s.bytes_read >= (uint64_t)N * SZ);
+    assert_int_equal(s.errors, 0);
+    for (int i = 0; i < N; i++)
+        strata_tier_free(t, hs[i], SZ);
+    size_t use;
+    strata_tier_bytes(t, &use, NULL);
+    assert_int_equal(use, 0);
+    free(bufs);
+    free(back);
+    strata_tier_destroy(t);
+}
+
+static void test_nvme_errors(void **state)
+{
+    (void)state;
+    strata_tier *t = make_nvme(4096, 3 * 4096);
+    void *h, *h2;
+    assert_int_equal(strata_tier_alloc(t, 8192, &h), STRATA_OK);
+    assert_int_equal(strata_tier_alloc(t, 8192, &h2), STRATA_ERR_NOMEM); /* budget */
+    uint8_t src[8192], dst[8192];
+    fill(src, sizeof src, 7);
+    assert_int_equal(strata_tier_write(t, h, 0, src, sizeof src), STRATA_OK);
+    strata_tier_inject_io_errors(t, 1, ENOSPC);
+    assert_int_equal(strata_tier_write(t, h, 0, src, sizeof src), STRATA_ERR_IO);
+    assert_non_null(strstr(strata_last_error(), "No space left"));
+    strata_tier_inject_io_errors(t, 1, EIO);
+    assert_int_equal(strata_tier_read(t, h, 0, dst, sizeof dst), STRATA_ERR_IO);
+    assert_non_null(strstr(strata_last_error(), "read"));
+    /* After the errors the tier still works. */
+    assert_int_equal(strata_tier_read(t, h, 0, dst, sizeof dst), STRATA_OK);
+    assert_memory_equal(src, dst, sizeof src);
+    assert_int_equal(strata_tier_read(t, h, 100, dst, 10), STRATA_ERR_INVALID_ARG);
+    strata_tier_free(t, h, 8192);
+    strata_tier_destroy(t);
+
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = "/proc/strata-no-such-dir";
+    assert_int_equal(strata_tier_nvme_create(&c, &t), STRATA_ERR_IO);
+    c.dir = tmpdir;
+    c.queue_depth = 4;
+    assert_int_equal(strata_tier_nvme_create(&c, &t), STRATA_ERR_INVALID_ARG);
+    if (geteuid() != 0) { /* root ignores directory permissions */
+        char ro[300];
+        snprintf(ro, sizeof ro, "%s/ro", tmpdir);
+        mkdir(ro, 0500);
+        c.dir = ro;
+        c.queue_depth = 8;
+        assert_int_equal(strata_tier_nvme_create(&c, &t), STRATA_ERR_IO);
+        rmdir(ro);
+    }
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/strata-test-tiers-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = tmpdir;
+    strata_tier *probe;
+    if (strata_tier_nvme_create(&c, &probe) != STRATA_OK &&
+        strstr(strata_last_error(), "io_uring")) {
+        printf("SKIP: %s\n", strata_last_error());
+        rmdir(tmpdir);
+        return 77;
+    }
+    strata_tier_destroy(probe);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_budget),
+        cmocka_unit_test(test_nvme_roundtrip),
+        cmocka_unit_test(test_nvme_errors),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(tmpdir);
+    return rc;
+}

@@ -1,0 +1,457 @@
+/* NVMe tier: one O_DIRECT file, io_uring with registered staging buffers.
+ *
+ * Objects: the file (removed at destroy), an extent allocator over it
+ * (first-fit free list in 4 KiB units), `qd` staging buffers registered with
+ * the ring, one chunk descriptor per staging buffer, and the completion
+ * thread ("shadow stream") that reaps CQEs.
+ *
+ * A request is cut into chunks of at most chunk_bytes. Each chunk takes a
+ * free staging buffer (waiting for one if all are in flight), is submitted
+ * as WRITE_FIXED (after copying the data in) or READ_FIXED, and on
+ * completion the thread copies read data out, records the first error,
+ * returns the buffer and decrements the request's pending count.
+ *
+ * Lock order: submit_mu -> buf_mu. submit_mu serializes SQ access (the SQ is
+ * single-producer); buf_mu guards the free-buffer stack and both condition
+ * variables. The CQ has a single consumer (the completion thread) and needs
+ * no lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tier_internal.h"
+
+#define NVME_ALIGN 4096u
+#define OP_READ 0
+#define OP_WRITE 1
+
+typedef struct extent {
+    uint64_t off, len;
+} extent;
+
+typedef struct chunk {
+    strata_io *io;
+    uint8_t *host; /* read destination */
+    size_t copy;   /* bytes to copy out (read) */
+    unsigned len;  /* bytes transferred (padded to 4 KiB) */
+} chunk;
+
+typedef struct nvme {
+    int fd;
+    char path[4096];
+    struct io_uring ring;
+    bool ring_ok;
+    int qd;
+    size_t chunk_bytes;
+    uint8_t *staging; /* qd * chunk_bytes */
+    chunk *chunks;
+    int *free_bufs, n_free;
+    pthread_mutex_t submit_mu, buf_mu, ext_mu;
+    pthread_cond_t buf_cv, done_cv;
+    pthread_t thread;
+    bool thread_ok;
+    extent *free_ext;
+    int n_free_ext, cap_free_ext;
+    uint64_t file_end;
+    _Atomic int inject_n;
+    _Atomic int inject_errno;
+    _Atomic uint64_t bytes_written, bytes_read, requests, errors;
+} nvme;
+
+void strata_nvme_config_default(strata_nvme_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->dir = ".";
+    c->queue_depth = 16;
+    c->chunk_bytes = 1u << 20;
+    c->direct = true;
+}
+
+static uint64_t round_up(uint64_t x)
+{
+    return (x + NVME_ALIGN - 1) / NVME_ALIGN * NVME_ALIGN;
+}
+
+/* ---- extents */
+
+static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
+{
+    nvme *n = t->impl;
+    uint64_t len = round_up(bytes);
+    strata_status st = strata_tier_charge(t, len);
+    if (st != STRATA_OK)
+        return st;
+    pthread_mutex_lock(&n->ext_mu);
+    uint64_t off = UINT64_MAX;
+    for (int i = 0; i < n->n_free_ext; i++)
+        if (n->free_ext[i].len >= len) {
+            off = n->free_ext[i].off;
+            n->free_ext[i].off += len;
+            n->free_ext[i].len -= len;
+            if (n->free_ext[i].len == 0)
+                n->free_ext[i] = n->free_ext[--n->n_free_ext];
+            break;
+        }
+    if (off == UINT64_MAX) {
+        off = n->file_end;
+        n->file_end += len;
+    }
+    pthread_mutex_unlock(&n->ext_mu);
+    *out = (void *)(uintptr_t)(off + NVME_ALIGN); /* never NULL */
+    return STRATA_OK;
+}
+
+static void nvme_free(strata_tier *t, void *h, size_t bytes)
+{
+    nvme *n = t->impl;
+    uint64_t len = round_up(bytes), off = (uint64_t)(uintptr_t)h - NVME_ALIGN;
+    pthread_mutex_lock(&n->ext_mu);
+    if (n->n_free_ext == n->cap_free_ext) {
+        int cap = n->cap_free_ext ? 2 * n->cap_free_ext : 64;
+        extent *ne = realloc(n->free_ext, (size_t)cap * sizeof *ne);
+        if (!ne) { /* keep the space leaked rather than corrupt the list */
+            pthread_mutex_unlock(&n->ext_mu);
+            strata_tier_uncharge(t, len);
+            return;
+        }
+        n->free_ext = ne;
+        n->cap_free_ext = cap;
+    }
+    n->free_ext[n->n_free_ext++] = (extent){off, len};
+    pthread_mutex_unlock(&n->ext_mu);
+    strata_tier_uncharge(t, len);
+}
+
+/* ---- completion thread */
+
+static void *completion_main(void *arg)
+{
+    nvme *n = arg;
+    for (;;) {
+        struct io_uring_cqe *cqe;
+        int rc = io_uring_wait_cqe(&n->ring, &cqe);
+        if (rc == -EINTR)
+            continue;
+        if (rc < 0)
+            break; /* ring broken: destroy still joins us */
+        chunk *c = io_uring_cqe_get_data(cqe);
+        int res = cqe->res;
+        io_uring_cqe_seen(&n->ring, cqe);
+        if (!c)
+            break; /* shutdown NOP */
+        int inj = atomic_load(&n->inject_n);
+        while (inj > 0 && !atomic_compare_exchange_weak(&n->inject_n, &inj, inj - 1))
+            ;
+        if (inj > 0)
+            res = -atomic_load(&n->inject_errno);
+        strata_io *io = c->io;
+        int buf = (int)(c - n->chunks);
+        if (res < 0 || (unsigned)res != c->len) {
+            int err = res < 0 ? -res : EIO; /* a short transfer is an I/O error here */
+            int zero = 0;
+            atomic_compare_exchange_strong(&io->error_, &zero, err);
+            atomic_fetch_add(&n->errors, 1);
+        } else if (io->op_ == OP_READ) {
+            memcpy(c->host, n->staging + (size_t)buf * n->chunk_bytes, c->copy);
+            atomic_fetch_add(&n->bytes_read, c->copy);
+        } else {
+            atomic_fetch_add(&n->bytes_written, c->len);
+        }
+        pthread_mutex_lock(&n->buf_mu);
+        n->free_bufs[n->n_free++] = buf;
+        if (atomic_fetch_sub(&io->pending_, 1) == 1)
+            pthread_cond_broadcast(&n->done_cv);
+        pthread_cond_broadcast(&n->buf_cv);
+        pthread_mutex_unlock(&n->buf_mu);
+    }
+    return NULL;
+}
+
+/* ---- requests */
+
+static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *host, size_t bytes,
+                            int op, strata_io *io)
+{
+    if (!t || t->kind != STRATA_TIER_NVME || !h || !host || !io || bytes == 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier io: not an nvme tier or NULL argument");
+    if (offset % NVME_ALIGN)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier io: offset %zu not a multiple of 4096",
+                            offset);
+    nvme *n = t->impl;
+    const uint64_t base = (uint64_t)(uintptr_t)h - NVME_ALIGN + offset;
+    const int nchunks = (int)((bytes + n->chunk_bytes - 1) / n->chunk_bytes);
+    atomic_store(&io->pending_, nchunks);
+    atomic_store(&io->error_, 0);
+    io->op_ = op;
+    io->host_ = host;
+    io->offset_ = base;
+    io->bytes_ = bytes;
+    atomic_fetch_add(&n->requests, 1);
+
+    pthread_mutex_lock(&n->submit_mu);
+    size_t done = 0;
+    for (int k = 0; k < nchunks; k++) {
+        size_t len = bytes - done < n->chunk_bytes ? bytes - done : n->chunk_bytes;
+        pthread_mutex_lock(&n->buf_mu);
+        while (n->n_free == 0)
+            pthread_cond_wait(&n->buf_cv, &n->buf_mu);
+        int buf = n->free_bufs[--n->n_free];
+        pthread_mutex_unlock(&n->buf_mu);
+        uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
+        chunk *c = &n->chunks[buf];
+        c->io = io;
+        c->host = host + done;
+        c->copy = len;
+        c->len = (unsigned)round_up(len);
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
+        if (!sqe) { /* cannot happen: one SQE per staging buffer */
+            io_uring_submit(&n->ring);
+            sqe = io_uring_get_sqe(&n->ring);
+        }
+        if (op == OP_WRITE) {
+            memcpy(stage, host + done, len);
+            if (c->len > len)
+                memset(stage + len, 0, c->len - len);
+            io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, base + done, buf);
+        } else {
+            io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, base + done, buf);
+        }
+        io_uring_sqe_set_data(sqe, c);
+        int rc = io_uring_submit(&n->ring);
+        if (rc < 0) {
+            /* This chunk and the rest never reach the kernel: account them. */
+            pthread_mutex_lock(&n->buf_mu);
+            n->free_bufs[n->n_free++] = buf;
+            int left = nchunks - k;
+            int zero = 0;
+            atomic_compare_exchange_strong(&io->error_, &zero, -rc);
+            if (atomic_fetch_sub(&io->pending_, left) == left)
+                pthread_cond_broadcast(&n->done_cv);
+            pthread_mutex_unlock(&n->buf_mu);
+            pthread_mutex_unlock(&n->submit_mu);
+            atomic_fetch_add(&n->errors, 1);
+            return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s", strerror(-rc));
+        }
+        done += len;
+    }
+    pthread_mutex_unlock(&n->submit_mu);
+    return STRATA_OK;
+}
+
+strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset, const void *src,
+                                      size_t bytes, strata_io *io)
+{
+    return submit(t, h, offset, (uint8_t *)src, bytes, OP_WRITE, io);
+}
+
+strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
+                                     size_t bytes, strata_io *io)
+{
+    return submit(t, h, offset, dst, bytes, OP_READ, io);
+}
+
+strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s)
+{
+    if (!t || t->kind != STRATA_TIER_NVME || !io)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_io_wait: not an nvme tier");
+    nvme *n = t->impl;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    double end = (double)dl.tv_sec + 1e-9 * dl.tv_nsec + timeout_s;
+    dl.tv_sec = (time_t)end;
+    dl.tv_nsec = (long)((end - (double)dl.tv_sec) * 1e9);
+    pthread_mutex_lock(&n->buf_mu);
+    int rc = 0;
+    while (atomic_load(&io->pending_) > 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&n->done_cv, &n->buf_mu, &dl);
+    int pending = atomic_load(&io->pending_);
+    pthread_mutex_unlock(&n->buf_mu);
+    if (pending > 0)
+        return strata_error(STRATA_ERR_TIMEOUT, "nvme tier: request still in flight after %.1f s",
+                            timeout_s);
+    int err = atomic_load(&io->error_);
+    if (err)
+        return strata_error(STRATA_ERR_IO, "nvme tier: %s of %zu bytes at offset %llu in %s: %s",
+                            io->op_ == OP_READ ? "read" : "write", io->bytes_,
+                            (unsigned long long)io->offset_, n->path, strerror(err));
+    return STRATA_OK;
+}
+
+strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
+                                size_t bytes)
+{
+    strata_io io;
+    strata_status st = strata_tier_write_async(t, h, offset, src, bytes, &io);
+    return st != STRATA_OK ? st : strata_tier_io_wait(t, &io, 600.0);
+}
+
+strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst, size_t bytes)
+{
+    strata_io io;
+    strata_status st = strata_tier_read_async(t, h, offset, dst, bytes, &io);
+    return st != STRATA_OK ? st : strata_tier_io_wait(t, &io, 600.0);
+}
+
+void strata_tier_io_stats_get(const strata_tier *t, strata_tier_io_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!t || t->kind != STRATA_TIER_NVME)
+        return;
+    nvme *n = t->impl;
+    out->bytes_written = atomic_load(&n->bytes_written);
+    out->bytes_read = atomic_load(&n->bytes_read);
+    out->requests = atomic_load(&n->requests);
+    out->errors = atomic_load(&n->errors);
+}
+
+void strata_tier_inject_io_errors(strata_tier *t, int count, int errno_value)
+{
+    if (!t || t->kind != STRATA_TIER_NVME)
+        return;
+    nvme *n = t->impl;
+    atomic_store(&n->inject_errno, errno_value);
+    atomic_store(&n->inject_n, count);
+}
+
+/* ---- life */
+
+static void nvme_destroy(strata_tier *t)
+{
+    nvme *n = t->impl;
+    if (!n)
+        return;
+    if (n->thread_ok) {
+        pthread_mutex_lock(&n->submit_mu);
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
+        if (sqe) {
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, NULL);
+            io_uring_submit(&n->ring);
+        }
+        pthread_mutex_unlock(&n->submit_mu);
+        pthread_join(n->thread, NULL);
+    }
+    if (n->ring_ok) {
+        io_uring_unregister_buffers(&n->ring);
+        io_uring_queue_exit(&n->ring);
+    }
+    if (n->fd >= 0) {
+        close(n->fd);
+        unlink(n->path);
+    }
+    free(n->staging);
+    free(n->chunks);
+    free(n->free_bufs);
+    free(n->free_ext);
+    pthread_cond_destroy(&n->done_cv);
+    pthread_cond_destroy(&n->buf_cv);
+    pthread_mutex_destroy(&n->ext_mu);
+    pthread_mutex_destroy(&n->buf_mu);
+    pthread_mutex_destroy(&n->submit_mu);
+    free(n);
+    t->impl = NULL;
+}
+
+static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy};
+
+strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out)
+{
+    static _Atomic int counter;
+    if (!c || !out || !c->dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_nvme_create: NULL argument");
+    *out = NULL;
+    if (c->queue_depth < 8 || c->queue_depth > 4096 || c->chunk_bytes == 0 ||
+        c->chunk_bytes % NVME_ALIGN || c->chunk_bytes > (1u << 30))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "nvme tier: queue_depth %d must be in 8..4096 and chunk_bytes %zu a "
+                            "multiple of 4096",
+                            c->queue_depth, c->chunk_bytes);
+    if (mkdir(c->dir, 0755) != 0 && errno != EEXIST)
+        return strata_error(STRATA_ERR_IO, "nvme tier: cannot create directory '%s': %s", c->dir,
+                            strerror(errno));
+    strata_tier *t = calloc(1, sizeof *t);
+    nvme *n = calloc(1, sizeof *n);
+    if (!t || !n) {
+        free(t);
+        free(n);
+        return strata_error(STRATA_ERR_NOMEM, "nvme tier: out of memory");
+    }
+    t->kind = STRATA_TIER_NVME;
+    t->ops = &nvme_ops;
+    t->budget = c->budget;
+    t->impl = n;
+    n->fd = -1;
+    n->qd = c->queue_depth;
+    n->chunk_bytes = c->chunk_bytes;
+    pthread_mutex_init(&n->submit_mu, NULL);
+    pthread_mutex_init(&n->buf_mu, NULL);
+    pthread_mutex_init(&n->ext_mu, NULL);
+    pthread_cond_init(&n->buf_cv, NULL);
+    pthread_cond_init(&n->done_cv, NULL);
+    strata_status st;
+
+    snprintf(n->path, sizeof n->path, "%s/strata-tier-%d-%d.bin", c->dir, (int)getpid(),
+             atomic_fetch_add(&counter, 1));
+    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+    n->fd = open(n->path, flags | (c->direct ? O_DIRECT : 0), 0600);
+    if (n->fd < 0 && c->direct && errno == EINVAL)
+        n->fd = open(n->path, flags, 0600); /* tmpfs and friends refuse O_DIRECT */
+    if (n->fd < 0) {
+        st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create '%s': %s", n->path,
+                          strerror(errno));
+        goto fail;
+    }
+    n->staging = aligned_alloc(NVME_ALIGN, (size_t)n->qd * n->chunk_bytes);
+    n->chunks = calloc((size_t)n->qd, sizeof *n->chunks);
+    n->free_bufs = malloc((size_t)n->qd * sizeof *n->free_bufs);
+    if (!n->staging || !n->chunks || !n->free_bufs) {
+        st = strata_error(STRATA_ERR_NOMEM, "nvme tier: cannot allocate %d staging buffers of %zu bytes",
+                          n->qd, n->chunk_bytes);
+        goto fail;
+    }
+    for (int i = 0; i < n->qd; i++)
+        n->free_bufs[n->n_free++] = n->qd - 1 - i;
+    /* One SQE per staging buffer plus the shutdown NOP. */
+    int rc = io_uring_queue_init((unsigned)n->qd + 1, &n->ring, 0);
+    if (rc < 0) {
+        st = strata_error(STRATA_ERR_IO, "nvme tier: io_uring unavailable: %s", strerror(-rc));
+        goto fail;
+    }
+    n->ring_ok = true;
+    struct iovec *iov = calloc((size_t)n->qd, sizeof *iov);
+    if (!iov) {
+        st = strata_error(STRATA_ERR_NOMEM, "nvme tier: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n->qd; i++) {
+        iov[i].iov_base = n->staging + (size_t)i * n->chunk_bytes;
+        iov[i].iov_len = n->chunk_bytes;
+    }
+    rc = io_uring_register_buffers(&n->ring, iov, (unsigned)n->qd);
+    free(iov);
+    if (rc < 0) {
+        st = strata_error(STRATA_ERR_IO, "nvme tier: io_uring_register_buffers: %s", strerror(-rc));
+        goto fail;
+    }
+    rc = pthread_create(&n->thread, NULL, completion_main, n);
+    if (rc != 0) {
+        st = strata_error(STRATA_ERR_INTERNAL, "nvme tier: pthread_create: %s", strerror(rc));
+        goto fail;
+    }
+    n->thread_ok = true;
+    *out = t;
+    return STRATA_OK;
+
+fail:
+    nvme_destroy(t);
+    free(t);
+    return st;
+}

@@ -1,0 +1,119 @@
+/* Tier handles: budget accounting shared by all tiers, and the host tier. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tier_internal.h"
+
+const char *strata_tier_kind_name(strata_tier_kind k)
+{
+    switch (k) {
+    case STRATA_TIER_DEVICE: return "device";
+    case STRATA_TIER_HOST: return "host";
+    case STRATA_TIER_NVME: return "nvme";
+    }
+    return "unknown";
+}
+
+strata_status strata_tier_charge(strata_tier *t, size_t bytes)
+{
+    size_t now = atomic_fetch_add_explicit(&t->in_use, bytes, memory_order_relaxed) + bytes;
+    if (t->budget && now > t->budget) {
+        atomic_fetch_sub_explicit(&t->in_use, bytes, memory_order_relaxed);
+        return strata_error(STRATA_ERR_NOMEM, "%s tier: %zu bytes more would exceed its budget of %zu",
+                            strata_tier_kind_name(t->kind), bytes, t->budget);
+    }
+    size_t peak = atomic_load_explicit(&t->peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(&t->peak, &peak, now,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed))
+        ;
+    return STRATA_OK;
+}
+
+void strata_tier_uncharge(strata_tier *t, size_t bytes)
+{
+    atomic_fetch_sub_explicit(&t->in_use, bytes, memory_order_relaxed);
+}
+
+void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak)
+{
+    if (in_use)
+        *in_use = t ? atomic_load_explicit(&((strata_tier *)t)->in_use, memory_order_relaxed) : 0;
+    if (peak)
+        *peak = t ? atomic_load_explicit(&((strata_tier *)t)->peak, memory_order_relaxed) : 0;
+}
+
+strata_tier_kind strata_tier_kind_of(const strata_tier *t)
+{
+    return t->kind;
+}
+
+strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out)
+{
+    if (!t || !out || bytes == 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_alloc: NULL tier/out or 0 bytes");
+    *out = NULL;
+    return t->ops->alloc(t, bytes, out);
+}
+
+void strata_tier_free(strata_tier *t, void *p, size_t bytes)
+{
+    if (t && p)
+        t->ops->free(t, p, bytes);
+}
+
+void strata_tier_destroy(strata_tier *t)
+{
+    if (!t)
+        return;
+    if (t->ops->destroy)
+        t->ops->destroy(t);
+    free(t);
+}
+
+/* ---- host tier: page-aligned, zeroed memory */
+
+static size_t page_round(size_t bytes)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
+
+static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
+{
+    size_t rounded = page_round(bytes);
+    strata_status st = strata_tier_charge(t, rounded);
+    if (st != STRATA_OK)
+        return st;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), rounded) != 0) {
+        strata_tier_uncharge(t, rounded);
+        return strata_error(STRATA_ERR_NOMEM, "host tier: cannot allocate %zu bytes", rounded);
+    }
+    memset(p, 0, rounded);
+    *out = p;
+    return STRATA_OK;
+}
+
+static void host_free(strata_tier *t, void *p, size_t bytes)
+{
+    free(p);
+    strata_tier_uncharge(t, page_round(bytes));
+}
+
+static const tier_ops host_ops = {host_alloc, host_free, NULL};
+
+strata_status strata_tier_host_create(size_t budget, strata_tier **out)
+{
+    if (!out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_host_create: out is NULL");
+    strata_tier *t = calloc(1, sizeof *t);
+    if (!t)
+        return strata_error(STRATA_ERR_NOMEM, "tier_host_create: out of memory");
+    t->kind = STRATA_TIER_HOST;
+    t->ops = &host_ops;
+    t->budget = budget;
+    *out = t;
+    return STRATA_OK;
+}
