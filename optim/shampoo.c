@@ -23,7 +23,8 @@ typedef struct shampoo_block {
     int64_t r0, c0;   /* top-left corner in W */
     int rows, cols;   /* r_b, c_b */
     float *L, *R;     /* factor matrices */
-    float *L_inv, *R_inv; /* inverse 4th roots */
+    const float *L_inv, *R_inv; /* inverse 4th roots (own, or lent when external) */
+    float *L_inv_own, *R_inv_own;
     bool has_root[2]; /* L_inv, R_inv computed at least once */
 } shampoo_block;
 
@@ -40,6 +41,7 @@ struct strata_shampoo_state {
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
+    bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
     double *eig_work; /* host float64 eigen workspace */
@@ -111,6 +113,13 @@ static strata_status check_config(const strata_shampoo_config *c)
 strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata_backend *be,
                                           int64_t rows, int64_t cols, strata_shampoo_state **out)
 {
+    return strata_shampoo_state_create_ex(c, be, rows, cols, false, out);
+}
+
+strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, strata_backend *be,
+                                             int64_t rows, int64_t cols, bool external_roots,
+                                             strata_shampoo_state **out)
+{
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_state_create: NULL argument");
     *out = NULL;
@@ -126,6 +135,7 @@ strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata
         return strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory");
     s->cfg = *c;
     s->be = be;
+    s->external_roots = external_roots;
     s->rows = rows;
     s->cols = cols;
     const int64_t d = c->max_preconditioner_dim;
@@ -149,7 +159,8 @@ strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata
             b->c0 = bj * d;
             b->rows = (int)((rows - b->r0) < d ? rows - b->r0 : d);
             b->cols = (int)((cols - b->c0) < d ? cols - b->c0 : d);
-            floats += 2 * ((size_t)b->rows * b->rows + (size_t)b->cols * b->cols);
+            floats += (external_roots ? 1 : 2) *
+                      ((size_t)b->rows * b->rows + (size_t)b->cols * b->cols);
             if (b->rows > maxdim)
                 maxdim = b->rows;
             if (b->cols > maxdim)
@@ -182,8 +193,12 @@ strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata
         shampoo_block *b = &s->blocks[i];
         CARVE(b->L, (size_t)b->rows * b->rows);
         CARVE(b->R, (size_t)b->cols * b->cols);
-        CARVE(b->L_inv, (size_t)b->rows * b->rows);
-        CARVE(b->R_inv, (size_t)b->cols * b->cols);
+        if (!external_roots) {
+            CARVE(b->L_inv_own, (size_t)b->rows * b->rows);
+            CARVE(b->R_inv_own, (size_t)b->cols * b->cols);
+            b->L_inv = b->L_inv_own;
+            b->R_inv = b->R_inv_own;
+        }
     }
     if (need_m)
         CARVE(s->filtered, n);
@@ -197,12 +212,14 @@ strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata
     CARVE(s->tmp, tmp_floats);
 #undef CARVE
 
-    s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
-    s->eig_iwork = malloc(strata_inv_root_work_ints(maxdim) * sizeof(int));
-    if (!s->eig_work || !s->eig_iwork) {
-        st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate eigen workspace (dim %d)",
-                          maxdim);
-        goto out_free_work;
+    if (!external_roots) {
+        s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
+        s->eig_iwork = malloc(strata_inv_root_work_ints(maxdim) * sizeof(int));
+        if (!s->eig_work || !s->eig_iwork) {
+            st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate eigen workspace (dim %d)",
+                              maxdim);
+            goto out_free_work;
+        }
     }
     *out = s;
     return STRATA_OK;
@@ -268,13 +285,15 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_compute_roots: NULL state");
+    if (s->external_roots)
+        return strata_error(STRATA_ERR_STATE, "shampoo_compute_roots: roots are external");
     double t0 = now_seconds();
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
         for (int f = 0; f < 2; f++) {
             int dim = f == 0 ? b->rows : b->cols;
             strata_status st = strata_inv_root(dim, f == 0 ? b->L : b->R, s->cfg.epsilon, 4.0,
-                                               f == 0 ? b->L_inv : b->R_inv, s->eig_work,
+                                               f == 0 ? b->L_inv_own : b->R_inv_own, s->eig_work,
                                                s->eig_iwork);
             if (st == STRATA_OK) {
                 b->has_root[f] = true;
@@ -290,6 +309,38 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
     }
     if (cnt)
         cnt->seconds_roots += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+strata_status strata_shampoo_block_factors(const strata_shampoo_state *s, int b, int *rows,
+                                           int *cols, const float **L, const float **R)
+{
+    if (!s || b < 0 || b >= s->nblocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_block_factors: bad block %d", b);
+    const shampoo_block *blk = &s->blocks[b];
+    if (rows)
+        *rows = blk->rows;
+    if (cols)
+        *cols = blk->cols;
+    if (L)
+        *L = blk->L;
+    if (R)
+        *R = blk->R;
+    return STRATA_OK;
+}
+
+strata_status strata_shampoo_block_set_roots(strata_shampoo_state *s, int b, const float *L_inv,
+                                             const float *R_inv)
+{
+    if (!s || b < 0 || b >= s->nblocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_block_set_roots: bad block %d", b);
+    if (!s->external_roots)
+        return strata_error(STRATA_ERR_STATE, "shampoo_block_set_roots: state owns its roots");
+    shampoo_block *blk = &s->blocks[b];
+    blk->L_inv = L_inv;
+    blk->R_inv = R_inv;
+    blk->has_root[0] = L_inv != NULL;
+    blk->has_root[1] = R_inv != NULL;
     return STRATA_OK;
 }
 

@@ -9,7 +9,7 @@
  * Single-process ownership: this rank owns every parameter, so the hooks'
  * owner collectives are identities; they validate and record.
  */
-#include "strata/strata.h"
+#include "runtime_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -17,37 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct rt_param {
-    char *name;
-    int ndim;
-    int64_t shape[STRATA_MAX_DIMS];
-    int64_t rows, cols; /* matrix view: (shape[0], prod(shape[1:])) */
-    size_t numel;
-    int layer;
-    strata_role role;
-    strata_optimizer requested;
-    strata_optimizer routed;
-    float *data, *grad;
-    /* state */
-    float *adam_m, *adam_v; /* AdamW moments (one device allocation, 2*numel) */
-    strata_shampoo_state *shampoo;
-    strata_muon_state *muon;
-} rt_param;
-
-struct strata_runtime {
-    strata_config cfg;
-    strata_backend *be;
-    rt_param *params;
-    int n_params, cap_params;
-    bool committed;
-    int max_layer;
-    int64_t t; /* steps taken */
-    float lr_scale;
-    unsigned char *layer_reduced; /* per layer: backward hook seen since the last step */
-    bool warned_missing_hook;
-    strata_stats stats;
-};
 
 static double now_seconds(void)
 {
@@ -90,6 +59,18 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
     cfg->blas_threads = 0;
+    cfg->async = false;
+    cfg->staleness = 1;
+    cfg->install_mode = STRATA_COH_FIXED;
+    cfg->workers = 0;
+    cfg->pin_workers = false;
+    cfg->wait_timeout_s = 600.0;
+    cfg->roots_tier = STRATA_TIER_HOST;
+    cfg->host_budget = 0;
+    cfg->nvme_dir = NULL;
+    cfg->nvme_budget = 0;
+    cfg->nvme_queue_depth = 16;
+    cfg->worker_delay_us = 0;
     cfg->log_level = STRATA_LOG_WARN;
     const char *env = getenv("STRATA_LOG_LEVEL");
     if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
@@ -113,14 +94,44 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: max_grad_norm must be >= 0");
     if (!(cfg->adamw.lr >= 0.0f) || !(cfg->shampoo.lr >= 0.0f) || !(cfg->muon.lr >= 0.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: learning rates must be >= 0");
+    if (cfg->async) {
+        if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||
+            cfg->worker_delay_us < 0 ||
+            (cfg->install_mode != STRATA_COH_FIXED && cfg->install_mode != STRATA_COH_EAGER))
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "strata_create: async needs staleness >= 0, workers >= 0, "
+                                "wait_timeout_s > 0 and a known install mode");
+        if (cfg->roots_tier != STRATA_TIER_HOST && cfg->roots_tier != STRATA_TIER_NVME)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "strata_create: roots_tier must be host or nvme");
+        if (cfg->roots_tier == STRATA_TIER_NVME && !cfg->nvme_dir)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "strata_create: the nvme roots tier needs nvme_dir");
+        if (cfg->nvme_dir && cfg->nvme_queue_depth < 8)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "strata_create: nvme_queue_depth %d must be >= 8",
+                                cfg->nvme_queue_depth);
+    }
     strata_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     rt->cfg = *cfg;
+    if (cfg->nvme_dir) {
+        rt->nvme_dir = strdup(cfg->nvme_dir);
+        if (!rt->nvme_dir) {
+            free(rt);
+            return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
+        }
+        rt->cfg.nvme_dir = rt->nvme_dir;
+    }
+    int blas = cfg->blas_threads;
+    if (cfg->async && blas == 0)
+        blas = 1; /* the training thread keeps one core, the workers the rest */
     rt->lr_scale = 1.0f;
     rt->max_layer = -1;
-    strata_status st = strata_backend_cpu_create(cfg->blas_threads, &rt->be);
+    strata_status st = strata_backend_cpu_create(blas, &rt->be);
     if (st != STRATA_OK) {
+        free(rt->nvme_dir);
         free(rt);
         return st;
     }
@@ -244,8 +255,8 @@ strata_status strata_commit(strata_runtime *rt)
             break;
         }
         case STRATA_OPTIM_SHAMPOO:
-            st = strata_shampoo_state_create(&rt->cfg.shampoo, rt->be, p->rows, p->cols,
-                                             &p->shampoo);
+            st = strata_shampoo_state_create_ex(&rt->cfg.shampoo, rt->be, p->rows, p->cols,
+                                                rt->cfg.async, &p->shampoo);
             if (st == STRATA_OK)
                 s->preconditioner_blocks += strata_shampoo_state_blocks(p->shampoo);
             break;
@@ -269,7 +280,10 @@ strata_status strata_commit(strata_runtime *rt)
                    p->name, (long long)p->rows, (long long)p->cols, p->layer,
                    strata_optimizer_name(p->routed), tail ? " (tail)" : "");
     }
+    if (st == STRATA_OK && rt->cfg.async)
+        st = rt_async_commit(rt);
     if (st != STRATA_OK) {
+        rt_async_destroy(rt);
         for (int i = 0; i < rt->n_params; i++)
             free_state(rt, &rt->params[i]);
         free(rt->layer_reduced);
@@ -299,7 +313,7 @@ strata_status strata_hook_forward(strata_runtime *rt, int layer)
     if (st != STRATA_OK)
         return st;
     rt->stats.forward_hooks++;
-    return STRATA_OK;
+    return rt->cfg.async ? rt_async_prefetch(rt, layer) : STRATA_OK;
 }
 
 strata_status strata_hook_backward(strata_runtime *rt, int layer)
@@ -330,6 +344,7 @@ strata_status strata_step(strata_runtime *rt)
     if (!rt->committed)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
     const double t_start = now_seconds();
+    rt->stats.last_wait_seconds = 0.0;
 
     /* Validate every gradient before touching any state. */
     double norm_sq = 0.0;
@@ -388,7 +403,10 @@ strata_status strata_step(strata_runtime *rt)
             break;
         }
         case STRATA_OPTIM_SHAMPOO:
-            st = strata_shampoo_step(p->shampoo, rt->lr_scale, t, p->data, p->grad, &cnt);
+            if (rt->cfg.async)
+                st = rt_async_shampoo_step(rt, p, t, &cnt);
+            else
+                st = strata_shampoo_step(p->shampoo, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         case STRATA_OPTIM_MUON:
             st = strata_muon_step(p->muon, rt->lr_scale, t, p->data, p->grad, &cnt);
@@ -419,6 +437,8 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         return strata_error(STRATA_ERR_INVALID_ARG, "stats_get: NULL argument");
     *out = rt->stats;
     strata_backend_bytes(rt->be, &out->device_bytes, &out->device_bytes_peak);
+    if (rt->cfg.async)
+        rt_async_stats((strata_runtime *)rt, out);
     return STRATA_OK;
 }
 
@@ -437,6 +457,7 @@ void strata_destroy(strata_runtime *rt)
 {
     if (!rt)
         return;
+    rt_async_destroy(rt); /* stops the workers before any buffer goes */
     for (int i = 0; i < rt->n_params; i++) {
         free_state(rt, &rt->params[i]);
         free(rt->params[i].name);
@@ -444,5 +465,6 @@ void strata_destroy(strata_runtime *rt)
     free(rt->params);
     free(rt->layer_reduced);
     strata_backend_destroy(rt->be);
+    free(rt->nvme_dir);
     free(rt);
 }

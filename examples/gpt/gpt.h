@@ -182,7 +182,8 @@ void gpt_zero_grad(gpt_model *m);
 
 /* Next-token probabilities of the last successful forward: B*T rows of
  * vocab floats (row b*T + t is the distribution after inputs[b][0..t]).
- * NULL before the first forward. Valid until the next forward/destroy. */
+ * NULL before the first forward and after a failed one. Valid until the
+ * next forward or gpt_destroy. */
 const float *gpt_probs(const gpt_model *m);
 
 #ifdef __cplusplus

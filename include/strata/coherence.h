@@ -108,6 +108,15 @@ STRATA_API void strata_coh_complete(strata_coh_registry *reg, int b, int slot, b
 STRATA_API strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
                                             int64_t *version, bool *installed_now);
 
+/* The refresh point whose result step t must use: the latest refresh point
+ * <= t - S, or -1 when there is none yet. */
+STRATA_API int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);
+
+/* The slot of block b holding `version` (any state but FREE), or -1; its
+ * state in *state. Thread-safe. */
+STRATA_API int strata_coh_find(strata_coh_registry *reg, int b, int64_t version,
+                               strata_coh_slot_state *state);
+
 /* Slot state and version (for tests and stats). */
 STRATA_API strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,
                                                      int64_t *version);

@@ -125,6 +125,31 @@ STRATA_API strata_status strata_shampoo_state_create(const strata_shampoo_config
                                                      int64_t cols, strata_shampoo_state **out);
 STRATA_API void strata_shampoo_state_destroy(strata_shampoo_state *s);
 
+/* As strata_shampoo_state_create; with `external_roots` the state holds no
+ * inverse roots of its own (the asynchronous runtime keeps them in the host
+ * or nvme tier and lends them with strata_shampoo_block_set_roots), and
+ * strata_shampoo_compute_roots fails with STRATA_ERR_STATE. */
+STRATA_API strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c,
+                                                        strata_backend *be, int64_t rows,
+                                                        int64_t cols, bool external_roots,
+                                                        strata_shampoo_state **out);
+
+/* Geometry and factor matrices of block b (0 <= b < blocks): the block is
+ * rows x cols, its factors L (rows x rows) and R (cols x cols) are float32
+ * row-major in device memory. Read them only between steps (a snapshot).
+ * Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_shampoo_block_factors(const strata_shampoo_state *s, int b,
+                                                      int *rows, int *cols, const float **L,
+                                                      const float **R);
+
+/* Lend block b the inverse roots to use from the next apply on: L_inv
+ * (rows x rows) and R_inv (cols x cols) float32, owned by the caller and
+ * unchanged until replaced. NULL for either means "no root yet" and the
+ * block uses the grafting direction. Only for external-root states.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (not external). */
+STRATA_API strata_status strata_shampoo_block_set_roots(strata_shampoo_state *s, int b,
+                                                        const float *L_inv, const float *R_inv);
+
 /* Bytes of device-tier state this object holds (factors, roots, buffers). */
 STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
 

@@ -38,8 +38,10 @@
 #include <stdint.h>
 
 #include "strata/backend.h"
+#include "strata/coherence.h"
 #include "strata/optim.h"
 #include "strata/status.h"
+#include "strata/tiers.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,7 +73,25 @@ typedef struct strata_config {
     strata_muon_config muon;
     float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
     bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
-    int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default */
+    int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or
+                                 1 in async mode (the workers take the other cores) */
+
+    /* Asynchronous second-order state (DESIGN.md parts 2 and 3; Shampoo). */
+    bool async;               /* inverse roots on worker threads; default false */
+    int staleness;            /* S, steps a root may be used past its refresh point's
+                                 due step; the block's staleness stays <= F-1+S; default 1 */
+    strata_coh_mode install_mode; /* STRATA_COH_FIXED (default, reproducible) or EAGER */
+    int workers;              /* worker threads; 0 = online cores - 1 (at least 1) */
+    bool pin_workers;         /* hwloc-pin workers to the last cores; default false */
+    double wait_timeout_s;    /* bound of every staleness wait, seconds; default 600 */
+    strata_tier_kind roots_tier; /* where inverse roots live: STRATA_TIER_HOST (default) or
+                                 STRATA_TIER_NVME; blocks that do not fit host_budget go
+                                 to nvme when nvme_dir is set */
+    size_t host_budget;       /* host tier bytes; 0 = unlimited */
+    const char *nvme_dir;     /* nvme tier directory (copied); NULL = no nvme tier */
+    size_t nvme_budget;       /* nvme tier bytes; 0 = unlimited */
+    int nvme_queue_depth;     /* io_uring depth, >= 8; default 16 */
+    int worker_delay_us;      /* testing: random 0..N us delay before each job; default 0 */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
@@ -163,6 +183,18 @@ typedef struct strata_stats {
     int64_t nonfinite_rejected; /* steps refused for NaN/Inf gradients */
     int64_t forward_hooks, backward_hooks;
     int64_t missing_backward_hooks; /* parameters stepped without their layer's backward hook */
+    /* asynchronous runtime (zero when cfg.async is false) */
+    int64_t coh_installs, coh_waits, coh_dropped, coh_failed, coh_bound_exceeded;
+    double coh_wait_seconds;    /* time the step spent waiting for roots */
+    double last_wait_seconds;   /* ... in the last step */
+    int64_t max_staleness;      /* largest staleness seen (steps) */
+    int64_t jobs_submitted, jobs_cancelled;
+    int32_t blocks_on_nvme;     /* blocks whose roots live in the nvme tier */
+    size_t host_bytes, host_bytes_peak; /* host tier */
+    size_t nvme_bytes, nvme_bytes_peak; /* nvme tier (file space) */
+    uint64_t bytes_device_to_host;      /* factor snapshots copied to host staging */
+    uint64_t nvme_bytes_written, nvme_bytes_read;
+    int64_t io_errors;          /* nvme transfers that failed (previous root kept) */
 } strata_stats;
 
 /* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
@@ -172,7 +204,13 @@ STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);
 
-/* Destroy (NULL is a no-op); frees all optimizer state. */
+/* Testing: make the next `n` nvme-tier transfers of this runtime fail with
+ * errno `errno_value`. Errors: STRATA_ERR_STATE (no nvme tier). */
+STRATA_API strata_status strata_debug_inject_io_errors(strata_runtime *rt, int n,
+                                                       int errno_value);
+
+/* Destroy (NULL is a no-op); stops the workers (cancelling queued jobs,
+ * finishing running ones), then frees all optimizer state. */
 STRATA_API void strata_destroy(strata_runtime *rt);
 
 /* Log through the runtime's sink (used by strata's own components). */

@@ -1,0 +1,506 @@
+/* Asynchronous Shampoo: factor snapshots, worker jobs, coherence, tiers.
+ *
+ * Objects (created at commit, freed at destroy, nothing allocated per step):
+ *  - one coherence registry over all Shampoo blocks of all parameters;
+ *  - per block K = strata_coh_slots_needed(F, S) slots. A slot holds one
+ *    snapshot of the block's factors and, once its job ran, the inverse
+ *    roots computed from it, in place:
+ *      host placement: a host-tier buffer [L | R] (rows^2 + cols^2 floats);
+ *      nvme placement: an nvme-tier extent [L | pad | R]; the installed root
+ *        is read back into one of two host-tier resident buffers per block
+ *        (prefetched by strata_hook_forward when the due root is ready);
+ *  - the worker pool; an nvme job reads its snapshot into the worker's
+ *    scratch buffer, computes there and writes the roots back.
+ *
+ * The step for one Shampoo parameter at step t (training thread):
+ *   1. factors absorb G (device tier);
+ *   2. at a refresh point, for each block: reserve a slot (PENDING(t)),
+ *      snapshot the factors into it, submit job(block, slot) with deadline t+S;
+ *   3. for each block: strata_coh_acquire (waits only when the block would
+ *      exceed F-1+S) and, when a new version was installed, lend its roots
+ *      to the Shampoo state;
+ *   4. grafting, preconditioning, momentum, weight decay, update.
+ * With S = 0 in fixed mode every step uses the root computed from the same
+ * factors by the same float64 code as the synchronous path: bit-identical.
+ *
+ * A failed root (LAPACK error or non-finite) keeps the factor's previous
+ * root, as the synchronous path does: at install the previous root of that
+ * factor is copied into the new slot. A failed nvme transfer keeps the
+ * previous root and is counted (io_errors); the run continues.
+ *
+ * Shutdown: the pool is destroyed first (queued jobs cancelled, running ones
+ * finished), then every buffer is released.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime_internal.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t align4k(size_t x)
+{
+    return (x + 4095) / 4096 * 4096;
+}
+
+/* ---- worker side */
+
+static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
+{
+    root_job *job = (root_job *)j;
+    strata_runtime *rt = job->rt;
+    async_block *blk = &rt->blocks[job->block];
+    async_slot *slot = &blk->slots[job->slot];
+    strata_coh_mark_computing(rt->coh, job->block, job->slot);
+    float *buf = slot->buf;
+    strata_status st;
+    if (blk->on_nvme) {
+        /* The snapshot write was submitted by the training thread. */
+        st = strata_tier_io_wait(rt->nvme, &slot->io, rt->cfg.wait_timeout_s);
+        strata_status st_r = strata_tier_io_wait(rt->nvme, &slot->io_r, rt->cfg.wait_timeout_s);
+        if (st == STRATA_OK)
+            st = st_r;
+        buf = rt->worker_scratch[w->index];
+        if (st == STRATA_OK)
+            st = strata_tier_read(rt->nvme, slot->nvme, 0, buf,
+                                  (size_t)blk->rows * blk->rows * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_tier_read(rt->nvme, slot->nvme, blk->r_offset,
+                                  buf + (size_t)blk->rows * blk->rows,
+                                  (size_t)blk->cols * blk->cols * sizeof(float));
+        if (st != STRATA_OK) {
+            atomic_fetch_add(&rt->io_errors, 1);
+            return st;
+        }
+    }
+    const double eps = rt->cfg.shampoo.epsilon;
+    float *L = buf, *R = buf + (size_t)blk->rows * blk->rows;
+    strata_status sl = strata_inv_root(blk->rows, L, eps, 4.0, L, w->work, w->iwork);
+    strata_status sr = strata_inv_root(blk->cols, R, eps, 4.0, R, w->work, w->iwork);
+    slot->failed[0] = sl != STRATA_OK;
+    slot->failed[1] = sr != STRATA_OK;
+    atomic_fetch_add(&rt->root_refreshes, (sl == STRATA_OK) + (sr == STRATA_OK));
+    atomic_fetch_add(&rt->root_failures, (sl != STRATA_OK) + (sr != STRATA_OK));
+    if (sl != STRATA_OK && sr != STRATA_OK)
+        return strata_error(STRATA_ERR_LINALG, "block %d: both inverse roots failed", job->block);
+    if (blk->on_nvme) {
+        st = strata_tier_write(rt->nvme, slot->nvme, 0, L,
+                               (size_t)blk->rows * blk->rows * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_tier_write(rt->nvme, slot->nvme, blk->r_offset, R,
+                                   (size_t)blk->cols * blk->cols * sizeof(float));
+        if (st != STRATA_OK) {
+            atomic_fetch_add(&rt->io_errors, 1);
+            return st;
+        }
+    }
+    return STRATA_OK;
+}
+
+static void root_job_done(strata_job *j, strata_status st)
+{
+    root_job *job = (root_job *)j;
+    strata_coh_complete(job->rt->coh, job->block, job->slot, st == STRATA_OK);
+}
+
+/* ---- commit / destroy */
+
+strata_status rt_async_commit(strata_runtime *rt)
+{
+    const strata_shampoo_config *sc = &rt->cfg.shampoo;
+    int n_blocks = 0;
+    for (int i = 0; i < rt->n_params; i++)
+        if (rt->params[i].routed == STRATA_OPTIM_SHAMPOO) {
+            rt->params[i].first_block = n_blocks;
+            n_blocks += strata_shampoo_state_blocks(rt->params[i].shampoo);
+        }
+    if (n_blocks == 0)
+        return STRATA_OK; /* nothing to precondition asynchronously */
+
+    rt->coh_cfg = (strata_coh_config){
+        .precondition_frequency = sc->precondition_frequency,
+        .start = sc->start_preconditioning_step < 0 ? sc->precondition_frequency
+                                                    : sc->start_preconditioning_step,
+        .staleness = rt->cfg.staleness,
+        .mode = rt->cfg.install_mode,
+        .timeout_s = rt->cfg.wait_timeout_s,
+    };
+    if (rt->coh_cfg.start < 1)
+        rt->coh_cfg.start = 1;
+    strata_status st = strata_coh_create(&rt->coh_cfg, n_blocks, &rt->coh);
+    if (st != STRATA_OK)
+        return st;
+    rt->n_slots = strata_coh_slots_needed(rt->coh_cfg.precondition_frequency,
+                                          rt->coh_cfg.staleness);
+    st = strata_tier_host_create(rt->cfg.host_budget, &rt->host);
+    if (st != STRATA_OK)
+        return st;
+    if (rt->cfg.nvme_dir) {
+        strata_nvme_config nc;
+        strata_nvme_config_default(&nc);
+        nc.dir = rt->cfg.nvme_dir;
+        nc.budget = rt->cfg.nvme_budget;
+        nc.queue_depth = rt->cfg.nvme_queue_depth;
+        st = strata_tier_nvme_create(&nc, &rt->nvme);
+        if (st != STRATA_OK)
+            return st;
+    }
+    rt->blocks = calloc((size_t)n_blocks, sizeof *rt->blocks);
+    if (!rt->blocks)
+        return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+    rt->n_blocks = n_blocks;
+
+    int max_dim = 1;
+    size_t max_floats = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->routed != STRATA_OPTIM_SHAMPOO)
+            continue;
+        int nb = strata_shampoo_state_blocks(p->shampoo);
+        for (int b = 0; b < nb; b++) {
+            async_block *blk = &rt->blocks[p->first_block + b];
+            blk->p = p;
+            blk->b = b;
+            blk->installed_slot = -1;
+            strata_shampoo_block_factors(p->shampoo, b, &blk->rows, &blk->cols, NULL, NULL);
+            blk->floats = (size_t)blk->rows * blk->rows + (size_t)blk->cols * blk->cols;
+            blk->r_offset = align4k((size_t)blk->rows * blk->rows * sizeof(float));
+            blk->nvme_bytes = blk->r_offset + (size_t)blk->cols * blk->cols * sizeof(float);
+            if (blk->rows > max_dim)
+                max_dim = blk->rows;
+            if (blk->cols > max_dim)
+                max_dim = blk->cols;
+            if (blk->floats > max_floats)
+                max_floats = blk->floats;
+            blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
+            if (!blk->slots)
+                return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+            /* Placement: host unless asked for nvme or the host budget is spent. */
+            bool want_nvme = rt->cfg.roots_tier == STRATA_TIER_NVME;
+            if (!want_nvme) {
+                for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
+                    st = strata_tier_alloc(rt->host, blk->floats * sizeof(float),
+                                           (void **)&blk->slots[k].buf);
+                if (st == STRATA_ERR_NOMEM && rt->nvme) {
+                    for (int k = 0; k < rt->n_slots; k++) {
+                        strata_tier_free(rt->host, blk->slots[k].buf, blk->floats * sizeof(float));
+                        blk->slots[k].buf = NULL;
+                    }
+                    want_nvme = true;
+                    st = STRATA_OK;
+                    strata_log(rt, STRATA_LOG_INFO, "tiers",
+                               "host budget spent: roots of %s block %d go to nvme", p->name, b);
+                }
+                if (st != STRATA_OK)
+                    return st;
+            }
+            if (want_nvme) {
+                blk->on_nvme = true;
+                for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
+                    st = strata_tier_alloc(rt->nvme, blk->nvme_bytes, &blk->slots[k].nvme);
+                for (int r = 0; r < 2 && st == STRATA_OK; r++)
+                    st = strata_tier_alloc(rt->host, blk->floats * sizeof(float),
+                                           (void **)&blk->resident[r]);
+                if (st != STRATA_OK)
+                    return st;
+                rt->stats.blocks_on_nvme++;
+            }
+            for (int k = 0; k < rt->n_slots; k++) {
+                root_job *job = &blk->slots[k].job;
+                job->rt = rt;
+                job->block = p->first_block + b;
+                job->slot = k;
+                job->job.run = root_job_run;
+                job->job.done = root_job_done;
+                job->job.user = job;
+            }
+        }
+    }
+
+    strata_worker_config wc;
+    strata_worker_config_default(&wc);
+    if (rt->cfg.workers > 0)
+        wc.n_workers = rt->cfg.workers;
+    wc.pin = rt->cfg.pin_workers;
+    wc.max_delay_us = rt->cfg.worker_delay_us;
+    wc.delay_seed = 12345;
+    wc.work_doubles = strata_inv_root_work_doubles(max_dim);
+    wc.work_ints = strata_inv_root_work_ints(max_dim);
+    if (rt->stats.blocks_on_nvme > 0) {
+        rt->scratch_floats = max_floats;
+        rt->worker_scratch = calloc((size_t)wc.n_workers, sizeof *rt->worker_scratch);
+        if (!rt->worker_scratch)
+            return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+        for (int w = 0; w < wc.n_workers; w++) {
+            st = strata_tier_alloc(rt->host, max_floats * sizeof(float),
+                                   (void **)&rt->worker_scratch[w]);
+            if (st != STRATA_OK)
+                return st;
+        }
+    }
+    st = strata_worker_pool_create(&wc, &rt->pool);
+    if (st != STRATA_OK)
+        return st;
+    strata_log(rt, STRATA_LOG_INFO, "async",
+               "%d blocks, %d slots each, %d workers, S=%d (%s), %d blocks on nvme", n_blocks,
+               rt->n_slots, wc.n_workers, rt->cfg.staleness,
+               rt->cfg.install_mode == STRATA_COH_FIXED ? "fixed" : "eager",
+               rt->stats.blocks_on_nvme);
+    return STRATA_OK;
+}
+
+void rt_async_destroy(strata_runtime *rt)
+{
+    /* Workers first: after this no job touches a buffer. */
+    strata_worker_pool_destroy(rt->pool);
+    rt->pool = NULL;
+    for (int i = 0; i < rt->n_blocks; i++) {
+        async_block *blk = &rt->blocks[i];
+        if (blk->io_pending)
+            strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
+        for (int k = 0; blk->slots && k < rt->n_slots; k++) {
+            strata_tier_free(rt->host, blk->slots[k].buf, blk->floats * sizeof(float));
+            strata_tier_free(rt->nvme, blk->slots[k].nvme, blk->nvme_bytes);
+        }
+        for (int r = 0; r < 2; r++)
+            strata_tier_free(rt->host, blk->resident[r], blk->floats * sizeof(float));
+        free(blk->slots);
+    }
+    if (rt->worker_scratch) {
+        size_t n = 0;
+        strata_worker_config wc;
+        strata_worker_config_default(&wc);
+        n = rt->cfg.workers > 0 ? (size_t)rt->cfg.workers : (size_t)wc.n_workers;
+        for (size_t w = 0; w < n; w++)
+            strata_tier_free(rt->host, rt->worker_scratch[w], rt->scratch_floats * sizeof(float));
+        free(rt->worker_scratch);
+        rt->worker_scratch = NULL;
+    }
+    free(rt->blocks);
+    rt->blocks = NULL;
+    rt->n_blocks = 0;
+    strata_tier_destroy(rt->nvme);
+    rt->nvme = NULL;
+    strata_tier_destroy(rt->host);
+    rt->host = NULL;
+    strata_coh_destroy(rt->coh);
+    rt->coh = NULL;
+}
+
+/* ---- the step */
+
+/* Lend block `g` the roots of its freshly installed slot. A factor whose
+ * root failed keeps the previous root (copied in from the slot or resident
+ * buffer that held it), or none if it never had one. */
+static strata_status install_roots(strata_runtime *rt, int g, int slot)
+{
+    async_block *blk = &rt->blocks[g];
+    const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+    const float *prev[2] = {NULL, NULL};
+    float *dst;
+    if (blk->on_nvme) {
+        const int spare = 1 - blk->cur;
+        const int64_t version = blk->io_version;
+        strata_status st = STRATA_OK;
+        int64_t want;
+        strata_coh_slot_get(rt->coh, g, slot, &want);
+        /* The prefetch (if any, and for this version) brought L; R follows. */
+        if (blk->io_pending) {
+            st = strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
+            blk->io_pending = false;
+        }
+        if (st != STRATA_OK || version != want)
+            st = strata_tier_read(rt->nvme, blk->slots[slot].nvme, 0, blk->resident[spare],
+                                  nl * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_tier_read(rt->nvme, blk->slots[slot].nvme, blk->r_offset,
+                                  blk->resident[spare] + nl, nr * sizeof(float));
+        if (st != STRATA_OK) {
+            /* Keep using the previous root: stale but intact. */
+            atomic_fetch_add(&rt->io_errors, 1);
+            strata_log(rt, STRATA_LOG_WARN, "tiers", "block %d: reading its root failed (%s); "
+                       "keeping the previous root", g, strata_last_error());
+            return STRATA_OK;
+        }
+        prev[0] = blk->have_root[0] ? blk->resident[blk->cur] : NULL;
+        prev[1] = blk->have_root[1] ? blk->resident[blk->cur] + nl : NULL;
+        dst = blk->resident[spare];
+        blk->cur = spare;
+    } else {
+        if (blk->installed_slot >= 0) {
+            float *pb = blk->slots[blk->installed_slot].buf;
+            prev[0] = blk->have_root[0] ? pb : NULL;
+            prev[1] = blk->have_root[1] ? pb + nl : NULL;
+        }
+        dst = blk->slots[slot].buf;
+    }
+    const async_slot *s = &blk->slots[slot];
+    bool have[2] = {!s->failed[0], !s->failed[1]};
+    if (s->failed[0] && prev[0]) {
+        memcpy(dst, prev[0], nl * sizeof(float));
+        have[0] = true;
+    }
+    if (s->failed[1] && prev[1]) {
+        memcpy(dst + nl, prev[1], nr * sizeof(float));
+        have[1] = true;
+    }
+    blk->have_root[0] = have[0];
+    blk->have_root[1] = have[1];
+    blk->installed_slot = slot;
+    return strata_shampoo_block_set_roots(blk->p->shampoo, blk->b, have[0] ? dst : NULL,
+                                          have[1] ? dst + nl : NULL);
+}
+
+static strata_status snapshot_and_submit(strata_runtime *rt, int g, int64_t t)
+{
+    async_block *blk = &rt->blocks[g];
+    const float *L, *R;
+    strata_shampoo_block_factors(blk->p->shampoo, blk->b, NULL, NULL, &L, &R);
+    int k;
+    strata_status st = strata_coh_begin_refresh(rt->coh, g, t, &k);
+    if (st != STRATA_OK)
+        return st;
+    async_slot *s = &blk->slots[k];
+    const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+    if (blk->on_nvme) {
+        /* The write copies into registered staging before returning, so the
+         * factors may change afterwards; the job waits for completion. */
+        st = strata_tier_write_async(rt->nvme, s->nvme, 0, L, nl * sizeof(float), &s->io);
+        if (st == STRATA_OK) {
+            st = strata_tier_write_async(rt->nvme, s->nvme, blk->r_offset, R, nr * sizeof(float),
+                                         &s->io_r);
+            if (st != STRATA_OK) /* the L write is in flight: let it land before reuse */
+                strata_tier_io_wait(rt->nvme, &s->io, rt->cfg.wait_timeout_s);
+        }
+    } else {
+        memcpy(s->buf, L, nl * sizeof(float));
+        memcpy(s->buf + nl, R, nr * sizeof(float));
+    }
+    atomic_fetch_add(&rt->d2h_bytes, (nl + nr) * sizeof(float));
+    if (st == STRATA_OK) {
+        s->failed[0] = s->failed[1] = false;
+        s->job.job.deadline = t + rt->cfg.staleness;
+        st = strata_worker_submit(rt->pool, &s->job.job);
+    }
+    if (st != STRATA_OK) {
+        strata_coh_abort_refresh(rt->coh, g, k);
+        return st;
+    }
+    rt->stats.jobs_submitted++;
+    return STRATA_OK;
+}
+
+strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
+                                    strata_optim_counters *cnt)
+{
+    strata_status st = strata_shampoo_update_factors(p->shampoo, p->grad, cnt);
+    if (st != STRATA_OK)
+        return st;
+    const int nb = strata_shampoo_state_blocks(p->shampoo);
+    const double t0 = now_seconds();
+    if (strata_coh_is_refresh(&rt->coh_cfg, t))
+        for (int b = 0; b < nb && st == STRATA_OK; b++)
+            st = snapshot_and_submit(rt, p->first_block + b, t);
+    if (st != STRATA_OK)
+        return st;
+    const double t1 = now_seconds();
+    for (int b = 0; b < nb; b++) {
+        const int g = p->first_block + b;
+        int slot;
+        int64_t version;
+        bool now;
+        st = strata_coh_acquire(rt->coh, g, t, &slot, &version, &now);
+        if (st != STRATA_OK)
+            return st;
+        if (now && slot >= 0) {
+            st = install_roots(rt, g, slot);
+            if (st != STRATA_OK)
+                return st;
+        }
+    }
+    const double t2 = now_seconds();
+    rt->stats.last_wait_seconds += t2 - t1;
+    if (cnt)
+        cnt->seconds_roots += t2 - t0; /* snapshot + any wait: what the step pays for roots */
+    return strata_shampoo_apply(p->shampoo, rt->lr_scale, t, p->data, p->grad, cnt);
+}
+
+/* Forward hook: start reading layer `layer`'s due roots from nvme while the
+ * forward and backward passes run (the cpu backend's shadow stream is the
+ * nvme tier's completion thread). */
+strata_status rt_async_prefetch(strata_runtime *rt, int layer)
+{
+    if (!rt->nvme || rt->stats.blocks_on_nvme == 0)
+        return STRATA_OK;
+    const int64_t t = rt->t + 1; /* the step this forward belongs to */
+    const int64_t due = strata_coh_due_version(&rt->coh_cfg, t);
+    for (int g = 0; g < rt->n_blocks; g++) {
+        async_block *blk = &rt->blocks[g];
+        if (!blk->on_nvme || blk->p->layer != layer || blk->io_pending || due < 0)
+            continue;
+        int64_t installed = -1;
+        if (blk->installed_slot >= 0)
+            strata_coh_slot_get(rt->coh, g, blk->installed_slot, &installed);
+        if (installed >= due)
+            continue;
+        strata_coh_slot_state state;
+        int k = strata_coh_find(rt->coh, g, due, &state);
+        if (k < 0 || state != STRATA_SLOT_READY)
+            continue; /* not ready yet: acquire will wait and read */
+        const size_t nl = (size_t)blk->rows * blk->rows;
+        if (strata_tier_read_async(rt->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
+                                   nl * sizeof(float), &blk->io) == STRATA_OK) {
+            blk->io_pending = true;
+            blk->io_version = due;
+        }
+    }
+    return STRATA_OK;
+}
+
+void rt_async_stats(strata_runtime *rt, strata_stats *s)
+{
+    if (rt->coh) {
+        strata_coh_stats c;
+        strata_coh_stats_get(rt->coh, &c);
+        s->coh_installs = c.installs;
+        s->coh_waits = c.waits;
+        s->coh_wait_seconds = c.wait_seconds;
+        s->coh_dropped = c.dropped;
+        s->coh_failed = c.failed;
+        s->coh_bound_exceeded = c.bound_exceeded;
+        s->max_staleness = c.max_staleness;
+    }
+    if (rt->pool) {
+        strata_worker_stats w;
+        strata_worker_stats_get(rt->pool, &w);
+        s->jobs_cancelled = w.cancelled;
+    }
+    s->root_refreshes += atomic_load(&rt->root_refreshes);
+    s->root_failures += atomic_load(&rt->root_failures);
+    s->bytes_device_to_host = atomic_load(&rt->d2h_bytes);
+    s->io_errors = atomic_load(&rt->io_errors);
+    strata_tier_bytes(rt->host, &s->host_bytes, &s->host_bytes_peak);
+    strata_tier_bytes(rt->nvme, &s->nvme_bytes, &s->nvme_bytes_peak);
+    if (rt->nvme) {
+        strata_tier_io_stats io;
+        strata_tier_io_stats_get(rt->nvme, &io);
+        s->nvme_bytes_written = io.bytes_written;
+        s->nvme_bytes_read = io.bytes_read;
+    }
+}
+
+strata_status strata_debug_inject_io_errors(strata_runtime *rt, int n, int errno_value)
+{
+    if (!rt || !rt->nvme)
+        return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");
+    strata_tier_inject_io_errors(rt->nvme, n, errno_value);
+    return STRATA_OK;
+}

@@ -1,0 +1,99 @@
+/* Private state of the runtime, shared by runtime.c (registry, routing,
+ * step) and async.c (workers, coherence, tiers). */
+#ifndef STRATA_RUNTIME_INTERNAL_H
+#define STRATA_RUNTIME_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "strata/strata.h"
+#include "strata/workers.h"
+
+typedef struct rt_param {
+    char *name;
+    int ndim;
+    int64_t shape[STRATA_MAX_DIMS];
+    int64_t rows, cols; /* matrix view: (shape[0], prod(shape[1:])) */
+    size_t numel;
+    int layer;
+    strata_role role;
+    strata_optimizer requested;
+    strata_optimizer routed;
+    float *data, *grad;
+    float *adam_m, *adam_v; /* AdamW moments (one device allocation, 2*numel) */
+    strata_shampoo_state *shampoo;
+    strata_muon_state *muon;
+    int first_block;        /* async: index of its first block in rt->blocks */
+} rt_param;
+
+struct strata_runtime;
+
+/* A root job: the inverse roots of one block from one snapshot (slot). */
+typedef struct root_job {
+    strata_job job;
+    struct strata_runtime *rt;
+    int block, slot;
+} root_job;
+
+typedef struct async_slot {
+    float *buf;      /* host placement: snapshot [L | R], then the roots in place */
+    void *nvme;      /* nvme placement: extent holding snapshot, then roots */
+    strata_io io, io_r; /* nvme placement: the snapshot writes of L and R */
+    bool failed[2];  /* the root of L / R failed; set by the worker */
+    root_job job;
+} async_slot;
+
+typedef struct async_block {
+    rt_param *p;
+    int b;           /* block index within p's Shampoo state */
+    int rows, cols;
+    size_t floats;   /* rows^2 + cols^2 */
+    size_t r_offset; /* byte offset of R in an nvme extent (4 KiB aligned) */
+    size_t nvme_bytes;
+    bool on_nvme;
+    async_slot *slots;
+    int installed_slot; /* mirrors the registry, for failure fix-ups */
+    /* nvme placement: the installed root lives in resident[cur]. */
+    float *resident[2];
+    int cur;
+    bool have_root[2];
+    strata_io io;       /* prefetch of a root into resident[1 - cur] */
+    bool io_pending;
+    int64_t io_version;
+} async_block;
+
+struct strata_runtime {
+    strata_config cfg;
+    char *nvme_dir;
+    strata_backend *be;
+    rt_param *params;
+    int n_params, cap_params;
+    bool committed;
+    int max_layer;
+    int64_t t; /* steps taken */
+    float lr_scale;
+    unsigned char *layer_reduced; /* per layer: backward hook seen since the last step */
+    bool warned_missing_hook;
+    strata_stats stats;
+    /* async */
+    strata_worker_pool *pool;
+    strata_coh_registry *coh;
+    strata_coh_config coh_cfg;
+    strata_tier *host, *nvme;
+    async_block *blocks;
+    int n_blocks, n_slots;
+    float **worker_scratch; /* per worker, nvme jobs: max block floats */
+    size_t scratch_floats;
+    _Atomic int64_t root_refreshes, root_failures;
+    _Atomic uint64_t d2h_bytes;
+    _Atomic int64_t io_errors;
+};
+
+/* async.c */
+strata_status rt_async_commit(struct strata_runtime *rt);
+void rt_async_destroy(struct strata_runtime *rt);
+strata_status rt_async_prefetch(struct strata_runtime *rt, int layer);
+strata_status rt_async_shampoo_step(struct strata_runtime *rt, rt_param *p, int64_t t,
+                                    strata_optim_counters *cnt);
+void rt_async_stats(struct strata_runtime *rt, strata_stats *s);
+
+#endif
