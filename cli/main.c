@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "strata/strata.h"
 #include "trainer.h"
@@ -61,6 +62,18 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --muon-scale shape|adamw    sqrt(max(1,m/n)) or 0.2*sqrt(max(m,n)) (default shape)\n"
             "  --ns-steps N                Newton-Schulz iterations (default %d)\n"
             "\n"
+            "asynchronous second-order state (shampoo):\n"
+            "  --async                     inverse roots on CPU worker threads\n"
+            "  --staleness S               steps a root may lag its due point (default 1);\n"
+            "                              staleness stays <= precondition-frequency - 1 + S\n"
+            "  --workers K                 worker threads (default: cores - 1)\n"
+            "  --install-mode fixed|eager  fixed: reproducible (default); eager: fresher\n"
+            "  --tiers LIST                device,host (default) | device,host,nvme (spill to nvme\n"
+            "                              past --host-budget-mib) | device,nvme (roots on nvme)\n"
+            "  --nvme-dir DIR              nvme tier directory (default runs/nvme)\n"
+            "  --host-budget-mib N         host tier budget (default unlimited)\n"
+            "  --pin-workers               pin workers to the last cores (hwloc)\n"
+            "\n"
             "output:\n"
             "  --eval-every N              steps between validation losses (default %d; 0 = end)\n"
             "  --eval-batches N            batches per validation (default %d)\n"
@@ -114,6 +127,8 @@ enum {
     OPT_SEED, OPT_FREQ, OPT_START, OPT_MAXDIM, OPT_BETA2, OPT_EPS, OPT_GRAFT, OPT_MOMENTUM,
     OPT_MUON_MOM, OPT_MUON_SCALE, OPT_NS, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_METRICS,
     OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
+    OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
+    OPT_PIN,
 };
 
 static int cmd_train(int argc, char **argv)
@@ -156,10 +171,18 @@ static int cmd_train(int argc, char **argv)
         {"quiet", no_argument, 0, OPT_QUIET},
         {"memory-limit-mib", required_argument, 0, OPT_MEMLIMIT},
         {"help", no_argument, 0, OPT_HELP},
+        {"async", no_argument, 0, OPT_ASYNC},
+        {"staleness", required_argument, 0, OPT_STALENESS},
+        {"workers", required_argument, 0, OPT_WORKERS},
+        {"install-mode", required_argument, 0, OPT_INSTALL},
+        {"tiers", required_argument, 0, OPT_TIERS},
+        {"nvme-dir", required_argument, 0, OPT_NVME_DIR},
+        {"host-budget-mib", required_argument, 0, OPT_HOST_BUDGET},
+        {"pin-workers", no_argument, 0, OPT_PIN},
         {0, 0, 0, 0},
     };
     float lr = -1.0f, wd = -1.0f, f;
-    int v, seq_set = 0;
+    int v, seq_set = 0, nvme_wanted = 0;
     opterr = 0;
     optind = 1;
     int c;
@@ -240,6 +263,41 @@ static int cmd_train(int argc, char **argv)
             rc = parse_int("--memory-limit-mib", optarg, 1, INT_MAX, &v);
             o.memory_limit = (size_t)v << 20;
             break;
+        case OPT_ASYNC: o.strata.async = true; break;
+        case OPT_STALENESS: rc = parse_int("--staleness", optarg, 0, 1000000, &o.strata.staleness); break;
+        case OPT_WORKERS: rc = parse_int("--workers", optarg, 1, 1024, &o.strata.workers); break;
+        case OPT_INSTALL:
+            if (strcmp(optarg, "fixed") == 0)
+                o.strata.install_mode = STRATA_COH_FIXED;
+            else if (strcmp(optarg, "eager") == 0)
+                o.strata.install_mode = STRATA_COH_EAGER;
+            else {
+                fprintf(stderr, "strata train: --install-mode expects fixed or eager, got '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case OPT_TIERS:
+            if (strcmp(optarg, "device,host") == 0) {
+                o.strata.roots_tier = STRATA_TIER_HOST;
+                nvme_wanted = 0;
+            } else if (strcmp(optarg, "device,host,nvme") == 0) {
+                o.strata.roots_tier = STRATA_TIER_HOST;
+                nvme_wanted = 1;
+            } else if (strcmp(optarg, "device,nvme") == 0) {
+                o.strata.roots_tier = STRATA_TIER_NVME;
+                nvme_wanted = 1;
+            } else {
+                fprintf(stderr, "strata train: --tiers expects device,host | device,host,nvme | "
+                                "device,nvme, got '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case OPT_NVME_DIR: o.strata.nvme_dir = optarg; break;
+        case OPT_HOST_BUDGET:
+            rc = parse_int("--host-budget-mib", optarg, 1, INT_MAX, &v);
+            o.strata.host_budget = (size_t)v << 20;
+            break;
+        case OPT_PIN: o.strata.pin_workers = true; break;
         case 'h':
         case OPT_HELP: {
             gpt_train_options d;
@@ -260,6 +318,18 @@ static int cmd_train(int argc, char **argv)
                 argv[optind]);
         return 2;
     }
+    if (nvme_wanted && !o.strata.nvme_dir)
+        o.strata.nvme_dir = "runs/nvme";
+    if (!nvme_wanted)
+        o.strata.nvme_dir = NULL;
+    if (nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "strata train: cannot create runs/: %s\n", strerror(errno));
+        return 1;
+    }
+    if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||
+         o.strata.install_mode != STRATA_COH_FIXED) && !o.strata.async)
+        fprintf(stderr, "strata train: note: --staleness/--workers/--tiers/--install-mode take "
+                        "effect with --async\n");
     if (seq_set || o.model.max_seq < o.seq_len)
         o.model.max_seq = o.seq_len;
     if (lr >= 0.0f) {

@@ -183,36 +183,6 @@ strata_status rt_async_commit(strata_runtime *rt)
             blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
             if (!blk->slots)
                 return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
-            /* Placement: host unless asked for nvme or the host budget is spent. */
-            bool want_nvme = rt->cfg.roots_tier == STRATA_TIER_NVME;
-            if (!want_nvme) {
-                for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
-                    st = strata_tier_alloc(rt->host, blk->floats * sizeof(float),
-                                           (void **)&blk->slots[k].buf);
-                if (st == STRATA_ERR_NOMEM && rt->nvme) {
-                    for (int k = 0; k < rt->n_slots; k++) {
-                        strata_tier_free(rt->host, blk->slots[k].buf, blk->floats * sizeof(float));
-                        blk->slots[k].buf = NULL;
-                    }
-                    want_nvme = true;
-                    st = STRATA_OK;
-                    strata_log(rt, STRATA_LOG_INFO, "tiers",
-                               "host budget spent: roots of %s block %d go to nvme", p->name, b);
-                }
-                if (st != STRATA_OK)
-                    return st;
-            }
-            if (want_nvme) {
-                blk->on_nvme = true;
-                for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
-                    st = strata_tier_alloc(rt->nvme, blk->nvme_bytes, &blk->slots[k].nvme);
-                for (int r = 0; r < 2 && st == STRATA_OK; r++)
-                    st = strata_tier_alloc(rt->host, blk->floats * sizeof(float),
-                                           (void **)&blk->resident[r]);
-                if (st != STRATA_OK)
-                    return st;
-                rt->stats.blocks_on_nvme++;
-            }
             for (int k = 0; k < rt->n_slots; k++) {
                 root_job *job = &blk->slots[k].job;
                 job->rt = rt;
@@ -229,6 +199,58 @@ strata_status rt_async_commit(strata_runtime *rt)
     strata_worker_config_default(&wc);
     if (rt->cfg.workers > 0)
         wc.n_workers = rt->cfg.workers;
+
+    /* Placement (Asteria's asymmetric policy): roots in the host tier; when
+     * the host budget cannot hold a block's K slots, that block's slots go
+     * to the nvme tier and the host keeps only its two resident buffers (and
+     * the workers a scratch buffer each). Decided up front so that the
+     * blocks placed later still find room for their resident buffers. */
+    const size_t page = 4096;
+    size_t nvme_need = 0; /* host bytes if every remaining block went to nvme */
+    for (int g = 0; g < n_blocks; g++)
+        nvme_need += 2 * align4k(rt->blocks[g].floats * sizeof(float));
+    const size_t scratch = (size_t)wc.n_workers * align4k(max_floats * sizeof(float));
+    const size_t budget = rt->cfg.host_budget;
+    size_t planned = 0;
+    bool any_nvme = false;
+    for (int g = 0; g < n_blocks; g++) {
+        async_block *blk = &rt->blocks[g];
+        const size_t one = align4k(blk->floats * sizeof(float));
+        nvme_need -= 2 * one;
+        bool host_ok = rt->cfg.roots_tier == STRATA_TIER_HOST &&
+                       (budget == 0 || !rt->nvme ||
+                        planned + (size_t)rt->n_slots * one + nvme_need +
+                                (any_nvme || nvme_need ? scratch : 0) <= budget);
+        blk->on_nvme = !host_ok;
+        if (blk->on_nvme && !rt->nvme)
+            return strata_error(STRATA_ERR_INVALID_ARG, "async: roots on nvme need an nvme tier");
+        planned += blk->on_nvme ? 2 * one : (size_t)rt->n_slots * one;
+        any_nvme |= blk->on_nvme;
+    }
+    if (any_nvme)
+        planned += scratch;
+    if (budget && planned > budget)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB even with every spillable block on nvme",
+                            budget / 1048576.0, planned / 1048576.0);
+    (void)page;
+    for (int g = 0; g < n_blocks && st == STRATA_OK; g++) {
+        async_block *blk = &rt->blocks[g];
+        const size_t bytes = blk->floats * sizeof(float);
+        if (!blk->on_nvme) {
+            for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
+                st = strata_tier_alloc(rt->host, bytes, (void **)&blk->slots[k].buf);
+        } else {
+            for (int k = 0; k < rt->n_slots && st == STRATA_OK; k++)
+                st = strata_tier_alloc(rt->nvme, blk->nvme_bytes, &blk->slots[k].nvme);
+            for (int r = 0; r < 2 && st == STRATA_OK; r++)
+                st = strata_tier_alloc(rt->host, bytes, (void **)&blk->resident[r]);
+            rt->stats.blocks_on_nvme++;
+        }
+    }
+    if (st != STRATA_OK)
+        return st;
     wc.pin = rt->cfg.pin_workers;
     wc.max_delay_us = rt->cfg.worker_delay_us;
     wc.delay_seed = 12345;

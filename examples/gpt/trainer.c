@@ -296,10 +296,11 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                 "strata train: %s | data %s (%zu files, %zu train / %zu val bytes)\n"
                 "model: %d layers, d_model %d, %d heads, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
-                "unigram baseline: %.4f nats/byte (val)\n",
+                "unigram baseline: %.4f nats/byte (val)%s\n",
                 strata_optimizer_name(mopt), o.data_path, data.n_files, data.n_train, data.n_val,
                 o.model.n_layer, o.model.d_model, o.model.n_head, T, B, gpt_num_params(model),
-                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, res->unigram_val_loss);
+                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, res->unigram_val_loss,
+                o.strata.async && mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots" : "");
         fflush(out);
     }
     if (metrics) {
@@ -389,6 +390,23 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             json_add_double(j, "lr_scale", lrs);
             json_add_double(j, "grad_norm", s.grad_norm);
             json_add_double(j, "wall_s", loop_seconds);
+            json_object_object_add(j, "device_bytes", json_object_new_int64((int64_t)s.device_bytes));
+            if (o.strata.async) {
+                json_add_double(j, "wait_ms", 1e3 * s.last_wait_seconds);
+                json_object_object_add(j, "waits", json_object_new_int64(s.coh_waits));
+                json_object_object_add(j, "installs", json_object_new_int64(s.coh_installs));
+                json_object_object_add(j, "max_staleness", json_object_new_int64(s.max_staleness));
+                json_object_object_add(j, "dropped", json_object_new_int64(s.coh_dropped));
+                json_object_object_add(j, "host_bytes", json_object_new_int64((int64_t)s.host_bytes));
+                json_object_object_add(j, "nvme_bytes", json_object_new_int64((int64_t)s.nvme_bytes));
+                json_object_object_add(j, "bytes_device_to_host",
+                                       json_object_new_int64((int64_t)s.bytes_device_to_host));
+                json_object_object_add(j, "nvme_bytes_written",
+                                       json_object_new_int64((int64_t)s.nvme_bytes_written));
+                json_object_object_add(j, "nvme_bytes_read",
+                                       json_object_new_int64((int64_t)s.nvme_bytes_read));
+                json_object_object_add(j, "io_errors", json_object_new_int64(s.io_errors));
+            }
             if (do_eval)
                 json_add_double(j, "val_loss", val_loss);
             write_json_line(metrics, j);
@@ -433,6 +451,17 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                     res->opt_ms_max, res->tokens_per_second,
                     (long long)res->stats.root_refreshes, (long long)res->stats.root_failures,
                     res->stats.device_bytes / 1048576.0);
+        if (f && o.strata.async)
+            fprintf(f,
+                    "async: S=%d %s | %lld waits (%.2f s) | max staleness %lld (bound %d) | "
+                    "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
+                    o.strata.staleness,
+                    o.strata.install_mode == STRATA_COH_FIXED ? "fixed" : "eager",
+                    (long long)res->stats.coh_waits, res->stats.coh_wait_seconds,
+                    (long long)res->stats.max_staleness,
+                    o.strata.shampoo.precondition_frequency - 1 + o.strata.staleness,
+                    (long long)res->stats.coh_installs, (long long)res->stats.coh_dropped,
+                    res->stats.host_bytes_peak / 1048576.0, res->stats.nvme_bytes_peak / 1048576.0);
     }
     if (metrics) {
         json_object *j = json_object_new_object();
@@ -453,6 +482,18 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         json_object_object_add(j, "root_failures", json_object_new_int64(res->stats.root_failures));
         json_object_object_add(j, "device_bytes",
                                json_object_new_int64((int64_t)res->stats.device_bytes));
+        json_object_object_add(j, "async", json_object_new_boolean(o.strata.async));
+        if (o.strata.async) {
+            json_object_object_add(j, "staleness", json_object_new_int(o.strata.staleness));
+            json_object_object_add(j, "waits", json_object_new_int64(res->stats.coh_waits));
+            json_add_double(j, "wait_s", res->stats.coh_wait_seconds);
+            json_object_object_add(j, "max_staleness",
+                                   json_object_new_int64(res->stats.max_staleness));
+            json_object_object_add(j, "host_bytes_peak",
+                                   json_object_new_int64((int64_t)res->stats.host_bytes_peak));
+            json_object_object_add(j, "nvme_bytes_peak",
+                                   json_object_new_int64((int64_t)res->stats.nvme_bytes_peak));
+        }
         write_json_line(metrics, j);
     }
     st = STRATA_OK;
