@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "strata/strata.h"
+#include "sweep.h"
 #include "trainer.h"
 
 static void usage_main(FILE *f)
@@ -15,8 +16,9 @@ static void usage_main(FILE *f)
     fputs("usage: strata <command> [options]\n"
           "\n"
           "commands:\n"
-          "  train    train the example byte-level GPT through the strata runtime\n"
-          "  help     show this help (or `strata train --help`)\n",
+          "  train            train the example byte-level GPT through the strata runtime\n"
+          "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
+          "  help             show this help (or `strata train --help`)\n",
           f);
 }
 
@@ -99,7 +101,7 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, int *out
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "strata train: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo,
+        fprintf(stderr, "strata: %s expects an integer in [%ld, %ld], got '%s'\n", flag, lo,
                 hi, s);
         return -1;
     }
@@ -113,7 +115,7 @@ static int parse_float(const char *flag, const char *s, double lo, double hi, fl
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "strata train: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi,
+        fprintf(stderr, "strata: %s expects a number in [%g, %g], got '%s'\n", flag, lo, hi,
                 s);
         return -1;
     }
@@ -128,10 +130,19 @@ enum {
     OPT_MUON_MOM, OPT_MUON_SCALE, OPT_NS, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_METRICS,
     OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
     OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
-    OPT_PIN,
+    OPT_PIN, OPT_VALUES, OPT_OUT,
 };
 
-static int cmd_train(int argc, char **argv)
+typedef struct sweep_opts {
+    int values[32];
+    int n_values;
+    const char *out_dir;
+} sweep_opts;
+
+/* Parse the training flags (shared by train and sweep-staleness) into *out.
+ * Returns 0 to go on, 2 for a usage error (already reported), 100 when help
+ * was printed. `sw` is NULL for `train` (then the sweep flags are refused). */
+static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts *sw)
 {
     gpt_train_options o;
     gpt_train_options_default(&o);
@@ -179,6 +190,8 @@ static int cmd_train(int argc, char **argv)
         {"nvme-dir", required_argument, 0, OPT_NVME_DIR},
         {"host-budget-mib", required_argument, 0, OPT_HOST_BUDGET},
         {"pin-workers", no_argument, 0, OPT_PIN},
+        {"values", required_argument, 0, OPT_VALUES},
+        {"out", required_argument, 0, OPT_OUT},
         {0, 0, 0, 0},
     };
     float lr = -1.0f, wd = -1.0f, f;
@@ -201,7 +214,7 @@ static int cmd_train(int argc, char **argv)
         case OPT_BATCH: rc = parse_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
         case OPT_OPTIMIZER:
             if (strata_optimizer_parse(optarg, &o.strata.matrix_optimizer) != STRATA_OK) {
-                fprintf(stderr, "strata train: %s\n", strata_last_error());
+                fprintf(stderr, "strata: %s\n", strata_last_error());
                 rc = -1;
             }
             break;
@@ -235,7 +248,7 @@ static int cmd_train(int argc, char **argv)
             else if (strcmp(optarg, "none") == 0)
                 o.strata.shampoo.grafting = STRATA_GRAFT_NONE;
             else {
-                fprintf(stderr, "strata train: --grafting expects adam, adagrad or none, got '%s'\n", optarg);
+                fprintf(stderr, "strata: --grafting expects adam, adagrad or none, got '%s'\n", optarg);
                 rc = -1;
             }
             break;
@@ -247,7 +260,7 @@ static int cmd_train(int argc, char **argv)
             else if (strcmp(optarg, "adamw") == 0)
                 o.strata.muon.scale = STRATA_MUON_SCALE_ADAMW_RMS;
             else {
-                fprintf(stderr, "strata train: --muon-scale expects shape or adamw, got '%s'\n", optarg);
+                fprintf(stderr, "strata: --muon-scale expects shape or adamw, got '%s'\n", optarg);
                 rc = -1;
             }
             break;
@@ -272,7 +285,7 @@ static int cmd_train(int argc, char **argv)
             else if (strcmp(optarg, "eager") == 0)
                 o.strata.install_mode = STRATA_COH_EAGER;
             else {
-                fprintf(stderr, "strata train: --install-mode expects fixed or eager, got '%s'\n", optarg);
+                fprintf(stderr, "strata: --install-mode expects fixed or eager, got '%s'\n", optarg);
                 rc = -1;
             }
             break;
@@ -287,7 +300,7 @@ static int cmd_train(int argc, char **argv)
                 o.strata.roots_tier = STRATA_TIER_NVME;
                 nvme_wanted = 1;
             } else {
-                fprintf(stderr, "strata train: --tiers expects device,host | device,host,nvme | "
+                fprintf(stderr, "strata: --tiers expects device,host | device,host,nvme | "
                                 "device,nvme, got '%s'\n", optarg);
                 rc = -1;
             }
@@ -298,15 +311,46 @@ static int cmd_train(int argc, char **argv)
             o.strata.host_budget = (size_t)v << 20;
             break;
         case OPT_PIN: o.strata.pin_workers = true; break;
+        case OPT_VALUES:
+        case OPT_OUT:
+            if (!sw) {
+                fprintf(stderr, "strata: --values and --out belong to sweep-staleness\n");
+                return 2;
+            }
+            if (c == OPT_OUT) {
+                sw->out_dir = optarg;
+                break;
+            }
+            sw->n_values = 0;
+            for (char *tok = optarg, *end; *tok; tok = *end ? end + 1 : end) {
+                long val = strtol(tok, &end, 10);
+                if (end == tok || (*end && *end != ',') || val < 0 || val > 100000 ||
+                    sw->n_values == 32) {
+                    fprintf(stderr, "strata: --values expects up to 32 comma-separated "
+                                    "staleness budgets >= 0, got '%s'\n", optarg);
+                    return 2;
+                }
+                sw->values[sw->n_values++] = (int)val;
+            }
+            break;
         case 'h':
         case OPT_HELP: {
             gpt_train_options d;
             gpt_train_options_default(&d);
+            if (sw)
+                fputs("usage: strata sweep-staleness [--values 0,1,2,5,10] [--out DIR] [train "
+                      "options]\n\n"
+                      "Train the GPT with synchronous Shampoo and with asynchronous Shampoo at\n"
+                      "each staleness budget S (same model, data, seed and steps), then write\n"
+                      "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
+                      "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
+                      "Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.\n\n",
+                      stdout);
             usage_train(stdout, &d);
-            return 0;
+            return 100;
         }
         default:
-            fprintf(stderr, "strata train: unknown or incomplete option '%s' (see strata train --help)\n",
+            fprintf(stderr, "strata: unknown or incomplete option '%s' (see strata train --help)\n",
                     argv[optind - 1]);
             return 2;
         }
@@ -314,8 +358,7 @@ static int cmd_train(int argc, char **argv)
             return 2;
     }
     if (optind < argc) {
-        fprintf(stderr, "strata train: unexpected argument '%s' (see strata train --help)\n",
-                argv[optind]);
+        fprintf(stderr, "strata: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
     if (nvme_wanted && !o.strata.nvme_dir)
@@ -323,12 +366,12 @@ static int cmd_train(int argc, char **argv)
     if (!nvme_wanted)
         o.strata.nvme_dir = NULL;
     if (nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "strata train: cannot create runs/: %s\n", strerror(errno));
-        return 1;
+        fprintf(stderr, "strata: cannot create runs/: %s\n", strerror(errno));
+        return 2;
     }
     if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||
          o.strata.install_mode != STRATA_COH_FIXED) && !o.strata.async)
-        fprintf(stderr, "strata train: note: --staleness/--workers/--tiers/--install-mode take "
+        fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
                         "effect with --async\n");
     if (seq_set || o.model.max_seq < o.seq_len)
         o.model.max_seq = o.seq_len;
@@ -344,12 +387,40 @@ static int cmd_train(int argc, char **argv)
         if (o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW)
             o.strata.adamw.weight_decay = wd;
     }
+    *out = o;
+    return 0;
+}
 
+static int cmd_train(int argc, char **argv)
+{
+    gpt_train_options o;
+    int rc = parse_train(argc, argv, &o, NULL);
+    if (rc)
+        return rc == 100 ? 0 : rc;
     gpt_train_result r;
     strata_status st = gpt_train(&o, stdout, &r);
     if (st != STRATA_OK) {
         fflush(stdout);
-        fprintf(stderr, "strata train: %s: %s\n", strata_status_str(st), strata_last_error());
+        fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_sweep(int argc, char **argv)
+{
+    gpt_train_options o;
+    sweep_opts sw = {.values = {0, 1, 2, 5, 10}, .n_values = 5, .out_dir = "runs/sweep"};
+    int rc = parse_train(argc, argv, &o, &sw);
+    if (rc)
+        return rc == 100 ? 0 : rc;
+    strata_sweep_options so = {.train = o, .values = sw.values, .n_values = sw.n_values,
+                               .out_dir = sw.out_dir};
+    strata_status st = strata_sweep_staleness(&so, stdout);
+    if (st != STRATA_OK) {
+        fflush(stdout);
+        fprintf(stderr, "strata sweep-staleness: %s: %s\n", strata_status_str(st),
+                strata_last_error());
         return 1;
     }
     return 0;
@@ -363,6 +434,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "train") == 0)
         return cmd_train(argc - 1, argv + 1);
+    if (strcmp(argv[1], "sweep-staleness") == 0)
+        return cmd_sweep(argc - 1, argv + 1);
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage_main(stdout);
