@@ -7,7 +7,8 @@ BUILD=${1:-build}
 shift || true
 
 PKGS=(build-essential meson ninja-build pkg-config python3 python3-pip
-      libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev fortunes
+      libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev liburing-dev
+      libhwloc-dev fortunes fio
       gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,142 @@
+/* Benchmark: strata's nvme tier (io_uring, registered buffers, O_DIRECT)
+ * against fio on the same directory with the same block size and queue
+ * depth, in one run. Prints sequential write and read throughput of both
+ * and the ratio (target >= 0.9).
+ *
+ * usage: bench_nvme [dir (default runs/nvme-bench)] [MiB (default 256)]
+ *                   [block KiB (default 1024)] [queue depth (default 16)]
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "strata/tiers.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run fio and return its bandwidth in bytes/s (0 on failure). */
+static double fio_bw(const char *dir, const char *rw, size_t mib, size_t bs_kib, int qd)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "fio --name=strata-bench --directory='%s' --filename=fio-bench.bin --rw=%s "
+             "--bs=%zuk --size=%zuM --iodepth=%d --ioengine=io_uring --direct=1 --fixedbufs "
+             "--thread --output-format=json 2>/dev/null",
+             dir, rw, bs_kib, mib, qd);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return 0;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb)
+                break;
+            buf = nb;
+        }
+    }
+    int rc = pclose(p);
+    double bw = 0;
+    if (buf && rc == 0) {
+        buf[n] = '\0';
+        json_object *j = json_tokener_parse(buf), *jobs, *job, *dirobj, *b;
+        if (j && json_object_object_get_ex(j, "jobs", &jobs) && (job = json_object_array_get_idx(jobs, 0)) &&
+            json_object_object_get_ex(job, strcmp(rw, "write") == 0 ? "write" : "read", &dirobj) &&
+            json_object_object_get_ex(dirobj, "bw_bytes", &b))
+            bw = json_object_get_double(b);
+        json_object_put(j);
+    }
+    free(buf);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fio-bench.bin", dir);
+    if (strcmp(rw, "read") == 0)
+        unlink(path);
+    return bw;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc > 1 ? argv[1] : "runs/nvme-bench";
+    size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
+    size_t bs_kib = argc > 3 ? (size_t)atol(argv[3]) : 1024;
+    int qd = argc > 4 ? atoi(argv[4]) : 16;
+    if (mib == 0 || bs_kib == 0 || bs_kib % 4 || qd < 8) {
+        fprintf(stderr, "usage: bench_nvme [dir] [MiB] [block KiB, multiple of 4] [qd >= 8]\n");
+        return 2;
+    }
+    mkdir("runs", 0755);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_nvme: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = dir;
+    c.queue_depth = qd;
+    c.chunk_bytes = bs_kib * 1024;
+    strata_tier *t;
+    strata_status st = strata_tier_nvme_create(&c, &t);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
+        return 1;
+    }
+    const size_t bytes = mib << 20;
+    unsigned char *buf = aligned_alloc(4096, bytes), *back = aligned_alloc(4096, bytes);
+    if (!buf || !back) {
+        fprintf(stderr, "bench_nvme: cannot allocate %zu MiB twice\n", mib);
+        return 1;
+    }
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = (unsigned char)(i * 2654435761u >> 13);
+    memset(back, 0, bytes); /* fault the pages in now, not inside the timed read */
+    void *h;
+    if (strata_tier_alloc(t, bytes, &h) != STRATA_OK) {
+        fprintf(stderr, "bench_nvme: %s\n", strata_last_error());
+        return 1;
+    }
+
+    double fio_w = fio_bw(dir, "write", mib, bs_kib, qd);
+    double t0 = now_seconds();
+    st = strata_tier_write(t, h, 0, buf, bytes);
+    double t1 = now_seconds();
+    double fio_r = fio_bw(dir, "read", mib, bs_kib, qd);
+    double t2 = now_seconds();
+    if (st == STRATA_OK)
+        st = strata_tier_read(t, h, 0, back, bytes);
+    double t3 = now_seconds();
+    if (st != STRATA_OK) {
+        fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
+        return 1;
+    }
+    const int exact = memcmp(buf, back, bytes) == 0;
+    const double sw = bytes / (t1 - t0), sr = bytes / (t3 - t2);
+    printf("nvme tier vs fio: %s, %zu MiB, block %zu KiB, queue depth %d, O_DIRECT, io_uring\n",
+           dir, mib, bs_kib, qd);
+    printf("%-8s %14s %14s %8s\n", "", "strata MiB/s", "fio MiB/s", "ratio");
+    if (fio_w > 0 && fio_r > 0) {
+        printf("%-8s %14.1f %14.1f %8.3f\n", "write", sw / 1048576, fio_w / 1048576, sw / fio_w);
+        printf("%-8s %14.1f %14.1f %8.3f\n", "read", sr / 1048576, fio_r / 1048576, sr / fio_r);
+    } else {
+        printf("%-8s %14.1f %14s\n%-8s %14.1f %14s\n(fio failed or is not installed)\n", "write",
+               sw / 1048576, "-", "read", sr / 1048576, "-");
+    }
+    printf("round trip bit-exact: %s\n", exact ? "yes" : "NO");
+    strata_tier_free(t, h, bytes);
+    strata_tier_destroy(t);
+    free(buf);
+    free(back);
+    return exact ? 0 : 1;
+}
