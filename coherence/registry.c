@@ -72,8 +72,7 @@ bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t)
     return t >= cfg->start && (t - cfg->start) % cfg->precondition_frequency == 0;
 }
 
-/* Latest refresh point <= t - S, or -1 when there is none yet. */
-static int64_t due_version(const strata_coh_config *cfg, int64_t t)
+int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t)
 {
     int64_t limit = t - cfg->staleness;
     if (limit < cfg->start)
@@ -246,7 +245,7 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
     if (!reg || !slot || !version || b < 0 || b >= reg->n_blocks)
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_acquire: bad block %d", b);
     coh_block *blk = &reg->blocks[b];
-    const int64_t due = due_version(&reg->cfg, t);
+    const int64_t due = strata_coh_due_version(&reg->cfg, t);
     bool changed = false;
     strata_status st = STRATA_OK;
     pthread_mutex_lock(&reg->mu);
@@ -309,6 +308,16 @@ out:
         *installed_now = changed;
     pthread_mutex_unlock(&reg->mu);
     return st;
+}
+
+int strata_coh_find(strata_coh_registry *reg, int b, int64_t version, strata_coh_slot_state *state)
+{
+    pthread_mutex_lock(&reg->mu);
+    int k = find_version(reg, b, version);
+    if (state)
+        *state = k >= 0 ? slot_at(reg, b, k)->state : STRATA_SLOT_FREE;
+    pthread_mutex_unlock(&reg->mu);
+    return k;
 }
 
 strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,

@@ -147,6 +147,7 @@ static void *completion_main(void *arg)
         io_uring_cqe_seen(&n->ring, cqe);
         if (!c)
             break; /* shutdown NOP */
+        TIER_HANDOFF_ACQUIRE(c);
         int inj = atomic_load(&n->inject_n);
         while (inj > 0 && !atomic_compare_exchange_weak(&n->inject_n, &inj, inj - 1))
             ;
@@ -225,6 +226,7 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
             io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, base + done, buf);
         }
         io_uring_sqe_set_data(sqe, c);
+        TIER_HANDOFF_RELEASE(c);
         int rc = io_uring_submit(&n->ring);
         if (rc < 0) {
             /* This chunk and the rest never reach the kernel: account them. */
