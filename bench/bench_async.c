@@ -14,6 +14,7 @@
  *
  * usage: bench_async [steps (default 300)] [corpus]
  */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -66,6 +67,7 @@ int main(int argc, char **argv)
     }
     printf("default GPT, %d steps, precondition frequency 10, training on 1 thread, 1 worker\n\n",
            steps);
+    printf("OpenBLAS core: %s\n", openblas_get_corename());
     printf("%-18s %8s %8s %8s %8s %8s %9s %12s\n", "variant", "p50 ms", "p99 ms", "max ms",
            "mean ms", "max/p50", "val loss", "device MiB");
     for (int i = 0; i < nv; i++) {
