@@ -1,0 +1,199 @@
+/* bench_inv_root — strata's float64 inverse root against LAPACKE_dsyevd alone,
+ * measured side by side in one run (issue 3: target <= 1.2x).
+ *
+ * For n in {128, 256, 512, 1024}, on one Shampoo-like factor A = G G^T / k
+ * (G n x k Gaussian, k = n, float32, exactly symmetric):
+ *   dsyevd     LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', ...) on a float64
+ *              copy of A with a preallocated workspace (the copy is not timed);
+ *   strata     strata_inv_root(n, A, 1e-12, 4, ...): float32 in, float32 root
+ *              out, everything included (conversion and symmetrization,
+ *              dsyevd, the orthogonality check (probe, the default), eigenvalue
+ *              floor and power, the DSYRK that forms the root, checks, output);
+ *   strata+full  the same with STRATA_ORTHO_FULL (exact ||V^T V - I||_max,
+ *              one more n^3 DSYRK);
+ *   row-major  LAPACKE_dsyevd_work(LAPACK_ROW_MAJOR, ...), what a row-major
+ *              caller pays (LAPACKE transposes in and out), for reference.
+ * Runs are interleaved (one of each per round) and the median is reported.
+ * OpenBLAS's core and thread count are printed: 0.3.21 on this machine detects
+ * "Prescott" (generic SSE3 kernels) unless OPENBLAS_CORETYPE is set.
+ *
+ * Usage: bench_inv_root [--threads N] [--quick]
+ *   --threads N   openblas_set_num_threads(N) (default: OpenBLAS's default)
+ *   --quick       n in {128, 256} only, fewer rounds (a smoke test)
+ * Exit status 0 (the ratio is reported, not enforced), 1 on a failed call. */
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "strata/optim.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static uint64_t rng_state = 0x1234567ull;
+
+static double gauss(void)
+{
+    /* xorshift64* + Box-Muller: a fixed, portable problem. */
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        u[i] = ((double)((rng_state * 2685821657736338717ull) >> 11) + 1.0) * 0x1.0p-53;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+enum { DSYEVD, STRATA, STRATA_FULL, ROWMAJOR, NKIND };
+
+int main(int argc, char **argv)
+{
+    int threads = 0;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else {
+            fprintf(stderr, "usage: %s [--threads N] [--quick]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    printf("bench_inv_root: OpenBLAS %s, core %s, %d thread(s)%s\n", openblas_get_config(),
+           openblas_get_corename(), openblas_get_num_threads(),
+           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE set)" : "");
+    printf("matrix: A = G G^T / n, G n x n Gaussian, float32; median of interleaved rounds\n");
+    printf("%6s %6s %11s %11s %7s %13s %7s %12s %11s %11s\n", "n", "rounds", "dsyevd_ms",
+           "strata_ms", "ratio", "strata+full", "ratio", "rowmajor_ms", "ortho_err",
+           "target<=1.2");
+
+    const int sizes[] = {128, 256, 512, 1024};
+    const int rounds_for[] = {41, 21, 9, 5};
+    const int nsizes = quick ? 2 : 4;
+    int rc = 0;
+    for (int si = 0; si < nsizes; si++) {
+        const int n = sizes[si];
+        const int rounds = quick ? 5 : rounds_for[si];
+        const size_t nn = (size_t)n * n;
+        float *g = malloc(nn * sizeof(float)), *a = malloc(nn * sizeof(float)),
+              *out = malloc(nn * sizeof(float));
+        double *ad = malloc(nn * sizeof(double)), *v = malloc(nn * sizeof(double)),
+               *lam = malloc((size_t)n * sizeof(double));
+        const lapack_int lwork = 1 + 6 * n + 2 * n * n, liwork = 3 + 5 * n;
+        double *lw = malloc((size_t)lwork * sizeof(double));
+        lapack_int *liw = malloc((size_t)liwork * sizeof(lapack_int));
+        double *work = malloc(strata_inv_root_work_doubles(n) * sizeof(double));
+        int *iwork = malloc(strata_inv_root_work_ints(n) * sizeof(int));
+        double *t[NKIND];
+        for (int k = 0; k < NKIND; k++)
+            t[k] = malloc((size_t)rounds * sizeof(double));
+        if (!g || !a || !out || !ad || !v || !lam || !lw || !liw || !work || !iwork || !t[0] ||
+            !t[1] || !t[2] || !t[3]) {
+            fprintf(stderr, "bench_inv_root: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < nn; i++)
+            g[i] = (float)gauss();
+        cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, n, 1.0f / (float)n, g, n, 0.0f, a,
+                    n);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < i; j++)
+                a[(size_t)j * n + i] = a[(size_t)i * n + j];
+        for (size_t i = 0; i < nn; i++)
+            ad[i] = a[i];
+
+        strata_inv_root_opts full;
+        strata_inv_root_opts_default(&full);
+        full.eps = 1e-12;
+        full.ortho_check = STRATA_ORTHO_FULL;
+        strata_inv_root_opts probe = full;
+        probe.ortho_check = STRATA_ORTHO_PROBE;
+        strata_inv_root_info info_full = {0}, info_probe = {0};
+
+        for (int r = -1; r < rounds; r++) { /* round -1 warms up */
+            double t0, dt[NKIND];
+            memcpy(v, ad, nn * sizeof(double));
+            t0 = now_seconds();
+            lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lam, lw,
+                                                  lwork, liw, liwork);
+            dt[DSYEVD] = now_seconds() - t0;
+
+            t0 = now_seconds();
+            strata_status st = strata_inv_root(n, a, 1e-12, 4.0, out, work, iwork);
+            dt[STRATA] = now_seconds() - t0;
+
+            t0 = now_seconds();
+            strata_status st2 = strata_inv_root_ex(n, a, &full, out, work, iwork, &info_full);
+            dt[STRATA_FULL] = now_seconds() - t0;
+
+            memcpy(v, ad, nn * sizeof(double));
+            t0 = now_seconds();
+            lapack_int info2 = LAPACKE_dsyevd_work(LAPACK_ROW_MAJOR, 'V', 'L', n, v, n, lam, lw,
+                                                   lwork, liw, liwork);
+            dt[ROWMAJOR] = now_seconds() - t0;
+
+            if (info != 0 || info2 != 0 || st != STRATA_OK || st2 != STRATA_OK) {
+                fprintf(stderr, "bench_inv_root: n=%d failed (dsyevd info %d/%d, strata %s/%s: %s)\n",
+                        n, (int)info, (int)info2, strata_status_str(st), strata_status_str(st2),
+                        strata_last_error());
+                rc = 1;
+                break;
+            }
+            if (r >= 0)
+                for (int k = 0; k < NKIND; k++)
+                    t[k][r] = dt[k];
+        }
+        if (rc == 0) {
+            strata_inv_root_ex(n, a, &probe, out, work, iwork, &info_probe);
+            double m[NKIND];
+            for (int k = 0; k < NKIND; k++)
+                m[k] = median(t[k], rounds);
+            const double ratio = m[STRATA] / m[DSYEVD];
+            printf("%6d %6d %11.2f %11.2f %6.3fx %13.2f %6.3fx %12.2f %5.0e/%5.0e %11s\n", n,
+                   rounds, 1e3 * m[DSYEVD], 1e3 * m[STRATA], ratio, 1e3 * m[STRATA_FULL],
+                   m[STRATA_FULL] / m[DSYEVD], 1e3 * m[ROWMAJOR], info_probe.ortho_error,
+                   info_full.ortho_error, ratio <= 1.2 ? "met" : "MISSED");
+        }
+        for (int k = 0; k < NKIND; k++)
+            free(t[k]);
+        free(iwork);
+        free(work);
+        free(liw);
+        free(lw);
+        free(lam);
+        free(v);
+        free(ad);
+        free(out);
+        free(a);
+        free(g);
+        if (rc)
+            break;
+    }
+    printf("ratio = strata / dsyevd (medians); ortho_err = probe estimate / exact "
+           "||V^T V - I||_max\n");
+    return rc;
+}
