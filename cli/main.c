@@ -40,10 +40,11 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --batch N                   sequences per step (default %d)\n"
             "\n"
             "training:\n"
-            "  --optimizer NAME            adamw | shampoo | muon (default %s)\n"
+            "  --optimizer NAME            adamw | shampoo | muon | soap | kl-shampoo (default %s)\n"
             "  --steps N                   optimizer steps (default %d)\n"
             "  --lr X                      peak learning rate of the matrix optimizer\n"
-            "                              (default: adamw %g, shampoo %g, muon %g)\n"
+            "                              (default: adamw %g, shampoo %g, muon %g, soap %g,\n"
+            "                              kl-shampoo %g)\n"
             "  --adamw-lr X                peak learning rate of the AdamW tail (default %g)\n"
             "  --weight-decay X            decoupled weight decay for matrices (default 0)\n"
             "  --warmup N                  linear warm-up steps (default steps/10)\n"
@@ -52,7 +53,8 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --seed N                    init and sampling seed (default %llu)\n"
             "\n"
             "shampoo:\n"
-            "  --precondition-frequency N  steps between inverse-root refreshes (default %d)\n"
+            "  --precondition-frequency N  steps between inverse-root (shampoo) or eigenbasis\n"
+            "                              (soap, kl-shampoo) refreshes (default %d)\n"
             "  --start-preconditioning-step N  first refresh (default: = frequency)\n"
             "  --max-preconditioner-dim N  block size (default %d)\n"
             "  --beta2 X                   factor EMA, 1 = sum (default %g)\n"
@@ -63,6 +65,9 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --muon-momentum X           (default %g)\n"
             "  --muon-scale shape|adamw    sqrt(max(1,m/n)) or 0.2*sqrt(max(m,n)) (default shape)\n"
             "  --ns-steps N                Newton-Schulz iterations (default %d)\n"
+            "kl-shampoo:\n"
+            "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
+            "                              paper's exact factor update\n"
             "\n"
             "asynchronous second-order state (shampoo):\n"
             "  --async                     inverse roots on CPU worker threads\n"
@@ -87,7 +92,7 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             d->data_path, d->val_fraction, d->model.n_layer, d->model.d_model, d->model.n_head,
             d->seq_len, d->batch, strata_optimizer_name(d->strata.matrix_optimizer), d->steps,
             (double)d->strata.adamw.lr, (double)d->strata.shampoo.lr, (double)d->strata.muon.lr,
-            (double)d->strata.adamw.lr, (double)d->min_lr_ratio, (double)d->strata.max_grad_norm,
+            (double)d->strata.soap.lr, (double)d->strata.kl_shampoo.lr, (double)d->strata.adamw.lr, (double)d->min_lr_ratio, (double)d->strata.max_grad_norm,
             (unsigned long long)d->seed, d->strata.shampoo.precondition_frequency,
             d->strata.shampoo.max_preconditioner_dim, (double)d->strata.shampoo.beta2,
             (double)d->strata.shampoo.epsilon, (double)d->strata.muon.momentum,
@@ -130,7 +135,7 @@ enum {
     OPT_MUON_MOM, OPT_MUON_SCALE, OPT_NS, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_METRICS,
     OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
     OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
-    OPT_PIN, OPT_VALUES, OPT_OUT,
+    OPT_PIN, OPT_VALUES, OPT_OUT, OPT_KL_FORM,
 };
 
 typedef struct sweep_opts {
@@ -191,6 +196,7 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         {"host-budget-mib", required_argument, 0, OPT_HOST_BUDGET},
         {"pin-workers", no_argument, 0, OPT_PIN},
         {"values", required_argument, 0, OPT_VALUES},
+        {"kl-form", required_argument, 0, OPT_KL_FORM},
         {"out", required_argument, 0, OPT_OUT},
         {0, 0, 0, 0},
     };
@@ -229,6 +235,8 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         case OPT_FREQ:
             rc = parse_int("--precondition-frequency", optarg, 1, INT_MAX / 2,
                            &o.strata.shampoo.precondition_frequency);
+            o.strata.soap.precondition_frequency = o.strata.shampoo.precondition_frequency;
+            o.strata.kl_shampoo.precondition_frequency = o.strata.shampoo.precondition_frequency;
             break;
         case OPT_START:
             rc = parse_int("--start-preconditioning-step", optarg, -1, INT_MAX / 2,
@@ -311,6 +319,16 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
             o.strata.host_budget = (size_t)v << 20;
             break;
         case OPT_PIN: o.strata.pin_workers = true; break;
+        case OPT_KL_FORM:
+            if (strcmp(optarg, "eigenbasis") == 0)
+                o.strata.kl_shampoo.form = STRATA_KL_EIGENBASIS;
+            else if (strcmp(optarg, "exact") == 0)
+                o.strata.kl_shampoo.form = STRATA_KL_EXACT;
+            else {
+                fprintf(stderr, "strata: --kl-form expects eigenbasis or exact, got '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
         case OPT_VALUES:
         case OPT_OUT:
             if (!sw) {
@@ -378,12 +396,16 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
     if (lr >= 0.0f) {
         o.strata.shampoo.lr = lr;
         o.strata.muon.lr = lr;
+        o.strata.soap.lr = lr;
+        o.strata.kl_shampoo.lr = lr;
         if (o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW)
             o.strata.adamw.lr = lr;
     }
     if (wd >= 0.0f) {
         o.strata.shampoo.weight_decay = wd;
         o.strata.muon.weight_decay = wd;
+        o.strata.soap.weight_decay = wd;
+        o.strata.kl_shampoo.weight_decay = wd;
         if (o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW)
             o.strata.adamw.weight_decay = wd;
     }

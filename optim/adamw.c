@@ -49,6 +49,8 @@ const char *strata_optimizer_name(strata_optimizer o)
     case STRATA_OPTIM_ADAMW: return "adamw";
     case STRATA_OPTIM_SHAMPOO: return "shampoo";
     case STRATA_OPTIM_MUON: return "muon";
+    case STRATA_OPTIM_SOAP: return "soap";
+    case STRATA_OPTIM_KL_SHAMPOO: return "kl-shampoo";
     case STRATA_OPTIM_DEFAULT: return "default";
     }
     return "unknown";
@@ -59,12 +61,15 @@ strata_status strata_optimizer_parse(const char *name, strata_optimizer *out)
     if (!name || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_parse: NULL argument");
     static const strata_optimizer all[] = {STRATA_OPTIM_ADAMW, STRATA_OPTIM_SHAMPOO,
-                                           STRATA_OPTIM_MUON};
+                                           STRATA_OPTIM_MUON, STRATA_OPTIM_SOAP,
+                                           STRATA_OPTIM_KL_SHAMPOO};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, strata_optimizer_name(all[i])) == 0) {
             *out = all[i];
             return STRATA_OK;
         }
     return strata_error(STRATA_ERR_INVALID_ARG,
-                        "unknown optimizer '%s' (expected adamw, shampoo or muon)", name);
+                        "unknown optimizer '%s' (expected adamw, shampoo, muon, soap or "
+                        "kl-shampoo)",
+                        name);
 }

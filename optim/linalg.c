@@ -1,24 +1,62 @@
-/* Linear algebra for the preconditioners: float64 inverse p-th roots through
- * LAPACK's divide-and-conquer symmetric eigensolver (dsyevd).
- * Reference: Gupta et al. 2018 (Shampoo) for the root; Distributed Shampoo
- * (Shi et al. 2023, matrix_functions.py) for clamping eigenvalues at 0 before
- * adding epsilon. */
+/* Linear algebra for the preconditioners: float64 inverse roots of symmetric
+ * positive semi-definite float32 matrices through LAPACK.
+ *
+ * One call (strata_inv_root_ex):
+ *   1. a (float32) -> v (float64), symmetrized (a_ij + a_ji) / 2; a
+ *      non-finite entry fails before any work;
+ *   2. eigendecomposition with the divide-and-conquer driver dsyevd;
+ *   3. acceptance: info == 0, every eigenvalue finite, and the eigenvectors
+ *      orthonormal (||V^T V - I|| <= ortho_tol, measured by probes or in
+ *      full, see strata_ortho_check); otherwise one retry with the QR-iteration
+ *      driver dsyev on the input scaled by a power of two (exact), counted in
+ *      info->retries; a second rejection fails with STRATA_ERR_LINALG;
+ *   4. the eigenvalues are floored before the power (regularized: clamped at
+ *      0 then + eps_eff; pseudo-inverse: at or below the cutoff -> 0), and
+ *      out = V diag(d) V^T is formed as W^T W with W = diag(sqrt d) V^T
+ *      (one DSYRK, so it is exactly symmetric), then rounded to float32.
+ * `out` is written only at the very end, after every check passed, so it may
+ * alias `a` and a failed call leaves it untouched.
+ *
+ * LAPACK is called in column-major order on the (symmetric) matrix, which
+ * avoids LAPACKE's row-major transposition (an n x n allocation and two
+ * copies per call): the eigenvectors come back as the columns of a
+ * column-major matrix, that is as the ROWS of the row-major buffer `v`.
+ *
+ * References: Gupta et al. 2018 (Shampoo) for the root; Distributed Shampoo
+ * (Shi et al. 2023, preconditioner/matrix_functions.py) for the regularized
+ * and pseudo-inverse modes and the retry of a failed eigendecomposition.
+ * Nothing is allocated here: all scratch lives in the caller's `work`. */
 #include "strata/optim.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <lapacke.h>
 #include <math.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
+_Static_assert(sizeof(lapack_int) == sizeof(int), "strata expects 32-bit LAPACK integers");
+
+/* Probe vectors of the orthogonality check. */
+#define N_PROBES 8
+
 /* dsyevd with jobz='V' needs lwork >= 1 + 6n + 2n^2 and liwork >= 3 + 5n
- * (LAPACK documentation of DSYEVD). Layout of `work`: n*n matrix/eigenvectors,
- * n eigenvalues, n scaled-vector scratch, then the LAPACK workspace. */
+ * (LAPACK documentation of DSYEVD); dsyev needs lwork >= 3n - 1, less. */
 static size_t lapack_lwork(int n) { return 1 + 6 * (size_t)n + 2 * (size_t)n * (size_t)n; }
 
+/* Layout of `work` (doubles):
+ *   v       n*n       input, then eigenvectors (row j = eigenvector j), then
+ *                     the rows scaled by sqrt(d_j)
+ *   lambda  n         eigenvalues, ascending
+ *   probe   3 * N_PROBES * n
+ *   lwork   1 + 6n + 2n^2: LAPACK's workspace; after the decomposition its
+ *           first n*n doubles hold the Gram matrix (full check) and then
+ *           the root. */
 size_t strata_inv_root_work_doubles(int n)
 {
-    return n <= 0 ? 0 : (size_t)n * n * 2 + 2 * (size_t)n + lapack_lwork(n);
+    if (n <= 0)
+        return 0;
+    return (size_t)n * n + (size_t)n * (1 + 3 * N_PROBES) + lapack_lwork(n);
 }
 
 size_t strata_inv_root_work_ints(int n)
@@ -26,61 +64,281 @@ size_t strata_inv_root_work_ints(int n)
     return n <= 0 ? 0 : 3 + 5 * (size_t)n;
 }
 
+void strata_inv_root_opts_default(strata_inv_root_opts *o)
+{
+    o->exponent = 0.25;
+    o->mode = STRATA_ROOT_REGULARIZED;
+    o->eps = 0.0;
+    o->eps_rel = 0.0;
+    o->rank_rtol = -1.0;
+    o->rank_atol = 0.0;
+    o->ortho_check = STRATA_ORTHO_PROBE;
+    o->ortho_tol = 1e-8;
+    o->flags = 0;
+}
+
+/* Upper triangle (row-major; the lower triangle of the column-major view
+ * LAPACK reads with uplo = 'L') of v = (a + a^T) / 2 * scale, in tiles so
+ * that the transposed reads stay in cache. Returns false on a non-finite a. */
+static bool load_symmetric(int n, const float *a, double scale, double *v)
+{
+    const int T = 64;
+    for (int i0 = 0; i0 < n; i0 += T)
+        for (int j0 = i0; j0 < n; j0 += T) {
+            const int i1 = i0 + T < n ? i0 + T : n, j1 = j0 + T < n ? j0 + T : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0 > i ? j0 : i; j < j1; j++) {
+                    const float x = a[(size_t)i * n + j], y = a[(size_t)j * n + i];
+                    if (!isfinite(x) || !isfinite(y))
+                        return false;
+                    v[(size_t)i * n + j] = 0.5 * ((double)x + (double)y) * scale;
+                }
+        }
+    return true;
+}
+
+/* Deterministic standard normal numbers (splitmix64 + Box-Muller), the same
+ * on every call so that a decomposition is accepted or retried identically
+ * in the synchronous and the asynchronous path. */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_normal(double *x, size_t count)
+{
+    uint64_t s = 0x5EEDC0FFEEull;
+    for (size_t i = 0; i < count; i += 2) {
+        double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
+        double u2 = (double)(splitmix64(&s) >> 11) * 0x1.0p-53;
+        double r = sqrt(-2.0 * log(u1));
+        const double two_pi = 6.283185307179586476925;
+        x[i] = r * cos(two_pi * u2);
+        if (i + 1 < count)
+            x[i + 1] = r * sin(two_pi * u2);
+    }
+}
+
+/* Orthogonality error of the eigenvectors (rows of v). PROBE: with Gaussian
+ * X (n x k), Z = V V^T X - X and err = ||Z||_F / sqrt(k), whose square has
+ * expectation ||V V^T - I||_F^2 = ||V^T V - I||_F^2 >= ||V^T V - I||_max^2
+ * (V square); 8 n^2 k flops. FULL: ||V^T V - I||_max from the Gram matrix
+ * (one DSYRK, n^3 flops). A NaN anywhere gives NaN. */
+static double ortho_error(int n, const double *v, strata_ortho_check mode, double *probe,
+                          double *gram)
+{
+    if (mode == STRATA_ORTHO_FULL) {
+        cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, n, 1.0, v, n, 0.0, gram, n);
+        double err = 0.0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                double e = fabs(gram[(size_t)i * n + j] - (i == j ? 1.0 : 0.0));
+                if (!(e <= err)) /* NaN sticks */
+                    err = e;
+            }
+        return err;
+    }
+    const int k = N_PROBES;
+    double *x = probe, *y = probe + (size_t)n * k, *z = probe + 2 * (size_t)n * k;
+    fill_normal(x, (size_t)n * k);
+    /* The rows of v are the eigenvectors, so v = V^T: y = V^T x = v x and
+     * z = V y - x = v^T y - x. */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, n, 1.0, v, n, x, k, 0.0, y, k);
+    memcpy(z, x, (size_t)n * k * sizeof(double));
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, n, 1.0, v, n, y, k, -1.0, z, k);
+    double ss = 0.0;
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        ss += z[i] * z[i];
+    return sqrt(ss / k);
+}
+
+enum { DEC_OK = 0, DEC_REJECTED = 1, DEC_BAD_INPUT = 2 };
+
+/* One decomposition attempt with `driver` (0: dsyevd, 1: dsyev on the input
+ * scaled by a power of two). Returns DEC_*; *why says why it was rejected. */
+static int decompose(int n, const float *a, int driver, const strata_inv_root_opts *o,
+                      double *v, double *lambda, double *probe, double *lwork, int *iwork,
+                      double *ortho, const char **why)
+{
+    double scale = 1.0;
+    if (driver == 1) {
+        /* Bring max |a_ij| into [0.5, 1): exact, and far from over/underflow. */
+        float amax = 0.0f;
+        for (size_t i = 0; i < (size_t)n * n; i++)
+            if (fabsf(a[i]) > amax)
+                amax = fabsf(a[i]);
+        int ex = 0;
+        if (amax > 0.0f)
+            frexp((double)amax, &ex);
+        scale = ldexp(1.0, -ex);
+    }
+    if (!load_symmetric(n, a, scale, v)) {
+        *why = "non-finite input";
+        return DEC_BAD_INPUT;
+    }
+    lapack_int info;
+    if (driver == 0)
+        info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lambda, lwork,
+                                   (lapack_int)lapack_lwork(n), iwork,
+                                   (lapack_int)strata_inv_root_work_ints(n));
+    else
+        info = LAPACKE_dsyev_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lambda, lwork,
+                                  (lapack_int)lapack_lwork(n));
+    *ortho = NAN;
+    if (info != 0) {
+        *why = driver == 0 ? "dsyevd info != 0" : "dsyev info != 0";
+        return DEC_REJECTED;
+    }
+    for (int j = 0; j < n; j++) {
+        if (!isfinite(lambda[j])) {
+            *why = "non-finite eigenvalue";
+            return DEC_REJECTED;
+        }
+        lambda[j] /= scale;
+    }
+    if (o->ortho_check != STRATA_ORTHO_OFF) {
+        *ortho = ortho_error(n, v, o->ortho_check, probe, lwork);
+        if (!(*ortho <= o->ortho_tol)) {
+            *why = "eigenvectors not orthonormal";
+            return DEC_REJECTED;
+        }
+    }
+    if (driver == 0 && (o->flags & STRATA_INV_ROOT_FORCE_RETRY)) {
+        *why = "retry forced (STRATA_INV_ROOT_FORCE_RETRY)";
+        return DEC_REJECTED;
+    }
+    return DEC_OK;
+}
+
+strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
+                                 float *out, double *work, int *iwork, strata_inv_root_info *info)
+{
+    if (n <= 0 || !a || !o || !out || !work || !iwork || !(o->exponent > 0.0) ||
+        !isfinite(o->exponent) || !(o->eps >= 0.0) || !isfinite(o->eps) ||
+        !(o->eps_rel >= 0.0) || !isfinite(o->eps_rel) || !isfinite(o->rank_rtol) ||
+        !(o->rank_atol >= 0.0) || !isfinite(o->rank_atol) ||
+        (o->mode != STRATA_ROOT_REGULARIZED && o->mode != STRATA_ROOT_PSEUDO_INVERSE) ||
+        (unsigned)o->ortho_check > (unsigned)STRATA_ORTHO_OFF || !(o->ortho_tol > 0.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root: bad arguments (n=%d, exponent=%g, eps=%g, eps_rel=%g)", n,
+                            o ? o->exponent : 0.0, o ? o->eps : 0.0, o ? o->eps_rel : 0.0);
+    const size_t nn = (size_t)n * n;
+    double *v = work;
+    double *lambda = v + nn;
+    double *probe = lambda + n;
+    double *lwork = probe + 3 * N_PROBES * (size_t)n;
+    strata_inv_root_info local = {0};
+    strata_inv_root_info *inf = info ? info : &local;
+    memset(inf, 0, sizeof *inf);
+
+    const char *why = "";
+    double ortho = NAN;
+    int rc = decompose(n, a, 0, o, v, lambda, probe, lwork, iwork, &ortho, &why);
+    inf->ortho_error = ortho;
+    if (rc == DEC_BAD_INPUT)
+        return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input (n=%d)", n);
+    if (rc != DEC_OK) {
+        const char *first = why;
+        inf->retries = 1;
+        rc = decompose(n, a, 1, o, v, lambda, probe, lwork, iwork, &ortho, &why);
+        inf->ortho_error = ortho;
+        if (rc != DEC_OK)
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: dsyevd rejected (%s), dsyev retry rejected (%s), "
+                                "orthogonality error %g (n=%d)",
+                                first, why, ortho, n);
+        inf->driver = 1;
+    }
+
+    /* Floor the eigenvalues, then the power: s_j = d_j^(1/2). */
+    double lmax = 0.0, lmin = lambda[0];
+    for (int j = 0; j < n; j++) {
+        if (lambda[j] > lmax)
+            lmax = lambda[j];
+        if (lambda[j] < lmin)
+            lmin = lambda[j];
+    }
+    inf->lambda_min = lmin;
+    inf->lambda_max = lmax;
+    const double half_exp = -0.5 * o->exponent;
+    int first_kept = 0; /* rows before it have d_j = 0 (pseudo-inverse prefix) */
+    if (o->mode == STRATA_ROOT_REGULARIZED) {
+        const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
+        inf->eps_eff = eps_eff;
+        inf->rank = n;
+        for (int j = 0; j < n; j++) {
+            double s = pow((lambda[j] > 0.0 ? lambda[j] : 0.0) + eps_eff, half_exp);
+            if (!isfinite(s))
+                return strata_error(STRATA_ERR_LINALG,
+                                    "inv_root: eigenvalue %g + eps %g gives a non-finite root "
+                                    "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
+                                    lambda[j], eps_eff);
+            cblas_dscal(n, s, v + (size_t)j * n, 1);
+        }
+    } else {
+        const double rtol = o->rank_rtol < 0.0 ? (double)n * FLT_EPSILON : o->rank_rtol;
+        const double cutoff = fmax(o->rank_atol, rtol * lmax);
+        inf->cutoff = cutoff;
+        /* Eigenvalues come back ascending: the dropped ones are a prefix. */
+        for (int j = 0; j < n; j++) {
+            if (!(lambda[j] > cutoff)) {
+                first_kept = j + 1;
+                continue;
+            }
+            double s = pow(lambda[j], half_exp);
+            if (!isfinite(s))
+                return strata_error(STRATA_ERR_LINALG,
+                                    "inv_root: eigenvalue %g gives a non-finite root", lambda[j]);
+            cblas_dscal(n, s, v + (size_t)j * n, 1);
+        }
+        inf->rank = n - first_kept;
+    }
+
+    /* root = W^T W over the kept rows of W = diag(s) V^T. */
+    double *root = lwork;
+    const int k = n - first_kept;
+    if (k == 0) {
+        memset(out, 0, nn * sizeof(float));
+        return STRATA_OK;
+    }
+    cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, n, k, 1.0, v + (size_t)first_kept * n, n,
+                0.0, root, n);
+    /* root is positive semi-definite, so |root_ij| <= sqrt(root_ii root_jj):
+     * a finite diagonal below FLT_MAX / 2 bounds every entry, and a NaN or
+     * Inf anywhere in W reaches the diagonal (root_ii sums w_ji^2). */
+    for (int i = 0; i < n; i++) {
+        const double x = root[(size_t)i * n + i];
+        if (!(x <= 0.5 * FLT_MAX))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: root diagonal %g is not finite or overflows float32 "
+                                "(n=%d)", x, n);
+    }
+    /* Mirror the lower triangle into both triangles of out, in tiles. */
+    const int T = 64;
+    for (int i0 = 0; i0 < n; i0 += T)
+        for (int j0 = 0; j0 <= i0; j0 += T) {
+            const int i1 = i0 + T < n ? i0 + T : n, j1 = j0 + T < n ? j0 + T : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1 && j <= i; j++) {
+                    const float x = (float)root[(size_t)i * n + j];
+                    out[(size_t)i * n + j] = x;
+                    out[(size_t)j * n + i] = x;
+                }
+        }
+    return STRATA_OK;
+}
+
 strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,
                               double *work, int *iwork)
 {
-    if (n <= 0 || !a || !out || !work || !iwork || !(p > 0.0) || !(eps >= 0.0))
-        return strata_error(STRATA_ERR_INVALID_ARG, "inv_root: bad arguments (n=%d, p=%g, eps=%g)",
-                            n, p, eps);
-    const size_t nn = (size_t)n * n;
-    double *v = work;          /* n x n: input, then eigenvectors (row-major) */
-    double *vs = v + nn;       /* n x n: eigenvectors scaled by lambda^(-1/(2p)) */
-    double *lambda = vs + nn;  /* n */
-    double *lwork = lambda + 2 * (size_t)n;
-    for (size_t i = 0; i < nn; i++) {
-        if (!isfinite(a[i]))
-            return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input at %zu", i);
-        v[i] = a[i];
-    }
-    /* Symmetrize: factors are symmetric up to float32 rounding of GEMM. */
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++) {
-            double s = 0.5 * (v[(size_t)i * n + j] + v[(size_t)j * n + i]);
-            v[(size_t)i * n + j] = v[(size_t)j * n + i] = s;
-        }
-    lapack_int info = LAPACKE_dsyevd_work(LAPACK_ROW_MAJOR, 'V', 'L', n, v, n, lambda, lwork,
-                                          (lapack_int)lapack_lwork(n), iwork,
-                                          (lapack_int)strata_inv_root_work_ints(n));
-    if (info != 0)
-        return strata_error(STRATA_ERR_LINALG, "inv_root: LAPACKE_dsyevd info=%d (n=%d)", (int)info,
-                            n);
-    /* out = V diag(d) V^T with d = (max(lambda,0)+eps)^(-1/p); write it as
-     * (V diag(sqrt d)) (V diag(sqrt d))^T so it is exactly symmetric. */
-    const double half_exp = -0.5 / p;
-    for (int j = 0; j < n; j++) {
-        double lam = lambda[j] > 0.0 ? lambda[j] : 0.0;
-        double s = pow(lam + eps, half_exp);
-        if (!isfinite(s))
-            return strata_error(STRATA_ERR_LINALG,
-                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
-                                "(use epsilon > 0 for singular factors)",
-                                lambda[j], eps);
-        for (int i = 0; i < n; i++)
-            vs[(size_t)i * n + j] = v[(size_t)i * n + j] * s;
-    }
-    /* v <- vs vs^T (lower triangle); v's eigenvectors are no longer needed. */
-    cblas_dsyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, n, 1.0, vs, n, 0.0, v, n);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j <= i; j++) {
-            double x = v[(size_t)i * n + j];
-            if (!isfinite(x) || fabs(x) > 3.4e38)
-                return strata_error(STRATA_ERR_LINALG, "inv_root: root overflows float32");
-        }
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j <= i; j++) {
-            float x = (float)v[(size_t)i * n + j];
-            out[(size_t)i * n + j] = x;
-            out[(size_t)j * n + i] = x;
-        }
-    return STRATA_OK;
+    if (!(p > 0.0))
+        return strata_error(STRATA_ERR_INVALID_ARG, "inv_root: p=%g must be > 0", p);
+    strata_inv_root_opts o;
+    strata_inv_root_opts_default(&o);
+    o.exponent = 1.0 / p;
+    o.eps = eps;
+    return strata_inv_root_ex(n, a, &o, out, work, iwork, NULL);
 }

@@ -1,10 +1,13 @@
 /* Muon: momentum + Newton-Schulz orthogonalization (Jordan et al. 2024;
  * scale rule for matching AdamW's update RMS from Liu et al. 2025,
- * arXiv 2502.16982). Formulas in include/strata/optim.h.
+ * arXiv 2502.16982). Formulas in include/strata/optim.h; the
+ * orthogonalization itself is optim/newton_schulz.c.
  *
- * The quintic iteration runs on the wide orientation (p x q with p <= q):
- * A = X X^T is p x p (SYRK), so a tall matrix is transposed into the work
- * buffer first and transposed back at the end. */
+ * Object life: one strata_muon_state per matrix parameter (or per stack of
+ * `batch` same-shape matrices). Its momentum buffer, the G' / update buffer
+ * and the Newton-Schulz workspace are carved from one backend allocation made
+ * at creation; nothing is allocated per step. The Gram restart positions are
+ * resolved once, at creation. */
 #include "strata/optim.h"
 
 #include <math.h>
@@ -12,17 +15,14 @@
 #include <string.h>
 #include <time.h>
 
-#define NS_A 3.4445f
-#define NS_B (-4.7750f)
-#define NS_C 2.0315f
-
 struct strata_muon_state {
     strata_muon_config cfg;
+    strata_ns_config ns; /* from cfg, restart mask resolved */
     strata_backend *be;
-    int64_t rows, cols;
-    float *mom;   /* B, rows x cols */
-    float *x;     /* G' then the orthogonalized update, rows x cols */
-    float *work;  /* Newton-Schulz workspace */
+    int64_t batch, rows, cols;
+    float *mom;  /* B, batch x rows x cols */
+    float *x;    /* G', then the orthogonalized update */
+    float *work; /* Newton-Schulz workspace (one matrix) */
     void *mem;
     size_t mem_bytes;
 };
@@ -36,108 +36,106 @@ static double now_seconds(void)
 
 void strata_muon_config_default(strata_muon_config *c)
 {
+    strata_ns_config ns;
+    strata_ns_config_default(&ns);
     c->lr = 0.02f;
     c->momentum = 0.95f;
     c->nesterov = true;
-    c->ns_steps = 5;
+    c->ns_steps = ns.steps;
     c->weight_decay = 0.0f;
     c->scale = STRATA_MUON_SCALE_SHAPE;
+    c->momentum_form = STRATA_MUON_MOMENTUM_SUM;
+    c->ns_schedule = ns.schedule;
+    c->ns_method = ns.method;
+    c->ns_gram_min_aspect = ns.gram_min_aspect;
+    c->ns_gram_restarts = ns.gram_restarts;
+    c->ns_gram_restart_mask = ns.gram_restart_mask;
 }
 
-/* Layout of `work` for p = min(rows, cols), q = max(rows, cols):
- * X (p x q), Y (p x q), A (p x p), AA (p x p). */
-size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
+void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out)
 {
-    int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
-    return (size_t)(2 * p * q + 2 * p * p);
+    out->steps = c->ns_steps;
+    out->schedule = c->ns_schedule;
+    out->method = c->ns_method;
+    out->gram_min_aspect = c->ns_gram_min_aspect;
+    out->gram_restarts = c->ns_gram_restarts;
+    out->gram_restart_mask = c->ns_gram_restart_mask;
 }
 
-strata_status strata_newton_schulz(strata_backend *be, int64_t rows, int64_t cols, int steps,
-                                   float *x, float *work)
+static double muon_scale(strata_muon_scale rule, int64_t rows, int64_t cols)
 {
-    if (!be || !x || !work || rows < 1 || cols < 1 || steps < 0 || rows > INT32_MAX ||
-        cols > INT32_MAX)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: bad arguments (%lld x %lld, %d steps)",
-                            (long long)rows, (long long)cols, steps);
-    const bool tall = rows > cols;
-    const int p = (int)(tall ? cols : rows), q = (int)(tall ? rows : cols);
-    const size_t pq = (size_t)p * q;
-    float *X = work, *Y = work + pq, *A = Y + pq, *AA = A + (size_t)p * p;
-
-    double norm2 = 0.0;
-    for (size_t i = 0; i < pq; i++)
-        norm2 += (double)x[i] * x[i];
-    const float inv = (float)(1.0 / (sqrt(norm2) + 1e-7));
-    if (tall) {
-        for (int i = 0; i < q; i++)
-            for (int j = 0; j < p; j++)
-                X[(size_t)j * q + i] = x[(size_t)i * p + j] * inv;
-    } else {
-        for (size_t i = 0; i < pq; i++)
-            X[i] = x[i] * inv;
+    const double m = (double)rows, n = (double)cols;
+    switch (rule) {
+    case STRATA_MUON_SCALE_ADAMW_RMS:
+        return 0.2 * sqrt(m > n ? m : n);
+    case STRATA_MUON_SCALE_SPECTRAL:
+        return sqrt(m / n);
+    case STRATA_MUON_SCALE_NONE:
+        return 1.0;
+    case STRATA_MUON_SCALE_SHAPE:
+    default:
+        return sqrt(fmax(1.0, m / n));
     }
-    for (int it = 0; it < steps; it++) {
-        strata_status st = strata_backend_ssyrk(be, 0, p, q, 1.0f, X, q, 0.0f, A, p);
-        if (st != STRATA_OK)
-            return st;
-        /* AA = c A A + b A (A is symmetric, so A A = A A^T). */
-        memcpy(AA, A, (size_t)p * p * sizeof(float));
-        st = strata_backend_sgemm(be, 0, 0, p, p, p, NS_C, A, p, A, p, NS_B, AA, p);
-        if (st != STRATA_OK)
-            return st;
-        /* Y = a X + AA X */
-        memcpy(Y, X, pq * sizeof(float));
-        st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, AA, p, X, q, NS_A, Y, q);
-        if (st != STRATA_OK)
-            return st;
-        float *sw = X;
-        X = Y;
-        Y = sw;
-    }
-    if (tall) {
-        for (int i = 0; i < q; i++)
-            for (int j = 0; j < p; j++)
-                x[(size_t)i * p + j] = X[(size_t)j * q + i];
-    } else {
-        memcpy(x, X, pq * sizeof(float));
-    }
-    return STRATA_OK;
 }
 
-strata_status strata_muon_state_create(const strata_muon_config *c, strata_backend *be,
-                                       int64_t rows, int64_t cols, strata_muon_state **out)
+strata_status strata_muon_state_create_batched(const strata_muon_config *c, strata_backend *be,
+                                               int64_t batch, int64_t rows, int64_t cols,
+                                               strata_muon_state **out)
 {
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "muon_state_create: NULL argument");
     *out = NULL;
-    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
-        return strata_error(STRATA_ERR_INVALID_ARG, "muon: bad shape %lld x %lld",
-                            (long long)rows, (long long)cols);
+    if (batch < 1 || rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX ||
+        (uint64_t)batch * (uint64_t)rows * (uint64_t)cols > ((uint64_t)1 << 40))
+        return strata_error(STRATA_ERR_INVALID_ARG, "muon: bad shape %lld x %lld x %lld",
+                            (long long)batch, (long long)rows, (long long)cols);
     if (!(c->momentum >= 0.0f && c->momentum < 1.0f) || c->ns_steps < 0 ||
-        (c->scale != STRATA_MUON_SCALE_SHAPE && c->scale != STRATA_MUON_SCALE_ADAMW_RMS))
+        (unsigned)c->scale > STRATA_MUON_SCALE_NONE ||
+        (unsigned)c->momentum_form > STRATA_MUON_MOMENTUM_EMA)
         return strata_error(STRATA_ERR_INVALID_ARG,
-                            "muon: momentum must lie in [0,1), ns_steps >= 0, scale known");
+                            "muon: momentum must lie in [0,1), ns_steps >= 0, scale and "
+                            "momentum_form known");
+    strata_ns_config ns;
+    strata_muon_ns_config(c, &ns);
+    /* Validates the Newton-Schulz settings (a zero batch touches nothing). */
+    strata_status st = strata_ns_run(be, &ns, 0, rows, cols, NULL, NULL);
+    if (st != STRATA_OK)
+        return st;
+    ns.gram_restart_mask = strata_ns_restart_mask(&ns);
+    if (!ns.gram_restart_mask)
+        ns.gram_restarts = 0;
+
     strata_muon_state *s = calloc(1, sizeof *s);
     if (!s)
         return strata_error(STRATA_ERR_NOMEM, "muon: out of memory");
     s->cfg = *c;
+    s->ns = ns;
     s->be = be;
+    s->batch = batch;
     s->rows = rows;
     s->cols = cols;
-    const size_t n = (size_t)rows * cols;
-    const size_t nw = strata_newton_schulz_work_floats(rows, cols);
+    const size_t n = (size_t)batch * (size_t)rows * (size_t)cols;
+    const size_t nw = strata_ns_work_floats(&ns, rows, cols);
     const size_t n_pad = (n + 15) / 16 * 16;
     s->mem_bytes = (2 * n_pad + nw) * sizeof(float);
-    strata_status st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
-    if (st != STRATA_OK) {
-        free(s);
-        return st;
-    }
+    st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
+    if (st != STRATA_OK)
+        goto out_free_state;
     s->mom = s->mem;
     s->x = s->mom + n_pad;
     s->work = s->x + n_pad;
     *out = s;
     return STRATA_OK;
+
+out_free_state:
+    free(s);
+    return st;
+}
+
+strata_status strata_muon_state_create(const strata_muon_config *c, strata_backend *be,
+                                       int64_t rows, int64_t cols, strata_muon_state **out)
+{
+    return strata_muon_state_create_batched(c, be, 1, rows, cols, out);
 }
 
 void strata_muon_state_destroy(strata_muon_state *s)
@@ -161,28 +159,33 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "muon_step: step %lld must be >= 1",
                             (long long)t);
-    double t0 = now_seconds();
+    const double t0 = now_seconds();
     const strata_muon_config *c = &s->cfg;
-    const size_t n = (size_t)s->rows * s->cols;
+    const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
+    /* Reject before touching the momentum: one bad element would poison B
+     * for every later step. */
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(g[i])) {
+            if (cnt)
+                cnt->nonfinite_rejected++;
+            return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", i);
+        }
+
     const float mu = c->momentum;
+    const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;
     for (size_t i = 0; i < n; i++) {
-        float b = mu * s->mom[i] + g[i];
+        const float b = mu * s->mom[i] + gw * g[i];
         s->mom[i] = b;
-        s->x[i] = c->nesterov ? g[i] + mu * b : b;
+        s->x[i] = c->nesterov ? gw * g[i] + mu * b : b;
     }
-    strata_status st = strata_newton_schulz(s->be, s->rows, s->cols, c->ns_steps, s->x, s->work);
+    strata_status st = strata_ns_run(s->be, &s->ns, s->batch, s->rows, s->cols, s->x, s->work);
     if (st != STRATA_OK)
         return st;
-    double scale;
-    if (c->scale == STRATA_MUON_SCALE_ADAMW_RMS)
-        scale = 0.2 * sqrt((double)(s->rows > s->cols ? s->rows : s->cols));
-    else
-        scale = sqrt(fmax(1.0, (double)s->rows / (double)s->cols));
     const float lr = c->lr * lr_scale;
-    const float step = (float)(lr * scale);
+    const float step = (float)(lr * muon_scale(c->scale, s->rows, s->cols));
     const float decay = lr * c->weight_decay;
     for (size_t i = 0; i < n; i++) {
-        float wi = w[i];
+        const float wi = w[i];
         w[i] = wi - decay * wi - step * s->x[i];
     }
     if (cnt)

@@ -9,8 +9,16 @@
  * (d = max_preconditioner_dim); block b has factors L_b (r_b x r_b) and
  * R_b (c_b x c_b) and their inverse roots.
  *
+ * Roots: strata_shampoo_factor_root turns the configuration into
+ * strata_inv_root_ex options (regularized or pseudo-inverse, exponent per
+ * factor); compute_roots and the asynchronous runtime's workers both call it,
+ * so both compute bit-identical roots from the same factor.
+ *
  * Invariant: a block's `has_root[f]` becomes true only after a successful,
  * finite root of factor f; failures leave the previous root in place.
+ * Every public entry that takes a gradient scans it for NaN/Inf before it
+ * touches any state (STRATA_ERR_NONFINITE), so a refused step can be retried
+ * or skipped with the state exactly as before.
  */
 #include "strata/optim.h"
 
@@ -70,6 +78,12 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
     c->grafting = STRATA_GRAFT_ADAM;
     c->grafting_beta2 = 0.999f;
     c->grafting_epsilon = 1e-8f;
+    c->epsilon_rel = 0.0f;
+    c->use_pseudo_inverse = false;
+    c->pseudo_inverse_rtol = -1.0f;
+    c->pseudo_inverse_atol = 0.0f;
+    c->inverse_exponent_override[0] = -1.0f;
+    c->inverse_exponent_override[1] = -1.0f;
 }
 
 static int64_t start_step(const strata_shampoo_config *c)
@@ -107,7 +121,88 @@ static strata_status check_config(const strata_shampoo_config *c)
                             (double)c->grafting_beta2);
     if (c->grafting < STRATA_GRAFT_NONE || c->grafting > STRATA_GRAFT_ADAGRAD)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: unknown grafting %d", (int)c->grafting);
+    if (!isfinite(c->epsilon) || !(c->epsilon_rel >= 0.0f) || !isfinite(c->epsilon_rel))
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: epsilon %g, epsilon_rel %g must be "
+                            "finite and >= 0", (double)c->epsilon, (double)c->epsilon_rel);
+    if (c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo: use_pseudo_inverse needs epsilon = epsilon_rel = 0 "
+                            "(got %g, %g), as Distributed Shampoo's PseudoInverseConfig",
+                            (double)c->epsilon, (double)c->epsilon_rel);
+    if (!isfinite(c->pseudo_inverse_rtol) || !(c->pseudo_inverse_atol >= 0.0f) ||
+        !isfinite(c->pseudo_inverse_atol))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo: pseudo_inverse_rtol %g must be finite, pseudo_inverse_atol "
+                            "%g finite and >= 0",
+                            (double)c->pseudo_inverse_rtol, (double)c->pseudo_inverse_atol);
+    for (int f = 0; f < 2; f++)
+        if (!isfinite(c->inverse_exponent_override[f]))
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "shampoo: inverse_exponent_override[%d] must be finite", f);
     return STRATA_OK;
+}
+
+/* Refuse a gradient with a NaN or Inf before anything is touched. */
+static strata_status check_finite(const strata_shampoo_state *s, const float *g,
+                                  strata_optim_counters *cnt, const char *who)
+{
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(g[i])) {
+            if (cnt)
+                cnt->nonfinite_rejected++;
+            return strata_error(STRATA_ERR_NONFINITE,
+                                "%s: gradient element %zu (row %zu, col %zu) is %g; "
+                                "nothing was updated",
+                                who, i, i / (size_t)s->cols, i % (size_t)s->cols, (double)g[i]);
+        }
+    return STRATA_OK;
+}
+
+static double root_exponent(const strata_shampoo_config *c, int factor)
+{
+    const float e = c->inverse_exponent_override[factor];
+    return e < 0.0f ? 0.25 : (double)e;
+}
+
+strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int factor, int n,
+                                         const float *a, float *out, double *work, int *iwork,
+                                         strata_optim_counters *cnt)
+{
+    if (!c || (factor != 0 && factor != 1) || n <= 0 || !a || !out || !work || !iwork)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_factor_root: bad arguments "
+                            "(factor %d, n %d)", factor, n);
+    const double e = root_exponent(c, factor);
+    if (e == 0.0) {
+        /* That side is not preconditioned (Distributed Shampoo's override 0). */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                out[(size_t)i * n + j] = i == j ? 1.0f : 0.0f;
+        if (cnt)
+            cnt->root_refreshes++;
+        return STRATA_OK;
+    }
+    strata_inv_root_opts o;
+    strata_inv_root_opts_default(&o);
+    o.exponent = e;
+    if (c->use_pseudo_inverse) {
+        o.mode = STRATA_ROOT_PSEUDO_INVERSE;
+        o.rank_rtol = c->pseudo_inverse_rtol;
+        o.rank_atol = c->pseudo_inverse_atol;
+    } else {
+        o.eps = c->epsilon;
+        o.eps_rel = c->epsilon_rel;
+    }
+    strata_inv_root_info info = {0};
+    strata_status st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
+    if (cnt) {
+        cnt->root_retries += info.retries;
+        if (st == STRATA_OK)
+            cnt->root_refreshes++;
+        else if (st == STRATA_ERR_LINALG)
+            cnt->root_failures++;
+    }
+    return st;
 }
 
 strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata_backend *be,
@@ -256,11 +351,23 @@ int strata_shampoo_state_blocks(const strata_shampoo_state *s)
     return s ? s->nblocks : 0;
 }
 
+static strata_status update_factors(strata_shampoo_state *s, const float *g,
+                                    strata_optim_counters *cnt);
+
 strata_status strata_shampoo_update_factors(strata_shampoo_state *s, const float *g,
                                             strata_optim_counters *cnt)
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_update_factors: NULL argument");
+    strata_status st = check_finite(s, g, cnt, "shampoo_update_factors");
+    if (st != STRATA_OK)
+        return st;
+    return update_factors(s, g, cnt);
+}
+
+static strata_status update_factors(strata_shampoo_state *s, const float *g,
+                                    strata_optim_counters *cnt)
+{
     double t0 = now_seconds();
     const float b2 = s->cfg.beta2;
     const float alpha = b2 == 1.0f ? 1.0f : 1.0f - b2;
@@ -292,19 +399,13 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
         shampoo_block *b = &s->blocks[i];
         for (int f = 0; f < 2; f++) {
             int dim = f == 0 ? b->rows : b->cols;
-            strata_status st = strata_inv_root(dim, f == 0 ? b->L : b->R, s->cfg.epsilon, 4.0,
-                                               f == 0 ? b->L_inv_own : b->R_inv_own, s->eig_work,
-                                               s->eig_iwork);
-            if (st == STRATA_OK) {
+            strata_status st = strata_shampoo_factor_root(&s->cfg, f, dim, f == 0 ? b->L : b->R,
+                                                          f == 0 ? b->L_inv_own : b->R_inv_own,
+                                                          s->eig_work, s->eig_iwork, cnt);
+            if (st == STRATA_OK)
                 b->has_root[f] = true;
-                if (cnt)
-                    cnt->root_refreshes++;
-            } else if (st == STRATA_ERR_LINALG) {
-                if (cnt)
-                    cnt->root_failures++; /* keep the previous root */
-            } else {
-                return st;
-            }
+            else if (st != STRATA_ERR_LINALG)
+                return st; /* LINALG: counted, the previous root is kept */
         }
     }
     if (cnt)
@@ -355,6 +456,9 @@ static double block_norm2(const float *x, int64_t ld, int rows, int cols)
     return acc;
 }
 
+static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                           const float *g, strata_optim_counters *cnt);
+
 strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                                    const float *g, strata_optim_counters *cnt)
 {
@@ -363,6 +467,15 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_apply: step %lld must be >= 1",
                             (long long)t);
+    strata_status st = check_finite(s, g, cnt, "shampoo_apply");
+    if (st != STRATA_OK)
+        return st;
+    return apply(s, lr_scale, t, w, g, cnt);
+}
+
+static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                           const float *g, strata_optim_counters *cnt)
+{
     double t0 = now_seconds();
     const strata_shampoo_config *c = &s->cfg;
     const size_t n = (size_t)s->rows * (size_t)s->cols;
@@ -453,10 +566,18 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
 strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                                   const float *g, strata_optim_counters *cnt)
 {
-    strata_status st = strata_shampoo_update_factors(s, g, cnt);
+    if (!s || !w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_step: NULL argument");
+    if (t < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_step: step %lld must be >= 1",
+                            (long long)t);
+    /* One scan up front: once the factors absorbed g, apply must not refuse it. */
+    strata_status st = check_finite(s, g, cnt, "shampoo_step");
+    if (st == STRATA_OK)
+        st = update_factors(s, g, cnt);
     if (st == STRATA_OK && strata_shampoo_is_refresh_step(&s->cfg, t))
         st = strata_shampoo_compute_roots(s, cnt);
     if (st == STRATA_OK)
-        st = strata_shampoo_apply(s, lr_scale, t, w, g, cnt);
+        st = apply(s, lr_scale, t, w, g, cnt);
     return st;
 }

@@ -81,10 +81,11 @@ static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
             return st;
         }
     }
-    const double eps = rt->cfg.shampoo.epsilon;
     float *L = buf, *R = buf + (size_t)blk->rows * blk->rows;
-    strata_status sl = strata_inv_root(blk->rows, L, eps, 4.0, L, w->work, w->iwork);
-    strata_status sr = strata_inv_root(blk->cols, R, eps, 4.0, R, w->work, w->iwork);
+    strata_status sl = strata_shampoo_factor_root(&rt->cfg.shampoo, 0, blk->rows, L, L, w->work,
+                                                  w->iwork, NULL);
+    strata_status sr = strata_shampoo_factor_root(&rt->cfg.shampoo, 1, blk->cols, R, R, w->work,
+                                                  w->iwork, NULL);
     slot->failed[0] = sl != STRATA_OK;
     slot->failed[1] = sr != STRATA_OK;
     atomic_fetch_add(&rt->root_refreshes, (sl == STRATA_OK) + (sr == STRATA_OK));

@@ -56,6 +56,8 @@ strata_status strata_config_default(strata_config *cfg)
     strata_adamw_config_default(&cfg->adamw);
     strata_shampoo_config_default(&cfg->shampoo);
     strata_muon_config_default(&cfg->muon);
+    strata_soap_config_default(&cfg->soap);
+    strata_kl_shampoo_config_default(&cfg->kl_shampoo);
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
     cfg->blas_threads = 0;
@@ -87,12 +89,13 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: config version %d, expected %d "
                             "(call strata_config_default first)", cfg->version,
                             STRATA_CONFIG_VERSION);
-    if (cfg->matrix_optimizer < STRATA_OPTIM_ADAMW || cfg->matrix_optimizer > STRATA_OPTIM_MUON)
+    if (cfg->matrix_optimizer < STRATA_OPTIM_ADAMW || cfg->matrix_optimizer > STRATA_OPTIM_KL_SHAMPOO)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: matrix_optimizer %d unknown",
                             (int)cfg->matrix_optimizer);
     if (!(cfg->max_grad_norm >= 0.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: max_grad_norm must be >= 0");
-    if (!(cfg->adamw.lr >= 0.0f) || !(cfg->shampoo.lr >= 0.0f) || !(cfg->muon.lr >= 0.0f))
+    if (!(cfg->adamw.lr >= 0.0f) || !(cfg->shampoo.lr >= 0.0f) || !(cfg->muon.lr >= 0.0f) ||
+        !(cfg->soap.lr >= 0.0f) || !(cfg->kl_shampoo.lr >= 0.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: learning rates must be >= 0");
     if (cfg->async) {
         if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||
@@ -156,7 +159,7 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d < 0", d->name,
                             d->layer);
     if (d->role < STRATA_ROLE_AUTO || d->role > STRATA_ROLE_VECTOR ||
-        d->optimizer < STRATA_OPTIM_DEFAULT || d->optimizer > STRATA_OPTIM_MUON)
+        d->optimizer < STRATA_OPTIM_DEFAULT || d->optimizer > STRATA_OPTIM_KL_SHAMPOO)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown role or optimizer",
                             d->name);
     size_t numel = 1;
@@ -226,6 +229,10 @@ static void free_state(strata_runtime *rt, rt_param *p)
     p->shampoo = NULL;
     strata_muon_state_destroy(p->muon);
     p->muon = NULL;
+    strata_soap_state_destroy(p->soap);
+    p->soap = NULL;
+    strata_kl_shampoo_state_destroy(p->kl);
+    p->kl = NULL;
 }
 
 strata_status strata_commit(strata_runtime *rt)
@@ -262,6 +269,13 @@ strata_status strata_commit(strata_runtime *rt)
             break;
         case STRATA_OPTIM_MUON:
             st = strata_muon_state_create(&rt->cfg.muon, rt->be, p->rows, p->cols, &p->muon);
+            break;
+        case STRATA_OPTIM_SOAP:
+            st = strata_soap_state_create(&rt->cfg.soap, rt->be, p->rows, p->cols, &p->soap);
+            break;
+        case STRATA_OPTIM_KL_SHAMPOO:
+            st = strata_kl_shampoo_state_create(&rt->cfg.kl_shampoo, rt->be, p->rows, p->cols,
+                                                &p->kl);
             break;
         default:
             st = strata_error(STRATA_ERR_INTERNAL, "commit: bad route %d", (int)p->routed);
@@ -410,6 +424,12 @@ strata_status strata_step(strata_runtime *rt)
             break;
         case STRATA_OPTIM_MUON:
             st = strata_muon_step(p->muon, rt->lr_scale, t, p->data, p->grad, &cnt);
+            break;
+        case STRATA_OPTIM_SOAP:
+            st = strata_soap_step(p->soap, rt->lr_scale, t, p->data, p->grad, &cnt);
+            break;
+        case STRATA_OPTIM_KL_SHAMPOO:
+            st = strata_kl_shampoo_step(p->kl, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         default:
             st = strata_error(STRATA_ERR_INTERNAL, "step: bad route");

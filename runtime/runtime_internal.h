@@ -22,6 +22,8 @@ typedef struct rt_param {
     float *adam_m, *adam_v; /* AdamW moments (one device allocation, 2*numel) */
     strata_shampoo_state *shampoo;
     strata_muon_state *muon;
+    strata_soap_state *soap;
+    strata_kl_shampoo_state *kl;
     int first_block;        /* async: index of its first block in rt->blocks */
 } rt_param;
 

@@ -50,6 +50,12 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.shampoo.grafting_beta2 = 0.95f;
     o->strata.shampoo.max_preconditioner_dim = 1024;
     o->strata.muon.lr = 0.02f;
+    o->strata.soap.lr = 3e-3f;
+    o->strata.soap.weight_decay = 0.0f;
+    o->strata.soap.precondition_frequency = 10;
+    o->strata.kl_shampoo.lr = 1e-3f;
+    o->strata.kl_shampoo.weight_decay = 0.0f;
+    o->strata.kl_shampoo.precondition_frequency = 10;
     o->strata.max_grad_norm = 1.0f;
     o->progress = -1;
     o->memory_limit = 0;

@@ -1,4 +1,5 @@
-/* strata/optim.h — optimizer math: AdamW, Shampoo, Muon (and their linear algebra).
+/* strata/optim.h — optimizer math: AdamW, Shampoo, Muon, SOAP, KL-Shampoo (and their
+ * linear algebra).
  *
  * These are the per-tensor update rules the runtime applies at strata_step.
  * They are public so that tests and embedders can run one optimizer on one
@@ -30,10 +31,12 @@ typedef enum strata_optimizer {
     STRATA_OPTIM_ADAMW = 0,
     STRATA_OPTIM_SHAMPOO = 1,
     STRATA_OPTIM_MUON = 2,
+    STRATA_OPTIM_SOAP = 3,
+    STRATA_OPTIM_KL_SHAMPOO = 4,
 } strata_optimizer;
 
-/* Name ("adamw", "shampoo", "muon") and its inverse (STRATA_ERR_INVALID_ARG
- * for an unknown name). */
+/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo") and its inverse
+ * (STRATA_ERR_INVALID_ARG for an unknown name). */
 STRATA_API const char *strata_optimizer_name(strata_optimizer o);
 STRATA_API strata_status strata_optimizer_parse(const char *name, strata_optimizer *out);
 
@@ -70,17 +73,62 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  * max_preconditioner_dim, tiling W row-major), with G_B the gradient block:
  *   factors   L = b2 L + (1-b2) G G^T,  R = b2 R + (1-b2) G^T G   (b2 = 1: L += G G^T)
  *   filtered  M = b1 M + (1-b1) G;  M_hat = M / (1 - b1^t)      (b1 = 0: M_hat = G)
- *   roots     every F steps from start_preconditioning_step:
- *             L_inv = V diag((max(lambda,0) + eps)^(-1/4)) V^T  in float64
- *             (symmetric eigendecomposition, LAPACK dsyevd), R_inv likewise
+ *   roots     at every refresh point (below), from the factors after they
+ *             absorbed G_t, in float64 (strata_shampoo_factor_root):
+ *             L = V diag(lambda) V^T (LAPACK dsyevd; eigenvectors checked
+ *             for orthogonality, one dsyev retry, see strata_inv_root_ex),
+ *             L_inv = V diag(d(lambda)) V^T with, for exponent e_L,
+ *               regularized (default):  d = (max(lambda, 0) + eps_eff)^(-e_L),
+ *                 eps_eff = max(epsilon, epsilon_rel * max(lambda_max, 0))
+ *               pseudo-inverse:         d = lambda > cutoff ? lambda^(-e_L) : 0,
+ *                 cutoff = max(pseudo_inverse_atol, rtol * max(lambda_max, 0)),
+ *                 rtol = pseudo_inverse_rtol, or n * FLT_EPSILON when < 0
+ *             e_L = inverse_exponent_override[0] (< 0: 1/4; 0: L_inv = I,
+ *             no eigendecomposition); R_inv likewise with index 1
  *   grafting  Adam: A = b_g A + (1-b_g) G^2,  D = M_hat / (sqrt(A/(1-b_g^t)) + eps_g)
  *             AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
- *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block)
- *             before the first root of a block exists: P = D
+ *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block;
+ *             ||P||_F = 0 gives P = 0)
+ *             before the first root of a block exists, or while
+ *             t < start_preconditioning_step: P = D (with Adam grafting the
+ *             update is then AdamW's with beta1, grafting_beta2,
+ *             grafting_epsilon, lr and wd, up to float32 rounding; with
+ *             AdaGrad grafting, AdaGrad's on M_hat)
  *   momentum  if mu > 0: B = mu B + P; P = nesterov ? P + mu B : B
  *   apply     W -= lr * P + lr * wd * W  (decoupled weight decay)
- * A failed or non-finite eigendecomposition keeps the previous root and is
- * counted in strata_optim_counters.root_failures. */
+ * An update happens at every step t >= 1. A gradient with a NaN or Inf is
+ * refused (STRATA_ERR_NONFINITE) before any state is touched. A zero
+ * gradient history gives P = 0 exactly (only weight decay moves W). A failed
+ * or non-finite root keeps the previous root and is counted in
+ * strata_optim_counters.root_failures.
+ *
+ * Refresh points. With F = precondition_frequency and s =
+ * start_preconditioning_step (-1 means s = F), roots are computed at
+ *   t = s, s + F, s + 2F, ...           (strata; the coherence registry and
+ *                                         the asynchronous runtime use the same)
+ * and used from step s on. Distributed Shampoo computes them at
+ *   t = s, and every t > s with t % F == 0
+ * (distributed_shampoo.py: perform_amortized_computation) and also uses them
+ * from step s on (use_grafting_method = t < s). The two schedules are equal
+ * when s % F == 0 (in particular for the default s = -1 = F, and for F = 1);
+ * otherwise they differ after s: e.g. F = 3, s = 4 refreshes at 4, 7, 10 here
+ * and at 4, 6, 9, 12 in Distributed Shampoo. To reproduce Distributed
+ * Shampoo exactly, choose s as a multiple of F.
+ *
+ * Other differences from Distributed Shampoo (facebookresearch/optimizers):
+ * its regularized mode shifts all eigenvalues by -min(lambda_min, 0) before
+ * adding epsilon (PerturbationConfig), strata clamps each eigenvalue at 0
+ * (DESIGN.md); the two agree on positive semi-definite factors. Its
+ * PseudoInverseConfig defaults to rank_rtol = 0; strata defaults to its
+ * rank_rtol = None rule, n * machine epsilon of the float32 factor, because
+ * float32 roundoff leaves null-space eigenvalues of about 1e-7 lambda_max
+ * that a cutoff of 0 would invert. epsilon_rel is the rel_epsilon of its
+ * CoupledHigherOrderConfig (max with the absolute epsilon), applied here to
+ * the eigendecomposition root. inverse_exponent_override is its
+ * RootInvShampooPreconditionerConfig.inverse_exponent_override[2] (per
+ * dimension; 0 = that dimension not preconditioned); the older
+ * exponent_multiplier eta equals an override of eta / 4. Its grafting
+ * epsilons default to 1e-10; strata's grafting_epsilon to 1e-8. */
 typedef enum strata_grafting {
     STRATA_GRAFT_NONE = 0,    /* use L_inv M R_inv unscaled */
     STRATA_GRAFT_ADAM = 1,    /* default */
@@ -101,6 +149,21 @@ typedef struct strata_shampoo_config {
     strata_grafting grafting;      /* default STRATA_GRAFT_ADAM */
     float grafting_beta2;          /* Adam grafting EMA; default 0.999 */
     float grafting_epsilon;        /* default 1e-8 */
+    float epsilon_rel;             /* relative (scale-aware) regularizer: eps_eff =
+                                      max(epsilon, epsilon_rel * lambda_max); default 0
+                                      (off). 1e-6..1e-4 keeps float32 roundoff in a
+                                      rank-deficient factor's null space from being
+                                      amplified by eps^(-1/4), and works at any gradient
+                                      scale (an absolute 1e-12 vanishes below one float64
+                                      ulp, ~1.5e-8, of a factor of scale 1e8) */
+    bool use_pseudo_inverse;       /* eigenvalues <= cutoff get root 0 instead of eps;
+                                      requires epsilon = epsilon_rel = 0; default false */
+    float pseudo_inverse_rtol;     /* cutoff relative to lambda_max; < 0 = n * FLT_EPSILON
+                                      (default -1) */
+    float pseudo_inverse_atol;     /* absolute cutoff; default 0 */
+    float inverse_exponent_override[2]; /* root exponent e of L ([0]) and R ([1]):
+                                      roots are (.)^(-e); < 0 = 1/4 (default -1, -1);
+                                      0 = that side not preconditioned (identity) */
 } strata_shampoo_config;
 
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
@@ -109,6 +172,11 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
 typedef struct strata_optim_counters {
     int64_t root_refreshes;    /* inverse roots computed successfully (per factor) */
     int64_t root_failures;     /* eigendecompositions that failed or gave non-finite roots */
+    int64_t root_retries;      /* decompositions redone with dsyev after dsyevd failed, gave
+                                  non-finite eigenvalues or non-orthonormal eigenvectors
+                                  (a retry that succeeds also counts in root_refreshes) */
+    int64_t nonfinite_rejected; /* calls refused with STRATA_ERR_NONFINITE: the gradient
+                                  held a NaN or Inf; no state was touched */
     double seconds_factors;    /* time spent updating factor matrices */
     double seconds_roots;      /* time spent computing inverse roots */
     double seconds_precondition; /* grafting + preconditioning + momentum + apply */
@@ -156,89 +224,674 @@ STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
 /* Number of preconditioner blocks (after max_preconditioner_dim blocking). */
 STRATA_API int strata_shampoo_state_blocks(const strata_shampoo_state *s);
 
-/* Step 1 of 3: absorb gradient g (rows x cols) into the factors of every block. */
+/* Step 1 of 3: absorb gradient g (rows x cols) into the factors of every block.
+ * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_NONFINITE (g holds a NaN or Inf:
+ * nothing is touched, cnt->nonfinite_rejected is incremented). */
 STRATA_API strata_status strata_shampoo_update_factors(strata_shampoo_state *s, const float *g,
                                                        strata_optim_counters *cnt);
 
 /* Step 2 of 3: recompute every block's inverse roots from its current factors
- * (float64 eigendecomposition). Failures keep the previous root and are
+ * with strata_shampoo_factor_root. Failures keep the previous root and are
  * counted; this call itself fails only for invalid arguments or STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_shampoo_compute_roots(strata_shampoo_state *s,
                                                       strata_optim_counters *cnt);
 
-/* True when step t (1-based) is a refresh point of this configuration. */
+/* True when step t (1-based) is a refresh point of this configuration
+ * (t = s, s + F, ...; see "Refresh points" above). */
 STRATA_API bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t);
 
-/* Step 3 of 3: grafting, preconditioning, momentum, weight decay; updates w. */
+/* The inverse root of one factor as the configuration defines it (the
+ * "roots" line above): the one function both the synchronous path
+ * (strata_shampoo_compute_roots) and the asynchronous runtime's workers call,
+ * so that they compute bit-identical roots from the same factor.
+ * `factor` is 0 for L (exponent inverse_exponent_override[0]) and 1 for R;
+ * `a` is the n x n float32 factor, `out` the n x n float32 root (it may
+ * alias `a`; it is written only on success). `work` holds
+ * strata_inv_root_work_doubles(n) doubles and `iwork`
+ * strata_inv_root_work_ints(n) ints. An exponent of 0 writes the identity
+ * without a decomposition. Any thread may call it with its own workspace.
+ * Counters (when cnt is not NULL; not atomic, so one cnt per thread):
+ * root_refreshes on success, root_failures on STRATA_ERR_LINALG,
+ * root_retries when the first decomposition was rejected.
+ * Errors: STRATA_ERR_LINALG (eigendecomposition failed twice, non-finite
+ * input, or a non-finite root: `out` untouched, the caller keeps the previous
+ * root), STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int factor,
+                                                    int n, const float *a, float *out,
+                                                    double *work, int *iwork,
+                                                    strata_optim_counters *cnt);
+
+/* Step 3 of 3: grafting, preconditioning, momentum, weight decay; updates w.
+ * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_NONFINITE (g holds a NaN or Inf:
+ * neither w nor any state is touched, cnt->nonfinite_rejected is incremented). */
 STRATA_API strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int64_t t,
                                               float *w, const float *g,
                                               strata_optim_counters *cnt);
 
 /* The three steps in order (roots only at refresh steps): one synchronous
- * Shampoo update at step t. */
+ * Shampoo update at step t. A non-finite g is refused before step 1
+ * (STRATA_ERR_NONFINITE, nothing touched); the caller may retry step t. */
 STRATA_API strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64_t t,
                                              float *w, const float *g,
                                              strata_optim_counters *cnt);
 
 /* ------------------------------------------------------------------- Muon
  * Jordan et al., "Muon: An optimizer for hidden layers in neural networks"
- * (2024); Liu et al., "Muon is Scalable for LLM Training" (arXiv 2502.16982)
- * for the AdamW-RMS-matching scale.
- *   B = mu B + G;  G' = nesterov ? G + mu B : B
- *   X = G' / (||G'||_F + 1e-7); if rows > cols work on X^T
- *   ns_steps times: A = X X^T;  X = a X + (b A + c A A) X,
- *                   (a, b, c) = (3.4445, -4.7750, 2.0315)
- *   scale = sqrt(max(1, rows/cols))        (STRATA_MUON_SCALE_SHAPE, default)
- *         = 0.2 * sqrt(max(rows, cols))    (STRATA_MUON_SCALE_ADAMW_RMS)
- *   W -= lr * wd * W + lr * scale * X */
+ * (2024, and the current github.com/KellerJordan/Muon); Liu et al., "Muon is
+ * Scalable for LLM Training" (arXiv 2502.16982) for the AdamW-RMS scale.
+ * Per matrix (m = rows, n = cols of one matrix):
+ *   momentum  SUM: B = mu B + G;            G' = nesterov ? G + mu B : B
+ *             EMA: B = mu B + (1-mu) G;     G' = nesterov ? (1-mu) G + mu B : B
+ *             (EMA is Keller Jordan's lerp form; B_ema = (1-mu) B_sum and
+ *             G'_ema = (1-mu) G'_sum, so after the normalization below both
+ *             forms give the same direction up to float rounding)
+ *   X = NS(G')  (Newton-Schulz, below: normalize, then `ns_steps` odd
+ *             quintic iterations on the wide orientation)
+ *   scale     SHAPE:     sqrt(max(1, m/n))      (Jordan; default)
+ *             ADAMW_RMS: 0.2 * sqrt(max(m, n))  (Liu et al.)
+ *             SPECTRAL:  sqrt(m/n)              (spectral-norm / muP scaling,
+ *                                                fan_out / fan_in)
+ *             NONE:      1
+ *   W -= lr * wd * W + lr * scale * X
+ * The weight decay uses the unadjusted learning rate (lr * wd, never
+ * lr * scale * wd) and W before this step's update.
+ *
+ * Shapes. A parameter with more than two dimensions (d0, d1, ..., dk) is one
+ * matrix rows = d0, cols = d1 * ... * dk (its scale from that flattened
+ * shape). A stack of `batch` independent same-shape matrices (a 3-D tensor
+ * batch x rows x cols, e.g. per-expert or per-head weights) is created with
+ * strata_muon_state_create_batched: each matrix gets its own momentum slice,
+ * its own Newton-Schulz normalization and orthogonalization, and the scale of
+ * rows x cols. Storage is contiguous row-major: matrix i starts at
+ * i * rows * cols. */
 typedef enum strata_muon_scale {
-    STRATA_MUON_SCALE_SHAPE = 0,
-    STRATA_MUON_SCALE_ADAMW_RMS = 1,
+    STRATA_MUON_SCALE_SHAPE = 0,     /* sqrt(max(1, m/n)) (default) */
+    STRATA_MUON_SCALE_ADAMW_RMS = 1, /* 0.2 * sqrt(max(m, n)) */
+    STRATA_MUON_SCALE_SPECTRAL = 2,  /* sqrt(m/n) */
+    STRATA_MUON_SCALE_NONE = 3,      /* 1 */
 } strata_muon_scale;
+
+typedef enum strata_muon_momentum_form {
+    STRATA_MUON_MOMENTUM_SUM = 0, /* B = mu B + G (default) */
+    STRATA_MUON_MOMENTUM_EMA = 1, /* B = mu B + (1-mu) G */
+} strata_muon_momentum_form;
+
+/* Newton-Schulz: orthogonalization of X ~ polar(G) = U V^T (G = U S V^T).
+ *   normalize  X = G / (s ||G||_F), s = 1 (QUINTIC) or 1.01 (POLAR_EXPRESS);
+ *              G = 0 gives exactly 0. The Frobenius norm is accumulated in
+ *              float64 and there is no additive epsilon, so the result is
+ *              scale-invariant: NS(c G) = NS(G) for every c > 0 that float32
+ *              represents (bit-identical when c is a power of two). (Jordan's
+ *              reference divides by ||G||_F + 1e-7, which shrinks X for
+ *              ||G||_F <~ 1e-3 and returns ~0 for tiny gradients.)
+ *   orient     p = min(m, n), q = max(m, n); a tall X is transposed first (so
+ *              NS(G^T) = NS(G)^T exactly) and back at the end
+ *   iterate    for t = 0 .. steps-1, with (a_t, b_t, c_t) from the schedule:
+ *              A = X X^T;  X = a_t X + (b_t A + c_t A A) X
+ *   schedules  QUINTIC: (3.4445, -4.7750, 2.0315) every iteration (Jordan).
+ *              POLAR_EXPRESS: Amsel, Persson, Musco & Gower, "The Polar
+ *              Express" (arXiv 2505.16932), Algorithm 1: eight (a,b,c) for
+ *              t = 0..7, the first seven divided by (1.01, 1.01^3, 1.01^5)
+ *              (their safety factor), t >= 7 repeats (1.875, -1.25, 0.375);
+ *              with the 1.01 in the normalization above.
+ * Methods (the same iteration in exact arithmetic; they differ in cost and
+ * float32 rounding only):
+ *   STANDARD  per iteration A = X X^T (SYRK, p^2 q), A A (SYRK, p^3),
+ *             B X (GEMM, 2 p^2 q): 3 p^2 q + p^3 flops.
+ *   GRAM      Gram Newton-Schulz (Zhang, Amsel, Chen & Dao 2026,
+ *             github.com/Dao-AILab/gram-newton-schulz): iterate in the p x p
+ *             Gram space. R = X X^T (SYRK), Q = I; per iteration
+ *             P = a I + b R + c R^2 (R^2 by SYRK: R is symmetric),
+ *             Q = Q P, R = P (R P); at the end X = Q X. With
+ *             restarts (X = Q X, R = X X^T, Q = I before iteration i) to
+ *             bound the growth of float32 error in Q. 6 p^2 q + 23 p^3 flops
+ *             for 5 steps and one restart, against 15 p^2 q + 5 p^3: cheaper
+ *             once q / p exceeds about 2.
+ *   AUTO      GRAM when q >= gram_min_aspect * p, otherwise STANDARD.
+ * Restart positions: `gram_restart_mask` bit i (1 <= i < min(steps, 64))
+ * restarts before iteration i (0-based: the reference's reset index i, "[2]"
+ * restarts after the 2nd iteration). When the mask is 0, `gram_restarts`
+ * restarts are spaced evenly, rounded up: before iteration
+ * ceil(j * steps / (gram_restarts + 1)), j = 1..gram_restarts; the default
+ * (one restart, as the reference recommends for 5 steps) restarts before
+ * iteration 3 of 5. The reference places restarts with a scalar criterion
+ * (restart_autotune.py: minimize max |Q| over the singular values, with a
+ * -4e-4 perturbation sized for 16-bit); in float32 that criterion picks
+ * iteration 2 for Polar Express x5, which measured 4x less accurate than 3
+ * (Gaussian 64x64 and 128x128: 3.4e-5 vs 8.5e-6 against float64), while the
+ * rule here picks the measured best single restart for both schedules at
+ * 5 steps (quintic: 3.0e-6 at 3 vs 1.2e-5 at 2).
+ * Accuracy: in float32 Gram NS rounds Q, whose norm grows to max |Q| ~ a^k
+ * (k iterations since the last restart: ~41 for 3 quintic steps) on the
+ * directions of tiny singular values, so on inputs with tiny singular values
+ * (rank-deficient gradients, random squares) it is up to ~10x less accurate
+ * than STANDARD (a rank-1 64x256 input: 6e-5 against float64, STANDARD
+ * 5e-6); on well-conditioned inputs both are within ~1e-5 of float64
+ * (tests/reference/test_muon_ns_reference.py). */
+typedef enum strata_ns_schedule {
+    STRATA_NS_QUINTIC = 0,       /* (3.4445, -4.7750, 2.0315) (default) */
+    STRATA_NS_POLAR_EXPRESS = 1, /* per-iteration schedule, arXiv 2505.16932 Alg. 1 */
+} strata_ns_schedule;
+
+typedef enum strata_ns_method {
+    STRATA_NS_AUTO = 0,     /* by aspect ratio (recommended for speed) */
+    STRATA_NS_STANDARD = 1, /* default: today's iteration and accuracy */
+    STRATA_NS_GRAM = 2,
+} strata_ns_method;
+
+#define STRATA_NS_GRAM_MIN_ASPECT_DEFAULT 2.0f
+
+typedef struct strata_ns_config {
+    int steps;                    /* iterations; default 5 */
+    strata_ns_schedule schedule;  /* default STRATA_NS_QUINTIC */
+    strata_ns_method method;      /* default STRATA_NS_STANDARD */
+    float gram_min_aspect;        /* AUTO: GRAM when max(m,n) >= this * min(m,n);
+                                     default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT (measured,
+                                     bench/bench_ns.c) */
+    int gram_restarts;            /* restarts placed automatically when the mask is 0;
+                                     default 1 */
+    uint64_t gram_restart_mask;   /* explicit restart positions (see above); default 0 */
+} strata_ns_config;
+
+STRATA_API void strata_ns_config_default(strata_ns_config *c);
+
+/* Coefficients (a, b, c) of iteration t (0-based) of a schedule, and the
+ * normalization factor s of the schedule (1 or 1.01). For reporting and tests. */
+STRATA_API void strata_ns_coefficients(strata_ns_schedule s, int t, double abc[3]);
+STRATA_API double strata_ns_norm_factor(strata_ns_schedule s);
+
+/* The method AUTO picks for a rows x cols matrix (c->method when not AUTO),
+ * and the restart positions GRAM uses (resolved as described above). */
+STRATA_API strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows,
+                                                int64_t cols);
+STRATA_API uint64_t strata_ns_restart_mask(const strata_ns_config *c);
+
+/* Floats of workspace strata_ns_run needs for matrices of rows x cols
+ * (whatever the batch: the matrices are processed one after another in one
+ * workspace). 0 for invalid arguments. */
+STRATA_API size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols);
+
+/* Newton-Schulz of `batch` rows x cols matrices stored contiguously in `x`
+ * (matrix i at x + i * rows * cols), each normalized and orthogonalized
+ * independently, in place. `work` holds strata_ns_work_floats(c, rows, cols)
+ * floats of backend memory. No allocation. The calling thread runs it;
+ * products go through `be`.
+ * A NaN or Inf in matrix i returns STRATA_ERR_NONFINITE with matrices
+ * i, i+1, ... unchanged (those before it are done).
+ * OpenBLAS 0.3.21 has no batched GEMM; the batch runs as a loop of products
+ * over the packed buffer with one workspace (bench/bench_ns.c compares it
+ * with one call per matrix).
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, batch < 0, shape, steps < 0,
+ * schedule or method unknown, gram_min_aspect < 1 or NaN, gram_restarts < 0),
+ * STRATA_ERR_NONFINITE; a backend error from a product. */
+STRATA_API strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
+                                       int64_t batch, int64_t rows, int64_t cols, float *x,
+                                       float *work);
 
 typedef struct strata_muon_config {
     float lr;           /* default 0.02 */
-    float momentum;     /* mu; default 0.95 */
+    float momentum;     /* mu in [0, 1); default 0.95 */
     bool nesterov;      /* default true */
     int ns_steps;       /* Newton-Schulz iterations; default 5 */
-    float weight_decay; /* decoupled; default 0 */
-    strata_muon_scale scale; /* default STRATA_MUON_SCALE_SHAPE */
+    float weight_decay; /* decoupled, times the unadjusted lr; default 0 */
+    strata_muon_scale scale;                 /* default STRATA_MUON_SCALE_SHAPE */
+    strata_muon_momentum_form momentum_form; /* default STRATA_MUON_MOMENTUM_SUM */
+    strata_ns_schedule ns_schedule;          /* default STRATA_NS_QUINTIC */
+    strata_ns_method ns_method;              /* default STRATA_NS_STANDARD */
+    float ns_gram_min_aspect;                /* default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT */
+    int ns_gram_restarts;                    /* default 1 */
+    uint64_t ns_gram_restart_mask;           /* default 0 (automatic placement) */
 } strata_muon_config;
 
 STRATA_API void strata_muon_config_default(strata_muon_config *c);
 
+/* The Newton-Schulz configuration a Muon configuration implies. */
+STRATA_API void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out);
+
 typedef struct strata_muon_state strata_muon_state;
 
-/* Create Muon state (momentum buffer, Newton-Schulz workspace) for a
- * rows x cols matrix. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
+/* Create Muon state (momentum buffer, Newton-Schulz workspace, from one
+ * backend allocation) for one rows x cols matrix; _batched for `batch` >= 1
+ * independent rows x cols matrices stored contiguously (see "Shapes" above).
+ * `be` must outlive the state. The restart positions are resolved here.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, shape, momentum outside [0,1),
+ * ns_steps < 0, unknown enum, bad Gram settings), STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_muon_state_create(const strata_muon_config *c, strata_backend *be,
                                                   int64_t rows, int64_t cols,
                                                   strata_muon_state **out);
+STRATA_API strata_status strata_muon_state_create_batched(const strata_muon_config *c,
+                                                          strata_backend *be, int64_t batch,
+                                                          int64_t rows, int64_t cols,
+                                                          strata_muon_state **out);
 STRATA_API void strata_muon_state_destroy(strata_muon_state *s);
 STRATA_API size_t strata_muon_state_bytes(const strata_muon_state *s);
 
-/* One Muon update at step t (1-based); updates w and the momentum buffer. */
+/* One Muon update at step t (1-based) of w and g (batch x rows x cols, as
+ * created); updates w and the momentum buffer. `lr_scale` multiplies c->lr.
+ * A NaN/Inf anywhere in g returns STRATA_ERR_NONFINITE with w and the
+ * momentum untouched (counted in cnt->nonfinite_rejected). An all-zero G'
+ * gives a zero orthogonalized update (only weight decay moves w). Counters:
+ * seconds_precondition, nonfinite_rejected.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
 STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t,
                                           float *w, const float *g, strata_optim_counters *cnt);
 
-/* Quintic Newton-Schulz orthogonalization of a rows x cols matrix `x` in
- * place (already normalized or not: it is normalized by ||x||_F + 1e-7
- * first), `steps` iterations with the coefficients above. `work` must hold
- * strata_newton_schulz_work_floats(rows, cols) floats. */
+/* The classic entry point: standard quintic Newton-Schulz (STRATA_NS_STANDARD,
+ * STRATA_NS_QUINTIC, `steps` iterations, normalization as above) of one
+ * rows x cols matrix `x` in place. `work` must hold
+ * strata_newton_schulz_work_floats(rows, cols) floats (= 2pq + 2p^2). */
 STRATA_API size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols);
 STRATA_API strata_status strata_newton_schulz(strata_backend *be, int64_t rows, int64_t cols,
                                               int steps, float *x, float *work);
 
+/* ------------------------------------------------------------ eigenbases
+ * Shared by SOAP and KL-Shampoo: an orthonormal eigenbasis of a symmetric
+ * n x n float32 factor, computed in float64 on the host. Pure functions of
+ * their arguments (no state), so an asynchronous runtime can run them on a
+ * worker thread from a factor snapshot and install the result later.
+ * `work` holds strata_eigenbasis_work_doubles(n) doubles and `iwork`
+ * strata_eigenbasis_work_ints(n) ints (query once per dimension, reuse). */
+STRATA_API size_t strata_eigenbasis_work_doubles(int n);
+STRATA_API size_t strata_eigenbasis_work_ints(int n);
+
+/* Full eigendecomposition a = Q diag(lambda) Q^T (LAPACKE_dsyevd on the
+ * symmetrized float64 copy of `a`). `q` (n x n row-major float32) receives
+ * the eigenvectors as columns in DESCENDING eigenvalue order (SOAP's
+ * get_orthogonal_matrix: eigh then flip); `lambda` (n doubles, may be NULL)
+ * the eigenvalues in the same order.
+ * Errors: STRATA_ERR_LINALG (LAPACK info != 0, or non-finite input or
+ * output; `q` and `lambda` are left untouched), STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *lambda,
+                                                double *work, int *iwork);
+
+/* One power-iteration step with QR (SOAP's get_orthogonal_matrix_QR; the
+ * same step without sorting is KL-Shampoo's): with B = a q_old (float64),
+ * est_k = (q_old^T a q_old)_kk; if `sort`, perm = the stable descending
+ * argsort of est (ties keep their order), else perm = identity; q_new = the
+ * Q factor of the Householder QR (LAPACK dgeqrf + dorgqr, the convention of
+ * torch.linalg.qr and numpy.linalg.qr) of B[:, perm]. Column k of q_new
+ * therefore continues column perm[k] of q_old: a caller keeping per-column
+ * statistics (SOAP's second moment) must permute them by `perm` the same
+ * way. `perm` (n ints) may be NULL when `sort` is false. `q_new` must not
+ * alias `q_old`.
+ * Errors: STRATA_ERR_LINALG (LAPACK info != 0 or a non-finite result;
+ * q_new and perm untouched), STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bool sort,
+                                              float *q_new, int *perm, double *work, int *iwork);
+
+/* ------------------------------------------------------------------- SOAP
+ * Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam"
+ * (arXiv 2409.11321), Algorithm 3; step order, defaults and names follow
+ * the reference implementation nikhilvyas/SOAP soap.py (class SOAP).
+ * For a rows x cols matrix, with "side" 0 = left (rows) and 1 = right (cols);
+ * a side is rotated when 1 < dim <= max_precond_dim, otherwise its
+ * eigenbasis is the identity and it has no factor (the reference's empty
+ * GG entry; a dim-1 side's eigenbasis is exactly [1] there too). Let
+ * b_s = shampoo_beta >= 0 ? shampoo_beta : beta2, and k the number of Adam
+ * steps the state has taken (the reference's state["step"]).
+ *   first call    L = (1-b_s) G G^T, R = (1-b_s) G^T G;
+ *                 Q_L, Q_R = eigenvectors by descending eigenvalue
+ *                 (strata_eigenbasis_eigh, float64); W is NOT updated, not
+ *                 even by weight decay (the reference skips this step).
+ *   later calls   k += 1
+ *                 G' = Q_L^T G Q_R
+ *                 M = b1 M + (1-b1) G                 (original space)
+ *                 V = b2 V + (1-b2) G'^2              (rotated space)
+ *                 N = Q_L [ (Q_L^T M Q_R) / (sqrt(V) + eps) ] Q_R^T
+ *                 normalize_grads: N /= 1e-30 + sqrt(mean(N^2))
+ *                 step = lr * (correct_bias ? sqrt(1-b2^k) / (1-b1^k) : 1)
+ *                 W = W - step N;  W = W - lr wd W    (decay after the step)
+ *                 L = b_s L + (1-b_s) G G^T, R likewise (after the update)
+ *                 if k % F == 0, per rotated side: one power-iteration step
+ *                 with QR (strata_eigenbasis_qr with sorting), and V's
+ *                 matching axis permuted by the same perm.
+ * `lr` above is cfg.lr * lr_scale in both places (a schedule scales both).
+ * Followed: the step order, the skipped first step, the bias correction on
+ * the step size, the eigenvalue sort with V permuted together, torch's eigh
+ * + flip and Householder QR conventions. Deviations: the eigendecomposition
+ * and QR run in float64 (the reference: float32, retrying eigh in float64);
+ * M is kept in the original space and projected every step (the published
+ * versions either do this or keep M rotated and re-rotate it at each
+ * refresh: the same in exact arithmetic); merge_dims and data_format are
+ * not offered (matrices only; a >2-D tensor is flattened by the runtime);
+ * ties in the eigenvalue sort keep their order (torch.argsort: unspecified).
+ * Robustness: a non-finite gradient is rejected (STRATA_ERR_NONFINITE, no
+ * state or weight changed); a failed or non-finite eigendecomposition/QR
+ * keeps the previous eigenbasis (the identity before the first) and V's
+ * order, and is counted in strata_optim_counters.root_failures; a zero
+ * gradient gives exactly a zero update apart from weight decay; a
+ * non-finite update direction is never applied (STRATA_ERR_NONFINITE, W
+ * unchanged). */
+typedef struct strata_soap_config {
+    float lr;                   /* default 3e-3 */
+    float beta1;                /* first-moment EMA; default 0.95 */
+    float beta2;                /* second-moment EMA; default 0.95 */
+    float shampoo_beta;         /* factor EMA; < 0: use beta2 (default -1) */
+    float eps;                  /* added to sqrt(V); default 1e-8 */
+    float weight_decay;         /* decoupled, applied after the step; default 0.01 */
+    int precondition_frequency; /* F, Adam steps between QR refreshes; default 10 */
+    int max_precond_dim;        /* sides above it are not rotated; default 10000 */
+    bool precondition_1d;       /* rotate 1-D tensors (create_vector); default false */
+    bool normalize_grads;       /* RMS-normalize N; default false */
+    bool correct_bias;          /* Adam bias correction; default true */
+} strata_soap_config;
+
+STRATA_API void strata_soap_config_default(strata_soap_config *c);
+
+typedef struct strata_soap_state strata_soap_state;
+
+/* Create SOAP state for a rows x cols matrix (rows, cols >= 1): factors and
+ * eigenbases of the rotated sides, M, V and two rows x cols scratch buffers
+ * (float32, one backend allocation), plus a host float64 workspace. `be`
+ * must outlive the state.
+ * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_soap_state_create(const strata_soap_config *c, strata_backend *be,
+                                                  int64_t rows, int64_t cols,
+                                                  strata_soap_state **out);
+
+/* Create SOAP state for a 1-D tensor of n elements (the reference's 1-D
+ * path): rotated by one n x n factor when precondition_1d and
+ * n <= max_precond_dim, otherwise plain Adam with SOAP's step order. The
+ * tensor is treated as an n x 1 matrix (side 0 = the vector's axis). */
+STRATA_API strata_status strata_soap_state_create_vector(const strata_soap_config *c,
+                                                         strata_backend *be, int64_t n,
+                                                         strata_soap_state **out);
+STRATA_API void strata_soap_state_destroy(strata_soap_state *s);
+
+/* Bytes of device-tier state this object holds. */
+STRATA_API size_t strata_soap_state_bytes(const strata_soap_state *s);
+
+/* Adam steps taken (k above; 0 until the second call). */
+STRATA_API int64_t strata_soap_state_steps(const strata_soap_state *s);
+
+/* Side `side` (0 left, 1 right): its dimension, and when it is rotated its
+ * factor and eigenbasis (dim x dim float32 row-major, device memory, columns
+ * are the basis vectors) and the permutation the last refresh applied
+ * (NULL before the first QR refresh); NULL pointers for an unrotated side.
+ * Read them only between steps (a snapshot). Any out-pointer may be NULL.
+ * Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_soap_side(const strata_soap_state *s, int side, int *dim,
+                                          const float **factor, const float **q,
+                                          const int **last_perm);
+
+/* Phase 1 of 3 (later calls only): the Adam step in the current eigenbasis,
+ * weight decay; updates w (rows x cols), M and V, k += 1. `t` >= 1 is the
+ * caller's 1-based step, checked but not used: SOAP counts its own steps.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (no eigenbasis yet:
+ * call strata_soap_step or update_factors + refresh first),
+ * STRATA_ERR_NONFINITE (g not finite: nothing changed; or a non-finite
+ * direction: M, V advanced, w unchanged). */
+STRATA_API strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
+                                           float *w, const float *g, strata_optim_counters *cnt);
+
+/* Phase 2 of 3: absorb g into the factors (L = b_s L + (1-b_s) G G^T, R
+ * likewise). Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE. */
+STRATA_API strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
+                                                    strata_optim_counters *cnt);
+
+/* True when the eigenbases are due a refresh now (after phases 1 and 2):
+ * no eigenbasis yet, or k > 0 and k % F == 0. */
+STRATA_API bool strata_soap_refresh_due(const strata_soap_state *s);
+
+/* Phase 3 of 3, the expensive one: the first time a full eigendecomposition
+ * of each rotated factor, afterwards one QR power-iteration step with V
+ * permuted (see above); O(dim^3) float64 per rotated side. A worker may run
+ * strata_eigenbasis_eigh / strata_eigenbasis_qr on a snapshot of
+ * strata_soap_side instead and hand the result to
+ * strata_soap_install_eigenbasis. Failures keep the previous basis and are
+ * counted; the call itself fails only for invalid arguments. */
+STRATA_API strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt);
+
+/* Install an eigenbasis for rotated side `side`: `q` (dim x dim, float32,
+ * copied) becomes Q_L or Q_R and, when `perm` is not NULL, V's axis `side`
+ * is permuted the same way (new index k takes old index perm[k]), as after
+ * strata_eigenbasis_qr. Marks the state as having an eigenbasis.
+ * Errors: STRATA_ERR_INVALID_ARG (unrotated side, bad permutation). */
+STRATA_API strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side,
+                                                        const float *q, const int *perm);
+
+/* One synchronous SOAP update: the first call on a state updates the factors
+ * and computes the eigenbases only; later calls run apply, update_factors,
+ * and refresh when due. `t` >= 1 (checked, unused: see apply). */
+STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t,
+                                          float *w, const float *g, strata_optim_counters *cnt);
+
+/* ------------------------------------------------------------ KL-Shampoo
+ * Lin et al., "Understanding and Improving Shampoo and SOAP via
+ * Kullback-Leibler Minimization" (arXiv 2509.03378); reference code
+ * yorkerlin/KL-Methods optim/kl_opt.py (KLOpt with using_klsoap = False),
+ * whose names and defaults are used. For G (d_a x d_b = rows x cols) and
+ * b = shampoo_beta >= 0 ? shampoo_beta : beta2, the idealized KL-Shampoo
+ * estimate (the paper's two-sided KL-minimizing factor update) is
+ *   S_a = b S_a + (1-b)/d_b  G S_b^-1 G^T
+ *   S_b = b S_b + (1-b)/d_a  G^T S_a^-1 G          (both with the inverses
+ *                                                    from BEFORE this step)
+ *   P   = S_a^-1/2 M S_b^-1/2,  no grafting.
+ * Both forms below keep each factor as an eigenbasis Q and inverse square
+ * roots s of its eigenvalue estimates d (s = d^-1/2, per column of Q), so
+ * S^-1 = Q diag(s^2) Q^T in the factor updates, and precondition with the
+ * reference's damping eps:
+ *   M = b1 M + (1-b1) G                              (no bias correction)
+ *   X_ij = s_a,i s_b,j;  P = Q_a [ (Q_a^T M Q_b) * X / (1 + eps X) ] Q_b^T
+ *   normalize_grads: P /= 1e-30 + sqrt(mean(P^2))
+ *   W = W - lr P;  W = W - lr wd W                   (decay after the step)
+ * s is clamped above at c = max(10, min(dim, max_clamp_value)) (so d >= c^-2).
+ *
+ * STRATA_KL_EIGENBASIS (default; the reference code exactly):
+ *   first call   S_a = (1-b)/d_b G G^T, S_b = (1-b)/d_a G^T G; Q = eigh
+ *                (descending); s = init_factor^-1/2; W not updated.
+ *   later calls  k += 1; P from the current Q, s (before absorbing G);
+ *                then the factor updates above with the current Q, s; then
+ *                the eigenvalue estimates, both from the current s:
+ *                  G' = Q_a^T G Q_b
+ *                  d_a = b d_a + (1-b) mean_j (G'_ij s_b,j)^2
+ *                  d_b = b d_b + (1-b) mean_i (G'_ij s_a,i)^2
+ *                  with d = nan_to_num(1/s^2) and s = clamp(nan_to_num(d^-1/2))
+ *                  exactly as kl_opt.py's update_eigen_value (the clamp feeds
+ *                  back into d); then if k % F == 0: Q = qr(S Q) per side
+ *                  (strata_eigenbasis_qr, no sorting: s stays with its column).
+ * STRATA_KL_EXACT (the paper's idealized estimate, F = 1 for every step):
+ *   S_a = S_b = init_factor I at creation (Q = I, s = init_factor^-1/2);
+ *   every call: k += 1 and the factor updates above with the current Q, s; if
+ *   k % F == 0: full eigendecomposition of both updated factors,
+ *   s = min(max(lambda, 0)^-1/2, c) (with no clamp, lambda <= 0 is a root
+ *   failure); then P from the (possibly refreshed) Q, s. No skipped step.
+ * Paper vs code: the paper updates the factors and then preconditions with
+ * them (followed by STRATA_KL_EXACT); the code preconditions with the
+ * estimates from before the step, skips the first step, tracks eigenvalues
+ * by a per-step moving average in a basis refreshed by QR every F steps,
+ * clamps them, and damps with eps (followed by STRATA_KL_EIGENBASIS). The
+ * paper's weight decay and momentum are those of the code. Not offered:
+ * using_damping (trace damping, default off), KL-SOAP, 3-D tensors, bf16
+ * casting (all float32 here; decompositions in float64). A 1 x N matrix is a
+ * matrix with a 1 x 1 factor (the reference squeezes it to 1-D and fails).
+ * Robustness as SOAP: non-finite gradients rejected, failed decompositions
+ * keep the previous basis and eigenvalues and are counted, zero gradients
+ * give zero updates apart from weight decay, non-finite directions are not
+ * applied. */
+typedef enum strata_kl_form {
+    STRATA_KL_EIGENBASIS = 0, /* reference code: QR basis + moving-average eigenvalues */
+    STRATA_KL_EXACT = 1,      /* paper: full eigendecomposition every F steps */
+} strata_kl_form;
+
+typedef struct strata_kl_shampoo_config {
+    strata_kl_form form;        /* default STRATA_KL_EIGENBASIS */
+    float lr;                   /* default 1e-4 */
+    float beta1;                /* momentum EMA; default 0.9 */
+    float beta2;                /* default 0.98 (the factor EMA when shampoo_beta < 0) */
+    float shampoo_beta;         /* factor EMA b; < 0: use beta2 (default -1) */
+    float eps;                  /* damping in X / (1 + eps X); default 1e-8 */
+    float weight_decay;         /* decoupled, applied after the step; default 0.01 */
+    int precondition_frequency; /* F: QR (eigenbasis) or eigh (exact) period; default 10 */
+    float init_factor;          /* initial eigenvalue estimate; default 0.1 */
+    int max_clamp_value;        /* clamp of s: max(10, min(dim, this)); <= 0: none; default 4000 */
+    bool normalize_grads;       /* RMS-normalize P; default false */
+} strata_kl_shampoo_config;
+
+STRATA_API void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c);
+
+typedef struct strata_kl_shampoo_state strata_kl_shampoo_state;
+
+/* Create KL-Shampoo state for a rows x cols matrix (rows, cols >= 1): both
+ * factors, eigenbases and eigenvalue estimates, M and three scratch
+ * buffers (float32, one backend allocation), plus a host float64 workspace.
+ * Every side is preconditioned (the reference has no max_precond_dim).
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
+                                                        strata_backend *be, int64_t rows,
+                                                        int64_t cols,
+                                                        strata_kl_shampoo_state **out);
+STRATA_API void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s);
+STRATA_API size_t strata_kl_shampoo_state_bytes(const strata_kl_shampoo_state *s);
+
+/* Steps taken (k above). */
+STRATA_API int64_t strata_kl_shampoo_state_steps(const strata_kl_shampoo_state *s);
+
+/* Side `side` (0: S_a, rows; 1: S_b, cols): dimension, factor S, eigenbasis
+ * Q (dim x dim float32, columns) and the inverse square roots s (dim
+ * floats), all device memory; read between steps only. Any out-pointer may
+ * be NULL. Errors: STRATA_ERR_INVALID_ARG. */
+STRATA_API strata_status strata_kl_shampoo_side(const strata_kl_shampoo_state *s, int side,
+                                                int *dim, const float **factor,
+                                                const float **q, const float **sqrt_inv);
+
+/* Factor update (both forms), then in the eigenbasis form the eigenvalue
+ * estimates; the first call of the eigenbasis form initializes the factors;
+ * in the exact form k += 1 here.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE (nothing changed). */
+STRATA_API strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s,
+                                                          const float *g,
+                                                          strata_optim_counters *cnt);
+
+/* True when a refresh is due now (eigenbasis form: after apply and
+ * update_factors; exact form: after update_factors): no eigenbasis yet, or
+ * k > 0 and k % F == 0. */
+STRATA_API bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s);
+
+/* The expensive phase, O(dim^3) float64 per side: eigenbasis form: eigh the
+ * first time (s = init_factor^-1/2), then one QR power-iteration step per
+ * side; exact form: eigh of both factors and s from the eigenvalues.
+ * Failures keep the previous Q and s and are counted; the call fails only
+ * for invalid arguments. */
+STRATA_API strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s,
+                                                   strata_optim_counters *cnt);
+
+/* Install side `side`'s eigenbasis `q` (dim x dim, copied) and, when
+ * `lambda` is not NULL, eigenvalues (dim doubles, s = clamp(lambda^-1/2) as
+ * in the exact form; non-finite s is refused with STRATA_ERR_LINALG); with
+ * `lambda` NULL the estimates s stay attached to their columns. For a
+ * worker that ran strata_eigenbasis_qr / _eigh on a snapshot.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_LINALG. */
+STRATA_API strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s,
+                                                              int side, const float *q,
+                                                              const double *lambda);
+
+/* Precondition with the current Q, s, momentum, weight decay; updates w.
+ * Eigenbasis form: k += 1 (call before update_factors); exact form: call
+ * after update_factors (and refresh). `t` >= 1 (checked, unused).
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (eigenbasis form not
+ * initialized), STRATA_ERR_NONFINITE (as strata_soap_apply). */
+STRATA_API strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale,
+                                                 int64_t t, float *w, const float *g,
+                                                 strata_optim_counters *cnt);
+
+/* One synchronous KL-Shampoo update in the order of its form (above). */
+STRATA_API strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
+                                                int64_t t, float *w, const float *g,
+                                                strata_optim_counters *cnt);
+
 /* ------------------------------------------------------------- linear algebra
- * Inverse p-th root of a symmetric positive semi-definite n x n float32
- * matrix `a`, computed in float64: eigendecomposition a = V diag(lambda) V^T
- * (LAPACKE_dsyevd), then out = V diag((max(lambda, 0) + eps)^(-1/p)) V^T,
- * written as float32. `work` holds strata_inv_root_work_doubles(n) doubles
- * and `iwork` strata_inv_root_work_ints(n) ints (query once, reuse).
- * Errors: STRATA_ERR_LINALG (LAPACK info != 0, or a non-finite result; `out`
- * is left untouched), STRATA_ERR_INVALID_ARG. */
+ * Inverse root of a symmetric positive semi-definite n x n float32 matrix
+ * `a`, computed in float64 (optim/linalg.c):
+ *   1. v = (a + a^T) / 2 in float64 (a non-finite entry fails at once);
+ *   2. v = V diag(lambda) V^T by LAPACK dsyevd (divide and conquer);
+ *   3. accepted when LAPACK's info is 0, every eigenvalue is finite and the
+ *      eigenvectors are orthonormal: ||V^T V - I|| <= ortho_tol (see
+ *      strata_ortho_check). Otherwise the decomposition is redone once with
+ *      dsyev (QR iteration) on the input scaled by a power of two (exact);
+ *      if that is rejected too the call fails;
+ *   4. eigenvalues floored before the power, exponent e:
+ *      REGULARIZED     d = (max(lambda, 0) + eps_eff)^(-e),
+ *                      eps_eff = max(eps, eps_rel * max(lambda_max, 0))
+ *                      (Distributed Shampoo's PerturbationConfig epsilon, and
+ *                      CoupledHigherOrderConfig's rel_epsilon/abs_epsilon rule)
+ *      PSEUDO_INVERSE  d = lambda > cutoff ? lambda^(-e) : 0,
+ *                      cutoff = max(rank_atol, rtol * max(lambda_max, 0)),
+ *                      rtol = rank_rtol, or n * FLT_EPSILON when rank_rtol < 0
+ *                      (Distributed Shampoo's PseudoInverseConfig; eps and
+ *                      eps_rel are ignored)
+ *   5. out = V diag(d) V^T, exactly symmetric, rounded to float32.
+ * `out` may alias `a`; it is written only on success. `work` holds
+ * strata_inv_root_work_doubles(n) doubles and `iwork`
+ * strata_inv_root_work_ints(n) ints (query once, reuse; nothing is
+ * allocated per call). Cost: one dsyevd plus one n^3 DSYRK (plus a second
+ * n^3 DSYRK with STRATA_ORTHO_FULL); bench/bench_inv_root.c measures it.
+ * Thread-safe with separate workspaces (OpenBLAS threading is the caller's).
+ * Errors: STRATA_ERR_LINALG (non-finite input, both decompositions
+ * rejected, a zero d-base in the regularized mode, a root that overflows
+ * float32: `out` untouched; strata_last_error says which),
+ * STRATA_ERR_INVALID_ARG. */
+typedef enum strata_root_mode {
+    STRATA_ROOT_REGULARIZED = 0,    /* default */
+    STRATA_ROOT_PSEUDO_INVERSE = 1,
+} strata_root_mode;
+
+/* How the orthogonality of the eigenvectors is measured.
+ * PROBE: with 8 fixed pseudo-random Gaussian vectors X (n x 8, the same on
+ *   every call, so the accept/retry decision is deterministic), err =
+ *   ||(V V^T - I) X||_F / sqrt(8), whose square has expectation
+ *   ||V V^T - I||_F^2 = ||V^T V - I||_F^2 >= ||V^T V - I||_max^2; 32 n^2
+ *   flops. A loss of orthogonality 10x over ortho_tol escapes it with
+ *   probability < 2e-7 (worst case, rank one: chi-square with 8 degrees of
+ *   freedom below 0.08); real failures are orders of magnitude larger.
+ * FULL: err = ||V^T V - I||_max exactly (one n^3 DSYRK, ~20% of dsyevd at
+ *   n = 1024).
+ * OFF: no check (info and finiteness only). */
+typedef enum strata_ortho_check {
+    STRATA_ORTHO_PROBE = 0, /* default */
+    STRATA_ORTHO_FULL = 1,
+    STRATA_ORTHO_OFF = 2,
+} strata_ortho_check;
+
+/* For tests: reject the first (dsyevd) decomposition as if it had failed,
+ * so that the dsyev retry runs. */
+#define STRATA_INV_ROOT_FORCE_RETRY 1u
+
+typedef struct strata_inv_root_opts {
+    double exponent;          /* e > 0: out = a^(-e); default 0.25 */
+    strata_root_mode mode;    /* default STRATA_ROOT_REGULARIZED */
+    double eps;               /* absolute regularizer >= 0; default 0 */
+    double eps_rel;           /* relative regularizer >= 0; default 0 */
+    double rank_rtol;         /* pseudo-inverse relative cutoff; < 0 = n * FLT_EPSILON
+                                 (default -1) */
+    double rank_atol;         /* pseudo-inverse absolute cutoff >= 0; default 0 */
+    strata_ortho_check ortho_check; /* default STRATA_ORTHO_PROBE */
+    double ortho_tol;         /* > 0; default 1e-8 (dsyevd reaches ~1e-13 at n = 1024) */
+    unsigned flags;           /* STRATA_INV_ROOT_* bits; default 0 */
+} strata_inv_root_opts;
+
+/* What one call saw (filled on success and on LINALG failures after the
+ * decomposition). */
+typedef struct strata_inv_root_info {
+    int retries;         /* 0, or 1 when dsyevd's result was rejected */
+    int driver;          /* the accepted decomposition: 0 dsyevd, 1 dsyev */
+    double ortho_error;  /* measured on the last decomposition (NaN if not measured) */
+    double lambda_min, lambda_max; /* eigenvalues of the accepted decomposition */
+    double eps_eff;      /* REGULARIZED: the regularizer added */
+    double cutoff;       /* PSEUDO_INVERSE: eigenvalues at or below it were dropped */
+    int rank;            /* eigenvalues kept (n in the regularized mode) */
+} strata_inv_root_info;
+
+STRATA_API void strata_inv_root_opts_default(strata_inv_root_opts *o);
 STRATA_API size_t strata_inv_root_work_doubles(int n);
 STRATA_API size_t strata_inv_root_work_ints(int n);
+/* `info` may be NULL. */
+STRATA_API strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
+                                            float *out, double *work, int *iwork,
+                                            strata_inv_root_info *info);
+
+/* The regularized inverse p-th root with the default checks:
+ * strata_inv_root_ex with exponent 1/p and eps. */
 STRATA_API strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,
                                          double *work, int *iwork);
 

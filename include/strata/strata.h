@@ -66,11 +66,14 @@ typedef void (*strata_log_fn)(void *user, strata_log_level level, const char *su
 
 typedef struct strata_config {
     int version;                        /* STRATA_CONFIG_VERSION */
-    strata_optimizer matrix_optimizer;  /* for 2-D matrices; default STRATA_OPTIM_SHAMPOO */
+    strata_optimizer matrix_optimizer;  /* for 2-D matrices: shampoo (default), muon, soap,
+                                           kl-shampoo or adamw */
     strata_adamw_config adamw;          /* the tail (1-D, embeddings, head), and matrices
                                            when matrix_optimizer is AdamW */
     strata_shampoo_config shampoo;
     strata_muon_config muon;
+    strata_soap_config soap;
+    strata_kl_shampoo_config kl_shampoo;
     float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
     bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
     int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or

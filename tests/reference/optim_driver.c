@@ -14,17 +14,36 @@
  *       stdout reports counters (blocks, state bytes, root refreshes and
  *       failures, the refresh schedule, backend bytes left after destroy).
  *       Shampoo config "api": "split" runs update_factors / compute_roots /
- *       apply instead of strata_shampoo_step.
- *     MODE inv_root: CONFIG {n, eps, p}; IN is an n x n matrix; OUT the root.
- *       OUT is pre-filled with SENTINEL and written even when the call fails,
- *       so the test can check that a failed call leaves it untouched.
+ *       apply instead of strata_shampoo_step. "skip_nonfinite": true keeps
+ *       going when a call returns STRATA_ERR_NONFINITE: that step writes the
+ *       unchanged weights and the step counter does not advance (the next
+ *       gradient is fed as the same t). "inverse_exponent_override" is a
+ *       number (both factors) or a list of two.
+ *     MODE inv_root: CONFIG {n, eps, p} or {n, exponent, eps, eps_rel,
+ *       mode ("regularized" | "pseudo"), rank_rtol, rank_atol,
+ *       ortho_check ("probe" | "full" | "off"), force_retry}: absent fields
+ *       take strata_inv_root_opts_default's values (eps 0, exponent 1/p with
+ *       p = 4). IN is an n x n matrix; OUT the root. OUT is pre-filled with
+ *       SENTINEL and written even when the call fails, so the test can check
+ *       that a failed call leaves it untouched. On success one JSON line on
+ *       stdout gives strata_inv_root_info.
  *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
+ *     MODE ns: strata_ns_run. CONFIG {rows, cols, batch (1), steps, schedule
+ *       ("quintic" | "polar_express"), method ("auto" | "standard" | "gram"),
+ *       gram_min_aspect, gram_restarts, gram_restart_mask}; IN and OUT
+ *       batch x rows x cols. stdout: {"method": the one used, "restart_mask"}.
+ *   Muon CONFIG also takes batch (matrices per state, the data then holds
+ *   batch x rows x cols per step), scale ("shape" | "adamw_rms" | "spectral"
+ *   | "none"), momentum_form ("sum" | "ema") and the ns_* fields above
+ *   (ns_schedule, ns_method, ns_gram_min_aspect, ns_gram_restarts,
+ *   ns_gram_restart_mask).
  *
  * All binary files are raw little-endian float32, row-major.
  * Exit status: 0 ok, 1 failure (strata_status_str and strata_last_error on
  * stderr), 2 usage or I/O error of the driver itself.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,7 +63,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: optim_driver defaults OUT.json\n"
-                    "       optim_driver adamw|shampoo|muon|inv_root|newton_schulz "
+                    "       optim_driver adamw|shampoo|muon|inv_root|newton_schulz|ns "
                     "CONFIG.json IN.f32 OUT.f32\n");
     return 2;
 }
@@ -172,15 +191,23 @@ static int run_defaults(const char *out_path)
             "\"momentum\": %.9g, \"nesterov\": %s, \"weight_decay\": %.9g, "
             "\"precondition_frequency\": %d, \"start_preconditioning_step\": %d, "
             "\"max_preconditioner_dim\": %d, \"grafting\": %d, \"grafting_beta2\": %.9g, "
-            "\"grafting_epsilon\": %.9g},\n",
+            "\"grafting_epsilon\": %.9g, \"epsilon_rel\": %.9g, \"use_pseudo_inverse\": %s, "
+            "\"pseudo_inverse_rtol\": %.9g, \"pseudo_inverse_atol\": %.9g, "
+            "\"inverse_exponent_override\": [%.9g, %.9g]},\n",
             s.lr, s.beta1, s.beta2, s.epsilon, s.momentum, s.nesterov ? "true" : "false",
             s.weight_decay, s.precondition_frequency, s.start_preconditioning_step,
-            s.max_preconditioner_dim, (int)s.grafting, s.grafting_beta2, s.grafting_epsilon);
+            s.max_preconditioner_dim, (int)s.grafting, s.grafting_beta2, s.grafting_epsilon,
+            s.epsilon_rel, s.use_pseudo_inverse ? "true" : "false", s.pseudo_inverse_rtol,
+            s.pseudo_inverse_atol, s.inverse_exponent_override[0], s.inverse_exponent_override[1]);
     fprintf(f,
             " \"muon\": {\"lr\": %.9g, \"momentum\": %.9g, \"nesterov\": %s, \"ns_steps\": %d, "
-            "\"weight_decay\": %.9g, \"scale\": %d}}\n",
+            "\"weight_decay\": %.9g, \"scale\": %d, \"momentum_form\": %d, "
+            "\"ns_schedule\": %d, \"ns_method\": %d, \"ns_gram_min_aspect\": %.9g, "
+            "\"ns_gram_restarts\": %d, \"ns_gram_restart_mask\": %llu}}\n",
             m.lr, m.momentum, m.nesterov ? "true" : "false", m.ns_steps, m.weight_decay,
-            (int)m.scale);
+            (int)m.scale, (int)m.momentum_form, (int)m.ns_schedule, (int)m.ns_method,
+            m.ns_gram_min_aspect, m.ns_gram_restarts,
+            (unsigned long long)m.ns_gram_restart_mask);
     return close_out(f) ? 0 : 2;
 }
 
@@ -188,8 +215,9 @@ static int run_defaults(const char *out_path)
 
 typedef struct problem {
     int64_t rows, cols, steps;
+    int64_t batch; /* matrices per tensor (Muon); 1 otherwise */
     float lr_scale;
-    size_t n;     /* rows * cols */
+    size_t n;     /* batch * rows * cols */
     float *host;  /* W0 then `steps` gradients */
 } problem;
 
@@ -198,12 +226,13 @@ static bool problem_load(json_object *cfg, const char *in_path, problem *p)
     p->rows = jget_int(cfg, "rows", 0);
     p->cols = jget_int(cfg, "cols", 0);
     p->steps = jget_int(cfg, "steps", 0);
+    p->batch = jget_int(cfg, "batch", 1);
     p->lr_scale = (float)jget_double(cfg, "lr_scale", 1.0);
-    if (p->rows < 1 || p->cols < 1 || p->steps < 1) {
-        fprintf(stderr, "optim_driver: config needs rows, cols, steps >= 1\n");
+    if (p->rows < 1 || p->cols < 1 || p->steps < 1 || p->batch < 1) {
+        fprintf(stderr, "optim_driver: config needs rows, cols, steps, batch >= 1\n");
         return false;
     }
-    p->n = (size_t)p->rows * (size_t)p->cols;
+    p->n = (size_t)p->batch * (size_t)p->rows * (size_t)p->cols;
     p->host = malloc(p->n * (size_t)(p->steps + 1) * sizeof(float));
     if (!p->host) {
         fprintf(stderr, "optim_driver: out of memory\n");
@@ -298,7 +327,23 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
     }
     c.grafting_beta2 = (float)jget_double(cfg, "grafting_beta2", c.grafting_beta2);
     c.grafting_epsilon = (float)jget_double(cfg, "grafting_epsilon", c.grafting_epsilon);
+    c.epsilon_rel = (float)jget_double(cfg, "epsilon_rel", c.epsilon_rel);
+    c.use_pseudo_inverse = jget_bool(cfg, "use_pseudo_inverse", c.use_pseudo_inverse);
+    c.pseudo_inverse_rtol = (float)jget_double(cfg, "pseudo_inverse_rtol", c.pseudo_inverse_rtol);
+    c.pseudo_inverse_atol = (float)jget_double(cfg, "pseudo_inverse_atol", c.pseudo_inverse_atol);
+    json_object *ov;
+    if (json_object_object_get_ex(cfg, "inverse_exponent_override", &ov)) {
+        if (json_object_is_type(ov, json_type_array) && json_object_array_length(ov) == 2) {
+            for (int f = 0; f < 2; f++)
+                c.inverse_exponent_override[f] =
+                    (float)json_object_get_double(json_object_array_get_idx(ov, (size_t)f));
+        } else {
+            c.inverse_exponent_override[0] = c.inverse_exponent_override[1] =
+                (float)json_object_get_double(ov);
+        }
+    }
     bool split = !strcmp(jget_str(cfg, "api", "step"), "split");
+    bool skip_nonfinite = jget_bool(cfg, "skip_nonfinite", false);
 
     int rc = 1;
     buf w = {0}, g = {0};
@@ -320,8 +365,9 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
     blocks = strata_shampoo_state_blocks(s);
     state_bytes = strata_shampoo_state_bytes(s);
     memcpy(w.p, p->host, p->n * sizeof(float));
-    for (int64_t t = 1; t <= p->steps; t++) {
-        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
+    int64_t t = 1; /* the optimizer's step: advances only on success */
+    for (int64_t k = 1; k <= p->steps; k++) {
+        memcpy(g.p, p->host + (size_t)k * p->n, p->n * sizeof(float));
         if (split) {
             st = strata_shampoo_update_factors(s, g.p, &cnt);
             if (st == STRATA_OK && strata_shampoo_is_refresh_step(&c, t))
@@ -331,6 +377,10 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
         } else {
             st = strata_shampoo_step(s, p->lr_scale, t, w.p, g.p, &cnt);
         }
+        if (st == STRATA_OK)
+            t++;
+        else if (st == STRATA_ERR_NONFINITE && skip_nonfinite)
+            st = STRATA_OK;
         if (st != STRATA_OK) {
             rc = fail(st, split ? "strata_shampoo (split api)" : "strata_shampoo_step");
             goto out_destroy;
@@ -348,15 +398,53 @@ out_free:
     buf_free(be, &w);
     if (rc == 0) {
         printf("{\"blocks\": %d, \"state_bytes\": %zu, \"root_refreshes\": %lld, "
-               "\"root_failures\": %lld, \"refresh\": [",
-               blocks, state_bytes, (long long)cnt.root_refreshes,
-               (long long)cnt.root_failures);
-        for (int64_t t = 1; t <= p->steps; t++)
-            printf("%s%d", t > 1 ? ", " : "", strata_shampoo_is_refresh_step(&c, t) ? 1 : 0);
+               "\"root_failures\": %lld, \"root_retries\": %lld, \"nonfinite_rejected\": %lld, "
+               "\"refresh\": [",
+               blocks, state_bytes, (long long)cnt.root_refreshes, (long long)cnt.root_failures,
+               (long long)cnt.root_retries, (long long)cnt.nonfinite_rejected);
+        for (int64_t k = 1; k <= p->steps; k++)
+            printf("%s%d", k > 1 ? ", " : "", strata_shampoo_is_refresh_step(&c, k) ? 1 : 0);
         printf("], ");
         print_bytes_left(be);
     }
     return rc;
+}
+
+/* Index of `s` in the NULL-terminated `names`, or -1. */
+static int name_index(const char *s, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+static const char *const ns_schedule_names[] = {"quintic", "polar_express", NULL};
+static const char *const ns_method_names[] = {"auto", "standard", "gram", NULL};
+
+/* The strata_ns_config fields present in `cfg` (keys prefixed by `pre`). */
+static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%ssteps", pre);
+    c->steps = (int)jget_int(cfg, key, c->steps);
+    snprintf(key, sizeof key, "%sschedule", pre);
+    int sched = name_index(jget_str(cfg, key, ns_schedule_names[c->schedule]), ns_schedule_names);
+    snprintf(key, sizeof key, "%smethod", pre);
+    int method = name_index(jget_str(cfg, key, ns_method_names[c->method]), ns_method_names);
+    if (sched < 0 || method < 0) {
+        fprintf(stderr, "optim_driver: unknown %sschedule or %smethod\n", pre, pre);
+        return false;
+    }
+    c->schedule = (strata_ns_schedule)sched;
+    c->method = (strata_ns_method)method;
+    snprintf(key, sizeof key, "%sgram_min_aspect", pre);
+    c->gram_min_aspect = (float)jget_double(cfg, key, c->gram_min_aspect);
+    snprintf(key, sizeof key, "%sgram_restarts", pre);
+    c->gram_restarts = (int)jget_int(cfg, key, c->gram_restarts);
+    snprintf(key, sizeof key, "%sgram_restart_mask", pre);
+    c->gram_restart_mask = (uint64_t)jget_int(cfg, key, (int64_t)c->gram_restart_mask);
+    return true;
 }
 
 static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
@@ -366,17 +454,28 @@ static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backen
     c.lr = (float)jget_double(cfg, "lr", c.lr);
     c.momentum = (float)jget_double(cfg, "momentum", c.momentum);
     c.nesterov = jget_bool(cfg, "nesterov", c.nesterov);
-    c.ns_steps = (int)jget_int(cfg, "ns_steps", c.ns_steps);
     c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
-    const char *scale = jget_str(cfg, "scale", "shape");
-    if (!strcmp(scale, "shape")) {
-        c.scale = STRATA_MUON_SCALE_SHAPE;
-    } else if (!strcmp(scale, "adamw_rms")) {
-        c.scale = STRATA_MUON_SCALE_ADAMW_RMS;
-    } else {
-        fprintf(stderr, "optim_driver: scale must be shape or adamw_rms\n");
+    static const char *const scale_names[] = {"shape", "adamw_rms", "spectral", "none", NULL};
+    static const char *const form_names[] = {"sum", "ema", NULL};
+    int scale = name_index(jget_str(cfg, "scale", "shape"), scale_names);
+    int form = name_index(jget_str(cfg, "momentum_form", "sum"), form_names);
+    if (scale < 0 || form < 0) {
+        fprintf(stderr, "optim_driver: scale must be shape, adamw_rms, spectral or none; "
+                        "momentum_form sum or ema\n");
         return 2;
     }
+    c.scale = (strata_muon_scale)scale;
+    c.momentum_form = (strata_muon_momentum_form)form;
+    strata_ns_config ns;
+    strata_muon_ns_config(&c, &ns);
+    if (!parse_ns(cfg, "ns_", &ns))
+        return 2;
+    c.ns_steps = ns.steps;
+    c.ns_schedule = ns.schedule;
+    c.ns_method = ns.method;
+    c.ns_gram_min_aspect = ns.gram_min_aspect;
+    c.ns_gram_restarts = ns.gram_restarts;
+    c.ns_gram_restart_mask = ns.gram_restart_mask;
 
     int rc = 1;
     buf w = {0}, g = {0};
@@ -389,7 +488,8 @@ static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backen
         rc = fail(st, "alloc");
         goto out_free;
     }
-    st = strata_muon_state_create(&c, be, p->rows, p->cols, &s);
+    st = p->batch == 1 ? strata_muon_state_create(&c, be, p->rows, p->cols, &s)
+                       : strata_muon_state_create_batched(&c, be, p->batch, p->rows, p->cols, &s);
     if (st != STRATA_OK) {
         rc = fail(st, "strata_muon_state_create");
         goto out_free;
@@ -415,7 +515,9 @@ out_free:
     buf_free(be, &g);
     buf_free(be, &w);
     if (rc == 0) {
-        printf("{\"state_bytes\": %zu, ", state_bytes);
+        printf("{\"state_bytes\": %zu, \"ns_method\": \"%s\", \"restart_mask\": %llu, ",
+               state_bytes, ns_method_names[strata_ns_method_for(&ns, p->rows, p->cols)],
+               (unsigned long long)strata_ns_restart_mask(&ns));
         print_bytes_left(be);
     }
     return rc;
@@ -426,10 +528,30 @@ out_free:
 static int run_inv_root(json_object *cfg, const char *in_path, const char *out_path)
 {
     int64_t n = jget_int(cfg, "n", 0);
-    double eps = jget_double(cfg, "eps", 0.0);
-    double p = jget_double(cfg, "p", 4.0);
+    strata_inv_root_opts o;
+    strata_inv_root_opts_default(&o);
+    o.exponent = jget_double(cfg, "exponent", 1.0 / jget_double(cfg, "p", 4.0));
+    o.eps = jget_double(cfg, "eps", o.eps);
+    o.eps_rel = jget_double(cfg, "eps_rel", o.eps_rel);
+    o.rank_rtol = jget_double(cfg, "rank_rtol", o.rank_rtol);
+    o.rank_atol = jget_double(cfg, "rank_atol", o.rank_atol);
+    const char *mode = jget_str(cfg, "mode", "regularized");
+    const char *check = jget_str(cfg, "ortho_check", "probe");
+    if (jget_bool(cfg, "force_retry", false))
+        o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
+    if (!strcmp(mode, "pseudo"))
+        o.mode = STRATA_ROOT_PSEUDO_INVERSE;
+    else if (strcmp(mode, "regularized"))
+        n = 0;
+    if (!strcmp(check, "full"))
+        o.ortho_check = STRATA_ORTHO_FULL;
+    else if (!strcmp(check, "off"))
+        o.ortho_check = STRATA_ORTHO_OFF;
+    else if (strcmp(check, "probe"))
+        n = 0;
     if (n < 1 || n > 1 << 14) {
-        fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384\n");
+        fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384, mode regularized|pseudo, "
+                        "ortho_check probe|full|off\n");
         return 2;
     }
     size_t nn = (size_t)n * (size_t)n;
@@ -446,14 +568,21 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
         goto out_free;
     for (size_t i = 0; i < nn; i++)
         out[i] = SENTINEL;
-    strata_status st = strata_inv_root((int)n, a, eps, p, out, work, iwork);
+    strata_inv_root_info info;
+    strata_status st = strata_inv_root_ex((int)n, a, &o, out, work, iwork, &info);
     FILE *f = open_out(out_path);
     if (!f)
         goto out_free;
     bool ok = write_floats(f, out, nn);
     if (!close_out(f) || !ok)
         goto out_free;
-    rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root");
+    rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root_ex");
+    if (rc == 0)
+        printf("{\"retries\": %d, \"driver\": %d, \"ortho_error\": %.6g, \"lambda_min\": %.17g, "
+               "\"lambda_max\": %.17g, \"eps_eff\": %.17g, \"cutoff\": %.17g, \"rank\": %d}\n",
+               info.retries, info.driver, isnan(info.ortho_error) ? -1.0 : info.ortho_error,
+               info.lambda_min, info.lambda_max,
+               info.eps_eff, info.cutoff, info.rank);
 out_free:
     free(iwork);
     free(work);
@@ -500,6 +629,50 @@ out_free:
     return rc;
 }
 
+static int run_ns(json_object *cfg, const char *in_path, const char *out_path,
+                  strata_backend *be)
+{
+    int64_t rows = jget_int(cfg, "rows", 0), cols = jget_int(cfg, "cols", 0);
+    int64_t batch = jget_int(cfg, "batch", 1);
+    strata_ns_config c;
+    strata_ns_config_default(&c);
+    if (rows < 1 || cols < 1 || batch < 1 || !parse_ns(cfg, "", &c)) {
+        fprintf(stderr, "optim_driver: ns needs rows, cols, batch >= 1 and a valid config\n");
+        return 2;
+    }
+    size_t n = (size_t)batch * (size_t)rows * (size_t)cols;
+    int rc = 2;
+    buf x = {0}, work = {0};
+    strata_status st;
+    if ((st = buf_alloc(be, &x, n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &work, strata_ns_work_floats(&c, rows, cols) * sizeof(float))) !=
+            STRATA_OK) {
+        rc = fail(st, "alloc");
+        goto out_free;
+    }
+    if (!read_floats(in_path, x.p, n))
+        goto out_free;
+    st = strata_ns_run(be, &c, batch, rows, cols, x.p, work.p);
+    if (st != STRATA_OK) {
+        rc = fail(st, "strata_ns_run");
+        goto out_free;
+    }
+    FILE *f = open_out(out_path);
+    if (!f)
+        goto out_free;
+    bool ok = write_floats(f, x.p, n);
+    if (close_out(f) && ok)
+        rc = 0;
+out_free:
+    buf_free(be, &work);
+    buf_free(be, &x);
+    if (rc == 0)
+        printf("{\"method\": \"%s\", \"restart_mask\": %llu}\n",
+               ns_method_names[strata_ns_method_for(&c, rows, cols)],
+               (unsigned long long)strata_ns_restart_mask(&c));
+    return rc;
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -530,6 +703,10 @@ int main(int argc, char **argv)
     }
     if (!strcmp(mode, "newton_schulz")) {
         rc = run_newton_schulz(cfg, in_path, out_path, be);
+        goto out_backend;
+    }
+    if (!strcmp(mode, "ns")) {
+        rc = run_ns(cfg, in_path, out_path, be);
         goto out_backend;
     }
 

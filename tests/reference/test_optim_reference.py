@@ -142,23 +142,41 @@ class Report:
 # Float64 references (from include/strata/optim.h)
 
 
-def inv_root_ref(a, eps, p):
-    """out = V diag((max(lambda, 0) + eps)^(-1/p)) V^T, float64."""
+FLT_EPSILON = 2.0 ** -23
+
+
+def inv_root_ref(a, eps, p, eps_rel=0.0, pseudo=False, rtol=-1.0, atol=0.0, exponent=None):
+    """Inverse root a^(-e), e = exponent or 1/p, float64 (optim.h, linear algebra):
+      regularized:    d = (max(lambda, 0) + max(eps, eps_rel lambda_max))^(-e)
+      pseudo-inverse: d = lambda > cutoff ? lambda^(-e) : 0,
+                      cutoff = max(atol, rtol' lambda_max), rtol' = n FLT_EPSILON if rtol < 0
+    with lambda_max = max(max(lambda), 0); out = V diag(d) V^T."""
+    e = 1.0 / p if exponent is None else exponent
     lam, v = np.linalg.eigh(np.asarray(a, dtype=np.float64))
-    d = (np.maximum(lam, 0.0) + eps) ** (-1.0 / p)
+    lmax = max(float(lam.max()), 0.0)
+    if pseudo:
+        r = a.shape[0] * FLT_EPSILON if rtol < 0 else rtol
+        cutoff = max(atol, r * lmax)
+        keep = lam > cutoff
+        d = np.zeros_like(lam)
+        d[keep] = lam[keep] ** (-e)
+    else:
+        d = (np.maximum(lam, 0.0) + max(eps, eps_rel * lmax)) ** (-e)
     return (v * d) @ v.T
 
 
 def newton_schulz_ref(x, steps):
-    """Quintic Newton-Schulz in float64: X /= ||X||_F + 1e-7, then `steps` times
-    A = X X^T; X = a X + (b A + c A A) X. Runs on X^T when rows > cols (the
-    same result in exact arithmetic, cheaper)."""
+    """Quintic Newton-Schulz in float64: X /= ||X||_F (X = 0 stays 0; no
+    additive epsilon, so the result is scale-invariant: optim.h), then `steps`
+    times A = X X^T; X = a X + (b A + c A A) X. Runs on X^T when rows > cols
+    (the same result in exact arithmetic, cheaper)."""
     a, b, c = NS_COEFFS
     x = np.array(x, dtype=np.float64)
     transposed = x.shape[0] > x.shape[1]
     if transposed:
         x = x.T
-    x = x / (fro(x) + 1e-7)
+    nx = fro(x)
+    x = x / nx if nx > 0 else x
     for _ in range(steps):
         am = x @ x.T
         x = a * x + (b * am + c * (am @ am)) @ x
@@ -211,7 +229,11 @@ class ShampooRef:
     """Per block (tiles of at most max_preconditioner_dim, row-major):
       L = b2 L + (1-b2) G G^T, R = b2 R + (1-b2) G^T G   (b2 = 1: L += G G^T)
       M = b1 M + (1-b1) G; M_hat = M / (1-b1^t)          (b1 = 0: M_hat = G)
-      at refresh steps L_inv = (L + eps)^(-1/4), R_inv likewise (clamped eigh)
+      at refresh steps L_inv = (L + eps)^(-1/4), R_inv likewise (clamped eigh);
+        with epsilon_rel the regularizer is max(eps, eps_rel lambda_max); with
+        use_pseudo_inverse eigenvalues <= the cutoff get 0; exponents from
+        inverse_exponent_override (< 0: 1/4, 0: identity); a non-finite root
+        keeps the previous one (as the C code's failure path)
       grafting Adam:    A = bg A + (1-bg) G^2, D = M_hat / (sqrt(A/(1-bg^t)) + eps_g)
                AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
       P = L_inv M_hat R_inv, P *= ||D|| / ||P||  (no root yet: P = D)
@@ -223,6 +245,13 @@ class ShampooRef:
         self.eps = f32(cfg["epsilon"])
         self.mu = f32(cfg["momentum"])
         self.bg, self.eps_g = f32(cfg["grafting_beta2"]), f32(cfg["grafting_epsilon"])
+        self.eps_rel = f32(cfg.get("epsilon_rel", 0.0))
+        self.pseudo = bool(cfg.get("use_pseudo_inverse", False))
+        self.rtol = f32(cfg.get("pseudo_inverse_rtol", -1.0))
+        self.atol = f32(cfg.get("pseudo_inverse_atol", 0.0))
+        ov = cfg.get("inverse_exponent_override", -1.0)
+        ov = list(ov) if isinstance(ov, (list, tuple)) else [ov, ov]
+        self.exps = [0.25 if f32(x) < 0 else f32(x) for x in ov]
         d = cfg["max_preconditioner_dim"]
         self.rows_r = block_ranges(shape[0], d)
         self.cols_r = block_ranges(shape[1], d)
@@ -242,8 +271,8 @@ class ShampooRef:
                 blk.L = self.b2 * blk.L + (1 - self.b2) * (gb @ gb.T)
                 blk.R = self.b2 * blk.R + (1 - self.b2) * (gb.T @ gb)
             if refresh:
-                blk.L_inv = inv_root_ref(blk.L, self.eps, 4.0)
-                blk.R_inv = inv_root_ref(blk.R, self.eps, 4.0)
+                blk.L_inv = self.root(blk.L, 0, blk.L_inv)
+                blk.R_inv = self.root(blk.R, 1, blk.R_inv)
             if self.b1 == 0.0:
                 mhat = gb
             else:
@@ -274,6 +303,15 @@ class ShampooRef:
             out[r[0]:r[1], c[0]:c[1]] = p
         return out
 
+    def root(self, a, factor, prev):
+        e = self.exps[factor]
+        if e == 0.0:
+            return np.eye(a.shape[0])
+        with np.errstate(all="ignore"):
+            x = inv_root_ref(a, self.eps, None, eps_rel=self.eps_rel, pseudo=self.pseudo,
+                             rtol=self.rtol, atol=self.atol, exponent=e)
+        return x if np.all(np.isfinite(x)) else prev
+
 
 class MuonRef:
     """B = mu B + G; G' = nesterov ? G + mu B : B; X = NS5(G'); D = scale X,
@@ -302,7 +340,9 @@ ADAMW_BASE = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)
 SHAMPOO_BASE = dict(lr=1e-2, beta1=0.9, beta2=1.0, epsilon=1e-12, momentum=0.0,
                     nesterov=False, weight_decay=0.0, precondition_frequency=1,
                     start_preconditioning_step=-1, max_preconditioner_dim=1024,
-                    grafting="adam", grafting_beta2=0.999, grafting_epsilon=1e-8)
+                    grafting="adam", grafting_beta2=0.999, grafting_epsilon=1e-8,
+                    epsilon_rel=0.0, use_pseudo_inverse=False, pseudo_inverse_rtol=-1.0,
+                    pseudo_inverse_atol=0.0, inverse_exponent_override=[-1.0, -1.0])
 MUON_BASE = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0,
                  scale="shape")
 REFS = {"adamw": (AdamWRef, ADAMW_BASE), "shampoo": (ShampooRef, SHAMPOO_BASE),
@@ -422,6 +462,8 @@ def shampoo_counters(rep, name, shape):
             problems.append("blocks %d, expected %d" % (stats["blocks"], blocks))
         if stats["root_failures"] != 0:
             problems.append("root_failures %d" % stats["root_failures"])
+        if stats.get("root_retries", 0) != 0:
+            problems.append("root_retries %d (dsyevd rejected)" % stats["root_retries"])
         if stats["root_refreshes"] != 2 * blocks * sum(sched):
             problems.append("root_refreshes %d, expected 2 x %d blocks x %d refreshes" % (
                 stats["root_refreshes"], blocks, sum(sched)))
@@ -751,7 +793,7 @@ def reference_selfchecks(rep):
     # singular values land in the quintic's band around 1.
     a, b, c = NS_COEFFS
     x = rng.standard_normal((9, 4))
-    y = x / (fro(x) + 1e-7)
+    y = x / fro(x)
     for _ in range(5):
         am = y @ y.T
         y = a * y + (b * am + c * (am @ am)) @ y
@@ -784,9 +826,12 @@ def defaults_case(drv, rep):
         "shampoo": dict(lr=1e-2, beta1=0.9, beta2=1.0, epsilon=1e-12, momentum=0.0,
                         nesterov=False, weight_decay=0.0, precondition_frequency=1,
                         start_preconditioning_step=-1, max_preconditioner_dim=1024,
-                        grafting=1, grafting_beta2=0.999, grafting_epsilon=1e-8),
+                        grafting=1, grafting_beta2=0.999, grafting_epsilon=1e-8,
+                        epsilon_rel=0.0, use_pseudo_inverse=False, pseudo_inverse_rtol=-1.0,
+                        pseudo_inverse_atol=0.0),
         "muon": dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0,
-                     scale=0),
+                     scale=0, momentum_form=0, ns_schedule=0, ns_method=1,
+                     ns_gram_min_aspect=2.0, ns_gram_restarts=1, ns_gram_restart_mask=0),
     }
     bad = []
     for opt, fields in want.items():

@@ -1,0 +1,338 @@
+/* bench_ns — Newton-Schulz throughput against OpenBLAS sgemm, measured side by
+ * side in one run (issue 3, "Benchmark"):
+ *
+ *   1. sgemm GFLOP/s on the shapes NS multiplies (p x p times p x q);
+ *   2. standard NS and Gram NS (5 quintic steps, the default single restart)
+ *      throughput as a fraction of (1), FLOPs counted as performed:
+ *      2mnk per GEMM, n^2 k per SYRK;
+ *   3. Gram NS speedup over standard NS at aspect ratios 1, 4 and 8
+ *      (512 x 512, 512 x 2048, 512 x 4096), and the aspect ratio where Gram
+ *      starts to win (the AUTO threshold);
+ *   4. batched vs one-by-one for 64 matrices of 128 x 128.
+ *
+ * Usage: bench_ns [--quick] [--p N]
+ * Each timing is the fastest of repeated runs (at least 3, about 0.25 s);
+ * the default run takes well under a minute on 2 cores. OpenBLAS picks its
+ * kernels by the detected core (printed); OPENBLAS_CORETYPE overrides it.
+ * Exit status 0, or 1 when a call fails.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "strata/backend.h"
+#include "strata/optim.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double min_time = 0.25;
+
+typedef strata_status (*bench_fn)(void *ctx);
+
+/* Fastest of repeated calls: at least 3, until min_time has passed. */
+static double time_best(bench_fn fn, void *ctx)
+{
+    double best = INFINITY, start = now_seconds();
+    for (int r = 0; r < 3 || now_seconds() - start < min_time; r++) {
+        double t0 = now_seconds();
+        if (fn(ctx) != STRATA_OK) {
+            fprintf(stderr, "bench_ns: call failed: %s\n", strata_last_error());
+            exit(1);
+        }
+        double t = now_seconds() - t0;
+        if (t < best)
+            best = t;
+        if (r > 1000)
+            break;
+    }
+    return best;
+}
+
+typedef struct job {
+    strata_backend *be;
+    strata_ns_config cfg;
+    int64_t batch, rows, cols;
+    float *src; /* the input, copied to x before every run */
+    float *x, *work;
+    /* sgemm baseline: C (p x q) = A (p x p) B (p x q) */
+    int p, q;
+    float *a, *b, *c;
+} job;
+
+static strata_status run_ns(void *ctx)
+{
+    job *j = ctx;
+    memcpy(j->x, j->src, (size_t)j->batch * j->rows * j->cols * sizeof(float));
+    return strata_ns_run(j->be, &j->cfg, j->batch, j->rows, j->cols, j->x, j->work);
+}
+
+static strata_status run_ns_one_by_one(void *ctx)
+{
+    job *j = ctx;
+    const size_t n = (size_t)j->rows * j->cols;
+    memcpy(j->x, j->src, (size_t)j->batch * n * sizeof(float));
+    for (int64_t i = 0; i < j->batch; i++) {
+        strata_status st = strata_ns_run(j->be, &j->cfg, 1, j->rows, j->cols, j->x + i * n,
+                                         j->work);
+        if (st != STRATA_OK)
+            return st;
+    }
+    return STRATA_OK;
+}
+
+static strata_status run_sgemm(void *ctx)
+{
+    job *j = ctx;
+    return strata_backend_sgemm(j->be, 0, 0, j->p, j->q, j->p, 1.0f, j->a, j->p, j->b, j->q, 0.0f,
+                                j->c, j->q);
+}
+
+/* FLOPs as performed (2mnk per GEMM, n^2 k per SYRK) for p x q. */
+static double flops_standard(double p, double q, int steps)
+{
+    return steps * (p * p * q + p * p * p + 2 * p * p * q);
+}
+
+static double flops_gram(double p, double q, int steps, uint64_t mask)
+{
+    double f = p * p * q; /* R = X X^T */
+    bool q_identity = true;
+    for (int t = 0; t < steps; t++) {
+        if (t > 0 && t < 64 && (mask >> t & 1) && !q_identity) {
+            f += 2 * p * p * q + p * p * q; /* X = Q X; R = X X^T */
+            q_identity = true;
+        }
+        f += p * p * p; /* R^2 */
+        bool last = t + 1 >= steps, restart_next = t + 1 < 64 && (mask >> (t + 1) & 1);
+        if (!last && !restart_next)
+            f += 4 * p * p * p; /* R P, P (R P) */
+        if (!q_identity)
+            f += 2 * p * p * p; /* Q P */
+        q_identity = false;
+    }
+    return f + 2 * p * p * q; /* Q X */
+}
+
+static float *alloc_random(strata_backend *be, size_t n, unsigned seed)
+{
+    void *p = NULL;
+    if (strata_backend_alloc(be, n * sizeof(float), &p) != STRATA_OK) {
+        fprintf(stderr, "bench_ns: out of memory\n");
+        exit(1);
+    }
+    float *f = p;
+    srand(seed);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+    return f;
+}
+
+static void free_floats(strata_backend *be, float *p, size_t n)
+{
+    strata_backend_free(be, p, n * sizeof(float));
+}
+
+/* One shape: sgemm rate, NS and Gram NS times. Returns t_std / t_gram. */
+static double bench_shape(strata_backend *be, int rows, int cols, bool print_header)
+{
+    const int p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
+    const size_t n = (size_t)rows * cols;
+    job j = {.be = be, .batch = 1, .rows = rows, .cols = cols, .p = p, .q = q};
+    strata_ns_config_default(&j.cfg);
+    j.src = alloc_random(be, n, 1);
+    j.x = alloc_random(be, n, 2);
+    const size_t nw = strata_ns_work_floats(&j.cfg, rows, cols);
+    j.work = alloc_random(be, nw, 3);
+    j.a = alloc_random(be, (size_t)p * p, 4);
+    j.b = alloc_random(be, (size_t)p * q, 5);
+    j.c = alloc_random(be, (size_t)p * q, 6);
+
+    const double t_gemm = time_best(run_sgemm, &j);
+    const double gemm_rate = 2.0 * p * p * q / t_gemm;
+    j.cfg.method = STRATA_NS_STANDARD;
+    const double t_std = time_best(run_ns, &j);
+    j.cfg.method = STRATA_NS_GRAM;
+    const uint64_t mask = strata_ns_restart_mask(&j.cfg);
+    j.cfg.gram_restart_mask = mask; /* resolved once, as Muon does */
+    const double t_gram = time_best(run_ns, &j);
+    const double f_std = flops_standard(p, q, j.cfg.steps);
+    const double f_gram = flops_gram(p, q, j.cfg.steps, mask);
+    if (print_header)
+        printf("%-11s %9s | %8s %6s %6s | %8s %6s %6s | %7s\n", "shape", "sgemm GF/s", "NS ms",
+               "GF/s", "frac", "Gram ms", "GF/s", "frac", "speedup");
+    printf("%5d x %-5d %9.1f | %8.2f %6.1f %6.2f | %8.2f %6.1f %6.2f | %6.2fx\n", rows, cols,
+           gemm_rate * 1e-9, t_std * 1e3, f_std / t_std * 1e-9, f_std / t_std / gemm_rate,
+           t_gram * 1e3, f_gram / t_gram * 1e-9, f_gram / t_gram / gemm_rate, t_std / t_gram);
+    fflush(stdout);
+
+    free_floats(be, j.c, (size_t)p * q);
+    free_floats(be, j.b, (size_t)p * q);
+    free_floats(be, j.a, (size_t)p * p);
+    free_floats(be, j.work, nw);
+    free_floats(be, j.x, n);
+    free_floats(be, j.src, n);
+    return t_std / t_gram;
+}
+
+/* ---------------------------------------------------------------- batching */
+
+typedef struct half {
+    job *j;
+    int64_t first, count;
+    float *work;
+    strata_status st;
+} half;
+
+static void *half_main(void *arg)
+{
+    half *h = arg;
+    const size_t n = (size_t)h->j->rows * h->j->cols;
+    h->st = strata_ns_run(h->j->be, &h->j->cfg, h->count, h->j->rows, h->j->cols,
+                          h->j->x + h->first * n, h->work);
+    return NULL;
+}
+
+typedef struct threaded {
+    job *j;
+    int nthreads;
+    float **works;
+} threaded;
+
+/* The alternative to a loop of multithreaded products: split the batch over
+ * threads, each running single-threaded OpenBLAS products. */
+static strata_status run_ns_threads(void *ctx)
+{
+    threaded *tc = ctx;
+    job *j = tc->j;
+    memcpy(j->x, j->src, (size_t)j->batch * j->rows * j->cols * sizeof(float));
+    pthread_t th[16];
+    half h[16];
+    int64_t per = (j->batch + tc->nthreads - 1) / tc->nthreads;
+    for (int i = 0; i < tc->nthreads; i++) {
+        int64_t first = i * per, count = first >= j->batch ? 0 : (first + per > j->batch ? j->batch - first : per);
+        h[i] = (half){.j = j, .first = first, .count = count, .work = tc->works[i]};
+        if (pthread_create(&th[i], NULL, half_main, &h[i]) != 0)
+            return strata_error(STRATA_ERR_INTERNAL, "pthread_create failed");
+    }
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < tc->nthreads; i++) {
+        pthread_join(th[i], NULL);
+        if (h[i].st != STRATA_OK)
+            st = h[i].st;
+    }
+    return st;
+}
+
+static void bench_batch(strata_backend *be, int batch, int dim)
+{
+    const size_t n = (size_t)batch * dim * dim;
+    job j = {.be = be, .batch = batch, .rows = dim, .cols = dim};
+    strata_ns_config_default(&j.cfg);
+    j.cfg.method = STRATA_NS_STANDARD;
+    j.src = alloc_random(be, n, 7);
+    j.x = alloc_random(be, n, 8);
+    const size_t nw = strata_ns_work_floats(&j.cfg, dim, dim);
+    j.work = alloc_random(be, nw, 9);
+    const double f = batch * flops_standard(dim, dim, j.cfg.steps);
+
+    const double t_one = time_best(run_ns_one_by_one, &j);
+    const double t_batched = time_best(run_ns, &j);
+    const int threads = openblas_get_num_threads();
+    double t_thr = NAN;
+    threaded tc = {.j = &j, .nthreads = threads > 16 ? 16 : threads};
+    float *works[16];
+    if (tc.nthreads > 1) {
+        for (int i = 0; i < tc.nthreads; i++)
+            works[i] = alloc_random(be, nw, 10 + i);
+        tc.works = works;
+        openblas_set_num_threads(1);
+        t_thr = time_best(run_ns_threads, &tc);
+        openblas_set_num_threads(threads);
+        for (int i = 0; i < tc.nthreads; i++)
+            free_floats(be, works[i], nw);
+    }
+    printf("batch %d x %dx%d standard NS (quintic, 5 steps):\n", batch, dim, dim);
+    printf("  one-by-one  (%d strata_ns_run calls)          %8.2f ms  %6.1f GF/s\n", batch,
+           t_one * 1e3, f / t_one * 1e-9);
+    printf("  batched     (1 call, packed, one workspace)   %8.2f ms  %6.1f GF/s  %.2fx vs "
+           "one-by-one\n",
+           t_batched * 1e3, f / t_batched * 1e-9, t_one / t_batched);
+    if (tc.nthreads > 1)
+        printf("  alternative (%d threads x 1-thread BLAS, split batch) %8.2f ms  %6.1f GF/s  "
+               "%.2fx vs batched\n",
+               tc.nthreads, t_thr * 1e3, f / t_thr * 1e-9, t_batched / t_thr);
+    fflush(stdout);
+    free_floats(be, j.work, nw);
+    free_floats(be, j.x, n);
+    free_floats(be, j.src, n);
+}
+
+int main(int argc, char **argv)
+{
+    bool quick = false;
+    int p = 512;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            quick = true;
+        } else if (!strcmp(argv[i], "--p") && i + 1 < argc) {
+            p = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: bench_ns [--quick] [--p N]\n");
+            return 2;
+        }
+    }
+    if (quick) {
+        min_time = 0.05;
+        if (p == 512)
+            p = 256;
+    }
+    strata_backend *be = NULL;
+    if (strata_backend_cpu_create(0, &be) != STRATA_OK) {
+        fprintf(stderr, "bench_ns: %s\n", strata_last_error());
+        return 1;
+    }
+    strata_ns_config d;
+    strata_ns_config_default(&d);
+    d.method = STRATA_NS_GRAM;
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    printf("bench_ns: OpenBLAS %s\n  core %s (OPENBLAS_CORETYPE=%s), %d threads\n",
+           openblas_get_config(), openblas_get_corename(), env ? env : "unset",
+           openblas_get_num_threads());
+    printf("  NS: %d quintic steps; Gram restart mask 0x%llx (default, one restart); "
+           "AUTO gram_min_aspect %.2f\n",
+           d.steps, (unsigned long long)strata_ns_restart_mask(&d), (double)d.gram_min_aspect);
+    printf("  FLOPs as performed: 2mnk per GEMM, n^2 k per SYRK; frac = (NS GF/s) / (sgemm "
+           "GF/s of p x p times p x q, same run)\n\n");
+
+    printf("== NS and Gram NS vs sgemm; Gram speedup at aspect 1, 4, 8 ==\n");
+    double s1 = bench_shape(be, p, p, true);
+    double s4 = bench_shape(be, p, 4 * p, false);
+    double s8 = bench_shape(be, p, 8 * p, false);
+    bench_shape(be, 4 * p, p, false);
+    printf("Gram speedup over standard NS: aspect 1 %.2fx, aspect 4 %.2fx, aspect 8 %.2fx\n\n",
+           s1, s4, s8);
+
+    printf("== where Gram starts to win (speedup = t_standard / t_gram) ==\n");
+    const int sweep_p[] = {64, 128, quick ? 0 : 256};
+    const double aspects[] = {1.5, 2.0, 2.5, 3.0};
+    for (size_t i = 0; i < sizeof sweep_p / sizeof *sweep_p; i++) {
+        if (!sweep_p[i])
+            continue;
+        for (size_t k = 0; k < sizeof aspects / sizeof *aspects; k++)
+            bench_shape(be, sweep_p[i], (int)lround(aspects[k] * sweep_p[i]), i == 0 && k == 0);
+    }
+    printf("\n== batching ==\n");
+    bench_batch(be, 64, 128);
+
+    strata_backend_destroy(be);
+    return 0;
+}

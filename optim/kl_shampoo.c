@@ -1,0 +1,500 @@
+/* KL-Shampoo (Lin et al., arXiv 2509.03378): Shampoo whose Kronecker factors
+ * are estimated by KL minimization, each factor's update using the other
+ * factor's inverse from before the step. Two forms: the reference code's
+ * (yorkerlin/KL-Methods optim/kl_opt.py: QR eigenbasis + moving-average
+ * eigenvalue estimates) and the paper's idealized one (full float64
+ * eigendecomposition every F steps). Formulas, order and the differences
+ * between paper and code in include/strata/optim.h.
+ *
+ * Object life: one strata_kl_shampoo_state per matrix parameter. One backend
+ * allocation holds, per side, the factor S, the eigenbasis Q and the
+ * inverse square roots s of the eigenvalue estimates, then M, three
+ * rows x cols scratch buffers and a dim x dim scratch for a new basis; one
+ * host allocation holds the float64 LAPACK workspace, eigenvalues and the
+ * per-step eigenvalue increments. Nothing is allocated per step.
+ *
+ * Invariants: s[i] always belongs to column i of Q (a QR refresh keeps the
+ * column order; an eigendecomposition replaces Q and s together; a failure
+ * replaces neither). Every s is finite and >= 0.
+ */
+#include "strata/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct kl_side {
+    int dim;
+    float clamp;   /* upper bound of s (INFINITY: no clamping) */
+    float *factor; /* S, dim x dim */
+    float *q;      /* eigenbasis, dim x dim, columns */
+    float *s;      /* inverse square roots of the eigenvalue estimates, dim */
+} kl_side;
+
+struct strata_kl_shampoo_state {
+    strata_kl_shampoo_config cfg;
+    strata_backend *be;
+    int64_t rows, cols;
+    kl_side side[2];
+    float *exp_avg; /* M, rows x cols */
+    float *buf[3];  /* scratch rows x cols */
+    float *q_new;   /* scratch maxdim x maxdim */
+    bool has_basis;
+    int64_t steps;
+    void *mem;
+    size_t mem_bytes;
+    double *work;   /* host: LAPACK workspace */
+    int *iwork;
+    double *lambda; /* host: maxdim eigenvalues */
+    double *diag;   /* host: rows + cols eigenvalue increments */
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
+{
+    c->form = STRATA_KL_EIGENBASIS;
+    c->lr = 1e-4f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.98f;
+    c->shampoo_beta = -1.0f;
+    c->eps = 1e-8f;
+    c->weight_decay = 0.01f;
+    c->precondition_frequency = 10;
+    c->init_factor = 0.1f;
+    c->max_clamp_value = 4000;
+    c->normalize_grads = false;
+}
+
+static strata_status check_config(const strata_kl_shampoo_config *c)
+{
+    if (c->form != STRATA_KL_EIGENBASIS && c->form != STRATA_KL_EXACT)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: unknown form %d", (int)c->form);
+    if (c->precondition_frequency < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "kl_shampoo: precondition_frequency %d must be >= 1",
+                            c->precondition_frequency);
+    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: betas (%g, %g) must lie in [0, 1)",
+                            (double)c->beta1, (double)c->beta2);
+    if (!(c->shampoo_beta < 1.0f) || isnan(c->shampoo_beta))
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: shampoo_beta %g must be < 1",
+                            (double)c->shampoo_beta);
+    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr) ||
+        !(c->init_factor >= 0.0f) || !isfinite(c->init_factor))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "kl_shampoo: lr, eps, weight_decay or init_factor out of range");
+    return STRATA_OK;
+}
+
+/* torch.nan_to_num(x, nan=0, posinf=0, neginf=0) */
+static float nan_to_zero(float x)
+{
+    return isfinite(x) ? x : 0.0f;
+}
+
+strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
+                                             strata_backend *be, int64_t rows, int64_t cols,
+                                             strata_kl_shampoo_state **out)
+{
+    if (!c || !be || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_state_create: NULL argument");
+    *out = NULL;
+    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: bad shape %lld x %lld",
+                            (long long)rows, (long long)cols);
+    strata_status st = check_config(c);
+    if (st != STRATA_OK)
+        return st;
+    strata_kl_shampoo_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return strata_error(STRATA_ERR_NOMEM, "kl_shampoo: out of memory");
+    s->cfg = *c;
+    s->be = be;
+    s->rows = rows;
+    s->cols = cols;
+    s->side[0].dim = (int)rows;
+    s->side[1].dim = (int)cols;
+    const int maxdim = rows > cols ? (int)rows : (int)cols;
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t floats = 0;
+    for (int k = 0; k < 2; k++) {
+        const int d = s->side[k].dim;
+        floats += 2 * (size_t)d * d + (size_t)d;
+        /* The reference's clamp bound: max(10, min(dim, max_clamp_value)). */
+        int lim = d < c->max_clamp_value ? d : c->max_clamp_value;
+        s->side[k].clamp = c->max_clamp_value > 0 ? (float)(lim > 10 ? lim : 10) : INFINITY;
+    }
+    floats += 4 * n + (size_t)maxdim * maxdim;
+    floats += 16 * 12; /* every carved piece starts 64-byte aligned */
+    s->mem_bytes = floats * sizeof(float);
+    st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
+    if (st != STRATA_OK)
+        goto out_free_state;
+    float *p = s->mem;
+#define CARVE(dst, count)                                   \
+    do {                                                    \
+        (dst) = p;                                          \
+        p += (((size_t)(count) + 15) / 16) * 16;            \
+    } while (0)
+    const float s0 = nan_to_zero(1.0f / sqrtf(c->init_factor));
+    for (int k = 0; k < 2; k++) {
+        kl_side *sd = &s->side[k];
+        const int d = sd->dim;
+        CARVE(sd->factor, (size_t)d * d);
+        CARVE(sd->q, (size_t)d * d);
+        CARVE(sd->s, d);
+        for (int i = 0; i < d; i++) {
+            sd->q[(size_t)i * d + i] = 1.0f;
+            sd->s[i] = s0;
+            if (c->form == STRATA_KL_EXACT)
+                sd->factor[(size_t)i * d + i] = c->init_factor;
+        }
+    }
+    CARVE(s->exp_avg, n);
+    for (int k = 0; k < 3; k++)
+        CARVE(s->buf[k], n);
+    CARVE(s->q_new, (size_t)maxdim * maxdim);
+#undef CARVE
+    /* The exact form starts from S = init_factor I, whose eigenbasis is I. */
+    s->has_basis = c->form == STRATA_KL_EXACT;
+
+    s->work = malloc(strata_eigenbasis_work_doubles(maxdim) * sizeof(double));
+    s->iwork = malloc(strata_eigenbasis_work_ints(maxdim) * sizeof(int));
+    s->lambda = malloc((size_t)maxdim * sizeof(double));
+    s->diag = malloc(((size_t)rows + (size_t)cols) * sizeof(double));
+    if (!s->work || !s->iwork || !s->lambda || !s->diag) {
+        st = strata_error(STRATA_ERR_NOMEM, "kl_shampoo: cannot allocate eigen workspace (dim %d)",
+                          maxdim);
+        goto out_free_work;
+    }
+    *out = s;
+    return STRATA_OK;
+
+out_free_work:
+    free(s->diag);
+    free(s->lambda);
+    free(s->work);
+    free(s->iwork);
+    strata_backend_free(be, s->mem, s->mem_bytes);
+out_free_state:
+    free(s);
+    return st;
+}
+
+void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s)
+{
+    if (!s)
+        return;
+    free(s->diag);
+    free(s->lambda);
+    free(s->work);
+    free(s->iwork);
+    strata_backend_free(s->be, s->mem, s->mem_bytes);
+    free(s);
+}
+
+size_t strata_kl_shampoo_state_bytes(const strata_kl_shampoo_state *s)
+{
+    return s ? s->mem_bytes : 0;
+}
+
+int64_t strata_kl_shampoo_state_steps(const strata_kl_shampoo_state *s)
+{
+    return s ? s->steps : 0;
+}
+
+strata_status strata_kl_shampoo_side(const strata_kl_shampoo_state *s, int side, int *dim,
+                                     const float **factor, const float **q,
+                                     const float **sqrt_inv)
+{
+    if (!s || side < 0 || side > 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_side: bad side %d", side);
+    const kl_side *sd = &s->side[side];
+    if (dim)
+        *dim = sd->dim;
+    if (factor)
+        *factor = sd->factor;
+    if (q)
+        *q = sd->q;
+    if (sqrt_inv)
+        *sqrt_inv = sd->s;
+    return STRATA_OK;
+}
+
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+static float factor_beta(const strata_kl_shampoo_config *c)
+{
+    return c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2;
+}
+
+/* kl_opt.py update_eigen_value: d = nan_to_num(1/s^2); d = lerp(d, diag, 1-b);
+ * s = clamp(nan_to_num(1/sqrt(d)), max = c). */
+static void eigen_update(kl_side *sd, const double *diag, float b)
+{
+    for (int i = 0; i < sd->dim; i++) {
+        float d = nan_to_zero(1.0f / (sd->s[i] * sd->s[i]));
+        d = d + (1.0f - b) * ((float)diag[i] - d);
+        float si = nan_to_zero(1.0f / sqrtf(d));
+        sd->s[i] = si < sd->clamp ? si : sd->clamp;
+    }
+}
+
+strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const float *g,
+                                               strata_optim_counters *cnt)
+{
+    if (!s || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_update_factors: NULL argument");
+    const int m = (int)s->rows, n = (int)s->cols;
+    const size_t mn = (size_t)m * (size_t)n;
+    if (!all_finite(g, mn))
+        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_update_factors: non-finite gradient");
+    double t0 = now_seconds();
+    const float b = factor_beta(&s->cfg);
+    kl_side *A = &s->side[0], *B = &s->side[1];
+    strata_status st;
+    if (!s->has_basis) {
+        /* Eigenbasis form, first call: S_a = (1-b)/d_b G G^T, S_b = (1-b)/d_a G^T G. */
+        st = strata_backend_ssyrk(s->be, 0, m, n, (1.0f - b) / (float)n, g, n, b, A->factor, m);
+        if (st == STRATA_OK)
+            st = strata_backend_ssyrk(s->be, 1, n, m, (1.0f - b) / (float)m, g, n, b, B->factor,
+                                      n);
+        goto out;
+    }
+    /* Everything below uses Q and s from before this step (the simultaneous
+     * KL update): H = G Q_b diag(s_b), K = diag(s_a) Q_a^T G,
+     * S_a = b S_a + (1-b)/d_b H H^T, S_b = b S_b + (1-b)/d_a K^T K. */
+    float *K = s->buf[0], *H = s->buf[1], *Gp = s->buf[2];
+    st = strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, A->q, m, g, n, 0.0f, K, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, g, n, B->q, n, 0.0f, H, n);
+    const bool eig = s->cfg.form == STRATA_KL_EIGENBASIS;
+    if (st == STRATA_OK && eig) /* G' = Q_a^T G Q_b, before K is scaled */
+        st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, K, n, B->q, n, 0.0f, Gp, n);
+    if (st != STRATA_OK)
+        goto out;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            H[(size_t)i * n + j] *= B->s[j];
+            K[(size_t)i * n + j] *= A->s[i];
+        }
+    st = strata_backend_ssyrk(s->be, 0, m, n, (1.0f - b) / (float)n, H, n, b, A->factor, m);
+    if (st == STRATA_OK)
+        st = strata_backend_ssyrk(s->be, 1, n, m, (1.0f - b) / (float)m, K, n, b, B->factor, n);
+    if (st != STRATA_OK)
+        goto out;
+    if (eig) {
+        /* ldiag_i = mean_j (G'_ij s_b,j)^2, rdiag_j = mean_i (G'_ij s_a,i)^2,
+         * both from the s before this step. */
+        double *ld = s->diag, *rd = s->diag + m;
+        for (int j = 0; j < n; j++)
+            rd[j] = 0.0;
+        for (int i = 0; i < m; i++) {
+            double acc = 0.0;
+            for (int j = 0; j < n; j++) {
+                double x = Gp[(size_t)i * n + j];
+                double u = x * B->s[j], v = x * A->s[i];
+                acc += u * u;
+                rd[j] += v * v;
+            }
+            ld[i] = acc / n;
+        }
+        for (int j = 0; j < n; j++)
+            rd[j] /= m;
+        eigen_update(A, ld, b);
+        eigen_update(B, rd, b);
+    } else {
+        s->steps++;
+    }
+out:
+    if (cnt)
+        cnt->seconds_factors += now_seconds() - t0;
+    return st;
+}
+
+bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s)
+{
+    if (!s)
+        return false;
+    return !s->has_basis || (s->steps > 0 && s->steps % s->cfg.precondition_frequency == 0);
+}
+
+/* s from eigenvalues (exact form): min(max(lambda, 0)^-1/2, clamp). */
+static strata_status sqrt_inv_from_eigenvalues(const kl_side *sd, const double *lambda, float *out)
+{
+    for (int i = 0; i < sd->dim; i++) {
+        double l = lambda[i] > 0.0 ? lambda[i] : 0.0;
+        double si = 1.0 / sqrt(l);
+        if (si > (double)sd->clamp)
+            si = sd->clamp;
+        if (!isfinite(si) || si > 3.4e38)
+            return strata_error(STRATA_ERR_LINALG,
+                                "kl_shampoo: eigenvalue %g gives a non-finite inverse root "
+                                "(no clamping)",
+                                lambda[i]);
+        out[i] = (float)si;
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, int side,
+                                                   const float *q, const double *lambda)
+{
+    if (!s || side < 0 || side > 1 || !q)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_install_eigenbasis: bad arguments");
+    kl_side *sd = &s->side[side];
+    const size_t dd = (size_t)sd->dim * sd->dim;
+    if (!all_finite(q, dd))
+        return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
+    if (lambda) {
+        /* Check all of s before touching anything (buf[2] is free between phases). */
+        float *tmp = s->buf[2];
+        strata_status st = sqrt_inv_from_eigenvalues(sd, lambda, tmp);
+        if (st != STRATA_OK)
+            return st;
+        memcpy(sd->s, tmp, (size_t)sd->dim * sizeof(float));
+    }
+    if (q != sd->q)
+        memcpy(sd->q, q, dd * sizeof(float));
+    s->has_basis = true;
+    return STRATA_OK;
+}
+
+strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim_counters *cnt)
+{
+    if (!s)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_refresh: NULL state");
+    double t0 = now_seconds();
+    const bool exact = s->cfg.form == STRATA_KL_EXACT, first = !s->has_basis;
+    for (int k = 0; k < 2; k++) {
+        kl_side *sd = &s->side[k];
+        strata_status st;
+        if (exact || first)
+            st = strata_eigenbasis_eigh(sd->dim, sd->factor, s->q_new, s->lambda, s->work,
+                                        s->iwork);
+        else
+            st = strata_eigenbasis_qr(sd->dim, sd->factor, sd->q, false, s->q_new, NULL, s->work,
+                                      s->iwork);
+        if (st == STRATA_OK)
+            st = strata_kl_shampoo_install_eigenbasis(s, k, s->q_new, exact ? s->lambda : NULL);
+        if (st == STRATA_OK) {
+            if (cnt)
+                cnt->root_refreshes++;
+        } else if (st == STRATA_ERR_LINALG) {
+            if (cnt)
+                cnt->root_failures++; /* keep the previous Q and s */
+        } else {
+            return st;
+        }
+    }
+    s->has_basis = true;
+    if (cnt)
+        cnt->seconds_roots += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale, int64_t t,
+                                      float *w, const float *g, strata_optim_counters *cnt)
+{
+    if (!s || !w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_apply: NULL argument");
+    if (t < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_apply: step %lld must be >= 1",
+                            (long long)t);
+    if (!s->has_basis)
+        return strata_error(STRATA_ERR_STATE, "kl_shampoo_apply: no eigenbasis yet (first step)");
+    const int m = (int)s->rows, n = (int)s->cols;
+    const size_t mn = (size_t)m * (size_t)n;
+    if (!all_finite(g, mn))
+        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
+    double t0 = now_seconds();
+    const strata_kl_shampoo_config *c = &s->cfg;
+    const kl_side *A = &s->side[0], *B = &s->side[1];
+    if (c->form == STRATA_KL_EIGENBASIS)
+        s->steps++;
+    const float b1 = c->beta1;
+    for (size_t i = 0; i < mn; i++)
+        s->exp_avg[i] = b1 * s->exp_avg[i] + (1.0f - b1) * g[i];
+    /* P = Q_a [ (Q_a^T M Q_b) * X / (1 + eps X) ] Q_b^T, X = s_a s_b^T. */
+    float *t1 = s->buf[0], *t2 = s->buf[1];
+    strata_status st =
+        strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, A->q, m, s->exp_avg, n, 0.0f, t1, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, t1, n, B->q, n, 0.0f, t2, n);
+    if (st != STRATA_OK)
+        return st;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float x = A->s[i] * B->s[j];
+            x = x / (1.0f + x * c->eps);
+            t2[(size_t)i * n + j] *= x;
+        }
+    st = strata_backend_sgemm(s->be, 0, 0, m, n, m, 1.0f, A->q, m, t2, n, 0.0f, t1, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(s->be, 0, 1, m, n, n, 1.0f, t1, n, B->q, n, 0.0f, t2, n);
+    if (st != STRATA_OK)
+        return st;
+    const float *dir = t2;
+    const float lr = c->lr * lr_scale;
+    float step = lr;
+    if (c->normalize_grads) {
+        double acc = 0.0;
+        for (size_t i = 0; i < mn; i++)
+            acc += (double)dir[i] * dir[i];
+        step = (float)((double)step / (1e-30 + sqrt(acc / (double)mn)));
+    }
+    if (!all_finite(dir, mn) || !isfinite(step))
+        return strata_error(STRATA_ERR_NONFINITE,
+                            "kl_shampoo_apply: non-finite direction (weights kept)");
+    const float decay = -lr * c->weight_decay;
+    for (size_t i = 0; i < mn; i++) {
+        float wi = w[i] - step * dir[i];
+        w[i] = wi + decay * wi;
+    }
+    if (cnt)
+        cnt->seconds_precondition += now_seconds() - t0;
+    return STRATA_OK;
+}
+
+strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale, int64_t t,
+                                     float *w, const float *g, strata_optim_counters *cnt)
+{
+    if (!s || !w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_step: NULL argument");
+    if (t < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_step: step %lld must be >= 1",
+                            (long long)t);
+    if (!all_finite(g, (size_t)s->rows * (size_t)s->cols))
+        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
+    strata_status st = STRATA_OK, st_apply = STRATA_OK;
+    if (s->cfg.form == STRATA_KL_EXACT) {
+        st = strata_kl_shampoo_update_factors(s, g, cnt);
+        if (st == STRATA_OK && strata_kl_shampoo_refresh_due(s))
+            st = strata_kl_shampoo_refresh(s, cnt);
+        if (st == STRATA_OK)
+            st = strata_kl_shampoo_apply(s, lr_scale, t, w, g, cnt);
+        return st;
+    }
+    if (s->has_basis)
+        st_apply = strata_kl_shampoo_apply(s, lr_scale, t, w, g, cnt);
+    /* A non-finite direction left w alone; the estimates still absorb g. */
+    if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
+        return st_apply;
+    st = strata_kl_shampoo_update_factors(s, g, cnt);
+    if (st == STRATA_OK && strata_kl_shampoo_refresh_due(s))
+        st = strata_kl_shampoo_refresh(s, cnt);
+    return st == STRATA_OK ? st_apply : st;
+}

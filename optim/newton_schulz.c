@@ -1,0 +1,351 @@
+/* Newton-Schulz orthogonalization for Muon: the standard iteration and Gram
+ * Newton-Schulz, the classic quintic and the Polar Express schedules, over a
+ * batch of same-shape matrices. Formulas, sources and costs are in
+ * include/strata/optim.h ("Newton-Schulz").
+ *
+ * Every matrix is worked on in its wide orientation (p = min(m,n) rows,
+ * q = max(m,n) columns) in the workspace: a tall input is transposed on the
+ * way in and on the way out, so NS(G^T) = NS(G)^T holds exactly (the same
+ * products run on the same numbers).
+ *
+ * Workspace layout (floats), one matrix at a time:
+ *   STANDARD  X (pq), Y (pq), A (p^2), B (p^2)             = 2pq + 2p^2
+ *   GRAM      X (pq), Y (pq), R, P, T, Q, Q2 (p^2 each)    = 2pq + 5p^2
+ * strata_ns_work_floats returns the larger of the two, so one workspace fits
+ * whatever AUTO picks.
+ *
+ * Products go through the backend (SYRK where the result is a symmetric
+ * X X^T or a square of a symmetric matrix, GEMM otherwise); the scalar work
+ * (norms, transposes, the diagonal shift) runs on the host, which the cpu
+ * backend allows (backend.h). */
+#include "strata/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_MAX_STEPS 100000
+
+/* Jordan's quintic (github.com/KellerJordan/Muon). */
+static const double quintic_abc[3] = {3.4445, -4.7750, 2.0315};
+
+/* Polar Express, arXiv 2505.16932, Algorithm 1 (also the authors' repository
+ * github.com/NoahAmsel/PolarExpress): the optimal degree-5 polynomials for
+ * iterations 0..7; the last one is the limit and repeats. The safety factor
+ * 1.01 divides a, b, c of all but the last by 1.01, 1.01^3, 1.01^5. */
+static const double polar_express_abc[8][3] = {
+    {8.28721201814563, -23.595886519098837, 17.300387312530933},
+    {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
+    {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
+    {3.3184196573706015, -2.488488024314874, 0.51004894012372},
+    {2.300652019954817, -1.6689039845747493, 0.4188073119525673},
+    {1.891301407787398, -1.2679958271945868, 0.37680408948524835},
+    {1.8750014808534479, -1.2500016453999487, 0.3750001645474248},
+    {1.875, -1.25, 0.375},
+};
+#define PE_SAFETY 1.01
+
+void strata_ns_config_default(strata_ns_config *c)
+{
+    c->steps = 5;
+    c->schedule = STRATA_NS_QUINTIC;
+    c->method = STRATA_NS_STANDARD;
+    c->gram_min_aspect = STRATA_NS_GRAM_MIN_ASPECT_DEFAULT;
+    c->gram_restarts = 1;
+    c->gram_restart_mask = 0;
+}
+
+void strata_ns_coefficients(strata_ns_schedule s, int t, double abc[3])
+{
+    if (s == STRATA_NS_POLAR_EXPRESS) {
+        const int last = 7;
+        const int i = t < 0 ? 0 : t > last ? last : t;
+        const double f = i == last ? 1.0 : PE_SAFETY;
+        abc[0] = polar_express_abc[i][0] / f;
+        abc[1] = polar_express_abc[i][1] / (f * f * f);
+        abc[2] = polar_express_abc[i][2] / (f * f * f * f * f);
+        return;
+    }
+    memcpy(abc, quintic_abc, sizeof quintic_abc);
+}
+
+double strata_ns_norm_factor(strata_ns_schedule s)
+{
+    return s == STRATA_NS_POLAR_EXPRESS ? PE_SAFETY : 1.0;
+}
+
+static strata_status check_config(const strata_ns_config *c)
+{
+    if (c->steps < 0 || c->steps > NS_MAX_STEPS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: steps %d out of [0, %d]",
+                            c->steps, NS_MAX_STEPS);
+    if (c->schedule != STRATA_NS_QUINTIC && c->schedule != STRATA_NS_POLAR_EXPRESS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: unknown schedule %d",
+                            (int)c->schedule);
+    if (c->method != STRATA_NS_AUTO && c->method != STRATA_NS_STANDARD &&
+        c->method != STRATA_NS_GRAM)
+        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: unknown method %d",
+                            (int)c->method);
+    if (!(c->gram_min_aspect >= 1.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "newton_schulz: gram_min_aspect %g must be >= 1",
+                            (double)c->gram_min_aspect);
+    if (c->gram_restarts < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: gram_restarts %d < 0",
+                            c->gram_restarts);
+    return STRATA_OK;
+}
+
+strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows, int64_t cols)
+{
+    if (c->method != STRATA_NS_AUTO)
+        return c->method;
+    const double p = (double)(rows < cols ? rows : cols), q = (double)(rows < cols ? cols : rows);
+    return q >= (double)c->gram_min_aspect * p ? STRATA_NS_GRAM : STRATA_NS_STANDARD;
+}
+
+uint64_t strata_ns_restart_mask(const strata_ns_config *c)
+{
+    const int top = c->steps < 64 ? c->steps : 64; /* positions 1 .. top-1 */
+    const uint64_t valid = top <= 1 ? 0 : (top == 64 ? ~(uint64_t)0 : ((uint64_t)1 << top) - 1) &
+                                              ~(uint64_t)1;
+    if (c->gram_restart_mask)
+        return c->gram_restart_mask & valid;
+    /* k restarts evenly spaced, rounded up: before iteration ceil(j * steps / (k + 1)). */
+    uint64_t mask = 0;
+    const int64_t k = c->gram_restarts;
+    for (int64_t j = 1; j <= k; j++) {
+        const int64_t pos = (j * c->steps + k) / (k + 1);
+        if (pos >= 1 && pos < top)
+            mask |= (uint64_t)1 << pos;
+    }
+    return mask & valid;
+}
+
+static size_t work_standard(int64_t p, int64_t q) { return (size_t)(2 * p * q + 2 * p * p); }
+static size_t work_gram(int64_t p, int64_t q) { return (size_t)(2 * p * q + 5 * p * p); }
+
+static bool shape_ok(int64_t rows, int64_t cols)
+{
+    return rows >= 1 && cols >= 1 && rows <= INT32_MAX && cols <= INT32_MAX &&
+           (uint64_t)rows * (uint64_t)cols <= (uint64_t)INT64_MAX / 64;
+}
+
+size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols)
+{
+    if (!c || !shape_ok(rows, cols))
+        return 0;
+    const int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
+    return work_gram(p, q) > work_standard(p, q) ? work_gram(p, q) : work_standard(p, q);
+}
+
+size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
+{
+    if (!shape_ok(rows, cols))
+        return 0;
+    const int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
+    return work_standard(p, q);
+}
+
+/* dst (cols x rows) = src (rows x cols)^T * scale, in 32 x 32 tiles. */
+static void transpose_scaled(const float *src, int rows, int cols, double scale, float *dst)
+{
+    enum { TILE = 32 };
+    for (int i0 = 0; i0 < rows; i0 += TILE)
+        for (int j0 = 0; j0 < cols; j0 += TILE) {
+            const int i1 = i0 + TILE < rows ? i0 + TILE : rows;
+            const int j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++)
+                    dst[(size_t)j * rows + i] = (float)(src[(size_t)i * cols + j] * scale);
+        }
+}
+
+/* ||x||_F^2 in float64: for finite float32 entries it neither underflows
+ * (the smallest subnormal squared is 2e-90) nor overflows, so it is finite
+ * exactly when x is, and 0 exactly when x is all zeros. */
+static double sum_squares(const float *x, size_t n)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)x[i] * (double)x[i];
+    return sum;
+}
+
+/* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
+ * result is left in *X (the pointers are swapped as the iteration
+ * ping-pongs). */
+static strata_status iterate_standard(strata_backend *be, const strata_ns_config *c, int p, int q,
+                                      float **X, float **Y, float *A, float *B)
+{
+    const size_t pp = (size_t)p * p;
+    for (int t = 0; t < c->steps; t++) {
+        double abc[3];
+        strata_ns_coefficients(c->schedule, t, abc);
+        strata_status st = strata_backend_ssyrk(be, 0, p, q, 1.0f, *X, q, 0.0f, A, p);
+        if (st != STRATA_OK)
+            return st;
+        /* B = c A A + b A; A is symmetric, so A A = A A^T (a SYRK). */
+        memcpy(B, A, pp * sizeof(float));
+        st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], A, p, (float)abc[1], B, p);
+        if (st != STRATA_OK)
+            return st;
+        /* Y = (a I + B) X: the a X term folded into B's diagonal saves a
+         * p x q copy per iteration. */
+        for (int i = 0; i < p; i++)
+            B[(size_t)i * p + i] += (float)abc[0];
+        st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, B, p, *X, q, 0.0f, *Y, q);
+        if (st != STRATA_OK)
+            return st;
+        float *sw = *X;
+        *X = *Y;
+        *Y = sw;
+    }
+    return STRATA_OK;
+}
+
+/* Gram Newton-Schulz on the p x q matrix in X (Y scratch). The result Q X
+ * goes to `out` (p x q, outside the workspace) or, when `out` is NULL, to
+ * the workspace, and *res tells where. */
+static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c, uint64_t mask,
+                                  int p, int q, float *X, float *Y, float *pp_buf, float *out,
+                                  float **res)
+{
+    const size_t pp = (size_t)p * p;
+    float *R = pp_buf, *P = R + pp, *T = P + pp, *Q = T + pp, *Q2 = Q + pp;
+    bool q_identity = true;
+    strata_status st = strata_backend_ssyrk(be, 0, p, q, 1.0f, X, q, 0.0f, R, p);
+    for (int t = 0; t < c->steps && st == STRATA_OK; t++) {
+        if (t > 0 && t < 64 && (mask >> t & 1) && !q_identity) {
+            /* Restart: fold Q into X and re-form the Gram matrix from it. */
+            st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, Y, q);
+            if (st == STRATA_OK)
+                st = strata_backend_ssyrk(be, 0, p, q, 1.0f, Y, q, 0.0f, R, p);
+            if (st != STRATA_OK)
+                break;
+            float *sw = X;
+            X = Y;
+            Y = sw;
+            q_identity = true;
+        }
+        double abc[3];
+        strata_ns_coefficients(c->schedule, t, abc);
+        /* P = a I + b R + c R^2 (R symmetric: R^2 = R R^T, a SYRK). */
+        memcpy(P, R, pp * sizeof(float));
+        st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
+        if (st != STRATA_OK)
+            break;
+        for (int i = 0; i < p; i++)
+            P[(size_t)i * p + i] += (float)abc[0];
+        /* R = P R P, unless the next iteration restarts or there is none. */
+        const bool last = t + 1 >= c->steps;
+        const bool restart_next = t + 1 < 64 && (mask >> (t + 1) & 1);
+        if (!last && !restart_next) {
+            st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, R, p, P, p, 0.0f, T, p);
+            if (st == STRATA_OK)
+                st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, P, p, T, p, 0.0f, R, p);
+            if (st != STRATA_OK)
+                break;
+        }
+        if (q_identity) {
+            float *sw = Q; /* Q = P: take P's buffer */
+            Q = P;
+            P = sw;
+            q_identity = false;
+        } else {
+            st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, Q, p, P, p, 0.0f, Q2, p);
+            float *sw = Q;
+            Q = Q2;
+            Q2 = sw;
+        }
+    }
+    if (st != STRATA_OK)
+        return st;
+    *res = out ? out : q_identity ? X : Y;
+    if (q_identity) {
+        if (out)
+            memcpy(out, X, (size_t)p * q * sizeof(float));
+        return STRATA_OK;
+    }
+    return strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, *res, q);
+}
+
+/* One matrix: normalize into the workspace (transposed if tall), iterate,
+ * write back. */
+static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strata_ns_method m,
+                            uint64_t mask, int rows, int cols, float *x, float *work)
+{
+    const bool tall = rows > cols;
+    const int p = tall ? cols : rows, q = tall ? rows : cols;
+    const size_t pq = (size_t)p * q;
+    float *X = work, *Y = work + pq, *rest = Y + pq;
+
+    const double sum = sum_squares(x, pq);
+    if (!isfinite(sum))
+        return strata_error(STRATA_ERR_NONFINITE, "newton_schulz: NaN or Inf in a %d x %d input",
+                            rows, cols);
+    if (sum == 0.0) {
+        /* G = 0: the polar factor of 0 is 0, exactly, for every method. */
+        memset(x, 0, pq * sizeof(float));
+        return STRATA_OK;
+    }
+    const double inv = 1.0 / (strata_ns_norm_factor(c->schedule) * sqrt(sum));
+    if (tall) {
+        transpose_scaled(x, rows, cols, inv, X);
+    } else {
+        for (size_t i = 0; i < pq; i++)
+            X[i] = (float)(x[i] * inv);
+    }
+    strata_status st;
+    if (m == STRATA_NS_GRAM) {
+        /* Wide: the last product writes x directly; tall: into the
+         * workspace, then transposed back. */
+        float *res = NULL;
+        st = iterate_gram(be, c, mask, p, q, X, Y, rest, tall ? NULL : x, &res);
+        if (st == STRATA_OK && tall)
+            transpose_scaled(res, p, q, 1.0, x);
+        return st;
+    }
+    st = iterate_standard(be, c, p, q, &X, &Y, rest, rest + (size_t)p * p);
+    if (st != STRATA_OK)
+        return st;
+    if (tall)
+        transpose_scaled(X, p, q, 1.0, x);
+    else
+        memcpy(x, X, pq * sizeof(float));
+    return STRATA_OK;
+}
+
+strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64_t batch,
+                            int64_t rows, int64_t cols, float *x, float *work)
+{
+    if (!be || !c || batch < 0 || (batch > 0 && (!x || !work)))
+        return strata_error(STRATA_ERR_INVALID_ARG, "ns_run: NULL argument or batch < 0");
+    if (!shape_ok(rows, cols))
+        return strata_error(STRATA_ERR_INVALID_ARG, "ns_run: bad shape %lld x %lld",
+                            (long long)rows, (long long)cols);
+    strata_status st = check_config(c);
+    if (st != STRATA_OK)
+        return st;
+    const strata_ns_method m = strata_ns_method_for(c, rows, cols);
+    const uint64_t mask = m == STRATA_NS_GRAM ? strata_ns_restart_mask(c) : 0;
+    const size_t n = (size_t)rows * (size_t)cols;
+    for (int64_t i = 0; i < batch && st == STRATA_OK; i++)
+        st = ns_one(be, c, m, mask, (int)rows, (int)cols, x + (size_t)i * n, work);
+    return st;
+}
+
+strata_status strata_newton_schulz(strata_backend *be, int64_t rows, int64_t cols, int steps,
+                                   float *x, float *work)
+{
+    if (!be || !x || !work || rows < 1 || cols < 1 || steps < 0 || rows > INT32_MAX ||
+        cols > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "newton_schulz: bad arguments (%lld x %lld, %d steps)",
+                            (long long)rows, (long long)cols, steps);
+    strata_ns_config c;
+    strata_ns_config_default(&c);
+    c.steps = steps;
+    c.method = STRATA_NS_STANDARD;
+    return strata_ns_run(be, &c, 1, rows, cols, x, work);
+}
