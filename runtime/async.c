@@ -53,13 +53,48 @@ static size_t align4k(size_t x)
 
 /* ---- worker side */
 
+/* SOAP: one QR power-iteration step per rotated side from the snapshot of
+ * its factor and of the eigenbasis in use (strata_eigenbasis_qr, sorted),
+ * as strata_soap_refresh does in the synchronous path. Slot layout: per
+ * rotated side [factor | q_old | q_new] (dim^2 floats each), then the
+ * permutations (rows + cols ints). */
+static strata_status soap_job_run(strata_runtime *rt, async_block *blk, async_slot *slot,
+                                  strata_worker_ctx *w)
+{
+    float *p = slot->buf;
+    int *perm = (int *)(slot->buf + 3 * ((size_t)blk->rows * blk->rows +
+                                         (size_t)blk->cols * blk->cols));
+    int ok = 0, rotated = 0;
+    for (int side = 0; side < 2; side++) {
+        const int d = side == 0 ? blk->rows : blk->cols;
+        slot->failed[side] = false;
+        if (d == 0)
+            continue;
+        rotated++;
+        const size_t dd = (size_t)d * d;
+        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, p + 2 * dd, perm, w->work,
+                                                w->iwork);
+        slot->failed[side] = st != STRATA_OK;
+        ok += st == STRATA_OK;
+        p += 3 * dd;
+        perm += d;
+    }
+    atomic_fetch_add(&rt->root_refreshes, ok);
+    atomic_fetch_add(&rt->root_failures, rotated - ok);
+    return ok > 0 || rotated == 0
+               ? STRATA_OK
+               : strata_error(STRATA_ERR_LINALG, "soap: every eigenbasis refresh failed");
+}
+
 static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
 {
     root_job *job = (root_job *)j;
     strata_runtime *rt = job->rt;
     async_block *blk = &rt->blocks[job->block];
     async_slot *slot = &blk->slots[job->slot];
-    strata_coh_mark_computing(rt->coh, job->block, job->slot);
+    strata_coh_mark_computing(blk->reg, blk->rb, job->slot);
+    if (blk->kind == ASYNC_SOAP)
+        return soap_job_run(rt, blk, slot, w);
     float *buf = slot->buf;
     strata_status st;
     if (blk->on_nvme) {
@@ -109,7 +144,8 @@ static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
 static void root_job_done(strata_job *j, strata_status st)
 {
     root_job *job = (root_job *)j;
-    strata_coh_complete(job->rt->coh, job->block, job->slot, st == STRATA_OK);
+    const async_block *blk = &job->rt->blocks[job->block];
+    strata_coh_complete(blk->reg, blk->rb, job->slot, st == STRATA_OK);
 }
 
 /* ---- commit / destroy */
@@ -117,30 +153,67 @@ static void root_job_done(strata_job *j, strata_status st)
 strata_status rt_async_commit(strata_runtime *rt)
 {
     const strata_shampoo_config *sc = &rt->cfg.shampoo;
-    int n_blocks = 0;
-    for (int i = 0; i < rt->n_params; i++)
-        if (rt->params[i].routed == STRATA_OPTIM_SHAMPOO) {
-            rt->params[i].first_block = n_blocks;
-            n_blocks += strata_shampoo_state_blocks(rt->params[i].shampoo);
+    int n_sh = 0, n_soap = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->routed == STRATA_OPTIM_SHAMPOO) {
+            p->first_block = n_sh;
+            n_sh += strata_shampoo_state_blocks(p->shampoo);
         }
+    }
+    for (int i = 0; i < rt->n_params; i++)
+        if (rt->params[i].routed == STRATA_OPTIM_SOAP)
+            rt->params[i].first_block = n_sh + n_soap++;
+    const int n_blocks = n_sh + n_soap;
     if (n_blocks == 0)
         return STRATA_OK; /* nothing to precondition asynchronously */
 
-    rt->coh_cfg = (strata_coh_config){
-        .precondition_frequency = sc->precondition_frequency,
-        .start = sc->start_preconditioning_step < 0 ? sc->precondition_frequency
-                                                    : sc->start_preconditioning_step,
-        .staleness = rt->cfg.staleness,
-        .mode = rt->cfg.install_mode,
-        .timeout_s = rt->cfg.wait_timeout_s,
-    };
-    if (rt->coh_cfg.start < 1)
-        rt->coh_cfg.start = 1;
-    strata_status st = strata_coh_create(&rt->coh_cfg, n_blocks, &rt->coh);
-    if (st != STRATA_OK)
-        return st;
-    rt->n_slots = strata_coh_slots_needed(rt->coh_cfg.precondition_frequency,
-                                          rt->coh_cfg.staleness);
+    strata_status st = STRATA_OK;
+    rt->n_slots = 2;
+    if (n_sh > 0) {
+        rt->coh_cfg = (strata_coh_config){
+            .precondition_frequency = sc->precondition_frequency,
+            .start = sc->start_preconditioning_step < 0 ? sc->precondition_frequency
+                                                        : sc->start_preconditioning_step,
+            .staleness = rt->cfg.staleness,
+            .mode = rt->cfg.install_mode,
+            .timeout_s = rt->cfg.wait_timeout_s,
+        };
+        if (rt->coh_cfg.start < 1)
+            rt->coh_cfg.start = 1;
+        st = strata_coh_create(&rt->coh_cfg, n_sh, &rt->coh);
+        if (st != STRATA_OK)
+            return st;
+        rt->n_slots = strata_coh_slots_needed(rt->coh_cfg.precondition_frequency,
+                                              rt->coh_cfg.staleness);
+    }
+    if (n_soap > 0) {
+        /* SOAP refreshes its eigenbases after the Adam steps k = F, 2F, ...,
+         * i.e. at the end of runtime steps t = k + 1 (its first call only
+         * initializes); the synchronous path first uses that basis at t + 1,
+         * which is therefore the refresh point ("version") in the registry.
+         * The QR step continues the basis in use at the snapshot, so only one
+         * refresh per parameter may be in flight: S < F. */
+        const int F = rt->cfg.soap.precondition_frequency;
+        if (rt->cfg.staleness >= F)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "async SOAP needs staleness (%d) < precondition frequency (%d): "
+                                "each QR refresh continues the eigenbasis installed before it",
+                                rt->cfg.staleness, F);
+        rt->coh_soap_cfg = (strata_coh_config){
+            .precondition_frequency = F,
+            .start = F + 2,
+            .staleness = rt->cfg.staleness,
+            .mode = rt->cfg.install_mode,
+            .timeout_s = rt->cfg.wait_timeout_s,
+        };
+        st = strata_coh_create(&rt->coh_soap_cfg, n_soap, &rt->coh_soap);
+        if (st != STRATA_OK)
+            return st;
+        int k = strata_coh_slots_needed(F, rt->cfg.staleness);
+        if (k > rt->n_slots)
+            rt->n_slots = k;
+    }
     st = strata_tier_host_create(rt->cfg.host_budget, &rt->host);
     if (st != STRATA_OK)
         return st;
@@ -168,6 +241,9 @@ strata_status rt_async_commit(strata_runtime *rt)
         int nb = strata_shampoo_state_blocks(p->shampoo);
         for (int b = 0; b < nb; b++) {
             async_block *blk = &rt->blocks[p->first_block + b];
+            blk->kind = ASYNC_SHAMPOO;
+            blk->reg = rt->coh;
+            blk->rb = p->first_block + b;
             blk->p = p;
             blk->b = b;
             blk->installed_slot = -1;
@@ -196,6 +272,43 @@ strata_status rt_async_commit(strata_runtime *rt)
         }
     }
 
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->routed != STRATA_OPTIM_SOAP)
+            continue;
+        async_block *blk = &rt->blocks[p->first_block];
+        blk->kind = ASYNC_SOAP;
+        blk->reg = rt->coh_soap;
+        blk->rb = p->first_block - n_sh;
+        blk->p = p;
+        blk->installed_slot = -1;
+        int dims[2];
+        for (int side = 0; side < 2; side++) {
+            const float *factor = NULL;
+            strata_soap_side(p->soap, side, &dims[side], &factor, NULL, NULL);
+            if (!factor)
+                dims[side] = 0; /* unrotated side */
+            if (dims[side] > max_dim)
+                max_dim = dims[side];
+        }
+        blk->rows = dims[0];
+        blk->cols = dims[1];
+        blk->floats = 3 * ((size_t)dims[0] * dims[0] + (size_t)dims[1] * dims[1]) +
+                      (size_t)dims[0] + (size_t)dims[1] + 1;
+        blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
+        if (!blk->slots)
+            return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+        for (int k = 0; k < rt->n_slots; k++) {
+            root_job *job = &blk->slots[k].job;
+            job->rt = rt;
+            job->block = p->first_block;
+            job->slot = k;
+            job->job.run = root_job_run;
+            job->job.done = root_job_done;
+            job->job.user = job;
+        }
+    }
+
     strata_worker_config wc;
     strata_worker_config_default(&wc);
     if (rt->cfg.workers > 0)
@@ -209,7 +322,8 @@ strata_status rt_async_commit(strata_runtime *rt)
     const size_t page = 4096;
     size_t nvme_need = 0; /* host bytes if every remaining block went to nvme */
     for (int g = 0; g < n_blocks; g++)
-        nvme_need += 2 * align4k(rt->blocks[g].floats * sizeof(float));
+        if (rt->blocks[g].kind == ASYNC_SHAMPOO)
+            nvme_need += 2 * align4k(rt->blocks[g].floats * sizeof(float));
     const size_t scratch = (size_t)wc.n_workers * align4k(max_floats * sizeof(float));
     const size_t budget = rt->cfg.host_budget;
     size_t planned = 0;
@@ -217,11 +331,13 @@ strata_status rt_async_commit(strata_runtime *rt)
     for (int g = 0; g < n_blocks; g++) {
         async_block *blk = &rt->blocks[g];
         const size_t one = align4k(blk->floats * sizeof(float));
-        nvme_need -= 2 * one;
-        bool host_ok = rt->cfg.roots_tier == STRATA_TIER_HOST &&
+        if (blk->kind == ASYNC_SHAMPOO)
+            nvme_need -= 2 * one;
+        /* SOAP eigenbases stay in the host tier. */
+        bool host_ok = blk->kind == ASYNC_SOAP || (rt->cfg.roots_tier == STRATA_TIER_HOST &&
                        (budget == 0 || !rt->nvme ||
                         planned + (size_t)rt->n_slots * one + nvme_need +
-                                (any_nvme || nvme_need ? scratch : 0) <= budget);
+                                (any_nvme || nvme_need ? scratch : 0) <= budget));
         blk->on_nvme = !host_ok;
         if (blk->on_nvme && !rt->nvme)
             return strata_error(STRATA_ERR_INVALID_ARG, "async: roots on nvme need an nvme tier");
@@ -257,6 +373,12 @@ strata_status rt_async_commit(strata_runtime *rt)
     wc.delay_seed = 12345;
     wc.work_doubles = strata_inv_root_work_doubles(max_dim);
     wc.work_ints = strata_inv_root_work_ints(max_dim);
+    if (n_soap > 0) {
+        if (strata_eigenbasis_work_doubles(max_dim) > wc.work_doubles)
+            wc.work_doubles = strata_eigenbasis_work_doubles(max_dim);
+        if (strata_eigenbasis_work_ints(max_dim) > wc.work_ints)
+            wc.work_ints = strata_eigenbasis_work_ints(max_dim);
+    }
     if (rt->stats.blocks_on_nvme > 0) {
         rt->scratch_floats = max_floats;
         rt->worker_scratch = calloc((size_t)wc.n_workers, sizeof *rt->worker_scratch);
@@ -316,6 +438,8 @@ void rt_async_destroy(strata_runtime *rt)
     rt->host = NULL;
     strata_coh_destroy(rt->coh);
     rt->coh = NULL;
+    strata_coh_destroy(rt->coh_soap);
+    rt->coh_soap = NULL;
 }
 
 /* ---- the step */
@@ -334,7 +458,7 @@ static strata_status install_roots(strata_runtime *rt, int g, int slot)
         const int64_t version = blk->io_version;
         strata_status st = STRATA_OK;
         int64_t want;
-        strata_coh_slot_get(rt->coh, g, slot, &want);
+        strata_coh_slot_get(blk->reg, blk->rb, slot, &want);
         /* The prefetch (if any, and for this version) brought L; R follows. */
         if (blk->io_pending) {
             st = strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
@@ -388,7 +512,7 @@ static strata_status snapshot_and_submit(strata_runtime *rt, int g, int64_t t)
     const float *L, *R;
     strata_shampoo_block_factors(blk->p->shampoo, blk->b, NULL, NULL, &L, &R);
     int k;
-    strata_status st = strata_coh_begin_refresh(rt->coh, g, t, &k);
+    strata_status st = strata_coh_begin_refresh(blk->reg, blk->rb, t, &k);
     if (st != STRATA_OK)
         return st;
     async_slot *s = &blk->slots[k];
@@ -414,7 +538,7 @@ static strata_status snapshot_and_submit(strata_runtime *rt, int g, int64_t t)
         st = strata_worker_submit(rt->pool, &s->job.job);
     }
     if (st != STRATA_OK) {
-        strata_coh_abort_refresh(rt->coh, g, k);
+        strata_coh_abort_refresh(blk->reg, blk->rb, k);
         return st;
     }
     rt->stats.jobs_submitted++;
@@ -440,7 +564,7 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
         int slot;
         int64_t version;
         bool now;
-        st = strata_coh_acquire(rt->coh, g, t, &slot, &version, &now);
+        st = strata_coh_acquire(rt->blocks[g].reg, rt->blocks[g].rb, t, &slot, &version, &now);
         if (st != STRATA_OK)
             return st;
         if (now && slot >= 0) {
@@ -456,6 +580,92 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
     return strata_shampoo_apply(p->shampoo, rt->lr_scale, t, p->data, p->grad, cnt);
 }
 
+/* SOAP at step t: install the eigenbasis due now (waiting only past the
+ * staleness budget), the Adam step in it, the factor update, and at a
+ * refresh the snapshot + QR job. The first call is SOAP's initialization (a
+ * full eigendecomposition) and stays synchronous. */
+strata_status rt_async_soap_step(strata_runtime *rt, rt_param *p, int64_t t,
+                                 strata_optim_counters *cnt)
+{
+    async_block *blk = &rt->blocks[p->first_block];
+    strata_soap_state *s = p->soap;
+    if (!blk->soap_ready) {
+        strata_status st = strata_soap_step(s, rt->lr_scale, t, p->data, p->grad, cnt);
+        if (st == STRATA_OK)
+            blk->soap_ready = true;
+        return st;
+    }
+    const double t0 = now_seconds();
+    int slot;
+    int64_t version;
+    bool now;
+    strata_status st = strata_coh_acquire(blk->reg, blk->rb, t, &slot, &version, &now);
+    if (st != STRATA_OK)
+        return st;
+    if (now && slot >= 0) {
+        const async_slot *sl = &blk->slots[slot];
+        const float *q = sl->buf;
+        const int *perm = (const int *)(sl->buf + 3 * ((size_t)blk->rows * blk->rows +
+                                                       (size_t)blk->cols * blk->cols));
+        for (int side = 0; side < 2; side++) {
+            const int d = side == 0 ? blk->rows : blk->cols;
+            if (d == 0)
+                continue;
+            const size_t dd = (size_t)d * d;
+            if (!sl->failed[side]) /* a failed side keeps its basis and V's order */
+                st = strata_soap_install_eigenbasis(s, side, q + 2 * dd, perm);
+            if (st != STRATA_OK)
+                return st;
+            q += 3 * dd;
+            perm += d;
+        }
+        blk->installed_slot = slot;
+    }
+    const double t1 = now_seconds();
+    rt->stats.last_wait_seconds += t1 - t0;
+    if (cnt)
+        cnt->seconds_roots += t1 - t0;
+    strata_status st_apply = strata_soap_apply(s, rt->lr_scale, t, p->data, p->grad, cnt);
+    if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
+        return st_apply;
+    st = strata_soap_update_factors(s, p->grad, cnt);
+    if (st != STRATA_OK)
+        return st;
+    if (strata_soap_refresh_due(s)) {
+        const double t2 = now_seconds();
+        int k;
+        st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
+        if (st != STRATA_OK)
+            return st;
+        async_slot *sl = &blk->slots[k];
+        float *buf = sl->buf;
+        size_t bytes = 0;
+        for (int side = 0; side < 2; side++) {
+            int d;
+            const float *factor, *q;
+            strata_soap_side(s, side, &d, &factor, &q, NULL);
+            if (!factor)
+                continue;
+            const size_t dd = (size_t)d * d;
+            memcpy(buf, factor, dd * sizeof(float));
+            memcpy(buf + dd, q, dd * sizeof(float));
+            buf += 3 * dd;
+            bytes += 2 * dd * sizeof(float);
+        }
+        atomic_fetch_add(&rt->d2h_bytes, bytes);
+        sl->job.job.deadline = t + 1 + rt->cfg.staleness;
+        st = strata_worker_submit(rt->pool, &sl->job.job);
+        if (st != STRATA_OK) {
+            strata_coh_abort_refresh(blk->reg, blk->rb, k);
+            return st;
+        }
+        rt->stats.jobs_submitted++;
+        if (cnt)
+            cnt->seconds_roots += now_seconds() - t2;
+    }
+    return st_apply;
+}
+
 /* Forward hook: start reading layer `layer`'s due roots from nvme while the
  * forward and backward passes run (the cpu backend's shadow stream is the
  * nvme tier's completion thread). */
@@ -467,15 +677,16 @@ strata_status rt_async_prefetch(strata_runtime *rt, int layer)
     const int64_t due = strata_coh_due_version(&rt->coh_cfg, t);
     for (int g = 0; g < rt->n_blocks; g++) {
         async_block *blk = &rt->blocks[g];
-        if (!blk->on_nvme || blk->p->layer != layer || blk->io_pending || due < 0)
+        if (blk->kind != ASYNC_SHAMPOO || !blk->on_nvme || blk->p->layer != layer ||
+            blk->io_pending || due < 0)
             continue;
         int64_t installed = -1;
         if (blk->installed_slot >= 0)
-            strata_coh_slot_get(rt->coh, g, blk->installed_slot, &installed);
+            strata_coh_slot_get(blk->reg, blk->rb, blk->installed_slot, &installed);
         if (installed >= due)
             continue;
         strata_coh_slot_state state;
-        int k = strata_coh_find(rt->coh, g, due, &state);
+        int k = strata_coh_find(blk->reg, blk->rb, due, &state);
         if (k < 0 || state != STRATA_SLOT_READY)
             continue; /* not ready yet: acquire will wait and read */
         const size_t nl = (size_t)blk->rows * blk->rows;
@@ -490,16 +701,20 @@ strata_status rt_async_prefetch(strata_runtime *rt, int layer)
 
 void rt_async_stats(strata_runtime *rt, strata_stats *s)
 {
-    if (rt->coh) {
+    strata_coh_registry *regs[2] = {rt->coh, rt->coh_soap};
+    for (int i = 0; i < 2; i++) {
+        if (!regs[i])
+            continue;
         strata_coh_stats c;
-        strata_coh_stats_get(rt->coh, &c);
-        s->coh_installs = c.installs;
-        s->coh_waits = c.waits;
-        s->coh_wait_seconds = c.wait_seconds;
-        s->coh_dropped = c.dropped;
-        s->coh_failed = c.failed;
-        s->coh_bound_exceeded = c.bound_exceeded;
-        s->max_staleness = c.max_staleness;
+        strata_coh_stats_get(regs[i], &c);
+        s->coh_installs += c.installs;
+        s->coh_waits += c.waits;
+        s->coh_wait_seconds += c.wait_seconds;
+        s->coh_dropped += c.dropped;
+        s->coh_failed += c.failed;
+        s->coh_bound_exceeded += c.bound_exceeded;
+        if (c.max_staleness > s->max_staleness)
+            s->max_staleness = c.max_staleness;
     }
     if (rt->pool) {
         strata_worker_stats w;

@@ -426,7 +426,10 @@ strata_status strata_step(strata_runtime *rt)
             st = strata_muon_step(p->muon, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         case STRATA_OPTIM_SOAP:
-            st = strata_soap_step(p->soap, rt->lr_scale, t, p->data, p->grad, &cnt);
+            if (rt->cfg.async)
+                st = rt_async_soap_step(rt, p, t, &cnt);
+            else
+                st = strata_soap_step(p->soap, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         case STRATA_OPTIM_KL_SHAMPOO:
             st = strata_kl_shampoo_step(p->kl, rt->lr_scale, t, p->data, p->grad, &cnt);
