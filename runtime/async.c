@@ -412,6 +412,11 @@ void rt_async_destroy(strata_runtime *rt)
         if (blk->io_pending)
             strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
         for (int k = 0; blk->slots && k < rt->n_slots; k++) {
+            if (blk->on_nvme) {
+                /* A cancelled job never waited for its snapshot writes. */
+                strata_tier_io_wait(rt->nvme, &blk->slots[k].io, rt->cfg.wait_timeout_s);
+                strata_tier_io_wait(rt->nvme, &blk->slots[k].io_r, rt->cfg.wait_timeout_s);
+            }
             strata_tier_free(rt->host, blk->slots[k].buf, blk->floats * sizeof(float));
             strata_tier_free(rt->nvme, blk->slots[k].nvme, blk->nvme_bytes);
         }

@@ -331,6 +331,12 @@ static void nvme_destroy(strata_tier *t)
     if (!n)
         return;
     if (n->thread_ok) {
+        /* Let every transfer in flight land first: completions arrive in any
+         * order, so the shutdown NOP must be the last one. */
+        pthread_mutex_lock(&n->buf_mu);
+        while (n->n_free < n->qd)
+            pthread_cond_wait(&n->buf_cv, &n->buf_mu);
+        pthread_mutex_unlock(&n->buf_mu);
         pthread_mutex_lock(&n->submit_mu);
         struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
         if (sqe) {

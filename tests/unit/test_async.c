@@ -230,21 +230,23 @@ static void test_soap_staleness(const gpt_data *d)
     }
 }
 
-static void test_shutdown_in_flight(const gpt_data *d)
+static void test_shutdown_in_flight(const gpt_data *d, strata_tier_kind tier)
 {
     strata_config c = base_config();
     c.async = true;
     c.staleness = 10;
     c.workers = 1;
     c.worker_delay_us = 50000;
+    c.roots_tier = tier;
+    c.nvme_dir = tier == STRATA_TIER_NVME ? tmpdir : NULL;
     run r = {0};
     CHECK(run_open(&r, &c) == STRATA_OK, "open: %s", strata_last_error());
     double loss;
     CHECK(run_steps(&r, d, 7, 3, &loss) == STRATA_OK, "steps: %s", strata_last_error());
     strata_stats s;
     strata_stats_get(r.rt, &s);
-    printf("PASS shutdown with %lld jobs submitted, destroying with jobs in flight\n",
-           (long long)s.jobs_submitted);
+    printf("PASS shutdown (%s) with %lld jobs submitted, destroying with jobs in flight\n",
+           strata_tier_kind_name(tier), (long long)s.jobs_submitted);
     run_close(&r); /* LeakSanitizer/valgrind check that nothing leaks */
 }
 
@@ -307,7 +309,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < (quick ? 2 : 4); i++)
         test_staleness_bound(&d, Ss[i], STRATA_COH_FIXED);
     test_staleness_bound(&d, 2, STRATA_COH_EAGER);
-    test_shutdown_in_flight(&d);
+    test_shutdown_in_flight(&d, STRATA_TIER_HOST);
+    test_shutdown_in_flight(&d, STRATA_TIER_NVME); /* snapshot writes still in flight */
     test_nvme_errors(&d);
     gpt_data_free(&d);
     rmdir(tmpdir);
