@@ -77,22 +77,27 @@ void strata_inv_root_opts_default(strata_inv_root_opts *o)
     o->flags = 0;
 }
 
+/* Tile edge for the transposed passes (64 x 64 doubles: 32 KiB). */
+#define TILE 64
+
 /* Upper triangle (row-major; the lower triangle of the column-major view
- * LAPACK reads with uplo = 'L') of v = (a + a^T) / 2 * scale, in tiles so
- * that the transposed reads stay in cache. Returns false on a non-finite a. */
+ * LAPACK reads with uplo = 'L') of v = (a + a^T) / 2 * scale: one contiguous
+ * conversion pass, then the transposed reads in tiles. Returns false on a
+ * non-finite a. */
 static bool load_symmetric(int n, const float *a, double scale, double *v)
 {
-    const int T = 64;
-    for (int i0 = 0; i0 < n; i0 += T)
-        for (int j0 = i0; j0 < n; j0 += T) {
-            const int i1 = i0 + T < n ? i0 + T : n, j1 = j0 + T < n ? j0 + T : n;
+    const size_t nn = (size_t)n * n;
+    for (size_t i = 0; i < nn; i++) {
+        if (!isfinite(a[i]))
+            return false;
+        v[i] = (double)a[i] * scale;
+    }
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int j0 = i0; j0 < n; j0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, j1 = j0 + TILE < n ? j0 + TILE : n;
             for (int i = i0; i < i1; i++)
-                for (int j = j0 > i ? j0 : i; j < j1; j++) {
-                    const float x = a[(size_t)i * n + j], y = a[(size_t)j * n + i];
-                    if (!isfinite(x) || !isfinite(y))
-                        return false;
-                    v[(size_t)i * n + j] = 0.5 * ((double)x + (double)y) * scale;
-                }
+                for (int j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
+                    v[(size_t)i * n + j] = 0.5 * (v[(size_t)i * n + j] + v[(size_t)j * n + i]);
         }
     return true;
 }
@@ -316,17 +321,16 @@ strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_op
                                 "inv_root: root diagonal %g is not finite or overflows float32 "
                                 "(n=%d)", x, n);
     }
-    /* Mirror the lower triangle into both triangles of out, in tiles. */
-    const int T = 64;
-    for (int i0 = 0; i0 < n; i0 += T)
-        for (int j0 = 0; j0 <= i0; j0 += T) {
-            const int i1 = i0 + T < n ? i0 + T : n, j1 = j0 + T < n ? j0 + T : n;
+    /* Lower triangle to float32 (contiguous), then mirrored in tiles. */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j <= i; j++)
+            out[(size_t)i * n + j] = (float)root[(size_t)i * n + j];
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int j0 = i0; j0 < n; j0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, j1 = j0 + TILE < n ? j0 + TILE : n;
             for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1 && j <= i; j++) {
-                    const float x = (float)root[(size_t)i * n + j];
-                    out[(size_t)i * n + j] = x;
-                    out[(size_t)j * n + i] = x;
-                }
+                for (int j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
+                    out[(size_t)i * n + j] = out[(size_t)j * n + i];
         }
     return STRATA_OK;
 }

@@ -11,8 +11,8 @@
  * Workspace layout (floats), one matrix at a time:
  *   STANDARD  X (pq), Y (pq), A (p^2), B (p^2)             = 2pq + 2p^2
  *   GRAM      X (pq), Y (pq), R, P, T, Q, Q2 (p^2 each)    = 2pq + 5p^2
- * strata_ns_work_floats returns the larger of the two, so one workspace fits
- * whatever AUTO picks.
+ * strata_ns_work_floats sizes it for the method the configuration picks for
+ * the shape.
  *
  * Products go through the backend (SYRK where the result is a symmetric
  * X X^T or a square of a symmetric matrix, GEMM otherwise); the scalar work
@@ -136,7 +136,8 @@ size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t co
     if (!c || !shape_ok(rows, cols))
         return 0;
     const int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
-    return work_gram(p, q) > work_standard(p, q) ? work_gram(p, q) : work_standard(p, q);
+    return strata_ns_method_for(c, rows, cols) == STRATA_NS_GRAM ? work_gram(p, q)
+                                                                : work_standard(p, q);
 }
 
 size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)

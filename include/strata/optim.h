@@ -322,8 +322,9 @@ typedef enum strata_muon_momentum_form {
  *              float64 and there is no additive epsilon, so the result is
  *              scale-invariant: NS(c G) = NS(G) for every c > 0 that float32
  *              represents (bit-identical when c is a power of two). (Jordan's
- *              reference divides by ||G||_F + 1e-7, which shrinks X for
- *              ||G||_F <~ 1e-3 and returns ~0 for tiny gradients.)
+ *              reference divides by ||G||_F + 1e-7: a relative change of
+ *              1e-7 / ||G||_F, 1e-5 at ||G||_F = 1e-2, and an output near 0
+ *              for gradients far below 1e-7.)
  *   orient     p = min(m, n), q = max(m, n); a tall X is transposed first (so
  *              NS(G^T) = NS(G)^T exactly) and back at the end
  *   iterate    for t = 0 .. steps-1, with (a_t, b_t, c_t) from the schedule:
@@ -406,9 +407,10 @@ STRATA_API strata_ns_method strata_ns_method_for(const strata_ns_config *c, int6
                                                 int64_t cols);
 STRATA_API uint64_t strata_ns_restart_mask(const strata_ns_config *c);
 
-/* Floats of workspace strata_ns_run needs for matrices of rows x cols
- * (whatever the batch: the matrices are processed one after another in one
- * workspace). 0 for invalid arguments. */
+/* Floats of workspace strata_ns_run needs for matrices of rows x cols with
+ * the method `c` picks for that shape (STANDARD 2pq + 2p^2, GRAM
+ * 2pq + 5p^2), whatever the batch: the matrices are processed one after
+ * another in one workspace. 0 for invalid arguments. */
 STRATA_API size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols);
 
 /* Newton-Schulz of `batch` rows x cols matrices stored contiguously in `x`

@@ -169,6 +169,12 @@ static void test_bad_arguments(void **state)
     assert_int_equal(strata_ns_run(be, &c, 0, 2, 2, NULL, NULL), STRATA_OK);
     assert_true(strata_ns_work_floats(&c, 0, 3) == 0);
     assert_true(strata_newton_schulz_work_floats(3, 5) == 2 * 15 + 2 * 9);
+    assert_true(strata_ns_work_floats(&c, 5, 3) == 2 * 15 + 2 * 9);
+    c.method = STRATA_NS_GRAM;
+    assert_true(strata_ns_work_floats(&c, 5, 3) == 2 * 15 + 5 * 9);
+    c.method = STRATA_NS_AUTO;
+    assert_true(strata_ns_work_floats(&c, 3, 5) == 2 * 15 + 2 * 9);
+    assert_true(strata_ns_work_floats(&c, 3, 6) == 2 * 18 + 5 * 9);
     backend_done(be);
 }
 
