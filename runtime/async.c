@@ -117,14 +117,16 @@ static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
         }
     }
     float *L = buf, *R = buf + (size_t)blk->rows * blk->rows;
+    strata_optim_counters lc = {0}; /* this job's, summed atomically below */
     strata_status sl = strata_shampoo_factor_root(&rt->cfg.shampoo, 0, blk->rows, L, L, w->work,
-                                                  w->iwork, NULL);
+                                                  w->iwork, &lc);
     strata_status sr = strata_shampoo_factor_root(&rt->cfg.shampoo, 1, blk->cols, R, R, w->work,
-                                                  w->iwork, NULL);
+                                                  w->iwork, &lc);
     slot->failed[0] = sl != STRATA_OK;
     slot->failed[1] = sr != STRATA_OK;
-    atomic_fetch_add(&rt->root_refreshes, (sl == STRATA_OK) + (sr == STRATA_OK));
-    atomic_fetch_add(&rt->root_failures, (sl != STRATA_OK) + (sr != STRATA_OK));
+    atomic_fetch_add(&rt->root_refreshes, lc.root_refreshes);
+    atomic_fetch_add(&rt->root_failures, lc.root_failures);
+    atomic_fetch_add(&rt->root_retries, lc.root_retries);
     if (sl != STRATA_OK && sr != STRATA_OK)
         return strata_error(STRATA_ERR_LINALG, "block %d: both inverse roots failed", job->block);
     if (blk->on_nvme) {
@@ -728,6 +730,7 @@ void rt_async_stats(strata_runtime *rt, strata_stats *s)
     }
     s->root_refreshes += atomic_load(&rt->root_refreshes);
     s->root_failures += atomic_load(&rt->root_failures);
+    s->root_retries += atomic_load(&rt->root_retries);
     s->bytes_device_to_host = atomic_load(&rt->d2h_bytes);
     s->io_errors = atomic_load(&rt->io_errors);
     strata_tier_bytes(rt->host, &s->host_bytes, &s->host_bytes_peak);

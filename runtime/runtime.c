@@ -442,6 +442,7 @@ strata_status strata_step(strata_runtime *rt)
     s->step = t;
     s->root_refreshes += cnt.root_refreshes;
     s->root_failures += cnt.root_failures;
+    s->root_retries += cnt.root_retries;
     s->last_seconds_factors = cnt.seconds_factors;
     s->last_seconds_roots = cnt.seconds_roots;
     s->last_seconds_precondition = cnt.seconds_precondition;

@@ -93,7 +93,7 @@ struct strata_runtime {
     int n_blocks, n_slots;
     float **worker_scratch; /* per worker, nvme jobs: max block floats */
     size_t scratch_floats;
-    _Atomic int64_t root_refreshes, root_failures;
+    _Atomic int64_t root_refreshes, root_failures, root_retries;
     _Atomic uint64_t d2h_bytes;
     _Atomic int64_t io_errors;
 };

@@ -183,6 +183,8 @@ typedef struct strata_stats {
     double seconds_factors, seconds_roots, seconds_precondition, seconds_tail; /* cumulative */
     int64_t root_refreshes;     /* successful inverse-root computations (per factor) */
     int64_t root_failures;      /* failed ones (previous root kept) */
+    int64_t root_retries;       /* decompositions redone in float64 with a second LAPACK
+                                   driver after a failure or non-orthonormal eigenvectors */
     int64_t nonfinite_rejected; /* steps refused for NaN/Inf gradients */
     int64_t forward_hooks, backward_hooks;
     int64_t missing_backward_hooks; /* parameters stepped without their layer's backward hook */
