@@ -50,6 +50,7 @@ void strata_muon_config_default(strata_muon_config *c)
     c->ns_gram_min_aspect = ns.gram_min_aspect;
     c->ns_gram_restarts = ns.gram_restarts;
     c->ns_gram_restart_mask = ns.gram_restart_mask;
+    c->ns_batch_threads = ns.batch_threads;
 }
 
 void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out)
@@ -60,6 +61,7 @@ void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out)
     out->gram_min_aspect = c->ns_gram_min_aspect;
     out->gram_restarts = c->ns_gram_restarts;
     out->gram_restart_mask = c->ns_gram_restart_mask;
+    out->batch_threads = c->ns_batch_threads;
 }
 
 static double muon_scale(strata_muon_scale rule, int64_t rows, int64_t cols)
@@ -104,6 +106,8 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     ns.gram_restart_mask = strata_ns_restart_mask(&ns);
     if (!ns.gram_restart_mask)
         ns.gram_restarts = 0;
+    if (ns.batch_threads > batch)
+        ns.batch_threads = (int)batch; /* no workspace for threads without work */
 
     strata_muon_state *s = calloc(1, sizeof *s);
     if (!s)

@@ -14,6 +14,12 @@
  * strata_ns_work_floats sizes it for the method the configuration picks for
  * the shape.
  *
+ * Batches run matrix after matrix in the calling thread, or, with
+ * batch_threads = T > 1, in T contiguous chunks on T - 1 threads started for
+ * the call plus the caller, each chunk with its own workspace slice; chunks
+ * touch disjoint memory, and each matrix gets exactly the same operations
+ * whichever thread runs it, so the result does not depend on T.
+ *
  * Products go through the backend (SYRK where the result is a symmetric
  * X X^T or a square of a symmetric matrix, GEMM otherwise); the scalar work
  * (norms, transposes, the diagonal shift) runs on the host, which the cpu
@@ -21,10 +27,13 @@
 #include "strata/optim.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NS_MAX_STEPS 100000
+#define NS_MAX_BATCH_THREADS STRATA_NS_MAX_BATCH_THREADS
 
 /* Jordan's quintic (github.com/KellerJordan/Muon). */
 static const double quintic_abc[3] = {3.4445, -4.7750, 2.0315};
@@ -53,6 +62,7 @@ void strata_ns_config_default(strata_ns_config *c)
     c->gram_min_aspect = STRATA_NS_GRAM_MIN_ASPECT_DEFAULT;
     c->gram_restarts = 1;
     c->gram_restart_mask = 0;
+    c->batch_threads = 1;
 }
 
 void strata_ns_coefficients(strata_ns_schedule s, int t, double abc[3])
@@ -93,6 +103,9 @@ static strata_status check_config(const strata_ns_config *c)
     if (c->gram_restarts < 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: gram_restarts %d < 0",
                             c->gram_restarts);
+    if (c->batch_threads < 1 || c->batch_threads > NS_MAX_BATCH_THREADS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: batch_threads %d out of [1, %d]",
+                            c->batch_threads, NS_MAX_BATCH_THREADS);
     return STRATA_OK;
 }
 
@@ -131,13 +144,18 @@ static bool shape_ok(int64_t rows, int64_t cols)
            (uint64_t)rows * (uint64_t)cols <= (uint64_t)INT64_MAX / 64;
 }
 
+static size_t work_for(strata_ns_method m, int64_t rows, int64_t cols)
+{
+    const int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
+    return m == STRATA_NS_GRAM ? work_gram(p, q) : work_standard(p, q);
+}
+
 size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols)
 {
-    if (!c || !shape_ok(rows, cols))
+    if (!c || !shape_ok(rows, cols) || c->batch_threads < 1 ||
+        c->batch_threads > NS_MAX_BATCH_THREADS)
         return 0;
-    const int64_t p = rows < cols ? rows : cols, q = rows < cols ? cols : rows;
-    return strata_ns_method_for(c, rows, cols) == STRATA_NS_GRAM ? work_gram(p, q)
-                                                                : work_standard(p, q);
+    return (size_t)c->batch_threads * work_for(strata_ns_method_for(c, rows, cols), rows, cols);
 }
 
 size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
@@ -148,17 +166,19 @@ size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
     return work_standard(p, q);
 }
 
-/* dst (cols x rows) = src (rows x cols)^T * scale, in 32 x 32 tiles. */
-static void transpose_scaled(const float *src, int rows, int cols, double scale, float *dst)
+/* dst (cols x rows) = src (rows x cols)^T, in 16 x 16 tiles written
+ * contiguously (4x faster at -O2 than 32 x 32 tiles read contiguously with
+ * the scaling folded in: 2048 x 512 in 0.8 ms instead of 3.5 ms). */
+static void transpose(const float *restrict src, int rows, int cols, float *restrict dst)
 {
-    enum { TILE = 32 };
+    enum { TILE = 16 };
     for (int i0 = 0; i0 < rows; i0 += TILE)
         for (int j0 = 0; j0 < cols; j0 += TILE) {
             const int i1 = i0 + TILE < rows ? i0 + TILE : rows;
             const int j1 = j0 + TILE < cols ? j0 + TILE : cols;
-            for (int i = i0; i < i1; i++)
-                for (int j = j0; j < j1; j++)
-                    dst[(size_t)j * rows + i] = (float)(src[(size_t)i * cols + j] * scale);
+            for (int j = j0; j < j1; j++)
+                for (int i = i0; i < i1; i++)
+                    dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
         }
 }
 
@@ -271,6 +291,34 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
     return strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, *res, q);
 }
 
+/* A contiguous part of a batch, run by one thread with its own workspace. */
+typedef struct ns_chunk {
+    strata_backend *be;
+    const strata_ns_config *c;
+    strata_ns_method m;
+    uint64_t mask;
+    int rows, cols;
+    float *x;
+    int64_t count;
+    float *work;
+    strata_status st;
+    char error[256]; /* strata_last_error() of a failure on this thread */
+} ns_chunk;
+
+static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strata_ns_method m,
+                            uint64_t mask, int rows, int cols, float *x, float *work);
+
+static void *ns_chunk_main(void *arg)
+{
+    ns_chunk *k = arg;
+    const size_t n = (size_t)k->rows * (size_t)k->cols;
+    for (int64_t i = 0; i < k->count && k->st == STRATA_OK; i++)
+        k->st = ns_one(k->be, k->c, k->m, k->mask, k->rows, k->cols, k->x + (size_t)i * n, k->work);
+    if (k->st != STRATA_OK)
+        snprintf(k->error, sizeof k->error, "%s", strata_last_error());
+    return NULL;
+}
+
 /* One matrix: normalize into the workspace (transposed if tall), iterate,
  * write back. */
 static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strata_ns_method m,
@@ -292,7 +340,9 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
     }
     const double inv = 1.0 / (strata_ns_norm_factor(c->schedule) * sqrt(sum));
     if (tall) {
-        transpose_scaled(x, rows, cols, inv, X);
+        transpose(x, rows, cols, X);
+        for (size_t i = 0; i < pq; i++)
+            X[i] = (float)(X[i] * inv);
     } else {
         for (size_t i = 0; i < pq; i++)
             X[i] = (float)(x[i] * inv);
@@ -304,14 +354,14 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
         float *res = NULL;
         st = iterate_gram(be, c, mask, p, q, X, Y, rest, tall ? NULL : x, &res);
         if (st == STRATA_OK && tall)
-            transpose_scaled(res, p, q, 1.0, x);
+            transpose(res, p, q, x);
         return st;
     }
     st = iterate_standard(be, c, p, q, &X, &Y, rest, rest + (size_t)p * p);
     if (st != STRATA_OK)
         return st;
     if (tall)
-        transpose_scaled(X, p, q, 1.0, x);
+        transpose(X, p, q, x);
     else
         memcpy(x, X, pq * sizeof(float));
     return STRATA_OK;
@@ -331,8 +381,41 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64
     const strata_ns_method m = strata_ns_method_for(c, rows, cols);
     const uint64_t mask = m == STRATA_NS_GRAM ? strata_ns_restart_mask(c) : 0;
     const size_t n = (size_t)rows * (size_t)cols;
-    for (int64_t i = 0; i < batch && st == STRATA_OK; i++)
-        st = ns_one(be, c, m, mask, (int)rows, (int)cols, x + (size_t)i * n, work);
+    const int64_t threads = batch < c->batch_threads ? batch : c->batch_threads;
+    if (threads <= 1) {
+        for (int64_t i = 0; i < batch && st == STRATA_OK; i++)
+            st = ns_one(be, c, m, mask, (int)rows, (int)cols, x + (size_t)i * n, work);
+        return st;
+    }
+    /* Split the batch into `threads` contiguous chunks; chunk 0 runs here. */
+    ns_chunk chunk[NS_MAX_BATCH_THREADS];
+    pthread_t tid[NS_MAX_BATCH_THREADS];
+    bool started[NS_MAX_BATCH_THREADS] = {false};
+    const size_t per_work = work_for(m, rows, cols);
+    const int64_t per = (batch + threads - 1) / threads;
+    for (int64_t k = 0; k < threads; k++) {
+        const int64_t first = k * per, last = first + per < batch ? first + per : batch;
+        chunk[k] = (ns_chunk){.be = be, .c = c, .m = m, .mask = mask, .rows = (int)rows,
+                              .cols = (int)cols, .x = x + (size_t)first * n,
+                              .count = last > first ? last - first : 0,
+                              .work = work + (size_t)k * per_work, .st = STRATA_OK};
+        /* If a thread cannot start, its chunk runs here after chunk 0. */
+        if (k > 0 && chunk[k].count > 0)
+            started[k] = pthread_create(&tid[k], NULL, ns_chunk_main, &chunk[k]) == 0;
+    }
+    for (int64_t k = 0; k < threads; k++)
+        if (!started[k])
+            ns_chunk_main(&chunk[k]);
+    st = STRATA_OK;
+    for (int64_t k = 0; k < threads; k++) {
+        if (started[k])
+            pthread_join(tid[k], NULL);
+        if (chunk[k].st != STRATA_OK && st == STRATA_OK) {
+            st = chunk[k].st;
+            if (started[k]) /* the detail was recorded on the worker thread */
+                strata_error(st, "%s", chunk[k].error);
+        }
+    }
     return st;
 }
 

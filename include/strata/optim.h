@@ -387,12 +387,19 @@ typedef struct strata_ns_config {
     strata_ns_schedule schedule;  /* default STRATA_NS_QUINTIC */
     strata_ns_method method;      /* default STRATA_NS_STANDARD */
     float gram_min_aspect;        /* AUTO: GRAM when max(m,n) >= this * min(m,n);
-                                     default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT (measured,
-                                     bench/bench_ns.c) */
+                                     default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT = 2, where
+                                     the flop counts cross; measured (bench/bench_ns.c,
+                                     2 cores): GRAM 1.04-1.12x at aspect 2 for p >= 128,
+                                     0.75-0.82x on squares, 1.35-1.43x at 4, 1.7-1.8x at 8 */
     int gram_restarts;            /* restarts placed automatically when the mask is 0;
                                      default 1 */
     uint64_t gram_restart_mask;   /* explicit restart positions (see above); default 0 */
+    int batch_threads;            /* threads a batch is split over (1..
+                                     STRATA_NS_MAX_BATCH_THREADS); default 1. > 1 pays only
+                                     with single-threaded BLAS (below) */
 } strata_ns_config;
+
+#define STRATA_NS_MAX_BATCH_THREADS 64
 
 STRATA_API void strata_ns_config_default(strata_ns_config *c);
 
@@ -409,8 +416,9 @@ STRATA_API uint64_t strata_ns_restart_mask(const strata_ns_config *c);
 
 /* Floats of workspace strata_ns_run needs for matrices of rows x cols with
  * the method `c` picks for that shape (STANDARD 2pq + 2p^2, GRAM
- * 2pq + 5p^2), whatever the batch: the matrices are processed one after
- * another in one workspace. 0 for invalid arguments. */
+ * 2pq + 5p^2), times batch_threads, whatever the batch: each thread
+ * processes its matrices one after another in its slice. 0 for invalid
+ * arguments. */
 STRATA_API size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols);
 
 /* Newton-Schulz of `batch` rows x cols matrices stored contiguously in `x`
@@ -420,9 +428,19 @@ STRATA_API size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows,
  * products go through `be`.
  * A NaN or Inf in matrix i returns STRATA_ERR_NONFINITE with matrices
  * i, i+1, ... unchanged (those before it are done).
- * OpenBLAS 0.3.21 has no batched GEMM; the batch runs as a loop of products
- * over the packed buffer with one workspace (bench/bench_ns.c compares it
- * with one call per matrix).
+ * Batching: OpenBLAS 0.3.21 has no batched GEMM (no *gemm_batch* symbol) and
+ * the math allows no single product over the packed buffer, so a batch runs
+ * as a loop of per-matrix products over the packed buffer and workspace; with
+ * batch_threads = T > 1 the batch is split into T contiguous chunks run on
+ * T - 1 threads started for the call (pthread_create; a thread that fails to
+ * start has its chunk run by the caller) and the calling thread. Splitting
+ * pays only when BLAS itself runs single-threaded (strata_backend_cpu_create
+ * with blas_threads = 1): 64 x 128x128 on 2 cores measured 1.5-2.0x faster
+ * than the loop with 2-thread OpenBLAS, which parallelizes a 128^3 product
+ * poorly (bench/bench_ns.c); with multithreaded OpenBLAS the threads contend
+ * (1.03-1.16x). The
+ * thread count of OpenBLAS is process-wide, so strata_ns_run never changes
+ * it: that is the caller's policy.
  * Errors: STRATA_ERR_INVALID_ARG (NULL, batch < 0, shape, steps < 0,
  * schedule or method unknown, gram_min_aspect < 1 or NaN, gram_restarts < 0),
  * STRATA_ERR_NONFINITE; a backend error from a product. */
@@ -443,6 +461,7 @@ typedef struct strata_muon_config {
     float ns_gram_min_aspect;                /* default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT */
     int ns_gram_restarts;                    /* default 1 */
     uint64_t ns_gram_restart_mask;           /* default 0 (automatic placement) */
+    int ns_batch_threads;                    /* default 1; see strata_ns_run */
 } strata_muon_config;
 
 STRATA_API void strata_muon_config_default(strata_muon_config *c);

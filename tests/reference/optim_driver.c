@@ -30,7 +30,7 @@
  *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
  *     MODE ns: strata_ns_run. CONFIG {rows, cols, batch (1), steps, schedule
  *       ("quintic" | "polar_express"), method ("auto" | "standard" | "gram"),
- *       gram_min_aspect, gram_restarts, gram_restart_mask}; IN and OUT
+ *       gram_min_aspect, gram_restarts, gram_restart_mask, batch_threads}; IN and OUT
  *       batch x rows x cols. stdout: {"method": the one used, "restart_mask"}.
  *   Muon CONFIG also takes batch (matrices per state, the data then holds
  *   batch x rows x cols per step), scale ("shape" | "adamw_rms" | "spectral"
@@ -444,6 +444,8 @@ static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
     c->gram_restarts = (int)jget_int(cfg, key, c->gram_restarts);
     snprintf(key, sizeof key, "%sgram_restart_mask", pre);
     c->gram_restart_mask = (uint64_t)jget_int(cfg, key, (int64_t)c->gram_restart_mask);
+    snprintf(key, sizeof key, "%sbatch_threads", pre);
+    c->batch_threads = (int)jget_int(cfg, key, c->batch_threads);
     return true;
 }
 
@@ -476,6 +478,7 @@ static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backen
     c.ns_gram_min_aspect = ns.gram_min_aspect;
     c.ns_gram_restarts = ns.gram_restarts;
     c.ns_gram_restart_mask = ns.gram_restart_mask;
+    c.ns_batch_threads = ns.batch_threads;
 
     int rc = 1;
     buf w = {0}, g = {0};

@@ -302,12 +302,13 @@ def ns_cases(drv, rep):
     # Batches: every matrix normalized and orthogonalized on its own, equal
     # bitwise to separate calls; matrices of very different scales, one zero.
     rng = rng_for("muon_ns/batch")
-    for method, shape in (("standard", (16, 24)), ("gram", (16, 48)), ("gram", (48, 16)),
-                          ("auto", (8, 32))):
+    for method, shape, threads in (("standard", (16, 24), 1), ("gram", (16, 48), 1),
+                                   ("gram", (48, 16), 1), ("auto", (8, 32), 1),
+                                   ("standard", (20, 20), 2), ("gram", (10, 40), 3)):
         xs = rng.standard_normal((5,) + shape)
         xs = (xs * np.array([1e-3, 1.0, 1e3, 0.0, 1e-30])[:, None, None]).astype(np.float32)
-        out, _, err = run_ns(drv, xs, method=method)
-        name = "ns_batch5_%s_%dx%d" % (method, shape[0], shape[1])
+        out, _, err = run_ns(drv, xs, method=method, batch_threads=threads)
+        name = "ns_batch5_%s_%dx%d_threads%d" % (method, shape[0], shape[1], threads)
         if out is None:
             rep.check(name, False, err)
             continue
@@ -370,7 +371,8 @@ def muon_cases(drv, rep):
     # Stacked 3-D: batch independent matrices, each its own normalization and
     # scale; scales of the slices differ by 1e6 and one slice is always zero.
     for shape, over in (((3, 8, 16), {}), ((3, 16, 8), dict(scale="adamw_rms")),
-                        ((4, 12, 12), dict(momentum_form="ema", nesterov=False)),
+                        ((4, 12, 12), dict(momentum_form="ema", nesterov=False,
+                                           ns_batch_threads=2)),
                         ((3, 8, 32), dict(ns_method="gram", scale="spectral"))):
         name = "muon_stacked_%dx%dx%d" % shape + ("_" + "_".join(
             "%s=%s" % kv for kv in over.items()) if over else "")

@@ -230,6 +230,42 @@ static void test_nonfinite_rejected(void **state)
     backend_done(be);
 }
 
+/* A batch split over threads gives bitwise the loop's result. */
+static void test_batch_threads(void **state)
+{
+    (void)state;
+    strata_backend *be = backend();
+    const int batch = 7, rows = 9, cols = 40;
+    const size_t n = (size_t)batch * rows * cols;
+    float *x = random_floats(n, 21);
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        x[2 * rows * cols + i] = 0.0f; /* one zero matrix */
+    strata_ns_config c;
+    strata_ns_config_default(&c);
+    c.method = STRATA_NS_AUTO;
+    float *y1 = ns_copy(be, &c, batch, rows, cols, x);
+    for (int threads = 2; threads <= 9; threads += 3) {
+        c.batch_threads = threads;
+        assert_true(strata_ns_work_floats(&c, rows, cols) ==
+                    (size_t)threads * (2 * 360 + 5 * 81));
+        float *yt = ns_copy(be, &c, batch, rows, cols, x);
+        assert_memory_equal(y1, yt, n * sizeof(float));
+        free(yt);
+    }
+    /* An error in a worker's chunk comes back with its detail. */
+    x[(size_t)6 * rows * cols + 5] = NAN;
+    c.batch_threads = 2;
+    float *work = malloc(strata_ns_work_floats(&c, rows, cols) * sizeof(float));
+    assert_int_equal(strata_ns_run(be, &c, batch, rows, cols, x, work), STRATA_ERR_NONFINITE);
+    assert_non_null(strstr(strata_last_error(), "NaN"));
+    c.batch_threads = 0;
+    assert_int_equal(strata_ns_run(be, &c, batch, rows, cols, x, work), STRATA_ERR_INVALID_ARG);
+    free(work);
+    free(y1);
+    free(x);
+    backend_done(be);
+}
+
 /* A batched state equals `batch` separate states bitwise, for each method. */
 static void test_batch_equals_separate(void **state)
 {
@@ -244,6 +280,7 @@ static void test_batch_equals_separate(void **state)
         m.scale = STRATA_MUON_SCALE_SPECTRAL;
         m.weight_decay = 0.1f;
         m.momentum_form = STRATA_MUON_MOMENTUM_EMA;
+        m.ns_batch_threads = method + 1; /* 1, 2, 3: the result must not depend on it */
         float *w = random_floats(batch * n, 3), *g = random_floats(steps * batch * n, 4);
         float *w1 = malloc(batch * n * sizeof(float));
         memcpy(w1, w, batch * n * sizeof(float));
@@ -386,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_nonfinite_rejected),
         cmocka_unit_test(test_batch_equals_separate),
+        cmocka_unit_test(test_batch_threads),
         cmocka_unit_test(test_ns_invariances),
         cmocka_unit_test(test_gram_close_to_standard),
         cmocka_unit_test(test_zero_gradient),
