@@ -63,7 +63,12 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --momentum X                heavy-ball momentum after grafting (default 0)\n"
             "muon:\n"
             "  --muon-momentum X           (default %g)\n"
-            "  --muon-scale shape|adamw    sqrt(max(1,m/n)) or 0.2*sqrt(max(m,n)) (default shape)\n"
+            "  --muon-scale RULE           shape: sqrt(max(1,m/n)) (default) | adamw:\n"
+            "                              0.2*sqrt(max(m,n)) | spectral: sqrt(m/n) | none\n"
+            "  --muon-momentum-form sum|ema  B = mu B + G (default) or mu B + (1-mu) G\n"
+            "  --ns-schedule quintic|polar-express  Newton-Schulz coefficients (default quintic)\n"
+            "  --ns-method standard|gram|auto  Gram Newton-Schulz for wide matrices (default\n"
+            "                              standard; auto picks gram by aspect ratio)\n"
             "  --ns-steps N                Newton-Schulz iterations (default %d)\n"
             "kl-shampoo:\n"
             "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
@@ -135,7 +140,7 @@ enum {
     OPT_MUON_MOM, OPT_MUON_SCALE, OPT_NS, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_METRICS,
     OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
     OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
-    OPT_PIN, OPT_VALUES, OPT_OUT, OPT_KL_FORM,
+    OPT_PIN, OPT_VALUES, OPT_OUT, OPT_KL_FORM, OPT_MUON_FORM, OPT_NS_SCHEDULE, OPT_NS_METHOD,
 };
 
 typedef struct sweep_opts {
@@ -197,6 +202,9 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         {"pin-workers", no_argument, 0, OPT_PIN},
         {"values", required_argument, 0, OPT_VALUES},
         {"kl-form", required_argument, 0, OPT_KL_FORM},
+        {"muon-momentum-form", required_argument, 0, OPT_MUON_FORM},
+        {"ns-schedule", required_argument, 0, OPT_NS_SCHEDULE},
+        {"ns-method", required_argument, 0, OPT_NS_METHOD},
         {"out", required_argument, 0, OPT_OUT},
         {0, 0, 0, 0},
     };
@@ -267,8 +275,13 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
                 o.strata.muon.scale = STRATA_MUON_SCALE_SHAPE;
             else if (strcmp(optarg, "adamw") == 0)
                 o.strata.muon.scale = STRATA_MUON_SCALE_ADAMW_RMS;
+            else if (strcmp(optarg, "spectral") == 0)
+                o.strata.muon.scale = STRATA_MUON_SCALE_SPECTRAL;
+            else if (strcmp(optarg, "none") == 0)
+                o.strata.muon.scale = STRATA_MUON_SCALE_NONE;
             else {
-                fprintf(stderr, "strata: --muon-scale expects shape or adamw, got '%s'\n", optarg);
+                fprintf(stderr, "strata: --muon-scale expects shape, adamw, spectral or none, "
+                                "got '%s'\n", optarg);
                 rc = -1;
             }
             break;
@@ -319,6 +332,40 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
             o.strata.host_budget = (size_t)v << 20;
             break;
         case OPT_PIN: o.strata.pin_workers = true; break;
+        case OPT_MUON_FORM:
+            if (strcmp(optarg, "sum") == 0)
+                o.strata.muon.momentum_form = STRATA_MUON_MOMENTUM_SUM;
+            else if (strcmp(optarg, "ema") == 0)
+                o.strata.muon.momentum_form = STRATA_MUON_MOMENTUM_EMA;
+            else {
+                fprintf(stderr, "strata: --muon-momentum-form expects sum or ema, got '%s'\n", optarg);
+                rc = -1;
+            }
+            break;
+        case OPT_NS_SCHEDULE:
+            if (strcmp(optarg, "quintic") == 0)
+                o.strata.muon.ns_schedule = STRATA_NS_QUINTIC;
+            else if (strcmp(optarg, "polar-express") == 0)
+                o.strata.muon.ns_schedule = STRATA_NS_POLAR_EXPRESS;
+            else {
+                fprintf(stderr, "strata: --ns-schedule expects quintic or polar-express, got '%s'\n",
+                        optarg);
+                rc = -1;
+            }
+            break;
+        case OPT_NS_METHOD:
+            if (strcmp(optarg, "auto") == 0)
+                o.strata.muon.ns_method = STRATA_NS_AUTO;
+            else if (strcmp(optarg, "standard") == 0)
+                o.strata.muon.ns_method = STRATA_NS_STANDARD;
+            else if (strcmp(optarg, "gram") == 0)
+                o.strata.muon.ns_method = STRATA_NS_GRAM;
+            else {
+                fprintf(stderr, "strata: --ns-method expects auto, standard or gram, got '%s'\n",
+                        optarg);
+                rc = -1;
+            }
+            break;
         case OPT_KL_FORM:
             if (strcmp(optarg, "eigenbasis") == 0)
                 o.strata.kl_shampoo.form = STRATA_KL_EIGENBASIS;
