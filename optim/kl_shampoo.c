@@ -19,6 +19,8 @@
  */
 #include "strata/optim.h"
 
+#include "optim_internal.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +51,6 @@ struct strata_kl_shampoo_state {
     double *lambda; /* host: maxdim eigenvalues */
     double *diag;   /* host: rows + cols eigenvalue increments */
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
 {
@@ -228,14 +223,6 @@ strata_status strata_kl_shampoo_side(const strata_kl_shampoo_state *s, int side,
     return STRATA_OK;
 }
 
-static bool all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
-
 static float factor_beta(const strata_kl_shampoo_config *c)
 {
     return c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2;
@@ -260,9 +247,9 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_update_factors: NULL argument");
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
-    if (!all_finite(g, mn))
+    if (!optim_all_finite(g, mn))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_update_factors: non-finite gradient");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const float b = factor_beta(&s->cfg);
     kl_side *A = &s->side[0], *B = &s->side[1];
     strata_status st;
@@ -321,7 +308,7 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
     }
 out:
     if (cnt)
-        cnt->seconds_factors += now_seconds() - t0;
+        cnt->seconds_factors += optim_now_seconds() - t0;
     return st;
 }
 
@@ -357,7 +344,7 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_install_eigenbasis: bad arguments");
     kl_side *sd = &s->side[side];
     const size_t dd = (size_t)sd->dim * sd->dim;
-    if (!all_finite(q, dd))
+    if (!optim_all_finite(q, dd))
         return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
     if (lambda) {
         /* Check all of s before touching anything (buf[2] is free between phases). */
@@ -377,7 +364,7 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_refresh: NULL state");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const bool exact = s->cfg.form == STRATA_KL_EXACT, first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
         kl_side *sd = &s->side[k];
@@ -402,7 +389,7 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
     }
     s->has_basis = true;
     if (cnt)
-        cnt->seconds_roots += now_seconds() - t0;
+        cnt->seconds_roots += optim_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -418,9 +405,9 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         return strata_error(STRATA_ERR_STATE, "kl_shampoo_apply: no eigenbasis yet (first step)");
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
-    if (!all_finite(g, mn))
+    if (!optim_all_finite(g, mn))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const strata_kl_shampoo_config *c = &s->cfg;
     const kl_side *A = &s->side[0], *B = &s->side[1];
     if (c->form == STRATA_KL_EIGENBASIS)
@@ -456,7 +443,7 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
             acc += (double)dir[i] * dir[i];
         step = (float)((double)step / (1e-30 + sqrt(acc / (double)mn)));
     }
-    if (!all_finite(dir, mn) || !isfinite(step))
+    if (!optim_all_finite(dir, mn) || !isfinite(step))
         return strata_error(STRATA_ERR_NONFINITE,
                             "kl_shampoo_apply: non-finite direction (weights kept)");
     const float decay = -lr * c->weight_decay;
@@ -465,7 +452,7 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         w[i] = wi + decay * wi;
     }
     if (cnt)
-        cnt->seconds_precondition += now_seconds() - t0;
+        cnt->seconds_precondition += optim_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -477,7 +464,7 @@ strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_step: step %lld must be >= 1",
                             (long long)t);
-    if (!all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
     strata_status st = STRATA_OK, st_apply = STRATA_OK;
     if (s->cfg.form == STRATA_KL_EXACT) {

@@ -10,6 +10,8 @@
  * resolved once, at creation. */
 #include "strata/optim.h"
 
+#include "optim_internal.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,13 +28,6 @@ struct strata_muon_state {
     void *mem;
     size_t mem_bytes;
 };
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void strata_muon_config_default(strata_muon_config *c)
 {
@@ -163,7 +158,7 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "muon_step: step %lld must be >= 1",
                             (long long)t);
-    const double t0 = now_seconds();
+    const double t0 = optim_now_seconds();
     const strata_muon_config *c = &s->cfg;
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
@@ -193,6 +188,6 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
         w[i] = wi - decay * wi - step * s->x[i];
     }
     if (cnt)
-        cnt->seconds_precondition += now_seconds() - t0;
+        cnt->seconds_precondition += optim_now_seconds() - t0;
     return STRATA_OK;
 }

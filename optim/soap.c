@@ -17,6 +17,8 @@
  */
 #include "strata/optim.h"
 
+#include "optim_internal.h"
+
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
@@ -25,13 +27,6 @@
 #include <time.h>
 
 /* ------------------------------------------------------------ eigenbases */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* dsyevd, jobz = 'V': lwork >= 1 + 6n + 2n^2, liwork >= 3 + 5n (LAPACK). */
 static size_t syevd_lwork(int n) { return 1 + 6 * (size_t)n + 2 * (size_t)n * (size_t)n; }
@@ -401,14 +396,6 @@ strata_status strata_soap_side(const strata_soap_state *s, int side, int *dim,
     return STRATA_OK;
 }
 
-static bool all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return false;
-    return true;
-}
-
 static float shampoo_beta(const strata_soap_config *c)
 {
     return c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2;
@@ -449,9 +436,9 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "soap_apply: no eigenbasis yet (first step)");
     const size_t n = (size_t)s->rows * (size_t)s->cols;
-    if (!all_finite(g, n))
+    if (!optim_all_finite(g, n))
         return strata_error(STRATA_ERR_NONFINITE, "soap_apply: non-finite gradient");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const strata_soap_config *c = &s->cfg;
     const float b1 = c->beta1, b2 = c->beta2;
     s->steps++;
@@ -487,7 +474,7 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
             acc += (double)dir[i] * dir[i];
         step = (float)((double)step / (1e-30 + sqrt(acc / (double)n)));
     }
-    if (!all_finite(dir, n) || !isfinite(step))
+    if (!optim_all_finite(dir, n) || !isfinite(step))
         return strata_error(STRATA_ERR_NONFINITE,
                             "soap_apply: non-finite direction (weights kept)");
     const float decay = -lr * c->weight_decay;
@@ -496,7 +483,7 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
         w[i] = wi + decay * wi;
     }
     if (cnt)
-        cnt->seconds_precondition += now_seconds() - t0;
+        cnt->seconds_precondition += optim_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -505,9 +492,9 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_update_factors: NULL argument");
-    if (!all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "soap_update_factors: non-finite gradient");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const float b = shampoo_beta(&s->cfg);
     const int m = (int)s->rows, n = (int)s->cols;
     strata_status st = STRATA_OK;
@@ -516,7 +503,7 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
     if (st == STRATA_OK && s->side[1].rotated)
         st = strata_backend_ssyrk(s->be, 1, n, m, 1.0f - b, g, n, b, s->side[1].factor, n);
     if (cnt)
-        cnt->seconds_factors += now_seconds() - t0;
+        cnt->seconds_factors += optim_now_seconds() - t0;
     return st;
 }
 
@@ -584,7 +571,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_refresh: NULL state");
-    double t0 = now_seconds();
+    double t0 = optim_now_seconds();
     const bool first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
         soap_side *sd = &s->side[k];
@@ -613,7 +600,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
     }
     s->has_basis = true;
     if (cnt)
-        cnt->seconds_roots += now_seconds() - t0;
+        cnt->seconds_roots += optim_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -625,7 +612,7 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_step: step %lld must be >= 1",
                             (long long)t);
-    if (!all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "soap_step: non-finite gradient");
     strata_status st = STRATA_OK;
     if (s->has_basis)

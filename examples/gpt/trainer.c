@@ -302,10 +302,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                 "strata train: %s | data %s (%zu files, %zu train / %zu val bytes)\n"
                 "model: %d layers, d_model %d, %d heads, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
+                "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
+                "matrices -> %s\n"
                 "unigram baseline: %.4f nats/byte (val)%s\n",
                 strata_optimizer_name(mopt), o.data_path, data.n_files, data.n_train, data.n_val,
                 o.model.n_layer, o.model.d_model, o.model.n_head, T, B, gpt_num_params(model),
-                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, res->unigram_val_loss,
+                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, strata_optimizer_name(mopt),
+                res->unigram_val_loss,
                 o.strata.async && mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots" : "");
         fflush(out);
     }
