@@ -74,7 +74,7 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
             "                              paper's exact factor update\n"
             "\n"
-            "asynchronous second-order state (shampoo):\n"
+            "asynchronous second-order state (shampoo inverse roots, soap eigenbases):\n"
             "  --async                     inverse roots on CPU worker threads\n"
             "  --staleness S               steps a root may lag its due point (default 1);\n"
             "                              staleness stays <= precondition-frequency - 1 + S\n"
@@ -405,7 +405,8 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
             if (sw)
                 fputs("usage: strata sweep-staleness [--values 0,1,2,5,10] [--out DIR] [train "
                       "options]\n\n"
-                      "Train the GPT with synchronous Shampoo and with asynchronous Shampoo at\n"
+                      "Train the GPT with synchronous Shampoo (or --optimizer soap) and with the\n"
+                      "asynchronous runtime at\n"
                       "each staleness budget S (same model, data, seed and steps), then write\n"
                       "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
                       "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
@@ -434,6 +435,11 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         fprintf(stderr, "strata: cannot create runs/: %s\n", strerror(errno));
         return 2;
     }
+    if (o.strata.async && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
+        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP)
+        fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and SOAP's "
+                        "eigenbases to workers; it has no effect with --optimizer %s\n",
+                strata_optimizer_name(o.strata.matrix_optimizer));
     if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||
          o.strata.install_mode != STRATA_COH_FIXED) && !o.strata.async)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
@@ -483,6 +489,16 @@ static int cmd_sweep(int argc, char **argv)
     int rc = parse_train(argc, argv, &o, &sw);
     if (rc)
         return rc == 100 ? 0 : rc;
+    if (o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
+        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP) {
+        fprintf(stderr, "strata sweep-staleness: the staleness budget applies to shampoo and soap, "
+                        "not --optimizer %s\n",
+                strata_optimizer_name(o.strata.matrix_optimizer));
+        return 2;
+    }
+    if (o.strata.async)
+        fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
+                        "itself\n");
     strata_sweep_options so = {.train = o, .values = sw.values, .n_values = sw.n_values,
                                .out_dir = sw.out_dir};
     strata_status st = strata_sweep_staleness(&so, stdout);

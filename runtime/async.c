@@ -470,6 +470,8 @@ static strata_status install_roots(strata_runtime *rt, int g, int slot)
         if (blk->io_pending) {
             st = strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
             blk->io_pending = false;
+            if (st != STRATA_OK) /* the prefetch failed: counted, then read again below */
+                atomic_fetch_add(&rt->io_errors, 1);
         }
         if (st != STRATA_OK || version != want)
             st = strata_tier_read(rt->nvme, blk->slots[slot].nvme, 0, blk->resident[spare],

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "data.h"
@@ -74,6 +75,20 @@ static size_t mem_available(void)
             break;
     fclose(f);
     return kib * 1024;
+}
+
+/* mkdir -p of the directory part of `path` (errors surface at fopen). */
+static void make_parent_dirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(buf, 0755);
+        *p = '/';
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -285,6 +300,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         goto out;
     }
     if (o.metrics_path) {
+        make_parent_dirs(o.metrics_path);
         metrics = fopen(o.metrics_path, "w");
         if (!metrics) {
             st = strata_error(STRATA_ERR_IO, "cannot write metrics to '%s': %s", o.metrics_path,

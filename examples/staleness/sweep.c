@@ -104,7 +104,8 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
         gpt_train_options t = o->train;
-        t.strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
+        if (t.strata.matrix_optimizer != STRATA_OPTIM_SOAP)
+            t.strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
         t.quiet = true;
         /* Every run trains on one thread (it stands in for the GPU); the
          * async runs' workers take the other cores. */
@@ -155,17 +156,19 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
                 char s_txt[16];
                 snprintf(s_txt, sizeof s_txt, "%d", rows[i].staleness);
                 const char *s_col = rows[i].staleness < 0 ? "-" : s_txt;
-                fprintf(f, "%s\t%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%lld\t%.3f\t%lld\n",
+                char stale[24];
+                snprintf(stale, sizeof stale, "%lld", (long long)r->stats.max_staleness);
+                fprintf(f, "%s\t%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%lld\t%.3f\t%s\n",
                         rows[i].name, s_col, r->final_val_loss, r->wall_seconds, r->step_ms_p50,
                         r->step_ms_p99, r->step_ms_max, r->step_ms_max / r->step_ms_p50,
                         (long long)r->stats.coh_waits, r->stats.coh_wait_seconds,
-                        (long long)r->stats.max_staleness);
+                        rows[i].staleness < 0 ? "-" : stale);
                 if (out)
-                    fprintf(out, "%-6s %4s %9.4f %8.1f %8.1f %8.1f %8.1f %8.2f %6lld %7.2f %9lld\n",
+                    fprintf(out, "%-6s %4s %9.4f %8.1f %8.1f %8.1f %8.1f %8.2f %6lld %7.2f %9s\n",
                             rows[i].name, s_col, r->final_val_loss, r->wall_seconds,
                             r->step_ms_p50, r->step_ms_p99, r->step_ms_max,
                             r->step_ms_max / r->step_ms_p50, (long long)r->stats.coh_waits,
-                            r->stats.coh_wait_seconds, (long long)r->stats.max_staleness);
+                            r->stats.coh_wait_seconds, rows[i].staleness < 0 ? "-" : stale);
             }
             if (fclose(f) != 0)
                 st = strata_error(STRATA_ERR_IO, "writing %s failed", path);

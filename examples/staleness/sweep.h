@@ -20,7 +20,7 @@
 #include "trainer.h"
 
 typedef struct strata_sweep_options {
-    gpt_train_options train; /* the base run; matrix optimizer forced to Shampoo */
+    gpt_train_options train; /* the base run: Shampoo, or SOAP when it asks for SOAP */
     const int *values;       /* staleness budgets S >= 0 */
     int n_values;
     const char *out_dir;     /* created if missing */

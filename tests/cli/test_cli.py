@@ -57,8 +57,16 @@ with tempfile.TemporaryDirectory() as tmp:
         expect_rc=1, expect_text="STRATA_ERR_NOMEM")
     run("train", "--data", text, "--memory-limit-mib", "1", expect_rc=1,
         expect_text="GiB are available")
-    run("train", "--data", text, "--metrics", os.path.join(tmp, "no", "such", "dir.jsonl"),
+    run("train", "--data", text, "--metrics", "/proc/strata-no-such/dir/m.jsonl",
         expect_rc=1, expect_text="cannot write metrics")
+
+    # --metrics creates missing parent directories.
+    nested = os.path.join(tmp, "runs", "deep", "m.jsonl")
+    run("train", "--data", text, "--layers", "1", "--d-model", "16", "--heads", "2",
+        "--seq-len", "16", "--batch", "2", "--steps", "2", "--eval-every", "0",
+        "--eval-batches", "1", "--metrics", nested, "--quiet", expect_rc=0,
+        expect_text="summary:", stream="stdout")
+    run("sweep-staleness", "--optimizer", "muon", expect_rc=2, expect_text="shampoo and soap")
 
     for opt in ("adamw", "shampoo", "muon"):
         p = run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
