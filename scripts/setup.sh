@@ -28,10 +28,15 @@ if ! python3 -c "import numpy, scipy" 2>/dev/null; then
     python3 -m pip install -q --break-system-packages numpy scipy
 fi
 if [ ! -f "$BUILD/build.ninja" ]; then
+  trap 'tail -20 /tmp/strata-meson-setup.log >&2' ERR
   case " $* " in
-    *buildtype*) meson setup "$BUILD" "$@" >/dev/null ;;
-    *) meson setup "$BUILD" --buildtype=release "$@" >/dev/null ;;
+    *buildtype*) meson setup "$BUILD" "$@" > /tmp/strata-meson-setup.log 2>&1 ;;
+    *) meson setup "$BUILD" --buildtype=release "$@" > /tmp/strata-meson-setup.log 2>&1 ;;
   esac
 fi
-ninja -C "$BUILD" >/dev/null
+if ! ninja -C "$BUILD" > "$BUILD/build.log" 2>&1; then
+  grep -E "error|FAILED" -A3 "$BUILD/build.log" | head -40
+  echo "setup: the build failed; the full log is $BUILD/build.log" >&2
+  exit 1
+fi
 echo "setup: built $BUILD/cli/strata"

@@ -75,7 +75,8 @@ static int remove_dirs(void **state)
 
 static void path_in(char *out, size_t cap, const char *dir, const char *name)
 {
-    snprintf(out, cap, "%s/%s", dir, name);
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    assert_true(n > 0 && (size_t)n < cap); /* a truncated path would test the wrong file */
 }
 
 static void write_file(const char *dir, const char *name, const void *p, size_t n)
