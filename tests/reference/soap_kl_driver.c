@@ -46,6 +46,9 @@
 #include "strata/optim.h"
 #include "strata/status.h"
 
+#define DRIVER_NAME "soap_kl_driver"
+#include "driver_io.h"
+
 static int usage(void)
 {
     fprintf(stderr, "usage: soap_kl_driver defaults OUT.json\n"
@@ -61,72 +64,6 @@ static int fail(strata_status st, const char *what)
     return 1;
 }
 
-static bool read_floats(const char *path, float *dst, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "soap_kl_driver: open %s: %s\n", path, strerror(errno));
-        return false;
-    }
-    size_t got = fread(dst, sizeof(float), n, f);
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != n || extra != EOF) {
-        fprintf(stderr, "soap_kl_driver: %s: expected exactly %zu floats\n", path, n);
-        return false;
-    }
-    return true;
-}
-
-static FILE *open_out(const char *path)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        fprintf(stderr, "soap_kl_driver: create %s: %s\n", path, strerror(errno));
-    return f;
-}
-
-static bool write_floats(FILE *f, const float *src, size_t n)
-{
-    if (fwrite(src, sizeof(float), n, f) != n) {
-        fprintf(stderr, "soap_kl_driver: short write\n");
-        return false;
-    }
-    return true;
-}
-
-static bool close_out(FILE *f)
-{
-    if (fclose(f) != 0) {
-        fprintf(stderr, "soap_kl_driver: close: %s\n", strerror(errno));
-        return false;
-    }
-    return true;
-}
-
-static double jget_double(json_object *cfg, const char *key, double def)
-{
-    json_object *v;
-    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_double(v) : def;
-}
-
-static int64_t jget_int(json_object *cfg, const char *key, int64_t def)
-{
-    json_object *v;
-    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_int64(v) : def;
-}
-
-static bool jget_bool(json_object *cfg, const char *key, bool def)
-{
-    json_object *v;
-    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_boolean(v) : def;
-}
-
-static const char *jget_str(json_object *cfg, const char *key, const char *def)
-{
-    json_object *v;
-    return json_object_object_get_ex(cfg, key, &v) ? json_object_get_string(v) : def;
-}
 
 /* ------------------------------------------------------------ defaults */
 
