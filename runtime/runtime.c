@@ -172,6 +172,9 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
     for (int i = 0; i < rt->n_params; i++)
         if (strcmp(rt->params[i].name, d->name) == 0)
             return strata_error(STRATA_ERR_INVALID_ARG, "param_add: duplicate name '%s'", d->name);
+    if (d->stacked && d->ndim != 3)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): stacked needs ndim 3, not %d",
+                            d->name, d->ndim);
     if (rt->n_params == rt->cap_params) {
         int cap = rt->cap_params ? 2 * rt->cap_params : 32;
         rt_param *np = realloc(rt->params, (size_t)cap * sizeof *np);
@@ -188,8 +191,9 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
     p->ndim = d->ndim;
     memcpy(p->shape, d->shape, sizeof p->shape);
     p->numel = numel;
-    p->rows = d->ndim >= 1 ? d->shape[0] : 1;
-    p->cols = (int64_t)(numel / (size_t)p->rows);
+    p->batch = d->stacked ? d->shape[0] : 1;
+    p->rows = d->stacked ? d->shape[1] : d->ndim >= 1 ? d->shape[0] : 1;
+    p->cols = (int64_t)(numel / (size_t)(p->rows * p->batch));
     p->layer = d->layer;
     p->role = d->role;
     p->requested = d->optimizer;
@@ -251,6 +255,13 @@ strata_status strata_commit(strata_runtime *rt)
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         p->routed = route(rt, p);
+        if (p->batch > 1 && p->routed != STRATA_OPTIM_MUON && p->routed != STRATA_OPTIM_ADAMW) {
+            st = strata_error(STRATA_ERR_UNSUPPORTED,
+                              "commit: '%s' is stacked; only muon treats stacked matrices "
+                              "separately (route it to muon, or register it unstacked)",
+                              p->name);
+            break;
+        }
         switch (p->routed) {
         case STRATA_OPTIM_ADAMW: {
             void *mem = NULL;
@@ -268,7 +279,8 @@ strata_status strata_commit(strata_runtime *rt)
                 s->preconditioner_blocks += strata_shampoo_state_blocks(p->shampoo);
             break;
         case STRATA_OPTIM_MUON:
-            st = strata_muon_state_create(&rt->cfg.muon, rt->be, p->rows, p->cols, &p->muon);
+            st = strata_muon_state_create_batched(&rt->cfg.muon, rt->be, p->batch, p->rows,
+                                                  p->cols, &p->muon);
             break;
         case STRATA_OPTIM_SOAP:
             st = strata_soap_state_create(&rt->cfg.soap, rt->be, p->rows, p->cols, &p->soap);

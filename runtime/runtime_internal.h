@@ -12,7 +12,8 @@ typedef struct rt_param {
     char *name;
     int ndim;
     int64_t shape[STRATA_MAX_DIMS];
-    int64_t rows, cols; /* matrix view: (shape[0], prod(shape[1:])) */
+    int64_t rows, cols; /* matrix view: (shape[0], prod(shape[1:])), or one slice if stacked */
+    int64_t batch;      /* stacked: number of slices; else 1 */
     size_t numel;
     int layer;
     strata_role role;

@@ -18,7 +18,8 @@
  *     2-D tensor with a dimension of 1 when route_degenerate_to_adamw) go to
  *     AdamW (the "tail");
  *   - every other 2-D tensor goes to cfg.matrix_optimizer; a tensor with
- *     ndim > 2 is flattened to (shape[0], prod(shape[1:])).
+ *     ndim > 2 is flattened to (shape[0], prod(shape[1:])), unless it is a
+ *     3-D tensor marked `stacked` (independent matrices; Muon only).
  *
  * This version runs in one process: every parameter is owned by rank 0, the
  * backward hook's reduce-to-owner is the identity, and the forward hook's
@@ -120,6 +121,11 @@ typedef struct strata_param_desc {
     int layer;                      /* hook layer that produces/consumes it, >= 0 */
     strata_role role;
     strata_optimizer optimizer;     /* STRATA_OPTIM_DEFAULT = follow the routing rule */
+    bool stacked;  /* ndim == 3 only: shape[0] independent shape[1] x shape[2] matrices
+                      (per-expert or per-head weights). Muon orthogonalizes each one
+                      separately (strata_muon_state_create_batched); the other matrix
+                      optimizers refuse it at commit (STRATA_ERR_UNSUPPORTED). Default
+                      false: a tensor with ndim > 2 is one (shape[0], prod(rest)) matrix. */
     float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place */
     float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
 } strata_param_desc;
