@@ -101,10 +101,9 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_state_create: NULL argument");
     *out = NULL;
-    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: bad shape %lld x %lld",
-                            (long long)rows, (long long)cols);
-    strata_status st = check_config(c);
+    strata_status st = optim_check_shape("kl_shampoo", rows, cols);
+    if (st == STRATA_OK)
+        st = check_config(c);
     if (st != STRATA_OK)
         return st;
     strata_kl_shampoo_state *s = calloc(1, sizeof *s);

@@ -5,7 +5,10 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
+
+#include "strata/status.h"
 
 /* Monotonic clock in seconds, for the phase timings in strata_optim_counters. */
 static inline double optim_now_seconds(void)
@@ -22,6 +25,15 @@ static inline bool optim_all_finite(const float *x, size_t n)
         if (!isfinite(x[i]))
             return false;
     return true;
+}
+
+/* A matrix parameter's shape: both sides >= 1 and addressable by int (BLAS). */
+static inline strata_status optim_check_shape(const char *who, int64_t rows, int64_t cols)
+{
+    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: bad shape %lld x %lld", who,
+                            (long long)rows, (long long)cols);
+    return STRATA_OK;
 }
 
 #endif

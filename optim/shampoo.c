@@ -213,10 +213,9 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_state_create: NULL argument");
     *out = NULL;
-    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: bad shape %lld x %lld",
-                            (long long)rows, (long long)cols);
-    strata_status st = check_config(c);
+    strata_status st = optim_check_shape("shampoo", rows, cols);
+    if (st == STRATA_OK)
+        st = check_config(c);
     if (st != STRATA_OK)
         return st;
 

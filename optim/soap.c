@@ -332,10 +332,9 @@ strata_status strata_soap_state_create(const strata_soap_config *c, strata_backe
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_state_create: NULL argument");
     *out = NULL;
-    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: bad shape %lld x %lld",
-                            (long long)rows, (long long)cols);
-    strata_status st = check_config(c);
+    strata_status st = optim_check_shape("soap", rows, cols);
+    if (st == STRATA_OK)
+        st = check_config(c);
     if (st != STRATA_OK)
         return st;
     /* A dim-1 side's eigenbasis is exactly [1] in the reference (eigh and a
