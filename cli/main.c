@@ -61,6 +61,8 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --epsilon X                 added to factor eigenvalues (default %g)\n"
             "  --grafting adam|adagrad|none  (default adam)\n"
             "  --momentum X                heavy-ball momentum after grafting (default 0)\n"
+            "  --stagger-refresh           spread the matrices' root refreshes over the F steps\n"
+            "                              of a period (each step ~1/F of the work, no spike)\n"
             "muon:\n"
             "  --muon-momentum X           (default %g)\n"
             "  --muon-scale RULE           shape: sqrt(max(1,m/n)) (default) | adamw:\n"
@@ -73,6 +75,8 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "kl-shampoo:\n"
             "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
             "                              paper's exact factor update\n"
+            "  --kl-init-factor X          initial eigenvalue estimate (default %g)\n"
+            "  --kl-beta X                 factor and eigenvalue EMA (default: %g)\n"
             "\n"
             "asynchronous second-order state (shampoo inverse roots, soap eigenbases):\n"
             "  --async                     inverse roots on CPU worker threads\n"
@@ -101,7 +105,9 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             (unsigned long long)d->seed, d->strata.shampoo.precondition_frequency,
             d->strata.shampoo.max_preconditioner_dim, (double)d->strata.shampoo.beta2,
             (double)d->strata.shampoo.epsilon, (double)d->strata.muon.momentum,
-            d->strata.muon.ns_steps, d->eval_every, d->eval_batches);
+            d->strata.muon.ns_steps, (double)d->strata.kl_shampoo.init_factor,
+            (double)(d->strata.kl_shampoo.shampoo_beta >= 0 ? d->strata.kl_shampoo.shampoo_beta : d->strata.kl_shampoo.beta2),
+            d->eval_every, d->eval_batches);
 }
 
 /* Strict number parsing: the whole argument must be a number in range. */
@@ -141,6 +147,7 @@ enum {
     OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
     OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
     OPT_PIN, OPT_VALUES, OPT_OUT, OPT_KL_FORM, OPT_MUON_FORM, OPT_NS_SCHEDULE, OPT_NS_METHOD,
+    OPT_KL_INIT, OPT_KL_BETA, OPT_STAGGER,
 };
 
 typedef struct sweep_opts {
@@ -200,8 +207,11 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         {"nvme-dir", required_argument, 0, OPT_NVME_DIR},
         {"host-budget-mib", required_argument, 0, OPT_HOST_BUDGET},
         {"pin-workers", no_argument, 0, OPT_PIN},
+        {"stagger-refresh", no_argument, 0, OPT_STAGGER},
         {"values", required_argument, 0, OPT_VALUES},
         {"kl-form", required_argument, 0, OPT_KL_FORM},
+        {"kl-init-factor", required_argument, 0, OPT_KL_INIT},
+        {"kl-beta", required_argument, 0, OPT_KL_BETA},
         {"muon-momentum-form", required_argument, 0, OPT_MUON_FORM},
         {"ns-schedule", required_argument, 0, OPT_NS_SCHEDULE},
         {"ns-method", required_argument, 0, OPT_NS_METHOD},
@@ -332,6 +342,7 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
             o.strata.host_budget = (size_t)v << 20;
             break;
         case OPT_PIN: o.strata.pin_workers = true; break;
+        case OPT_STAGGER: o.strata.stagger_refresh = true; break;
         case OPT_MUON_FORM:
             if (strcmp(optarg, "sum") == 0)
                 o.strata.muon.momentum_form = STRATA_MUON_MOMENTUM_SUM;
@@ -365,6 +376,12 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
                         optarg);
                 rc = -1;
             }
+            break;
+        case OPT_KL_INIT:
+            rc = parse_float("--kl-init-factor", optarg, 1e-30, 1e30, &o.strata.kl_shampoo.init_factor);
+            break;
+        case OPT_KL_BETA:
+            rc = parse_float("--kl-beta", optarg, 0.0, 0.999999, &o.strata.kl_shampoo.shampoo_beta);
             break;
         case OPT_KL_FORM:
             if (strcmp(optarg, "eigenbasis") == 0)

@@ -27,6 +27,7 @@ typedef struct coh_slot {
 typedef struct coh_block {
     int64_t installed_version;
     int installed_slot;
+    int64_t start; /* first refresh point: cfg.start + the block's offset */
 } coh_block;
 
 struct strata_coh_registry {
@@ -37,6 +38,7 @@ struct strata_coh_registry {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     strata_coh_stats stats;
+    bool started; /* a refresh was begun: offsets are fixed from then on */
 };
 
 static double now_seconds(void)
@@ -72,13 +74,17 @@ bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t)
     return t >= cfg->start && (t - cfg->start) % cfg->precondition_frequency == 0;
 }
 
+static int64_t due_from(int64_t start, int F, int S, int64_t t)
+{
+    int64_t limit = t - S;
+    if (limit < start)
+        return -1;
+    return start + (limit - start) / F * F;
+}
+
 int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t)
 {
-    int64_t limit = t - cfg->staleness;
-    if (limit < cfg->start)
-        return -1;
-    return cfg->start + (limit - cfg->start) / cfg->precondition_frequency *
-                            cfg->precondition_frequency;
+    return due_from(cfg->start, cfg->precondition_frequency, cfg->staleness, t);
 }
 
 strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
@@ -114,6 +120,7 @@ strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
     for (int b = 0; b < n_blocks; b++) {
         reg->blocks[b].installed_version = -1;
         reg->blocks[b].installed_slot = -1;
+        reg->blocks[b].start = cfg->start;
     }
     for (size_t i = 0; i < (size_t)n_blocks * reg->n_slots; i++)
         reg->slots[i].version = -1;
@@ -139,6 +146,49 @@ static coh_slot *slot_at(strata_coh_registry *reg, int b, int s)
     return &reg->slots[(size_t)b * reg->n_slots + s];
 }
 
+strata_status strata_coh_set_block_offset(strata_coh_registry *reg, int b, int offset)
+{
+    if (!reg || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_set_block_offset: bad block %d", b);
+    if (offset < 0 || offset >= reg->cfg.precondition_frequency)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "coh_set_block_offset: offset %d outside [0, F = %d)", offset,
+                            reg->cfg.precondition_frequency);
+    pthread_mutex_lock(&reg->mu);
+    const bool started = reg->started;
+    if (!started)
+        reg->blocks[b].start = reg->cfg.start + offset;
+    pthread_mutex_unlock(&reg->mu);
+    if (started)
+        return strata_error(STRATA_ERR_STATE,
+                            "coh_set_block_offset: refreshes have begun; offsets are fixed");
+    return STRATA_OK;
+}
+
+int64_t strata_coh_block_start(strata_coh_registry *reg, int b)
+{
+    if (!reg || b < 0 || b >= reg->n_blocks)
+        return -1;
+    pthread_mutex_lock(&reg->mu);
+    int64_t start = reg->blocks[b].start;
+    pthread_mutex_unlock(&reg->mu);
+    return start;
+}
+
+bool strata_coh_block_is_refresh(strata_coh_registry *reg, int b, int64_t t)
+{
+    int64_t start = strata_coh_block_start(reg, b);
+    return start >= 1 && t >= start && (t - start) % reg->cfg.precondition_frequency == 0;
+}
+
+int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t)
+{
+    int64_t start = strata_coh_block_start(reg, b);
+    if (start < 1)
+        return -1;
+    return due_from(start, reg->cfg.precondition_frequency, reg->cfg.staleness, t);
+}
+
 static void slot_free(strata_coh_registry *reg, coh_slot *s)
 {
     s->state = STRATA_SLOT_FREE;
@@ -152,6 +202,7 @@ strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t 
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_begin_refresh: bad block %d", b);
     struct timespec dl = deadline_after(reg->cfg.timeout_s);
     pthread_mutex_lock(&reg->mu);
+    reg->started = true;
     for (;;) {
         for (int i = 0; i < reg->n_slots; i++) {
             coh_slot *s = slot_at(reg, b, i);
@@ -245,10 +296,11 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
     if (!reg || !slot || !version || b < 0 || b >= reg->n_blocks)
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_acquire: bad block %d", b);
     coh_block *blk = &reg->blocks[b];
-    const int64_t due = strata_coh_due_version(&reg->cfg, t);
     bool changed = false;
     strata_status st = STRATA_OK;
     pthread_mutex_lock(&reg->mu);
+    const int64_t due =
+        due_from(blk->start, reg->cfg.precondition_frequency, reg->cfg.staleness, t);
 
     if (reg->cfg.mode == STRATA_COH_EAGER) {
         int best = -1;

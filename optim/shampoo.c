@@ -69,6 +69,7 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
     c->weight_decay = 0.0f;
     c->precondition_frequency = 1;
     c->start_preconditioning_step = -1;
+    c->refresh_offset = 0;
     c->max_preconditioner_dim = 1024;
     c->grafting = STRATA_GRAFT_ADAM;
     c->grafting_beta2 = 0.999f;
@@ -89,7 +90,7 @@ static int64_t start_step(const strata_shampoo_config *c)
 
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
 {
-    int64_t s = start_step(c);
+    int64_t s = start_step(c) + c->refresh_offset;
     return t >= s && (t - s) % c->precondition_frequency == 0;
 }
 
@@ -97,6 +98,10 @@ static strata_status check_config(const strata_shampoo_config *c)
 {
     if (c->precondition_frequency < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: precondition_frequency %d must be >= 1",
+                            c->precondition_frequency);
+    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo: refresh_offset %d must lie in [0, F = %d)", c->refresh_offset,
                             c->precondition_frequency);
     if (c->max_preconditioner_dim < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: max_preconditioner_dim %d must be >= 1",
@@ -513,7 +518,7 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
         float *pb = s->pre + b->r0 * ld + b->c0;
         const float *db = s->dir + b->r0 * ld + b->c0;
         const bool ready = b->has_root[0] && b->has_root[1] &&
-                           t >= start_step(c);
+                           t >= start_step(c) + c->refresh_offset;
         if (!ready) {
             for (int r = 0; r < b->rows; r++)
                 memcpy(pb + r * ld, db + r * ld, (size_t)b->cols * sizeof(float));

@@ -249,6 +249,9 @@ strata_status rt_async_commit(strata_runtime *rt)
             blk->p = p;
             blk->b = b;
             blk->installed_slot = -1;
+            st = strata_coh_set_block_offset(rt->coh, blk->rb, p->refresh_offset);
+            if (st != STRATA_OK)
+                return st;
             strata_shampoo_block_factors(p->shampoo, b, &blk->rows, &blk->cols, NULL, NULL);
             blk->floats = (size_t)blk->rows * blk->rows + (size_t)blk->cols * blk->cols;
             blk->r_offset = align4k((size_t)blk->rows * blk->rows * sizeof(float));
@@ -562,7 +565,8 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
         return st;
     const int nb = strata_shampoo_state_blocks(p->shampoo);
     const double t0 = now_seconds();
-    if (strata_coh_is_refresh(&rt->coh_cfg, t))
+    /* All blocks of a parameter share its refresh phase (refresh_offset). */
+    if (strata_coh_block_is_refresh(rt->coh, p->first_block, t))
         for (int b = 0; b < nb && st == STRATA_OK; b++)
             st = snapshot_and_submit(rt, p->first_block + b, t);
     if (st != STRATA_OK)
@@ -683,11 +687,13 @@ strata_status rt_async_prefetch(strata_runtime *rt, int layer)
     if (!rt->nvme || rt->stats.blocks_on_nvme == 0)
         return STRATA_OK;
     const int64_t t = rt->t + 1; /* the step this forward belongs to */
-    const int64_t due = strata_coh_due_version(&rt->coh_cfg, t);
     for (int g = 0; g < rt->n_blocks; g++) {
         async_block *blk = &rt->blocks[g];
         if (blk->kind != ASYNC_SHAMPOO || !blk->on_nvme || blk->p->layer != layer ||
-            blk->io_pending || due < 0)
+            blk->io_pending)
+            continue;
+        const int64_t due = strata_coh_block_due_version(blk->reg, blk->rb, t);
+        if (due < 0)
             continue;
         int64_t installed = -1;
         if (blk->installed_slot >= 0)

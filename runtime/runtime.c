@@ -60,6 +60,7 @@ strata_status strata_config_default(strata_config *cfg)
     strata_kl_shampoo_config_default(&cfg->kl_shampoo);
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
+    cfg->stagger_refresh = false;
     cfg->blas_threads = 0;
     cfg->async = false;
     cfg->staleness = 1;
@@ -239,6 +240,85 @@ static void free_state(strata_runtime *rt, rt_param *p)
     p->kl = NULL;
 }
 
+/* Inverse-root cost of one Shampoo parameter: sum of n^3 over the factors
+ * of its blocks (max_preconditioner_dim pieces), the eigendecomposition's
+ * order. Only compared with other parameters' costs. */
+static double shampoo_root_cost(int64_t rows, int64_t cols, int block)
+{
+    double c = 0;
+    const int64_t B = block > 0 ? block : (rows > cols ? rows : cols);
+    const int64_t nr = (rows + B - 1) / B, nc = (cols + B - 1) / B;
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+        double r = (double)(rows - r0 < B ? rows - r0 : B);
+        c += (double)nc * r * r * r;
+    }
+    for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        double k = (double)(cols - c0 < B ? cols - c0 : B);
+        c += (double)nr * k * k * k;
+    }
+    return c;
+}
+
+/* Staggered refresh: longest-processing-time-first list scheduling (Graham
+ * 1969) of the Shampoo parameters onto F phases. Deterministic: ties go to
+ * the lower parameter index and the lower phase. */
+static strata_status assign_refresh_offsets(strata_runtime *rt)
+{
+    const int F = rt->cfg.shampoo.precondition_frequency;
+    int n = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt->params[i].refresh_offset = 0;
+        n += rt->params[i].routed == STRATA_OPTIM_SHAMPOO;
+    }
+    if (!rt->cfg.stagger_refresh || F <= 1 || n == 0)
+        return STRATA_OK;
+    int *order = malloc((size_t)n * sizeof *order);
+    double *cost = malloc((size_t)rt->n_params * sizeof *cost);
+    double *load = calloc((size_t)F, sizeof *load);
+    if (!order || !cost || !load) {
+        free(order);
+        free(cost);
+        free(load);
+        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    }
+    n = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        if (p->routed != STRATA_OPTIM_SHAMPOO)
+            continue;
+        cost[i] = shampoo_root_cost(p->rows, p->cols, rt->cfg.shampoo.max_preconditioner_dim);
+        /* insertion sort, cost descending, index ascending among equals */
+        int k = n++;
+        while (k > 0 && cost[order[k - 1]] < cost[i]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    for (int k = 0; k < n; k++) {
+        int best = 0;
+        for (int f = 1; f < F; f++)
+            if (load[f] < load[best])
+                best = f;
+        rt->params[order[k]].refresh_offset = best;
+        load[best] += cost[order[k]];
+    }
+    double lo = load[0], hi = load[0], sum = 0;
+    for (int f = 0; f < F; f++) {
+        lo = load[f] < lo ? load[f] : lo;
+        hi = load[f] > hi ? load[f] : hi;
+        sum += load[f];
+    }
+    strata_log(rt, STRATA_LOG_INFO, "stagger",
+               "%d Shampoo parameters over %d refresh phases: heaviest phase %.2f of the "
+               "mean, lightest %.2f",
+               n, F, sum > 0 ? hi * F / sum : 0.0, sum > 0 ? lo * F / sum : 0.0);
+    free(order);
+    free(cost);
+    free(load);
+    return STRATA_OK;
+}
+
 strata_status strata_commit(strata_runtime *rt)
 {
     if (!rt)
@@ -252,9 +332,11 @@ strata_status strata_commit(strata_runtime *rt)
         return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     strata_stats *s = &rt->stats;
     strata_status st = STRATA_OK;
+    for (int i = 0; i < rt->n_params; i++)
+        rt->params[i].routed = route(rt, &rt->params[i]);
+    st = assign_refresh_offsets(rt);
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        p->routed = route(rt, p);
         if (p->batch > 1 && p->routed != STRATA_OPTIM_MUON && p->routed != STRATA_OPTIM_ADAMW) {
             st = strata_error(STRATA_ERR_UNSUPPORTED,
                               "commit: '%s' is stacked; only muon treats stacked matrices "
@@ -272,12 +354,15 @@ strata_status strata_commit(strata_runtime *rt)
             }
             break;
         }
-        case STRATA_OPTIM_SHAMPOO:
-            st = strata_shampoo_state_create_ex(&rt->cfg.shampoo, rt->be, p->rows, p->cols,
-                                                rt->cfg.async, &p->shampoo);
+        case STRATA_OPTIM_SHAMPOO: {
+            strata_shampoo_config sc = rt->cfg.shampoo;
+            sc.refresh_offset = p->refresh_offset;
+            st = strata_shampoo_state_create_ex(&sc, rt->be, p->rows, p->cols, rt->cfg.async,
+                                                &p->shampoo);
             if (st == STRATA_OK)
                 s->preconditioner_blocks += strata_shampoo_state_blocks(p->shampoo);
             break;
+        }
         case STRATA_OPTIM_MUON:
             st = strata_muon_state_create_batched(&rt->cfg.muon, rt->be, p->batch, p->rows,
                                                   p->cols, &p->muon);

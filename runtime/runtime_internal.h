@@ -26,6 +26,7 @@ typedef struct rt_param {
     strata_soap_state *soap;
     strata_kl_shampoo_state *kl;
     int first_block;        /* async: index of its first block in rt->blocks */
+    int refresh_offset;     /* Shampoo refresh phase in [0, F) (stagger_refresh) */
 } rt_param;
 
 struct strata_runtime;

@@ -2,7 +2,10 @@
  * each block uses, and when a step must wait (DESIGN.md, "Coherence protocol").
  *
  * Terms. A *block* is one preconditioned matrix block with its factor pair.
- * *Refresh points* are the steps r >= start with (r - start) % F == 0. At a
+ * *Refresh points* are the steps r >= start_b with (r - start_b) % F == 0,
+ * where start_b = start + offset_b and offset_b (in [0, F), default 0) is the
+ * block's phase (strata_coh_set_block_offset: a staggered refresh spreads
+ * the blocks' refreshes over the F steps of a period). At a
  * refresh point the runtime snapshots the block's factors into a *slot* and
  * a worker computes the block's inverse roots (or eigenbasis) into that
  * slot. The *installed* version v(b) is the refresh point whose result the
@@ -73,7 +76,7 @@ typedef struct strata_coh_config {
 /* Slots a block needs so that begin_refresh never waits: ceil(S/F) + 2. */
 STRATA_API int strata_coh_slots_needed(int precondition_frequency, int staleness);
 
-/* True when t is a refresh point of cfg. */
+/* True when t is a refresh point of cfg (a block with offset 0). */
 STRATA_API bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t);
 
 typedef struct strata_coh_registry strata_coh_registry;
@@ -83,6 +86,21 @@ typedef struct strata_coh_registry strata_coh_registry;
 STRATA_API strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
                                            strata_coh_registry **out);
 STRATA_API void strata_coh_destroy(strata_coh_registry *reg);
+
+/* Phase of block b: its refresh points become start + offset + k F
+ * (k >= 0). Call after create and before the first begin_refresh.
+ * Errors: STRATA_ERR_INVALID_ARG (bad block, offset outside [0, F)),
+ * STRATA_ERR_STATE (a refresh has already begun: offsets are fixed). */
+STRATA_API strata_status strata_coh_set_block_offset(strata_coh_registry *reg, int b, int offset);
+
+/* First refresh point of block b (start + its offset; steps), or -1 for a
+ * bad argument. Thread-safe. */
+STRATA_API int64_t strata_coh_block_start(strata_coh_registry *reg, int b);
+
+/* Per-block forms of strata_coh_is_refresh and strata_coh_due_version that
+ * honour the block's offset (false / -1 for a bad argument). Thread-safe. */
+STRATA_API bool strata_coh_block_is_refresh(strata_coh_registry *reg, int b, int64_t t);
+STRATA_API int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t);
 
 /* Refresh point r of block b: reserve a FREE slot (PENDING(r)) for the
  * snapshot and the job. Waits (bounded) only if every slot is busy.
@@ -109,7 +127,7 @@ STRATA_API strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int
                                             int64_t *version, bool *installed_now);
 
 /* The refresh point whose result step t must use: the latest refresh point
- * <= t - S, or -1 when there is none yet. */
+ * <= t - S, or -1 when there is none yet (a block with offset 0). */
 STRATA_API int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);
 
 /* The slot of block b holding `version` (any state but FREE), or -1; its

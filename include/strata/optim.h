@@ -114,6 +114,13 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  * otherwise they differ after s: e.g. F = 3, s = 4 refreshes at 4, 7, 10 here
  * and at 4, 6, 9, 12 in Distributed Shampoo. To reproduce Distributed
  * Shampoo exactly, choose s as a multiple of F.
+ * A refresh_offset o (0 <= o < F, default 0) shifts this state's points to
+ *   t = s + o, s + o + F, ...
+ * and the state uses the grafting direction until s + o. The runtime's
+ * staggered refresh (strata_config.stagger_refresh) gives each parameter
+ * its own o so that each step refreshes about 1/F of the roots instead of
+ * all of them every F-th step: the same work per period without the
+ * step-time spike (the offset is strata's; Distributed Shampoo has none).
  *
  * Other differences from Distributed Shampoo (facebookresearch/optimizers):
  * its regularized mode shifts all eigenvalues by -min(lambda_min, 0) before
@@ -145,6 +152,7 @@ typedef struct strata_shampoo_config {
     float weight_decay;            /* decoupled; default 0 */
     int precondition_frequency;    /* F, steps between root refreshes; default 1 */
     int start_preconditioning_step; /* first refresh step; -1 = F (default) */
+    int refresh_offset;            /* phase o in [0, F): refreshes at s + o + kF; default 0 */
     int max_preconditioner_dim;    /* block size; default 1024 */
     strata_grafting grafting;      /* default STRATA_GRAFT_ADAM */
     float grafting_beta2;          /* Adam grafting EMA; default 0.999 */
@@ -237,7 +245,7 @@ STRATA_API strata_status strata_shampoo_compute_roots(strata_shampoo_state *s,
                                                       strata_optim_counters *cnt);
 
 /* True when step t (1-based) is a refresh point of this configuration
- * (t = s, s + F, ...; see "Refresh points" above). */
+ * (t = s + o, s + o + F, ...; see "Refresh points" above). */
 STRATA_API bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t);
 
 /* The inverse root of one factor as the configuration defines it (the

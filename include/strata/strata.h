@@ -50,7 +50,7 @@ extern "C" {
 
 #define STRATA_VERSION_MAJOR 0
 #define STRATA_VERSION_MINOR 1
-#define STRATA_CONFIG_VERSION 1
+#define STRATA_CONFIG_VERSION 2
 #define STRATA_MAX_DIMS 4
 
 typedef enum strata_log_level {
@@ -77,6 +77,13 @@ typedef struct strata_config {
     strata_kl_shampoo_config kl_shampoo;
     float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
     bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
+    bool stagger_refresh;     /* Shampoo: give each matrix parameter a refresh phase in
+                                 [0, F) (shampoo.refresh_offset), chosen at commit so that
+                                 every step of a period carries about the same inverse-root
+                                 work (largest first onto the least-loaded phase; cost
+                                 sum of n^3 over the factors). The same roots per period,
+                                 no every-F-th-step spike; sync and async alike (S = 0
+                                 async stays bit-identical to sync). default false */
     int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or
                                  1 in async mode (the workers take the other cores) */
 

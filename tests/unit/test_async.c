@@ -1,5 +1,7 @@
 /* The asynchronous runtime on the GPT: S = 0 is bit-identical to the
- * synchronous path (host and nvme roots tiers); random worker delays never
+ * synchronous path (host and nvme roots tiers, with and without staggered
+ * refresh); staggered refresh spreads a period's roots over its steps;
+ * random worker delays never
  * push staleness past F-1+S; shutdown with jobs in flight leaks nothing;
  * nvme I/O errors are counted and the run continues with intact weights;
  * an unusable nvme directory fails at commit with STRATA_ERR_IO. */
@@ -132,10 +134,11 @@ static strata_config base_config(void)
 }
 
 static void test_s0_bit_identical(const gpt_data *d, strata_optimizer opt, strata_tier_kind tier,
-                                  int delay_us)
+                                  int delay_us, bool stagger)
 {
     strata_config sync = base_config(), as = base_config();
     sync.matrix_optimizer = as.matrix_optimizer = opt;
+    sync.stagger_refresh = as.stagger_refresh = stagger;
     as.async = true;
     as.staleness = 0;
     as.workers = 1;
@@ -152,9 +155,10 @@ static void test_s0_bit_identical(const gpt_data *d, strata_optimizer opt, strat
     strata_stats sa, sb;
     strata_stats_get(a.rt, &sa);
     strata_stats_get(b.rt, &sb);
-    printf("%s S=0 async %s (%s, delay %d us) vs sync over 50 steps: %s (loss %.6f vs %.6f, "
+    printf("%s S=0 async %s (%s, delay %d us%s) vs sync over 50 steps: %s (loss %.6f vs %.6f, "
            "%lld vs %lld roots, max staleness %lld, device bytes %zu vs %zu, host %zu, nvme %zu)\n",
            eq ? "PASS" : "FAIL", strata_optimizer_name(opt), strata_tier_kind_name(tier), delay_us,
+           stagger ? ", staggered" : "",
            eq ? "bit-identical" : "DIFFERENT", la, lb, (long long)sa.root_refreshes,
            (long long)sb.root_refreshes, (long long)sb.max_staleness, sa.device_bytes,
            sb.device_bytes, sb.host_bytes, sb.nvme_bytes);
@@ -167,9 +171,10 @@ static void test_s0_bit_identical(const gpt_data *d, strata_optimizer opt, strat
     run_close(&b);
 }
 
-static void test_staleness_bound(const gpt_data *d, int S, strata_coh_mode mode)
+static void test_staleness_bound(const gpt_data *d, int S, strata_coh_mode mode, bool stagger)
 {
     strata_config c = base_config();
+    c.stagger_refresh = stagger;
     c.async = true;
     c.staleness = S;
     c.install_mode = mode;
@@ -184,13 +189,54 @@ static void test_staleness_bound(const gpt_data *d, int S, strata_coh_mode mode)
     const int F = c.shampoo.precondition_frequency;
     int ok = s.max_staleness <= F - 1 + S && s.coh_bound_exceeded == 0 && isfinite(loss) &&
              s.coh_installs > 0 && weights_finite(&r);
-    printf("%s S=%d %s with random worker delays: max staleness %lld (bound %d), waits %lld "
+    printf("%s S=%d %s%s with random worker delays: max staleness %lld (bound %d), waits %lld "
            "(%.3f s), installs %lld, dropped %lld\n",
            ok ? "PASS" : "FAIL", S, mode == STRATA_COH_FIXED ? "fixed" : "eager",
+           stagger ? " staggered" : "",
            (long long)s.max_staleness, F - 1 + S, (long long)s.coh_waits, s.coh_wait_seconds,
            (long long)s.coh_installs, (long long)s.coh_dropped);
     CHECK(ok, "staleness bound");
     run_close(&r);
+}
+
+/* Staggered refresh (synchronous): the roots of one period are the same in
+ * number, but spread over its steps instead of all landing on one step. */
+static void test_stagger_spreads(const gpt_data *d)
+{
+    enum { STEPS = 15 };
+    int64_t per_step[2][STEPS];
+    for (int v = 0; v < 2; v++) {
+        strata_config c = base_config();
+        c.stagger_refresh = v == 1;
+        run r = {0};
+        CHECK(run_open(&r, &c) == STRATA_OK, "open: %s", strata_last_error());
+        int64_t prev = 0;
+        for (int t = 0; t < STEPS; t++) {
+            double loss;
+            CHECK(run_steps(&r, d, 1, 40 + (uint64_t)t, &loss) == STRATA_OK, "step: %s",
+                  strata_last_error());
+            strata_stats s;
+            strata_stats_get(r.rt, &s);
+            per_step[v][t] = s.root_refreshes - prev;
+            prev = s.root_refreshes;
+        }
+        run_close(&r);
+    }
+    const int F = base_config().shampoo.precondition_frequency;
+    /* Steps 6..8 (1-based) are one whole period for both schedules (start = F = 3). */
+    int64_t sum[2] = {0, 0}, max[2] = {0, 0}, busy[2] = {0, 0};
+    for (int v = 0; v < 2; v++)
+        for (int t = 2 * F - 1; t < 3 * F - 1; t++) {
+            sum[v] += per_step[v][t];
+            max[v] = per_step[v][t] > max[v] ? per_step[v][t] : max[v];
+            busy[v] += per_step[v][t] > 0;
+        }
+    int ok = sum[0] == sum[1] && sum[0] > 0 && busy[0] == 1 && busy[1] == F && max[1] < max[0];
+    printf("%s staggered refresh: roots per period %lld (plain) vs %lld (staggered), on %lld vs "
+           "%lld of %d steps, largest step %lld vs %lld roots\n",
+           ok ? "PASS" : "FAIL", (long long)sum[0], (long long)sum[1], (long long)busy[0],
+           (long long)busy[1], F, (long long)max[0], (long long)max[1]);
+    CHECK(ok, "staggered refresh must spread the same roots over the period");
 }
 
 /* Async SOAP at S = 1, 2 (< F = 3) under random worker delays stays within
@@ -299,16 +345,21 @@ int main(int argc, char **argv)
         return 1;
     }
     const int quick = getenv("STRATA_TEST_QUICK") != NULL;
-    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0);
-    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000);
-    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0);
-    test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0);
-    test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, true);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false);
+    test_stagger_spreads(&d);
     test_soap_staleness(&d);
     const int Ss[] = {0, 1, 2, 5};
     for (int i = 0; i < (quick ? 2 : 4); i++)
-        test_staleness_bound(&d, Ss[i], STRATA_COH_FIXED);
-    test_staleness_bound(&d, 2, STRATA_COH_EAGER);
+        test_staleness_bound(&d, Ss[i], STRATA_COH_FIXED, false);
+    test_staleness_bound(&d, 2, STRATA_COH_EAGER, false);
+    test_staleness_bound(&d, 1, STRATA_COH_FIXED, true);
+    test_staleness_bound(&d, 2, STRATA_COH_EAGER, true);
     test_shutdown_in_flight(&d, STRATA_TIER_HOST);
     test_shutdown_in_flight(&d, STRATA_TIER_NVME); /* snapshot writes still in flight */
     test_nvme_errors(&d);

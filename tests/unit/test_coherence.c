@@ -42,6 +42,43 @@ static void test_slots_and_refresh_points(void **state)
     assert_int_equal(strata_coh_create(&c, 1, &r), STRATA_ERR_INVALID_ARG);
 }
 
+/* Block offsets (staggered refresh): per-block refresh points and due
+ * versions; offsets are checked and frozen once a refresh has begun. */
+static void test_block_offsets(void **state)
+{
+    (void)state;
+    strata_coh_registry *r = make(3, 2, 1, STRATA_COH_FIXED, 2); /* F 3, start 2, S 1 */
+    assert_int_equal(strata_coh_set_block_offset(r, 1, 2), STRATA_OK);
+    assert_int_equal(strata_coh_set_block_offset(r, 0, 3), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_coh_set_block_offset(r, 0, -1), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_coh_set_block_offset(r, 2, 0), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_coh_block_start(r, 0), 2);
+    assert_int_equal(strata_coh_block_start(r, 1), 4);
+    assert_false(strata_coh_block_is_refresh(r, 1, 2));
+    assert_true(strata_coh_block_is_refresh(r, 1, 4));
+    assert_true(strata_coh_block_is_refresh(r, 1, 7));
+    assert_true(strata_coh_block_is_refresh(r, 0, 5));
+    assert_int_equal(strata_coh_block_due_version(r, 1, 4), -1); /* S = 1: 4 is due at 5 */
+    assert_int_equal(strata_coh_block_due_version(r, 1, 5), 4);
+    assert_int_equal(strata_coh_block_due_version(r, 1, 7), 4);
+    assert_int_equal(strata_coh_block_due_version(r, 1, 8), 7);
+    assert_int_equal(strata_coh_block_due_version(r, 0, 3), 2);
+    /* Block 1's first root is due at step 5 and is waited for there only. */
+    int s1, slot;
+    int64_t v;
+    bool now;
+    assert_int_equal(strata_coh_begin_refresh(r, 1, 4, &s1), STRATA_OK);
+    assert_int_equal(strata_coh_acquire(r, 1, 4, &slot, &v, &now), STRATA_OK);
+    assert_int_equal(slot, -1);
+    strata_coh_mark_computing(r, 1, s1);
+    strata_coh_complete(r, 1, s1, true);
+    assert_int_equal(strata_coh_acquire(r, 1, 5, &slot, &v, &now), STRATA_OK);
+    assert_int_equal(v, 4);
+    assert_true(now);
+    assert_int_equal(strata_coh_set_block_offset(r, 0, 1), STRATA_ERR_STATE);
+    strata_coh_destroy(r);
+}
+
 /* S = 0, fixed: the root of r is installed at r itself (the synchronous path). */
 static void test_fixed_s0_installs_at_refresh(void **state)
 {
@@ -188,13 +225,20 @@ static void *stress_worker(void *arg)
     }
 }
 
-static void stress(int F, int S, strata_coh_mode mode, int fail_every)
+static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stagger)
 {
     enum { BLOCKS = 5, STEPS = 120, WORKERS = 2 };
     strata_coh_config c = {.precondition_frequency = F, .start = F, .staleness = S, .mode = mode,
                            .timeout_s = 30.0};
     strata_coh_registry *reg;
     assert_int_equal(strata_coh_create(&c, BLOCKS, &reg), STRATA_OK);
+    int64_t start[BLOCKS];
+    for (int b = 0; b < BLOCKS; b++) {
+        if (stagger)
+            assert_int_equal(strata_coh_set_block_offset(reg, b, (b * 7) % F), STRATA_OK);
+        start[b] = strata_coh_block_start(reg, b);
+        assert_int_equal(start[b], c.start + (stagger ? (b * 7) % F : 0));
+    }
     queue *q = calloc(1, sizeof *q);
     pthread_mutex_init(&q->mu, NULL);
     pthread_cond_init(&q->cv, NULL);
@@ -208,7 +252,7 @@ static void stress(int F, int S, strata_coh_mode mode, int fail_every)
     int njobs = 0;
     for (int64_t t = 1; t <= STEPS; t++) {
         for (int b = 0; b < BLOCKS; b++) {
-            if (strata_coh_is_refresh(&c, t)) {
+            if (strata_coh_block_is_refresh(reg, b, t)) {
                 int slot;
                 assert_int_equal(strata_coh_begin_refresh(reg, b, t, &slot), STRATA_OK);
                 seed = seed * 1103515245u + 12345u;
@@ -224,7 +268,7 @@ static void stress(int F, int S, strata_coh_mode mode, int fail_every)
             assert_int_equal(strata_coh_acquire(reg, b, t, &slot, &v, NULL), STRATA_OK);
             assert_true(v >= last_v[b]); /* never backwards */
             last_v[b] = v;
-            if (t - S >= c.start && !fail_every) {
+            if (t - S >= start[b] && !fail_every) {
                 assert_true(v >= 0);
                 assert_true(t - v <= F - 1 + S);
                 if (mode == STRATA_COH_FIXED)
@@ -258,10 +302,12 @@ static void test_stress_random_delays(void **state)
     const int Ss[] = {0, 1, 2, 5, 10};
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 5; k++) {
-            stress(Fs[i], Ss[k], STRATA_COH_FIXED, 0);
-            stress(Fs[i], Ss[k], STRATA_COH_EAGER, 0);
+            stress(Fs[i], Ss[k], STRATA_COH_FIXED, 0, false);
+            stress(Fs[i], Ss[k], STRATA_COH_EAGER, 0, false);
+            stress(Fs[i], Ss[k], k % 2 ? STRATA_COH_EAGER : STRATA_COH_FIXED, 0, true);
         }
-    stress(2, 3, STRATA_COH_FIXED, 4); /* with failed jobs: monotone, no deadlock */
+    stress(2, 3, STRATA_COH_FIXED, 4, false); /* with failed jobs: monotone, no deadlock */
+    stress(3, 1, STRATA_COH_FIXED, 4, true);
 }
 
 int main(void)
@@ -269,6 +315,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_and_refresh_points),
         cmocka_unit_test(test_fixed_s0_installs_at_refresh),
+        cmocka_unit_test(test_block_offsets),
         cmocka_unit_test(test_fixed_waits_for_due_point),
         cmocka_unit_test(test_eager_installs_early),
         cmocka_unit_test(test_failure_and_drop),

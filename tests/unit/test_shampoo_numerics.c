@@ -391,6 +391,55 @@ static void test_config_validation(void **state)
     assert_int_equal(strata_shampoo_state_create(&c, f->be, 4, 4, &s), STRATA_ERR_INVALID_ARG);
 }
 
+/* refresh_offset o: refreshes at s + o + kF; before s + o the update is the
+ * grafting direction (bit-equal to a state whose first root comes later
+ * still); an offset outside [0, F) is refused. */
+static void test_refresh_offset(void **state)
+{
+    fixture *f = *state;
+    strata_shampoo_config c;
+    strata_shampoo_config_default(&c);
+    c.precondition_frequency = 4;
+    c.start_preconditioning_step = 3;
+    c.epsilon = 1e-6f;
+    c.refresh_offset = 2;
+    const int expect[] = {0, 0, 0, 0, 1, 0, 0, 0, 1, 0}; /* t = 1..10: 5, 9 */
+    for (int t = 1; t <= 10; t++)
+        assert_int_equal(strata_shampoo_is_refresh_step(&c, t), expect[t - 1]);
+    strata_shampoo_state *s = (strata_shampoo_state *)0x1;
+    c.refresh_offset = 4;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, 4, 4, &s), STRATA_ERR_INVALID_ARG);
+    assert_null(s);
+    c.refresh_offset = -1;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, 4, 4, &s), STRATA_ERR_INVALID_ARG);
+
+    /* offset 1 vs offset 3: equal through step 3 + 1 - 1 = 3, different from
+     * step 4 (the first root of offset 1) on; offset 3's first root is at 6. */
+    strata_shampoo_state *a, *b;
+    c.refresh_offset = 1;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, ROWS, COLS, &a), STRATA_OK);
+    c.refresh_offset = 3;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, ROWS, COLS, &b), STRATA_OK);
+    const size_t n = (size_t)ROWS * COLS;
+    float wa[ROWS * COLS], wb[ROWS * COLS], g[ROWS * COLS];
+    fill(wa, n, 3, 0.1f);
+    memcpy(wb, wa, sizeof wa);
+    strata_optim_counters ca = {0}, cb = {0};
+    for (int64_t t = 1; t <= 6; t++) {
+        fill(g, n, 500 + (uint32_t)t, 1.0f);
+        assert_int_equal(strata_shampoo_step(a, 1.0f, t, wa, g, &ca), STRATA_OK);
+        assert_int_equal(strata_shampoo_step(b, 1.0f, t, wb, g, &cb), STRATA_OK);
+        assert_int_equal(ca.root_refreshes, t >= 4 ? 2 : 0);
+        assert_int_equal(cb.root_refreshes, t >= 6 ? 2 : 0);
+        if (t <= 3)
+            assert_memory_equal(wa, wb, sizeof wa);
+        else
+            assert_true(memcmp(wa, wb, sizeof wa) != 0);
+    }
+    strata_shampoo_state_destroy(a);
+    strata_shampoo_state_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -399,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_factor_root_edges),
         cmocka_unit_test(test_inv_root_retry_and_checks),
         cmocka_unit_test_setup_teardown(test_config_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refresh_offset, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
