@@ -106,6 +106,28 @@ static double percentile(const double *sorted, int n, double q)
     return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
 }
 
+/* Peak learning rate and refresh period of the matrix optimizer (JSONL config). */
+static float matrix_lr(const strata_config *c)
+{
+    switch (c->matrix_optimizer) {
+    case STRATA_OPTIM_SHAMPOO: return c->shampoo.lr;
+    case STRATA_OPTIM_MUON: return c->muon.lr;
+    case STRATA_OPTIM_SOAP: return c->soap.lr;
+    case STRATA_OPTIM_KL_SHAMPOO: return c->kl_shampoo.lr;
+    default: return c->adamw.lr;
+    }
+}
+
+static int matrix_frequency(const strata_config *c)
+{
+    switch (c->matrix_optimizer) {
+    case STRATA_OPTIM_SHAMPOO: return c->shampoo.precondition_frequency;
+    case STRATA_OPTIM_SOAP: return c->soap.precondition_frequency;
+    case STRATA_OPTIM_KL_SHAMPOO: return c->kl_shampoo.precondition_frequency;
+    default: return 0;
+    }
+}
+
 static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-based */)
 {
     if (step < warmup)
@@ -167,6 +189,15 @@ static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int 
 static void json_add_double(json_object *o, const char *k, double v)
 {
     json_object_object_add(o, k, isfinite(v) ? json_object_new_double(v) : json_object_new_null());
+}
+
+/* A float setting, written with the digits it was given (3e-3, not 0.0030000000260770321). */
+static void json_add_float(json_object *o, const char *k, float v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.6g", (double)v);
+    json_object_object_add(o, k, isfinite(v) ? json_object_new_double_s((double)v, buf)
+                                             : json_object_new_null());
 }
 
 static void write_json_line(FILE *f, json_object *o)
@@ -316,13 +347,14 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     if (out) {
         fprintf(out,
                 "strata train: %s | data %s (%zu files, %zu train / %zu val bytes)\n"
-                "model: %d layers, d_model %d, %d heads, seq %d, batch %d | %zu params "
+                "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
                 "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
                 "matrices -> %s\n"
                 "unigram baseline: %.4f nats/byte (val)%s\n",
                 strata_optimizer_name(mopt), o.data_path, data.n_files, data.n_train, data.n_val,
-                o.model.n_layer, o.model.d_model, o.model.n_head, T, B, gpt_num_params(model),
+                o.model.n_layer, o.model.n_layer == 1 ? "" : "s", o.model.d_model, o.model.n_head,
+                o.model.n_head == 1 ? "" : "s", T, B, gpt_num_params(model),
                 s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, strata_optimizer_name(mopt),
                 res->unigram_val_loss,
                 o.strata.async && mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots" : "");
@@ -341,6 +373,27 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         json_object_object_add(j, "steps", json_object_new_int(o.steps));
         json_object_object_add(j, "params", json_object_new_int64((int64_t)gpt_num_params(model)));
         json_object_object_add(j, "seed", json_object_new_int64((int64_t)o.seed));
+        json_add_float(j, "lr", matrix_lr(&o.strata));
+        json_add_float(j, "adamw_lr", o.strata.adamw.lr);
+        json_object_object_add(j, "warmup", json_object_new_int(o.warmup));
+        json_add_float(j, "max_grad_norm", o.strata.max_grad_norm);
+        json_object_object_add(j, "precondition_frequency",
+                               json_object_new_int(matrix_frequency(&o.strata)));
+        json_object_object_add(j, "stagger_refresh",
+                               json_object_new_boolean(o.strata.stagger_refresh));
+        json_object_object_add(j, "async", json_object_new_boolean(o.strata.async));
+        if (o.strata.async) {
+            json_object_object_add(j, "staleness", json_object_new_int(o.strata.staleness));
+            json_object_object_add(j, "install_mode",
+                                   json_object_new_string(o.strata.install_mode == STRATA_COH_FIXED
+                                                              ? "fixed"
+                                                              : "eager"));
+            json_object_object_add(j, "workers", json_object_new_int(o.strata.workers));
+            json_object_object_add(j, "roots_tier",
+                                   json_object_new_string(strata_tier_kind_name(o.strata.roots_tier)));
+            json_object_object_add(j, "host_budget_bytes",
+                                   json_object_new_int64((int64_t)o.strata.host_budget));
+        }
         json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
         write_json_line(metrics, j);
     }
@@ -464,26 +517,30 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         FILE *f = report;
         if (f)
             fprintf(f,
-                    "summary: %s | %d steps in %.1f s | train loss %.4f | val loss %.4f "
+                    "summary: %s | %d steps in %.*f s | train loss %.4f | val loss %.4f "
                     "(unigram %.4f)\n"
                     "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
                     "max %.1f | %.0f tok/s\n"
-                    "optimizer: %lld inverse roots (%lld failed), %.1f MiB state in the device "
+                    "optimizer: %lld %s (%lld failed), %.1f MiB state in the device "
                     "tier\n",
-                    strata_optimizer_name(mopt), n, loop_seconds, res->final_train_loss,
+                    strata_optimizer_name(mopt), n, loop_seconds < 1.0 ? 3 : 1, loop_seconds,
+                    res->final_train_loss,
                     res->final_val_loss, res->unigram_val_loss, res->step_ms_p50,
                     res->step_ms_p99, res->step_ms_max, res->step_ms_mean, res->opt_ms_p50,
                     res->opt_ms_max, res->tokens_per_second,
-                    (long long)res->stats.root_refreshes, (long long)res->stats.root_failures,
-                    res->stats.device_bytes / 1048576.0);
+                    (long long)res->stats.root_refreshes,
+                    mopt == STRATA_OPTIM_SOAP || mopt == STRATA_OPTIM_KL_SHAMPOO
+                        ? "eigenbasis refreshes"
+                        : "inverse roots",
+                    (long long)res->stats.root_failures, res->stats.device_bytes / 1048576.0);
         if (f && o.strata.async)
             fprintf(f,
-                    "async: S=%d %s | %lld waits (%.2f s) | max staleness %lld (bound %d) | "
+                    "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
                     "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
                     o.strata.staleness,
                     o.strata.install_mode == STRATA_COH_FIXED ? "fixed" : "eager",
-                    (long long)res->stats.coh_waits, res->stats.coh_wait_seconds,
-                    (long long)res->stats.max_staleness,
+                    (long long)res->stats.coh_waits, res->stats.coh_waits == 1 ? "" : "s",
+                    res->stats.coh_wait_seconds, (long long)res->stats.max_staleness,
                     o.strata.shampoo.precondition_frequency - 1 + o.strata.staleness,
                     (long long)res->stats.coh_installs, (long long)res->stats.coh_dropped,
                     res->stats.host_bytes_peak / 1048576.0, res->stats.nvme_bytes_peak / 1048576.0);
