@@ -24,6 +24,9 @@ static void usage_main(FILE *f)
 
 static void usage_train(FILE *f, const gpt_train_options *d)
 {
+    char kl_init[32] = "auto";
+    if (d->strata.kl_shampoo.init_factor >= 0.0f)
+        snprintf(kl_init, sizeof kl_init, "%g", (double)d->strata.kl_shampoo.init_factor);
     fprintf(f,
             "usage: strata train [options]\n"
             "\n"
@@ -75,7 +78,8 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "kl-shampoo:\n"
             "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
             "                              paper's exact factor update\n"
-            "  --kl-init-factor X          initial eigenvalue estimate (default %g)\n"
+            "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
+            "                              gradient (default %s)\n"
             "  --kl-beta X                 factor and eigenvalue EMA (default: %g)\n"
             "\n"
             "asynchronous second-order state (shampoo inverse roots, soap eigenbases):\n"
@@ -105,7 +109,7 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             (unsigned long long)d->seed, d->strata.shampoo.precondition_frequency,
             d->strata.shampoo.max_preconditioner_dim, (double)d->strata.shampoo.beta2,
             (double)d->strata.shampoo.epsilon, (double)d->strata.muon.momentum,
-            d->strata.muon.ns_steps, (double)d->strata.kl_shampoo.init_factor,
+            d->strata.muon.ns_steps, kl_init,
             (double)(d->strata.kl_shampoo.shampoo_beta >= 0 ? d->strata.kl_shampoo.shampoo_beta : d->strata.kl_shampoo.beta2),
             d->eval_every, d->eval_batches);
 }
@@ -378,7 +382,11 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
             }
             break;
         case OPT_KL_INIT:
-            rc = parse_float("--kl-init-factor", optarg, 1e-30, 1e30, &o.strata.kl_shampoo.init_factor);
+            if (strcmp(optarg, "auto") == 0)
+                o.strata.kl_shampoo.init_factor = -1.0f;
+            else
+                rc = parse_float("--kl-init-factor", optarg, 1e-30, 1e30,
+                                 &o.strata.kl_shampoo.init_factor);
             break;
         case OPT_KL_BETA:
             rc = parse_float("--kl-beta", optarg, 0.0, 0.999999, &o.strata.kl_shampoo.shampoo_beta);

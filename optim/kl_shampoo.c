@@ -43,6 +43,7 @@ struct strata_kl_shampoo_state {
     float *buf[3];  /* scratch rows x cols */
     float *q_new;   /* scratch maxdim x maxdim */
     bool has_basis;
+    bool init_pending; /* init_factor < 0: estimates set from the first nonzero gradient */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -82,7 +83,7 @@ static strata_status check_config(const strata_kl_shampoo_config *c)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: shampoo_beta %g must be < 1",
                             (double)c->shampoo_beta);
     if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr) ||
-        !(c->init_factor >= 0.0f) || !isfinite(c->init_factor))
+        isnan(c->init_factor) || !isfinite(c->init_factor))
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "kl_shampoo: lr, eps, weight_decay or init_factor out of range");
     return STRATA_OK;
@@ -137,7 +138,9 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
         (dst) = p;                                          \
         p += (((size_t)(count) + 15) / 16) * 16;            \
     } while (0)
-    const float s0 = nan_to_zero(1.0f / sqrtf(c->init_factor));
+    s->init_pending = c->init_factor < 0.0f;
+    const float init = s->init_pending ? 0.0f : c->init_factor; /* auto: set at first use */
+    const float s0 = nan_to_zero(1.0f / sqrtf(init));
     for (int k = 0; k < 2; k++) {
         kl_side *sd = &s->side[k];
         const int d = sd->dim;
@@ -148,7 +151,7 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
             sd->q[(size_t)i * d + i] = 1.0f;
             sd->s[i] = s0;
             if (c->form == STRATA_KL_EXACT)
-                sd->factor[(size_t)i * d + i] = c->init_factor;
+                sd->factor[(size_t)i * d + i] = init;
         }
     }
     CARVE(s->exp_avg, n);
@@ -239,6 +242,29 @@ static void eigen_update(kl_side *sd, const double *diag, float b)
     }
 }
 
+/* init_factor < 0: every eigenvalue estimate (and, exact form, S = r I)
+ * from r = RMS(g), at the first nonzero gradient. */
+static void auto_init(strata_kl_shampoo_state *s, const float *g)
+{
+    const size_t mn = (size_t)s->rows * (size_t)s->cols;
+    double ss = 0.0;
+    for (size_t i = 0; i < mn; i++)
+        ss += (double)g[i] * (double)g[i];
+    const double r = sqrt(ss / (double)mn);
+    const float sr = (float)(1.0 / sqrt(r));
+    if (!(r > 0.0) || !isfinite(sr) || !((float)r > 0.0f))
+        return; /* zero (or subnormal) gradient: wait for one that sets a scale */
+    for (int k = 0; k < 2; k++) {
+        kl_side *sd = &s->side[k];
+        for (int i = 0; i < sd->dim; i++) {
+            sd->s[i] = sr < sd->clamp ? sr : sd->clamp;
+            if (s->cfg.form == STRATA_KL_EXACT)
+                sd->factor[(size_t)i * sd->dim + i] = (float)r;
+        }
+    }
+    s->init_pending = false;
+}
+
 strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const float *g,
                                                strata_optim_counters *cnt)
 {
@@ -252,6 +278,8 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
     const float b = factor_beta(&s->cfg);
     kl_side *A = &s->side[0], *B = &s->side[1];
     strata_status st;
+    if (s->init_pending)
+        auto_init(s, g);
     if (!s->has_basis) {
         /* Eigenbasis form, first call: S_a = (1-b)/d_b G G^T, S_b = (1-b)/d_a G^T G. */
         st = strata_backend_ssyrk(s->be, 0, m, n, (1.0f - b) / (float)n, g, n, b, A->factor, m);

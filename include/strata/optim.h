@@ -734,6 +734,17 @@ STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, 
  * using_damping (trace damping, default off), KL-SOAP, 3-D tensors, bf16
  * casting (all float32 here; decompositions in float64). A 1 x N matrix is a
  * matrix with a 1 x 1 factor (the reference squeezes it to 1-D and fails).
+ * Initial eigenvalue estimate (strata's extension, off by default):
+ * init_factor < 0 sets every estimate to r = RMS of the first nonzero
+ * gradient of the parameter (its Frobenius norm / sqrt(d_a d_b)), for the
+ * exact form also S_a = S_b = r I. For isotropic gradients of RMS r the KL
+ * fixed point has d_a d_b = r^2, so r is the balanced steady state and the
+ * first preconditioned updates have the magnitude of the later ones. The
+ * reference's constant 0.1 is about 100x the steady state of a GPT trained
+ * with global clipping at 1 (r ~ 1e-3); with b = 0.98 the estimates then
+ * need ~230 steps to decay (0.98^230 ~ 0.01), and updates stay far below
+ * their steady size for most of a short run. With zero gradients the
+ * estimates wait (updates stay 0) until the first nonzero one.
  * Robustness as SOAP: non-finite gradients rejected, failed decompositions
  * keep the previous basis and eigenvalues and are counted, zero gradients
  * give zero updates apart from weight decay, non-finite directions are not
@@ -752,7 +763,9 @@ typedef struct strata_kl_shampoo_config {
     float eps;                  /* damping in X / (1 + eps X); default 1e-8 */
     float weight_decay;         /* decoupled, applied after the step; default 0.01 */
     int precondition_frequency; /* F: QR (eigenbasis) or eigh (exact) period; default 10 */
-    float init_factor;          /* initial eigenvalue estimate; default 0.1 */
+    float init_factor;          /* initial eigenvalue estimate; default 0.1; < 0: auto,
+                                   the RMS of the parameter's first nonzero gradient
+                                   (see "Initial eigenvalue estimate" above) */
     int max_clamp_value;        /* clamp of s: max(10, min(dim, this)); <= 0: none; default 4000 */
     bool normalize_grads;       /* RMS-normalize P; default false */
 } strata_kl_shampoo_config;

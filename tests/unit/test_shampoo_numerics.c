@@ -440,6 +440,62 @@ static void test_refresh_offset(void **state)
     strata_shampoo_state_destroy(b);
 }
 
+/* KL-Shampoo init_factor < 0: the eigenvalue estimates start at the RMS r of
+ * the first nonzero gradient (s = r^-1/2; exact form also S = r I); a zero
+ * gradient first leaves them waiting; NaN is refused. */
+static void test_kl_auto_init(void **state)
+{
+    fixture *f = *state;
+    enum { M = 6, N = 9 };
+    float w[M * N], g[M * N];
+    for (int form = 0; form < 2; form++) {
+        strata_kl_shampoo_config c;
+        strata_kl_shampoo_config_default(&c);
+        c.form = form ? STRATA_KL_EXACT : STRATA_KL_EIGENBASIS;
+        c.init_factor = -1.0f;
+        strata_kl_shampoo_state *s;
+        assert_int_equal(strata_kl_shampoo_state_create(&c, f->be, M, N, &s), STRATA_OK);
+        fill(w, M * N, 9, 0.1f);
+        memset(g, 0, sizeof g);
+        strata_optim_counters cnt = {0};
+        assert_int_equal(strata_kl_shampoo_step(s, 1.0f, 1, w, g, &cnt), STRATA_OK);
+        const float *si, *fa;
+        int dim;
+        assert_int_equal(strata_kl_shampoo_side(s, 0, &dim, &fa, NULL, &si), STRATA_OK);
+        for (int i = 0; i < dim; i++)
+            assert_true(si[i] == 0.0f); /* waiting for a scale */
+        fill(g, M * N, 77, 0.2f); /* r ~ 0.06: s ~ 4, below the clamp 10 */
+        double ss = 0;
+        for (int i = 0; i < M * N; i++)
+            ss += (double)g[i] * g[i];
+        const double r = sqrt(ss / (M * N));
+        strata_kl_shampoo_state *t;
+        assert_int_equal(strata_kl_shampoo_state_create(&c, f->be, M, N, &t), STRATA_OK);
+        if (form) { /* the exact form: S = r I before the first factor update */
+            assert_int_equal(strata_kl_shampoo_update_factors(t, g, &cnt), STRATA_OK);
+            assert_int_equal(strata_kl_shampoo_side(t, 0, &dim, &fa, NULL, &si), STRATA_OK);
+            const float b = 0.98f; /* default factor EMA */
+            assert_true(fabs(fa[0] - b * r) / (b * r) < 0.5); /* b r + (1-b) G S_b^-1 G^T / N */
+        } else {
+            assert_int_equal(strata_kl_shampoo_step(t, 1.0f, 1, w, g, &cnt), STRATA_OK);
+        }
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(strata_kl_shampoo_side(t, k, &dim, NULL, NULL, &si), STRATA_OK);
+            if (!form)
+                for (int i = 0; i < dim; i++)
+                    assert_true(fabs(si[i] - 1.0 / sqrt(r)) < 1e-5 / sqrt(r));
+        }
+        strata_kl_shampoo_state_destroy(t);
+        strata_kl_shampoo_state_destroy(s);
+    }
+    strata_kl_shampoo_config c;
+    strata_kl_shampoo_config_default(&c);
+    c.init_factor = NAN;
+    strata_kl_shampoo_state *bad = (strata_kl_shampoo_state *)0x1;
+    assert_int_equal(strata_kl_shampoo_state_create(&c, f->be, M, N, &bad), STRATA_ERR_INVALID_ARG);
+    assert_null(bad);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -449,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_inv_root_retry_and_checks),
         cmocka_unit_test_setup_teardown(test_config_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refresh_offset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kl_auto_init, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
