@@ -409,10 +409,13 @@ class KLRef:
         self.dims = shape
         self.clamp = [kl_clamp(d, cfg) for d in shape]
         self.exp_avg = np.zeros(shape)
+        # init_factor < 0 (strata's "auto"): estimates start at the RMS r of the
+        # first nonzero gradient, set when the factors first see it.
+        self.auto_pending = self.init < 0
         s0 = float(nan_to_zero([1.0 / np.sqrt(self.init)])[0]) if self.init > 0 else 0.0
         self.s = [np.full(d, s0) for d in shape]
         if self.exact:
-            self.S = [self.init * np.eye(d) for d in shape]
+            self.S = [max(self.init, 0.0) * np.eye(d) for d in shape]
             self.Q = [np.eye(d) for d in shape]
             self.initialized = True
         else:
@@ -459,7 +462,18 @@ class KLRef:
         lam, q = eigh_desc(self.S[side])
         self.Q[side], self.s[side] = q, self.s_from_eigenvalues(side, lam)
 
+    def auto_init(self, g):
+        r = np.sqrt(np.mean(np.asarray(g, dtype=np.float64) ** 2))
+        if not self.auto_pending or not r > 0:
+            return
+        for side, d in enumerate(self.shape):
+            self.s[side] = np.full(d, min(1.0 / np.sqrt(r), self.clamp[side]))
+            if self.exact:
+                self.S[side] = r * np.eye(d)
+        self.auto_pending = False
+
     def update_factors(self, g):
+        self.auto_init(g)
         m, n = self.shape
         b = self.b
         inv_b = self.inv(1)
@@ -494,6 +508,7 @@ class KLRef:
             w1 = w_prev - lr * p
             return (w1 - lr * self.wd * w1) - w_prev
         if not self.initialized:
+            self.auto_init(g)
             self.S[0] = (1 - self.b) / n * (g @ g.T)
             self.S[1] = (1 - self.b) / m * (g.T @ g)
             for side in (0, 1):
@@ -905,6 +920,17 @@ def kl_cases(cs):
     for form in ("eigenbasis", "exact"):
         cs.kl("kl_%s_8x8_lr0.1_wd0.5_F3" % form[:5], (8, 8),
               dict(lr=0.1, weight_decay=0.5, precondition_frequency=3, form=form), w_scale=1.0)
+    # init_factor < 0 (auto): estimates from the first nonzero gradient's RMS;
+    # a zero first gradient defers it (both forms).
+    for form in ("eigenbasis", "exact"):
+        over = dict(lr, init_factor=-1.0, form=form,
+                    precondition_frequency=3 if form == "eigenbasis" else 1)
+        cs.kl("kl_%s_14x10_auto_init" % form[:5], (14, 10), over)
+        g = gaussian_grads(rng_for("kl_auto_zero_" + form), (10, 14))
+        g[0] = np.zeros_like(g[0])
+        # no weight decay: the zero-gradient step must leave W exactly unchanged
+        cs.kl("kl_%s_10x14_auto_init_zero_first" % form[:5], (10, 14),
+              dict(over, weight_decay=0.0), grads=g)
     # Exact form (the paper's idealized update), free-running: basis-independent.
     ex = dict(lr, form="exact", precondition_frequency=1)
     cs.kl("kl_exact_16x16_F1", (16, 16), ex)
