@@ -101,6 +101,20 @@ static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
             break;
         }
     if (off == UINT64_MAX) {
+        /* Grow the file now, outside any transfer: an O_DIRECT write past
+         * EOF takes the inode lock exclusively and cannot be issued without
+         * blocking, so io_uring hands it to a worker thread and such writes
+         * run one at a time. (fio lays its file out the same way before it
+         * starts its clock.) Filesystems without fallocate skip this. */
+        int rc = fallocate(n->fd, 0, (off_t)n->file_end, (off_t)len);
+        if (rc != 0 && errno != EOPNOTSUPP) {
+            int err = errno;
+            pthread_mutex_unlock(&n->ext_mu);
+            strata_tier_uncharge(t, len);
+            return strata_error(err == ENOSPC ? STRATA_ERR_NOMEM : STRATA_ERR_IO,
+                                "nvme tier: cannot reserve %llu bytes in %s: %s",
+                                (unsigned long long)len, n->path, strerror(err));
+        }
         off = n->file_end;
         n->file_end += len;
     }

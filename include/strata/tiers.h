@@ -69,9 +69,12 @@ STRATA_API strata_tier_kind strata_tier_kind_of(const strata_tier *t);
 STRATA_API void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
 
 /* Host tier: allocate `bytes` (> 0) page-aligned, zeroed. nvme tier: reserve
- * `bytes` (rounded up to 4096) of file space and return its offset cast to a
- * handle: `*out` is an opaque token for strata_tier_read/write, not memory.
- * Errors: STRATA_ERR_NOMEM (budget or allocation), STRATA_ERR_INVALID_ARG. */
+ * `bytes` (rounded up to 4096) of file space (preallocated on disk with
+ * fallocate when the file grows, so later writes never extend it) and return
+ * its offset cast to a handle: `*out` is an opaque token for
+ * strata_tier_read/write, not memory. Errors: STRATA_ERR_NOMEM (budget,
+ * allocation, or the disk is full: the message has the errno text),
+ * STRATA_ERR_IO (fallocate failed otherwise), STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out);
 
 /* Release what strata_tier_alloc returned (same `bytes`). NULL is a no-op. */
