@@ -1,20 +1,34 @@
 /* NVMe tier: one O_DIRECT file, io_uring with registered staging buffers.
  *
- * Objects: the file (removed at destroy), an extent allocator over it
- * (first-fit free list in 4 KiB units), `qd` staging buffers registered with
- * the ring, one chunk descriptor per staging buffer, and the completion
- * thread ("shadow stream") that reaps CQEs.
+ * Objects: the file (removed at destroy; grown with fallocate at alloc so no
+ * transfer extends it), an extent allocator over it (first-fit free list in
+ * 4 KiB units), `qd` slots, each a staging buffer registered with the ring
+ * plus one chunk descriptor, and the completion thread ("shadow stream")
+ * that reaps CQEs.
  *
  * A request is cut into chunks of at most chunk_bytes. Each chunk takes a
- * free staging buffer (waiting for one if all are in flight), is submitted
- * as WRITE_FIXED (after copying the data in) or READ_FIXED, and on
- * completion the thread copies read data out, records the first error,
- * returns the buffer and decrements the request's pending count.
+ * free slot (waiting for one if all are in flight), so at most qd chunks are
+ * in flight. A chunk whose caller memory is 4 KiB-aligned and a whole number
+ * of 4 KiB blocks is borrowed: a plain READ/WRITE straight from/to the
+ * caller's memory (reads always; writes only from strata_tier_write, which
+ * waits, since write_async promises its source was copied on return). Other
+ * chunks are staged: WRITE_FIXED after copying the data in (zero-padded to
+ * 4 KiB), or READ_FIXED with the completion thread copying the data out.
+ * Borrowed SQEs are batched, one io_uring_enter per batch (when the slots
+ * run out and at the request's end); a staged one is submitted after its
+ * copy. The completion thread reaps all CQEs present, settles them (injected
+ * errors, the first error, copy-out, statistics), then under one buf_mu
+ * returns their slots and decrements each request's pending count; a
+ * request is not touched after its count reaches 0 and buf_mu is dropped.
+ * If submission fails, the chunks not consumed by the kernel are accounted
+ * and the request's chunks in flight are waited for, so nothing of it is in
+ * flight when submit returns.
  *
  * Lock order: submit_mu -> buf_mu. submit_mu serializes SQ access (the SQ is
- * single-producer); buf_mu guards the free-buffer stack and both condition
+ * single-producer) and guards the queued list; buf_mu guards the free-slot
+ * stack, the requests' pending counts going to 0, and both condition
  * variables. The CQ has a single consumer (the completion thread) and needs
- * no lock.
+ * no lock. ext_mu (extents, file growth) is taken alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,9 +53,11 @@ typedef struct extent {
 
 typedef struct chunk {
     strata_io *io;
-    uint8_t *host; /* read destination */
-    size_t copy;   /* bytes to copy out (read) */
+    uint8_t *host; /* this chunk's caller memory */
+    size_t copy;   /* caller bytes in the chunk (the rest of len is padding) */
     unsigned len;  /* bytes transferred (padded to 4 KiB) */
+    bool staged;   /* through the slot's staging buffer, else borrowed */
+    int res;       /* CQE result, set by the completion thread */
 } chunk;
 
 typedef struct nvme {
@@ -53,7 +69,9 @@ typedef struct nvme {
     size_t chunk_bytes;
     uint8_t *staging; /* qd * chunk_bytes */
     chunk *chunks;
-    int *free_bufs, n_free;
+    int *free_bufs, n_free;  /* free slots (buf_mu) */
+    int *queued, n_queued;   /* slots whose SQE is not yet submitted (submit_mu) */
+    int *reaped;             /* completion thread's scratch, qd entries */
     pthread_mutex_t submit_mu, buf_mu, ext_mu;
     pthread_cond_t buf_cv, done_cv;
     pthread_t thread;
@@ -146,45 +164,74 @@ static void nvme_free(strata_tier *t, void *h, size_t bytes)
 
 /* ---- completion thread */
 
+/* Settle one reaped chunk: injected errors, the first error, read data out of
+ * staging, statistics. The chunk's slot is returned by the caller. */
+static void chunk_finish(nvme *n, chunk *c, int res)
+{
+    int inj = atomic_load(&n->inject_n);
+    while (inj > 0 && !atomic_compare_exchange_weak(&n->inject_n, &inj, inj - 1))
+        ;
+    if (inj > 0)
+        res = -atomic_load(&n->inject_errno);
+    strata_io *io = c->io;
+    if (res < 0 || (unsigned)res != c->len) {
+        int err = res < 0 ? -res : EIO; /* a short transfer is an I/O error here */
+        int zero = 0;
+        atomic_compare_exchange_strong(&io->error_, &zero, err);
+        atomic_fetch_add(&n->errors, 1);
+    } else if (io->op_ == OP_READ) {
+        if (c->staged)
+            memcpy(c->host, n->staging + (size_t)(c - n->chunks) * n->chunk_bytes, c->copy);
+        atomic_fetch_add(&n->bytes_read, c->copy);
+    } else {
+        atomic_fetch_add(&n->bytes_written, c->len);
+    }
+}
+
 static void *completion_main(void *arg)
 {
     nvme *n = arg;
-    for (;;) {
+    bool stop = false;
+    while (!stop) {
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&n->ring, &cqe);
         if (rc == -EINTR)
             continue;
         if (rc < 0)
             break; /* ring broken: destroy still joins us */
-        chunk *c = io_uring_cqe_get_data(cqe);
-        int res = cqe->res;
-        io_uring_cqe_seen(&n->ring, cqe);
-        if (!c)
-            break; /* shutdown NOP */
-        TIER_HANDOFF_ACQUIRE(c);
-        int inj = atomic_load(&n->inject_n);
-        while (inj > 0 && !atomic_compare_exchange_weak(&n->inject_n, &inj, inj - 1))
-            ;
-        if (inj > 0)
-            res = -atomic_load(&n->inject_errno);
-        strata_io *io = c->io;
-        int buf = (int)(c - n->chunks);
-        if (res < 0 || (unsigned)res != c->len) {
-            int err = res < 0 ? -res : EIO; /* a short transfer is an I/O error here */
-            int zero = 0;
-            atomic_compare_exchange_strong(&io->error_, &zero, err);
-            atomic_fetch_add(&n->errors, 1);
-        } else if (io->op_ == OP_READ) {
-            memcpy(c->host, n->staging + (size_t)buf * n->chunk_bytes, c->copy);
-            atomic_fetch_add(&n->bytes_read, c->copy);
-        } else {
-            atomic_fetch_add(&n->bytes_written, c->len);
+        /* Reap every CQE that is there, then return their slots under one
+         * lock and one wake-up. At most qd chunks and the NOP are in flight. */
+        unsigned head, seen = 0;
+        int nr = 0;
+        io_uring_for_each_cqe(&n->ring, head, cqe)
+        {
+            chunk *c = io_uring_cqe_get_data(cqe);
+            seen++;
+            if (!c) { /* shutdown NOP: submitted after every slot came back */
+                stop = true;
+                continue;
+            }
+            TIER_HANDOFF_ACQUIRE(c);
+            c->res = cqe->res;
+            n->reaped[nr++] = (int)(c - n->chunks);
         }
+        io_uring_cq_advance(&n->ring, seen);
+        for (int i = 0; i < nr; i++)
+            chunk_finish(n, &n->chunks[n->reaped[i]], n->chunks[n->reaped[i]].res);
         pthread_mutex_lock(&n->buf_mu);
-        n->free_bufs[n->n_free++] = buf;
-        if (atomic_fetch_sub(&io->pending_, 1) == 1)
+        bool finished = false;
+        for (int i = 0; i < nr; i++) {
+            chunk *c = &n->chunks[n->reaped[i]];
+            n->free_bufs[n->n_free++] = n->reaped[i];
+            /* The request may be released as soon as buf_mu is dropped. */
+            if (atomic_fetch_sub(&c->io->pending_, 1) == 1)
+                finished = true;
+            c->io = NULL;
+        }
+        if (finished)
             pthread_cond_broadcast(&n->done_cv);
-        pthread_cond_broadcast(&n->buf_cv);
+        if (nr > 0)
+            pthread_cond_broadcast(&n->buf_cv);
         pthread_mutex_unlock(&n->buf_mu);
     }
     return NULL;
@@ -192,8 +239,58 @@ static void *completion_main(void *arg)
 
 /* ---- requests */
 
+/* Hand the n->queued SQEs to the kernel. EINTR, EAGAIN and EBUSY are
+ * transient (the CQ cannot overflow: it has room for every slot), so retry
+ * them for a while; anything else is returned as -errno. Caller holds
+ * submit_mu. */
+static int flush(nvme *n)
+{
+    int retries = 0;
+    while (n->n_queued > 0) {
+        int rc = io_uring_submit(&n->ring);
+        if (rc > 0) { /* the kernel consumes SQEs in order */
+            int used = rc < n->n_queued ? rc : n->n_queued;
+            n->n_queued -= used;
+            memmove(n->queued, n->queued + used, (size_t)n->n_queued * sizeof *n->queued);
+            retries = 0;
+            continue;
+        }
+        if ((rc == 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && retries++ < 1000) {
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+            continue;
+        }
+        return rc < 0 ? rc : -EIO;
+    }
+    return 0;
+}
+
+/* Take a free slot, first flushing what is queued if we have to wait (the
+ * completions we would wait for may be among it). Returns -errno from the
+ * flush. Caller holds submit_mu. */
+static int slot_take(nvme *n)
+{
+    pthread_mutex_lock(&n->buf_mu);
+    if (n->n_free == 0 && n->n_queued > 0) {
+        pthread_mutex_unlock(&n->buf_mu);
+        int rc = flush(n);
+        if (rc < 0)
+            return rc;
+        pthread_mutex_lock(&n->buf_mu);
+    }
+    while (n->n_free == 0)
+        pthread_cond_wait(&n->buf_cv, &n->buf_mu);
+    int buf = n->free_bufs[--n->n_free];
+    pthread_mutex_unlock(&n->buf_mu);
+    return buf;
+}
+
+/* `borrow`: chunks whose host memory is 4 KiB-aligned and a whole number of
+ * 4 KiB blocks go to the kernel straight from the caller's memory (plain
+ * READ/WRITE, no staging copy). A write may only borrow when the caller
+ * waits before touching the source again; write_async promises that the
+ * source was copied by the time it returns. */
 static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *host, size_t bytes,
-                            int op, strata_io *io)
+                            int op, bool borrow, strata_io *io)
 {
     if (!t || t->kind != STRATA_TIER_NVME || !h || !host || !io || bytes == 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "tier io: not an nvme tier or NULL argument");
@@ -213,26 +310,29 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
 
     pthread_mutex_lock(&n->submit_mu);
     size_t done = 0;
-    for (int k = 0; k < nchunks; k++) {
+    int k = 0, rc = 0;
+    for (; k < nchunks; k++) {
         size_t len = bytes - done < n->chunk_bytes ? bytes - done : n->chunk_bytes;
-        pthread_mutex_lock(&n->buf_mu);
-        while (n->n_free == 0)
-            pthread_cond_wait(&n->buf_cv, &n->buf_mu);
-        int buf = n->free_bufs[--n->n_free];
-        pthread_mutex_unlock(&n->buf_mu);
+        int buf = slot_take(n);
+        if (buf < 0) {
+            rc = buf;
+            break;
+        }
         uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
         chunk *c = &n->chunks[buf];
         c->io = io;
         c->host = host + done;
         c->copy = len;
         c->len = (unsigned)round_up(len);
+        c->staged = !(borrow && (uintptr_t)c->host % NVME_ALIGN == 0 && len % NVME_ALIGN == 0);
+        /* Cannot fail: the SQ has an entry for every slot plus the NOP. */
         struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
-        if (!sqe) { /* cannot happen: one SQE per staging buffer */
-            io_uring_submit(&n->ring);
-            sqe = io_uring_get_sqe(&n->ring);
-        }
-        if (op == OP_WRITE) {
-            memcpy(stage, host + done, len);
+        if (!c->staged && op == OP_WRITE) {
+            io_uring_prep_write(sqe, n->fd, c->host, c->len, base + done);
+        } else if (!c->staged) {
+            io_uring_prep_read(sqe, n->fd, c->host, c->len, base + done);
+        } else if (op == OP_WRITE) {
+            memcpy(stage, c->host, len);
             if (c->len > len)
                 memset(stage + len, 0, c->len - len);
             io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, base + done, buf);
@@ -241,22 +341,40 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
         }
         io_uring_sqe_set_data(sqe, c);
         TIER_HANDOFF_RELEASE(c);
-        int rc = io_uring_submit(&n->ring);
-        if (rc < 0) {
-            /* This chunk and the rest never reach the kernel: account them. */
-            pthread_mutex_lock(&n->buf_mu);
-            n->free_bufs[n->n_free++] = buf;
-            int left = nchunks - k;
-            int zero = 0;
-            atomic_compare_exchange_strong(&io->error_, &zero, -rc);
-            if (atomic_fetch_sub(&io->pending_, left) == left)
-                pthread_cond_broadcast(&n->done_cv);
-            pthread_mutex_unlock(&n->buf_mu);
-            pthread_mutex_unlock(&n->submit_mu);
-            atomic_fetch_add(&n->errors, 1);
-            return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s", strerror(-rc));
-        }
+        n->queued[n->n_queued++] = buf;
         done += len;
+        /* Borrowed chunks are cheap to prepare: batch them into one
+         * io_uring_enter. After a 1 MiB copy a syscall costs little and the
+         * device should not wait for the next copy. */
+        if (c->staged || k == nchunks - 1) {
+            rc = flush(n);
+            if (rc < 0) {
+                k++;
+                break;
+            }
+        }
+    }
+    if (rc < 0) {
+        /* The queued chunks and those never prepared do not reach the
+         * kernel: account them, then let the ones in flight land so that
+         * nothing of this request is in flight when we return. */
+        int left = n->n_queued + (nchunks - k);
+        pthread_mutex_lock(&n->buf_mu);
+        for (int i = 0; i < n->n_queued; i++) {
+            n->chunks[n->queued[i]].io = NULL;
+            n->free_bufs[n->n_free++] = n->queued[i];
+        }
+        n->n_queued = 0;
+        int zero = 0;
+        atomic_compare_exchange_strong(&io->error_, &zero, -rc);
+        atomic_fetch_sub(&io->pending_, left);
+        pthread_cond_broadcast(&n->buf_cv);
+        while (atomic_load(&io->pending_) > 0)
+            pthread_cond_wait(&n->done_cv, &n->buf_mu);
+        pthread_mutex_unlock(&n->buf_mu);
+        pthread_mutex_unlock(&n->submit_mu);
+        atomic_fetch_add(&n->errors, 1);
+        return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s", strerror(-rc));
     }
     pthread_mutex_unlock(&n->submit_mu);
     return STRATA_OK;
@@ -265,13 +383,13 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
 strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset, const void *src,
                                       size_t bytes, strata_io *io)
 {
-    return submit(t, h, offset, (uint8_t *)src, bytes, OP_WRITE, io);
+    return submit(t, h, offset, (uint8_t *)src, bytes, OP_WRITE, false, io);
 }
 
 strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
                                      size_t bytes, strata_io *io)
 {
-    return submit(t, h, offset, dst, bytes, OP_READ, io);
+    return submit(t, h, offset, dst, bytes, OP_READ, true, io);
 }
 
 strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s)
@@ -304,8 +422,9 @@ strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_
 strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                 size_t bytes)
 {
+    /* We wait before returning, so the source may be borrowed. */
     strata_io io;
-    strata_status st = strata_tier_write_async(t, h, offset, src, bytes, &io);
+    strata_status st = submit(t, h, offset, (uint8_t *)src, bytes, OP_WRITE, true, &io);
     return st != STRATA_OK ? st : strata_tier_io_wait(t, &io, 600.0);
 }
 
@@ -372,6 +491,8 @@ static void nvme_destroy(strata_tier *t)
     free(n->staging);
     free(n->chunks);
     free(n->free_bufs);
+    free(n->queued);
+    free(n->reaped);
     free(n->free_ext);
     pthread_cond_destroy(&n->done_cv);
     pthread_cond_destroy(&n->buf_cv);
@@ -434,7 +555,9 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     n->staging = aligned_alloc(NVME_ALIGN, (size_t)n->qd * n->chunk_bytes);
     n->chunks = calloc((size_t)n->qd, sizeof *n->chunks);
     n->free_bufs = malloc((size_t)n->qd * sizeof *n->free_bufs);
-    if (!n->staging || !n->chunks || !n->free_bufs) {
+    n->queued = malloc((size_t)n->qd * sizeof *n->queued);
+    n->reaped = malloc((size_t)n->qd * sizeof *n->reaped);
+    if (!n->staging || !n->chunks || !n->free_bufs || !n->queued || !n->reaped) {
         st = strata_error(STRATA_ERR_NOMEM, "nvme tier: cannot allocate %d staging buffers of %zu bytes",
                           n->qd, n->chunk_bytes);
         goto fail;

@@ -4,7 +4,9 @@
  * host    page-aligned host memory (pinned through the CUDA backend when it
  *         exists; plain page-aligned memory on the CPU backend);
  * nvme    extents of one file in a directory, O_DIRECT, driven by io_uring
- *         (liburing) with registered staging buffers and queue depth >= 8.
+ *         (liburing) with queue depth >= 8: page-aligned host memory goes to
+ *         the kernel directly, anything else through registered staging
+ *         buffers.
  *
  * Every tier counts bytes in use and the peak, and refuses an allocation
  * past its budget with STRATA_ERR_NOMEM (so the caller can fall back to the
@@ -46,8 +48,8 @@ STRATA_API strata_status strata_tier_host_create(size_t budget, strata_tier **ou
 typedef struct strata_nvme_config {
     const char *dir;       /* directory for the tier's file (created if missing) */
     size_t budget;         /* bytes of file space; 0 = unlimited */
-    int queue_depth;       /* io_uring entries and staging buffers; >= 8, default 16 */
-    size_t chunk_bytes;    /* transfer size per request, multiple of 4096; default 1 MiB */
+    int queue_depth;       /* chunks in flight, staging buffers; >= 8, default 16 */
+    size_t chunk_bytes;    /* largest single transfer (chunk), multiple of 4096; default 1 MiB */
     bool direct;           /* O_DIRECT; default true (falls back with a warning if refused) */
 } strata_nvme_config;
 
@@ -93,10 +95,15 @@ typedef struct strata_io {
 } strata_io;
 
 /* Start writing `bytes` from host memory `src` to nvme handle `h` at byte
- * `offset` within it, or reading into `dst`. `src`/`dst` must stay valid
- * until strata_tier_io_wait. Thread-safe. Errors: STRATA_ERR_INVALID_ARG (not
- * an nvme tier, out of the extent), STRATA_ERR_IO (submission failed: then
- * nothing is in flight for this request). */
+ * `offset` (a multiple of 4096) within it, or reading into `dst`. Returns
+ * once every chunk is submitted (blocking while queue_depth chunks are in
+ * flight). write_async has copied `src` into staging by the time it returns,
+ * so the caller may change or free it at once. read_async may have the
+ * kernel write straight into `dst` (when it is 4 KiB-aligned): `dst` must
+ * stay valid and untouched until strata_tier_io_wait returns. Thread-safe.
+ * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier, out of the extent),
+ * STRATA_ERR_IO (submission failed: then nothing is in flight for this
+ * request). */
 STRATA_API strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset,
                                                  const void *src, size_t bytes, strata_io *io);
 STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
@@ -106,7 +113,9 @@ STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t 
  * errno text), STRATA_ERR_TIMEOUT. */
 STRATA_API strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
 
-/* Synchronous helpers: submit and wait. */
+/* Synchronous helpers: submit and wait. Chunks of `src`/`dst` that are
+ * 4 KiB-aligned and whole 4 KiB blocks go to the kernel without a staging
+ * copy (the fast path for large transfers: pass page-aligned memory). */
 STRATA_API strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                            size_t bytes);
 STRATA_API strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,
