@@ -3,32 +3,44 @@
  * Objects: the file (removed at destroy; grown with fallocate at alloc so no
  * transfer extends it), an extent allocator over it (first-fit free list in
  * 4 KiB units), `qd` slots, each a staging buffer registered with the ring
- * plus one chunk descriptor, and the completion thread ("shadow stream")
- * that reaps CQEs.
+ * plus one chunk descriptor, a queue of requests, and the completion thread
+ * ("shadow stream").
  *
- * A request is cut into chunks of at most chunk_bytes. Each chunk takes a
- * free slot (waiting for one if all are in flight), so at most qd chunks are
- * in flight. A chunk whose caller memory is 4 KiB-aligned and a whole number
- * of 4 KiB blocks is borrowed: a plain READ/WRITE straight from/to the
- * caller's memory (reads always; writes only from strata_tier_write, which
- * waits, since write_async promises its source was copied on return). Other
- * chunks are staged: WRITE_FIXED after copying the data in (zero-padded to
- * 4 KiB), or READ_FIXED with the completion thread copying the data out.
- * Borrowed SQEs are batched, one io_uring_enter per batch (when the slots
- * run out and at the request's end); a staged one is submitted after its
- * copy. The completion thread reaps all CQEs present, settles them (injected
+ * A request is cut into chunks of at most chunk_bytes; each chunk holds a
+ * slot while in flight, so at most qd chunks are. A chunk whose caller memory
+ * is 4 KiB-aligned and a whole number of 4 KiB blocks is borrowed: a plain
+ * READ/WRITE straight from/to the caller's memory. Other chunks are staged:
+ * WRITE_FIXED after copying the data in (zero-padded to 4 KiB), or READ_FIXED
+ * with the data copied out on completion. Writes borrow only from
+ * strata_tier_write, which waits; write_async promises that its source was
+ * copied by the time it returns.
+ *
+ * Who submits: a request that may borrow and whose memory is aligned (reads,
+ * strata_tier_write) is appended to the queue and the completion thread
+ * drives it: it starts chunks in every free slot with one io_uring_enter,
+ * waits for CQEs, and being the submitter it runs the kernel's completion
+ * work itself (one wake-up per batch, as fio's single thread). The caller
+ * kicks the thread with a NOP only when it may be asleep with nothing in
+ * flight. Any other request is cut, copied and submitted by the caller, one
+ * io_uring_enter per chunk, blocking while no slot is free.
+ *
+ * The completion thread reaps all CQEs present, settles them (injected
  * errors, the first error, copy-out, statistics), then under one buf_mu
  * returns their slots and decrements each request's pending count; a
  * request is not touched after its count reaches 0 and buf_mu is dropped.
- * If submission fails, the chunks not consumed by the kernel are accounted
- * and the request's chunks in flight are waited for, so nothing of it is in
- * flight when submit returns.
+ * If io_uring_enter fails (other than EINTR/EAGAIN/EBUSY, retried), the
+ * chunks it did not take fail with its errno and their SQEs become NOPs; a
+ * caller-submitted request then waits for its chunks in flight, so nothing
+ * of it is in flight when submit returns. Destroy waits until the queue is empty and every slot is
+ * back, then stops the thread with a NOP.
  *
  * Lock order: submit_mu -> buf_mu. submit_mu serializes SQ access (the SQ is
- * single-producer) and guards the queued list; buf_mu guards the free-slot
- * stack, the requests' pending counts going to 0, and both condition
- * variables. The CQ has a single consumer (the completion thread) and needs
- * no lock. ext_mu (extents, file growth) is taken alone.
+ * single-producer; every holder flushes what it queued before letting go)
+ * and is never held while waiting for a slot, because the completion thread
+ * takes it to drive the queue. buf_mu guards the free-slot stack, the request
+ * queue, the idle flag, requests' pending counts going to 0, and both
+ * condition variables. The CQ has a single consumer (the completion thread)
+ * and needs no lock. ext_mu (extents, file growth) is taken alone.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +84,8 @@ typedef struct nvme {
     int *free_bufs, n_free;  /* free slots (buf_mu) */
     int *queued, n_queued;   /* slots whose SQE is not yet submitted (submit_mu) */
     int *reaped;             /* completion thread's scratch, qd entries */
+    strata_io *rq_head, *rq_tail; /* requests the completion thread drives (buf_mu) */
+    bool idle;               /* the thread may sleep with nothing to do: kick it (buf_mu) */
     pthread_mutex_t submit_mu, buf_mu, ext_mu;
     pthread_cond_t buf_cv, done_cv;
     pthread_t thread;
@@ -162,6 +176,93 @@ static void nvme_free(strata_tier *t, void *h, size_t bytes)
     strata_tier_uncharge(t, len);
 }
 
+/* ---- chunks */
+
+static const char kick_marker; /* user_data of the NOP that wakes the thread */
+
+/* Hand the queued SQEs to the kernel. EINTR, EAGAIN and EBUSY are transient
+ * (the CQ has room for every slot and both NOPs), so retry them for a while;
+ * anything else is returned as -errno. Caller holds submit_mu. */
+static int flush(nvme *n)
+{
+    int retries = 0;
+    while (io_uring_sq_ready(&n->ring) > 0) {
+        int rc = io_uring_submit(&n->ring);
+        if (rc > 0) { /* the kernel consumes SQEs in order */
+            int used = rc < n->n_queued ? rc : n->n_queued;
+            n->n_queued -= used;
+            memmove(n->queued, n->queued + used, (size_t)n->n_queued * sizeof *n->queued);
+            retries = 0;
+            continue;
+        }
+        if ((rc == 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && retries++ < 1000) {
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+            continue;
+        }
+        return rc < 0 ? rc : -EIO;
+    }
+    return 0;
+}
+
+/* Fill slot `buf` with `len` bytes of `io` at byte `at` and queue its SQE.
+ * Staged writes are copied in here. Caller holds submit_mu. */
+static void chunk_prep(nvme *n, int buf, strata_io *io, size_t at, size_t len, bool borrow)
+{
+    uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
+    chunk *c = &n->chunks[buf];
+    c->io = io;
+    c->host = io->host_ + at;
+    c->copy = len;
+    c->len = (unsigned)round_up(len);
+    c->staged = !(borrow && (uintptr_t)c->host % NVME_ALIGN == 0 && len % NVME_ALIGN == 0);
+    /* Cannot fail: the SQ has an entry for every slot plus both NOPs, and
+     * every holder of submit_mu flushes before it lets go. */
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
+    if (!c->staged && io->op_ == OP_WRITE) {
+        io_uring_prep_write(sqe, n->fd, c->host, c->len, io->offset_ + at);
+    } else if (!c->staged) {
+        io_uring_prep_read(sqe, n->fd, c->host, c->len, io->offset_ + at);
+    } else if (io->op_ == OP_WRITE) {
+        memcpy(stage, c->host, len);
+        if (c->len > len)
+            memset(stage + len, 0, c->len - len);
+        io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, io->offset_ + at, buf);
+    } else {
+        io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, io->offset_ + at, buf);
+    }
+    io_uring_sqe_set_data(sqe, c);
+    TIER_HANDOFF_RELEASE(c);
+    n->queued[n->n_queued++] = buf;
+}
+
+/* The queued chunks did not reach the kernel (flush failed with `err`):
+ * fail them and give their slots back. Their SQEs stay published in the SQ,
+ * so turn them into NOPs the reaper ignores, in case a later io_uring_enter
+ * does take them. Caller holds submit_mu. */
+static void chunks_unqueue(nvme *n, int err)
+{
+    struct io_uring_sq *sq = &n->ring.sq;
+    for (unsigned i = io_uring_smp_load_acquire(sq->khead); i != sq->sqe_tail; i++) {
+        struct io_uring_sqe *sqe = &sq->sqes[sq->array[i & sq->ring_mask]];
+        io_uring_prep_nop(sqe);
+        io_uring_sqe_set_data(sqe, (void *)&kick_marker);
+    }
+    pthread_mutex_lock(&n->buf_mu);
+    for (int i = 0; i < n->n_queued; i++) {
+        chunk *c = &n->chunks[n->queued[i]];
+        int zero = 0;
+        atomic_compare_exchange_strong(&c->io->error_, &zero, err);
+        atomic_fetch_add(&n->errors, 1);
+        if (atomic_fetch_sub(&c->io->pending_, 1) == 1)
+            pthread_cond_broadcast(&n->done_cv);
+        c->io = NULL;
+        n->free_bufs[n->n_free++] = n->queued[i];
+    }
+    n->n_queued = 0;
+    pthread_cond_broadcast(&n->buf_cv);
+    pthread_mutex_unlock(&n->buf_mu);
+}
+
 /* ---- completion thread */
 
 /* Settle one reaped chunk: injected errors, the first error, read data out of
@@ -188,11 +289,44 @@ static void chunk_finish(nvme *n, chunk *c, int res)
     }
 }
 
+/* Start chunks of the queued requests in the free slots, one io_uring_enter
+ * for all of them. The thread is then their submitter, so the kernel's
+ * completion work runs in the thread that is waiting for it. */
+static void drive(nvme *n)
+{
+    pthread_mutex_lock(&n->submit_mu);
+    for (;;) {
+        pthread_mutex_lock(&n->buf_mu);
+        strata_io *io = n->rq_head;
+        n->idle = !io && n->n_free == n->qd;
+        if (!io || n->n_free == 0) {
+            pthread_mutex_unlock(&n->buf_mu);
+            break;
+        }
+        int buf = n->free_bufs[--n->n_free];
+        size_t at = io->next_;
+        size_t len = io->bytes_ - at < n->chunk_bytes ? io->bytes_ - at : n->chunk_bytes;
+        io->next_ += len;
+        if (io->next_ == io->bytes_) { /* fully started: off the queue */
+            n->rq_head = io->link_;
+            if (!n->rq_head)
+                n->rq_tail = NULL;
+        }
+        pthread_mutex_unlock(&n->buf_mu);
+        chunk_prep(n, buf, io, at, len, true);
+    }
+    int rc = flush(n);
+    if (rc < 0)
+        chunks_unqueue(n, -rc);
+    pthread_mutex_unlock(&n->submit_mu);
+}
+
 static void *completion_main(void *arg)
 {
     nvme *n = arg;
     bool stop = false;
     while (!stop) {
+        drive(n);
         struct io_uring_cqe *cqe;
         int rc = io_uring_wait_cqe(&n->ring, &cqe);
         if (rc == -EINTR)
@@ -200,17 +334,20 @@ static void *completion_main(void *arg)
         if (rc < 0)
             break; /* ring broken: destroy still joins us */
         /* Reap every CQE that is there, then return their slots under one
-         * lock and one wake-up. At most qd chunks and the NOP are in flight. */
+         * lock and one wake-up. At most qd chunks and two NOPs are in flight. */
         unsigned head, seen = 0;
         int nr = 0;
         io_uring_for_each_cqe(&n->ring, head, cqe)
         {
-            chunk *c = io_uring_cqe_get_data(cqe);
+            void *data = io_uring_cqe_get_data(cqe);
             seen++;
-            if (!c) { /* shutdown NOP: submitted after every slot came back */
+            if (!data) { /* shutdown NOP: submitted after every slot came back */
                 stop = true;
                 continue;
             }
+            if (data == &kick_marker)
+                continue;
+            chunk *c = data;
             TIER_HANDOFF_ACQUIRE(c);
             c->res = cqe->res;
             n->reaped[nr++] = (int)(c - n->chunks);
@@ -239,56 +376,12 @@ static void *completion_main(void *arg)
 
 /* ---- requests */
 
-/* Hand the n->queued SQEs to the kernel. EINTR, EAGAIN and EBUSY are
- * transient (the CQ cannot overflow: it has room for every slot), so retry
- * them for a while; anything else is returned as -errno. Caller holds
- * submit_mu. */
-static int flush(nvme *n)
-{
-    int retries = 0;
-    while (n->n_queued > 0) {
-        int rc = io_uring_submit(&n->ring);
-        if (rc > 0) { /* the kernel consumes SQEs in order */
-            int used = rc < n->n_queued ? rc : n->n_queued;
-            n->n_queued -= used;
-            memmove(n->queued, n->queued + used, (size_t)n->n_queued * sizeof *n->queued);
-            retries = 0;
-            continue;
-        }
-        if ((rc == 0 || rc == -EINTR || rc == -EAGAIN || rc == -EBUSY) && retries++ < 1000) {
-            nanosleep(&(struct timespec){0, 100000}, NULL);
-            continue;
-        }
-        return rc < 0 ? rc : -EIO;
-    }
-    return 0;
-}
-
-/* Take a free slot, first flushing what is queued if we have to wait (the
- * completions we would wait for may be among it). Returns -errno from the
- * flush. Caller holds submit_mu. */
-static int slot_take(nvme *n)
-{
-    pthread_mutex_lock(&n->buf_mu);
-    if (n->n_free == 0 && n->n_queued > 0) {
-        pthread_mutex_unlock(&n->buf_mu);
-        int rc = flush(n);
-        if (rc < 0)
-            return rc;
-        pthread_mutex_lock(&n->buf_mu);
-    }
-    while (n->n_free == 0)
-        pthread_cond_wait(&n->buf_cv, &n->buf_mu);
-    int buf = n->free_bufs[--n->n_free];
-    pthread_mutex_unlock(&n->buf_mu);
-    return buf;
-}
-
 /* `borrow`: chunks whose host memory is 4 KiB-aligned and a whole number of
- * 4 KiB blocks go to the kernel straight from the caller's memory (plain
- * READ/WRITE, no staging copy). A write may only borrow when the caller
- * waits before touching the source again; write_async promises that the
- * source was copied by the time it returns. */
+ * 4 KiB blocks go to the kernel straight from the caller's memory. A write
+ * may only borrow when the caller waits before touching the source again;
+ * write_async promises that the source was copied by the time it returns.
+ * A borrowing request with aligned memory is queued for the completion
+ * thread to drive; any other is cut, copied and submitted here. */
 static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *host, size_t bytes,
                             int op, bool borrow, strata_io *io)
 {
@@ -298,85 +391,72 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
         return strata_error(STRATA_ERR_INVALID_ARG, "tier io: offset %zu not a multiple of 4096",
                             offset);
     nvme *n = t->impl;
-    const uint64_t base = (uint64_t)(uintptr_t)h - NVME_ALIGN + offset;
     const int nchunks = (int)((bytes + n->chunk_bytes - 1) / n->chunk_bytes);
     atomic_store(&io->pending_, nchunks);
     atomic_store(&io->error_, 0);
     io->op_ = op;
     io->host_ = host;
-    io->offset_ = base;
+    io->offset_ = (uint64_t)(uintptr_t)h - NVME_ALIGN + offset;
     io->bytes_ = bytes;
+    io->next_ = 0;
+    io->link_ = NULL;
     atomic_fetch_add(&n->requests, 1);
 
-    pthread_mutex_lock(&n->submit_mu);
-    size_t done = 0;
-    int k = 0, rc = 0;
-    for (; k < nchunks; k++) {
-        size_t len = bytes - done < n->chunk_bytes ? bytes - done : n->chunk_bytes;
-        int buf = slot_take(n);
-        if (buf < 0) {
-            rc = buf;
-            break;
-        }
-        uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
-        chunk *c = &n->chunks[buf];
-        c->io = io;
-        c->host = host + done;
-        c->copy = len;
-        c->len = (unsigned)round_up(len);
-        c->staged = !(borrow && (uintptr_t)c->host % NVME_ALIGN == 0 && len % NVME_ALIGN == 0);
-        /* Cannot fail: the SQ has an entry for every slot plus the NOP. */
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
-        if (!c->staged && op == OP_WRITE) {
-            io_uring_prep_write(sqe, n->fd, c->host, c->len, base + done);
-        } else if (!c->staged) {
-            io_uring_prep_read(sqe, n->fd, c->host, c->len, base + done);
-        } else if (op == OP_WRITE) {
-            memcpy(stage, c->host, len);
-            if (c->len > len)
-                memset(stage + len, 0, c->len - len);
-            io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, base + done, buf);
-        } else {
-            io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, base + done, buf);
-        }
-        io_uring_sqe_set_data(sqe, c);
-        TIER_HANDOFF_RELEASE(c);
-        n->queued[n->n_queued++] = buf;
-        done += len;
-        /* Borrowed chunks are cheap to prepare: batch them into one
-         * io_uring_enter. After a 1 MiB copy a syscall costs little and the
-         * device should not wait for the next copy. */
-        if (c->staged || k == nchunks - 1) {
-            rc = flush(n);
-            if (rc < 0) {
-                k++;
-                break;
-            }
-        }
-    }
-    if (rc < 0) {
-        /* The queued chunks and those never prepared do not reach the
-         * kernel: account them, then let the ones in flight land so that
-         * nothing of this request is in flight when we return. */
-        int left = n->n_queued + (nchunks - k);
+    if (borrow && (uintptr_t)host % NVME_ALIGN == 0) {
         pthread_mutex_lock(&n->buf_mu);
-        for (int i = 0; i < n->n_queued; i++) {
-            n->chunks[n->queued[i]].io = NULL;
-            n->free_bufs[n->n_free++] = n->queued[i];
-        }
-        n->n_queued = 0;
-        int zero = 0;
-        atomic_compare_exchange_strong(&io->error_, &zero, -rc);
-        atomic_fetch_sub(&io->pending_, left);
-        pthread_cond_broadcast(&n->buf_cv);
-        while (atomic_load(&io->pending_) > 0)
-            pthread_cond_wait(&n->done_cv, &n->buf_mu);
+        if (n->rq_tail)
+            n->rq_tail->link_ = io;
+        else
+            n->rq_head = io;
+        n->rq_tail = io;
+        bool kick = n->idle; /* else a completion will come and wake it */
+        n->idle = false;
         pthread_mutex_unlock(&n->buf_mu);
-        pthread_mutex_unlock(&n->submit_mu);
-        atomic_fetch_add(&n->errors, 1);
-        return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s", strerror(-rc));
+        if (kick) {
+            pthread_mutex_lock(&n->submit_mu);
+            struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, (void *)&kick_marker);
+            int rc = flush(n);
+            pthread_mutex_unlock(&n->submit_mu);
+            if (rc < 0) /* the ring is unusable; the request stays queued */
+                return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s",
+                                    strerror(-rc));
+        }
+        return STRATA_OK;
     }
-    pthread_mutex_unlock(&n->submit_mu);
+
+    for (int k = 0; k < nchunks; k++) {
+        /* Take the slot before submit_mu: the completion thread needs
+         * submit_mu to drive its queue and must never wait behind us. */
+        pthread_mutex_lock(&n->buf_mu);
+        while (n->n_free == 0)
+            pthread_cond_wait(&n->buf_cv, &n->buf_mu);
+        int buf = n->free_bufs[--n->n_free];
+        pthread_mutex_unlock(&n->buf_mu);
+        size_t at = (size_t)k * n->chunk_bytes;
+        size_t len = bytes - at < n->chunk_bytes ? bytes - at : n->chunk_bytes;
+        pthread_mutex_lock(&n->submit_mu);
+        chunk_prep(n, buf, io, at, len, borrow);
+        int rc = flush(n);
+        if (rc < 0) {
+            /* This chunk and the rest never reach the kernel: account them,
+             * then let the ones in flight land so that nothing of this
+             * request is in flight when we return. */
+            chunks_unqueue(n, -rc);
+            pthread_mutex_unlock(&n->submit_mu);
+            int left = nchunks - k - 1;
+            pthread_mutex_lock(&n->buf_mu);
+            if (left > 0 && atomic_fetch_sub(&io->pending_, left) == left)
+                pthread_cond_broadcast(&n->done_cv);
+            while (atomic_load(&io->pending_) > 0)
+                pthread_cond_wait(&n->done_cv, &n->buf_mu);
+            pthread_mutex_unlock(&n->buf_mu);
+            atomic_fetch_add(&n->errors, 1);
+            return strata_error(STRATA_ERR_IO, "nvme tier: io_uring_submit: %s", strerror(-rc));
+        }
+        pthread_mutex_unlock(&n->submit_mu);
+    }
     return STRATA_OK;
 }
 
@@ -467,7 +547,7 @@ static void nvme_destroy(strata_tier *t)
         /* Let every transfer in flight land first: completions arrive in any
          * order, so the shutdown NOP must be the last one. */
         pthread_mutex_lock(&n->buf_mu);
-        while (n->n_free < n->qd)
+        while (n->n_free < n->qd || n->rq_head)
             pthread_cond_wait(&n->buf_cv, &n->buf_mu);
         pthread_mutex_unlock(&n->buf_mu);
         pthread_mutex_lock(&n->submit_mu);
@@ -564,8 +644,8 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     }
     for (int i = 0; i < n->qd; i++)
         n->free_bufs[n->n_free++] = n->qd - 1 - i;
-    /* One SQE per staging buffer plus the shutdown NOP. */
-    int rc = io_uring_queue_init((unsigned)n->qd + 1, &n->ring, 0);
+    /* One SQE per slot plus the kick and shutdown NOPs. */
+    int rc = io_uring_queue_init((unsigned)n->qd + 2, &n->ring, 0);
     if (rc < 0) {
         st = strata_error(STRATA_ERR_IO, "nvme tier: io_uring unavailable: %s", strerror(-rc));
         goto fail;

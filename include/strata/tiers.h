@@ -92,6 +92,7 @@ typedef struct strata_io {
     uint64_t offset_;
     size_t bytes_;
     size_t next_;           /* bytes submitted so far */
+    struct strata_io *link_; /* next request queued for the completion thread */
 } strata_io;
 
 /* Start writing `bytes` from host memory `src` to nvme handle `h` at byte
