@@ -4,9 +4,9 @@
  * host    page-aligned host memory (pinned through the CUDA backend when it
  *         exists; plain page-aligned memory on the CPU backend);
  * nvme    extents of one file in a directory, O_DIRECT, driven by io_uring
- *         (liburing) with queue depth >= 8: page-aligned host memory goes to
- *         the kernel directly, anything else through registered staging
- *         buffers.
+ *         (liburing) with queue depth >= 8: reads into page-aligned host
+ *         memory go straight there, everything else through registered
+ *         staging buffers.
  *
  * Every tier counts bytes in use and the peak, and refuses an allocation
  * past its budget with STRATA_ERR_NOMEM (so the caller can fall back to the
@@ -96,15 +96,18 @@ typedef struct strata_io {
 } strata_io;
 
 /* Start writing `bytes` from host memory `src` to nvme handle `h` at byte
- * `offset` (a multiple of 4096) within it, or reading into `dst`. Returns
- * once every chunk is submitted (blocking while queue_depth chunks are in
- * flight). write_async has copied `src` into staging by the time it returns,
- * so the caller may change or free it at once. read_async may have the
- * kernel write straight into `dst` (when it is 4 KiB-aligned): `dst` must
- * stay valid and untouched until strata_tier_io_wait returns. Thread-safe.
+ * `offset` (a multiple of 4096) within it, or reading into `dst`.
+ * write_async (and read_async into unaligned memory) returns once every
+ * chunk is submitted, blocking while queue_depth chunks are in flight;
+ * write_async has then copied `src` into staging, so the caller may change
+ * or free it at once. read_async into 4 KiB-aligned memory queues the
+ * request for the completion thread and returns at once; the kernel writes
+ * straight into `dst`. Either way `dst` must stay valid and untouched until
+ * strata_tier_io_wait returns. Thread-safe.
  * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier, out of the extent),
  * STRATA_ERR_IO (submission failed: then nothing is in flight for this
- * request). */
+ * request; for a queued read a later failure to submit surfaces from
+ * strata_tier_io_wait instead). */
 STRATA_API strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset,
                                                  const void *src, size_t bytes, strata_io *io);
 STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
@@ -114,9 +117,8 @@ STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t 
  * errno text), STRATA_ERR_TIMEOUT. */
 STRATA_API strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
 
-/* Synchronous helpers: submit and wait. Chunks of `src`/`dst` that are
- * 4 KiB-aligned and whole 4 KiB blocks go to the kernel without a staging
- * copy (the fast path for large transfers: pass page-aligned memory). */
+/* Synchronous helpers: submit and wait. Reads into 4 KiB-aligned `dst` skip
+ * the staging copy (the fast path for large reads: pass page-aligned memory). */
 STRATA_API strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                            size_t bytes);
 STRATA_API strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,

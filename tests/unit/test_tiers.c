@@ -119,11 +119,11 @@ static void test_nvme_roundtrip(void **state)
     strata_tier_destroy(t);
 }
 
-/* Page-aligned host memory goes to the kernel without a staging copy (sync
- * writes, all reads); anything else is staged. Both must be bit-exact, mixed
- * within one request (aligned whole chunks, a staged partial tail) and with
- * an unaligned start, and write_async must have copied its source by the
- * time it returns. */
+/* Reads into page-aligned memory skip the staging copy and are driven by the
+ * completion thread; anything else is staged and submitted by the caller.
+ * Both must be bit-exact, mixed within one request (aligned whole chunks, a
+ * staged partial tail) and with an unaligned start, and write_async must
+ * have copied its source by the time it returns. */
 static void test_nvme_borrowed(void **state)
 {
     (void)state;
@@ -199,8 +199,8 @@ static void test_nvme_borrowed(void **state)
 }
 
 /* Several threads at once, each mixing requests the completion thread drives
- * (aligned reads and sync writes) with ones the caller submits (unaligned,
- * write_async); then destroy with requests still in flight. */
+ * (aligned reads) with ones the caller submits (writes, unaligned reads);
+ * then destroy with requests still in flight. */
 enum { CT_THREADS = 4, CT_ROUNDS = 12, CT_BYTES = 5 * 16384 + 8192 };
 
 typedef struct ct_arg {
@@ -218,7 +218,7 @@ static void *ct_main(void *p)
         goto out;
     }
     for (int r = 0; r < CT_ROUNDS; r++) {
-        static const size_t shift[3] = {0, 1, 2048}; /* 0: borrowed, else staged */
+        static const size_t shift[3] = {0, 1, 2048}; /* reads: 0 borrowed, else staged */
         size_t ws = shift[(r + a->id) % 3], rs = shift[(r / 2 + a->id) % 3];
         uint8_t *s = src + ws, *d = dst + rs;
         fill(s, CT_BYTES, (uint32_t)(a->id * 100 + r));
