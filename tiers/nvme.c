@@ -31,8 +31,9 @@
  * If io_uring_enter fails (other than EINTR/EAGAIN/EBUSY, retried), the
  * chunks it did not take fail with its errno and their SQEs become NOPs; a
  * caller-submitted request then waits for its chunks in flight, so nothing
- * of it is in flight when submit returns. Destroy waits until the queue is empty and every slot is
- * back, then stops the thread with a NOP.
+ * of it is in flight when submit returns; the thread fails what is left of
+ * its queue. Destroy waits until the queue is empty and every slot is back,
+ * then stops the thread with a NOP.
  *
  * Lock order: submit_mu -> buf_mu. submit_mu serializes SQ access (the SQ is
  * single-producer; every holder flushes what it queued before letting go)
@@ -204,11 +205,10 @@ static int flush(nvme *n)
     return 0;
 }
 
-/* Fill slot `buf` with `len` bytes of `io` at byte `at` and queue its SQE.
- * Staged writes are copied in here. Caller holds submit_mu. */
-static void chunk_prep(nvme *n, int buf, strata_io *io, size_t at, size_t len)
+/* Describe slot `buf` as `len` bytes of `io` at byte `at`, copying a staged
+ * write in. The slot is the caller's: no lock needed. */
+static void chunk_fill(nvme *n, int buf, strata_io *io, size_t at, size_t len)
 {
-    uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
     chunk *c = &n->chunks[buf];
     c->io = io;
     c->host = io->host_ + at;
@@ -216,19 +216,29 @@ static void chunk_prep(nvme *n, int buf, strata_io *io, size_t at, size_t len)
     c->len = (unsigned)round_up(len);
     c->staged = !(io->op_ == OP_READ && (uintptr_t)c->host % NVME_ALIGN == 0 &&
                   len % NVME_ALIGN == 0);
-    /* Cannot fail: the SQ has an entry for every slot plus both NOPs, and
-     * every holder of submit_mu flushes before it lets go. */
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
-    if (!c->staged) {
-        io_uring_prep_read(sqe, n->fd, c->host, c->len, io->offset_ + at);
-    } else if (io->op_ == OP_WRITE) {
+    if (c->staged && io->op_ == OP_WRITE) {
+        uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
         memcpy(stage, c->host, len);
         if (c->len > len)
             memset(stage + len, 0, c->len - len);
-        io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, io->offset_ + at, buf);
-    } else {
-        io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, io->offset_ + at, buf);
     }
+}
+
+/* Queue the SQE of filled slot `buf`. Caller holds submit_mu. */
+static void chunk_queue(nvme *n, int buf)
+{
+    chunk *c = &n->chunks[buf];
+    uint8_t *stage = n->staging + (size_t)buf * n->chunk_bytes;
+    uint64_t off = c->io->offset_ + (uint64_t)(c->host - c->io->host_);
+    /* Cannot fail: the SQ has an entry for every slot plus both NOPs, and
+     * every holder of submit_mu flushes before it lets go. */
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
+    if (!c->staged)
+        io_uring_prep_read(sqe, n->fd, c->host, c->len, off);
+    else if (c->io->op_ == OP_WRITE)
+        io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, off, buf);
+    else
+        io_uring_prep_read_fixed(sqe, n->fd, stage, c->len, off, buf);
     io_uring_sqe_set_data(sqe, c);
     TIER_HANDOFF_RELEASE(c);
     n->queued[n->n_queued++] = buf;
@@ -288,6 +298,26 @@ static void chunk_finish(nvme *n, chunk *c, int res)
     }
 }
 
+/* io_uring_enter failed with `err`: fail the chunks of queued requests that
+ * have not started, rather than leave them to wait for a ring that may never
+ * take them. */
+static void requests_fail(nvme *n, int err)
+{
+    pthread_mutex_lock(&n->buf_mu);
+    for (strata_io *io = n->rq_head, *next; io; io = next) {
+        next = io->link_; /* io may be released once its count reaches 0 */
+        int left = (int)((io->bytes_ - io->next_ + n->chunk_bytes - 1) / n->chunk_bytes);
+        int zero = 0;
+        atomic_compare_exchange_strong(&io->error_, &zero, err);
+        atomic_fetch_add(&n->errors, 1);
+        if (atomic_fetch_sub(&io->pending_, left) == left)
+            pthread_cond_broadcast(&n->done_cv);
+    }
+    n->rq_head = n->rq_tail = NULL;
+    pthread_cond_broadcast(&n->buf_cv);
+    pthread_mutex_unlock(&n->buf_mu);
+}
+
 /* Start chunks of the queued requests in the free slots, one io_uring_enter
  * for all of them. The thread is then their submitter, so the kernel's
  * completion work runs in the thread that is waiting for it. */
@@ -312,11 +342,14 @@ static void drive(nvme *n)
                 n->rq_tail = NULL;
         }
         pthread_mutex_unlock(&n->buf_mu);
-        chunk_prep(n, buf, io, at, len);
+        chunk_fill(n, buf, io, at, len);
+        chunk_queue(n, buf);
     }
     int rc = flush(n);
-    if (rc < 0)
+    if (rc < 0) {
         chunks_unqueue(n, -rc);
+        requests_fail(n, -rc);
+    }
     pthread_mutex_unlock(&n->submit_mu);
 }
 
@@ -452,8 +485,9 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
         pthread_mutex_unlock(&n->buf_mu);
         size_t at = (size_t)k * n->chunk_bytes;
         size_t len = bytes - at < n->chunk_bytes ? bytes - at : n->chunk_bytes;
+        chunk_fill(n, buf, io, at, len); /* the copy, outside submit_mu */
         pthread_mutex_lock(&n->submit_mu);
-        chunk_prep(n, buf, io, at, len);
+        chunk_queue(n, buf);
         int rc = flush(n);
         if (rc < 0) {
             /* This chunk and the rest never reach the kernel: account them,
