@@ -674,8 +674,14 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
              atomic_fetch_add(&counter, 1));
     int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
     n->fd = open(n->path, flags | (c->direct ? O_DIRECT : 0), 0600);
-    if (n->fd < 0 && c->direct && errno == EINVAL)
+    if (n->fd < 0 && c->direct && errno == EINVAL) {
         n->fd = open(n->path, flags, 0600); /* tmpfs and friends refuse O_DIRECT */
+        if (n->fd >= 0)
+            fprintf(stderr,
+                    "strata[tiers] warning: %s refuses O_DIRECT; the nvme tier goes through "
+                    "the page cache\n",
+                    c->dir);
+    }
     if (n->fd < 0) {
         st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create '%s': %s", n->path,
                           strerror(errno));
