@@ -79,7 +79,7 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
             "                              paper's exact factor update\n"
             "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
-            "                              gradient (default %s)\n"
+            "                              nonzero gradient (default %s)\n"
             "  --kl-beta X                 factor and eigenvalue EMA (default: %g)\n"
             "\n"
             "asynchronous second-order state (shampoo inverse roots, soap eigenbases):\n"
@@ -384,9 +384,11 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         case OPT_KL_INIT:
             if (strcmp(optarg, "auto") == 0)
                 o.strata.kl_shampoo.init_factor = -1.0f;
-            else
-                rc = parse_float("--kl-init-factor", optarg, 1e-30, 1e30,
-                                 &o.strata.kl_shampoo.init_factor);
+            else if (parse_float("--kl-init-factor", optarg, 1e-30, 1e30,
+                                 &o.strata.kl_shampoo.init_factor) != 0) {
+                fprintf(stderr, "strata: --kl-init-factor also accepts 'auto'\n");
+                rc = -1;
+            }
             break;
         case OPT_KL_BETA:
             rc = parse_float("--kl-beta", optarg, 0.0, 0.999999, &o.strata.kl_shampoo.shampoo_beta);

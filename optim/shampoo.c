@@ -84,8 +84,11 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
 
 static int64_t start_step(const strata_shampoo_config *c)
 {
-    return c->start_preconditioning_step < 0 ? c->precondition_frequency
-                                             : c->start_preconditioning_step;
+    /* Steps are 1-based: a start of 0 means the first step (as the async
+     * runtime's registry, whose refresh points are >= 1, reads it too). */
+    return c->start_preconditioning_step < 0   ? c->precondition_frequency
+           : c->start_preconditioning_step < 1 ? 1
+                                               : c->start_preconditioning_step;
 }
 
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)

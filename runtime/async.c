@@ -46,6 +46,19 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Wait for an nvme request whose memory is about to be reused or freed: a
+ * TIMEOUT leaves it in flight (the kernel may still write into it), so keep
+ * waiting, with a warning each wait_timeout_s. The block layer fails an I/O
+ * it cannot finish, so the wait ends. Returns STRATA_OK or STRATA_ERR_IO. */
+static strata_status io_wait_landed(strata_runtime *rt, strata_io *io)
+{
+    strata_status st;
+    while ((st = strata_tier_io_wait(rt->nvme, io, rt->cfg.wait_timeout_s)) ==
+           STRATA_ERR_TIMEOUT)
+        strata_log(rt, STRATA_LOG_WARN, "tiers", "%s; still waiting", strata_last_error());
+    return st;
+}
+
 static size_t align4k(size_t x)
 {
     return (x + 4095) / 4096 * 4096;
@@ -99,8 +112,8 @@ static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
     strata_status st;
     if (blk->on_nvme) {
         /* The snapshot write was submitted by the training thread. */
-        st = strata_tier_io_wait(rt->nvme, &slot->io, rt->cfg.wait_timeout_s);
-        strata_status st_r = strata_tier_io_wait(rt->nvme, &slot->io_r, rt->cfg.wait_timeout_s);
+        st = io_wait_landed(rt, &slot->io);
+        strata_status st_r = io_wait_landed(rt, &slot->io_r);
         if (st == STRATA_OK)
             st = st_r;
         buf = rt->worker_scratch[w->index];
@@ -415,12 +428,12 @@ void rt_async_destroy(strata_runtime *rt)
     for (int i = 0; i < rt->n_blocks; i++) {
         async_block *blk = &rt->blocks[i];
         if (blk->io_pending)
-            strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
+            io_wait_landed(rt, &blk->io);
         for (int k = 0; blk->slots && k < rt->n_slots; k++) {
             if (blk->on_nvme) {
                 /* A cancelled job never waited for its snapshot writes. */
-                strata_tier_io_wait(rt->nvme, &blk->slots[k].io, rt->cfg.wait_timeout_s);
-                strata_tier_io_wait(rt->nvme, &blk->slots[k].io_r, rt->cfg.wait_timeout_s);
+                io_wait_landed(rt, &blk->slots[k].io);
+                io_wait_landed(rt, &blk->slots[k].io_r);
             }
             strata_tier_free(rt->host, blk->slots[k].buf, blk->floats * sizeof(float));
             strata_tier_free(rt->nvme, blk->slots[k].nvme, blk->nvme_bytes);
@@ -471,7 +484,7 @@ static strata_status install_roots(strata_runtime *rt, int g, int slot)
         strata_coh_slot_get(blk->reg, blk->rb, slot, &want);
         /* The prefetch (if any, and for this version) brought L; R follows. */
         if (blk->io_pending) {
-            st = strata_tier_io_wait(rt->nvme, &blk->io, rt->cfg.wait_timeout_s);
+            st = io_wait_landed(rt, &blk->io); /* resident[spare] is reused below */
             blk->io_pending = false;
             if (st != STRATA_OK) /* the prefetch failed: counted, then read again below */
                 atomic_fetch_add(&rt->io_errors, 1);
@@ -537,7 +550,7 @@ static strata_status snapshot_and_submit(strata_runtime *rt, int g, int64_t t)
             st = strata_tier_write_async(rt->nvme, s->nvme, blk->r_offset, R, nr * sizeof(float),
                                          &s->io_r);
             if (st != STRATA_OK) /* the L write is in flight: let it land before reuse */
-                strata_tier_io_wait(rt->nvme, &s->io, rt->cfg.wait_timeout_s);
+                io_wait_landed(rt, &s->io);
         }
     } else {
         memcpy(s->buf, L, nl * sizeof(float));

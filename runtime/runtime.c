@@ -267,14 +267,17 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     const int F = rt->cfg.shampoo.precondition_frequency;
     int n = 0;
     for (int i = 0; i < rt->n_params; i++) {
-        rt->params[i].refresh_offset = 0;
+        rt->params[i].refresh_offset = rt->cfg.shampoo.refresh_offset; /* checked at create */
         n += rt->params[i].routed == STRATA_OPTIM_SHAMPOO;
     }
     if (!rt->cfg.stagger_refresh || F <= 1 || n == 0)
         return STRATA_OK;
+    /* With n < F parameters only n phases are ever chosen (an empty phase
+     * always wins): keep the load table at min(F, n). */
+    const int phases = F < n ? F : n;
     int *order = malloc((size_t)n * sizeof *order);
     double *cost = malloc((size_t)rt->n_params * sizeof *cost);
-    double *load = calloc((size_t)F, sizeof *load);
+    double *load = calloc((size_t)phases, sizeof *load);
     if (!order || !cost || !load) {
         free(order);
         free(cost);
@@ -297,14 +300,14 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     }
     for (int k = 0; k < n; k++) {
         int best = 0;
-        for (int f = 1; f < F; f++)
+        for (int f = 1; f < phases; f++)
             if (load[f] < load[best])
                 best = f;
         rt->params[order[k]].refresh_offset = best;
         load[best] += cost[order[k]];
     }
-    double lo = load[0], hi = load[0], sum = 0;
-    for (int f = 0; f < F; f++) {
+    double lo = phases < F ? 0.0 : load[0], hi = load[0], sum = 0;
+    for (int f = 0; f < phases; f++) {
         lo = load[f] < lo ? load[f] : lo;
         hi = load[f] > hi ? load[f] : hi;
         sum += load[f];

@@ -87,6 +87,7 @@ typedef struct nvme {
     int *reaped;             /* completion thread's scratch, qd entries */
     strata_io *rq_head, *rq_tail; /* requests the completion thread drives (buf_mu) */
     bool idle;               /* the thread may sleep with nothing to do: kick it (buf_mu) */
+    bool thread_dead;        /* the thread left on a broken ring (buf_mu) */
     pthread_mutex_t submit_mu, buf_mu, ext_mu;
     pthread_cond_t buf_cv, done_cv;
     pthread_t thread;
@@ -252,7 +253,9 @@ static void chunks_unqueue(nvme *n, int err)
 {
     struct io_uring_sq *sq = &n->ring.sq;
     for (unsigned i = io_uring_smp_load_acquire(sq->khead); i != sq->sqe_tail; i++) {
-        struct io_uring_sqe *sqe = &sq->sqes[sq->array[i & sq->ring_mask]];
+        /* liburing fills sq->array with the identity (or has none at all
+         * with IORING_SETUP_NO_SQARRAY): SQE i sits at sqes[i & mask]. */
+        struct io_uring_sqe *sqe = &sq->sqes[i & sq->ring_mask];
         io_uring_prep_nop(sqe);
         io_uring_sqe_set_data(sqe, (void *)&kick_marker);
     }
@@ -349,6 +352,9 @@ static void drive(nvme *n)
     if (rc < 0) {
         chunks_unqueue(n, -rc);
         requests_fail(n, -rc);
+        pthread_mutex_lock(&n->buf_mu); /* nothing of ours reached the kernel */
+        n->idle = !n->rq_head && n->n_free == n->qd;
+        pthread_mutex_unlock(&n->buf_mu);
     }
     pthread_mutex_unlock(&n->submit_mu);
 }
@@ -360,11 +366,20 @@ static void *completion_main(void *arg)
     while (!stop) {
         drive(n);
         struct io_uring_cqe *cqe;
-        int rc = io_uring_wait_cqe(&n->ring, &cqe);
-        if (rc == -EINTR)
+        /* Bounded: if a failed io_uring_enter ever lost a wake-up, the next
+         * drive() still starts the queued requests within 100 ms. */
+        struct __kernel_timespec tick = {.tv_sec = 0, .tv_nsec = 100000000};
+        int rc = io_uring_wait_cqe_timeout(&n->ring, &cqe, &tick);
+        if (rc == -EINTR || rc == -ETIME)
             continue;
-        if (rc < 0)
-            break; /* ring broken: destroy still joins us */
+        if (rc < 0) { /* ring broken: fail what waits; destroy still joins us */
+            requests_fail(n, -rc);
+            pthread_mutex_lock(&n->buf_mu);
+            n->thread_dead = true;
+            pthread_cond_broadcast(&n->buf_cv);
+            pthread_mutex_unlock(&n->buf_mu);
+            break;
+        }
         /* Reap every CQE that is there, then return their slots under one
          * lock and one wake-up. At most qd chunks and two NOPs are in flight. */
         unsigned head, seen = 0;
@@ -549,19 +564,30 @@ strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_
     return STRATA_OK;
 }
 
+/* Wait until `io` has landed: `io` lives on the caller's stack, so a
+ * timeout must not end the wait while the kernel may still write to it. The
+ * block layer fails an I/O it cannot finish, so this ends. */
+static strata_status io_wait_landed(strata_tier *t, strata_io *io)
+{
+    strata_status st;
+    while ((st = strata_tier_io_wait(t, io, 600.0)) == STRATA_ERR_TIMEOUT)
+        fprintf(stderr, "strata[tiers] warning: %s\n", strata_last_error());
+    return st;
+}
+
 strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                 size_t bytes)
 {
     strata_io io;
     strata_status st = strata_tier_write_async(t, h, offset, src, bytes, &io);
-    return st != STRATA_OK ? st : strata_tier_io_wait(t, &io, 600.0);
+    return st != STRATA_OK ? st : io_wait_landed(t, &io);
 }
 
 strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst, size_t bytes)
 {
     strata_io io;
     strata_status st = strata_tier_read_async(t, h, offset, dst, bytes, &io);
-    return st != STRATA_OK ? st : strata_tier_io_wait(t, &io, 600.0);
+    return st != STRATA_OK ? st : io_wait_landed(t, &io);
 }
 
 void strata_tier_io_stats_get(const strata_tier *t, strata_tier_io_stats *out)
@@ -596,7 +622,7 @@ static void nvme_destroy(strata_tier *t)
         /* Let every transfer in flight land first: completions arrive in any
          * order, so the shutdown NOP must be the last one. */
         pthread_mutex_lock(&n->buf_mu);
-        while (n->n_free < n->qd || n->rq_head)
+        while ((n->n_free < n->qd || n->rq_head) && !n->thread_dead)
             pthread_cond_wait(&n->buf_cv, &n->buf_mu);
         pthread_mutex_unlock(&n->buf_mu);
         pthread_mutex_lock(&n->submit_mu);

@@ -386,6 +386,17 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                json_object_new_int(matrix_frequency(&o.strata)));
         json_object_object_add(j, "stagger_refresh",
                                json_object_new_boolean(o.strata.stagger_refresh));
+        if (mopt == STRATA_OPTIM_KL_SHAMPOO) {
+            const strata_kl_shampoo_config *k = &o.strata.kl_shampoo;
+            json_object_object_add(j, "kl_form",
+                                   json_object_new_string(k->form == STRATA_KL_EXACT ? "exact"
+                                                                                     : "eigenbasis"));
+            if (k->init_factor < 0.0f)
+                json_object_object_add(j, "kl_init_factor", json_object_new_string("auto"));
+            else
+                json_add_float(j, "kl_init_factor", k->init_factor);
+            json_add_float(j, "kl_beta", k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
+        }
         json_object_object_add(j, "async", json_object_new_boolean(o.strata.async));
         if (o.strata.async) {
             json_object_object_add(j, "staleness", json_object_new_int(o.strata.staleness));

@@ -151,8 +151,10 @@ typedef struct strata_shampoo_config {
     bool nesterov;                 /* default false */
     float weight_decay;            /* decoupled; default 0 */
     int precondition_frequency;    /* F, steps between root refreshes; default 1 */
-    int start_preconditioning_step; /* first refresh step; -1 = F (default) */
-    int refresh_offset;            /* phase o in [0, F): refreshes at s + o + kF; default 0 */
+    int start_preconditioning_step; /* first refresh step; -1 = F (default); 0 = 1 */
+    int refresh_offset;            /* phase o in [0, F): refreshes at s + o + kF; default 0.
+                                      The runtime uses it for every Shampoo matrix, or
+                                      chooses one per matrix with stagger_refresh */
     int max_preconditioner_dim;    /* block size; default 1024 */
     strata_grafting grafting;      /* default STRATA_GRAFT_ADAM */
     float grafting_beta2;          /* Adam grafting EMA; default 0.999 */
@@ -744,7 +746,9 @@ STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, 
  * with global clipping at 1 (r ~ 1e-3); with b = 0.98 the estimates then
  * need ~230 steps to decay (0.98^230 ~ 0.01), and updates stay far below
  * their steady size for most of a short run. With zero gradients the
- * estimates wait (updates stay 0) until the first nonzero one.
+ * estimates wait (s = 0, so updates are 0) until the factors absorb the
+ * first nonzero gradient; in the eigenbasis form the step that brings it
+ * still preconditions with s = 0 (P is formed before the factors absorb G).
  * Robustness as SOAP: non-finite gradients rejected, failed decompositions
  * keep the previous basis and eigenvalues and are counted, zero gradients
  * give zero updates apart from weight decay, non-finite directions are not

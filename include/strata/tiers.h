@@ -113,12 +113,18 @@ STRATA_API strata_status strata_tier_write_async(strata_tier *t, void *h, size_t
 STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
                                                 size_t bytes, strata_io *io);
 
-/* Wait for a request (bounded by timeout_s). Errors: STRATA_ERR_IO (with the
- * errno text), STRATA_ERR_TIMEOUT. */
+/* Wait for a request (bounded by timeout_s, seconds). Errors: STRATA_ERR_IO
+ * (with the errno text), STRATA_ERR_TIMEOUT. After a TIMEOUT the request is
+ * still in flight: `io` (and a read's `dst`) stay in use by the tier until a
+ * later strata_tier_io_wait returns STRATA_OK or STRATA_ERR_IO; do not reuse
+ * or free them before. */
 STRATA_API strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
 
-/* Synchronous helpers: submit and wait. Reads into 4 KiB-aligned `dst` skip
- * the staging copy (the fast path for large reads: pass page-aligned memory). */
+/* Synchronous helpers: submit and wait until the request has landed (a wait
+ * past 600 s prints a warning and goes on: the kernel's block layer fails an
+ * I/O it cannot finish, and returning earlier would leave the kernel writing
+ * into the caller's memory). Reads into 4 KiB-aligned `dst` skip the staging
+ * copy (the fast path for large reads: pass page-aligned memory). */
 STRATA_API strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                            size_t bytes);
 STRATA_API strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,
