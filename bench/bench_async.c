@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench_util.h"
 #include "trainer.h"
 
 enum { MAX_ROUNDS = 16 };
@@ -44,18 +45,6 @@ typedef struct variant {
     gpt_train_result r[MAX_ROUNDS];
 } variant;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 /* Median over rounds of f(result of variant i, result of variant j). */
 typedef double (*pair_fn)(const gpt_train_result *a, const gpt_train_result *s);
 
@@ -64,7 +53,7 @@ static double med_pair(const variant *v, int i, int j, int rounds, pair_fn f)
     double x[MAX_ROUNDS];
     for (int k = 0; k < rounds; k++)
         x[k] = f(&v[i].r[k], &v[j].r[k]);
-    return median(x, rounds);
+    return bench_median(x, rounds);
 }
 
 static double f_p50(const gpt_train_result *a, const gpt_train_result *s) { (void)s; return a->step_ms_p50; }

@@ -32,26 +32,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "strata/optim.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
 
 static uint64_t rng_state = 0x1234567ull;
 
@@ -145,24 +127,24 @@ int main(int argc, char **argv)
         for (int r = -1; r < rounds; r++) { /* round -1 warms up */
             double t0, dt[NKIND];
             memcpy(v, ad, nn * sizeof(double));
-            t0 = now_seconds();
+            t0 = bench_now_seconds();
             lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lam, lw,
                                                   lwork, liw, liwork);
-            dt[DSYEVD] = now_seconds() - t0;
+            dt[DSYEVD] = bench_now_seconds() - t0;
 
-            t0 = now_seconds();
+            t0 = bench_now_seconds();
             strata_status st = strata_inv_root(n, a, 1e-12, 4.0, out, work, iwork);
-            dt[STRATA] = now_seconds() - t0;
+            dt[STRATA] = bench_now_seconds() - t0;
 
-            t0 = now_seconds();
+            t0 = bench_now_seconds();
             strata_status st2 = strata_inv_root_ex(n, a, &full, out, work, iwork, &info_full);
-            dt[STRATA_FULL] = now_seconds() - t0;
+            dt[STRATA_FULL] = bench_now_seconds() - t0;
 
             memcpy(v, ad, nn * sizeof(double));
-            t0 = now_seconds();
+            t0 = bench_now_seconds();
             lapack_int info2 = LAPACKE_dsyevd_work(LAPACK_ROW_MAJOR, 'V', 'L', n, v, n, lam, lw,
                                                    lwork, liw, liwork);
-            dt[ROWMAJOR] = now_seconds() - t0;
+            dt[ROWMAJOR] = bench_now_seconds() - t0;
 
             if (info != 0 || info2 != 0 || st != STRATA_OK || st2 != STRATA_OK) {
                 fprintf(stderr, "bench_inv_root: n=%d failed (dsyevd info %d/%d, strata %s/%s: %s)\n",
@@ -181,9 +163,9 @@ int main(int argc, char **argv)
             strata_inv_root_ex(n, a, &probe, out, work, iwork, &info_probe);
             double m[NKIND], ratio[NKIND];
             for (int k = 0; k < NKIND; k++) {
-                median(t[k], rounds); /* sorts: t[k][0] is then the minimum */
+                bench_median(t[k], rounds); /* sorts: t[k][0] is then the minimum */
                 m[k] = t[k][0];
-                ratio[k] = median(pr[k], rounds);
+                ratio[k] = bench_median(pr[k], rounds);
             }
             printf("%6d %6d %10.2f %10.2f %6.3fx %8.3fx %12.2f %6.3fx %12.2f %6.0e/%6.0e %11s\n",
                    n, rounds, 1e3 * m[DSYEVD], 1e3 * m[STRATA], ratio[STRATA],

@@ -29,13 +29,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static double min_time = 0.12;
 
@@ -52,12 +46,12 @@ static void time_interleaved(int n, bench_fn *fn, void **ctx, double *best)
     for (int r = 0; r < 2000; r++) {
         bool done = r >= 5;
         for (int i = 0; i < n; i++) {
-            double t0 = now_seconds();
+            double t0 = bench_now_seconds();
             if (fn[i](ctx[i]) != STRATA_OK) {
                 fprintf(stderr, "bench_ns: call failed: %s\n", strata_last_error());
                 exit(1);
             }
-            double t = now_seconds() - t0;
+            double t = bench_now_seconds() - t0;
             total[i] += t;
             if (t < best[i])
                 best[i] = t;

@@ -16,13 +16,7 @@
 #include <unistd.h>
 
 #include "strata/tiers.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 /* Run fio and return its bandwidth in bytes/s (0 on failure). */
 static double fio_bw(const char *dir, const char *rw, size_t mib, size_t bs_kib, int qd)
@@ -117,16 +111,16 @@ int main(int argc, char **argv)
     sync();
     double fio_w = fio_bw(dir, "write", mib, bs_kib, qd);
     sync();
-    double t0 = now_seconds();
+    double t0 = bench_now_seconds();
     st = strata_tier_write(t, h, 0, buf, bytes);
-    double t1 = now_seconds();
+    double t1 = bench_now_seconds();
     sync();
     double fio_r = fio_bw(dir, "read", mib, bs_kib, qd);
     sync();
-    double t2 = now_seconds();
+    double t2 = bench_now_seconds();
     if (st == STRATA_OK)
         st = strata_tier_read(t, h, 0, back, bytes);
-    double t3 = now_seconds();
+    double t3 = bench_now_seconds();
     if (st != STRATA_OK) {
         fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
         return 1;

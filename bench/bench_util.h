@@ -1,0 +1,29 @@
+/* Small helpers the benchmarks share: a monotonic clock and a median. */
+#ifndef STRATA_BENCH_UTIL_H
+#define STRATA_BENCH_UTIL_H
+
+#include <stdlib.h>
+#include <time.h>
+
+/* Seconds on CLOCK_MONOTONIC. */
+static inline double bench_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of x[0..n) (n >= 1); sorts x in place. */
+static inline double bench_median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, bench_cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+#endif
