@@ -1,10 +1,11 @@
 /* Benchmark: strata's nvme tier (io_uring, registered buffers, O_DIRECT)
  * against fio on the same directory with the same block size and queue
  * depth, in one run. Prints sequential write and read throughput of both
- * and the ratio (target >= 0.9).
+ * per round and their medians, and the ratio (target >= 0.9).
  *
  * usage: bench_nvme [dir (default runs/nvme-bench)] [MiB (default 256)]
  *                   [block KiB (default 1024)] [queue depth (default 16)]
+ *                   [rounds (default 5)]
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -67,8 +68,10 @@ int main(int argc, char **argv)
     size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     size_t bs_kib = argc > 3 ? (size_t)atol(argv[3]) : 1024;
     int qd = argc > 4 ? atoi(argv[4]) : 16;
-    if (mib == 0 || bs_kib == 0 || bs_kib % 4 || qd < 8) {
-        fprintf(stderr, "usage: bench_nvme [dir] [MiB] [block KiB, multiple of 4] [qd >= 8]\n");
+    int rounds = argc > 5 ? atoi(argv[5]) : 5;
+    if (mib == 0 || bs_kib == 0 || bs_kib % 4 || qd < 8 || rounds < 1 || rounds > 32) {
+        fprintf(stderr, "usage: bench_nvme [dir] [MiB] [block KiB, multiple of 4] [qd >= 8] "
+                        "[rounds 1..32]\n");
         return 2;
     }
     mkdir("runs", 0755);
@@ -81,12 +84,6 @@ int main(int argc, char **argv)
     c.dir = dir;
     c.queue_depth = qd;
     c.chunk_bytes = bs_kib * 1024;
-    strata_tier *t;
-    strata_status st = strata_tier_nvme_create(&c, &t);
-    if (st != STRATA_OK) {
-        fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
-        return 1;
-    }
     const size_t bytes = mib << 20;
     unsigned char *buf = aligned_alloc(4096, bytes), *back = aligned_alloc(4096, bytes);
     if (!buf || !back) {
@@ -96,50 +93,80 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < bytes; i++)
         buf[i] = (unsigned char)(i * 2654435761u >> 13);
     memset(back, 0, bytes); /* fault the pages in now, not inside the timed read */
-    void *h;
-    if (strata_tier_alloc(t, bytes, &h) != STRATA_OK) {
-        fprintf(stderr, "bench_nvme: %s\n", strata_last_error());
-        return 1;
-    }
+    strata_status st;
 
     /* Each timed phase starts from a settled file system: sync() commits
      * the ext4 journal, so the blocks freed by the previous phase or run
      * (and, on a discard mount, their discards) are done with. Without it,
      * runs started back to back gave fio's write 2000-2900 MiB/s against its
      * usual 1400-1800 here (likely through which blocks each file got:
-     * the effect is measured, the cause is our reading). */
-    sync();
-    double fio_w = fio_bw(dir, "write", mib, bs_kib, qd);
-    sync();
-    double t0 = bench_now_seconds();
-    st = strata_tier_write(t, h, 0, buf, bytes);
-    double t1 = bench_now_seconds();
-    sync();
-    double fio_r = fio_bw(dir, "read", mib, bs_kib, qd);
-    sync();
-    double t2 = bench_now_seconds();
-    if (st == STRATA_OK)
-        st = strata_tier_read(t, h, 0, back, bytes);
-    double t3 = bench_now_seconds();
-    if (st != STRATA_OK) {
-        fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
-        return 1;
+     * the effect is measured, the cause is our reading). The phases run in
+     * `rounds` interleaved rounds (fio, strata, fio, strata) and the figures
+     * are medians, because a shared virtual disk drifts between runs. */
+    enum { MAX_ROUNDS = 32 };
+    double fw[MAX_ROUNDS], fr[MAX_ROUNDS], sw[MAX_ROUNDS], sr[MAX_ROUNDS], rw[MAX_ROUNDS],
+        rr[MAX_ROUNDS];
+    int exact = 1, fio_ok = 1;
+    for (int k = 0; k < rounds; k++) {
+        /* Like fio's file, the tier's file is new each round: the first write
+         * into freshly allocated blocks, never an overwrite of written ones
+         * (which ext4 finishes faster: no unwritten-extent conversion). */
+        strata_tier *t;
+        void *h;
+        st = strata_tier_nvme_create(&c, &t);
+        if (st == STRATA_OK && (st = strata_tier_alloc(t, bytes, &h)) != STRATA_OK)
+            strata_tier_destroy(t);
+        if (st != STRATA_OK) {
+            fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
+            return 1;
+        }
+        sync();
+        fw[k] = fio_bw(dir, "write", mib, bs_kib, qd);
+        sync();
+        double t0 = bench_now_seconds();
+        st = strata_tier_write(t, h, 0, buf, bytes);
+        double t1 = bench_now_seconds();
+        sync();
+        fr[k] = fio_bw(dir, "read", mib, bs_kib, qd);
+        memset(back, 0, bytes);
+        sync();
+        double t2 = bench_now_seconds();
+        if (st == STRATA_OK)
+            st = strata_tier_read(t, h, 0, back, bytes);
+        double t3 = bench_now_seconds();
+        strata_tier_free(t, h, bytes);
+        strata_tier_destroy(t);
+        if (st != STRATA_OK) {
+            fprintf(stderr, "bench_nvme: %s: %s\n", strata_status_str(st), strata_last_error());
+            return 1;
+        }
+        exact &= memcmp(buf, back, bytes) == 0;
+        fio_ok &= fw[k] > 0 && fr[k] > 0;
+        sw[k] = bytes / (t1 - t0);
+        sr[k] = bytes / (t3 - t2);
+        rw[k] = fw[k] > 0 ? sw[k] / fw[k] : 0;
+        rr[k] = fr[k] > 0 ? sr[k] / fr[k] : 0;
     }
-    const int exact = memcmp(buf, back, bytes) == 0;
-    const double sw = bytes / (t1 - t0), sr = bytes / (t3 - t2);
-    printf("nvme tier vs fio: %s, %zu MiB, block %zu KiB, queue depth %d, O_DIRECT, io_uring\n",
-           dir, mib, bs_kib, qd);
-    printf("%-8s %14s %14s %8s\n", "", "strata MiB/s", "fio MiB/s", "ratio");
-    if (fio_w > 0 && fio_r > 0) {
-        printf("%-8s %14.1f %14.1f %8.3f\n", "write", sw / 1048576, fio_w / 1048576, sw / fio_w);
-        printf("%-8s %14.1f %14.1f %8.3f\n", "read", sr / 1048576, fio_r / 1048576, sr / fio_r);
+    printf("nvme tier vs fio: %s, %zu MiB, block %zu KiB, queue depth %d, O_DIRECT, io_uring;\n"
+           "%d interleaved round%s, MiB/s\n",
+           dir, mib, bs_kib, qd, rounds, rounds == 1 ? "" : "s");
+    printf("%-6s %-6s %s\n", "round", "", "strata / fio = ratio");
+    for (int k = 0; k < rounds; k++)
+        printf("%-6d write  %7.1f / %7.1f = %.3f   read  %7.1f / %7.1f = %.3f\n", k + 1,
+               sw[k] / 1048576, fw[k] / 1048576, rw[k], sr[k] / 1048576, fr[k] / 1048576, rr[k]);
+    if (fio_ok) {
+        printf("median write  %7.1f / %7.1f   ratio of medians %.3f, median ratio %.3f "
+               "(target >= 0.9)\n",
+               bench_median(sw, rounds) / 1048576, bench_median(fw, rounds) / 1048576,
+               bench_median(sw, rounds) / bench_median(fw, rounds), bench_median(rw, rounds));
+        printf("median read   %7.1f / %7.1f   ratio of medians %.3f, median ratio %.3f "
+               "(target >= 0.9)\n",
+               bench_median(sr, rounds) / 1048576, bench_median(fr, rounds) / 1048576,
+               bench_median(sr, rounds) / bench_median(fr, rounds), bench_median(rr, rounds));
     } else {
-        printf("%-8s %14.1f %14s\n%-8s %14.1f %14s\n(fio failed or is not installed)\n", "write",
-               sw / 1048576, "-", "read", sr / 1048576, "-");
+        printf("(fio failed or is not installed: no ratios)\n");
     }
     printf("round trip bit-exact: %s\n", exact ? "yes" : "NO");
-    strata_tier_free(t, h, bytes);
-    strata_tier_destroy(t);
     free(buf);
     free(back);
     return exact ? 0 : 1;
