@@ -467,6 +467,14 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and SOAP's "
                         "eigenbases to workers; it has no effect with --optimizer %s\n",
                 strata_optimizer_name(o.strata.matrix_optimizer));
+    if (o.strata.stagger_refresh && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO)
+        fprintf(stderr, "strata: note: --stagger-refresh spreads Shampoo's inverse roots; it has "
+                        "no effect with --optimizer %s\n",
+                strata_optimizer_name(o.strata.matrix_optimizer));
+    if (o.strata.stagger_refresh && o.strata.shampoo.precondition_frequency == 1 &&
+        o.strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO)
+        fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
+                        "--precondition-frequency 1\n");
     if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||
          o.strata.install_mode != STRATA_COH_FIXED) && !o.strata.async)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
