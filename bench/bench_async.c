@@ -92,6 +92,8 @@ static double f_wait_s(const gpt_train_result *a, const gpt_train_result *s)
 
 int main(int argc, char **argv)
 {
+    if (bench_wants_help(argc, argv, "usage: bench_async [steps (default 100)] [rounds (default 3)] [corpus]\n"))
+        return 0;
     const int steps = argc > 1 ? atoi(argv[1]) : 100;
     const int rounds = argc > 2 ? atoi(argv[2]) : 3;
     const char *corpus = argc > 3 ? argv[3] : NULL;

@@ -64,6 +64,8 @@ static double fio_bw(const char *dir, const char *rw, size_t mib, size_t bs_kib,
 
 int main(int argc, char **argv)
 {
+    if (bench_wants_help(argc, argv, "usage: bench_nvme [dir (default runs/nvme-bench)] [MiB (default 256)] [block KiB, multiple of 4 (default 1024)] [queue depth >= 8 (default 16)] [rounds 1..32 (default 5)]\n"))
+        return 0;
     const char *dir = argc > 1 ? argv[1] : "runs/nvme-bench";
     size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     size_t bs_kib = argc > 3 ? (size_t)atol(argv[3]) : 1024;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "trainer.h"
+#include "bench_util.h"
 
 static int run(strata_optimizer opt, int steps, const char *corpus, gpt_train_result *r)
 {
@@ -37,6 +38,8 @@ static int run(strata_optimizer opt, int steps, const char *corpus, gpt_train_re
 
 int main(int argc, char **argv)
 {
+    if (bench_wants_help(argc, argv, "usage: bench_shampoo_step [steps (default 60)] [corpus]\n"))
+        return 0;
     int steps = argc > 1 ? atoi(argv[1]) : 60;
     const char *corpus = argc > 2 ? argv[2] : NULL;
     if (steps < 10) {

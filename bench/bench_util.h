@@ -2,8 +2,22 @@
 #ifndef STRATA_BENCH_UTIL_H
 #define STRATA_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+/* Benchmarks that take positional arguments: -h, --help (or any argument
+ * starting with '-') prints `usage` and asks the caller to exit 0. */
+static inline int bench_wants_help(int argc, char **argv, const char *usage)
+{
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] != '\0' && strspn(argv[i] + 1, "0123456789.") == 0) {
+            printf("%s", usage);
+            return 1;
+        }
+    return 0;
+}
 
 /* Seconds on CLOCK_MONOTONIC. */
 static inline double bench_now_seconds(void)

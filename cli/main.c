@@ -58,7 +58,8 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "shampoo:\n"
             "  --precondition-frequency N  steps between inverse-root (shampoo) or eigenbasis\n"
             "                              (soap, kl-shampoo) refreshes (default %d)\n"
-            "  --start-preconditioning-step N  first refresh (default: = frequency)\n"
+            "  --start-preconditioning-step N  first refresh step, 1-based; -1 = frequency\n"
+            "                              (default), 0 = 1\n"
             "  --max-preconditioner-dim N  block size (default %d)\n"
             "  --beta2 X                   factor EMA, 1 = sum (default %g)\n"
             "  --epsilon X                 added to factor eigenvalues (default %g)\n"
@@ -66,6 +67,7 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --momentum X                heavy-ball momentum after grafting (default 0)\n"
             "  --stagger-refresh           spread the matrices' root refreshes over the F steps\n"
             "                              of a period (each step ~1/F of the work, no spike)\n"
+            "\n"
             "muon:\n"
             "  --muon-momentum X           (default %g)\n"
             "  --muon-scale RULE           shape: sqrt(max(1,m/n)) (default) | adamw:\n"
@@ -467,6 +469,10 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and SOAP's "
                         "eigenbases to workers; it has no effect with --optimizer %s\n",
                 strata_optimizer_name(o.strata.matrix_optimizer));
+    if (o.strata.async && o.strata.staleness >= o.steps)
+        fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
+                        "installed in this run\n",
+                o.strata.staleness, o.steps);
     if (o.strata.stagger_refresh && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO)
         fprintf(stderr, "strata: note: --stagger-refresh spreads Shampoo's inverse roots; it has "
                         "no effect with --optimizer %s\n",

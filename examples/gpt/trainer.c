@@ -123,16 +123,6 @@ static float matrix_lr(const strata_config *c)
     }
 }
 
-static int matrix_frequency(const strata_config *c)
-{
-    switch (c->matrix_optimizer) {
-    case STRATA_OPTIM_SHAMPOO: return c->shampoo.precondition_frequency;
-    case STRATA_OPTIM_SOAP: return c->soap.precondition_frequency;
-    case STRATA_OPTIM_KL_SHAMPOO: return c->kl_shampoo.precondition_frequency;
-    default: return 0;
-    }
-}
-
 static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-based */)
 {
     if (step < warmup)
@@ -213,6 +203,110 @@ static void write_json_line(FILE *f, json_object *o)
         fflush(f);
     }
     json_object_put(o);
+}
+
+/* The effective configuration of a run, as the JSONL config line records it:
+ * the schedule, then the matrix optimizer's own settings (only those of the
+ * optimizer in use), then the asynchronous runtime when it is on. */
+static void json_add_config(json_object *j, const gpt_train_options *o)
+{
+    const strata_config *c = &o->strata;
+    const strata_optimizer mopt = c->matrix_optimizer;
+    json_add_float(j, "lr", matrix_lr(c));
+    json_add_float(j, "adamw_lr", c->adamw.lr);
+    json_object_object_add(j, "warmup", json_object_new_int(o->warmup));
+    json_add_float(j, "min_lr_ratio", o->min_lr_ratio);
+    json_add_float(j, "max_grad_norm", c->max_grad_norm);
+    json_add_double(j, "val_fraction", o->val_fraction);
+    json_object_object_add(j, "eval_every", json_object_new_int(o->eval_every));
+    json_object_object_add(j, "eval_batches", json_object_new_int(o->eval_batches));
+    json_object_object_add(j, "blas_threads", json_object_new_int(c->blas_threads));
+    switch (mopt) {
+    case STRATA_OPTIM_SHAMPOO: {
+        const strata_shampoo_config *k = &c->shampoo;
+        static const char *graft[] = {"none", "adam", "adagrad"};
+        json_add_float(j, "weight_decay", k->weight_decay);
+        json_object_object_add(j, "precondition_frequency",
+                               json_object_new_int(k->precondition_frequency));
+        json_object_object_add(j, "start_preconditioning_step",
+                               json_object_new_int(k->start_preconditioning_step < 0
+                                                       ? k->precondition_frequency
+                                                   : k->start_preconditioning_step < 1
+                                                       ? 1
+                                                       : k->start_preconditioning_step));
+        json_object_object_add(j, "max_preconditioner_dim",
+                               json_object_new_int(k->max_preconditioner_dim));
+        json_add_float(j, "beta2", k->beta2);
+        json_add_float(j, "epsilon", k->epsilon);
+        json_object_object_add(j, "grafting",
+                               json_object_new_string(graft[(int)k->grafting % 3]));
+        json_add_float(j, "momentum", k->momentum);
+        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
+        break;
+    }
+    case STRATA_OPTIM_MUON: {
+        const strata_muon_config *k = &c->muon;
+        static const char *scale[] = {"shape", "adamw", "spectral", "none"};
+        json_add_float(j, "weight_decay", k->weight_decay);
+        json_add_float(j, "muon_momentum", k->momentum);
+        json_object_object_add(j, "muon_momentum_form",
+                               json_object_new_string(k->momentum_form == STRATA_MUON_MOMENTUM_EMA
+                                                          ? "ema"
+                                                          : "sum"));
+        json_object_object_add(j, "muon_scale", json_object_new_string(scale[(int)k->scale % 4]));
+        json_object_object_add(j, "ns_steps", json_object_new_int(k->ns_steps));
+        json_object_object_add(j, "ns_schedule",
+                               json_object_new_string(k->ns_schedule == STRATA_NS_POLAR_EXPRESS
+                                                          ? "polar-express"
+                                                          : "quintic"));
+        json_object_object_add(j, "ns_method",
+                               json_object_new_string(k->ns_method == STRATA_NS_GRAM ? "gram"
+                                                      : k->ns_method == STRATA_NS_AUTO
+                                                          ? "auto"
+                                                          : "standard"));
+        break;
+    }
+    case STRATA_OPTIM_SOAP:
+        json_add_float(j, "weight_decay", c->soap.weight_decay);
+        json_object_object_add(j, "precondition_frequency",
+                               json_object_new_int(c->soap.precondition_frequency));
+        break;
+    case STRATA_OPTIM_KL_SHAMPOO: {
+        const strata_kl_shampoo_config *k = &c->kl_shampoo;
+        json_add_float(j, "weight_decay", k->weight_decay);
+        json_object_object_add(j, "precondition_frequency",
+                               json_object_new_int(k->precondition_frequency));
+        json_object_object_add(j, "kl_form",
+                               json_object_new_string(k->form == STRATA_KL_EXACT ? "exact"
+                                                                                 : "eigenbasis"));
+        /* "auto" (the RMS of each matrix's first nonzero gradient) or the constant */
+        if (k->init_factor < 0.0f)
+            json_object_object_add(j, "kl_init_factor", json_object_new_string("auto"));
+        else
+            json_add_float(j, "kl_init_factor", k->init_factor);
+        json_add_float(j, "kl_beta", k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
+        break;
+    }
+    default:
+        json_add_float(j, "weight_decay", c->adamw.weight_decay);
+        break;
+    }
+    const bool async = c->async && (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP);
+    json_object_object_add(j, "async", json_object_new_boolean(async));
+    if (async) {
+        json_object_object_add(j, "staleness", json_object_new_int(c->staleness));
+        json_object_object_add(j, "install_mode",
+                               json_object_new_string(c->install_mode == STRATA_COH_FIXED ? "fixed"
+                                                                                          : "eager"));
+        json_object_object_add(j, "workers", json_object_new_int(c->workers));
+        /* roots on host (with an nvme spill past the budget when nvme_dir is set) or nvme */
+        json_object_object_add(j, "roots_tier",
+                               json_object_new_string(strata_tier_kind_name(c->roots_tier)));
+        json_object_object_add(j, "nvme_dir", c->nvme_dir ? json_object_new_string(c->nvme_dir)
+                                                          : json_object_new_null());
+        json_object_object_add(j, "host_budget_bytes",
+                               json_object_new_int64((int64_t)c->host_budget));
+    }
 }
 
 static strata_status validate(const gpt_train_options *o)
@@ -378,38 +472,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         json_object_object_add(j, "steps", json_object_new_int(o.steps));
         json_object_object_add(j, "params", json_object_new_int64((int64_t)gpt_num_params(model)));
         json_object_object_add(j, "seed", json_object_new_int64((int64_t)o.seed));
-        json_add_float(j, "lr", matrix_lr(&o.strata));
-        json_add_float(j, "adamw_lr", o.strata.adamw.lr);
-        json_object_object_add(j, "warmup", json_object_new_int(o.warmup));
-        json_add_float(j, "max_grad_norm", o.strata.max_grad_norm);
-        json_object_object_add(j, "precondition_frequency",
-                               json_object_new_int(matrix_frequency(&o.strata)));
-        json_object_object_add(j, "stagger_refresh",
-                               json_object_new_boolean(o.strata.stagger_refresh));
-        if (mopt == STRATA_OPTIM_KL_SHAMPOO) {
-            const strata_kl_shampoo_config *k = &o.strata.kl_shampoo;
-            json_object_object_add(j, "kl_form",
-                                   json_object_new_string(k->form == STRATA_KL_EXACT ? "exact"
-                                                                                     : "eigenbasis"));
-            if (k->init_factor < 0.0f)
-                json_object_object_add(j, "kl_init_factor", json_object_new_string("auto"));
-            else
-                json_add_float(j, "kl_init_factor", k->init_factor);
-            json_add_float(j, "kl_beta", k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
-        }
-        json_object_object_add(j, "async", json_object_new_boolean(o.strata.async));
-        if (o.strata.async) {
-            json_object_object_add(j, "staleness", json_object_new_int(o.strata.staleness));
-            json_object_object_add(j, "install_mode",
-                                   json_object_new_string(o.strata.install_mode == STRATA_COH_FIXED
-                                                              ? "fixed"
-                                                              : "eager"));
-            json_object_object_add(j, "workers", json_object_new_int(o.strata.workers));
-            json_object_object_add(j, "roots_tier",
-                                   json_object_new_string(strata_tier_kind_name(o.strata.roots_tier)));
-            json_object_object_add(j, "host_budget_bytes",
-                                   json_object_new_int64((int64_t)o.strata.host_budget));
-        }
+        json_add_config(j, &o);
         json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
         write_json_line(metrics, j);
     }
@@ -549,7 +612,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                         ? "eigenbasis refreshes"
                         : "inverse roots",
                     (long long)res->stats.root_failures, res->stats.device_bytes / 1048576.0);
-        if (f && o.strata.async)
+        if (f && o.strata.async &&
+            (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP))
             fprintf(f,
                     "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
                     "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
