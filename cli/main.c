@@ -465,10 +465,14 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         return 2;
     }
     if (o.strata.async && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP)
-        fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and SOAP's "
-                        "eigenbases to workers; it has no effect with --optimizer %s\n",
-                strata_optimizer_name(o.strata.matrix_optimizer));
+        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
+        !(o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO &&
+          o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS))
+        fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and the SOAP and "
+                        "KL-Shampoo (eigenbasis form) eigenbases to workers; it has no effect "
+                        "with --optimizer %s%s\n",
+                strata_optimizer_name(o.strata.matrix_optimizer),
+                o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
     if (o.strata.async && o.strata.staleness >= o.steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
@@ -531,10 +535,13 @@ static int cmd_sweep(int argc, char **argv)
     if (rc)
         return rc == 100 ? 0 : rc;
     if (o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP) {
-        fprintf(stderr, "strata sweep-staleness: the staleness budget applies to shampoo and soap, "
-                        "not --optimizer %s\n",
-                strata_optimizer_name(o.strata.matrix_optimizer));
+        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
+        !(o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO &&
+          o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)) {
+        fprintf(stderr, "strata sweep-staleness: the staleness budget applies to shampoo, soap and "
+                        "kl-shampoo (eigenbasis form), not --optimizer %s%s\n",
+                strata_optimizer_name(o.strata.matrix_optimizer),
+                o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
         return 2;
     }
     if (o.strata.async)

@@ -1,4 +1,5 @@
-/* Asynchronous Shampoo: factor snapshots, worker jobs, coherence, tiers.
+/* Asynchronous Shampoo (and the SOAP and KL-Shampoo eigenbasis refreshes):
+ * factor snapshots, worker jobs, coherence, tiers.
  *
  * Objects (created at commit, freed at destroy, nothing allocated per step):
  *  - one coherence registry over all Shampoo blocks of all parameters;
@@ -64,6 +65,14 @@ static size_t align4k(size_t x)
     return (x + 4095) / 4096 * 4096;
 }
 
+/* KL-Shampoo parameters the workers refresh: the eigenbasis form (the exact
+ * form decomposes and uses its factors in the same step, and stays
+ * synchronous). */
+bool rt_async_kl_eligible(const strata_runtime *rt, const rt_param *p)
+{
+    return p->routed == STRATA_OPTIM_KL_SHAMPOO && rt->cfg.kl_shampoo.form == STRATA_KL_EIGENBASIS;
+}
+
 /* ---- worker side */
 
 /* SOAP: one QR power-iteration step per rotated side from the snapshot of
@@ -99,6 +108,30 @@ static strata_status soap_job_run(strata_runtime *rt, async_block *blk, async_sl
                : strata_error(STRATA_ERR_LINALG, "soap: every eigenbasis refresh failed");
 }
 
+/* KL-Shampoo (eigenbasis form): one QR power-iteration step per side from
+ * the snapshot of its factor S and of the eigenbasis Q in use, unsorted (the
+ * eigenvalue estimates stay with their columns), as strata_kl_shampoo_refresh
+ * does in the synchronous path. Slot layout: per side [S | Q | Q_new]. */
+static strata_status kl_job_run(strata_runtime *rt, async_block *blk, async_slot *slot,
+                                strata_worker_ctx *w)
+{
+    float *p = slot->buf;
+    int ok = 0;
+    for (int side = 0; side < 2; side++) {
+        const int d = side == 0 ? blk->rows : blk->cols;
+        const size_t dd = (size_t)d * d;
+        strata_status st = strata_eigenbasis_qr(d, p, p + dd, false, p + 2 * dd, NULL, w->work,
+                                                w->iwork);
+        slot->failed[side] = st != STRATA_OK;
+        ok += st == STRATA_OK;
+        p += 3 * dd;
+    }
+    atomic_fetch_add(&rt->root_refreshes, ok);
+    atomic_fetch_add(&rt->root_failures, 2 - ok);
+    return ok > 0 ? STRATA_OK
+                  : strata_error(STRATA_ERR_LINALG, "kl_shampoo: both eigenbasis refreshes failed");
+}
+
 static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
 {
     root_job *job = (root_job *)j;
@@ -108,6 +141,8 @@ static strata_status root_job_run(strata_job *j, strata_worker_ctx *w)
     strata_coh_mark_computing(blk->reg, blk->rb, job->slot);
     if (blk->kind == ASYNC_SOAP)
         return soap_job_run(rt, blk, slot, w);
+    if (blk->kind == ASYNC_KL)
+        return kl_job_run(rt, blk, slot, w);
     float *buf = slot->buf;
     strata_status st;
     if (blk->on_nvme) {
@@ -168,7 +203,7 @@ static void root_job_done(strata_job *j, strata_status st)
 strata_status rt_async_commit(strata_runtime *rt)
 {
     const strata_shampoo_config *sc = &rt->cfg.shampoo;
-    int n_sh = 0, n_soap = 0;
+    int n_sh = 0, n_soap = 0, n_kl = 0;
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         if (p->routed == STRATA_OPTIM_SHAMPOO) {
@@ -179,7 +214,10 @@ strata_status rt_async_commit(strata_runtime *rt)
     for (int i = 0; i < rt->n_params; i++)
         if (rt->params[i].routed == STRATA_OPTIM_SOAP)
             rt->params[i].first_block = n_sh + n_soap++;
-    const int n_blocks = n_sh + n_soap;
+    for (int i = 0; i < rt->n_params; i++)
+        if (rt_async_kl_eligible(rt, &rt->params[i]))
+            rt->params[i].first_block = n_sh + n_soap + n_kl++;
+    const int n_blocks = n_sh + n_soap + n_kl;
     if (n_blocks == 0)
         return STRATA_OK; /* nothing to precondition asynchronously */
 
@@ -223,6 +261,30 @@ strata_status rt_async_commit(strata_runtime *rt)
             .timeout_s = rt->cfg.wait_timeout_s,
         };
         st = strata_coh_create(&rt->coh_soap_cfg, n_soap, &rt->coh_soap);
+        if (st != STRATA_OK)
+            return st;
+        int k = strata_coh_slots_needed(F, rt->cfg.staleness);
+        if (k > rt->n_slots)
+            rt->n_slots = k;
+    }
+    if (n_kl > 0) {
+        /* As SOAP: the first call initializes (full eigh, synchronous); the QR
+         * refresh after update k = F runs at the end of step t = k + 1, and
+         * the synchronous path first uses it at t + 1 = F + 2, the version. */
+        const int F = rt->cfg.kl_shampoo.precondition_frequency;
+        if (rt->cfg.staleness >= F)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "async KL-Shampoo needs staleness (%d) < precondition frequency "
+                                "(%d): each QR refresh continues the eigenbasis installed before it",
+                                rt->cfg.staleness, F);
+        rt->coh_kl_cfg = (strata_coh_config){
+            .precondition_frequency = F,
+            .start = F + 2,
+            .staleness = rt->cfg.staleness,
+            .mode = rt->cfg.install_mode,
+            .timeout_s = rt->cfg.wait_timeout_s,
+        };
+        st = strata_coh_create(&rt->coh_kl_cfg, n_kl, &rt->coh_kl);
         if (st != STRATA_OK)
             return st;
         int k = strata_coh_slots_needed(F, rt->cfg.staleness);
@@ -327,6 +389,38 @@ strata_status rt_async_commit(strata_runtime *rt)
         }
     }
 
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (!rt_async_kl_eligible(rt, p))
+            continue;
+        async_block *blk = &rt->blocks[p->first_block];
+        blk->kind = ASYNC_KL;
+        blk->reg = rt->coh_kl;
+        blk->rb = p->first_block - n_sh - n_soap;
+        blk->p = p;
+        blk->installed_slot = -1;
+        blk->rows = (int)p->rows;
+        blk->cols = (int)p->cols;
+        for (int side = 0; side < 2; side++) {
+            const int d = side == 0 ? blk->rows : blk->cols;
+            if (d > max_dim)
+                max_dim = d;
+        }
+        blk->floats = 3 * ((size_t)blk->rows * blk->rows + (size_t)blk->cols * blk->cols);
+        blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
+        if (!blk->slots)
+            return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+        for (int k = 0; k < rt->n_slots; k++) {
+            root_job *job = &blk->slots[k].job;
+            job->rt = rt;
+            job->block = p->first_block;
+            job->slot = k;
+            job->job.run = root_job_run;
+            job->job.done = root_job_done;
+            job->job.user = job;
+        }
+    }
+
     strata_worker_config wc;
     strata_worker_config_default(&wc);
     if (rt->cfg.workers > 0)
@@ -351,8 +445,8 @@ strata_status rt_async_commit(strata_runtime *rt)
         const size_t one = align4k(blk->floats * sizeof(float));
         if (blk->kind == ASYNC_SHAMPOO)
             nvme_need -= 2 * one;
-        /* SOAP eigenbases stay in the host tier. */
-        bool host_ok = blk->kind == ASYNC_SOAP || (rt->cfg.roots_tier == STRATA_TIER_HOST &&
+        /* SOAP and KL eigenbases stay in the host tier. */
+        bool host_ok = blk->kind != ASYNC_SHAMPOO || (rt->cfg.roots_tier == STRATA_TIER_HOST &&
                        (budget == 0 || !rt->nvme ||
                         planned + (size_t)rt->n_slots * one + nvme_need +
                                 (any_nvme || nvme_need ? scratch : 0) <= budget));
@@ -391,7 +485,7 @@ strata_status rt_async_commit(strata_runtime *rt)
     wc.delay_seed = 12345;
     wc.work_doubles = strata_inv_root_work_doubles(max_dim);
     wc.work_ints = strata_inv_root_work_ints(max_dim);
-    if (n_soap > 0) {
+    if (n_soap > 0 || n_kl > 0) {
         if (strata_eigenbasis_work_doubles(max_dim) > wc.work_doubles)
             wc.work_doubles = strata_eigenbasis_work_doubles(max_dim);
         if (strata_eigenbasis_work_ints(max_dim) > wc.work_ints)
@@ -463,6 +557,8 @@ void rt_async_destroy(strata_runtime *rt)
     rt->coh = NULL;
     strata_coh_destroy(rt->coh_soap);
     rt->coh_soap = NULL;
+    strata_coh_destroy(rt->coh_kl);
+    rt->coh_kl = NULL;
 }
 
 /* ---- the step */
@@ -692,6 +788,88 @@ strata_status rt_async_soap_step(strata_runtime *rt, rt_param *p, int64_t t,
     return st_apply;
 }
 
+/* KL-Shampoo (eigenbasis form) at step t, the synchronous step's order
+ * (strata_kl_shampoo_step): install the eigenbasis due now (waiting only
+ * past the staleness budget), precondition with it, absorb G into the
+ * factors and eigenvalue estimates, and at a refresh snapshot S and Q for
+ * the QR job. The first call initializes (full eigh) and stays synchronous. */
+strata_status rt_async_kl_step(strata_runtime *rt, rt_param *p, int64_t t,
+                               strata_optim_counters *cnt)
+{
+    async_block *blk = &rt->blocks[p->first_block];
+    strata_kl_shampoo_state *s = p->kl;
+    if (!blk->soap_ready) {
+        strata_status st = strata_kl_shampoo_step(s, rt->lr_scale, t, p->data, p->grad, cnt);
+        if (st == STRATA_OK)
+            blk->soap_ready = true;
+        return st;
+    }
+    const double t0 = now_seconds();
+    int slot;
+    int64_t version;
+    bool now;
+    strata_status st = strata_coh_acquire(blk->reg, blk->rb, t, &slot, &version, &now);
+    if (st != STRATA_OK)
+        return st;
+    if (now && slot >= 0) {
+        const float *q = blk->slots[slot].buf;
+        for (int side = 0; side < 2; side++) {
+            const int d = side == 0 ? blk->rows : blk->cols;
+            const size_t dd = (size_t)d * d;
+            if (!blk->slots[slot].failed[side]) /* a failed side keeps its basis */
+                st = strata_kl_shampoo_install_eigenbasis(s, side, q + 2 * dd, NULL);
+            if (st != STRATA_OK)
+                return st;
+            q += 3 * dd;
+        }
+        blk->installed_slot = slot;
+    }
+    const double t1 = now_seconds();
+    rt->stats.last_wait_seconds += t1 - t0;
+    if (cnt)
+        cnt->seconds_roots += t1 - t0;
+    /* As strata_kl_shampoo_step: a non-finite direction leaves w alone and
+     * the estimates still absorb G; a non-finite G is refused by both calls
+     * before they touch anything. */
+    strata_status st_apply = strata_kl_shampoo_apply(s, rt->lr_scale, t, p->data, p->grad, cnt);
+    if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
+        return st_apply;
+    st = strata_kl_shampoo_update_factors(s, p->grad, cnt);
+    if (st != STRATA_OK)
+        return st;
+    if (strata_kl_shampoo_refresh_due(s)) {
+        const double t2 = now_seconds();
+        int k;
+        st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
+        if (st != STRATA_OK)
+            return st;
+        async_slot *sl = &blk->slots[k];
+        float *buf = sl->buf;
+        size_t bytes = 0;
+        for (int side = 0; side < 2; side++) {
+            int d;
+            const float *factor, *q;
+            strata_kl_shampoo_side(s, side, &d, &factor, &q, NULL);
+            const size_t dd = (size_t)d * d;
+            memcpy(buf, factor, dd * sizeof(float));
+            memcpy(buf + dd, q, dd * sizeof(float));
+            buf += 3 * dd;
+            bytes += 2 * dd * sizeof(float);
+        }
+        atomic_fetch_add(&rt->d2h_bytes, bytes);
+        sl->job.job.deadline = t + 1 + rt->cfg.staleness;
+        st = strata_worker_submit(rt->pool, &sl->job.job);
+        if (st != STRATA_OK) {
+            strata_coh_abort_refresh(blk->reg, blk->rb, k);
+            return st;
+        }
+        rt->stats.jobs_submitted++;
+        if (cnt)
+            cnt->seconds_roots += now_seconds() - t2;
+    }
+    return st_apply;
+}
+
 /* Forward hook: start reading layer `layer`'s due roots from nvme while the
  * forward and backward passes run (the cpu backend's shadow stream is the
  * nvme tier's completion thread). */
@@ -729,8 +907,8 @@ strata_status rt_async_prefetch(strata_runtime *rt, int layer)
 
 void rt_async_stats(strata_runtime *rt, strata_stats *s)
 {
-    strata_coh_registry *regs[2] = {rt->coh, rt->coh_soap};
-    for (int i = 0; i < 2; i++) {
+    strata_coh_registry *regs[3] = {rt->coh, rt->coh_soap, rt->coh_kl};
+    for (int i = 0; i < 3; i++) {
         if (!regs[i])
             continue;
         strata_coh_stats c;

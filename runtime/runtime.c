@@ -532,7 +532,10 @@ strata_status strata_step(strata_runtime *rt)
                 st = strata_soap_step(p->soap, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         case STRATA_OPTIM_KL_SHAMPOO:
-            st = strata_kl_shampoo_step(p->kl, rt->lr_scale, t, p->data, p->grad, &cnt);
+            if (rt->cfg.async && rt_async_kl_eligible(rt, p))
+                st = rt_async_kl_step(rt, p, t, &cnt);
+            else
+                st = strata_kl_shampoo_step(p->kl, rt->lr_scale, t, p->data, p->grad, &cnt);
             break;
         default:
             st = strata_error(STRATA_ERR_INTERNAL, "step: bad route");

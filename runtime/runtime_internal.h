@@ -46,17 +46,18 @@ typedef struct async_slot {
     root_job job;
 } async_slot;
 
-typedef enum async_kind { ASYNC_SHAMPOO = 0, ASYNC_SOAP = 1 } async_kind;
+typedef enum async_kind { ASYNC_SHAMPOO = 0, ASYNC_SOAP = 1, ASYNC_KL = 2 } async_kind;
 
 typedef struct async_block {
     async_kind kind;
     strata_coh_registry *reg; /* the registry of its kind */
     int rb;                   /* its index in that registry */
-    bool soap_ready;          /* SOAP: the synchronous first call (full eigh) is done */
+    bool soap_ready;          /* SOAP, KL: the synchronous first call (full eigh) is done */
     rt_param *p;
     int b;           /* block index within p's Shampoo state */
     int rows, cols;  /* Shampoo: block shape; SOAP: rotated side dims (0 = unrotated) */
-    size_t floats;   /* Shampoo: rows^2 + cols^2; SOAP: 3 (rows^2 + cols^2) + rows + cols */
+    size_t floats;   /* Shampoo: rows^2 + cols^2; SOAP: 3 (rows^2 + cols^2) + rows + cols;
+                        KL: 3 (rows^2 + cols^2) */
     size_t r_offset; /* byte offset of R in an nvme extent (4 KiB aligned) */
     size_t nvme_bytes;
     bool on_nvme;
@@ -90,6 +91,8 @@ struct strata_runtime {
     strata_coh_config coh_cfg;
     strata_coh_registry *coh_soap; /* SOAP parameters (one block each) */
     strata_coh_config coh_soap_cfg;
+    strata_coh_registry *coh_kl;   /* KL-Shampoo (eigenbasis form) parameters, one block each */
+    strata_coh_config coh_kl_cfg;
     strata_tier *host, *nvme;
     async_block *blocks;
     int n_blocks, n_slots;
@@ -106,6 +109,9 @@ void rt_async_destroy(struct strata_runtime *rt);
 strata_status rt_async_prefetch(struct strata_runtime *rt, int layer);
 strata_status rt_async_shampoo_step(struct strata_runtime *rt, rt_param *p, int64_t t,
                                     strata_optim_counters *cnt);
+bool rt_async_kl_eligible(const struct strata_runtime *rt, const rt_param *p);
+strata_status rt_async_kl_step(struct strata_runtime *rt, rt_param *p, int64_t t,
+                               strata_optim_counters *cnt);
 strata_status rt_async_soap_step(struct strata_runtime *rt, rt_param *p, int64_t t,
                                  strata_optim_counters *cnt);
 void rt_async_stats(struct strata_runtime *rt, strata_stats *s);

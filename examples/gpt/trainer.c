@@ -291,7 +291,9 @@ static void json_add_config(json_object *j, const gpt_train_options *o)
         json_add_float(j, "weight_decay", c->adamw.weight_decay);
         break;
     }
-    const bool async = c->async && (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP);
+    const bool async = c->async && (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
+                                    (mopt == STRATA_OPTIM_KL_SHAMPOO &&
+                                     c->kl_shampoo.form == STRATA_KL_EIGENBASIS));
     json_object_object_add(j, "async", json_object_new_boolean(async));
     if (async) {
         json_object_object_add(j, "staleness", json_object_new_int(c->staleness));
@@ -456,7 +458,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                 o.model.n_head == 1 ? "" : "s", T, B, gpt_num_params(model),
                 s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, strata_optimizer_name(mopt),
                 res->unigram_val_loss,
-                o.strata.async && mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots" : "");
+                !o.strata.async                ? ""
+                : mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots"
+                : mopt == STRATA_OPTIM_SOAP ||
+                        (mopt == STRATA_OPTIM_KL_SHAMPOO &&
+                         o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)
+                    ? " | async eigenbasis refreshes"
+                    : "");
         fflush(out);
     }
     if (metrics) {
@@ -613,7 +621,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                         : "inverse roots",
                     (long long)res->stats.root_failures, res->stats.device_bytes / 1048576.0);
         if (f && o.strata.async &&
-            (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP))
+            (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
+             (mopt == STRATA_OPTIM_KL_SHAMPOO && o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)))
             fprintf(f,
                     "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
                     "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",

@@ -104,7 +104,8 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
         gpt_train_options t = o->train;
-        if (t.strata.matrix_optimizer != STRATA_OPTIM_SOAP)
+        if (t.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
+            t.strata.matrix_optimizer != STRATA_OPTIM_KL_SHAMPOO)
             t.strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
         t.quiet = true;
         /* Every run trains on one thread (it stands in for the GPU); the

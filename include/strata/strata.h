@@ -87,7 +87,8 @@ typedef struct strata_config {
     int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or
                                  1 in async mode (the workers take the other cores) */
 
-    /* Asynchronous second-order state (DESIGN.md parts 2 and 3; Shampoo). */
+    /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
+       SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */
     bool async;               /* inverse roots on worker threads; default false */
     int staleness;            /* S, steps a root may be used past its refresh point's
                                  due step; the block's staleness stays <= F-1+S; default 1 */

@@ -66,7 +66,7 @@ with tempfile.TemporaryDirectory() as tmp:
         "--seq-len", "16", "--batch", "2", "--steps", "2", "--eval-every", "0",
         "--eval-batches", "1", "--metrics", nested, "--quiet", expect_rc=0,
         expect_text="summary:", stream="stdout")
-    run("sweep-staleness", "--optimizer", "muon", expect_rc=2, expect_text="shampoo and soap")
+    run("sweep-staleness", "--optimizer", "muon", expect_rc=2, expect_text="applies to shampoo, soap and kl-shampoo")
 
     for opt in ("adamw", "shampoo", "muon"):
         p = run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",

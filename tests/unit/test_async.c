@@ -126,6 +126,9 @@ static strata_config base_config(void)
     c.shampoo.max_preconditioner_dim = 48; /* 32 x 128 matrices split into blocks */
     c.soap.precondition_frequency = 3;
     c.soap.weight_decay = 0.0f;
+    c.kl_shampoo.precondition_frequency = 3;
+    c.kl_shampoo.lr = 3e-3f;
+    c.kl_shampoo.init_factor = -1.0f;
     c.adamw.lr = 3e-3f;
     c.max_grad_norm = 1.0f;
     c.blas_threads = 1;
@@ -239,13 +242,14 @@ static void test_stagger_spreads(const gpt_data *d)
     CHECK(ok, "staggered refresh must spread the same roots over the period");
 }
 
-/* Async SOAP at S = 1, 2 (< F = 3) under random worker delays stays within
- * its bound; S >= F is refused at commit with a clear message. */
-static void test_soap_staleness(const gpt_data *d)
+/* Async SOAP and KL-Shampoo (eigenbasis) at S = 1, 2 (< F = 3) under random
+ * worker delays stay within their bound; S >= F is refused at commit with a
+ * clear message. */
+static void test_eigenbasis_staleness(const gpt_data *d, strata_optimizer opt)
 {
     for (int S = 1; S <= 3; S++) {
         strata_config c = base_config();
-        c.matrix_optimizer = STRATA_OPTIM_SOAP;
+        c.matrix_optimizer = opt;
         c.async = true;
         c.staleness = S;
         c.workers = 1;
@@ -253,10 +257,10 @@ static void test_soap_staleness(const gpt_data *d)
         run r = {0};
         strata_status st = run_open(&r, &c);
         if (S >= 3) {
-            CHECK(st == STRATA_ERR_INVALID_ARG, "SOAP with S >= F must be refused, got %s",
-                  strata_status_str(st));
-            printf("%s SOAP S=%d >= F refused: %s\n", st == STRATA_ERR_INVALID_ARG ? "PASS" : "FAIL",
-                   S, strata_last_error());
+            CHECK(st == STRATA_ERR_INVALID_ARG, "%s with S >= F must be refused, got %s",
+                  strata_optimizer_name(opt), strata_status_str(st));
+            printf("%s %s S=%d >= F refused: %s\n", st == STRATA_ERR_INVALID_ARG ? "PASS" : "FAIL",
+                   strata_optimizer_name(opt), S, strata_last_error());
             run_close(&r);
             continue;
         }
@@ -267,11 +271,12 @@ static void test_soap_staleness(const gpt_data *d)
         strata_stats_get(r.rt, &s);
         int ok = s.max_staleness <= 3 - 1 + S && s.coh_bound_exceeded == 0 && s.coh_installs > 0 &&
                  weights_finite(&r) && isfinite(loss);
-        printf("%s async SOAP S=%d with random worker delays: max staleness %lld (bound %d), "
+        printf("%s async %s S=%d with random worker delays: max staleness %lld (bound %d), "
                "%lld waits, %lld installs\n",
-               ok ? "PASS" : "FAIL", S, (long long)s.max_staleness, 3 - 1 + S,
+               ok ? "PASS" : "FAIL", strata_optimizer_name(opt), S, (long long)s.max_staleness,
+               3 - 1 + S,
                (long long)s.coh_waits, (long long)s.coh_installs);
-        CHECK(ok, "SOAP staleness bound");
+        CHECK(ok, "%s staleness bound", strata_optimizer_name(opt));
         run_close(&r);
     }
 }
@@ -352,8 +357,11 @@ int main(int argc, char **argv)
     test_s0_bit_identical(&d, STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true);
     test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false);
     test_s0_bit_identical(&d, STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false);
+    test_s0_bit_identical(&d, STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false);
     test_stagger_spreads(&d);
-    test_soap_staleness(&d);
+    test_eigenbasis_staleness(&d, STRATA_OPTIM_SOAP);
+    test_eigenbasis_staleness(&d, STRATA_OPTIM_KL_SHAMPOO);
     const int Ss[] = {0, 1, 2, 5};
     for (int i = 0; i < (quick ? 2 : 4); i++)
         test_staleness_bound(&d, Ss[i], STRATA_COH_FIXED, false);
