@@ -702,6 +702,45 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
     return strata_shampoo_apply(p->shampoo, rt->lr_scale, t, p->data, p->grad, cnt);
 }
 
+/* SOAP and KL-Shampoo at the end of step t: snapshot each rotated side's
+ * factor and eigenbasis in use (a NULL factor is an unrotated side) into a
+ * slot of version t + 1 ([S | Q | Q_new] per side) and submit its QR job with
+ * deadline t + 1 + S. */
+static strata_status eigenbasis_snapshot_submit(strata_runtime *rt, async_block *blk, int64_t t,
+                                                const int dims[2], const float *const factor[2],
+                                                const float *const q[2],
+                                                strata_optim_counters *cnt)
+{
+    const double t0 = now_seconds();
+    int k;
+    strata_status st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
+    if (st != STRATA_OK)
+        return st;
+    async_slot *sl = &blk->slots[k];
+    float *buf = sl->buf;
+    size_t bytes = 0;
+    for (int side = 0; side < 2; side++) {
+        if (!factor[side])
+            continue;
+        const size_t dd = (size_t)dims[side] * dims[side];
+        memcpy(buf, factor[side], dd * sizeof(float));
+        memcpy(buf + dd, q[side], dd * sizeof(float));
+        buf += 3 * dd;
+        bytes += 2 * dd * sizeof(float);
+    }
+    atomic_fetch_add(&rt->d2h_bytes, bytes);
+    sl->job.job.deadline = t + 1 + rt->cfg.staleness;
+    st = strata_worker_submit(rt->pool, &sl->job.job);
+    if (st != STRATA_OK) {
+        strata_coh_abort_refresh(blk->reg, blk->rb, k);
+        return st;
+    }
+    rt->stats.jobs_submitted++;
+    if (cnt)
+        cnt->seconds_roots += now_seconds() - t0;
+    return STRATA_OK;
+}
+
 /* SOAP at step t: install the eigenbasis due now (waiting only past the
  * staleness budget), the Adam step in it, the factor update, and at a
  * refresh the snapshot + QR job. The first call is SOAP's initialization (a
@@ -754,37 +793,14 @@ strata_status rt_async_soap_step(strata_runtime *rt, rt_param *p, int64_t t,
     if (st != STRATA_OK)
         return st;
     if (strata_soap_refresh_due(s)) {
-        const double t2 = now_seconds();
-        int k;
-        st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
-        if (st != STRATA_OK)
-            return st;
-        async_slot *sl = &blk->slots[k];
-        float *buf = sl->buf;
-        size_t bytes = 0;
-        for (int side = 0; side < 2; side++) {
-            int d;
-            const float *factor, *q;
-            strata_soap_side(s, side, &d, &factor, &q, NULL);
-            if (!factor)
-                continue;
-            const size_t dd = (size_t)d * d;
-            memcpy(buf, factor, dd * sizeof(float));
-            memcpy(buf + dd, q, dd * sizeof(float));
-            buf += 3 * dd;
-            bytes += 2 * dd * sizeof(float);
-        }
-        atomic_fetch_add(&rt->d2h_bytes, bytes);
-        sl->job.job.deadline = t + 1 + rt->cfg.staleness;
-        st = strata_worker_submit(rt->pool, &sl->job.job);
-        if (st != STRATA_OK) {
-            strata_coh_abort_refresh(blk->reg, blk->rb, k);
-            return st;
-        }
-        rt->stats.jobs_submitted++;
-        if (cnt)
-            cnt->seconds_roots += now_seconds() - t2;
+        int dims[2];
+        const float *factor[2], *q[2];
+        for (int side = 0; side < 2; side++)
+            strata_soap_side(s, side, &dims[side], &factor[side], &q[side], NULL);
+        st = eigenbasis_snapshot_submit(rt, blk, t, dims, factor, q, cnt);
     }
+    if (st != STRATA_OK)
+        return st;
     return st_apply;
 }
 
@@ -838,35 +854,14 @@ strata_status rt_async_kl_step(strata_runtime *rt, rt_param *p, int64_t t,
     if (st != STRATA_OK)
         return st;
     if (strata_kl_shampoo_refresh_due(s)) {
-        const double t2 = now_seconds();
-        int k;
-        st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
-        if (st != STRATA_OK)
-            return st;
-        async_slot *sl = &blk->slots[k];
-        float *buf = sl->buf;
-        size_t bytes = 0;
-        for (int side = 0; side < 2; side++) {
-            int d;
-            const float *factor, *q;
-            strata_kl_shampoo_side(s, side, &d, &factor, &q, NULL);
-            const size_t dd = (size_t)d * d;
-            memcpy(buf, factor, dd * sizeof(float));
-            memcpy(buf + dd, q, dd * sizeof(float));
-            buf += 3 * dd;
-            bytes += 2 * dd * sizeof(float);
-        }
-        atomic_fetch_add(&rt->d2h_bytes, bytes);
-        sl->job.job.deadline = t + 1 + rt->cfg.staleness;
-        st = strata_worker_submit(rt->pool, &sl->job.job);
-        if (st != STRATA_OK) {
-            strata_coh_abort_refresh(blk->reg, blk->rb, k);
-            return st;
-        }
-        rt->stats.jobs_submitted++;
-        if (cnt)
-            cnt->seconds_roots += now_seconds() - t2;
+        int dims[2];
+        const float *factor[2], *q[2];
+        for (int side = 0; side < 2; side++)
+            strata_kl_shampoo_side(s, side, &dims[side], &factor[side], &q[side], NULL);
+        st = eigenbasis_snapshot_submit(rt, blk, t, dims, factor, q, cnt);
     }
+    if (st != STRATA_OK)
+        return st;
     return st_apply;
 }
 
