@@ -65,8 +65,9 @@ static void usage_train(FILE *f, const gpt_train_options *d)
             "  --epsilon X                 added to factor eigenvalues (default %g)\n"
             "  --grafting adam|adagrad|none  (default adam)\n"
             "  --momentum X                heavy-ball momentum after grafting (default 0)\n"
-            "  --stagger-refresh           spread the matrices' root refreshes over the F steps\n"
-            "                              of a period (each step ~1/F of the work, no spike)\n"
+            "  --stagger-refresh           spread the matrices' root (shampoo) or eigenbasis\n"
+            "                              (soap, kl-shampoo) refreshes over the F steps of a\n"
+            "                              period (each step ~1/F of the work, no spike)\n"
             "\n"
             "muon:\n"
             "  --muon-momentum X           (default %g)\n"
@@ -477,12 +478,15 @@ static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
                 o.strata.staleness, o.steps);
-    if (o.strata.stagger_refresh && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO)
-        fprintf(stderr, "strata: note: --stagger-refresh spreads Shampoo's inverse roots; it has "
-                        "no effect with --optimizer %s\n",
+    if (o.strata.stagger_refresh && (o.strata.matrix_optimizer == STRATA_OPTIM_MUON ||
+                                     o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW))
+        fprintf(stderr, "strata: note: --stagger-refresh spreads the inverse-root and eigenbasis "
+                        "refreshes of shampoo, soap and kl-shampoo; it has no effect with "
+                        "--optimizer %s\n",
                 strata_optimizer_name(o.strata.matrix_optimizer));
     if (o.strata.stagger_refresh && o.strata.shampoo.precondition_frequency == 1 &&
-        o.strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO)
+        o.strata.matrix_optimizer != STRATA_OPTIM_MUON &&
+        o.strata.matrix_optimizer != STRATA_OPTIM_ADAMW)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
     if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||

@@ -63,6 +63,7 @@ void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
     c->eps = 1e-8f;
     c->weight_decay = 0.01f;
     c->precondition_frequency = 10;
+    c->refresh_offset = 0;
     c->init_factor = 0.1f;
     c->max_clamp_value = 4000;
     c->normalize_grads = false;
@@ -76,6 +77,10 @@ static strata_status check_config(const strata_kl_shampoo_config *c)
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "kl_shampoo: precondition_frequency %d must be >= 1",
                             c->precondition_frequency);
+    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "kl_shampoo: refresh_offset %d must lie in [0, F = %d)",
+                            c->refresh_offset, c->precondition_frequency);
     if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: betas (%g, %g) must lie in [0, 1)",
                             (double)c->beta1, (double)c->beta2);
@@ -343,7 +348,8 @@ bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s)
 {
     if (!s)
         return false;
-    return !s->has_basis || (s->steps > 0 && s->steps % s->cfg.precondition_frequency == 0);
+    const int F = s->cfg.precondition_frequency, o = s->cfg.refresh_offset;
+    return !s->has_basis || (s->steps >= F + o && (s->steps - o) % F == 0);
 }
 
 /* s from eigenvalues (exact form): min(max(lambda, 0)^-1/2, clamp). */

@@ -219,6 +219,7 @@ void strata_soap_config_default(strata_soap_config *c)
     c->eps = 1e-8f;
     c->weight_decay = 0.01f;
     c->precondition_frequency = 10;
+    c->refresh_offset = 0;
     c->max_precond_dim = 10000;
     c->precondition_1d = false;
     c->normalize_grads = false;
@@ -230,6 +231,9 @@ static strata_status check_config(const strata_soap_config *c)
     if (c->precondition_frequency < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap: precondition_frequency %d must be >= 1",
                             c->precondition_frequency);
+    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
+        return strata_error(STRATA_ERR_INVALID_ARG, "soap: refresh_offset %d must lie in [0, F = %d)",
+                            c->refresh_offset, c->precondition_frequency);
     if (c->max_precond_dim < 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap: max_precond_dim %d must be >= 0",
                             c->max_precond_dim);
@@ -510,7 +514,8 @@ bool strata_soap_refresh_due(const strata_soap_state *s)
 {
     if (!s)
         return false;
-    return !s->has_basis || (s->steps > 0 && s->steps % s->cfg.precondition_frequency == 0);
+    const int F = s->cfg.precondition_frequency, o = s->cfg.refresh_offset;
+    return !s->has_basis || (s->steps >= F + o && (s->steps - o) % F == 0);
 }
 
 static bool perm_valid(const int *perm, int n, int *seen)

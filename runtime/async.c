@@ -360,6 +360,9 @@ strata_status rt_async_commit(strata_runtime *rt)
         blk->kind = ASYNC_SOAP;
         blk->reg = rt->coh_soap;
         blk->rb = p->first_block - n_sh;
+        st = strata_coh_set_block_offset(blk->reg, blk->rb, p->refresh_offset);
+        if (st != STRATA_OK)
+            return st;
         blk->p = p;
         blk->installed_slot = -1;
         int dims[2];
@@ -397,6 +400,9 @@ strata_status rt_async_commit(strata_runtime *rt)
         blk->kind = ASYNC_KL;
         blk->reg = rt->coh_kl;
         blk->rb = p->first_block - n_sh - n_soap;
+        st = strata_coh_set_block_offset(blk->reg, blk->rb, p->refresh_offset);
+        if (st != STRATA_OK)
+            return st;
         blk->p = p;
         blk->installed_slot = -1;
         blk->rows = (int)p->rows;

@@ -260,16 +260,19 @@ static double shampoo_root_cost(int64_t rows, int64_t cols, int block)
 }
 
 /* Staggered refresh: longest-processing-time-first list scheduling (Graham
- * 1969) of the Shampoo parameters onto F phases. Deterministic: ties go to
- * the lower parameter index and the lower phase. */
-static strata_status assign_refresh_offsets(strata_runtime *rt)
+ * 1969) of the parameters routed to `opt` onto its F phases. Deterministic:
+ * ties go to the lower parameter index and the lower phase. Without
+ * stagger_refresh every such parameter gets the configured offset `user`
+ * (checked when its state is created). The cost of a parameter is that of
+ * its decompositions, n^3 per factor (per Shampoo block). */
+static strata_status assign_offsets_for(strata_runtime *rt, strata_optimizer opt, int F, int user)
 {
-    const int F = rt->cfg.shampoo.precondition_frequency;
     int n = 0;
-    for (int i = 0; i < rt->n_params; i++) {
-        rt->params[i].refresh_offset = rt->cfg.shampoo.refresh_offset; /* checked at create */
-        n += rt->params[i].routed == STRATA_OPTIM_SHAMPOO;
-    }
+    for (int i = 0; i < rt->n_params; i++)
+        if (rt->params[i].routed == opt) {
+            rt->params[i].refresh_offset = user;
+            n++;
+        }
     if (!rt->cfg.stagger_refresh || F <= 1 || n == 0)
         return STRATA_OK;
     /* With n < F parameters only n phases are ever chosen (an empty phase
@@ -287,9 +290,12 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     n = 0;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (p->routed != STRATA_OPTIM_SHAMPOO)
+        if (p->routed != opt)
             continue;
-        cost[i] = shampoo_root_cost(p->rows, p->cols, rt->cfg.shampoo.max_preconditioner_dim);
+        cost[i] = shampoo_root_cost(p->rows, p->cols,
+                                    opt == STRATA_OPTIM_SHAMPOO
+                                        ? rt->cfg.shampoo.max_preconditioner_dim
+                                        : 0);
         /* insertion sort, cost descending, index ascending among equals */
         int k = n++;
         while (k > 0 && cost[order[k - 1]] < cost[i]) {
@@ -313,13 +319,29 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
         sum += load[f];
     }
     strata_log(rt, STRATA_LOG_INFO, "stagger",
-               "%d Shampoo parameters over %d refresh phases: heaviest phase %.2f of the "
-               "mean, lightest %.2f",
-               n, F, sum > 0 ? hi * F / sum : 0.0, sum > 0 ? lo * F / sum : 0.0);
+               "%d %s parameters over %d refresh phases: heaviest phase %.2f of the mean, "
+               "lightest %.2f",
+               n, strata_optimizer_name(opt), F, sum > 0 ? hi * F / sum : 0.0,
+               sum > 0 ? lo * F / sum : 0.0);
     free(order);
     free(cost);
     free(load);
     return STRATA_OK;
+}
+
+static strata_status assign_refresh_offsets(strata_runtime *rt)
+{
+    const strata_config *c = &rt->cfg;
+    strata_status st = assign_offsets_for(rt, STRATA_OPTIM_SHAMPOO,
+                                          c->shampoo.precondition_frequency,
+                                          c->shampoo.refresh_offset);
+    if (st == STRATA_OK)
+        st = assign_offsets_for(rt, STRATA_OPTIM_SOAP, c->soap.precondition_frequency,
+                                c->soap.refresh_offset);
+    if (st == STRATA_OK)
+        st = assign_offsets_for(rt, STRATA_OPTIM_KL_SHAMPOO, c->kl_shampoo.precondition_frequency,
+                                c->kl_shampoo.refresh_offset);
+    return st;
 }
 
 strata_status strata_commit(strata_runtime *rt)
@@ -370,13 +392,18 @@ strata_status strata_commit(strata_runtime *rt)
             st = strata_muon_state_create_batched(&rt->cfg.muon, rt->be, p->batch, p->rows,
                                                   p->cols, &p->muon);
             break;
-        case STRATA_OPTIM_SOAP:
-            st = strata_soap_state_create(&rt->cfg.soap, rt->be, p->rows, p->cols, &p->soap);
+        case STRATA_OPTIM_SOAP: {
+            strata_soap_config sc = rt->cfg.soap;
+            sc.refresh_offset = p->refresh_offset;
+            st = strata_soap_state_create(&sc, rt->be, p->rows, p->cols, &p->soap);
             break;
-        case STRATA_OPTIM_KL_SHAMPOO:
-            st = strata_kl_shampoo_state_create(&rt->cfg.kl_shampoo, rt->be, p->rows, p->cols,
-                                                &p->kl);
+        }
+        case STRATA_OPTIM_KL_SHAMPOO: {
+            strata_kl_shampoo_config kc = rt->cfg.kl_shampoo;
+            kc.refresh_offset = p->refresh_offset;
+            st = strata_kl_shampoo_state_create(&kc, rt->be, p->rows, p->cols, &p->kl);
             break;
+        }
         default:
             st = strata_error(STRATA_ERR_INTERNAL, "commit: bad route %d", (int)p->routed);
         }

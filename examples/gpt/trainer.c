@@ -270,6 +270,7 @@ static void json_add_config(json_object *j, const gpt_train_options *o)
         json_add_float(j, "weight_decay", c->soap.weight_decay);
         json_object_object_add(j, "precondition_frequency",
                                json_object_new_int(c->soap.precondition_frequency));
+        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
         break;
     case STRATA_OPTIM_KL_SHAMPOO: {
         const strata_kl_shampoo_config *k = &c->kl_shampoo;
@@ -285,6 +286,7 @@ static void json_add_config(json_object *j, const gpt_train_options *o)
         else
             json_add_float(j, "kl_init_factor", k->init_factor);
         json_add_float(j, "kl_beta", k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
+        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
         break;
     }
     default:

@@ -601,6 +601,9 @@ typedef struct strata_soap_config {
     float eps;                  /* added to sqrt(V); default 1e-8 */
     float weight_decay;         /* decoupled, applied after the step; default 0.01 */
     int precondition_frequency; /* F, Adam steps between QR refreshes; default 10 */
+    int refresh_offset;         /* phase o in [0, F): refreshes after Adam steps F + o,
+                                   2F + o, ... (strata's; the runtime's stagger_refresh
+                                   sets it per matrix); default 0 */
     int max_precond_dim;        /* sides above it are not rotated; default 10000 */
     bool precondition_1d;       /* rotate 1-D tensors (create_vector); default false */
     bool normalize_grads;       /* RMS-normalize N; default false */
@@ -767,6 +770,9 @@ typedef struct strata_kl_shampoo_config {
     float eps;                  /* damping in X / (1 + eps X); default 1e-8 */
     float weight_decay;         /* decoupled, applied after the step; default 0.01 */
     int precondition_frequency; /* F: QR (eigenbasis) or eigh (exact) period; default 10 */
+    int refresh_offset;         /* phase o in [0, F): refreshes at k = F + o, 2F + o, ...
+                                   (strata's; the runtime's stagger_refresh sets it per
+                                   matrix); default 0 */
     float init_factor;          /* initial eigenvalue estimate; default 0.1; < 0: auto,
                                    the RMS of the parameter's first nonzero gradient
                                    (see "Initial eigenvalue estimate" above) */

@@ -77,8 +77,9 @@ typedef struct strata_config {
     strata_kl_shampoo_config kl_shampoo;
     float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
     bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
-    bool stagger_refresh;     /* Shampoo: give each matrix parameter a refresh phase in
-                                 [0, F) (shampoo.refresh_offset), chosen at commit so that
+    bool stagger_refresh;     /* Shampoo, SOAP, KL-Shampoo: give each matrix parameter a
+                                 refresh phase in [0, F) (the optimizer config's
+                                 refresh_offset), chosen at commit so that
                                  every step of a period carries about the same inverse-root
                                  work (largest first onto the least-loaded phase; cost
                                  sum of n^3 over the factors). The same roots per period,
