@@ -200,6 +200,66 @@ static void root_job_done(strata_job *j, strata_status st)
 
 /* ---- commit / destroy */
 
+/* The registry of the SOAP or KL-Shampoo blocks. Both refresh their
+ * eigenbases after the steps k = F, 2F, ... of the optimizer, i.e. at the end
+ * of runtime steps t = k + 1 (the first call only initializes, with a full
+ * eigendecomposition); the synchronous path first uses that basis at t + 1,
+ * which is therefore the refresh point ("version"): start F + 2. The QR step
+ * continues the basis in use at the snapshot, so only one refresh per
+ * parameter may be in flight: S < F. */
+static strata_status eigenbasis_registry(strata_runtime *rt, const char *name, int F, int n,
+                                         strata_coh_config *cfg, strata_coh_registry **reg)
+{
+    if (rt->cfg.staleness >= F)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "async %s needs staleness (%d) < precondition frequency (%d): each QR "
+                            "refresh continues the eigenbasis installed before it",
+                            name, rt->cfg.staleness, F);
+    *cfg = (strata_coh_config){
+        .precondition_frequency = F,
+        .start = F + 2,
+        .staleness = rt->cfg.staleness,
+        .mode = rt->cfg.install_mode,
+        .timeout_s = rt->cfg.wait_timeout_s,
+    };
+    strata_status st = strata_coh_create(cfg, n, reg);
+    int k = strata_coh_slots_needed(F, rt->cfg.staleness);
+    if (k > rt->n_slots)
+        rt->n_slots = k;
+    return st;
+}
+
+/* What every block shares: its kind, registry and index there (rb), owner,
+ * phase (the owner's refresh_offset) and its slots with their jobs. The
+ * slots' buffers come with the placement. */
+static strata_status block_init(strata_runtime *rt, int g, async_kind kind,
+                                strata_coh_registry *reg, int rb, rt_param *p, int b)
+{
+    async_block *blk = &rt->blocks[g];
+    blk->kind = kind;
+    blk->reg = reg;
+    blk->rb = rb;
+    blk->p = p;
+    blk->b = b;
+    blk->installed_slot = -1;
+    strata_status st = strata_coh_set_block_offset(reg, rb, p->refresh_offset);
+    if (st != STRATA_OK)
+        return st;
+    blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
+    if (!blk->slots)
+        return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
+    for (int k = 0; k < rt->n_slots; k++) {
+        root_job *job = &blk->slots[k].job;
+        job->rt = rt;
+        job->block = g;
+        job->slot = k;
+        job->job.run = root_job_run;
+        job->job.done = root_job_done;
+        job->job.user = job;
+    }
+    return STRATA_OK;
+}
+
 strata_status rt_async_commit(strata_runtime *rt)
 {
     const strata_shampoo_config *sc = &rt->cfg.shampoo;
@@ -240,57 +300,14 @@ strata_status rt_async_commit(strata_runtime *rt)
         rt->n_slots = strata_coh_slots_needed(rt->coh_cfg.precondition_frequency,
                                               rt->coh_cfg.staleness);
     }
-    if (n_soap > 0) {
-        /* SOAP refreshes its eigenbases after the Adam steps k = F, 2F, ...,
-         * i.e. at the end of runtime steps t = k + 1 (its first call only
-         * initializes); the synchronous path first uses that basis at t + 1,
-         * which is therefore the refresh point ("version") in the registry.
-         * The QR step continues the basis in use at the snapshot, so only one
-         * refresh per parameter may be in flight: S < F. */
-        const int F = rt->cfg.soap.precondition_frequency;
-        if (rt->cfg.staleness >= F)
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "async SOAP needs staleness (%d) < precondition frequency (%d): "
-                                "each QR refresh continues the eigenbasis installed before it",
-                                rt->cfg.staleness, F);
-        rt->coh_soap_cfg = (strata_coh_config){
-            .precondition_frequency = F,
-            .start = F + 2,
-            .staleness = rt->cfg.staleness,
-            .mode = rt->cfg.install_mode,
-            .timeout_s = rt->cfg.wait_timeout_s,
-        };
-        st = strata_coh_create(&rt->coh_soap_cfg, n_soap, &rt->coh_soap);
-        if (st != STRATA_OK)
-            return st;
-        int k = strata_coh_slots_needed(F, rt->cfg.staleness);
-        if (k > rt->n_slots)
-            rt->n_slots = k;
-    }
-    if (n_kl > 0) {
-        /* As SOAP: the first call initializes (full eigh, synchronous); the QR
-         * refresh after update k = F runs at the end of step t = k + 1, and
-         * the synchronous path first uses it at t + 1 = F + 2, the version. */
-        const int F = rt->cfg.kl_shampoo.precondition_frequency;
-        if (rt->cfg.staleness >= F)
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "async KL-Shampoo needs staleness (%d) < precondition frequency "
-                                "(%d): each QR refresh continues the eigenbasis installed before it",
-                                rt->cfg.staleness, F);
-        rt->coh_kl_cfg = (strata_coh_config){
-            .precondition_frequency = F,
-            .start = F + 2,
-            .staleness = rt->cfg.staleness,
-            .mode = rt->cfg.install_mode,
-            .timeout_s = rt->cfg.wait_timeout_s,
-        };
-        st = strata_coh_create(&rt->coh_kl_cfg, n_kl, &rt->coh_kl);
-        if (st != STRATA_OK)
-            return st;
-        int k = strata_coh_slots_needed(F, rt->cfg.staleness);
-        if (k > rt->n_slots)
-            rt->n_slots = k;
-    }
+    if (st == STRATA_OK && n_soap > 0)
+        st = eigenbasis_registry(rt, "SOAP", rt->cfg.soap.precondition_frequency, n_soap,
+                                 &rt->coh_soap_cfg, &rt->coh_soap);
+    if (st == STRATA_OK && n_kl > 0)
+        st = eigenbasis_registry(rt, "KL-Shampoo", rt->cfg.kl_shampoo.precondition_frequency, n_kl,
+                                 &rt->coh_kl_cfg, &rt->coh_kl);
+    if (st != STRATA_OK)
+        return st;
     st = strata_tier_host_create(rt->cfg.host_budget, &rt->host);
     if (st != STRATA_OK)
         return st;
@@ -317,16 +334,11 @@ strata_status rt_async_commit(strata_runtime *rt)
             continue;
         int nb = strata_shampoo_state_blocks(p->shampoo);
         for (int b = 0; b < nb; b++) {
-            async_block *blk = &rt->blocks[p->first_block + b];
-            blk->kind = ASYNC_SHAMPOO;
-            blk->reg = rt->coh;
-            blk->rb = p->first_block + b;
-            blk->p = p;
-            blk->b = b;
-            blk->installed_slot = -1;
-            st = strata_coh_set_block_offset(rt->coh, blk->rb, p->refresh_offset);
+            const int g = p->first_block + b;
+            st = block_init(rt, g, ASYNC_SHAMPOO, rt->coh, g, p, b);
             if (st != STRATA_OK)
                 return st;
+            async_block *blk = &rt->blocks[g];
             strata_shampoo_block_factors(p->shampoo, b, &blk->rows, &blk->cols, NULL, NULL);
             blk->floats = (size_t)blk->rows * blk->rows + (size_t)blk->cols * blk->cols;
             blk->r_offset = align4k((size_t)blk->rows * blk->rows * sizeof(float));
@@ -337,18 +349,6 @@ strata_status rt_async_commit(strata_runtime *rt)
                 max_dim = blk->cols;
             if (blk->floats > max_floats)
                 max_floats = blk->floats;
-            blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
-            if (!blk->slots)
-                return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
-            for (int k = 0; k < rt->n_slots; k++) {
-                root_job *job = &blk->slots[k].job;
-                job->rt = rt;
-                job->block = p->first_block + b;
-                job->slot = k;
-                job->job.run = root_job_run;
-                job->job.done = root_job_done;
-                job->job.user = job;
-            }
         }
     }
 
@@ -356,15 +356,10 @@ strata_status rt_async_commit(strata_runtime *rt)
         rt_param *p = &rt->params[i];
         if (p->routed != STRATA_OPTIM_SOAP)
             continue;
-        async_block *blk = &rt->blocks[p->first_block];
-        blk->kind = ASYNC_SOAP;
-        blk->reg = rt->coh_soap;
-        blk->rb = p->first_block - n_sh;
-        st = strata_coh_set_block_offset(blk->reg, blk->rb, p->refresh_offset);
+        st = block_init(rt, p->first_block, ASYNC_SOAP, rt->coh_soap, p->first_block - n_sh, p, 0);
         if (st != STRATA_OK)
             return st;
-        blk->p = p;
-        blk->installed_slot = -1;
+        async_block *blk = &rt->blocks[p->first_block];
         int dims[2];
         for (int side = 0; side < 2; side++) {
             const float *factor = NULL;
@@ -378,33 +373,17 @@ strata_status rt_async_commit(strata_runtime *rt)
         blk->cols = dims[1];
         blk->floats = 3 * ((size_t)dims[0] * dims[0] + (size_t)dims[1] * dims[1]) +
                       (size_t)dims[0] + (size_t)dims[1] + 1;
-        blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
-        if (!blk->slots)
-            return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
-        for (int k = 0; k < rt->n_slots; k++) {
-            root_job *job = &blk->slots[k].job;
-            job->rt = rt;
-            job->block = p->first_block;
-            job->slot = k;
-            job->job.run = root_job_run;
-            job->job.done = root_job_done;
-            job->job.user = job;
-        }
     }
 
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         if (!rt_async_kl_eligible(rt, p))
             continue;
-        async_block *blk = &rt->blocks[p->first_block];
-        blk->kind = ASYNC_KL;
-        blk->reg = rt->coh_kl;
-        blk->rb = p->first_block - n_sh - n_soap;
-        st = strata_coh_set_block_offset(blk->reg, blk->rb, p->refresh_offset);
+        st = block_init(rt, p->first_block, ASYNC_KL, rt->coh_kl, p->first_block - n_sh - n_soap,
+                        p, 0);
         if (st != STRATA_OK)
             return st;
-        blk->p = p;
-        blk->installed_slot = -1;
+        async_block *blk = &rt->blocks[p->first_block];
         blk->rows = (int)p->rows;
         blk->cols = (int)p->cols;
         for (int side = 0; side < 2; side++) {
@@ -413,18 +392,6 @@ strata_status rt_async_commit(strata_runtime *rt)
                 max_dim = d;
         }
         blk->floats = 3 * ((size_t)blk->rows * blk->rows + (size_t)blk->cols * blk->cols);
-        blk->slots = calloc((size_t)rt->n_slots, sizeof *blk->slots);
-        if (!blk->slots)
-            return strata_error(STRATA_ERR_NOMEM, "async: out of memory");
-        for (int k = 0; k < rt->n_slots; k++) {
-            root_job *job = &blk->slots[k].job;
-            job->rt = rt;
-            job->block = p->first_block;
-            job->slot = k;
-            job->job.run = root_job_run;
-            job->job.done = root_job_done;
-            job->job.user = job;
-        }
     }
 
     strata_worker_config wc;
