@@ -138,20 +138,15 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
     if (st != STRATA_OK)
         goto out_free_state;
     float *p = s->mem;
-#define CARVE(dst, count)                                   \
-    do {                                                    \
-        (dst) = p;                                          \
-        p += (((size_t)(count) + 15) / 16) * 16;            \
-    } while (0)
     s->init_pending = c->init_factor < 0.0f;
     const float init = s->init_pending ? 0.0f : c->init_factor; /* auto: set at first use */
     const float s0 = nan_to_zero(1.0f / sqrtf(init));
     for (int k = 0; k < 2; k++) {
         kl_side *sd = &s->side[k];
         const int d = sd->dim;
-        CARVE(sd->factor, (size_t)d * d);
-        CARVE(sd->q, (size_t)d * d);
-        CARVE(sd->s, d);
+        sd->factor = optim_carve(&p, (size_t)d * d);
+        sd->q = optim_carve(&p, (size_t)d * d);
+        sd->s = optim_carve(&p, d);
         for (int i = 0; i < d; i++) {
             sd->q[(size_t)i * d + i] = 1.0f;
             sd->s[i] = s0;
@@ -159,11 +154,10 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
                 sd->factor[(size_t)i * d + i] = init;
         }
     }
-    CARVE(s->exp_avg, n);
+    s->exp_avg = optim_carve(&p, n);
     for (int k = 0; k < 3; k++)
-        CARVE(s->buf[k], n);
-    CARVE(s->q_new, (size_t)maxdim * maxdim);
-#undef CARVE
+        s->buf[k] = optim_carve(&p, n);
+    s->q_new = optim_carve(&p, (size_t)maxdim * maxdim);
     /* The exact form starts from S = init_factor I, whose eigenbasis is I. */
     s->has_basis = c->form == STRATA_KL_EXACT;
 
@@ -429,11 +423,9 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
 strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale, int64_t t,
                                       float *w, const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_apply: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_apply: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("kl_shampoo_apply", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "kl_shampoo_apply: no eigenbasis yet (first step)");
     const int m = (int)s->rows, n = (int)s->cols;
@@ -492,11 +484,9 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
 strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale, int64_t t,
                                      float *w, const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_step: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_step: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("kl_shampoo_step", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
     strata_status st = STRATA_OK, st_apply = STRATA_OK;

@@ -153,11 +153,9 @@ size_t strata_muon_state_bytes(const strata_muon_state *s)
 strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, float *w,
                                const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "muon_step: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "muon_step: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("muon_step", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     const double t0 = optim_now_seconds();
     const strata_muon_config *c = &s->cfg;
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;

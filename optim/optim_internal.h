@@ -36,4 +36,26 @@ static inline strata_status optim_check_shape(const char *who, int64_t rows, int
     return STRATA_OK;
 }
 
+/* Arguments every step/apply entry point takes: state, weights and gradient
+ * non-NULL, step t >= 1 (1-based). `who` names the entry point. */
+static inline strata_status optim_check_step(const char *who, const void *state, const float *w,
+                                             const float *g, int64_t t)
+{
+    if (!state || !w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: NULL argument", who);
+    if (t < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: step %lld must be >= 1", who,
+                            (long long)t);
+    return STRATA_OK;
+}
+
+/* Carve `count` floats off a state's single backend allocation at *p and
+ * move *p past them, keeping every piece 64-byte aligned (16 floats). */
+static inline float *optim_carve(float **p, size_t count)
+{
+    float *piece = *p;
+    *p += (count + 15) / 16 * 16;
+    return piece;
+}
+
 #endif

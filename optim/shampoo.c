@@ -281,33 +281,27 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         goto out_free_blocks;
 
     float *p = s->mem;
-#define CARVE(dst, count)                                   \
-    do {                                                    \
-        (dst) = p;                                          \
-        p += (((size_t)(count) + 15) / 16) * 16;            \
-    } while (0)
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
-        CARVE(b->L, (size_t)b->rows * b->rows);
-        CARVE(b->R, (size_t)b->cols * b->cols);
+        b->L = optim_carve(&p, (size_t)b->rows * b->rows);
+        b->R = optim_carve(&p, (size_t)b->cols * b->cols);
         if (!external_roots) {
-            CARVE(b->L_inv_own, (size_t)b->rows * b->rows);
-            CARVE(b->R_inv_own, (size_t)b->cols * b->cols);
+            b->L_inv_own = optim_carve(&p, (size_t)b->rows * b->rows);
+            b->R_inv_own = optim_carve(&p, (size_t)b->cols * b->cols);
             b->L_inv = b->L_inv_own;
             b->R_inv = b->R_inv_own;
         }
     }
     if (need_m)
-        CARVE(s->filtered, n);
+        s->filtered = optim_carve(&p, n);
     if (need_a)
-        CARVE(s->graft, n);
+        s->graft = optim_carve(&p, n);
     if (need_b)
-        CARVE(s->mom, n);
-    CARVE(s->m_hat, n);
-    CARVE(s->dir, n);
-    CARVE(s->pre, n);
-    CARVE(s->tmp, tmp_floats);
-#undef CARVE
+        s->mom = optim_carve(&p, n);
+    s->m_hat = optim_carve(&p, n);
+    s->dir = optim_carve(&p, n);
+    s->pre = optim_carve(&p, n);
+    s->tmp = optim_carve(&p, tmp_floats);
 
     if (!external_roots) {
         s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
@@ -464,11 +458,9 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
 strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                                    const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_apply: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_apply: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("shampoo_apply", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     strata_status st = check_finite(s, g, cnt, "shampoo_apply");
     if (st != STRATA_OK)
         return st;
@@ -568,11 +560,9 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
 strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                                   const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_step: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_step: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("shampoo_step", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     /* One scan up front: once the factors absorbed g, apply must not refuse it. */
     strata_status st = check_finite(s, g, cnt, "shampoo_step");
     if (st == STRATA_OK)

@@ -280,26 +280,20 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     if (st != STRATA_OK)
         goto out_free_state;
     float *p = s->mem;
-#define CARVE(dst, count)                                   \
-    do {                                                    \
-        (dst) = p;                                          \
-        p += (((size_t)(count) + 15) / 16) * 16;            \
-    } while (0)
     for (int k = 0; k < 2; k++)
         if (s->side[k].rotated) {
             int d = s->side[k].dim;
-            CARVE(s->side[k].factor, (size_t)d * d);
-            CARVE(s->side[k].q, (size_t)d * d);
+            s->side[k].factor = optim_carve(&p, (size_t)d * d);
+            s->side[k].q = optim_carve(&p, (size_t)d * d);
             for (int i = 0; i < d; i++)
                 s->side[k].q[(size_t)i * d + i] = 1.0f; /* the basis before the first refresh */
         }
-    CARVE(s->exp_avg, n);
-    CARVE(s->exp_avg_sq, n);
-    CARVE(s->buf[0], n);
-    CARVE(s->buf[1], n);
+    s->exp_avg = optim_carve(&p, n);
+    s->exp_avg_sq = optim_carve(&p, n);
+    s->buf[0] = optim_carve(&p, n);
+    s->buf[1] = optim_carve(&p, n);
     if (maxdim > 0)
-        CARVE(s->q_new, (size_t)maxdim * maxdim);
-#undef CARVE
+        s->q_new = optim_carve(&p, (size_t)maxdim * maxdim);
 
     if (maxdim > 0) {
         size_t lw = strata_eigenbasis_work_doubles(maxdim);
@@ -431,11 +425,9 @@ static const float *rotate(strata_soap_state *s, const float *x, bool back, stra
 strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t, float *w,
                                 const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap_apply: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap_apply: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("soap_apply", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "soap_apply: no eigenbasis yet (first step)");
     const size_t n = (size_t)s->rows * (size_t)s->cols;
@@ -611,11 +603,9 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
 strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, float *w,
                                const float *g, strata_optim_counters *cnt)
 {
-    if (!s || !w || !g)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap_step: NULL argument");
-    if (t < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap_step: step %lld must be >= 1",
-                            (long long)t);
+    strata_status st_args = optim_check_step("soap_step", s, w, g, t);
+    if (st_args != STRATA_OK)
+        return st_args;
     if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "soap_step: non-finite gradient");
     strata_status st = STRATA_OK;
