@@ -449,13 +449,17 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     const strata_optimizer mopt = o.strata.matrix_optimizer;
     if (out) {
         fprintf(out,
-                "strata train: %s | data %s (%zu files, %zu train / %zu val bytes)\n"
+                "strata train: %s%s | data %s (%zu files, %zu train / %zu val bytes)\n"
                 "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
                 "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
                 "matrices -> %s\n"
                 "unigram baseline: %.4f nats/byte (val)%s\n",
-                strata_optimizer_name(mopt), o.data_path, data.n_files, data.n_train, data.n_val,
+                strata_optimizer_name(mopt),
+                mopt == STRATA_OPTIM_KL_SHAMPOO && o.strata.kl_shampoo.form == STRATA_KL_EXACT
+                    ? " (exact form)"
+                    : "",
+                o.data_path, data.n_files, data.n_train, data.n_val,
                 o.model.n_layer, o.model.n_layer == 1 ? "" : "s", o.model.d_model, o.model.n_head,
                 o.model.n_head == 1 ? "" : "s", T, B, gpt_num_params(model),
                 s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, strata_optimizer_name(mopt),
@@ -604,24 +608,27 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_stats_get(rt, &res->stats);
     {
         FILE *f = report;
+        /* Muon and AdamW compute neither roots nor eigenbases: no count. */
+        char refreshes[96] = "";
+        if (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
+            mopt == STRATA_OPTIM_KL_SHAMPOO)
+            snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
+                     (long long)res->stats.root_refreshes,
+                     mopt == STRATA_OPTIM_SHAMPOO ? "inverse roots" : "eigenbasis refreshes",
+                     (long long)res->stats.root_failures);
         if (f)
             fprintf(f,
                     "summary: %s | %d steps in %.*f s | train loss %.4f | val loss %.4f "
                     "(unigram %.4f)\n"
                     "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
                     "max %.1f | %.0f tok/s\n"
-                    "optimizer: %lld %s (%lld failed), %.1f MiB state in the device "
-                    "tier\n",
+                    "optimizer: %s%.1f MiB state in the device tier\n",
                     strata_optimizer_name(mopt), n, loop_seconds < 1.0 ? 3 : 1, loop_seconds,
                     res->final_train_loss,
                     res->final_val_loss, res->unigram_val_loss, res->step_ms_p50,
                     res->step_ms_p99, res->step_ms_max, res->step_ms_mean, res->opt_ms_p50,
                     res->opt_ms_max, res->tokens_per_second,
-                    (long long)res->stats.root_refreshes,
-                    mopt == STRATA_OPTIM_SOAP || mopt == STRATA_OPTIM_KL_SHAMPOO
-                        ? "eigenbasis refreshes"
-                        : "inverse roots",
-                    (long long)res->stats.root_failures, res->stats.device_bytes / 1048576.0);
+                    refreshes, res->stats.device_bytes / 1048576.0);
         if (f && o.strata.async &&
             (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
              (mopt == STRATA_OPTIM_KL_SHAMPOO && o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)))
