@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "strata/tiers.h"
+#include "tiers/tiers.h"
 #include "bench_util.h"
 
 /* Run fio and return its bandwidth in bytes/s (0 on failure). */

@@ -11,7 +11,9 @@
  * Lock order: `mu` only. `cv` is broadcast whenever a job completes or a
  * slot is freed.
  */
-#include "strata/coherence.h"
+#include "coherence/coherence.h"
+
+#include "base/clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -41,26 +43,6 @@ struct strata_coh_registry {
     bool started; /* a refresh was begun: offsets are fixed from then on */
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static struct timespec deadline_after(double seconds)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    double end = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + seconds;
-    ts.tv_sec = (time_t)end;
-    ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 int strata_coh_slots_needed(int precondition_frequency, int staleness)
 {
@@ -200,7 +182,7 @@ strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t 
 {
     if (!reg || !slot || b < 0 || b >= reg->n_blocks)
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_begin_refresh: bad block %d", b);
-    struct timespec dl = deadline_after(reg->cfg.timeout_s);
+    struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
     pthread_mutex_lock(&reg->mu);
     reg->started = true;
     for (;;) {
@@ -321,15 +303,15 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
         if (k >= 0) {
             coh_slot *s = slot_at(reg, b, k);
             if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
-                struct timespec dl = deadline_after(reg->cfg.timeout_s);
-                double t0 = now_seconds();
+                struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
+                double t0 = strata_now_seconds();
                 reg->stats.waits++;
                 int rc = 0;
                 /* The slot cannot change hands while PENDING/COMPUTING. */
                 while ((s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) &&
                        rc != ETIMEDOUT)
                     rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
-                reg->stats.wait_seconds += now_seconds() - t0;
+                reg->stats.wait_seconds += strata_now_seconds() - t0;
                 if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
                     st = strata_error(STRATA_ERR_TIMEOUT,
                                       "coherence: block %d waited %.1f s for the root of step "
@@ -393,7 +375,7 @@ void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out)
 
 strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s)
 {
-    struct timespec dl = deadline_after(timeout_s);
+    struct timespec dl = strata_deadline_after(timeout_s);
     pthread_mutex_lock(&reg->mu);
     int rc = 0;
     for (;;) {

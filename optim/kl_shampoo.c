@@ -273,7 +273,7 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
     const size_t mn = (size_t)m * (size_t)n;
     if (!optim_all_finite(g, mn))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_update_factors: non-finite gradient");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const float b = factor_beta(&s->cfg);
     kl_side *A = &s->side[0], *B = &s->side[1];
     strata_status st;
@@ -334,7 +334,7 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
     }
 out:
     if (cnt)
-        cnt->seconds_factors += optim_now_seconds() - t0;
+        cnt->seconds_factors += strata_now_seconds() - t0;
     return st;
 }
 
@@ -391,7 +391,7 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_refresh: NULL state");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const bool exact = s->cfg.form == STRATA_KL_EXACT, first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
         kl_side *sd = &s->side[k];
@@ -416,7 +416,7 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
     }
     s->has_basis = true;
     if (cnt)
-        cnt->seconds_roots += optim_now_seconds() - t0;
+        cnt->seconds_roots += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -432,7 +432,7 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
     const size_t mn = (size_t)m * (size_t)n;
     if (!optim_all_finite(g, mn))
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const strata_kl_shampoo_config *c = &s->cfg;
     const kl_side *A = &s->side[0], *B = &s->side[1];
     if (c->form == STRATA_KL_EIGENBASIS)
@@ -477,7 +477,7 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         w[i] = wi + decay * wi;
     }
     if (cnt)
-        cnt->seconds_precondition += optim_now_seconds() - t0;
+        cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 

@@ -156,7 +156,7 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     strata_status st_args = optim_check_step("muon_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    const double t0 = optim_now_seconds();
+    const double t0 = strata_now_seconds();
     const strata_muon_config *c = &s->cfg;
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
@@ -186,6 +186,6 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
         w[i] = wi - decay * wi - step * s->x[i];
     }
     if (cnt)
-        cnt->seconds_precondition += optim_now_seconds() - t0;
+        cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
 }

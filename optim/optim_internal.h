@@ -8,15 +8,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "strata/status.h"
 
-/* Monotonic clock in seconds, for the phase timings in strata_optim_counters. */
-static inline double optim_now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* True when none of the n floats is NaN or Inf. */
 static inline bool optim_all_finite(const float *x, size_t n)

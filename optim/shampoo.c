@@ -364,7 +364,7 @@ strata_status strata_shampoo_update_factors(strata_shampoo_state *s, const float
 static strata_status update_factors(strata_shampoo_state *s, const float *g,
                                     strata_optim_counters *cnt)
 {
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const float b2 = s->cfg.beta2;
     const float alpha = b2 == 1.0f ? 1.0f : 1.0f - b2;
     const int ld = (int)s->cols;
@@ -380,7 +380,7 @@ static strata_status update_factors(strata_shampoo_state *s, const float *g,
             return st;
     }
     if (cnt)
-        cnt->seconds_factors += optim_now_seconds() - t0;
+        cnt->seconds_factors += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -390,7 +390,7 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_compute_roots: NULL state");
     if (s->external_roots)
         return strata_error(STRATA_ERR_STATE, "shampoo_compute_roots: roots are external");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
         for (int f = 0; f < 2; f++) {
@@ -405,7 +405,7 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
         }
     }
     if (cnt)
-        cnt->seconds_roots += optim_now_seconds() - t0;
+        cnt->seconds_roots += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -470,7 +470,7 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
 static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                            const float *g, strata_optim_counters *cnt)
 {
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const strata_shampoo_config *c = &s->cfg;
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     const int64_t ld = s->cols;
@@ -553,7 +553,7 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
         w[i] = wi - lr * p - decay * wi;
     }
     if (cnt)
-        cnt->seconds_precondition += optim_now_seconds() - t0;
+        cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 

@@ -433,7 +433,7 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     if (!optim_all_finite(g, n))
         return strata_error(STRATA_ERR_NONFINITE, "soap_apply: non-finite gradient");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const strata_soap_config *c = &s->cfg;
     const float b1 = c->beta1, b2 = c->beta2;
     s->steps++;
@@ -478,7 +478,7 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
         w[i] = wi + decay * wi;
     }
     if (cnt)
-        cnt->seconds_precondition += optim_now_seconds() - t0;
+        cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -489,7 +489,7 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_update_factors: NULL argument");
     if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
         return strata_error(STRATA_ERR_NONFINITE, "soap_update_factors: non-finite gradient");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const float b = shampoo_beta(&s->cfg);
     const int m = (int)s->rows, n = (int)s->cols;
     strata_status st = STRATA_OK;
@@ -498,7 +498,7 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
     if (st == STRATA_OK && s->side[1].rotated)
         st = strata_backend_ssyrk(s->be, 1, n, m, 1.0f - b, g, n, b, s->side[1].factor, n);
     if (cnt)
-        cnt->seconds_factors += optim_now_seconds() - t0;
+        cnt->seconds_factors += strata_now_seconds() - t0;
     return st;
 }
 
@@ -567,7 +567,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_refresh: NULL state");
-    double t0 = optim_now_seconds();
+    double t0 = strata_now_seconds();
     const bool first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
         soap_side *sd = &s->side[k];
@@ -596,7 +596,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
     }
     s->has_basis = true;
     if (cnt)
-        cnt->seconds_roots += optim_now_seconds() - t0;
+        cnt->seconds_roots += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 

@@ -39,13 +39,8 @@
 #include <unistd.h>
 
 #include "runtime_internal.h"
+#include "testing.h"
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Wait for an nvme request whose memory is about to be reused or freed: a
  * TIMEOUT leaves it in flight (the kernel may still write into it), so keep
@@ -454,7 +449,7 @@ strata_status rt_async_commit(strata_runtime *rt)
     if (st != STRATA_OK)
         return st;
     wc.pin = rt->cfg.pin_workers;
-    wc.max_delay_us = rt->cfg.worker_delay_us;
+    wc.max_delay_us = rt->testing_worker_delay_us;
     wc.delay_seed = 12345;
     wc.work_doubles = strata_inv_root_work_doubles(max_dim);
     wc.work_ints = strata_inv_root_work_ints(max_dim);
@@ -646,14 +641,14 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
     if (st != STRATA_OK)
         return st;
     const int nb = strata_shampoo_state_blocks(p->shampoo);
-    const double t0 = now_seconds();
+    const double t0 = strata_now_seconds();
     /* All blocks of a parameter share its refresh phase (refresh_offset). */
     if (strata_coh_block_is_refresh(rt->coh, p->first_block, t))
         for (int b = 0; b < nb && st == STRATA_OK; b++)
             st = snapshot_and_submit(rt, p->first_block + b, t);
     if (st != STRATA_OK)
         return st;
-    const double t1 = now_seconds();
+    const double t1 = strata_now_seconds();
     for (int b = 0; b < nb; b++) {
         const int g = p->first_block + b;
         int slot;
@@ -668,7 +663,7 @@ strata_status rt_async_shampoo_step(strata_runtime *rt, rt_param *p, int64_t t,
                 return st;
         }
     }
-    const double t2 = now_seconds();
+    const double t2 = strata_now_seconds();
     rt->stats.last_wait_seconds += t2 - t1;
     if (cnt)
         cnt->seconds_roots += t2 - t0; /* snapshot + any wait: what the step pays for roots */
@@ -684,7 +679,7 @@ static strata_status eigenbasis_snapshot_submit(strata_runtime *rt, async_block 
                                                 const float *const q[2],
                                                 strata_optim_counters *cnt)
 {
-    const double t0 = now_seconds();
+    const double t0 = strata_now_seconds();
     int k;
     strata_status st = strata_coh_begin_refresh(blk->reg, blk->rb, t + 1, &k);
     if (st != STRATA_OK)
@@ -710,7 +705,7 @@ static strata_status eigenbasis_snapshot_submit(strata_runtime *rt, async_block 
     }
     rt->stats.jobs_submitted++;
     if (cnt)
-        cnt->seconds_roots += now_seconds() - t0;
+        cnt->seconds_roots += strata_now_seconds() - t0;
     return STRATA_OK;
 }
 
@@ -729,7 +724,7 @@ strata_status rt_async_soap_step(strata_runtime *rt, rt_param *p, int64_t t,
             blk->soap_ready = true;
         return st;
     }
-    const double t0 = now_seconds();
+    const double t0 = strata_now_seconds();
     int slot;
     int64_t version;
     bool now;
@@ -755,7 +750,7 @@ strata_status rt_async_soap_step(strata_runtime *rt, rt_param *p, int64_t t,
         }
         blk->installed_slot = slot;
     }
-    const double t1 = now_seconds();
+    const double t1 = strata_now_seconds();
     rt->stats.last_wait_seconds += t1 - t0;
     if (cnt)
         cnt->seconds_roots += t1 - t0;
@@ -793,7 +788,7 @@ strata_status rt_async_kl_step(strata_runtime *rt, rt_param *p, int64_t t,
             blk->soap_ready = true;
         return st;
     }
-    const double t0 = now_seconds();
+    const double t0 = strata_now_seconds();
     int slot;
     int64_t version;
     bool now;
@@ -813,7 +808,7 @@ strata_status rt_async_kl_step(strata_runtime *rt, rt_param *p, int64_t t,
         }
         blk->installed_slot = slot;
     }
-    const double t1 = now_seconds();
+    const double t1 = strata_now_seconds();
     rt->stats.last_wait_seconds += t1 - t0;
     if (cnt)
         cnt->seconds_roots += t1 - t0;
@@ -910,7 +905,7 @@ void rt_async_stats(strata_runtime *rt, strata_stats *s)
     }
 }
 
-strata_status strata_debug_inject_io_errors(strata_runtime *rt, int n, int errno_value)
+strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int errno_value)
 {
     if (!rt || !rt->nvme)
         return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");

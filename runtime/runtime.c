@@ -10,6 +10,7 @@
  * owner collectives are identities; they validate and record.
  */
 #include "runtime_internal.h"
+#include "testing.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -18,32 +19,22 @@
 #include <string.h>
 #include <time.h>
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void log_stderr(void *user, strata_log_level level, const char *subsystem, const char *msg)
-{
-    (void)user;
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    fprintf(stderr, "strata[%s] %s: %s\n", subsystem, names[level], msg);
-}
-
 void strata_log(const strata_runtime *rt, strata_log_level level, const char *subsystem,
                 const char *fmt, ...)
 {
-    if (!rt || level > rt->cfg.log_level)
+    if (!rt || level > rt->log.level)
         return;
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    strata_log_fn fn = rt->cfg.log_fn ? rt->cfg.log_fn : log_stderr;
-    fn(rt->cfg.log_user, level, subsystem, buf);
+    strata_logf(&rt->log, level, subsystem, "%s", buf);
+}
+
+const char *strata_version(void)
+{
+    return STRATA_VERSION_STRING;
 }
 
 strata_status strata_config_default(strata_config *cfg)
@@ -73,7 +64,6 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->nvme_dir = NULL;
     cfg->nvme_budget = 0;
     cfg->nvme_queue_depth = 16;
-    cfg->worker_delay_us = 0;
     cfg->log_level = STRATA_LOG_WARN;
     const char *env = getenv("STRATA_LOG_LEVEL");
     if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
@@ -100,7 +90,6 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: learning rates must be >= 0");
     if (cfg->async) {
         if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||
-            cfg->worker_delay_us < 0 ||
             (cfg->install_mode != STRATA_COH_FIXED && cfg->install_mode != STRATA_COH_EAGER))
             return strata_error(STRATA_ERR_INVALID_ARG,
                                 "strata_create: async needs staleness >= 0, workers >= 0, "
@@ -120,6 +109,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     if (!rt)
         return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     rt->cfg = *cfg;
+    rt->log = (strata_logger){.level = cfg->log_level, .fn = cfg->log_fn, .user = cfg->log_user};
     if (cfg->nvme_dir) {
         rt->nvme_dir = strdup(cfg->nvme_dir);
         if (!rt->nvme_dir) {
@@ -484,7 +474,7 @@ strata_status strata_step(strata_runtime *rt)
         return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
     if (!rt->committed)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
-    const double t_start = now_seconds();
+    const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
 
     /* Validate every gradient before touching any state. */
@@ -537,10 +527,10 @@ strata_status strata_step(strata_runtime *rt)
         rt_param *p = &rt->params[i];
         switch (p->routed) {
         case STRATA_OPTIM_ADAMW: {
-            double t0 = now_seconds();
+            double t0 = strata_now_seconds();
             st = strata_adamw_update(&rt->cfg.adamw, rt->lr_scale, t, p->numel, p->data, p->grad,
                                      p->adam_m, p->adam_v);
-            tail_seconds += now_seconds() - t0;
+            tail_seconds += strata_now_seconds() - t0;
             break;
         }
         case STRATA_OPTIM_SHAMPOO:
@@ -581,7 +571,7 @@ strata_status strata_step(strata_runtime *rt)
     s->seconds_roots += cnt.seconds_roots;
     s->seconds_precondition += cnt.seconds_precondition;
     s->seconds_tail += tail_seconds;
-    s->last_step_seconds = now_seconds() - t_start;
+    s->last_step_seconds = strata_now_seconds() - t_start;
     return st;
 }
 
@@ -621,4 +611,14 @@ void strata_destroy(strata_runtime *rt)
     strata_backend_destroy(rt->be);
     free(rt->nvme_dir);
     free(rt);
+}
+
+strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us)
+{
+    if (!rt || max_us < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_set_worker_delay: bad arguments");
+    if (rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_set_worker_delay: call before commit");
+    rt->testing_worker_delay_us = max_us;
+    return STRATA_OK;
 }

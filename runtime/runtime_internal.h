@@ -5,8 +5,12 @@
 
 #include <stdatomic.h>
 
+#include "base/clock.h"
+#include "base/log.h"
+#include "coherence/coherence.h"
 #include "strata/strata.h"
-#include "strata/workers.h"
+#include "tiers/tiers.h"
+#include "workers/workers.h"
 
 typedef struct rt_param {
     char *name;
@@ -74,6 +78,8 @@ typedef struct async_block {
 
 struct strata_runtime {
     strata_config cfg;
+    strata_logger log;     /* from cfg: the sink every component writes through */
+    int testing_worker_delay_us; /* runtime/testing.h */
     char *nvme_dir;
     strata_backend *be;
     rt_param *params;

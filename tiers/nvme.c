@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "tier_internal.h"
+#include "base/clock.h"
 
 #define NVME_ALIGN 4096u
 #define OP_READ 0
@@ -74,6 +75,7 @@ typedef struct chunk {
 } chunk;
 
 typedef struct nvme {
+    const strata_logger *log; /* the embedder's sink (NULL: stderr) */
     int fd;
     char path[4096];
     struct io_uring ring;
@@ -542,11 +544,7 @@ strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_
     if (!t || t->kind != STRATA_TIER_NVME || !io)
         return strata_error(STRATA_ERR_INVALID_ARG, "tier_io_wait: not an nvme tier");
     nvme *n = t->impl;
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double end = (double)dl.tv_sec + 1e-9 * dl.tv_nsec + timeout_s;
-    dl.tv_sec = (time_t)end;
-    dl.tv_nsec = (long)((end - (double)dl.tv_sec) * 1e9);
+    struct timespec dl = strata_deadline_after(timeout_s);
     pthread_mutex_lock(&n->buf_mu);
     int rc = 0;
     while (atomic_load(&io->pending_) > 0 && rc != ETIMEDOUT)
@@ -571,7 +569,8 @@ static strata_status io_wait_landed(strata_tier *t, strata_io *io)
 {
     strata_status st;
     while ((st = strata_tier_io_wait(t, io, 600.0)) == STRATA_ERR_TIMEOUT)
-        fprintf(stderr, "strata[tiers] warning: %s\n", strata_last_error());
+        strata_logf(((nvme *)t->impl)->log, STRATA_LOG_WARN, "tiers", "%s; still waiting",
+                    strata_last_error());
     return st;
 }
 
@@ -677,6 +676,8 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
                             strerror(errno));
     strata_tier *t = calloc(1, sizeof *t);
     nvme *n = calloc(1, sizeof *n);
+    if (n)
+        n->log = c->log;
     if (!t || !n) {
         free(t);
         free(n);
@@ -703,10 +704,9 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     if (n->fd < 0 && c->direct && errno == EINVAL) {
         n->fd = open(n->path, flags, 0600); /* tmpfs and friends refuse O_DIRECT */
         if (n->fd >= 0)
-            fprintf(stderr,
-                    "strata[tiers] warning: %s refuses O_DIRECT; the nvme tier goes through "
-                    "the page cache\n",
-                    c->dir);
+            strata_logf(c->log, STRATA_LOG_WARN, "tiers",
+                        "%s refuses O_DIRECT; the nvme tier goes through the page cache",
+                        c->dir);
     }
     if (n->fd < 0) {
         st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create '%s': %s", n->path,

@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "strata/tiers.h"
+#include "tiers/tiers.h"
 
 typedef struct tier_ops {
     strata_status (*alloc)(strata_tier *t, size_t bytes, void **out);

@@ -7,7 +7,9 @@
  * Lock order: one mutex (`mu`) guards everything above; callbacks run with it
  * released.
  */
-#include "strata/workers.h"
+#include "workers/workers.h"
+
+#include "base/clock.h"
 
 #include <errno.h>
 #include <hwloc.h>
@@ -41,12 +43,6 @@ struct strata_worker_pool {
     strata_worker_stats stats;
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void strata_worker_config_default(strata_worker_config *c)
 {
@@ -143,9 +139,9 @@ static void *worker_main(void *arg)
             useconds_t us = (useconds_t)((w->rng >> 33) % ((uint64_t)p->cfg.max_delay_us + 1));
             usleep(us);
         }
-        double t0 = now_seconds();
+        double t0 = strata_now_seconds();
         strata_status st = job->run(job, &w->ctx);
-        double busy = now_seconds() - t0;
+        double busy = strata_now_seconds() - t0;
         if (job->done)
             job->done(job, st);
 
@@ -297,11 +293,7 @@ strata_status strata_worker_drain(strata_worker_pool *p, double timeout_s)
 {
     if (!p)
         return strata_error(STRATA_ERR_INVALID_ARG, "worker_drain: NULL pool");
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    double end = (double)dl.tv_sec + 1e-9 * dl.tv_nsec + timeout_s;
-    dl.tv_sec = (time_t)end;
-    dl.tv_nsec = (long)((end - (double)dl.tv_sec) * 1e9);
+    struct timespec dl = strata_deadline_after(timeout_s);
     pthread_mutex_lock(&p->mu);
     int rc = 0;
     while ((p->heap_len > 0 || p->running > 0) && rc != ETIMEDOUT)

@@ -39,31 +39,20 @@
 #include <stdint.h>
 
 #include "strata/backend.h"
-#include "strata/coherence.h"
 #include "strata/optim.h"
 #include "strata/status.h"
-#include "strata/tiers.h"
+#include "strata/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define STRATA_VERSION_MAJOR 0
-#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_MINOR 2
+#define STRATA_VERSION_PATCH 0
+#define STRATA_VERSION_STRING "0.2.0"
 #define STRATA_CONFIG_VERSION 2
 #define STRATA_MAX_DIMS 4
-
-typedef enum strata_log_level {
-    STRATA_LOG_ERROR = 0,
-    STRATA_LOG_WARN = 1,
-    STRATA_LOG_INFO = 2,
-    STRATA_LOG_DEBUG = 3,
-} strata_log_level;
-
-/* Log sink: receives every message at or below cfg.log_level. The default
- * writes "strata[subsystem] message" lines to stderr. */
-typedef void (*strata_log_fn)(void *user, strata_log_level level, const char *subsystem,
-                              const char *msg);
 
 typedef struct strata_config {
     int version;                        /* STRATA_CONFIG_VERSION */
@@ -104,11 +93,15 @@ typedef struct strata_config {
     const char *nvme_dir;     /* nvme tier directory (copied); NULL = no nvme tier */
     size_t nvme_budget;       /* nvme tier bytes; 0 = unlimited */
     int nvme_queue_depth;     /* io_uring depth, >= 8; default 16 */
-    int worker_delay_us;      /* testing: random 0..N us delay before each job; default 0 */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
 } strata_config;
+
+/* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
+ * build that produced the shared library; compare with the header's macro to
+ * detect a header/library mismatch). Never NULL. */
+STRATA_API const char *strata_version(void);
 
 /* Fill `cfg` with the defaults above and each optimizer's defaults.
  * Environment overrides (read here, once): STRATA_LOG_LEVEL (0..3).
@@ -223,11 +216,6 @@ STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats
 /* Which optimizer a registered parameter was routed to (valid after commit). */
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);
-
-/* Testing: make the next `n` nvme-tier transfers of this runtime fail with
- * errno `errno_value`. Errors: STRATA_ERR_STATE (no nvme tier). */
-STRATA_API strata_status strata_debug_inject_io_errors(strata_runtime *rt, int n,
-                                                       int errno_value);
 
 /* Destroy (NULL is a no-op); stops the workers (cancelling queued jobs,
  * finishing running ones), then frees all optimizer state. */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "runtime/testing.h"
 #include "gpt.h"
 #include "strata/strata.h"
 
@@ -37,12 +38,19 @@ typedef struct run {
 static int fwd(void *ctx, int l) { return (int)strata_hook_forward(ctx, l); }
 static int bwd(void *ctx, int l) { return (int)strata_hook_backward(ctx, l); }
 
+/* Worker delay for the next run_open (runtime/testing.h), then reset. */
+static int next_delay_us;
+
 static strata_status run_open(run *r, const strata_config *cfg)
 {
     gpt_config mc = {.vocab = 256, .max_seq = 32, .n_layer = 2, .n_head = 2, .d_model = 32};
     if (gpt_create(&mc, 7, &r->m) != 0)
         return STRATA_ERR_INTERNAL;
     strata_status st = strata_create(cfg, &r->rt);
+    if (st != STRATA_OK)
+        return st;
+    st = strata_testing_set_worker_delay(r->rt, next_delay_us);
+    next_delay_us = 0;
     if (st != STRATA_OK)
         return st;
     for (int i = 0; i < gpt_num_tensors(r->m); i++) {
@@ -147,9 +155,9 @@ static void test_s0_bit_identical(const gpt_data *d, strata_optimizer opt, strat
     as.workers = 1;
     as.roots_tier = tier;
     as.nvme_dir = tier == STRATA_TIER_NVME ? tmpdir : NULL;
-    as.worker_delay_us = delay_us;
     run a = {0}, b = {0};
     CHECK(run_open(&a, &sync) == STRATA_OK, "sync open: %s", strata_last_error());
+    next_delay_us = delay_us;
     CHECK(run_open(&b, &as) == STRATA_OK, "async open: %s", strata_last_error());
     double la = 0, lb = 0;
     CHECK(run_steps(&a, d, 50, 99, &la) == STRATA_OK, "sync steps: %s", strata_last_error());
@@ -190,7 +198,7 @@ static void test_staleness_bound(const gpt_data *d, int S, strata_coh_mode mode,
     c.staleness = S;
     c.install_mode = mode;
     c.workers = 1;
-    c.worker_delay_us = 20000; /* jobs slower than steps: waits must happen */
+    next_delay_us = 20000; /* jobs slower than steps: waits must happen */
     run r = {0};
     CHECK(run_open(&r, &c) == STRATA_OK, "open: %s", strata_last_error());
     double loss = 0;
@@ -264,7 +272,7 @@ static void test_eigenbasis_staleness(const gpt_data *d, strata_optimizer opt)
         c.async = true;
         c.staleness = S;
         c.workers = 1;
-        c.worker_delay_us = 20000;
+        next_delay_us = 20000;
         run r = {0};
         strata_status st = run_open(&r, &c);
         if (S >= 3) {
@@ -298,7 +306,7 @@ static void test_shutdown_in_flight(const gpt_data *d, strata_tier_kind tier)
     c.async = true;
     c.staleness = 10;
     c.workers = 1;
-    c.worker_delay_us = 50000;
+    next_delay_us = 50000;
     c.roots_tier = tier;
     c.nvme_dir = tier == STRATA_TIER_NVME ? tmpdir : NULL;
     run r = {0};
@@ -324,7 +332,7 @@ static void test_nvme_errors(const gpt_data *d)
     CHECK(run_open(&r, &c) == STRATA_OK, "open: %s", strata_last_error());
     double loss;
     CHECK(run_steps(&r, d, 6, 3, &loss) == STRATA_OK, "steps: %s", strata_last_error());
-    CHECK(strata_debug_inject_io_errors(r.rt, 5, EIO) == STRATA_OK, "inject");
+    CHECK(strata_testing_inject_io_errors(r.rt, 5, EIO) == STRATA_OK, "inject");
     strata_status st = run_steps(&r, d, 12, 4, &loss);
     strata_stats s;
     strata_stats_get(r.rt, &s);

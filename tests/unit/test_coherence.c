@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "strata/coherence.h"
+#include "coherence/coherence.h"
 
 static strata_coh_registry *make(int F, int start, int S, strata_coh_mode mode, int blocks)
 {

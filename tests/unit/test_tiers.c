@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "strata/tiers.h"
+#include "tiers/tiers.h"
 
 static char tmpdir[256];
 

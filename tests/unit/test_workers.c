@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "strata/workers.h"
+#include "workers/workers.h"
 
 typedef struct record {
     pthread_mutex_t mu;

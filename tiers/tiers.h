@@ -26,24 +26,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "strata/status.h"
+#include "base/log.h"
+#include "strata/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum strata_tier_kind {
-    STRATA_TIER_DEVICE = 0,
-    STRATA_TIER_HOST = 1,
-    STRATA_TIER_NVME = 2,
-} strata_tier_kind;
-
-STRATA_API const char *strata_tier_kind_name(strata_tier_kind k);
 
 typedef struct strata_tier strata_tier;
 
 /* Host tier with a byte budget (0 = unlimited). Errors: STRATA_ERR_NOMEM. */
-STRATA_API strata_status strata_tier_host_create(size_t budget, strata_tier **out);
+strata_status strata_tier_host_create(size_t budget, strata_tier **out);
 
 typedef struct strata_nvme_config {
     const char *dir;       /* directory for the tier's file (created if missing) */
@@ -51,24 +45,25 @@ typedef struct strata_nvme_config {
     int queue_depth;       /* chunks in flight, staging buffers; >= 8, default 16 */
     size_t chunk_bytes;    /* largest single transfer (chunk), multiple of 4096; default 1 MiB */
     bool direct;           /* O_DIRECT; default true (falls back with a warning if refused) */
+    const strata_logger *log; /* where warnings go (must outlive the tier); NULL = stderr */
 } strata_nvme_config;
 
-STRATA_API void strata_nvme_config_default(strata_nvme_config *c);
+void strata_nvme_config_default(strata_nvme_config *c);
 
 /* Create the nvme tier: a file `strata-tier-<pid>-<n>.bin` in c->dir (removed
  * at destroy), an io_uring of queue_depth entries, queue_depth registered
  * staging buffers, and the completion thread. Errors: STRATA_ERR_IO (the
  * directory is missing/read-only, or io_uring is unavailable: the message
  * says which), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
-STRATA_API strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out);
+strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out);
 
 /* Destroy a tier (NULL is a no-op). Waits for in-flight nvme requests. */
-STRATA_API void strata_tier_destroy(strata_tier *t);
+void strata_tier_destroy(strata_tier *t);
 
-STRATA_API strata_tier_kind strata_tier_kind_of(const strata_tier *t);
+strata_tier_kind strata_tier_kind_of(const strata_tier *t);
 
 /* Bytes in use now and peak since creation. Thread-safe. */
-STRATA_API void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
+void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
 
 /* Host tier: allocate `bytes` (> 0) page-aligned, zeroed. nvme tier: reserve
  * `bytes` (rounded up to 4096) of file space (preallocated on disk with
@@ -77,10 +72,10 @@ STRATA_API void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *
  * strata_tier_read/write, not memory. Errors: STRATA_ERR_NOMEM (budget,
  * allocation, or the disk is full: the message has the errno text),
  * STRATA_ERR_IO (fallocate failed otherwise), STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out);
+strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out);
 
 /* Release what strata_tier_alloc returned (same `bytes`). NULL is a no-op. */
-STRATA_API void strata_tier_free(strata_tier *t, void *p, size_t bytes);
+void strata_tier_free(strata_tier *t, void *p, size_t bytes);
 
 /* An asynchronous nvme transfer; the caller owns the struct until wait returns. */
 typedef struct strata_io {
@@ -108,9 +103,9 @@ typedef struct strata_io {
  * STRATA_ERR_IO (submission failed: then nothing is in flight for this
  * request; for a queued read a later failure to submit surfaces from
  * strata_tier_io_wait instead). */
-STRATA_API strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset,
+strata_status strata_tier_write_async(strata_tier *t, void *h, size_t offset,
                                                  const void *src, size_t bytes, strata_io *io);
-STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
+strata_status strata_tier_read_async(strata_tier *t, void *h, size_t offset, void *dst,
                                                 size_t bytes, strata_io *io);
 
 /* Wait for a request (bounded by timeout_s, seconds). Errors: STRATA_ERR_IO
@@ -118,27 +113,27 @@ STRATA_API strata_status strata_tier_read_async(strata_tier *t, void *h, size_t 
  * still in flight: `io` (and a read's `dst`) stay in use by the tier until a
  * later strata_tier_io_wait returns STRATA_OK or STRATA_ERR_IO; do not reuse
  * or free them before. */
-STRATA_API strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
+strata_status strata_tier_io_wait(strata_tier *t, strata_io *io, double timeout_s);
 
 /* Synchronous helpers: submit and wait until the request has landed (a wait
  * past 600 s prints a warning and goes on: the kernel's block layer fails an
  * I/O it cannot finish, and returning earlier would leave the kernel writing
  * into the caller's memory). Reads into 4 KiB-aligned `dst` skip the staging
  * copy (the fast path for large reads: pass page-aligned memory). */
-STRATA_API strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
+strata_status strata_tier_write(strata_tier *t, void *h, size_t offset, const void *src,
                                            size_t bytes);
-STRATA_API strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,
+strata_status strata_tier_read(strata_tier *t, void *h, size_t offset, void *dst,
                                           size_t bytes);
 
 typedef struct strata_tier_io_stats {
     uint64_t bytes_written, bytes_read;
     uint64_t requests, errors;
 } strata_tier_io_stats;
-STRATA_API void strata_tier_io_stats_get(const strata_tier *t, strata_tier_io_stats *out);
+void strata_tier_io_stats_get(const strata_tier *t, strata_tier_io_stats *out);
 
 /* Testing: make the next `n` nvme chunk completions fail with -errno_value
  * (as a disk would), to exercise the error paths. */
-STRATA_API void strata_tier_inject_io_errors(strata_tier *t, int n, int errno_value);
+void strata_tier_inject_io_errors(strata_tier *t, int n, int errno_value);
 
 #ifdef __cplusplus
 }

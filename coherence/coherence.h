@@ -44,16 +44,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "strata/status.h"
+#include "strata/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum strata_coh_mode {
-    STRATA_COH_FIXED = 0,
-    STRATA_COH_EAGER = 1,
-} strata_coh_mode;
 
 typedef enum strata_coh_slot_state {
     STRATA_SLOT_FREE = 0,
@@ -74,48 +69,48 @@ typedef struct strata_coh_config {
 } strata_coh_config;
 
 /* Slots a block needs so that begin_refresh never waits: ceil(S/F) + 2. */
-STRATA_API int strata_coh_slots_needed(int precondition_frequency, int staleness);
+int strata_coh_slots_needed(int precondition_frequency, int staleness);
 
 /* True when t is a refresh point of cfg (a block with offset 0). */
-STRATA_API bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t);
+bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t);
 
 typedef struct strata_coh_registry strata_coh_registry;
 
 /* Errors: STRATA_ERR_INVALID_ARG (F < 1, start < 1, S < 0, blocks < 1),
  * STRATA_ERR_NOMEM. */
-STRATA_API strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
+strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
                                            strata_coh_registry **out);
-STRATA_API void strata_coh_destroy(strata_coh_registry *reg);
+void strata_coh_destroy(strata_coh_registry *reg);
 
 /* Phase of block b: its refresh points become start + offset + k F
  * (k >= 0). Call after create and before the first begin_refresh.
  * Errors: STRATA_ERR_INVALID_ARG (bad block, offset outside [0, F)),
  * STRATA_ERR_STATE (a refresh has already begun: offsets are fixed). */
-STRATA_API strata_status strata_coh_set_block_offset(strata_coh_registry *reg, int b, int offset);
+strata_status strata_coh_set_block_offset(strata_coh_registry *reg, int b, int offset);
 
 /* First refresh point of block b (start + its offset; steps), or -1 for a
  * bad argument. Thread-safe. */
-STRATA_API int64_t strata_coh_block_start(strata_coh_registry *reg, int b);
+int64_t strata_coh_block_start(strata_coh_registry *reg, int b);
 
 /* Per-block forms of strata_coh_is_refresh and strata_coh_due_version that
  * honour the block's offset (false / -1 for a bad argument). Thread-safe. */
-STRATA_API bool strata_coh_block_is_refresh(strata_coh_registry *reg, int b, int64_t t);
-STRATA_API int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t);
+bool strata_coh_block_is_refresh(strata_coh_registry *reg, int b, int64_t t);
+int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t);
 
 /* Refresh point r of block b: reserve a FREE slot (PENDING(r)) for the
  * snapshot and the job. Waits (bounded) only if every slot is busy.
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_TIMEOUT. */
-STRATA_API strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t r,
+strata_status strata_coh_begin_refresh(strata_coh_registry *reg, int b, int64_t r,
                                                   int *slot);
 
 /* Undo a begin_refresh whose job could not be submitted (slot -> FREE). */
-STRATA_API void strata_coh_abort_refresh(strata_coh_registry *reg, int b, int slot);
+void strata_coh_abort_refresh(strata_coh_registry *reg, int b, int slot);
 
 /* Worker: the job of (b, slot) started. */
-STRATA_API void strata_coh_mark_computing(strata_coh_registry *reg, int b, int slot);
+void strata_coh_mark_computing(strata_coh_registry *reg, int b, int slot);
 
 /* Worker: the job of (b, slot) finished (ok: READY, else FAILED). */
-STRATA_API void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok);
+void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok);
 
 /* Training thread, before block b is preconditioned at step t: apply the
  * rules above. On return *slot is the installed slot (-1 before the first
@@ -123,20 +118,20 @@ STRATA_API void strata_coh_complete(strata_coh_registry *reg, int b, int slot, b
  * be NULL) is set when this call changed the installed slot.
  * Errors: STRATA_ERR_TIMEOUT (the job of r(t) did not finish in timeout_s;
  * nothing changed), STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
+strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
                                             int64_t *version, bool *installed_now);
 
 /* The refresh point whose result step t must use: the latest refresh point
  * <= t - S, or -1 when there is none yet (a block with offset 0). */
-STRATA_API int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);
+int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);
 
 /* The slot of block b holding `version` (any state but FREE), or -1; its
  * state in *state. Thread-safe. */
-STRATA_API int strata_coh_find(strata_coh_registry *reg, int b, int64_t version,
+int strata_coh_find(strata_coh_registry *reg, int b, int64_t version,
                                strata_coh_slot_state *state);
 
 /* Slot state and version (for tests and stats). */
-STRATA_API strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,
+strata_coh_slot_state strata_coh_slot_get(strata_coh_registry *reg, int b, int slot,
                                                      int64_t *version);
 
 typedef struct strata_coh_stats {
@@ -149,11 +144,11 @@ typedef struct strata_coh_stats {
     int64_t bound_exceeded;  /* acquires with staleness > F-1+S (only after failures) */
 } strata_coh_stats;
 
-STRATA_API void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out);
+void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out);
 
 /* Wait until no slot of any block is PENDING or COMPUTING (bounded).
  * Errors: STRATA_ERR_TIMEOUT. */
-STRATA_API strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s);
+strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s);
 
 #ifdef __cplusplus
 }

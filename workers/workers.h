@@ -58,37 +58,37 @@ typedef struct strata_worker_config {
     uint64_t delay_seed;  /* seed of that delay */
 } strata_worker_config;
 
-STRATA_API void strata_worker_config_default(strata_worker_config *c);
+void strata_worker_config_default(strata_worker_config *c);
 
 typedef struct strata_worker_pool strata_worker_pool;
 
 /* Start the workers. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM
  * (workspaces), STRATA_ERR_INTERNAL (pthread_create failed; the threads
  * already started are stopped and joined). */
-STRATA_API strata_status strata_worker_pool_create(const strata_worker_config *c,
+strata_status strata_worker_pool_create(const strata_worker_config *c,
                                                    strata_worker_pool **out);
 
 /* Queue a job. The job struct must stay valid until its done callback
  * returns. Thread-safe. Errors: STRATA_ERR_INVALID_ARG (NULL job/run),
  * STRATA_ERR_STATE (pool shutting down). */
-STRATA_API strata_status strata_worker_submit(strata_worker_pool *p, strata_job *job);
+strata_status strata_worker_submit(strata_worker_pool *p, strata_job *job);
 
 /* Number of jobs queued or running. Thread-safe. */
-STRATA_API int strata_worker_pending(strata_worker_pool *p);
+int strata_worker_pending(strata_worker_pool *p);
 
 /* Wait until no job is queued or running, at most timeout_s seconds.
  * Errors: STRATA_ERR_TIMEOUT. */
-STRATA_API strata_status strata_worker_drain(strata_worker_pool *p, double timeout_s);
+strata_status strata_worker_drain(strata_worker_pool *p, double timeout_s);
 
 /* Counters: jobs completed, jobs failed (run returned non-OK), seconds busy. */
 typedef struct strata_worker_stats {
     int64_t completed, failed, cancelled;
     double busy_seconds;
 } strata_worker_stats;
-STRATA_API void strata_worker_stats_get(strata_worker_pool *p, strata_worker_stats *out);
+void strata_worker_stats_get(strata_worker_pool *p, strata_worker_stats *out);
 
 /* Cancel queued jobs, finish running ones, join the threads, free (NULL ok). */
-STRATA_API void strata_worker_pool_destroy(strata_worker_pool *p);
+void strata_worker_pool_destroy(strata_worker_pool *p);
 
 #ifdef __cplusplus
 }
