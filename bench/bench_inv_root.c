@@ -34,6 +34,7 @@
 
 #include "bench_util.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 static uint64_t rng_state = 0x1234567ull;
 

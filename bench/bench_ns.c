@@ -29,6 +29,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 #include "bench_util.h"
 
 static double min_time = 0.12;

@@ -1,5 +1,9 @@
 /* AdamW (Loshchilov & Hutter, ICLR 2019), PyTorch torch.optim.AdamW semantics. */
 #include "strata/optim.h"
+#include "optim/phases.h"
+#include "precond.h"
+
+#include <stdlib.h>
 
 #include <math.h>
 #include <string.h>
@@ -43,33 +47,94 @@ strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, 
     return STRATA_OK;
 }
 
-const char *strata_optimizer_name(strata_optimizer o)
+/* ------------------------------------------------ preconditioner family */
+
+/* AdamW as a family with nothing to refresh: its state is the two moments,
+ * one backend allocation of 2 numel floats. */
+typedef struct adamw_state {
+    strata_adamw_config cfg;
+    strata_backend *be;
+    size_t numel;
+    float *m, *v;
+} adamw_state;
+
+static bool fam_false(const void *cfg)
 {
-    switch (o) {
-    case STRATA_OPTIM_ADAMW: return "adamw";
-    case STRATA_OPTIM_SHAMPOO: return "shampoo";
-    case STRATA_OPTIM_MUON: return "muon";
-    case STRATA_OPTIM_SOAP: return "soap";
-    case STRATA_OPTIM_KL_SHAMPOO: return "kl-shampoo";
-    case STRATA_OPTIM_DEFAULT: return "default";
-    }
-    return "unknown";
+    (void)cfg;
+    return false;
 }
 
-strata_status strata_optimizer_parse(const char *name, strata_optimizer *out)
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
 {
-    if (!name || !out)
-        return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_parse: NULL argument");
-    static const strata_optimizer all[] = {STRATA_OPTIM_ADAMW, STRATA_OPTIM_SHAMPOO,
-                                           STRATA_OPTIM_MUON, STRATA_OPTIM_SOAP,
-                                           STRATA_OPTIM_KL_SHAMPOO};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, strata_optimizer_name(all[i])) == 0) {
-            *out = all[i];
-            return STRATA_OK;
-        }
-    return strata_error(STRATA_ERR_INVALID_ARG,
-                        "unknown optimizer '%s' (expected adamw, shampoo, muon, soap or "
-                        "kl-shampoo)",
-                        name);
+    (void)external;
+    adamw_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return strata_error(STRATA_ERR_NOMEM, "adamw: out of memory");
+    s->cfg = *(const strata_adamw_config *)cfg;
+    s->be = be;
+    s->numel = sh->numel;
+    void *mem = NULL;
+    strata_status st = strata_backend_alloc(be, 2 * sh->numel * sizeof(float), &mem);
+    if (st != STRATA_OK) {
+        free(s);
+        return st;
+    }
+    s->m = mem;
+    s->v = s->m + sh->numel;
+    *out = s;
+    return STRATA_OK;
 }
+
+static void fam_destroy(void *state)
+{
+    adamw_state *s = state;
+    if (!s)
+        return;
+    strata_backend_free(s->be, s->m, 2 * s->numel * sizeof(float));
+    free(s);
+}
+
+static size_t fam_bytes(const void *state)
+{
+    return 2 * ((const adamw_state *)state)->numel * sizeof(float);
+}
+
+static int fam_n_blocks(const void *s)
+{
+    (void)s;
+    return 0;
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    (void)cnt;
+    adamw_state *s = state;
+    return strata_adamw_update(&s->cfg, lr_scale, t, s->numel, w, g, s->m, s->v);
+}
+
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const adamw_state *s = state;
+    if (out && cap > 0)
+        strata_tensor_info_set(&out[0], "exp_avg", -1, STRATA_F32, 1, (int64_t)s->numel,
+                               STRATA_TIER_DEVICE, s->m);
+    if (out && cap > 1)
+        strata_tensor_info_set(&out[1], "exp_avg_sq", -1, STRATA_F32, 1, (int64_t)s->numel,
+                               STRATA_TIER_DEVICE, s->v);
+    return 2;
+}
+
+const strata_precond_family strata_family_adamw = {
+    .name = "adamw",
+    .has_refresh = fam_false,
+    .async_capable = fam_false,
+    .cfg_size = sizeof(strata_adamw_config),
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = fam_n_blocks,
+    .apply = fam_apply,
+    .tensors = fam_tensors,
+};

@@ -18,8 +18,10 @@
  * replaces neither). Every s is finite and >= 0.
  */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include "optim_internal.h"
+#include "precond.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -508,3 +510,286 @@ strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
         st = strata_kl_shampoo_refresh(s, cnt);
     return st == STRATA_OK ? st_apply : st;
 }
+
+/* ------------------------------------------------ preconditioner family */
+
+static bool fam_true(const void *cfg)
+{
+    (void)cfg;
+    return true;
+}
+
+/* The exact form decomposes and uses its factors in the same step (lag 0);
+ * it stays on the training thread. */
+static bool fam_async_capable(const void *cfg)
+{
+    return ((const strata_kl_shampoo_config *)cfg)->form == STRATA_KL_EIGENBASIS;
+}
+
+/* Eigenbasis form: as SOAP (refresh after Adam step k = F + o, ... at the end
+ * of runtime step k + 1, first used at k + 2; S < F). Exact form: the
+ * factors absorb G first (steps = t), then refresh at t = F + o, 2F + o, ...
+ * and use the result in the same step (lag 0). */
+static void fam_schedule(const void *cfg, strata_precond_schedule *out)
+{
+    const strata_kl_shampoo_config *c = cfg;
+    const int F = c->precondition_frequency;
+    if (c->form == STRATA_KL_EXACT)
+        *out = (strata_precond_schedule){.frequency = F, .start = F, .lag = 0,
+                                         .offset = c->refresh_offset, .max_staleness = -1};
+    else
+        *out = (strata_precond_schedule){
+            .frequency = F, .start = (int64_t)F + 2, .lag = 1, .offset = c->refresh_offset,
+            .max_staleness = F - 1,
+            .why_max = "each QR refresh continues the eigenbasis installed before it"};
+}
+
+static double fam_refresh_cost(const void *cfg, const strata_precond_shape *sh)
+{
+    (void)cfg;
+    const double r = (double)sh->rows, c = (double)sh->cols;
+    return r * r * r + c * c * c;
+}
+
+static strata_status fam_with_offset(const void *cfg, int offset, void *out)
+{
+    strata_kl_shampoo_config *c = out;
+    *c = *(const strata_kl_shampoo_config *)cfg;
+    c->refresh_offset = offset;
+    return STRATA_OK;
+}
+
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
+{
+    (void)external;
+    if (sh->batch > 1)
+        return strata_error(STRATA_ERR_UNSUPPORTED,
+                            "kl-shampoo: a stacked parameter (%lld matrices) is not supported; "
+                            "route it to muon or register it unstacked",
+                            (long long)sh->batch);
+    return strata_kl_shampoo_state_create(cfg, be, sh->rows, sh->cols,
+                                          (strata_kl_shampoo_state **)out);
+}
+
+static void fam_destroy(void *s)
+{
+    strata_kl_shampoo_state_destroy(s);
+}
+
+static size_t fam_bytes(const void *s)
+{
+    return strata_kl_shampoo_state_bytes(s);
+}
+
+static int fam_n_blocks(const void *s)
+{
+    (void)s;
+    return 1;
+}
+
+/* Slot, per side (dim d): eigenbasis form [S | Q | Q_new] (floats); exact
+ * form [S | Q_new | lambda] (d^2 + d^2 floats, then d doubles: 8-byte
+ * aligned because 2 d^2 floats are). Parts: each side's result. */
+static void fam_block(const void *state, int b, strata_precond_block *out)
+{
+    (void)b;
+    const strata_kl_shampoo_state *s = state;
+    const bool exact = s->cfg.form == STRATA_KL_EXACT;
+    size_t off = 0;
+    memset(out, 0, sizeof *out);
+    out->n_parts = 2;
+    for (int k = 0; k < 2; k++) {
+        const int d = s->side[k].dim;
+        const size_t dd = (size_t)d * d * sizeof(float);
+        if (exact) {
+            out->part_offset[k] = off + dd;
+            out->part_bytes[k] = dd + (size_t)d * sizeof(double);
+            off += 2 * dd + (size_t)d * sizeof(double);
+        } else {
+            out->part_offset[k] = off + 2 * dd;
+            out->part_bytes[k] = dd;
+            off += 3 * dd;
+        }
+        if (d > out->max_dim)
+            out->max_dim = d;
+    }
+    out->slot_bytes = off;
+}
+
+/* Eigenbasis form: the first call initializes (full eigh) and is the whole
+ * step; later steps apply first (with the pre-step basis). Exact form: the
+ * factors absorb G before the refresh and the update. */
+static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                                strata_optim_counters *cnt, bool *done)
+{
+    strata_kl_shampoo_state *s = state;
+    *done = false;
+    if (s->cfg.form == STRATA_KL_EXACT) {
+        if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
+            return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
+        return strata_kl_shampoo_update_factors(s, g, cnt);
+    }
+    *done = !s->has_basis;
+    return *done ? strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    const strata_kl_shampoo_state *s = state;
+    const bool exact = s->cfg.form == STRATA_KL_EXACT;
+    char *p = slot;
+    strata_status st = STRATA_OK;
+    for (int k = 0; k < 2 && st == STRATA_OK; k++) {
+        const int d = s->side[k].dim;
+        const size_t dd = (size_t)d * d * sizeof(float);
+        st = strata_backend_copy(s->be, p, s->side[k].factor, dd);
+        if (st == STRATA_OK && !exact)
+            st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd);
+        p += exact ? 2 * dd + (size_t)d * sizeof(double) : 3 * dd;
+    }
+    return st;
+}
+
+/* Eigenbasis form: one unsorted QR power step per side (the estimates stay
+ * with their columns). Exact form: a full float64 eigendecomposition per
+ * side, and its inverse square roots checked here so that install cannot
+ * fail (as strata_kl_shampoo_refresh counts it). */
+static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
+                                 unsigned *failed, strata_optim_counters *cnt)
+{
+    (void)b;
+    const strata_kl_shampoo_state *s = state;
+    const bool exact = s->cfg.form == STRATA_KL_EXACT;
+    char *p = slot;
+    int ok = 0;
+    *failed = 0;
+    for (int k = 0; k < 2; k++) {
+        const kl_side *sd = &s->side[k];
+        const int d = sd->dim;
+        const size_t dd = (size_t)d * d;
+        float *f = (float *)p;
+        strata_status st;
+        if (exact) {
+            double *lambda = (double *)(p + 2 * dd * sizeof(float));
+            st = strata_eigenbasis_eigh(d, f, f + dd, lambda, work, iwork);
+            if (st == STRATA_OK) {
+                /* The factor's copy is free now: room for the check's output. */
+                st = sqrt_inv_from_eigenvalues(sd, lambda, f);
+            }
+            p += 2 * dd * sizeof(float) + (size_t)d * sizeof(double);
+        } else {
+            st = strata_eigenbasis_qr(d, f, f + dd, false, f + 2 * dd, NULL, work, iwork);
+            p += 3 * dd * sizeof(float);
+        }
+        if (st == STRATA_OK)
+            ok++;
+        else
+            *failed |= 1u << k;
+    }
+    if (cnt) {
+        cnt->root_refreshes += ok;
+        cnt->root_failures += 2 - ok;
+    }
+    return ok > 0 ? STRATA_OK
+                  : strata_error(STRATA_ERR_LINALG, "kl_shampoo: both eigenbasis refreshes failed");
+}
+
+static size_t fam_work_doubles(int n)
+{
+    return strata_eigenbasis_work_doubles(n);
+}
+
+static size_t fam_work_ints(int n)
+{
+    return strata_eigenbasis_work_ints(n);
+}
+
+/* A failed side keeps its basis (and, exact form, its estimates). */
+static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
+                                 unsigned have)
+{
+    (void)b;
+    (void)have;
+    strata_kl_shampoo_state *s = state;
+    const bool exact = s->cfg.form == STRATA_KL_EXACT;
+    const char *p = slot;
+    for (int k = 0; k < 2; k++) {
+        const int d = s->side[k].dim;
+        const size_t dd = (size_t)d * d * sizeof(float);
+        strata_status st = STRATA_OK;
+        if (!(failed & (1u << k))) {
+            if (exact)
+                st = strata_kl_shampoo_install_eigenbasis(
+                    s, k, (const float *)(p + dd), (const double *)(p + 2 * dd));
+            else
+                st = strata_kl_shampoo_install_eigenbasis(s, k, (const float *)(p + 2 * dd),
+                                                          NULL);
+        }
+        if (st != STRATA_OK)
+            return st;
+        p += exact ? 2 * dd + (size_t)d * sizeof(double) : 3 * dd;
+    }
+    return STRATA_OK;
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    return strata_kl_shampoo_apply(state, lr_scale, t, w, g, cnt);
+}
+
+static strata_status fam_after(void *state, const float *g, strata_optim_counters *cnt)
+{
+    strata_kl_shampoo_state *s = state;
+    return s->cfg.form == STRATA_KL_EXACT ? STRATA_OK
+                                          : strata_kl_shampoo_update_factors(s, g, cnt);
+}
+
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const strata_kl_shampoo_state *s = state;
+    int n = 0;
+#define PUT(name, idx, dt, r, c, where, ptr)                                                   \
+    do {                                                                                       \
+        if (out && n < cap)                                                                    \
+            strata_tensor_info_set(&out[n], name, idx, dt, r, c, where, (void *)(ptr));        \
+        n++;                                                                                   \
+    } while (0)
+    for (int k = 0; k < 2; k++) {
+        const kl_side *sd = &s->side[k];
+        PUT("factor", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->factor);
+        PUT("q", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->q);
+        PUT("sqrt_inv", k, STRATA_F32, 1, sd->dim, STRATA_TIER_DEVICE, sd->s);
+    }
+    PUT("exp_avg", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
+    PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
+#undef PUT
+    return n;
+}
+
+const strata_precond_family strata_family_kl_shampoo = {
+    .name = "kl-shampoo",
+    .refresh_noun = "eigenbasis refreshes",
+    .has_refresh = fam_true,
+    .async_capable = fam_async_capable,
+    .schedule = fam_schedule,
+    .refresh_cost = fam_refresh_cost,
+    .with_offset = fam_with_offset,
+    .cfg_size = sizeof(strata_kl_shampoo_config),
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = fam_n_blocks,
+    .block = fam_block,
+    .before = fam_before,
+    .snapshot = fam_snapshot,
+    .refresh = fam_refresh,
+    .refresh_work_doubles = fam_work_doubles,
+    .refresh_work_ints = fam_work_ints,
+    .install = fam_install,
+    .apply = fam_apply,
+    .after = fam_after,
+    .tensors = fam_tensors,
+};

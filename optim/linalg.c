@@ -27,6 +27,7 @@
  * and pseudo-inverse modes and the retry of a failed eigendecomposition.
  * Nothing is allocated here: all scratch lives in the caller's `work`. */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include <cblas.h>
 #include <float.h>
@@ -345,4 +346,160 @@ strata_status strata_inv_root(int n, const float *a, double eps, double p, float
     o.exponent = 1.0 / p;
     o.eps = eps;
     return strata_inv_root_ex(n, a, &o, out, work, iwork, NULL);
+}
+
+/* ------------------------------------------------------------ eigenbases (SOAP, KL-Shampoo) */
+
+/* dsyevd, jobz = 'V': lwork >= 1 + 6n + 2n^2, liwork >= 3 + 5n (LAPACK). */
+static size_t syevd_lwork(int n) { return 1 + 6 * (size_t)n + 2 * (size_t)n * (size_t)n; }
+static size_t syevd_liwork(int n) { return 3 + 5 * (size_t)n; }
+
+/* Workspace of dgeqrf + dorgqr on an n x n matrix, asked of LAPACK itself
+ * (a workspace query touches no matrix). */
+static size_t qr_lwork(int n)
+{
+    double q1 = 0.0, q2 = 0.0, dummy = 0.0;
+    lapack_int info1 = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, &dummy, n, &dummy, &q1, -1);
+    lapack_int info2 = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, &dummy, n, &dummy, &q2, -1);
+    size_t w = (size_t)n * 64; /* a safe block size if the query fails */
+    if (info1 == 0 && q1 > (double)w)
+        w = (size_t)q1;
+    if (info2 == 0 && q2 > (double)w)
+        w = (size_t)q2;
+    return w;
+}
+
+/* Layout of `work`: three n x n float64 matrices, two n vectors, then the
+ * LAPACK workspace (the larger of dsyevd's and the QR's). */
+static size_t lapack_part(int n)
+{
+    size_t a = syevd_lwork(n), b = qr_lwork(n);
+    return a > b ? a : b;
+}
+
+size_t strata_eigenbasis_work_doubles(int n)
+{
+    return n <= 0 ? 0 : 3 * (size_t)n * (size_t)n + 2 * (size_t)n + lapack_part(n);
+}
+
+size_t strata_eigenbasis_work_ints(int n)
+{
+    return n <= 0 ? 0 : syevd_liwork(n) + 2 * (size_t)n;
+}
+
+strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *lambda,
+                                     double *work, int *iwork)
+{
+    if (n <= 0 || !a || !q || !work || !iwork)
+        return strata_error(STRATA_ERR_INVALID_ARG, "eigenbasis_eigh: bad arguments (n=%d)", n);
+    const size_t nn = (size_t)n * (size_t)n;
+    double *v = work;                 /* n x n: input, then eigenvectors (column-major) */
+    double *lam = v + 3 * nn;         /* n */
+    double *lwork = lam + 2 * (size_t)n;
+    for (size_t i = 0; i < nn; i++) {
+        if (!isfinite(a[i]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite factor entry %zu",
+                                i);
+    }
+    /* Symmetrize; a symmetric matrix reads the same in either storage order. */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j <= i; j++) {
+            double s = 0.5 * ((double)a[(size_t)i * n + j] + (double)a[(size_t)j * n + i]);
+            v[(size_t)i * n + j] = v[(size_t)j * n + i] = s;
+        }
+    lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lam, lwork,
+                                          (lapack_int)lapack_part(n), iwork,
+                                          (lapack_int)syevd_liwork(n));
+    if (info != 0)
+        return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: LAPACKE_dsyevd info=%d (n=%d)",
+                            (int)info, n);
+    for (size_t i = 0; i < nn; i++)
+        if (!isfinite(v[i]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite eigenvector");
+    for (int j = 0; j < n; j++)
+        if (!isfinite(lam[j]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite eigenvalue");
+    /* dsyevd sorts ascending; column k of q is eigenvector n-1-k (eigh + flip). */
+    for (int k = 0; k < n; k++) {
+        const double *col = v + (size_t)(n - 1 - k) * n;
+        for (int i = 0; i < n; i++)
+            q[(size_t)i * n + k] = (float)col[i];
+        if (lambda)
+            lambda[k] = lam[n - 1 - k];
+    }
+    return STRATA_OK;
+}
+
+/* Stable sort of idx[0..n) by key descending (merge sort; tmp holds n ints). */
+static void argsort_desc(int n, const double *key, int *idx, int *tmp)
+{
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                tmp[o++] = key[idx[j]] > key[idx[i]] ? idx[j++] : idx[i++];
+            while (i < mid)
+                tmp[o++] = idx[i++];
+            while (j < hi)
+                tmp[o++] = idx[j++];
+        }
+        memcpy(idx, tmp, (size_t)n * sizeof(int));
+    }
+}
+
+strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bool sort,
+                                   float *q_new, int *perm, double *work, int *iwork)
+{
+    if (n <= 0 || !a || !q_old || !q_new || !work || !iwork || (sort && !perm) ||
+        q_new == q_old)
+        return strata_error(STRATA_ERR_INVALID_ARG, "eigenbasis_qr: bad arguments (n=%d)", n);
+    const size_t nn = (size_t)n * (size_t)n;
+    double *a64 = work;           /* factor, row-major */
+    double *o64 = a64 + nn;       /* q_old, row-major; later the QR input, column-major */
+    double *b64 = o64 + nn;       /* B = a q_old, row-major */
+    double *est = b64 + nn;       /* n */
+    double *tau = est + n;        /* n */
+    double *lwork = tau + n;
+    int *idx = iwork, *tmp = iwork + n;
+    for (size_t i = 0; i < nn; i++) {
+        if (!isfinite(a[i]) || !isfinite(q_old[i]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite input entry %zu", i);
+        a64[i] = a[i];
+        o64[i] = q_old[i];
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a64, n, o64, n, 0.0, b64,
+                n);
+    for (int k = 0; k < n; k++) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++)
+            acc += o64[(size_t)i * n + k] * b64[(size_t)i * n + k];
+        est[k] = acc;
+        idx[k] = k;
+    }
+    for (int k = 0; k < n; k++)
+        if (!isfinite(est[k]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite power iterate");
+    if (sort)
+        argsort_desc(n, est, idx, tmp);
+    /* QR input B[:, idx] in column-major order (column k contiguous). */
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < n; i++)
+            o64[(size_t)k * n + i] = b64[(size_t)i * n + idx[k]];
+    const lapack_int lw = (lapack_int)lapack_part(n);
+    lapack_int info = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, o64, n, tau, lwork, lw);
+    if (info == 0)
+        info = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, o64, n, tau, lwork, lw);
+    if (info != 0)
+        return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: LAPACK QR info=%d (n=%d)",
+                            (int)info, n);
+    for (size_t i = 0; i < nn; i++)
+        if (!isfinite(o64[i]))
+            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite Q");
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < n; i++)
+            q_new[(size_t)i * n + k] = (float)o64[(size_t)k * n + i];
+    if (perm)
+        memcpy(perm, idx, (size_t)n * sizeof(int));
+    return STRATA_OK;
 }

@@ -9,8 +9,10 @@
  * at creation; nothing is allocated per step. The Gram restart positions are
  * resolved once, at creation. */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include "optim_internal.h"
+#include "precond.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -189,3 +191,65 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
         cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
 }
+
+/* ------------------------------------------------ preconditioner family */
+
+/* Muon has nothing to refresh: its family only creates, applies and
+ * enumerates (the engine runs it like the others). */
+static bool fam_false(const void *cfg)
+{
+    (void)cfg;
+    return false;
+}
+
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
+{
+    (void)external;
+    return strata_muon_state_create_batched(cfg, be, sh->batch, sh->rows, sh->cols,
+                                            (strata_muon_state **)out);
+}
+
+static void fam_destroy(void *s)
+{
+    strata_muon_state_destroy(s);
+}
+
+static size_t fam_bytes(const void *s)
+{
+    return strata_muon_state_bytes(s);
+}
+
+static int fam_n_blocks(const void *s)
+{
+    (void)s;
+    return 0;
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    return strata_muon_step(state, lr_scale, t, w, g, cnt);
+}
+
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const strata_muon_state *s = state;
+    if (out && cap > 0)
+        strata_tensor_info_set(&out[0], "momentum", -1, STRATA_F32, s->batch * s->rows, s->cols,
+                               STRATA_TIER_DEVICE, s->mom);
+    return 1;
+}
+
+const strata_precond_family strata_family_muon = {
+    .name = "muon",
+    .has_refresh = fam_false,
+    .async_capable = fam_false,
+    .cfg_size = sizeof(strata_muon_config),
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = fam_n_blocks,
+    .apply = fam_apply,
+    .tensors = fam_tensors,
+};

@@ -25,6 +25,7 @@
  * (norms, transposes, the diagonal shift) runs on the host, which the cpu
  * backend allows (backend.h). */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -21,8 +21,10 @@
  * or skipped with the state exactly as before.
  */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include "optim_internal.h"
+#include "precond.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -573,3 +575,228 @@ strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64
         st = apply(s, lr_scale, t, w, g, cnt);
     return st;
 }
+
+/* ------------------------------------------------ preconditioner family */
+
+/* Inverse-root cost of one parameter: sum of n^3 over the factors of its
+ * blocks (the eigendecomposition's order). Only compared with other
+ * parameters' costs. */
+static double fam_refresh_cost(const void *cfg, const strata_precond_shape *sh)
+{
+    const strata_shampoo_config *c = cfg;
+    const int64_t rows = sh->rows, cols = sh->cols;
+    const int64_t B = c->max_preconditioner_dim > 0 ? c->max_preconditioner_dim
+                                                     : (rows > cols ? rows : cols);
+    const int64_t nr = (rows + B - 1) / B, nc = (cols + B - 1) / B;
+    double cost = 0;
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+        double r = (double)(rows - r0 < B ? rows - r0 : B);
+        cost += (double)nc * r * r * r;
+    }
+    for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        double k = (double)(cols - c0 < B ? cols - c0 : B);
+        cost += (double)nr * k * k * k;
+    }
+    return cost;
+}
+
+static bool fam_true(const void *cfg)
+{
+    (void)cfg;
+    return true;
+}
+
+static void fam_schedule(const void *cfg, strata_precond_schedule *out)
+{
+    const strata_shampoo_config *c = cfg;
+    *out = (strata_precond_schedule){.frequency = c->precondition_frequency,
+                                     .start = start_step(c), .lag = 0,
+                                     .offset = c->refresh_offset, .max_staleness = -1};
+}
+
+static strata_status fam_with_offset(const void *cfg, int offset, void *out)
+{
+    strata_shampoo_config *c = out;
+    *c = *(const strata_shampoo_config *)cfg;
+    c->refresh_offset = offset;
+    return STRATA_OK;
+}
+
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
+{
+    if (sh->batch > 1)
+        return strata_error(STRATA_ERR_UNSUPPORTED,
+                            "shampoo: a stacked parameter (%lld matrices) is not supported; "
+                            "route it to muon or register it unstacked",
+                            (long long)sh->batch);
+    return strata_shampoo_state_create_ex(cfg, be, sh->rows, sh->cols, external,
+                                          (strata_shampoo_state **)out);
+}
+
+static void fam_destroy(void *s)
+{
+    strata_shampoo_state_destroy(s);
+}
+
+static size_t fam_bytes(const void *s)
+{
+    return strata_shampoo_state_bytes(s);
+}
+
+static int fam_n_blocks(const void *s)
+{
+    return strata_shampoo_state_blocks(s);
+}
+
+/* Slot: [L | R] (rows^2 + cols^2 floats), the roots in place; parts L, R. */
+static void fam_block(const void *state, int b, strata_precond_block *out)
+{
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const size_t nl = (size_t)blk->rows * blk->rows * sizeof(float);
+    const size_t nr = (size_t)blk->cols * blk->cols * sizeof(float);
+    *out = (strata_precond_block){
+        .slot_bytes = nl + nr,
+        .max_dim = blk->rows > blk->cols ? blk->rows : blk->cols,
+        .n_parts = 2,
+        .part_offset = {0, nl},
+        .part_bytes = {nl, nr},
+    };
+}
+
+static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                                strata_optim_counters *cnt, bool *done)
+{
+    (void)lr_scale;
+    (void)t;
+    (void)w;
+    strata_shampoo_state *s = state;
+    *done = false;
+    strata_status st = check_finite(s, g, cnt, "shampoo_step");
+    return st == STRATA_OK ? update_factors(s, g, cnt) : st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const size_t nl = (size_t)blk->rows * blk->rows;
+    float *dst = slot;
+    strata_status st = strata_backend_copy(s->be, dst, blk->L, nl * sizeof(float));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, dst + nl, blk->R,
+                                 (size_t)blk->cols * blk->cols * sizeof(float));
+    return st;
+}
+
+static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
+                                 unsigned *failed, strata_optim_counters *cnt)
+{
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
+    strata_status sl = strata_shampoo_factor_root(&s->cfg, 0, blk->rows, L, L, work, iwork, cnt);
+    strata_status sr = strata_shampoo_factor_root(&s->cfg, 1, blk->cols, R, R, work, iwork, cnt);
+    *failed = (sl != STRATA_OK ? 1u : 0u) | (sr != STRATA_OK ? 2u : 0u);
+    if (sl != STRATA_OK && sr != STRATA_OK)
+        return strata_error(STRATA_ERR_LINALG, "shampoo: both inverse roots of block %d failed", b);
+    return STRATA_OK;
+}
+
+static size_t fam_work_doubles(int n)
+{
+    return strata_inv_root_work_doubles(n);
+}
+
+static size_t fam_work_ints(int n)
+{
+    return strata_inv_root_work_ints(n);
+}
+
+/* External roots are lent (the slot stays until the next install); own roots
+ * are copied into the state's buffers (a failed part keeps the old root). */
+static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
+                                 unsigned have)
+{
+    strata_shampoo_state *s = state;
+    shampoo_block *blk = &s->blocks[b];
+    const float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
+    if (s->external_roots)
+        return strata_shampoo_block_set_roots(s, b, (have & 1u) ? L : NULL,
+                                              (have & 2u) ? R : NULL);
+    strata_status st = STRATA_OK;
+    if (!(failed & 1u)) {
+        st = strata_backend_copy(s->be, blk->L_inv_own, L,
+                                 (size_t)blk->rows * blk->rows * sizeof(float));
+        blk->has_root[0] = st == STRATA_OK;
+    }
+    if (st == STRATA_OK && !(failed & 2u)) {
+        st = strata_backend_copy(s->be, blk->R_inv_own, R,
+                                 (size_t)blk->cols * blk->cols * sizeof(float));
+        blk->has_root[1] = st == STRATA_OK;
+    }
+    return st;
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    strata_status st = optim_check_step("shampoo_step", state, w, g, t);
+    return st == STRATA_OK ? apply(state, lr_scale, t, w, g, cnt) : st;
+}
+
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const strata_shampoo_state *s = state;
+    int n = 0;
+#define PUT(name, idx, r, c, ptr)                                                              \
+    do {                                                                                       \
+        if (out && n < cap)                                                                    \
+            strata_tensor_info_set(&out[n], name, idx, STRATA_F32, r, c, STRATA_TIER_DEVICE,  \
+                                   (void *)(ptr));                                             \
+        n++;                                                                                   \
+    } while (0)
+    for (int b = 0; b < s->nblocks; b++) {
+        const shampoo_block *blk = &s->blocks[b];
+        PUT("L", b, blk->rows, blk->rows, blk->L);
+        PUT("R", b, blk->cols, blk->cols, blk->R);
+        if (!s->external_roots) {
+            PUT("L_inv", b, blk->rows, blk->rows, blk->L_inv_own);
+            PUT("R_inv", b, blk->cols, blk->cols, blk->R_inv_own);
+        }
+    }
+    if (s->filtered)
+        PUT("filtered", -1, s->rows, s->cols, s->filtered);
+    if (s->graft)
+        PUT("graft", -1, s->rows, s->cols, s->graft);
+    if (s->mom)
+        PUT("momentum", -1, s->rows, s->cols, s->mom);
+#undef PUT
+    return n;
+}
+
+const strata_precond_family strata_family_shampoo = {
+    .name = "shampoo",
+    .refresh_noun = "inverse roots",
+    .has_refresh = fam_true,
+    .async_capable = fam_true,
+    .schedule = fam_schedule,
+    .refresh_cost = fam_refresh_cost,
+    .with_offset = fam_with_offset,
+    .cfg_size = sizeof(strata_shampoo_config),
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = fam_n_blocks,
+    .block = fam_block,
+    .before = fam_before,
+    .snapshot = fam_snapshot,
+    .refresh = fam_refresh,
+    .refresh_work_doubles = fam_work_doubles,
+    .refresh_work_ints = fam_work_ints,
+    .install = fam_install,
+    .apply = fam_apply,
+    .after = NULL,
+    .tensors = fam_tensors,
+};

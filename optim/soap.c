@@ -16,8 +16,10 @@
  * state["step"]).
  */
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 #include "optim_internal.h"
+#include "precond.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -25,162 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ------------------------------------------------------------ eigenbases */
-
-/* dsyevd, jobz = 'V': lwork >= 1 + 6n + 2n^2, liwork >= 3 + 5n (LAPACK). */
-static size_t syevd_lwork(int n) { return 1 + 6 * (size_t)n + 2 * (size_t)n * (size_t)n; }
-static size_t syevd_liwork(int n) { return 3 + 5 * (size_t)n; }
-
-/* Workspace of dgeqrf + dorgqr on an n x n matrix, asked of LAPACK itself
- * (a workspace query touches no matrix). */
-static size_t qr_lwork(int n)
-{
-    double q1 = 0.0, q2 = 0.0, dummy = 0.0;
-    lapack_int info1 = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, &dummy, n, &dummy, &q1, -1);
-    lapack_int info2 = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, &dummy, n, &dummy, &q2, -1);
-    size_t w = (size_t)n * 64; /* a safe block size if the query fails */
-    if (info1 == 0 && q1 > (double)w)
-        w = (size_t)q1;
-    if (info2 == 0 && q2 > (double)w)
-        w = (size_t)q2;
-    return w;
-}
-
-/* Layout of `work`: three n x n float64 matrices, two n vectors, then the
- * LAPACK workspace (the larger of dsyevd's and the QR's). */
-static size_t lapack_part(int n)
-{
-    size_t a = syevd_lwork(n), b = qr_lwork(n);
-    return a > b ? a : b;
-}
-
-size_t strata_eigenbasis_work_doubles(int n)
-{
-    return n <= 0 ? 0 : 3 * (size_t)n * (size_t)n + 2 * (size_t)n + lapack_part(n);
-}
-
-size_t strata_eigenbasis_work_ints(int n)
-{
-    return n <= 0 ? 0 : syevd_liwork(n) + 2 * (size_t)n;
-}
-
-strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *lambda,
-                                     double *work, int *iwork)
-{
-    if (n <= 0 || !a || !q || !work || !iwork)
-        return strata_error(STRATA_ERR_INVALID_ARG, "eigenbasis_eigh: bad arguments (n=%d)", n);
-    const size_t nn = (size_t)n * (size_t)n;
-    double *v = work;                 /* n x n: input, then eigenvectors (column-major) */
-    double *lam = v + 3 * nn;         /* n */
-    double *lwork = lam + 2 * (size_t)n;
-    for (size_t i = 0; i < nn; i++) {
-        if (!isfinite(a[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite factor entry %zu",
-                                i);
-    }
-    /* Symmetrize; a symmetric matrix reads the same in either storage order. */
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j <= i; j++) {
-            double s = 0.5 * ((double)a[(size_t)i * n + j] + (double)a[(size_t)j * n + i]);
-            v[(size_t)i * n + j] = v[(size_t)j * n + i] = s;
-        }
-    lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lam, lwork,
-                                          (lapack_int)lapack_part(n), iwork,
-                                          (lapack_int)syevd_liwork(n));
-    if (info != 0)
-        return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: LAPACKE_dsyevd info=%d (n=%d)",
-                            (int)info, n);
-    for (size_t i = 0; i < nn; i++)
-        if (!isfinite(v[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite eigenvector");
-    for (int j = 0; j < n; j++)
-        if (!isfinite(lam[j]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: non-finite eigenvalue");
-    /* dsyevd sorts ascending; column k of q is eigenvector n-1-k (eigh + flip). */
-    for (int k = 0; k < n; k++) {
-        const double *col = v + (size_t)(n - 1 - k) * n;
-        for (int i = 0; i < n; i++)
-            q[(size_t)i * n + k] = (float)col[i];
-        if (lambda)
-            lambda[k] = lam[n - 1 - k];
-    }
-    return STRATA_OK;
-}
-
-/* Stable sort of idx[0..n) by key descending (merge sort; tmp holds n ints). */
-static void argsort_desc(int n, const double *key, int *idx, int *tmp)
-{
-    for (int w = 1; w < n; w *= 2) {
-        for (int lo = 0; lo < n; lo += 2 * w) {
-            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-            int i = lo, j = mid, o = lo;
-            while (i < mid && j < hi)
-                tmp[o++] = key[idx[j]] > key[idx[i]] ? idx[j++] : idx[i++];
-            while (i < mid)
-                tmp[o++] = idx[i++];
-            while (j < hi)
-                tmp[o++] = idx[j++];
-        }
-        memcpy(idx, tmp, (size_t)n * sizeof(int));
-    }
-}
-
-strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bool sort,
-                                   float *q_new, int *perm, double *work, int *iwork)
-{
-    if (n <= 0 || !a || !q_old || !q_new || !work || !iwork || (sort && !perm) ||
-        q_new == q_old)
-        return strata_error(STRATA_ERR_INVALID_ARG, "eigenbasis_qr: bad arguments (n=%d)", n);
-    const size_t nn = (size_t)n * (size_t)n;
-    double *a64 = work;           /* factor, row-major */
-    double *o64 = a64 + nn;       /* q_old, row-major; later the QR input, column-major */
-    double *b64 = o64 + nn;       /* B = a q_old, row-major */
-    double *est = b64 + nn;       /* n */
-    double *tau = est + n;        /* n */
-    double *lwork = tau + n;
-    int *idx = iwork, *tmp = iwork + n;
-    for (size_t i = 0; i < nn; i++) {
-        if (!isfinite(a[i]) || !isfinite(q_old[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite input entry %zu", i);
-        a64[i] = a[i];
-        o64[i] = q_old[i];
-    }
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a64, n, o64, n, 0.0, b64,
-                n);
-    for (int k = 0; k < n; k++) {
-        double acc = 0.0;
-        for (int i = 0; i < n; i++)
-            acc += o64[(size_t)i * n + k] * b64[(size_t)i * n + k];
-        est[k] = acc;
-        idx[k] = k;
-    }
-    for (int k = 0; k < n; k++)
-        if (!isfinite(est[k]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite power iterate");
-    if (sort)
-        argsort_desc(n, est, idx, tmp);
-    /* QR input B[:, idx] in column-major order (column k contiguous). */
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < n; i++)
-            o64[(size_t)k * n + i] = b64[(size_t)i * n + idx[k]];
-    const lapack_int lw = (lapack_int)lapack_part(n);
-    lapack_int info = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, o64, n, tau, lwork, lw);
-    if (info == 0)
-        info = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, o64, n, tau, lwork, lw);
-    if (info != 0)
-        return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: LAPACK QR info=%d (n=%d)",
-                            (int)info, n);
-    for (size_t i = 0; i < nn; i++)
-        if (!isfinite(o64[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite Q");
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < n; i++)
-            q_new[(size_t)i * n + k] = (float)o64[(size_t)k * n + i];
-    if (perm)
-        memcpy(perm, idx, (size_t)n * sizeof(int));
-    return STRATA_OK;
-}
 
 /* ------------------------------------------------------------ SOAP state */
 
@@ -620,3 +466,260 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
         st = strata_soap_refresh(s, cnt);
     return st == STRATA_OK ? st_apply : st;
 }
+
+/* ------------------------------------------------ preconditioner family */
+
+static bool fam_true(const void *cfg)
+{
+    (void)cfg;
+    return true;
+}
+
+/* The eigenbasis refresh after Adam step k = F + o, 2F + o, ... happens at
+ * the end of runtime step t = k + 1 (the first call only initializes) and is
+ * first used at t + 1: refresh points ("versions") F + 2 + o + jF, lag 1. A
+ * QR step continues the basis installed before it, so at most one refresh
+ * per parameter may be in flight: S < F. */
+static void fam_schedule(const void *cfg, strata_precond_schedule *out)
+{
+    const strata_soap_config *c = cfg;
+    *out = (strata_precond_schedule){
+        .frequency = c->precondition_frequency,
+        .start = (int64_t)c->precondition_frequency + 2,
+        .lag = 1,
+        .offset = c->refresh_offset,
+        .max_staleness = c->precondition_frequency - 1,
+        .why_max = "each QR refresh continues the eigenbasis installed before it",
+    };
+}
+
+static double fam_refresh_cost(const void *cfg, const strata_precond_shape *sh)
+{
+    (void)cfg;
+    const double r = (double)sh->rows, c = (double)sh->cols;
+    return r * r * r + c * c * c;
+}
+
+static strata_status fam_with_offset(const void *cfg, int offset, void *out)
+{
+    strata_soap_config *c = out;
+    *c = *(const strata_soap_config *)cfg;
+    c->refresh_offset = offset;
+    return STRATA_OK;
+}
+
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
+{
+    (void)external;
+    if (sh->batch > 1)
+        return strata_error(STRATA_ERR_UNSUPPORTED,
+                            "soap: a stacked parameter (%lld matrices) is not supported; "
+                            "route it to muon or register it unstacked",
+                            (long long)sh->batch);
+    return strata_soap_state_create(cfg, be, sh->rows, sh->cols, (strata_soap_state **)out);
+}
+
+static void fam_destroy(void *s)
+{
+    strata_soap_state_destroy(s);
+}
+
+static size_t fam_bytes(const void *s)
+{
+    return strata_soap_state_bytes(s);
+}
+
+static int fam_n_blocks(const void *s)
+{
+    (void)s;
+    return 1;
+}
+
+/* Slot: per rotated side [factor | q_old | q_new] (dim^2 floats each), then
+ * the permutations (ints, rotated sides). Parts: q_new of side 0 and 1. */
+static void fam_block(const void *state, int b, strata_precond_block *out)
+{
+    (void)b;
+    const strata_soap_state *s = state;
+    size_t off = 0;
+    memset(out, 0, sizeof *out);
+    out->n_parts = 2;
+    for (int k = 0; k < 2; k++) {
+        const int d = s->side[k].rotated ? s->side[k].dim : 0;
+        const size_t dd = (size_t)d * d * sizeof(float);
+        out->part_offset[k] = off + 2 * dd;
+        out->part_bytes[k] = dd;
+        off += 3 * dd;
+        if (d > out->max_dim)
+            out->max_dim = d;
+    }
+    for (int k = 0; k < 2; k++)
+        off += s->side[k].rotated ? (size_t)s->side[k].dim * sizeof(int) : 0;
+    out->slot_bytes = off;
+}
+
+static int *slot_perms(const strata_soap_state *s, void *slot)
+{
+    size_t floats = 0;
+    for (int k = 0; k < 2; k++)
+        if (s->side[k].rotated)
+            floats += 3 * (size_t)s->side[k].dim * s->side[k].dim;
+    return (int *)((float *)slot + floats);
+}
+
+/* The first call initializes (full eigendecomposition) and is the whole step. */
+static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                                strata_optim_counters *cnt, bool *done)
+{
+    strata_soap_state *s = state;
+    *done = !s->has_basis;
+    return *done ? strata_soap_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    const strata_soap_state *s = state;
+    float *p = slot;
+    strata_status st = STRATA_OK;
+    for (int k = 0; k < 2 && st == STRATA_OK; k++) {
+        if (!s->side[k].rotated)
+            continue;
+        const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+        st = strata_backend_copy(s->be, p, s->side[k].factor, dd * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd * sizeof(float));
+        p += 3 * dd;
+    }
+    return st;
+}
+
+/* One QR power-iteration step per rotated side, sorted (as strata_soap_refresh). */
+static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
+                                 unsigned *failed, strata_optim_counters *cnt)
+{
+    (void)b;
+    const strata_soap_state *s = state;
+    float *p = slot;
+    int *perm = slot_perms(s, slot);
+    int ok = 0, rotated = 0;
+    *failed = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!s->side[k].rotated)
+            continue;
+        const int d = s->side[k].dim;
+        const size_t dd = (size_t)d * d;
+        rotated++;
+        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, p + 2 * dd, perm, work, iwork);
+        if (st == STRATA_OK)
+            ok++;
+        else
+            *failed |= 1u << k;
+        p += 3 * dd;
+        perm += d;
+    }
+    if (cnt) {
+        cnt->root_refreshes += ok;
+        cnt->root_failures += rotated - ok;
+    }
+    return ok > 0 || rotated == 0
+               ? STRATA_OK
+               : strata_error(STRATA_ERR_LINALG, "soap: every eigenbasis refresh failed");
+}
+
+static size_t fam_work_doubles(int n)
+{
+    return strata_eigenbasis_work_doubles(n);
+}
+
+static size_t fam_work_ints(int n)
+{
+    return strata_eigenbasis_work_ints(n);
+}
+
+/* A failed side keeps its basis and V's order (its permutation is not applied). */
+static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
+                                 unsigned have)
+{
+    (void)b;
+    (void)have;
+    strata_soap_state *s = state;
+    const float *q = slot;
+    const int *perm = slot_perms(s, (void *)slot);
+    for (int k = 0; k < 2; k++) {
+        if (!s->side[k].rotated)
+            continue;
+        const int d = s->side[k].dim;
+        const size_t dd = (size_t)d * d;
+        if (!(failed & (1u << k))) {
+            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd, perm);
+            if (st != STRATA_OK)
+                return st;
+        }
+        q += 3 * dd;
+        perm += d;
+    }
+    return STRATA_OK;
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    return strata_soap_apply(state, lr_scale, t, w, g, cnt);
+}
+
+static strata_status fam_after(void *state, const float *g, strata_optim_counters *cnt)
+{
+    return strata_soap_update_factors(state, g, cnt);
+}
+
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const strata_soap_state *s = state;
+    int n = 0;
+#define PUT(name, idx, dt, r, c, where, ptr)                                                   \
+    do {                                                                                       \
+        if (out && n < cap)                                                                    \
+            strata_tensor_info_set(&out[n], name, idx, dt, r, c, where, (void *)(ptr));        \
+        n++;                                                                                   \
+    } while (0)
+    for (int k = 0; k < 2; k++) {
+        const soap_side *sd = &s->side[k];
+        if (!sd->rotated)
+            continue;
+        PUT("factor", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->factor);
+        PUT("q", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->q);
+        PUT("perm", k, STRATA_I32, 1, sd->dim, STRATA_TIER_HOST, sd->perm);
+    }
+    PUT("exp_avg", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
+    PUT("exp_avg_sq", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg_sq);
+    PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
+#undef PUT
+    return n;
+}
+
+const strata_precond_family strata_family_soap = {
+    .name = "soap",
+    .refresh_noun = "eigenbasis refreshes",
+    .has_refresh = fam_true,
+    .async_capable = fam_true,
+    .schedule = fam_schedule,
+    .refresh_cost = fam_refresh_cost,
+    .with_offset = fam_with_offset,
+    .cfg_size = sizeof(strata_soap_config),
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = fam_n_blocks,
+    .block = fam_block,
+    .before = fam_before,
+    .snapshot = fam_snapshot,
+    .refresh = fam_refresh,
+    .refresh_work_doubles = fam_work_doubles,
+    .refresh_work_ints = fam_work_ints,
+    .install = fam_install,
+    .apply = fam_apply,
+    .after = fam_after,
+    .tensors = fam_tensors,
+};

@@ -6,10 +6,20 @@
  * strata_destroy frees the state. After commit the step path allocates
  * nothing.
  *
- * Single-process ownership: this rank owns every parameter, so the hooks'
- * owner collectives are identities; they validate and record.
+ * Every parameter's optimizer runs through its family's table
+ * (optim/precond.h) inside the refresh engine (runtime/refresh.c), sync and
+ * async alike; the only choice made here per optimizer kind is the routing
+ * rule's (which family and which configuration a parameter gets).
+ *
+ * Owners: every parameter has an owner rank (rank 0 in this version: one
+ * process owns everything); the step runs the parameters this rank owns, and
+ * the global gradient norm and the non-finite veto go through the
+ * communicator's scalar allreduce (strata/comm.h), so that every rank takes
+ * the same decision. The hooks' owner collectives are identities here; they
+ * validate and record.
  */
 #include "runtime_internal.h"
+#include "planner.h"
 #include "testing.h"
 
 #include <math.h>
@@ -89,8 +99,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         !(cfg->soap.lr >= 0.0f) || !(cfg->kl_shampoo.lr >= 0.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: learning rates must be >= 0");
     if (cfg->async) {
-        if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||
-            (cfg->install_mode != STRATA_COH_FIXED && cfg->install_mode != STRATA_COH_EAGER))
+        if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||            (cfg->install_mode != STRATA_COH_FIXED && cfg->install_mode != STRATA_COH_EAGER))
             return strata_error(STRATA_ERR_INVALID_ARG,
                                 "strata_create: async needs staleness >= 0, workers >= 0, "
                                 "wait_timeout_s > 0 and a known install mode");
@@ -124,7 +133,14 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     rt->lr_scale = 1.0f;
     rt->max_layer = -1;
     strata_status st = strata_backend_cpu_create(blas, &rt->be);
+    if (st == STRATA_OK && !cfg->comm) {
+        st = strata_comm_self_create(&rt->comm);
+        rt->own_comm = st == STRATA_OK;
+    } else {
+        rt->comm = cfg->comm;
+    }
     if (st != STRATA_OK) {
+        strata_backend_destroy(rt->be);
         free(rt->nvme_dir);
         free(rt);
         return st;
@@ -181,10 +197,10 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
         return strata_error(STRATA_ERR_NOMEM, "param_add: out of memory");
     p->ndim = d->ndim;
     memcpy(p->shape, d->shape, sizeof p->shape);
-    p->numel = numel;
-    p->batch = d->stacked ? d->shape[0] : 1;
-    p->rows = d->stacked ? d->shape[1] : d->ndim >= 1 ? d->shape[0] : 1;
-    p->cols = (int64_t)(numel / (size_t)(p->rows * p->batch));
+    p->view.numel = numel;
+    p->view.batch = d->stacked ? d->shape[0] : 1;
+    p->view.rows = d->stacked ? d->shape[1] : d->ndim >= 1 ? d->shape[0] : 1;
+    p->view.cols = (int64_t)(numel / (size_t)(p->view.rows * p->view.batch));
     p->layer = d->layer;
     p->role = d->role;
     p->requested = d->optimizer;
@@ -212,126 +228,162 @@ static bool is_tail_by_rule(const strata_runtime *rt, const rt_param *p)
 {
     return p->role == STRATA_ROLE_EMBEDDING || p->role == STRATA_ROLE_HEAD ||
            p->role == STRATA_ROLE_VECTOR || p->ndim <= 1 ||
-           (rt->cfg.route_degenerate_to_adamw && (p->rows == 1 || p->cols == 1));
+           (rt->cfg.route_degenerate_to_adamw && (p->view.rows == 1 || p->view.cols == 1));
 }
 
-static void free_state(strata_runtime *rt, rt_param *p)
+/* The family and configuration of optimizer `o`: the one place that maps an
+ * optimizer kind to its family. */
+static const strata_precond_family *family_of(const strata_config *c, strata_optimizer o,
+                                              const void **cfg)
 {
-    if (p->adam_m)
-        strata_backend_free(rt->be, p->adam_m, 2 * p->numel * sizeof(float));
-    p->adam_m = p->adam_v = NULL;
-    strata_shampoo_state_destroy(p->shampoo);
-    p->shampoo = NULL;
-    strata_muon_state_destroy(p->muon);
-    p->muon = NULL;
-    strata_soap_state_destroy(p->soap);
-    p->soap = NULL;
-    strata_kl_shampoo_state_destroy(p->kl);
-    p->kl = NULL;
-}
-
-/* Inverse-root cost of one Shampoo parameter: sum of n^3 over the factors
- * of its blocks (max_preconditioner_dim pieces), the eigendecomposition's
- * order. Only compared with other parameters' costs. */
-static double shampoo_root_cost(int64_t rows, int64_t cols, int block)
-{
-    double c = 0;
-    const int64_t B = block > 0 ? block : (rows > cols ? rows : cols);
-    const int64_t nr = (rows + B - 1) / B, nc = (cols + B - 1) / B;
-    for (int64_t r0 = 0; r0 < rows; r0 += B) {
-        double r = (double)(rows - r0 < B ? rows - r0 : B);
-        c += (double)nc * r * r * r;
+    switch (o) {
+    case STRATA_OPTIM_ADAMW: *cfg = &c->adamw; return &strata_family_adamw;
+    case STRATA_OPTIM_SHAMPOO: *cfg = &c->shampoo; return &strata_family_shampoo;
+    case STRATA_OPTIM_MUON: *cfg = &c->muon; return &strata_family_muon;
+    case STRATA_OPTIM_SOAP: *cfg = &c->soap; return &strata_family_soap;
+    case STRATA_OPTIM_KL_SHAMPOO: *cfg = &c->kl_shampoo; return &strata_family_kl_shampoo;
+    default: *cfg = NULL; return NULL;
     }
-    for (int64_t c0 = 0; c0 < cols; c0 += B) {
-        double k = (double)(cols - c0 < B ? cols - c0 : B);
-        c += (double)nr * k * k * k;
-    }
-    return c;
 }
 
-/* Staggered refresh: longest-processing-time-first list scheduling (Graham
- * 1969) of the parameters routed to `opt` onto its F phases. Deterministic:
- * ties go to the lower parameter index and the lower phase. Without
- * stagger_refresh every such parameter gets the configured offset `user`
- * (checked when its state is created). The cost of a parameter is that of
- * its decompositions, n^3 per factor (per Shampoo block). */
-static strata_status assign_offsets_for(strata_runtime *rt, strata_optimizer opt, int F, int user)
+strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
+                                        strata_optimizer_info *out)
 {
-    int n = 0;
-    for (int i = 0; i < rt->n_params; i++)
-        if (rt->params[i].routed == opt) {
-            rt->params[i].refresh_offset = user;
-            n++;
-        }
-    if (!rt->cfg.stagger_refresh || F <= 1 || n == 0)
+    if (!cfg || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: NULL argument");
+    const void *fc;
+    const strata_precond_family *f = family_of(cfg, opt, &fc);
+    if (!f)
+        return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: unknown optimizer %d",
+                            (int)opt);
+    memset(out, 0, sizeof *out);
+    out->refresh_noun = "";
+    out->max_staleness = -1;
+    out->has_refresh = f->has_refresh && f->has_refresh(fc);
+    if (!out->has_refresh)
         return STRATA_OK;
-    /* With n < F parameters only n phases are ever chosen (an empty phase
-     * always wins): keep the load table at min(F, n). */
-    const int phases = F < n ? F : n;
-    int *order = malloc((size_t)n * sizeof *order);
-    double *cost = malloc((size_t)rt->n_params * sizeof *cost);
-    double *load = calloc((size_t)phases, sizeof *load);
-    if (!order || !cost || !load) {
-        free(order);
-        free(cost);
-        free(load);
-        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
-    }
-    n = 0;
-    for (int i = 0; i < rt->n_params; i++) {
-        const rt_param *p = &rt->params[i];
-        if (p->routed != opt)
-            continue;
-        cost[i] = shampoo_root_cost(p->rows, p->cols,
-                                    opt == STRATA_OPTIM_SHAMPOO
-                                        ? rt->cfg.shampoo.max_preconditioner_dim
-                                        : 0);
-        /* insertion sort, cost descending, index ascending among equals */
-        int k = n++;
-        while (k > 0 && cost[order[k - 1]] < cost[i]) {
-            order[k] = order[k - 1];
-            k--;
-        }
-        order[k] = i;
-    }
-    for (int k = 0; k < n; k++) {
-        int best = 0;
-        for (int f = 1; f < phases; f++)
-            if (load[f] < load[best])
-                best = f;
-        rt->params[order[k]].refresh_offset = best;
-        load[best] += cost[order[k]];
-    }
-    double lo = phases < F ? 0.0 : load[0], hi = load[0], sum = 0;
-    for (int f = 0; f < phases; f++) {
-        lo = load[f] < lo ? load[f] : lo;
-        hi = load[f] > hi ? load[f] : hi;
-        sum += load[f];
-    }
-    strata_log(rt, STRATA_LOG_INFO, "stagger",
-               "%d %s parameters over %d refresh phases: heaviest phase %.2f of the mean, "
-               "lightest %.2f",
-               n, strata_optimizer_name(opt), F, sum > 0 ? hi * F / sum : 0.0,
-               sum > 0 ? lo * F / sum : 0.0);
-    free(order);
-    free(cost);
-    free(load);
+    strata_precond_schedule sch;
+    f->schedule(fc, &sch);
+    out->async_capable = f->async_capable(fc);
+    out->precondition_frequency = sch.frequency;
+    out->staggers = sch.frequency > 1;
+    out->max_staleness = sch.max_staleness;
+    out->refresh_noun = f->refresh_noun ? f->refresh_noun : "refreshes";
     return STRATA_OK;
 }
 
+static void free_state(rt_param *p)
+{
+    if (p->fam && p->state)
+        p->fam->destroy(p->state);
+    p->state = NULL;
+}
+
+/* Staggered refresh: each family's parameters spread over its F phases by
+ * the planner's longest-processing-time rule (cost from the family: n^3 per
+ * factor). Without stagger_refresh every parameter keeps its
+ * configuration's own phase. */
 static strata_status assign_refresh_offsets(strata_runtime *rt)
 {
-    const strata_config *c = &rt->cfg;
-    strata_status st = assign_offsets_for(rt, STRATA_OPTIM_SHAMPOO,
-                                          c->shampoo.precondition_frequency,
-                                          c->shampoo.refresh_offset);
-    if (st == STRATA_OK)
-        st = assign_offsets_for(rt, STRATA_OPTIM_SOAP, c->soap.precondition_frequency,
-                                c->soap.refresh_offset);
-    if (st == STRATA_OK)
-        st = assign_offsets_for(rt, STRATA_OPTIM_KL_SHAMPOO, c->kl_shampoo.precondition_frequency,
-                                c->kl_shampoo.refresh_offset);
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        const void *fc;
+        family_of(&rt->cfg, p->routed, &fc);
+        p->refresh_offset = 0;
+        if (p->fam->has_refresh && p->fam->has_refresh(fc)) {
+            strata_precond_schedule sch;
+            p->fam->schedule(fc, &sch);
+            p->refresh_offset = sch.offset;
+        }
+    }
+    if (!rt->cfg.stagger_refresh)
+        return STRATA_OK;
+    const strata_precond_family *done[8];
+    int n_done = 0;
+    double *cost = malloc((size_t)rt->n_params * sizeof *cost);
+    int *idx = malloc((size_t)rt->n_params * sizeof *idx);
+    int *phase = malloc((size_t)rt->n_params * sizeof *phase);
+    strata_status st = cost && idx && phase ? STRATA_OK
+                                            : strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        const strata_precond_family *f = rt->params[i].fam;
+        const void *fc;
+        family_of(&rt->cfg, rt->params[i].routed, &fc);
+        bool seen = false;
+        for (int k = 0; k < n_done; k++)
+            seen |= done[k] == f;
+        if (seen || !f->has_refresh || !f->has_refresh(fc) || n_done == 8)
+            continue;
+        done[n_done++] = f;
+        strata_precond_schedule sch;
+        f->schedule(fc, &sch);
+        if (sch.frequency <= 1)
+            continue;
+        int n = 0;
+        for (int k = i; k < rt->n_params; k++)
+            if (rt->params[k].fam == f) {
+                idx[n] = k;
+                cost[n] = f->refresh_cost(fc, &rt->params[k].view);
+                n++;
+            }
+        /* With n < F parameters only n phases are ever chosen (an empty phase
+         * always wins): the planner's table needs min(F, n) bins. */
+        const int bins = sch.frequency < n ? sch.frequency : n;
+        double load[64];
+        double *ld = bins <= 64 ? load : NULL;
+        st = strata_plan_lpt(cost, n, bins, phase, ld);
+        for (int k = 0; k < n && st == STRATA_OK; k++)
+            rt->params[idx[k]].refresh_offset = phase[k];
+        if (st == STRATA_OK && ld) {
+            double lo = bins < sch.frequency ? 0.0 : ld[0], hi = ld[0], sum = 0;
+            for (int b = 0; b < bins; b++) {
+                lo = ld[b] < lo ? ld[b] : lo;
+                hi = ld[b] > hi ? ld[b] : hi;
+                sum += ld[b];
+            }
+            strata_log(rt, STRATA_LOG_INFO, "stagger",
+                       "%d %s parameters over %d refresh phases: heaviest phase %.2f of the "
+                       "mean, lightest %.2f",
+                       n, f->name, sch.frequency, sum > 0 ? hi * sch.frequency / sum : 0.0,
+                       sum > 0 ? lo * sch.frequency / sum : 0.0);
+        }
+    }
+    free(cost);
+    free(idx);
+    free(phase);
     return st;
+}
+
+static strata_status create_engine(strata_runtime *rt)
+{
+    const strata_config *c = &rt->cfg;
+    strata_refresh_config rc = {
+        .async = c->async,
+        .staleness = c->async ? c->staleness : 0,
+        .mode = c->async ? c->install_mode : STRATA_COH_FIXED,
+        .workers = c->workers,
+        .pin_workers = c->pin_workers,
+        .worker_delay_us = rt->testing_worker_delay_us,
+        .wait_timeout_s = c->wait_timeout_s > 0.0 ? c->wait_timeout_s : 600.0,
+        .results_tier = c->async ? c->roots_tier : STRATA_TIER_HOST,
+        .host_budget = c->async ? c->host_budget : 0,
+        .nvme_dir = c->async ? c->nvme_dir : NULL,
+        .nvme_budget = c->nvme_budget,
+        .nvme_queue_depth = c->nvme_queue_depth,
+        .log = &rt->log,
+    };
+    return strata_refresh_create(&rc, &rt->engine);
+}
+
+static void uncommit(strata_runtime *rt)
+{
+    strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
+    rt->engine = NULL;
+    for (int i = 0; i < rt->n_params; i++)
+        free_state(&rt->params[i]);
+    free(rt->layer_reduced);
+    rt->layer_reduced = NULL;
+    memset(&rt->stats, 0, sizeof rt->stats);
 }
 
 strata_status strata_commit(strata_runtime *rt)
@@ -346,82 +398,60 @@ strata_status strata_commit(strata_runtime *rt)
     if (!rt->layer_reduced)
         return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     strata_stats *s = &rt->stats;
-    strata_status st = STRATA_OK;
-    for (int i = 0; i < rt->n_params; i++)
-        rt->params[i].routed = route(rt, &rt->params[i]);
-    st = assign_refresh_offsets(rt);
+    const int rank = strata_comm_rank(rt->comm);
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        const void *fc;
+        p->routed = route(rt, p);
+        p->fam = family_of(&rt->cfg, p->routed, &fc);
+        p->tail = p->routed == STRATA_OPTIM_ADAMW && is_tail_by_rule(rt, p);
+        p->owner = 0;
+    }
+    strata_status st = assign_refresh_offsets(rt);
+    if (st == STRATA_OK)
+        st = create_engine(rt);
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        if (p->batch > 1 && p->routed != STRATA_OPTIM_MUON && p->routed != STRATA_OPTIM_ADAMW) {
-            st = strata_error(STRATA_ERR_UNSUPPORTED,
-                              "commit: '%s' is stacked; only muon treats stacked matrices "
-                              "separately (route it to muon, or register it unstacked)",
-                              p->name);
-            break;
+        const void *fc;
+        family_of(&rt->cfg, p->routed, &fc);
+        union {
+            strata_adamw_config a;
+            strata_shampoo_config s;
+            strata_muon_config m;
+            strata_soap_config o;
+            strata_kl_shampoo_config k;
+        } own;
+        if (p->fam->with_offset) {
+            st = p->fam->with_offset(fc, p->refresh_offset, &own);
+            fc = &own;
         }
-        switch (p->routed) {
-        case STRATA_OPTIM_ADAMW: {
-            void *mem = NULL;
-            st = strata_backend_alloc(rt->be, 2 * p->numel * sizeof(float), &mem);
-            if (st == STRATA_OK) {
-                p->adam_m = mem;
-                p->adam_v = p->adam_m + p->numel;
-            }
-            break;
-        }
-        case STRATA_OPTIM_SHAMPOO: {
-            strata_shampoo_config sc = rt->cfg.shampoo;
-            sc.refresh_offset = p->refresh_offset;
-            st = strata_shampoo_state_create_ex(&sc, rt->be, p->rows, p->cols, rt->cfg.async,
-                                                &p->shampoo);
-            if (st == STRATA_OK)
-                s->preconditioner_blocks += strata_shampoo_state_blocks(p->shampoo);
-            break;
-        }
-        case STRATA_OPTIM_MUON:
-            st = strata_muon_state_create_batched(&rt->cfg.muon, rt->be, p->batch, p->rows,
-                                                  p->cols, &p->muon);
-            break;
-        case STRATA_OPTIM_SOAP: {
-            strata_soap_config sc = rt->cfg.soap;
-            sc.refresh_offset = p->refresh_offset;
-            st = strata_soap_state_create(&sc, rt->be, p->rows, p->cols, &p->soap);
-            break;
-        }
-        case STRATA_OPTIM_KL_SHAMPOO: {
-            strata_kl_shampoo_config kc = rt->cfg.kl_shampoo;
-            kc.refresh_offset = p->refresh_offset;
-            st = strata_kl_shampoo_state_create(&kc, rt->be, p->rows, p->cols, &p->kl);
-            break;
-        }
-        default:
-            st = strata_error(STRATA_ERR_INTERNAL, "commit: bad route %d", (int)p->routed);
-        }
+        if (st == STRATA_OK && p->owner == rank)
+            st = p->fam->create(fc, rt->be, &p->view, true, &p->state);
+        if (st == STRATA_OK && p->state)
+            st = strata_refresh_add(rt->engine, p->fam, p->state, fc, p->refresh_offset,
+                                    p->layer, p->name, &p->entry);
         if (st != STRATA_OK)
             break;
-        const bool tail = p->routed == STRATA_OPTIM_ADAMW && is_tail_by_rule(rt, p);
-        if (tail) {
+        if (p->tail) {
             s->n_tail++;
-            s->tail_elements += (int64_t)p->numel;
+            s->tail_elements += (int64_t)p->view.numel;
         } else {
             s->n_matrix++;
-            s->matrix_elements += (int64_t)p->numel;
+            s->matrix_elements += (int64_t)p->view.numel;
         }
         strata_log(rt, STRATA_LOG_INFO, "route", "%-28s %6lld x %-6lld layer %2d -> %s%s",
-                   p->name, (long long)p->rows, (long long)p->cols, p->layer,
-                   strata_optimizer_name(p->routed), tail ? " (tail)" : "");
+                   p->name, (long long)p->view.rows, (long long)p->view.cols, p->layer,
+                   strata_optimizer_name(p->routed), p->tail ? " (tail)" : "");
     }
-    if (st == STRATA_OK && rt->cfg.async)
-        st = rt_async_commit(rt);
+    if (st == STRATA_OK)
+        st = strata_refresh_commit(rt->engine);
     if (st != STRATA_OK) {
-        rt_async_destroy(rt);
-        for (int i = 0; i < rt->n_params; i++)
-            free_state(rt, &rt->params[i]);
-        free(rt->layer_reduced);
-        rt->layer_reduced = NULL;
-        memset(s, 0, sizeof *s);
+        uncommit(rt);
         return st;
     }
+    strata_refresh_stats es;
+    strata_refresh_stats_get(rt->engine, &es);
+    s->preconditioner_blocks = es.blocks;
     s->n_params = rt->n_params;
     rt->committed = true;
     return STRATA_OK;
@@ -444,7 +474,8 @@ strata_status strata_hook_forward(strata_runtime *rt, int layer)
     if (st != STRATA_OK)
         return st;
     rt->stats.forward_hooks++;
-    return rt->cfg.async ? rt_async_prefetch(rt, layer) : STRATA_OK;
+    strata_refresh_prefetch(rt->engine, layer, rt->t + 1);
+    return STRATA_OK;
 }
 
 strata_status strata_hook_backward(strata_runtime *rt, int layer)
@@ -476,21 +507,35 @@ strata_status strata_step(strata_runtime *rt)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
     const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
+    const int rank = strata_comm_rank(rt->comm);
 
-    /* Validate every gradient before touching any state. */
-    double norm_sq = 0.0;
+    /* Validate every gradient this rank holds before touching any state; the
+     * squared norm and a non-finite flag are summed over ranks, so every rank
+     * refuses (or clips) alike. */
+    double red[2] = {0.0, 0.0}; /* [sum of squares, non-finite count] */
+    int bad = -1;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         double acc = 0.0;
-        for (size_t k = 0; k < p->numel; k++)
+        for (size_t k = 0; k < p->view.numel; k++)
             acc += (double)p->grad[k] * p->grad[k];
         if (!isfinite(acc)) {
-            rt->stats.nonfinite_rejected++;
-            return strata_error(STRATA_ERR_NONFINITE,
-                                "step %lld: gradient of '%s' has NaN/Inf; no parameter updated",
-                                (long long)rt->t + 1, p->name);
+            red[1] += 1.0;
+            if (bad < 0)
+                bad = i;
+            continue;
         }
-        norm_sq += acc;
+        red[0] += acc;
+    }
+    strata_status st = strata_comm_allreduce_f64(rt->comm, red, 2, STRATA_REDUCE_SUM);
+    if (st != STRATA_OK)
+        return st;
+    if (red[1] > 0.0) {
+        rt->stats.nonfinite_rejected++;
+        return strata_error(STRATA_ERR_NONFINITE,
+                            "step %lld: gradient of '%s' has NaN/Inf; no parameter updated",
+                            (long long)rt->t + 1,
+                            bad >= 0 ? rt->params[bad].name : "(another rank's parameter)");
     }
     /* A layer whose backward hook never ran would, with several ranks, hold an
      * unreduced gradient: say so once (single-process results are unaffected). */
@@ -507,59 +552,34 @@ strata_status strata_step(strata_runtime *rt)
         }
     }
     memset(rt->layer_reduced, 0, (size_t)rt->max_layer + 1);
-    const double norm = sqrt(norm_sq);
+    const double norm = sqrt(red[0]);
     rt->stats.grad_norm = norm;
     if (rt->cfg.max_grad_norm > 0.0f && norm > rt->cfg.max_grad_norm) {
         /* In place, like torch.nn.utils.clip_grad_norm_. */
         const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
         for (int i = 0; i < rt->n_params; i++) {
             rt_param *p = &rt->params[i];
-            for (size_t k = 0; k < p->numel; k++)
+            for (size_t k = 0; k < p->view.numel; k++)
                 p->grad[k] *= c;
         }
     }
 
     const int64_t t = ++rt->t;
     strata_optim_counters cnt = {0};
-    double tail_seconds = 0.0;
-    strata_status st = STRATA_OK;
+    double tail_seconds = 0.0, wait = 0.0;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        switch (p->routed) {
-        case STRATA_OPTIM_ADAMW: {
-            double t0 = strata_now_seconds();
-            st = strata_adamw_update(&rt->cfg.adamw, rt->lr_scale, t, p->numel, p->data, p->grad,
-                                     p->adam_m, p->adam_v);
+        if (p->owner != rank)
+            continue;
+        const double t0 = strata_now_seconds();
+        st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad, &cnt,
+                                 &wait);
+        if (p->routed == STRATA_OPTIM_ADAMW)
             tail_seconds += strata_now_seconds() - t0;
-            break;
-        }
-        case STRATA_OPTIM_SHAMPOO:
-            if (rt->cfg.async)
-                st = rt_async_shampoo_step(rt, p, t, &cnt);
-            else
-                st = strata_shampoo_step(p->shampoo, rt->lr_scale, t, p->data, p->grad, &cnt);
-            break;
-        case STRATA_OPTIM_MUON:
-            st = strata_muon_step(p->muon, rt->lr_scale, t, p->data, p->grad, &cnt);
-            break;
-        case STRATA_OPTIM_SOAP:
-            if (rt->cfg.async)
-                st = rt_async_soap_step(rt, p, t, &cnt);
-            else
-                st = strata_soap_step(p->soap, rt->lr_scale, t, p->data, p->grad, &cnt);
-            break;
-        case STRATA_OPTIM_KL_SHAMPOO:
-            if (rt->cfg.async && rt_async_kl_eligible(rt, p))
-                st = rt_async_kl_step(rt, p, t, &cnt);
-            else
-                st = strata_kl_shampoo_step(p->kl, rt->lr_scale, t, p->data, p->grad, &cnt);
-            break;
-        default:
-            st = strata_error(STRATA_ERR_INTERNAL, "step: bad route");
-        }
     }
     strata_stats *s = &rt->stats;
     s->step = t;
+    s->last_wait_seconds = wait;
     s->root_refreshes += cnt.root_refreshes;
     s->root_failures += cnt.root_failures;
     s->root_retries += cnt.root_retries;
@@ -581,8 +601,31 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         return strata_error(STRATA_ERR_INVALID_ARG, "stats_get: NULL argument");
     *out = rt->stats;
     strata_backend_bytes(rt->be, &out->device_bytes, &out->device_bytes_peak);
-    if (rt->cfg.async)
-        rt_async_stats((strata_runtime *)rt, out);
+    strata_refresh_stats e;
+    strata_refresh_stats_get(rt->engine, &e);
+    out->root_refreshes += e.refreshes;
+    out->root_failures += e.refresh_failures;
+    out->root_retries += e.refresh_retries;
+    {
+        out->coh_installs = e.installs;
+        out->coh_waits = e.waits;
+        out->coh_wait_seconds = e.wait_seconds;
+        out->coh_dropped = e.dropped;
+        out->coh_failed = e.failed;
+        out->coh_bound_exceeded = e.bound_exceeded;
+        out->max_staleness = e.max_staleness;
+        out->jobs_submitted = e.jobs_submitted;
+        out->jobs_cancelled = e.jobs_cancelled;
+        out->blocks_on_nvme = e.blocks_on_nvme;
+        out->host_bytes = e.host_bytes;
+        out->host_bytes_peak = e.host_bytes_peak;
+        out->nvme_bytes = e.nvme_bytes;
+        out->nvme_bytes_peak = e.nvme_bytes_peak;
+        out->bytes_device_to_host = e.snapshot_bytes;
+        out->nvme_bytes_written = e.nvme_bytes_written;
+        out->nvme_bytes_read = e.nvme_bytes_read;
+        out->io_errors = e.io_errors;
+    }
     return STRATA_OK;
 }
 
@@ -601,14 +644,16 @@ void strata_destroy(strata_runtime *rt)
 {
     if (!rt)
         return;
-    rt_async_destroy(rt); /* stops the workers before any buffer goes */
+    strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
     for (int i = 0; i < rt->n_params; i++) {
-        free_state(rt, &rt->params[i]);
+        free_state(&rt->params[i]);
         free(rt->params[i].name);
     }
     free(rt->params);
     free(rt->layer_reduced);
     strata_backend_destroy(rt->be);
+    if (rt->own_comm)
+        strata_comm_destroy(rt->comm);
     free(rt->nvme_dir);
     free(rt);
 }
@@ -621,4 +666,11 @@ strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us)
         return strata_error(STRATA_ERR_STATE, "testing_set_worker_delay: call before commit");
     rt->testing_worker_delay_us = max_us;
     return STRATA_OK;
+}
+
+strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int errno_value)
+{
+    if (!rt || !rt->engine)
+        return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");
+    return strata_refresh_inject_io_errors(rt->engine, n, errno_value);
 }

@@ -203,80 +203,8 @@ STRATA_API strata_status strata_shampoo_state_create(const strata_shampoo_config
                                                      int64_t cols, strata_shampoo_state **out);
 STRATA_API void strata_shampoo_state_destroy(strata_shampoo_state *s);
 
-/* As strata_shampoo_state_create; with `external_roots` the state holds no
- * inverse roots of its own (the asynchronous runtime keeps them in the host
- * or nvme tier and lends them with strata_shampoo_block_set_roots), and
- * strata_shampoo_compute_roots fails with STRATA_ERR_STATE. */
-STRATA_API strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c,
-                                                        strata_backend *be, int64_t rows,
-                                                        int64_t cols, bool external_roots,
-                                                        strata_shampoo_state **out);
-
-/* Geometry and factor matrices of block b (0 <= b < blocks): the block is
- * rows x cols, its factors L (rows x rows) and R (cols x cols) are float32
- * row-major in device memory. Read them only between steps (a snapshot).
- * Errors: STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_shampoo_block_factors(const strata_shampoo_state *s, int b,
-                                                      int *rows, int *cols, const float **L,
-                                                      const float **R);
-
-/* Lend block b the inverse roots to use from the next apply on: L_inv
- * (rows x rows) and R_inv (cols x cols) float32, owned by the caller and
- * unchanged until replaced. NULL for either means "no root yet" and the
- * block uses the grafting direction. Only for external-root states.
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (not external). */
-STRATA_API strata_status strata_shampoo_block_set_roots(strata_shampoo_state *s, int b,
-                                                        const float *L_inv, const float *R_inv);
-
 /* Bytes of device-tier state this object holds (factors, roots, buffers). */
 STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
-
-/* Number of preconditioner blocks (after max_preconditioner_dim blocking). */
-STRATA_API int strata_shampoo_state_blocks(const strata_shampoo_state *s);
-
-/* Step 1 of 3: absorb gradient g (rows x cols) into the factors of every block.
- * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_NONFINITE (g holds a NaN or Inf:
- * nothing is touched, cnt->nonfinite_rejected is incremented). */
-STRATA_API strata_status strata_shampoo_update_factors(strata_shampoo_state *s, const float *g,
-                                                       strata_optim_counters *cnt);
-
-/* Step 2 of 3: recompute every block's inverse roots from its current factors
- * with strata_shampoo_factor_root. Failures keep the previous root and are
- * counted; this call itself fails only for invalid arguments or STRATA_ERR_NOMEM. */
-STRATA_API strata_status strata_shampoo_compute_roots(strata_shampoo_state *s,
-                                                      strata_optim_counters *cnt);
-
-/* True when step t (1-based) is a refresh point of this configuration
- * (t = s + o, s + o + F, ...; see "Refresh points" above). */
-STRATA_API bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t);
-
-/* The inverse root of one factor as the configuration defines it (the
- * "roots" line above): the one function both the synchronous path
- * (strata_shampoo_compute_roots) and the asynchronous runtime's workers call,
- * so that they compute bit-identical roots from the same factor.
- * `factor` is 0 for L (exponent inverse_exponent_override[0]) and 1 for R;
- * `a` is the n x n float32 factor, `out` the n x n float32 root (it may
- * alias `a`; it is written only on success). `work` holds
- * strata_inv_root_work_doubles(n) doubles and `iwork`
- * strata_inv_root_work_ints(n) ints. An exponent of 0 writes the identity
- * without a decomposition. Any thread may call it with its own workspace.
- * Counters (when cnt is not NULL; not atomic, so one cnt per thread):
- * root_refreshes on success, root_failures on STRATA_ERR_LINALG,
- * root_retries when the first decomposition was rejected.
- * Errors: STRATA_ERR_LINALG (eigendecomposition failed twice, non-finite
- * input, or a non-finite root: `out` untouched, the caller keeps the previous
- * root), STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int factor,
-                                                    int n, const float *a, float *out,
-                                                    double *work, int *iwork,
-                                                    strata_optim_counters *cnt);
-
-/* Step 3 of 3: grafting, preconditioning, momentum, weight decay; updates w.
- * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_NONFINITE (g holds a NaN or Inf:
- * neither w nor any state is touched, cnt->nonfinite_rejected is incremented). */
-STRATA_API strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int64_t t,
-                                              float *w, const float *g,
-                                              strata_optim_counters *cnt);
 
 /* The three steps in order (roots only at refresh steps): one synchronous
  * Shampoo update at step t. A non-finite g is refused before step 1
@@ -413,51 +341,6 @@ typedef struct strata_ns_config {
 
 STRATA_API void strata_ns_config_default(strata_ns_config *c);
 
-/* Coefficients (a, b, c) of iteration t (0-based) of a schedule, and the
- * normalization factor s of the schedule (1 or 1.01). For reporting and tests. */
-STRATA_API void strata_ns_coefficients(strata_ns_schedule s, int t, double abc[3]);
-STRATA_API double strata_ns_norm_factor(strata_ns_schedule s);
-
-/* The method AUTO picks for a rows x cols matrix (c->method when not AUTO),
- * and the restart positions GRAM uses (resolved as described above). */
-STRATA_API strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows,
-                                                int64_t cols);
-STRATA_API uint64_t strata_ns_restart_mask(const strata_ns_config *c);
-
-/* Floats of workspace strata_ns_run needs for matrices of rows x cols with
- * the method `c` picks for that shape (STANDARD 2pq + 2p^2, GRAM
- * 2pq + 5p^2), times batch_threads, whatever the batch: each thread
- * processes its matrices one after another in its slice. 0 for invalid
- * arguments. */
-STRATA_API size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t cols);
-
-/* Newton-Schulz of `batch` rows x cols matrices stored contiguously in `x`
- * (matrix i at x + i * rows * cols), each normalized and orthogonalized
- * independently, in place. `work` holds strata_ns_work_floats(c, rows, cols)
- * floats of backend memory. No allocation. The calling thread runs it;
- * products go through `be`.
- * A NaN or Inf in matrix i returns STRATA_ERR_NONFINITE with matrices
- * i, i+1, ... unchanged (those before it are done).
- * Batching: OpenBLAS 0.3.21 has no batched GEMM (no *gemm_batch* symbol) and
- * the math allows no single product over the packed buffer, so a batch runs
- * as a loop of per-matrix products over the packed buffer and workspace; with
- * batch_threads = T > 1 the batch is split into T contiguous chunks run on
- * T - 1 threads started for the call (pthread_create; a thread that fails to
- * start has its chunk run by the caller) and the calling thread. Splitting
- * pays only when BLAS itself runs single-threaded (strata_backend_cpu_create
- * with blas_threads = 1): 64 x 128x128 on 2 cores measured 1.5-2.0x faster
- * than the loop with 2-thread OpenBLAS, which parallelizes a 128^3 product
- * poorly (bench/bench_ns.c); with multithreaded OpenBLAS the threads contend
- * (1.03-1.16x). The
- * thread count of OpenBLAS is process-wide, so strata_ns_run never changes
- * it: that is the caller's policy.
- * Errors: STRATA_ERR_INVALID_ARG (NULL, batch < 0, shape, steps < 0,
- * schedule or method unknown, gram_min_aspect < 1 or NaN, gram_restarts < 0),
- * STRATA_ERR_NONFINITE; a backend error from a product. */
-STRATA_API strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
-                                       int64_t batch, int64_t rows, int64_t cols, float *x,
-                                       float *work);
-
 typedef struct strata_muon_config {
     float lr;           /* default 0.02 */
     float momentum;     /* mu in [0, 1); default 0.95 */
@@ -475,9 +358,6 @@ typedef struct strata_muon_config {
 } strata_muon_config;
 
 STRATA_API void strata_muon_config_default(strata_muon_config *c);
-
-/* The Newton-Schulz configuration a Muon configuration implies. */
-STRATA_API void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out);
 
 typedef struct strata_muon_state strata_muon_state;
 
@@ -506,49 +386,6 @@ STRATA_API size_t strata_muon_state_bytes(const strata_muon_state *s);
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
 STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t,
                                           float *w, const float *g, strata_optim_counters *cnt);
-
-/* The classic entry point: standard quintic Newton-Schulz (STRATA_NS_STANDARD,
- * STRATA_NS_QUINTIC, `steps` iterations, normalization as above) of one
- * rows x cols matrix `x` in place. `work` must hold
- * strata_newton_schulz_work_floats(rows, cols) floats (= 2pq + 2p^2). */
-STRATA_API size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols);
-STRATA_API strata_status strata_newton_schulz(strata_backend *be, int64_t rows, int64_t cols,
-                                              int steps, float *x, float *work);
-
-/* ------------------------------------------------------------ eigenbases
- * Shared by SOAP and KL-Shampoo: an orthonormal eigenbasis of a symmetric
- * n x n float32 factor, computed in float64 on the host. Pure functions of
- * their arguments (no state), so an asynchronous runtime can run them on a
- * worker thread from a factor snapshot and install the result later.
- * `work` holds strata_eigenbasis_work_doubles(n) doubles and `iwork`
- * strata_eigenbasis_work_ints(n) ints (query once per dimension, reuse). */
-STRATA_API size_t strata_eigenbasis_work_doubles(int n);
-STRATA_API size_t strata_eigenbasis_work_ints(int n);
-
-/* Full eigendecomposition a = Q diag(lambda) Q^T (LAPACKE_dsyevd on the
- * symmetrized float64 copy of `a`). `q` (n x n row-major float32) receives
- * the eigenvectors as columns in DESCENDING eigenvalue order (SOAP's
- * get_orthogonal_matrix: eigh then flip); `lambda` (n doubles, may be NULL)
- * the eigenvalues in the same order.
- * Errors: STRATA_ERR_LINALG (LAPACK info != 0, or non-finite input or
- * output; `q` and `lambda` are left untouched), STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *lambda,
-                                                double *work, int *iwork);
-
-/* One power-iteration step with QR (SOAP's get_orthogonal_matrix_QR; the
- * same step without sorting is KL-Shampoo's): with B = a q_old (float64),
- * est_k = (q_old^T a q_old)_kk; if `sort`, perm = the stable descending
- * argsort of est (ties keep their order), else perm = identity; q_new = the
- * Q factor of the Householder QR (LAPACK dgeqrf + dorgqr, the convention of
- * torch.linalg.qr and numpy.linalg.qr) of B[:, perm]. Column k of q_new
- * therefore continues column perm[k] of q_old: a caller keeping per-column
- * statistics (SOAP's second moment) must permute them by `perm` the same
- * way. `perm` (n ints) may be NULL when `sort` is false. `q_new` must not
- * alias `q_old`.
- * Errors: STRATA_ERR_LINALG (LAPACK info != 0 or a non-finite result;
- * q_new and perm untouched), STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bool sort,
-                                              float *q_new, int *perm, double *work, int *iwork);
 
 /* ------------------------------------------------------------------- SOAP
  * Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam"
@@ -634,55 +471,6 @@ STRATA_API void strata_soap_state_destroy(strata_soap_state *s);
 
 /* Bytes of device-tier state this object holds. */
 STRATA_API size_t strata_soap_state_bytes(const strata_soap_state *s);
-
-/* Adam steps taken (k above; 0 until the second call). */
-STRATA_API int64_t strata_soap_state_steps(const strata_soap_state *s);
-
-/* Side `side` (0 left, 1 right): its dimension, and when it is rotated its
- * factor and eigenbasis (dim x dim float32 row-major, device memory, columns
- * are the basis vectors) and the permutation the last refresh applied
- * (NULL before the first QR refresh); NULL pointers for an unrotated side.
- * Read them only between steps (a snapshot). Any out-pointer may be NULL.
- * Errors: STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_soap_side(const strata_soap_state *s, int side, int *dim,
-                                          const float **factor, const float **q,
-                                          const int **last_perm);
-
-/* Phase 1 of 3 (later calls only): the Adam step in the current eigenbasis,
- * weight decay; updates w (rows x cols), M and V, k += 1. `t` >= 1 is the
- * caller's 1-based step, checked but not used: SOAP counts its own steps.
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (no eigenbasis yet:
- * call strata_soap_step or update_factors + refresh first),
- * STRATA_ERR_NONFINITE (g not finite: nothing changed; or a non-finite
- * direction: M, V advanced, w unchanged). */
-STRATA_API strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
-                                           float *w, const float *g, strata_optim_counters *cnt);
-
-/* Phase 2 of 3: absorb g into the factors (L = b_s L + (1-b_s) G G^T, R
- * likewise). Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE. */
-STRATA_API strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
-                                                    strata_optim_counters *cnt);
-
-/* True when the eigenbases are due a refresh now (after phases 1 and 2):
- * no eigenbasis yet, or k > 0 and k % F == 0. */
-STRATA_API bool strata_soap_refresh_due(const strata_soap_state *s);
-
-/* Phase 3 of 3, the expensive one: the first time a full eigendecomposition
- * of each rotated factor, afterwards one QR power-iteration step with V
- * permuted (see above); O(dim^3) float64 per rotated side. A worker may run
- * strata_eigenbasis_eigh / strata_eigenbasis_qr on a snapshot of
- * strata_soap_side instead and hand the result to
- * strata_soap_install_eigenbasis. Failures keep the previous basis and are
- * counted; the call itself fails only for invalid arguments. */
-STRATA_API strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt);
-
-/* Install an eigenbasis for rotated side `side`: `q` (dim x dim, float32,
- * copied) becomes Q_L or Q_R and, when `perm` is not NULL, V's axis `side`
- * is permuted the same way (new index k takes old index perm[k]), as after
- * strata_eigenbasis_qr. Marks the state as having an eigenbasis.
- * Errors: STRATA_ERR_INVALID_ARG (unrotated side, bad permutation). */
-STRATA_API strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side,
-                                                        const float *q, const int *perm);
 
 /* One synchronous SOAP update: the first call on a state updates the factors
  * and computes the eigenbases only; later calls run apply, update_factors,
@@ -796,57 +584,6 @@ STRATA_API strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_
 STRATA_API void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s);
 STRATA_API size_t strata_kl_shampoo_state_bytes(const strata_kl_shampoo_state *s);
 
-/* Steps taken (k above). */
-STRATA_API int64_t strata_kl_shampoo_state_steps(const strata_kl_shampoo_state *s);
-
-/* Side `side` (0: S_a, rows; 1: S_b, cols): dimension, factor S, eigenbasis
- * Q (dim x dim float32, columns) and the inverse square roots s (dim
- * floats), all device memory; read between steps only. Any out-pointer may
- * be NULL. Errors: STRATA_ERR_INVALID_ARG. */
-STRATA_API strata_status strata_kl_shampoo_side(const strata_kl_shampoo_state *s, int side,
-                                                int *dim, const float **factor,
-                                                const float **q, const float **sqrt_inv);
-
-/* Factor update (both forms), then in the eigenbasis form the eigenvalue
- * estimates; the first call of the eigenbasis form initializes the factors;
- * in the exact form k += 1 here.
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE (nothing changed). */
-STRATA_API strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s,
-                                                          const float *g,
-                                                          strata_optim_counters *cnt);
-
-/* True when a refresh is due now (eigenbasis form: after apply and
- * update_factors; exact form: after update_factors): no eigenbasis yet, or
- * k > 0 and k % F == 0. */
-STRATA_API bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s);
-
-/* The expensive phase, O(dim^3) float64 per side: eigenbasis form: eigh the
- * first time (s = init_factor^-1/2), then one QR power-iteration step per
- * side; exact form: eigh of both factors and s from the eigenvalues.
- * Failures keep the previous Q and s and are counted; the call fails only
- * for invalid arguments. */
-STRATA_API strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s,
-                                                   strata_optim_counters *cnt);
-
-/* Install side `side`'s eigenbasis `q` (dim x dim, copied) and, when
- * `lambda` is not NULL, eigenvalues (dim doubles, s = clamp(lambda^-1/2) as
- * in the exact form; non-finite s is refused with STRATA_ERR_LINALG); with
- * `lambda` NULL the estimates s stay attached to their columns. For a
- * worker that ran strata_eigenbasis_qr / _eigh on a snapshot.
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_LINALG. */
-STRATA_API strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s,
-                                                              int side, const float *q,
-                                                              const double *lambda);
-
-/* Precondition with the current Q, s, momentum, weight decay; updates w.
- * Eigenbasis form: k += 1 (call before update_factors); exact form: call
- * after update_factors (and refresh). `t` >= 1 (checked, unused).
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (eigenbasis form not
- * initialized), STRATA_ERR_NONFINITE (as strata_soap_apply). */
-STRATA_API strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale,
-                                                 int64_t t, float *w, const float *g,
-                                                 strata_optim_counters *cnt);
-
 /* One synchronous KL-Shampoo update in the order of its form (above). */
 STRATA_API strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
                                                 int64_t t, float *w, const float *g,
@@ -933,19 +670,6 @@ typedef struct strata_inv_root_info {
     double cutoff;       /* PSEUDO_INVERSE: eigenvalues at or below it were dropped */
     int rank;            /* eigenvalues kept (n in the regularized mode) */
 } strata_inv_root_info;
-
-STRATA_API void strata_inv_root_opts_default(strata_inv_root_opts *o);
-STRATA_API size_t strata_inv_root_work_doubles(int n);
-STRATA_API size_t strata_inv_root_work_ints(int n);
-/* `info` may be NULL. */
-STRATA_API strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
-                                            float *out, double *work, int *iwork,
-                                            strata_inv_root_info *info);
-
-/* The regularized inverse p-th root with the default checks:
- * strata_inv_root_ex with exponent 1/p and eps. */
-STRATA_API strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,
-                                         double *work, int *iwork);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "strata/backend.h"
+#include "strata/comm.h"
 #include "strata/optim.h"
 #include "strata/status.h"
 #include "strata/types.h"
@@ -93,6 +94,12 @@ typedef struct strata_config {
     const char *nvme_dir;     /* nvme tier directory (copied); NULL = no nvme tier */
     size_t nvme_budget;       /* nvme tier bytes; 0 = unlimited */
     int nvme_queue_depth;     /* io_uring depth, >= 8; default 16 */
+    strata_comm *comm;        /* ranks and collectives (strata/comm.h); NULL = this process
+                                 alone (a self communicator). Not owned: it must outlive
+                                 the runtime. Every parameter's owner is rank 0 in this
+                                 version; the step runs the parameters this rank owns and
+                                 takes the global gradient norm and the non-finite veto
+                                 through comm's scalar allreduce. */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
@@ -209,6 +216,23 @@ typedef struct strata_stats {
     uint64_t nvme_bytes_written, nvme_bytes_read;
     int64_t io_errors;          /* nvme transfers that failed (previous root kept) */
 } strata_stats;
+
+/* What an optimizer refreshes and how, as its family answers it for a
+ * configuration (the one place that decides it; CLIs and trainers ask here). */
+typedef struct strata_optimizer_info {
+    bool has_refresh;       /* it refreshes second-order state (roots, eigenbases) */
+    bool async_capable;     /* cfg.async moves those refreshes to worker threads */
+    bool staggers;          /* cfg.stagger_refresh spreads them (has_refresh and F > 1) */
+    int precondition_frequency; /* F (0 when nothing is refreshed) */
+    int max_staleness;      /* largest S async accepts; -1 = any */
+    const char *refresh_noun; /* "inverse roots", "eigenbasis refreshes"; "" if none */
+} strata_optimizer_info;
+
+/* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide, e.g.
+ * KL-Shampoo's exact form is not async-capable). Errors:
+ * STRATA_ERR_INVALID_ARG (NULL, unknown optimizer). */
+STRATA_API strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
+                                                   strata_optimizer_info *out);
 
 /* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out);

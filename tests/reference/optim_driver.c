@@ -54,6 +54,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 #include "strata/status.h"
 
 #define DRIVER_NAME "optim_driver"

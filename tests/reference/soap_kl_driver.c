@@ -44,6 +44,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 #include "strata/status.h"
 
 #define DRIVER_NAME "soap_kl_driver"

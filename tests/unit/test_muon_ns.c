@@ -15,6 +15,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 static float *random_floats(size_t n, uint32_t seed)
 {

@@ -24,6 +24,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "optim/phases.h"
 
 static void fill(float *x, size_t n, uint32_t seed, float scale)
 {

@@ -1,0 +1,105 @@
+/* strata/comm.h — the communication seam: ranks, owners and the collectives
+ * the runtime needs (DESIGN.md "Distributed").
+ *
+ * A strata_comm is an interface struct of function pointers (as the backend
+ * is) over some transport: the single-process backend here; MPI and NCCL
+ * backends plug in behind the same table. The runtime never calls a
+ * transport directly: every parameter has an owner rank, the step runs the
+ * optimizer of the parameters this rank owns, and the global gradient norm
+ * and the non-finite veto are scalar allreduces through this interface, so
+ * every rank takes the same decision.
+ *
+ * Interface rules:
+ *  - `iface->version` must equal STRATA_COMM_IFACE_VERSION; every slot is
+ *    required (the self backend shows the trivial forms).
+ *  - Buffers are host float32 (double for scalars); counts in elements.
+ *  - Collectives are blocking and called by every rank in the same order
+ *    (MPI's rule); a failure on any rank surfaces as an error on every rank.
+ *
+ * Thread-safety: one thread per communicator at a time (the training thread).
+ */
+#ifndef STRATA_COMM_H
+#define STRATA_COMM_H
+
+#include <stddef.h>
+
+#include "strata/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRATA_COMM_IFACE_VERSION 1
+
+typedef enum strata_reduce_op {
+    STRATA_REDUCE_SUM = 0,
+    STRATA_REDUCE_MAX = 1,
+} strata_reduce_op;
+
+typedef struct strata_comm_iface {
+    int version;      /* STRATA_COMM_IFACE_VERSION */
+    const char *name; /* "self", "mpi", "nccl" */
+    int (*rank)(void *ctx);       /* 0..size-1 */
+    int (*size)(void *ctx);       /* >= 1 */
+    int (*node_rank)(void *ctx);  /* rank within its node (shared-memory group) */
+    int (*node_size)(void *ctx);  /* ranks on its node */
+    /* vals[0..n) := op over ranks of vals[0..n), on every rank. */
+    strata_status (*allreduce_f64)(void *ctx, double *vals, int n, strata_reduce_op op);
+    /* Sum buf[0..n) over ranks into `owner`'s buf (others' buf unspecified after). */
+    strata_status (*reduce_to_owner)(void *ctx, float *buf, size_t n, int owner);
+    /* owner's buf[0..n) to every rank's buf. */
+    strata_status (*broadcast_from_owner)(void *ctx, float *buf, size_t n, int owner);
+    /* The tail: rank r contributes counts[r] floats at send; recv (size sum of
+     * counts) gets them in rank order at displs[r], on every rank. */
+    strata_status (*allgatherv_f32)(void *ctx, const float *send, float *recv,
+                                    const size_t *counts, const size_t *displs);
+    /* Sum send[0..sum counts) over ranks; rank r receives its piece
+     * [displs[r], displs[r] + counts[r]) in recv. */
+    strata_status (*reduce_scatter_f32)(void *ctx, const float *send, float *recv,
+                                        const size_t *counts, const size_t *displs);
+    strata_status (*barrier)(void *ctx);
+    void (*destroy)(void *ctx);   /* may be NULL */
+} strata_comm_iface;
+
+typedef struct strata_comm strata_comm;
+
+/* Wrap an implementation (backend authors). `iface` must outlive the handle;
+ * `ctx` goes to every slot and to iface->destroy at strata_comm_destroy.
+ * Errors: STRATA_ERR_INVALID_ARG (a missing slot, wrong version),
+ * STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_comm_create(const strata_comm_iface *iface, void *ctx,
+                                            strata_comm **out);
+
+/* The single-process communicator: rank 0 of 1; every collective is the
+ * identity (a copy where send and recv differ). Errors: STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_comm_self_create(strata_comm **out);
+
+/* NULL is a no-op. */
+STRATA_API void strata_comm_destroy(strata_comm *c);
+
+STRATA_API const char *strata_comm_name(const strata_comm *c);
+STRATA_API int strata_comm_rank(const strata_comm *c);
+STRATA_API int strata_comm_size(const strata_comm *c);
+STRATA_API int strata_comm_node_rank(const strata_comm *c);
+STRATA_API int strata_comm_node_size(const strata_comm *c);
+
+/* The collectives above, argument-checked (STRATA_ERR_INVALID_ARG), with the
+ * transport's error converted to a strata_status and a message. */
+STRATA_API strata_status strata_comm_allreduce_f64(strata_comm *c, double *vals, int n,
+                                                   strata_reduce_op op);
+STRATA_API strata_status strata_comm_reduce_to_owner(strata_comm *c, float *buf, size_t n,
+                                                     int owner);
+STRATA_API strata_status strata_comm_broadcast_from_owner(strata_comm *c, float *buf, size_t n,
+                                                          int owner);
+STRATA_API strata_status strata_comm_allgatherv_f32(strata_comm *c, const float *send,
+                                                    float *recv, const size_t *counts,
+                                                    const size_t *displs);
+STRATA_API strata_status strata_comm_reduce_scatter_f32(strata_comm *c, const float *send,
+                                                        float *recv, const size_t *counts,
+                                                        const size_t *displs);
+STRATA_API strata_status strata_comm_barrier(strata_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_COMM_H */

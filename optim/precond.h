@@ -1,0 +1,160 @@
+/* optim/precond.h — the per-family preconditioner interface (internal).
+ *
+ * Every optimizer family (Shampoo, SOAP, KL-Shampoo, and trivially Muon and
+ * AdamW, which have nothing to refresh) fills one strata_precond_family
+ * table. The runtime's refresh engine (runtime/refresh.c) drives every
+ * family through it and never branches on which family it runs: adding a
+ * family touches only that family's file.
+ *
+ * A parameter's state is split into *blocks* (a Shampoo block after
+ * max_preconditioner_dim blocking; one block for SOAP and KL-Shampoo). A
+ * block's second-order state is refreshed at its family's *refresh points*
+ * (the schedule below) from a *snapshot*: the family packs what the refresh
+ * needs into a slot (a byte buffer the engine owns, in the host or nvme
+ * tier), the refresh turns the slot into a result in place (a pure function
+ * of the slot, float64 inside, callable from any thread), and the family
+ * installs the result when the coherence registry says it is due.
+ *
+ * One optimizer step of a parameter at (1-based) step t, as the engine runs
+ * it:
+ *     before(t, g)                    e.g. Shampoo's factors absorb G; a family
+ *                                     may finish the whole step here (*done)
+ *     lag 0: if t is a refresh point: snapshot every block (version t)
+ *     for every block: acquire(t) -> install the due result, if new
+ *     apply(t, w, g)                  precondition, graft, update the weights
+ *     after(g)                        e.g. SOAP's factors absorb G
+ *     lag 1: if t+1 is a refresh point: snapshot every block (version t+1)
+ * `lag` is the number of steps between a snapshot and the step that first
+ * uses its result in the synchronous algorithm (Shampoo 0, SOAP 1).
+ *
+ * Results that failed (LAPACK error, non-finite values) are reported per
+ * *part* (a bit per part in `failed`); the engine keeps the previous result
+ * of a failed part (it copies the installed slot's part into the new slot
+ * before install), so a family sees a complete result and may decide to skip
+ * failed parts (SOAP must: its install permutes the moments).
+ *
+ * Threading: create/destroy/before/apply/after/snapshot/install run on the
+ * training thread. `refresh` runs on a worker thread (or inline) and may read
+ * only what is immutable after create (configuration, shapes); `snapshot`
+ * copies everything else it needs into the slot.
+ */
+#ifndef STRATA_OPTIM_PRECOND_H
+#define STRATA_OPTIM_PRECOND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/backend.h"
+#include "strata/optim.h"
+#include "strata/status.h"
+#include "strata/types.h"
+
+#define STRATA_PRECOND_MAX_PARTS 4
+#define STRATA_TENSOR_NAME_MAX 32
+
+/* One refreshable block of a parameter's state. */
+typedef struct strata_precond_block {
+    size_t slot_bytes;  /* bytes of one snapshot/result slot */
+    int max_dim;        /* largest matrix side the refresh decomposes (sizes workspaces) */
+    int n_parts;        /* result parts (<= STRATA_PRECOND_MAX_PARTS) */
+    size_t part_offset[STRATA_PRECOND_MAX_PARTS]; /* byte range of each part in the slot */
+    size_t part_bytes[STRATA_PRECOND_MAX_PARTS];
+} strata_precond_block;
+
+/* Refresh schedule in runtime steps: refresh points are
+ * start + offset + k F (k >= 0), offset in [0, F) per parameter; the result
+ * of refresh point r is first used at step r (lag 0: snapshot taken at step r
+ * before apply) or r (lag 1: snapshot taken at the end of step r - 1). */
+typedef struct strata_precond_schedule {
+    int frequency;   /* F >= 1 */
+    int64_t start;   /* first refresh point (offset 0), >= 1 */
+    int lag;         /* 0 or 1 */
+    int offset;      /* the configuration's own refresh phase (refresh_offset) */
+    int max_staleness; /* largest S the family accepts asynchronously; -1 = any */
+    const char *why_max; /* the reason, when max_staleness >= 0 */
+} strata_precond_schedule;
+
+/* One persistent tensor of a state (checkpoints walk these). */
+typedef enum strata_dtype { STRATA_F32 = 0, STRATA_F64 = 1, STRATA_I32 = 2, STRATA_I64 = 3 } strata_dtype;
+
+typedef struct strata_tensor_info {
+    char name[STRATA_TENSOR_NAME_MAX]; /* e.g. "L.0", "exp_avg" (unique within the state) */
+    strata_dtype dtype;
+    int ndim;                /* 0..2 */
+    int64_t shape[2];
+    strata_tier_kind where;  /* DEVICE (backend memory) or HOST */
+    void *data;              /* the tensor's memory (read/write for a restore) */
+} strata_tensor_info;
+
+/* A parameter's matrix view, as the runtime routes it. */
+typedef struct strata_precond_shape {
+    int64_t batch; /* stacked matrices (Muon), else 1 */
+    int64_t rows, cols;
+    size_t numel;
+} strata_precond_shape;
+
+typedef struct strata_precond_family {
+    const char *name; /* "shampoo", ... */
+    const char *refresh_noun; /* what one refresh of a part is called, plural
+                                 ("inverse roots", "eigenbasis refreshes"); NULL if none */
+
+    /* ---- configuration-level questions (cfg is the family's config struct) */
+    /* Does the family refresh anything? (false: Muon, AdamW) */
+    bool (*has_refresh)(const void *cfg);
+    /* May its refreshes run on worker threads? (KL-Shampoo's exact form may not.) */
+    bool (*async_capable)(const void *cfg);
+    void (*schedule)(const void *cfg, strata_precond_schedule *out);
+    /* Relative cost of one parameter's refreshes (stagger and planner). */
+    double (*refresh_cost)(const void *cfg, const strata_precond_shape *shape);
+    /* A copy of cfg with the refresh phase set (cfg_out has the config's size). */
+    strata_status (*with_offset)(const void *cfg, int offset, void *cfg_out);
+    size_t cfg_size;
+
+    /* ---- state life */
+    /* external_results: the engine owns the results (Shampoo's roots are lent
+     * from the engine's slots instead of allocated in the state). */
+    strata_status (*create)(const void *cfg, strata_backend *be, const strata_precond_shape *shape,
+                            bool external_results, void **out);
+    void (*destroy)(void *state);
+    size_t (*bytes)(const void *state);
+    int (*n_blocks)(const void *state);
+    void (*block)(const void *state, int b, strata_precond_block *out);
+
+    /* ---- the step (training thread) */
+    strata_status (*before)(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                            strata_optim_counters *cnt, bool *done);
+    strata_status (*snapshot)(const void *state, int b, void *slot);
+    /* Any thread; reads the slot, writes the result in place. `*failed` gets a
+     * bit per failed part; counts refreshes/failures/retries in *cnt. Returns
+     * STRATA_ERR_LINALG when every part failed. */
+    strata_status (*refresh)(const void *state, int b, void *slot, double *work, int *iwork,
+                             unsigned *failed, strata_optim_counters *cnt);
+    size_t (*refresh_work_doubles)(int max_dim);
+    size_t (*refresh_work_ints)(int max_dim);
+    /* Install a result (complete: failed parts hold the previous result, or
+     * zeros before the first). `have` has a bit per part that holds a valid
+     * result; the slot stays untouched until the next install of the block. */
+    strata_status (*install)(void *state, int b, const void *slot, unsigned failed,
+                             unsigned have);
+    strata_status (*apply)(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                           strata_optim_counters *cnt);
+    strata_status (*after)(void *state, const float *g, strata_optim_counters *cnt);
+
+    /* ---- state enumeration: persistent tensors only (no scratch); returns
+     * the count (fills at most cap entries of out, which may be NULL). */
+    int (*tensors)(const void *state, strata_tensor_info *out, int cap);
+} strata_precond_family;
+
+extern const strata_precond_family strata_family_adamw;
+extern const strata_precond_family strata_family_muon;
+extern const strata_precond_family strata_family_shampoo;
+extern const strata_precond_family strata_family_soap;
+extern const strata_precond_family strata_family_kl_shampoo;
+
+/* Set one tensor_info entry (helper for the families' `tensors`). */
+void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,
+                            strata_dtype dtype, int64_t rows, int64_t cols,
+                            strata_tier_kind where, void *data);
+
+#endif

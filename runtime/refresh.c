@@ -1,0 +1,797 @@
+/* The refresh engine (runtime/refresh.h): every family's optimizer step, its
+ * snapshots, refresh jobs, installs and tiers, through one path.
+ *
+ * Objects (created at commit, freed at destroy, nothing allocated per step):
+ *  - groups: the parameters of one family with one schedule (F, start, lag)
+ *    and one mode (inline or on workers), each with a coherence registry over
+ *    all their blocks;
+ *  - per block K = strata_coh_slots_needed(F, S) slots. A slot is a byte
+ *    buffer of the family's layout: the snapshot, then the result in place.
+ *      host placement: a host-tier buffer;
+ *      nvme placement: an nvme-tier extent; the installed result is read
+ *        back into one of two host-tier resident buffers (prefetched by the
+ *        forward hook when the due result is ready); a job reads its
+ *        snapshot into its worker's scratch buffer, refreshes there and
+ *        writes the result back;
+ *  - the worker pool (async groups), an inline workspace (inline groups),
+ *    one host staging buffer for snapshots bound for nvme.
+ *
+ * Invariants: a block's installed slot (or resident buffer) is never written
+ * until the next install of that block (the registry keeps it INSTALLED);
+ * `have` has a bit per result part that holds a valid result; a failed part
+ * is filled from the previously installed result before install, so a family
+ * always sees a complete result (and the failure bits).
+ *
+ * Lock order: none here; the registry and the pool have their own mutexes
+ * and call back without holding them. Counters the workers touch are atomic.
+ */
+#include "refresh.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "coherence/coherence.h"
+#include "tiers/tiers.h"
+#include "workers/workers.h"
+
+struct strata_refresh;
+struct eng_block;
+
+typedef struct eng_job {
+    strata_job job;
+    struct strata_refresh *e;
+    struct eng_block *blk;
+    int slot;
+} eng_job;
+
+typedef struct eng_slot {
+    void *buf;      /* host placement */
+    void *nvme;     /* nvme placement: extent handle */
+    strata_io io;   /* nvme placement: the snapshot write */
+    unsigned failed; /* parts whose refresh failed; set by the job */
+    eng_job job;
+} eng_slot;
+
+typedef struct eng_group {
+    const strata_precond_family *fam;
+    strata_precond_schedule sch;
+    bool inline_;
+    strata_coh_config cc;
+    strata_coh_registry *reg;
+    int n_blocks;
+    int n_slots;
+    int filled;      /* blocks given a registry index so far (commit) */
+} eng_group;
+
+typedef struct eng_entry {
+    const strata_precond_family *fam;
+    void *state;
+    void *cfg;       /* copy of the family configuration */
+    int offset;      /* refresh phase in [0, F) */
+    int layer;
+    char *name;
+    eng_group *grp;  /* NULL: nothing to refresh */
+    int first_block, n_blocks;
+} eng_entry;
+
+typedef struct eng_block {
+    eng_group *grp;
+    eng_entry *ent;
+    int rb;          /* index in the group's registry */
+    int b;           /* index within the entry's state */
+    strata_precond_block info;
+    bool on_nvme;
+    size_t nvme_bytes;
+    eng_slot *slots;
+    int installed_slot;
+    unsigned have;
+    void *resident[2]; /* nvme placement: installed result in resident[cur] */
+    int cur;
+    strata_io io;      /* prefetch into resident[1 - cur] */
+    bool io_pending;
+    int64_t io_version;
+} eng_block;
+
+struct strata_refresh {
+    strata_refresh_config cfg;
+    char *nvme_dir;
+    bool committed;
+    eng_entry *entries;
+    int n_entries, cap_entries;
+    eng_group *groups;
+    int n_groups;
+    eng_block *blocks;
+    int n_blocks;
+    strata_worker_pool *pool;
+    int n_workers;
+    strata_tier *host, *nvme;
+    void **worker_scratch; /* per worker (nvme jobs): max slot bytes */
+    size_t scratch_bytes;
+    void *staging;         /* snapshots bound for nvme */
+    double *inline_work;
+    int *inline_iwork;
+    int64_t jobs_submitted;
+    _Atomic int64_t refreshes, refresh_failures, refresh_retries;
+    _Atomic uint64_t snapshot_bytes;
+    _Atomic int64_t io_errors;
+};
+
+static size_t align4k(size_t x)
+{
+    return (x + 4095) / 4096 * 4096;
+}
+
+/* Wait for an nvme request whose memory is about to be reused or freed: a
+ * TIMEOUT leaves it in flight (the kernel may still write into it), so keep
+ * waiting, with a warning each wait_timeout_s. */
+static strata_status io_wait_landed(strata_refresh *e, strata_io *io)
+{
+    strata_status st;
+    while ((st = strata_tier_io_wait(e->nvme, io, e->cfg.wait_timeout_s)) == STRATA_ERR_TIMEOUT)
+        strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers", "%s; still waiting",
+                    strata_last_error());
+    return st;
+}
+
+static void add_counters(strata_refresh *e, const strata_optim_counters *c)
+{
+    atomic_fetch_add(&e->refreshes, c->root_refreshes);
+    atomic_fetch_add(&e->refresh_failures, c->root_failures);
+    atomic_fetch_add(&e->refresh_retries, c->root_retries);
+}
+
+/* ---- create / add */
+
+strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out)
+{
+    if (!c || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_create: NULL argument");
+    *out = NULL;
+    if (c->staleness < 0 || c->workers < 0 || !(c->wait_timeout_s > 0.0) ||
+        c->worker_delay_us < 0 || (c->mode != STRATA_COH_FIXED && c->mode != STRATA_COH_EAGER))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "async needs staleness >= 0, workers >= 0, wait_timeout_s > 0 and a "
+                            "known install mode");
+    if (c->results_tier != STRATA_TIER_HOST && c->results_tier != STRATA_TIER_NVME)
+        return strata_error(STRATA_ERR_INVALID_ARG, "roots_tier must be host or nvme");
+    if (c->results_tier == STRATA_TIER_NVME && !c->nvme_dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "the nvme roots tier needs nvme_dir");
+    if (c->nvme_dir && c->nvme_queue_depth < 8)
+        return strata_error(STRATA_ERR_INVALID_ARG, "nvme_queue_depth %d must be >= 8",
+                            c->nvme_queue_depth);
+    strata_refresh *e = calloc(1, sizeof *e);
+    if (!e)
+        return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    e->cfg = *c;
+    if (c->nvme_dir) {
+        e->nvme_dir = strdup(c->nvme_dir);
+        if (!e->nvme_dir) {
+            free(e);
+            return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+        }
+        e->cfg.nvme_dir = e->nvme_dir;
+    }
+    *out = e;
+    return STRATA_OK;
+}
+
+strata_status strata_refresh_add(strata_refresh *e, const strata_precond_family *fam,
+                                 void *state, const void *fam_cfg, int offset, int layer,
+                                 const char *name, int *id)
+{
+    if (!e || !fam || !state || !fam_cfg || !name)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_add: NULL argument");
+    if (e->committed)
+        return strata_error(STRATA_ERR_STATE, "refresh_add('%s'): engine committed", name);
+    if (e->n_entries == e->cap_entries) {
+        int cap = e->cap_entries ? 2 * e->cap_entries : 32;
+        eng_entry *ne = realloc(e->entries, (size_t)cap * sizeof *ne);
+        if (!ne)
+            return strata_error(STRATA_ERR_NOMEM, "refresh_add: out of memory");
+        e->entries = ne;
+        e->cap_entries = cap;
+    }
+    eng_entry *en = &e->entries[e->n_entries];
+    memset(en, 0, sizeof *en);
+    en->fam = fam;
+    en->state = state;
+    en->layer = layer;
+    en->offset = offset;
+    en->name = strdup(name);
+    en->cfg = malloc(fam->cfg_size);
+    if (!en->name || !en->cfg) {
+        free(en->name);
+        free(en->cfg);
+        return strata_error(STRATA_ERR_NOMEM, "refresh_add: out of memory");
+    }
+    memcpy(en->cfg, fam_cfg, fam->cfg_size);
+    if (id)
+        *id = e->n_entries;
+    e->n_entries++;
+    return STRATA_OK;
+}
+
+/* ---- jobs */
+
+/* The refresh of (block, slot): on a worker (async) or inline. A job of an
+ * nvme block reads its snapshot into the worker's scratch, refreshes there
+ * and writes the result back. */
+static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, double *work,
+                                 int *iwork, void *scratch)
+{
+    eng_slot *slot = &blk->slots[k];
+    void *buf = slot->buf;
+    const size_t bytes = blk->info.slot_bytes;
+    strata_status st = STRATA_OK;
+    if (blk->on_nvme) {
+        st = io_wait_landed(e, &slot->io); /* submitted by the training thread */
+        buf = scratch;
+        if (st == STRATA_OK)
+            st = strata_tier_read(e->nvme, slot->nvme, 0, buf, bytes);
+        if (st != STRATA_OK) {
+            atomic_fetch_add(&e->io_errors, 1);
+            return st;
+        }
+    }
+    strata_optim_counters lc = {0};
+    unsigned failed = 0;
+    st = blk->ent->fam->refresh(blk->ent->state, blk->b, buf, work, iwork, &failed, &lc);
+    slot->failed = failed;
+    add_counters(e, &lc);
+    if (st != STRATA_OK)
+        return st;
+    if (blk->on_nvme) {
+        st = strata_tier_write(e->nvme, slot->nvme, 0, buf, bytes);
+        if (st != STRATA_OK) {
+            atomic_fetch_add(&e->io_errors, 1);
+            return st;
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_status job_run(strata_job *j, strata_worker_ctx *w)
+{
+    eng_job *job = j->user;
+    strata_refresh *e = job->e;
+    strata_coh_mark_computing(job->blk->grp->reg, job->blk->rb, job->slot);
+    return job_compute(e, job->blk, job->slot, w->work, w->iwork,
+                       e->worker_scratch ? e->worker_scratch[w->index] : NULL);
+}
+
+static void job_done(strata_job *j, strata_status st)
+{
+    eng_job *job = j->user;
+    strata_coh_complete(job->blk->grp->reg, job->blk->rb, job->slot, st == STRATA_OK);
+}
+
+/* ---- commit */
+
+static strata_status make_groups(strata_refresh *e)
+{
+    e->groups = calloc((size_t)e->n_entries + 1, sizeof *e->groups);
+    if (!e->groups)
+        return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *en = &e->entries[i];
+        const strata_precond_family *f = en->fam;
+        en->n_blocks = f->n_blocks(en->state);
+        if (!f->has_refresh || !f->has_refresh(en->cfg) || en->n_blocks == 0)
+            continue;
+        strata_precond_schedule sch;
+        f->schedule(en->cfg, &sch);
+        const bool inl = !e->cfg.async || !f->async_capable(en->cfg);
+        eng_group *g = NULL;
+        for (int k = 0; k < e->n_groups && !g; k++) {
+            eng_group *c = &e->groups[k];
+            if (c->fam == f && c->inline_ == inl && c->sch.frequency == sch.frequency &&
+                c->sch.start == sch.start && c->sch.lag == sch.lag)
+                g = c;
+        }
+        if (!g) {
+            g = &e->groups[e->n_groups++];
+            g->fam = f;
+            g->sch = sch;
+            g->inline_ = inl;
+            if (!inl && sch.max_staleness >= 0 && e->cfg.staleness > sch.max_staleness)
+                return strata_error(STRATA_ERR_INVALID_ARG,
+                                    "async %s needs staleness (%d) < precondition frequency (%d): "
+                                    "%s",
+                                    f->name, e->cfg.staleness, sch.frequency,
+                                    sch.why_max ? sch.why_max : "");
+        }
+        en->grp = g;
+        en->first_block = e->n_blocks;
+        g->n_blocks += en->n_blocks;
+        e->n_blocks += en->n_blocks;
+    }
+    return STRATA_OK;
+}
+
+/* Placement (Asteria's asymmetric policy): results in the host tier; when
+ * the host budget cannot hold a block's K slots, that block's slots go to the
+ * nvme tier and the host keeps only its two resident buffers (and every
+ * worker a scratch buffer). Decided up front so that the blocks placed later
+ * still find room for their resident buffers. Inline blocks stay on host. */
+static strata_status place(strata_refresh *e)
+{
+    size_t nvme_need = 0; /* host bytes if every remaining async block went to nvme */
+    size_t max_slot = 0;
+    for (int i = 0; i < e->n_blocks; i++) {
+        const eng_block *blk = &e->blocks[i];
+        if (!blk->grp->inline_) {
+            nvme_need += 2 * align4k(blk->info.slot_bytes);
+            if (blk->info.slot_bytes > max_slot)
+                max_slot = blk->info.slot_bytes;
+        }
+    }
+    const size_t scratch = (size_t)e->n_workers * align4k(max_slot);
+    const size_t budget = e->cfg.host_budget;
+    size_t planned = 0;
+    bool any_nvme = false;
+    for (int i = 0; i < e->n_blocks; i++) {
+        eng_block *blk = &e->blocks[i];
+        const size_t one = align4k(blk->info.slot_bytes);
+        const size_t k_slots = (size_t)blk->grp->n_slots * one;
+        if (blk->grp->inline_) {
+            planned += k_slots;
+            continue;
+        }
+        nvme_need -= 2 * one;
+        const bool host_ok =
+            e->cfg.results_tier == STRATA_TIER_HOST &&
+            (budget == 0 || !e->nvme ||
+             planned + k_slots + nvme_need + (any_nvme || nvme_need ? scratch : 0) <= budget);
+        blk->on_nvme = !host_ok;
+        if (blk->on_nvme && !e->nvme)
+            return strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
+        planned += blk->on_nvme ? 2 * one : k_slots;
+        any_nvme |= blk->on_nvme;
+    }
+    if (any_nvme)
+        planned += scratch;
+    if (budget && planned > budget)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB even with every spillable block on nvme",
+                            budget / 1048576.0, planned / 1048576.0);
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
+        eng_block *blk = &e->blocks[i];
+        const size_t bytes = blk->info.slot_bytes;
+        if (!blk->on_nvme) {
+            for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
+                st = strata_tier_alloc(e->host, bytes, &blk->slots[k].buf);
+        } else {
+            blk->nvme_bytes = align4k(bytes);
+            for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
+                st = strata_tier_alloc(e->nvme, blk->nvme_bytes, &blk->slots[k].nvme);
+            for (int r = 0; r < 2 && st == STRATA_OK; r++)
+                st = strata_tier_alloc(e->host, bytes, &blk->resident[r]);
+        }
+    }
+    if (st == STRATA_OK && any_nvme) {
+        e->scratch_bytes = max_slot;
+        e->worker_scratch = calloc((size_t)e->n_workers, sizeof *e->worker_scratch);
+        if (!e->worker_scratch)
+            return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+        for (int w = 0; w < e->n_workers && st == STRATA_OK; w++)
+            st = strata_tier_alloc(e->host, max_slot, &e->worker_scratch[w]);
+        if (st == STRATA_OK)
+            st = strata_tier_alloc(e->host, max_slot, &e->staging);
+    }
+    return st;
+}
+
+strata_status strata_refresh_commit(strata_refresh *e)
+{
+    if (!e)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_commit: NULL engine");
+    if (e->committed)
+        return strata_error(STRATA_ERR_STATE, "refresh_commit: already committed");
+    e->committed = true;
+    strata_status st = make_groups(e);
+    if (st != STRATA_OK || e->n_blocks == 0)
+        return st;
+
+    bool any_async = false;
+    for (int k = 0; k < e->n_groups; k++) {
+        eng_group *g = &e->groups[k];
+        const int S = g->inline_ ? 0 : e->cfg.staleness;
+        g->cc = (strata_coh_config){
+            .precondition_frequency = g->sch.frequency,
+            .start = g->sch.start < 1 ? 1 : g->sch.start,
+            .staleness = S,
+            .mode = g->inline_ ? STRATA_COH_FIXED : e->cfg.mode,
+            .timeout_s = e->cfg.wait_timeout_s,
+        };
+        g->n_slots = strata_coh_slots_needed(g->sch.frequency, S);
+        st = strata_coh_create(&g->cc, g->n_blocks, &g->reg);
+        if (st != STRATA_OK)
+            return st;
+        any_async |= !g->inline_;
+    }
+    e->blocks = calloc((size_t)e->n_blocks, sizeof *e->blocks);
+    if (!e->blocks)
+        return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    size_t wd_inline = 0, wi_inline = 0, wd_async = 0, wi_async = 0;
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *en = &e->entries[i];
+        if (!en->grp)
+            continue;
+        for (int b = 0; b < en->n_blocks; b++) {
+            eng_block *blk = &e->blocks[en->first_block + b];
+            blk->grp = en->grp;
+            blk->ent = en;
+            blk->b = b;
+            blk->rb = en->grp->filled++;
+            blk->installed_slot = -1;
+            en->fam->block(en->state, b, &blk->info);
+            blk->slots = calloc((size_t)en->grp->n_slots, sizeof *blk->slots);
+            if (!blk->slots)
+                return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+            for (int k = 0; k < en->grp->n_slots; k++) {
+                eng_job *job = &blk->slots[k].job;
+                job->e = e;
+                job->blk = blk;
+                job->slot = k;
+                job->job.run = job_run;
+                job->job.done = job_done;
+                job->job.user = job;
+            }
+            const size_t wd = en->fam->refresh_work_doubles(blk->info.max_dim);
+            const size_t wi = en->fam->refresh_work_ints(blk->info.max_dim);
+            size_t *pd = en->grp->inline_ ? &wd_inline : &wd_async;
+            size_t *pi = en->grp->inline_ ? &wi_inline : &wi_async;
+            *pd = wd > *pd ? wd : *pd;
+            *pi = wi > *pi ? wi : *pi;
+        }
+    }
+    /* The refresh phase of every block is its parameter's. */
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++)
+        st = strata_coh_set_block_offset(e->blocks[i].grp->reg, e->blocks[i].rb,
+                                         e->blocks[i].ent->offset);
+    if (st != STRATA_OK)
+        return st;
+
+    st = strata_tier_host_create(e->cfg.host_budget, &e->host);
+    if (st != STRATA_OK)
+        return st;
+    if (e->cfg.nvme_dir && any_async) {
+        strata_nvme_config nc;
+        strata_nvme_config_default(&nc);
+        nc.dir = e->cfg.nvme_dir;
+        nc.budget = e->cfg.nvme_budget;
+        nc.queue_depth = e->cfg.nvme_queue_depth;
+        nc.log = e->cfg.log;
+        st = strata_tier_nvme_create(&nc, &e->nvme);
+        if (st != STRATA_OK)
+            return st;
+    }
+    strata_worker_config wc;
+    strata_worker_config_default(&wc);
+    if (e->cfg.workers > 0)
+        wc.n_workers = e->cfg.workers;
+    e->n_workers = any_async ? wc.n_workers : 0;
+    st = place(e);
+    if (st != STRATA_OK)
+        return st;
+    if (wd_inline > 0 || wi_inline > 0) {
+        e->inline_work = malloc((wd_inline ? wd_inline : 1) * sizeof(double));
+        e->inline_iwork = malloc((wi_inline ? wi_inline : 1) * sizeof(int));
+        if (!e->inline_work || !e->inline_iwork)
+            return strata_error(STRATA_ERR_NOMEM, "refresh engine: cannot allocate the inline "
+                                "workspace (%zu doubles)", wd_inline);
+    }
+    if (any_async) {
+        wc.pin = e->cfg.pin_workers;
+        wc.max_delay_us = e->cfg.worker_delay_us;
+        wc.delay_seed = 12345;
+        wc.work_doubles = wd_async;
+        wc.work_ints = wi_async;
+        st = strata_worker_pool_create(&wc, &e->pool);
+        if (st != STRATA_OK)
+            return st;
+    }
+    int on_nvme = 0;
+    for (int i = 0; i < e->n_blocks; i++)
+        on_nvme += e->blocks[i].on_nvme;
+    strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
+                "%d blocks in %d groups, %d workers, S=%d (%s), %d blocks on nvme", e->n_blocks,
+                e->n_groups, e->n_workers, e->cfg.staleness,
+                e->cfg.mode == STRATA_COH_FIXED ? "fixed" : "eager", on_nvme);
+    return STRATA_OK;
+}
+
+/* ---- the step */
+
+/* Install the result in slot k of `blk` (acquire said it is due now). */
+static strata_status install(strata_refresh *e, eng_block *blk, int k)
+{
+    const strata_precond_block *bi = &blk->info;
+    const void *prev = NULL;
+    char *dst;
+    if (blk->on_nvme) {
+        const int spare = 1 - blk->cur;
+        int64_t want = -1;
+        strata_coh_slot_get(blk->grp->reg, blk->rb, k, &want);
+        strata_status st = STRATA_OK;
+        bool have_it = false;
+        if (blk->io_pending) {
+            st = io_wait_landed(e, &blk->io); /* resident[spare] is reused below */
+            blk->io_pending = false;
+            if (st != STRATA_OK) /* the prefetch failed: counted, then read again below */
+                atomic_fetch_add(&e->io_errors, 1);
+            have_it = st == STRATA_OK && blk->io_version == want;
+        }
+        if (!have_it)
+            st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, blk->resident[spare],
+                                  bi->slot_bytes);
+        if (st != STRATA_OK) {
+            /* Keep using the previous result: stale but intact. */
+            atomic_fetch_add(&e->io_errors, 1);
+            strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
+                        "'%s' block %d: reading its result failed (%s); keeping the previous one",
+                        blk->ent->name, blk->b, strata_last_error());
+            return STRATA_OK;
+        }
+        prev = blk->installed_slot >= 0 ? blk->resident[blk->cur] : NULL;
+        dst = blk->resident[spare];
+        blk->cur = spare;
+    } else {
+        if (blk->installed_slot >= 0)
+            prev = blk->slots[blk->installed_slot].buf;
+        dst = blk->slots[k].buf;
+    }
+    const unsigned failed = blk->slots[k].failed;
+    unsigned have = 0;
+    for (int p = 0; p < bi->n_parts; p++) {
+        const unsigned bit = 1u << p;
+        if (!(failed & bit)) {
+            have |= bit;
+        } else if (prev && (blk->have & bit)) {
+            memcpy(dst + bi->part_offset[p], (const char *)prev + bi->part_offset[p],
+                   bi->part_bytes[p]);
+            have |= bit;
+        }
+    }
+    blk->have = have;
+    blk->installed_slot = k;
+    return blk->ent->fam->install(blk->ent->state, blk->b, dst, failed, have);
+}
+
+/* Refresh point `version` of `blk`: reserve a slot, snapshot into it, then
+ * refresh inline or submit the job (deadline version + S). */
+static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t version)
+{
+    eng_group *g = blk->grp;
+    int k;
+    strata_status st = strata_coh_begin_refresh(g->reg, blk->rb, version, &k);
+    if (st != STRATA_OK)
+        return st;
+    eng_slot *slot = &blk->slots[k];
+    const strata_precond_family *f = blk->ent->fam;
+    if (blk->on_nvme) {
+        /* write_async copies into registered staging before it returns, so the
+         * staging buffer may be packed again at once; the job waits. */
+        st = f->snapshot(blk->ent->state, blk->b, e->staging);
+        if (st == STRATA_OK)
+            st = strata_tier_write_async(e->nvme, slot->nvme, 0, e->staging,
+                                         blk->info.slot_bytes, &slot->io);
+    } else {
+        st = f->snapshot(blk->ent->state, blk->b, slot->buf);
+    }
+    if (st == STRATA_OK)
+        atomic_fetch_add(&e->snapshot_bytes, blk->info.slot_bytes);
+    slot->failed = 0;
+    if (st == STRATA_OK && g->inline_) {
+        strata_coh_mark_computing(g->reg, blk->rb, k);
+        st = job_compute(e, blk, k, e->inline_work, e->inline_iwork, NULL);
+        strata_coh_complete(g->reg, blk->rb, k, st == STRATA_OK);
+        return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
+    }
+    if (st == STRATA_OK) {
+        slot->job.job.deadline = version + g->cc.staleness;
+        st = strata_worker_submit(e->pool, &slot->job.job);
+    }
+    if (st != STRATA_OK) {
+        strata_coh_abort_refresh(g->reg, blk->rb, k);
+        return st;
+    }
+    e->jobs_submitted++;
+    return STRATA_OK;
+}
+
+static strata_status refresh_point(strata_refresh *e, eng_entry *en, int64_t version)
+{
+    eng_block *first = &e->blocks[en->first_block];
+    /* All blocks of a parameter share its refresh phase. */
+    if (!strata_coh_block_is_refresh(en->grp->reg, first->rb, version))
+        return STRATA_OK;
+    strata_status st = STRATA_OK;
+    for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++)
+        st = snapshot_submit(e, &e->blocks[en->first_block + b], version);
+    return st;
+}
+
+strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
+                                  const float *g, strata_optim_counters *cnt,
+                                  double *wait_seconds)
+{
+    if (!e || id < 0 || id >= e->n_entries || !e->committed)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_step: bad parameter %d", id);
+    eng_entry *en = &e->entries[id];
+    const strata_precond_family *f = en->fam;
+    strata_status st = STRATA_OK;
+    if (f->before) {
+        bool done = false;
+        st = f->before(en->state, lr_scale, t, w, g, cnt, &done);
+        if (st != STRATA_OK || done)
+            return st;
+    }
+    eng_group *grp = en->grp;
+    if (grp) {
+        const double t0 = strata_now_seconds();
+        if (grp->sch.lag == 0)
+            st = refresh_point(e, en, t);
+        const double t1 = strata_now_seconds();
+        for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
+            eng_block *blk = &e->blocks[en->first_block + b];
+            int slot;
+            int64_t version;
+            bool now;
+            st = strata_coh_acquire(grp->reg, blk->rb, t, &slot, &version, &now);
+            if (st == STRATA_OK && now && slot >= 0)
+                st = install(e, blk, slot);
+        }
+        const double t2 = strata_now_seconds();
+        if (!grp->inline_ && wait_seconds)
+            *wait_seconds += t2 - t1;
+        if (cnt)
+            cnt->seconds_roots += t2 - t0;
+        if (st != STRATA_OK)
+            return st;
+    }
+    /* A non-finite direction (STRATA_ERR_NONFINITE from apply) left the
+     * weights alone; the rest of the step still runs, as the reference does. */
+    const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
+    if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
+        return st_apply;
+    if (f->after)
+        st = f->after(en->state, g, cnt);
+    if (st == STRATA_OK && grp && grp->sch.lag == 1) {
+        const double t0 = strata_now_seconds();
+        st = refresh_point(e, en, t + 1);
+        if (cnt)
+            cnt->seconds_roots += strata_now_seconds() - t0;
+    }
+    return st != STRATA_OK ? st : st_apply;
+}
+
+void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
+{
+    if (!e || !e->nvme)
+        return;
+    for (int i = 0; i < e->n_blocks; i++) {
+        eng_block *blk = &e->blocks[i];
+        if (!blk->on_nvme || blk->ent->layer != layer || blk->io_pending)
+            continue;
+        strata_coh_registry *reg = blk->grp->reg;
+        const int64_t due = strata_coh_block_due_version(reg, blk->rb, t);
+        if (due < 0)
+            continue;
+        int64_t installed = -1;
+        if (blk->installed_slot >= 0)
+            strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
+        if (installed >= due)
+            continue;
+        strata_coh_slot_state state;
+        const int k = strata_coh_find(reg, blk->rb, due, &state);
+        if (k < 0 || state != STRATA_SLOT_READY)
+            continue; /* not ready yet: acquire will wait and read */
+        if (strata_tier_read_async(e->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
+                                   blk->info.slot_bytes, &blk->io) == STRATA_OK) {
+            blk->io_pending = true;
+            blk->io_version = due;
+        }
+    }
+}
+
+void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!e)
+        return;
+    for (int k = 0; k < e->n_groups; k++) {
+        if (e->groups[k].inline_ || !e->groups[k].reg)
+            continue;
+        strata_coh_stats c;
+        strata_coh_stats_get(e->groups[k].reg, &c);
+        s->installs += c.installs;
+        s->waits += c.waits;
+        s->wait_seconds += c.wait_seconds;
+        s->dropped += c.dropped;
+        s->failed += c.failed;
+        s->bound_exceeded += c.bound_exceeded;
+        if (c.max_staleness > s->max_staleness)
+            s->max_staleness = c.max_staleness;
+    }
+    if (e->pool) {
+        strata_worker_stats w;
+        strata_worker_stats_get(e->pool, &w);
+        s->jobs_cancelled = w.cancelled;
+    }
+    s->jobs_submitted = e->jobs_submitted;
+    s->refreshes = atomic_load(&e->refreshes);
+    s->refresh_failures = atomic_load(&e->refresh_failures);
+    s->refresh_retries = atomic_load(&e->refresh_retries);
+    s->snapshot_bytes = atomic_load(&e->snapshot_bytes);
+    s->io_errors = atomic_load(&e->io_errors);
+    s->blocks = e->n_blocks;
+    for (int i = 0; i < e->n_blocks; i++)
+        s->blocks_on_nvme += e->blocks[i].on_nvme;
+    strata_tier_bytes(e->host, &s->host_bytes, &s->host_bytes_peak);
+    strata_tier_bytes(e->nvme, &s->nvme_bytes, &s->nvme_bytes_peak);
+    if (e->nvme) {
+        strata_tier_io_stats io;
+        strata_tier_io_stats_get(e->nvme, &io);
+        s->nvme_bytes_written = io.bytes_written;
+        s->nvme_bytes_read = io.bytes_read;
+    }
+}
+
+strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errno_value)
+{
+    if (!e || !e->nvme)
+        return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");
+    strata_tier_inject_io_errors(e->nvme, n, errno_value);
+    return STRATA_OK;
+}
+
+void strata_refresh_destroy(strata_refresh *e)
+{
+    if (!e)
+        return;
+    /* Workers first: after this no job touches a buffer. */
+    strata_worker_pool_destroy(e->pool);
+    for (int i = 0; i < e->n_blocks; i++) {
+        eng_block *blk = &e->blocks[i];
+        if (blk->io_pending)
+            io_wait_landed(e, &blk->io);
+        for (int k = 0; blk->slots && k < blk->grp->n_slots; k++) {
+            if (blk->on_nvme && blk->slots[k].nvme) {
+                /* A cancelled job never waited for its snapshot write. */
+                io_wait_landed(e, &blk->slots[k].io);
+            }
+            strata_tier_free(e->host, blk->slots[k].buf, blk->info.slot_bytes);
+            strata_tier_free(e->nvme, blk->slots[k].nvme, blk->nvme_bytes);
+        }
+        for (int r = 0; r < 2; r++)
+            strata_tier_free(e->host, blk->resident[r], blk->info.slot_bytes);
+        free(blk->slots);
+    }
+    if (e->worker_scratch) {
+        for (int w = 0; w < e->n_workers; w++)
+            strata_tier_free(e->host, e->worker_scratch[w], e->scratch_bytes);
+        free(e->worker_scratch);
+    }
+    strata_tier_free(e->host, e->staging, e->scratch_bytes);
+    free(e->blocks);
+    strata_tier_destroy(e->nvme);
+    strata_tier_destroy(e->host);
+    for (int k = 0; k < e->n_groups; k++)
+        strata_coh_destroy(e->groups[k].reg);
+    free(e->groups);
+    for (int i = 0; i < e->n_entries; i++) {
+        free(e->entries[i].name);
+        free(e->entries[i].cfg);
+    }
+    free(e->entries);
+    free(e->inline_work);
+    free(e->inline_iwork);
+    free(e->nvme_dir);
+    free(e);
+}

@@ -1,0 +1,115 @@
+/* runtime/refresh.h — the refresh engine: one path for every preconditioner
+ * family, synchronous and asynchronous (internal).
+ *
+ * The engine runs each parameter's optimizer step through its family's table
+ * (optim/precond.h) and owns everything around the refreshes: the coherence
+ * registries (one per group of parameters sharing a family and schedule),
+ * the slots that hold snapshots and results (host tier, or nvme tier past the
+ * host budget), the worker pool, the jobs, the installs and the nvme
+ * prefetch. It never branches on which family it runs.
+ *
+ * A group is *inline* when the runtime is synchronous or its family cannot
+ * refresh asynchronously (KL-Shampoo's exact form): its refresh runs on the
+ * training thread right after the snapshot, with S = 0 and fixed install —
+ * the synchronous algorithm, through the same registry, slots and install as
+ * the asynchronous one. So an asynchronous run with S = 0 computes exactly
+ * what a synchronous one does (bit-identical), whatever the workers' speed.
+ *
+ * Life: create, add every parameter (its family state already created with
+ * external results), commit (registries, slots, placement, pool), then per
+ * step strata_refresh_step per parameter, strata_refresh_prefetch from the
+ * forward hook; destroy stops the workers first, then frees every buffer.
+ * Nothing is allocated after commit.
+ *
+ * Threading: every call from the training thread; workers only run jobs.
+ */
+#ifndef STRATA_RUNTIME_REFRESH_H
+#define STRATA_RUNTIME_REFRESH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/log.h"
+#include "optim/precond.h"
+
+typedef struct strata_refresh_config {
+    bool async;              /* refreshes of async-capable families on worker threads */
+    int staleness;           /* S >= 0 (async groups) */
+    strata_coh_mode mode;    /* install mode (async groups; inline groups are FIXED) */
+    int workers;             /* 0 = online cores - 1, at least 1 */
+    bool pin_workers;        /* hwloc-pin the workers */
+    int worker_delay_us;     /* testing: random 0..N us before each job */
+    double wait_timeout_s;   /* bound of every wait, seconds (> 0) */
+    strata_tier_kind results_tier; /* HOST (spill to nvme past host_budget when nvme_dir
+                                      is set) or NVME (every async block on nvme) */
+    size_t host_budget;      /* host tier bytes, 0 = unlimited */
+    const char *nvme_dir;    /* nvme tier directory, NULL = none */
+    size_t nvme_budget;      /* nvme tier bytes, 0 = unlimited */
+    int nvme_queue_depth;    /* >= 8 */
+    const strata_logger *log; /* must outlive the engine */
+} strata_refresh_config;
+
+typedef struct strata_refresh strata_refresh;
+
+typedef struct strata_refresh_stats {
+    /* coherence, async groups only (inline groups never wait or go stale past F-1) */
+    int64_t installs, waits, dropped, failed, bound_exceeded, max_staleness;
+    double wait_seconds;
+    int64_t jobs_submitted, jobs_cancelled;
+    /* every group */
+    int64_t refreshes, refresh_failures, refresh_retries; /* per part (factor / side) */
+    uint64_t snapshot_bytes;  /* bytes packed into slots (device -> host) */
+    int64_t io_errors;        /* nvme transfers that failed (previous result kept) */
+    int32_t blocks, blocks_on_nvme;
+    size_t host_bytes, host_bytes_peak, nvme_bytes, nvme_bytes_peak;
+    uint64_t nvme_bytes_written, nvme_bytes_read;
+} strata_refresh_stats;
+
+/* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
+strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out);
+
+/* Register a parameter (before commit): its family, its state (created with
+ * external_results = true), the family configuration the state was created
+ * with (copied), its refresh phase `offset` in [0, F), its forward-hook layer and name (for messages). *id is its
+ * handle for strata_refresh_step. Errors: STRATA_ERR_STATE (after commit),
+ * STRATA_ERR_NOMEM, STRATA_ERR_INVALID_ARG. */
+strata_status strata_refresh_add(strata_refresh *e, const strata_precond_family *fam,
+                                 void *state, const void *fam_cfg, int offset, int layer,
+                                 const char *name, int *id);
+
+/* Groups, registries, slots (placement in the host/nvme tiers), workers.
+ * Errors: STRATA_ERR_INVALID_ARG (S too large for a family, e.g. SOAP's
+ * S < F), STRATA_ERR_NOMEM (a tier budget cannot hold the slots, with the
+ * sizes), STRATA_ERR_IO (the nvme tier). On error the engine is unusable
+ * (destroy it). */
+strata_status strata_refresh_commit(strata_refresh *e);
+
+/* One optimizer step (1-based t) of parameter `id`: before, snapshot (lag
+ * 0), acquire + install, apply, after, snapshot (lag 1). Adds the phase
+ * timings to *cnt (the refresh's share, snapshot + wait + inline compute,
+ * to cnt->seconds_roots) and the time spent waiting on workers to
+ * *wait_seconds. Errors: the family's (STRATA_ERR_NONFINITE: a non-finite
+ * direction left the weights untouched, the rest of the step ran),
+ * STRATA_ERR_TIMEOUT (a bounded wait ran out), STRATA_ERR_IO. */
+strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
+                                  const float *g, strata_optim_counters *cnt,
+                                  double *wait_seconds);
+
+/* Forward hook of `layer` for step t: start reading its due results from the
+ * nvme tier while the forward and backward passes run. Never fails (a failed
+ * read is retried at install). */
+void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t);
+
+void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *out);
+
+/* Testing: the next `n` nvme transfers fail with errno_value.
+ * Errors: STRATA_ERR_STATE (no nvme tier). */
+strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errno_value);
+
+/* NULL is a no-op. Stops the workers (queued jobs cancelled, running ones
+ * finished), waits for in-flight nvme transfers, frees every buffer. The
+ * families' states stay the caller's. */
+void strata_refresh_destroy(strata_refresh *e);
+
+#endif
