@@ -1,7 +1,12 @@
 /* CPU backend: device memory is 64-byte aligned host memory, products go to
  * OpenBLAS (CBLAS row-major). SYRK computes one triangle with cblas_ssyrk and
- * mirrors it, so callers always see a full symmetric matrix. */
+ * mirrors it, so callers always see a full symmetric matrix. Every memory
+ * kind is the same aligned host memory. The backend is synchronous: it has
+ * no stream or event slots, so streams run inline and events are complete
+ * once recorded (backend.c). Its op table is the C reference (ops_ref.c). */
 #include "strata/backend.h"
+
+#include "ops_ref.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -63,6 +68,25 @@ static strata_status cpu_ssyrk(void *ctx, int trans, int n, int k, float alpha, 
     return STRATA_OK;
 }
 
+static strata_status cpu_alloc_kind(void *ctx, strata_mem_kind kind, size_t bytes, void **out)
+{
+    (void)kind;
+    return cpu_alloc(ctx, bytes, out);
+}
+
+static void cpu_free_kind(void *ctx, strata_mem_kind kind, void *ptr)
+{
+    (void)kind;
+    cpu_free(ctx, ptr);
+}
+
+static strata_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
+                                    strata_copy_dir dir, void *stream)
+{
+    (void)dir, (void)stream;
+    return cpu_copy(ctx, dst, src, bytes);
+}
+
 static const strata_backend_iface cpu_iface = {
     .version = STRATA_BACKEND_IFACE_VERSION,
     .name = "cpu",
@@ -73,6 +97,33 @@ static const strata_backend_iface cpu_iface = {
     .ssyrk = cpu_ssyrk,
     .synchronize = NULL,
     .destroy = NULL,
+    .alloc_kind = cpu_alloc_kind,
+    .free_kind = cpu_free_kind,
+    .copy_async = cpu_copy_async,
+    /* stream/event slots NULL: synchronous; sgemm_strided_batched NULL: the
+     * wrapper's loop over cpu_sgemm is what a CBLAS loop here would be. */
+    .ops = {
+        .adamw_update = strata_ref_adamw_update,
+        .ema = strata_ref_ema,
+        .adam_moments = strata_ref_adam_moments,
+        .graft = strata_ref_graft,
+        .rms_div = strata_ref_rms_div,
+        .momentum = strata_ref_momentum,
+        .apply_update = strata_ref_apply_update,
+        .scale_2d = strata_ref_scale_2d,
+        .scale_rc = strata_ref_scale_rc,
+        .scale_f64 = strata_ref_scale_f64,
+        .kl_precond = strata_ref_kl_precond,
+        .kl_eigen = strata_ref_kl_eigen,
+        .kl_diag_means = strata_ref_kl_diag_means,
+        .fill_2d = strata_ref_fill_2d,
+        .diag_update = strata_ref_diag_update,
+        .copy_2d = strata_ref_copy_2d,
+        .transpose = strata_ref_transpose,
+        .permute = strata_ref_permute,
+        .sumsq_2d = strata_ref_sumsq_2d,
+        .find_nonfinite = strata_ref_find_nonfinite,
+    },
 };
 
 strata_status strata_backend_cpu_create(int blas_threads, strata_backend **out)

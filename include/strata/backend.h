@@ -1,27 +1,52 @@
 /* strata/backend.h — the device abstraction (ggml-backend style vtable).
  *
  * A backend owns a kind of memory ("device memory") and the operations the
- * optimizers need on it: allocation with byte accounting, copies, and the
- * dense products (GEMM, SYRK). Every optimizer reaches linear algebra through
- * this table so that the CUDA backend (cuBLAS, streams) slots in beside the
- * CPU one (OpenBLAS) without changing optim/.
+ * optimizers need on it: allocation of each memory kind with byte
+ * accounting, synchronous and stream-ordered copies, streams and events, the
+ * dense products (GEMM, strided batched GEMM, SYRK) and the elementwise and
+ * reduction work of the optimizers (AdamW, moments, grafting, momentum,
+ * weight decay, scaling, norms, the finite check). Every optimizer reaches
+ * its arithmetic through this table so that the CUDA backend (cuBLAS,
+ * streams, kernels) slots in beside the CPU one (OpenBLAS) without changing
+ * optim/, and no optimizer needs to dereference backend memory on the host.
  *
  * Interface rules (see DESIGN.md "Backends and tiers"):
- *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION.
+ *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (2); an older
+ *    table is refused at strata_backend_create.
  *  - Required slots: alloc, free, copy, sgemm. Optional slots may be NULL and
  *    have a documented fallback in the strata_backend_* wrapper:
- *      ssyrk       -> sgemm of A with itself, then the lower triangle mirrored;
- *      synchronize -> nothing to wait for (synchronous backend).
+ *      ssyrk       -> sgemm of A with itself (full n x n result);
+ *      synchronize -> nothing to wait for (synchronous backend);
+ *      alloc_kind  -> HOST from the C heap, other non-device kinds unsupported;
+ *      copy_async  -> the synchronous copy slot;
+ *      streams and events (all nine slots or none) -> synchronous semantics:
+ *                     work runs inline, events are complete once recorded;
+ *      sgemm_strided_batched -> a loop over sgemm;
+ *      ops.*       -> the plain C reference (backend/ops_ref.c), which
+ *                     addresses the buffers from the host.
  *  - Matrices are row-major float32 (the CBLAS RowMajor convention).
+ *  - Elementwise ops compute exactly the per-element expressions of
+ *    backend/ops_math.h, shared by the reference and every backend, so each
+ *    backend's result is bit-identical to the reference (tested by
+ *    tests/unit/test_backend_ops.c for every backend built). Reductions
+ *    accumulate in float64 in the order stated per op; a parallel backend
+ *    may reorder them (documented per op).
  *  - On the CPU backend device memory is ordinary host memory, so host code may
  *    dereference it; callers that want to run on other backends must not.
  *
+ * Streams: work on one stream runs in issue order; work on different streams
+ * is ordered only through events. Buffers handed to an asynchronous call must
+ * stay alive and untouched until the work is known complete (an event
+ * recorded after it has completed, or the stream was synchronized).
+ *
  * Thread-safety: a backend may be used from several threads at once for
- * products on disjoint outputs; alloc/free are internally locked.
+ * work on disjoint outputs; alloc/free and the byte accounting are
+ * thread-safe. One stream is used by one thread at a time.
  */
 #ifndef STRATA_BACKEND_H
 #define STRATA_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,17 +56,133 @@
 extern "C" {
 #endif
 
-#define STRATA_BACKEND_IFACE_VERSION 1
+#define STRATA_BACKEND_IFACE_VERSION 2
 
 typedef struct strata_backend strata_backend;
+
+/* Which backend implementation (strata_backend_create_kind; cfg.backend). */
+typedef enum strata_backend_kind {
+    STRATA_BACKEND_CPU = 0,  /* OpenBLAS, synchronous, always built */
+    STRATA_BACKEND_CUDA = 1, /* cuBLAS + CUDA kernels, only when built with CUDA */
+} strata_backend_kind;
+
+/* Where a buffer lives. DEVICE is the backend's own memory (the only kind
+ * strata_backend_alloc gives); the others are host memory the backend can
+ * reach: HOST is ordinary pageable memory, HOST_PINNED is page-locked
+ * (cudaHostAlloc: fast, truly asynchronous copies), MANAGED is unified memory
+ * (cudaMallocManaged, GB10-class machines). On the CPU backend every kind is
+ * 64-byte aligned host memory. */
+typedef enum strata_mem_kind {
+    STRATA_MEM_DEVICE = 0,
+    STRATA_MEM_HOST = 1,
+    STRATA_MEM_HOST_PINNED = 2,
+    STRATA_MEM_MANAGED = 3,
+} strata_mem_kind;
+#define STRATA_MEM_KINDS 4
+
+/* Direction of a copy: H = host memory (HOST, HOST_PINNED or MANAGED),
+ * D = device memory of this backend. */
+typedef enum strata_copy_dir {
+    STRATA_COPY_H2D = 0,
+    STRATA_COPY_D2H = 1,
+    STRATA_COPY_D2D = 2,
+    STRATA_COPY_H2H = 3,
+} strata_copy_dir;
+
+/* Stream priority: the training stream runs the step; shadow streams carry
+ * snapshots and prefetches and yield to it (cudaStreamCreateWithPriority). */
+typedef enum strata_stream_priority {
+    STRATA_STREAM_TRAINING = 0,
+    STRATA_STREAM_SHADOW = 1,
+} strata_stream_priority;
+
+/* The order in which an optimizer applies update p with decoupled weight
+ * decay (strata_backend_apply_update; per-element math in backend/ops_math.h). */
+typedef enum strata_apply_form {
+    STRATA_APPLY_STEP_DECAY = 0,  /* w = w - lr p - decay w          (Shampoo) */
+    STRATA_APPLY_DECAY_STEP = 1,  /* w = w - decay w - lr p          (Muon) */
+    STRATA_APPLY_STEP_SHRINK = 2, /* u = w - lr p; w = u + decay u   (SOAP, KL-Shampoo;
+                                     they pass decay = -lr wd) */
+} strata_apply_form;
+
+/* An ordered queue of backend work (opaque). NULL everywhere means the
+ * backend's default stream. */
+typedef struct strata_stream strata_stream;
+/* A marker recorded on a stream (opaque). */
+typedef struct strata_event strata_event;
+
+/* AdamW scalars, computed on the host once per step (optim/adamw.c):
+ * step = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t) (both rounded from
+ * double), decay = lr * weight_decay, lr = cfg lr * lr_scale. */
+typedef struct strata_op_adamw {
+    float beta1, beta2, step, bc2_sqrt, eps, decay;
+} strata_op_adamw;
+
+/* Elementwise and reduction ops (all slots optional: a NULL slot falls back
+ * to the plain C reference in backend/ops_ref.c, which works on any backend
+ * whose memory the host can address). Every slot gets the backend context
+ * and the backend's stream handle (NULL = default stream); sizes are element
+ * counts, 2-D shapes are row-major with a leading dimension `ld` (elements,
+ * >= cols). The wrapper has checked the arguments (non-NULL buffers when the
+ * size is nonzero, and returns before calling for a zero size). Semantics:
+ * the strata_backend_<op> wrappers below. */
+typedef struct strata_backend_ops {
+    strata_status (*adamw_update)(void *ctx, void *stream, size_t n, float *w, const float *g,
+                                  float *m, float *v, strata_op_adamw a);
+    strata_status (*ema)(void *ctx, void *stream, size_t n, float *m, const float *x, float beta,
+                         float *out, float out_scale);
+    strata_status (*adam_moments)(void *ctx, void *stream, size_t n, float *m, const float *g,
+                                  float *v, const float *gv, float beta1, float beta2);
+    strata_status (*graft)(void *ctx, void *stream, size_t n, float *acc, const float *g,
+                           const float *num, float *dir, float beta, float alpha, float bc_sqrt,
+                           float eps);
+    strata_status (*rms_div)(void *ctx, void *stream, size_t n, float *out, const float *num,
+                             const float *den2, float eps);
+    strata_status (*momentum)(void *ctx, void *stream, size_t n, float *buf, const float *x,
+                              float *out, float mu, float gw, int nesterov);
+    strata_status (*apply_update)(void *ctx, void *stream, size_t n, float *w, const float *p,
+                                  float lr, float decay, int form);
+    strata_status (*scale_2d)(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                              int64_t ld, float s);
+    strata_status (*scale_rc)(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                              int64_t ld, const float *row_s, const float *col_s);
+    strata_status (*scale_f64)(void *ctx, void *stream, size_t n, float *dst, const float *src,
+                               double s);
+    strata_status (*kl_precond)(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                                int64_t ld, const float *sa, const float *sb, float eps);
+    strata_status (*kl_eigen)(void *ctx, void *stream, size_t n, float *s, const double *diag,
+                              float beta, float clamp);
+    strata_status (*kl_diag_means)(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                   const float *x, int64_t ld, const float *sa, const float *sb,
+                                   double *row_mean, double *col_mean);
+    strata_status (*fill_2d)(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                             int64_t ld, float value);
+    strata_status (*diag_update)(void *ctx, void *stream, int64_t n, float *a, int64_t lda,
+                                 float value, int accumulate);
+    strata_status (*copy_2d)(void *ctx, void *stream, int64_t rows, int64_t cols, float *dst,
+                             int64_t ldd, const float *src, int64_t lds);
+    strata_status (*transpose)(void *ctx, void *stream, int64_t rows, int64_t cols,
+                               const float *src, float *dst);
+    strata_status (*permute)(void *ctx, void *stream, int64_t rows, int64_t cols, int axis,
+                             const int *perm, const float *src, float *dst);
+    /* Reductions: the result is written to HOST memory; an asynchronous
+     * backend synchronizes `stream` before returning. */
+    strata_status (*sumsq_2d)(void *ctx, void *stream, int64_t rows, int64_t cols,
+                              const float *x, int64_t ld, double *out);
+    strata_status (*find_nonfinite)(void *ctx, void *stream, size_t n, const float *x,
+                                    size_t *first);
+} strata_backend_ops;
 
 typedef struct strata_backend_iface {
     int version;      /* STRATA_BACKEND_IFACE_VERSION */
     const char *name; /* "cpu", "cuda" */
+    /* Required. Device memory, zero-filled, 64-byte aligned. */
     strata_status (*alloc)(void *ctx, size_t bytes, void **out);
     void (*free)(void *ctx, void *ptr);
+    /* Required. Synchronous copy (default stream); any direction. */
     strata_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
-    /* C = alpha op(A) op(B) + beta C, op(X) = X or X^T; C is m x n, k inner. */
+    /* Required. C = alpha op(A) op(B) + beta C, op(X) = X or X^T; C is m x n,
+     * k inner; default stream. */
     strata_status (*sgemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k,
                            float alpha, const float *a, int lda, const float *b, int ldb,
                            float beta, float *c, int ldc);
@@ -49,23 +190,59 @@ typedef struct strata_backend_iface {
      * alpha A^T A + beta C (trans=1, A is k x n); the FULL n x n C is written. */
     strata_status (*ssyrk)(void *ctx, int trans, int n, int k, float alpha, const float *a,
                            int lda, float beta, float *c, int ldc);
-    /* Optional. Wait for all queued work. */
+    /* Optional. Wait for all queued work on every stream. */
     strata_status (*synchronize)(void *ctx);
     void (*destroy)(void *ctx);
+
+    /* --- version 2 --- */
+    /* Optional. Memory of a kind other than DEVICE (DEVICE always goes
+     * through alloc/free); zero-filled, 64-byte aligned. NULL: HOST comes
+     * from the C heap, HOST_PINNED and MANAGED are STRATA_ERR_UNSUPPORTED.
+     * alloc_kind and free_kind are both set or both NULL. */
+    strata_status (*alloc_kind)(void *ctx, strata_mem_kind kind, size_t bytes, void **out);
+    void (*free_kind)(void *ctx, strata_mem_kind kind, void *ptr);
+    /* Optional. Copy queued on `stream`; NULL: the synchronous copy slot. */
+    strata_status (*copy_async)(void *ctx, void *dst, const void *src, size_t bytes,
+                                strata_copy_dir dir, void *stream);
+    /* Optional, all nine or none. NULL: the backend is synchronous (work
+     * runs inline in the calling thread), streams are bookkeeping only and
+     * every event is complete as soon as it is recorded. */
+    strata_status (*stream_create)(void *ctx, strata_stream_priority prio, void **out);
+    void (*stream_destroy)(void *ctx, void *stream);
+    strata_status (*stream_synchronize)(void *ctx, void *stream);
+    strata_status (*event_create)(void *ctx, void **out);
+    void (*event_destroy)(void *ctx, void *event);
+    strata_status (*event_record)(void *ctx, void *event, void *stream);
+    /* *done = 1 when all work before the record has finished (or never recorded). */
+    strata_status (*event_query)(void *ctx, void *event, int *done);
+    strata_status (*event_synchronize)(void *ctx, void *event);
+    strata_status (*stream_wait_event)(void *ctx, void *stream, void *event);
+    /* Optional. batch products C_i = alpha op(A_i) op(B_i) + beta C_i with
+     * X_i = X + i * stride_x (elements); NULL: a loop over sgemm. */
+    strata_status (*sgemm_strided_batched)(void *ctx, void *stream, int trans_a, int trans_b,
+                                           int m, int n, int k, float alpha, const float *a,
+                                           int lda, int64_t stride_a, const float *b, int ldb,
+                                           int64_t stride_b, float beta, float *c, int ldc,
+                                           int64_t stride_c, int batch);
+    /* Optional slots, each with the C reference as its fallback. */
+    strata_backend_ops ops;
 } strata_backend_iface;
 
 /* Wrap a backend implementation in a handle (used by backend authors).
  * `iface` must outlive the handle; `ctx` is passed to every slot and released
- * with iface->destroy at strata_backend_destroy. `bytes_budget` 0 = unlimited.
- * Errors: STRATA_ERR_INVALID_ARG (missing required slot, wrong version),
- * STRATA_ERR_NOMEM. */
+ * with iface->destroy at strata_backend_destroy. `bytes_budget` is the
+ * DEVICE budget, 0 = unlimited. Errors: STRATA_ERR_INVALID_ARG (missing
+ * required slot, version other than STRATA_BACKEND_IFACE_VERSION, only some
+ * of the stream/event slots, only one of alloc_kind/free_kind),
+ * STRATA_ERR_NOMEM. ctx is not released on failure. */
 STRATA_API strata_status strata_backend_create(const strata_backend_iface *iface, void *ctx,
                                                size_t bytes_budget, strata_backend **out);
 
 /* Name of the backend ("cpu", "cuda"). */
 STRATA_API const char *strata_backend_name(const strata_backend *be);
 
-/* Bytes currently allocated through the backend and their high-water mark. */
+/* DEVICE bytes currently allocated through the backend and their
+ * high-water mark (strata_backend_bytes_kind for the other kinds). */
 STRATA_API void strata_backend_bytes(const strata_backend *be, size_t *in_use, size_t *peak);
 
 /* Create the CPU backend (OpenBLAS). `blas_threads` sets OpenBLAS's thread
@@ -105,6 +282,280 @@ STRATA_API strata_status strata_backend_ssyrk(strata_backend *be, int trans, int
 
 /* Wait until all queued work on the backend has finished. */
 STRATA_API strata_status strata_backend_synchronize(strata_backend *be);
+
+/* ---- backend kinds ---------------------------------------------------- */
+
+/* Create a backend of the given kind. CPU: strata_backend_cpu_create
+ * (`blas_threads` as there). CUDA: the CUDA backend when strata was built
+ * with it. Errors: STRATA_ERR_INVALID_ARG (out NULL, unknown kind),
+ * STRATA_ERR_UNSUPPORTED (CUDA not built into this library; the detail says
+ * how to build it), STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_backend_create_kind(strata_backend_kind kind, int blas_threads,
+                                                    strata_backend **out);
+
+/* "cpu" or "cuda" ("unknown" for other values). */
+STRATA_API const char *strata_backend_kind_name(strata_backend_kind kind);
+
+/* Parse "cpu" or "cuda". Errors: STRATA_ERR_INVALID_ARG (NULL or unknown name). */
+STRATA_API strata_status strata_backend_kind_parse(const char *name, strata_backend_kind *out);
+
+/* ---- memory kinds ----------------------------------------------------- */
+
+/* Allocate `bytes` (> 0) of memory of `kind`, 64-byte aligned, zero-filled;
+ * kind DEVICE is strata_backend_alloc. Counts toward that kind's bytes in use
+ * and peak. Errors: STRATA_ERR_INVALID_ARG (NULL, 0 bytes, unknown kind),
+ * STRATA_ERR_NOMEM (allocation failed or the kind's budget would be
+ * exceeded), STRATA_ERR_UNSUPPORTED (the backend has no such memory). */
+STRATA_API strata_status strata_backend_alloc_kind(strata_backend *be, strata_mem_kind kind,
+                                                   size_t bytes, void **out);
+
+/* Free memory from strata_backend_alloc_kind with the same kind and size.
+ * NULL ptr is a no-op. */
+STRATA_API void strata_backend_free_kind(strata_backend *be, strata_mem_kind kind, void *ptr,
+                                         size_t bytes);
+
+/* Bytes of `kind` in use and their high-water mark (0 for an unknown kind). */
+STRATA_API void strata_backend_bytes_kind(const strata_backend *be, strata_mem_kind kind,
+                                          size_t *in_use, size_t *peak);
+
+/* Budget for `kind` in bytes (0 = unlimited); applies to later allocations.
+ * The DEVICE budget starts as strata_backend_create's bytes_budget.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, unknown kind). */
+STRATA_API strata_status strata_backend_set_budget(strata_backend *be, strata_mem_kind kind,
+                                                   size_t bytes);
+
+/* ---- streams, events, asynchronous copies ------------------------------ */
+
+/* Create a stream. On a synchronous backend (cpu) its work runs inline in
+ * the calling thread. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM, or
+ * the backend's error. */
+STRATA_API strata_status strata_backend_stream_create(strata_backend *be,
+                                                      strata_stream_priority prio,
+                                                      strata_stream **out);
+
+/* Destroy a stream after its queued work finishes (NULL is a no-op). */
+STRATA_API void strata_backend_stream_destroy(strata_stream *s);
+
+/* Priority the stream was created with. */
+STRATA_API strata_stream_priority strata_backend_stream_priority(const strata_stream *s);
+
+/* Wait until all work queued on `s` (NULL = default stream) has finished. */
+STRATA_API strata_status strata_backend_stream_synchronize(strata_backend *be, strata_stream *s);
+
+/* Create an event (complete until first recorded). Errors as stream_create. */
+STRATA_API strata_status strata_backend_event_create(strata_backend *be, strata_event **out);
+
+/* Destroy an event (NULL is a no-op). */
+STRATA_API void strata_backend_event_destroy(strata_event *e);
+
+/* Record `e` on `s` (NULL = default stream): it completes when all work
+ * queued on `s` before this call has. Synchronous backend: complete now.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL event, stream of another backend). */
+STRATA_API strata_status strata_backend_event_record(strata_event *e, strata_stream *s);
+
+/* *done = true when `e` is complete; never blocks. Errors: INVALID_ARG. */
+STRATA_API strata_status strata_backend_event_query(strata_event *e, bool *done);
+
+/* Block until `e` is complete. Errors: INVALID_ARG or the backend's error. */
+STRATA_API strata_status strata_backend_event_synchronize(strata_event *e);
+
+/* Work queued on `s` after this call starts only once `e` is complete;
+ * does not block the host. Errors: INVALID_ARG (other backend). */
+STRATA_API strata_status strata_backend_stream_wait_event(strata_stream *s, strata_event *e);
+
+/* Queue a copy of `bytes` from src to dst on `s` (NULL = default stream) in
+ * direction `dir` (host memory is any non-DEVICE kind; pinned memory makes
+ * it truly asynchronous on CUDA). Completion: an event recorded on `s`
+ * afterwards, or stream_synchronize. Synchronous backend: done on return.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL buffer with bytes > 0, unknown
+ * direction, stream of another backend). */
+STRATA_API strata_status strata_backend_copy_async(strata_backend *be, void *dst, const void *src,
+                                                   size_t bytes, strata_copy_dir dir,
+                                                   strata_stream *s);
+
+/* Strided batched row-major SGEMM on `s`: for i in [0, batch)
+ * C_i(m x n) = alpha op(A_i) op(B_i) + beta C_i, X_i = X + i * stride_x
+ * (elements). Same per-product result as strata_backend_sgemm. Falls back to
+ * a loop over sgemm. Errors: STRATA_ERR_INVALID_ARG (negative sizes, NULL
+ * operands, stream of another backend). */
+STRATA_API strata_status strata_backend_sgemm_strided_batched(
+    strata_backend *be, strata_stream *s, int trans_a, int trans_b, int m, int n, int k,
+    float alpha, const float *a, int lda, int64_t stride_a, const float *b, int ldb,
+    int64_t stride_b, float beta, float *c, int ldc, int64_t stride_c, int batch);
+
+/* ---- elementwise and reduction ops --------------------------------------
+ *
+ * All buffers are backend (DEVICE or MANAGED) memory holding float32 unless
+ * stated; `n` counts elements; 2-D shapes are row-major rows x cols with
+ * leading dimension ld >= cols (elements). Ops are queued on `s` (NULL =
+ * default stream) and complete like any stream work. A zero size does
+ * nothing and returns STRATA_OK. In-place use (an output equal to an input)
+ * is allowed where stated. Errors common to all: STRATA_ERR_INVALID_ARG for
+ * a NULL backend, a NULL buffer with a nonzero size, negative 2-D sizes,
+ * ld < cols, or a stream of another backend. The per-element expressions are
+ * backend/ops_math.h; the source loop each op replaces is named. */
+
+/* AdamW, per element (optim/adamw.c; Loshchilov & Hutter 2019):
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
+ * w = w - step m / (sqrt(v) / bc2_sqrt + eps) - decay w. Scalars: strata_op_adamw. */
+STRATA_API strata_status strata_backend_adamw_update(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *w, const float *g, float *m,
+                                                     float *v, strata_op_adamw a);
+
+/* First-moment EMA m = beta m + (1-beta) x; when `out` is non-NULL also
+ * out = m * out_scale (Shampoo's bias-corrected filtered gradient,
+ * out_scale = 1/(1-b1^t) rounded from double; SOAP/KL exp_avg: out NULL).
+ * x and out may not alias m. */
+STRATA_API strata_status strata_backend_ema(strata_backend *be, strata_stream *s, size_t n,
+                                            float *m, const float *x, float beta, float *out,
+                                            float out_scale);
+
+/* Adam moments of SOAP (optim/soap.c): m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) gv gv (gv: the gradient rotated into the eigenbasis). */
+STRATA_API strata_status strata_backend_adam_moments(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *m, const float *g, float *v,
+                                                     const float *gv, float beta1, float beta2);
+
+/* Grafting direction (optim/shampoo.c; Shi et al. 2023): acc = beta acc +
+ * alpha g g; dir = num / (sqrt(acc) / bc_sqrt + eps). Adam grafting:
+ * beta = b, alpha = 1 - b, bc_sqrt = sqrt(1 - b^t) (rounded from double);
+ * AdaGrad grafting: beta = alpha = bc_sqrt = 1 (bit-identical to
+ * acc += g g; dir = num / (sqrt(acc) + eps)). dir may alias num. */
+STRATA_API strata_status strata_backend_graft(strata_backend *be, strata_stream *s, size_t n,
+                                              float *acc, const float *g, const float *num,
+                                              float *dir, float beta, float alpha, float bc_sqrt,
+                                              float eps);
+
+/* out = num / (sqrt(den2) + eps) (SOAP's direction in the eigenbasis,
+ * optim/soap.c). out may alias num. */
+STRATA_API strata_status strata_backend_rms_div(strata_backend *be, strata_stream *s, size_t n,
+                                                float *out, const float *num, const float *den2,
+                                                float eps);
+
+/* Momentum (optim/muon.c, optim/shampoo.c): b = mu buf + gw x; buf = b;
+ * out = nesterov ? gw x + mu b : b. Muon: gw = 1 - mu (EMA form) or 1 (sum
+ * form); Shampoo: gw = 1. out may alias x. */
+STRATA_API strata_status strata_backend_momentum(strata_backend *be, strata_stream *s, size_t n,
+                                                 float *buf, const float *x, float *out, float mu,
+                                                 float gw, bool nesterov);
+
+/* Apply update p to w with decoupled weight decay in the optimizer's order
+ * (strata_apply_form): Shampoo STEP_DECAY with lr and decay = lr wd; Muon
+ * DECAY_STEP with lr = lr * shape scale and decay = lr wd; SOAP/KL
+ * STEP_SHRINK with lr = step and decay = -lr wd. Errors also: unknown form. */
+STRATA_API strata_status strata_backend_apply_update(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *w, const float *p, float lr,
+                                                     float decay, strata_apply_form form);
+
+/* x *= s (float) over a rows x cols block (Shampoo's per-block grafting
+ * rescale; the runtime's in-place gradient clipping with rows = 1). */
+STRATA_API strata_status strata_backend_scale_2d(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                 float scale);
+
+/* Flat form of scale_2d: x[0..n) *= scale. */
+STRATA_API strata_status strata_backend_scale(strata_backend *be, strata_stream *s, size_t n,
+                                              float *x, float scale);
+
+/* x_ij *= row_s[i] (when row_s), then x_ij *= col_s[j] (when col_s)
+ * (KL-Shampoo's H = G Q_b diag(s_b) and K = diag(s_a) Q_a^T G). */
+STRATA_API strata_status strata_backend_scale_rc(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                 const float *row_s, const float *col_s);
+
+/* dst = (float)(src * scale), product in double (Newton-Schulz
+ * normalization X = G / (f ||G||_F), optim/newton_schulz.c). dst may alias src. */
+STRATA_API strata_status strata_backend_scale_f64(strata_backend *be, strata_stream *s, size_t n,
+                                                  float *dst, const float *src, double scale);
+
+/* x_ij *= z / (1 + z eps), z = sa[i] sb[j] (KL-Shampoo's preconditioner in
+ * the eigenbasis, optim/kl_shampoo.c; Lin et al. 2025). */
+STRATA_API strata_status strata_backend_kl_precond(strata_backend *be, strata_stream *s,
+                                                   int64_t rows, int64_t cols, float *x,
+                                                   int64_t ld, const float *sa, const float *sb,
+                                                   float eps);
+
+/* KL-Shampoo eigenvalue update of s[0..n) from diag (float64, backend
+ * memory): d = nan_to_num(1/s^2); d += (1-beta)((float)diag - d);
+ * s = min(nan_to_num(1/sqrt(d)), clamp) (kl_opt.py update_eigen_value). */
+STRATA_API strata_status strata_backend_kl_eigen(strata_backend *be, strata_stream *s, size_t n,
+                                                 float *sv, const double *diag, float beta,
+                                                 float clamp);
+
+/* KL-Shampoo diagonal estimates (float64, written to backend memory):
+ * row_mean[i] = sum_j (x_ij sb[j])^2 / cols, col_mean[j] = sum_i
+ * (x_ij sa[i])^2 / rows, products and sums in double, each sum in index
+ * order (a GPU computes one row or column per thread and stays exact). */
+STRATA_API strata_status strata_backend_kl_diag_means(strata_backend *be, strata_stream *s,
+                                                      int64_t rows, int64_t cols, const float *x,
+                                                      int64_t ld, const float *sa,
+                                                      const float *sb, double *row_mean,
+                                                      double *col_mean);
+
+/* x_ij = value over a rows x cols block (zeroing, constant init). */
+STRATA_API strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                float value);
+
+/* Diagonal of the n x n matrix a: a_ii += value (accumulate) or a_ii = value
+ * (Newton-Schulz a I + B; identity and factor initialization). */
+STRATA_API strata_status strata_backend_diag_update(strata_backend *be, strata_stream *s,
+                                                    int64_t n, float *a, int64_t lda, float value,
+                                                    bool accumulate);
+
+/* dst block (rows x cols, ldd) = src block (lds); no overlap. */
+STRATA_API strata_status strata_backend_copy_2d(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, float *dst,
+                                                int64_t ldd, const float *src, int64_t lds);
+
+/* dst (cols x rows) = src (rows x cols)^T, both dense; no overlap. */
+STRATA_API strata_status strata_backend_transpose(strata_backend *be, strata_stream *s,
+                                                  int64_t rows, int64_t cols, const float *src,
+                                                  float *dst);
+
+/* Permute one axis of a dense rows x cols matrix: axis 0: dst row k = src
+ * row perm[k]; axis 1: dst_ik = src_i,perm[k] (SOAP moments after a basis
+ * reorder). perm (int32, backend memory) must be a permutation; no overlap.
+ * Errors also: axis not 0/1. */
+STRATA_API strata_status strata_backend_permute(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, int axis,
+                                                const int *perm, const float *src, float *dst);
+
+/* Sum of squares in float64 of a rows x cols block, *out on the host:
+ * sum over rows then cols in row-major order of (double)x (double)x
+ * (Shampoo block_norm2, Newton-Schulz sum_squares, SOAP/KL normalize_grads).
+ * Finite for finite float32 input (never over/underflows), 0 only for all
+ * zeros, non-finite when any element is. Synchronizes `s` on an
+ * asynchronous backend; a parallel backend may sum in another order (the
+ * result then differs from the reference in the last bits). */
+STRATA_API strata_status strata_backend_sumsq_2d(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, const float *x,
+                                                 int64_t ld, double *out);
+
+/* Flat form of sumsq_2d over x[0..n). */
+STRATA_API strata_status strata_backend_sumsq(strata_backend *be, strata_stream *s, size_t n,
+                                              const float *x, double *out);
+
+/* Frobenius norm sqrt(sumsq_2d) of a block, *out on the host (Muon's
+ * ||G'||_F, Shampoo's grafting norms). Synchronizes like sumsq_2d. */
+STRATA_API strata_status strata_backend_frob_norm(strata_backend *be, strata_stream *s,
+                                                  int64_t rows, int64_t cols, const float *x,
+                                                  int64_t ld, double *out);
+
+/* Global squared norm over `count` tensors (the runtime's gradient norm):
+ * acc_i = sumsq(xs[i], ns[i]); *norm_sq = sum of acc_i in index order, all
+ * in float64. Stops at the first tensor whose acc_i is not finite: then
+ * *bad = i and *norm_sq holds the sum before it; otherwise *bad = -1.
+ * Synchronizes like sumsq_2d. */
+STRATA_API strata_status strata_backend_global_sumsq(strata_backend *be, strata_stream *s,
+                                                     int count, const float *const *xs,
+                                                     const size_t *ns, double *norm_sq, int *bad);
+
+/* Finite check: *first (host) = index of the first NaN/Inf in x[0..n), or n
+ * when all are finite (the optimizers' gradient scan before any state is
+ * touched). Synchronizes like sumsq_2d. */
+STRATA_API strata_status strata_backend_find_nonfinite(strata_backend *be, strata_stream *s,
+                                                       size_t n, const float *x, size_t *first);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,271 @@
+/* The strata_backend_<op> wrappers: argument checks, the stream handle, and
+ * dispatch to the backend's slot or, when the slot is NULL, to the C
+ * reference (ops_ref.c). Semantics in include/strata/backend.h. */
+#include "backend_internal.h"
+#include "ops_ref.h"
+
+#include <math.h>
+
+/* The backend's slot for `op`, or the reference. */
+#define SLOT(be, op) (backend_iface(be)->ops.op ? backend_iface(be)->ops.op : strata_ref_##op)
+
+/* Stream handle into `impl`, then `bad` refused with a message naming `who`. */
+#define PROLOGUE(who, bad)                                                                    \
+    void *impl;                                                                               \
+    strata_status st_ = backend_stream_impl(be, s, &impl, who);                               \
+    if (st_ != STRATA_OK)                                                                     \
+        return st_;                                                                           \
+    if (bad)                                                                                  \
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: NULL buffer or bad shape", who)
+
+/* A 2-D block is well formed when rows, cols >= 0 and ld >= cols. */
+static bool shape_bad(int64_t rows, int64_t cols, int64_t ld)
+{
+    return rows < 0 || cols < 0 || ld < cols;
+}
+
+static bool empty2(int64_t rows, int64_t cols)
+{
+    return rows == 0 || cols == 0;
+}
+
+strata_status strata_backend_adamw_update(strata_backend *be, strata_stream *s, size_t n, float *w,
+                                          const float *g, float *m, float *v, strata_op_adamw a)
+{
+    PROLOGUE("adamw_update", n && (!w || !g || !m || !v));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, adamw_update)(backend_ctx(be), impl, n, w, g, m, v, a);
+}
+
+strata_status strata_backend_ema(strata_backend *be, strata_stream *s, size_t n, float *m,
+                                 const float *x, float beta, float *out, float out_scale)
+{
+    PROLOGUE("ema", n && (!m || !x));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, ema)(backend_ctx(be), impl, n, m, x, beta, out, out_scale);
+}
+
+strata_status strata_backend_adam_moments(strata_backend *be, strata_stream *s, size_t n, float *m,
+                                          const float *g, float *v, const float *gv, float beta1,
+                                          float beta2)
+{
+    PROLOGUE("adam_moments", n && (!m || !g || !v || !gv));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, adam_moments)(backend_ctx(be), impl, n, m, g, v, gv, beta1, beta2);
+}
+
+strata_status strata_backend_graft(strata_backend *be, strata_stream *s, size_t n, float *acc,
+                                   const float *g, const float *num, float *dir, float beta,
+                                   float alpha, float bc_sqrt, float eps)
+{
+    PROLOGUE("graft", n && (!acc || !g || !num || !dir));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, graft)(backend_ctx(be), impl, n, acc, g, num, dir, beta, alpha, bc_sqrt, eps);
+}
+
+strata_status strata_backend_rms_div(strata_backend *be, strata_stream *s, size_t n, float *out,
+                                     const float *num, const float *den2, float eps)
+{
+    PROLOGUE("rms_div", n && (!out || !num || !den2));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, rms_div)(backend_ctx(be), impl, n, out, num, den2, eps);
+}
+
+strata_status strata_backend_momentum(strata_backend *be, strata_stream *s, size_t n, float *buf,
+                                      const float *x, float *out, float mu, float gw,
+                                      bool nesterov)
+{
+    PROLOGUE("momentum", n && (!buf || !x || !out));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, momentum)(backend_ctx(be), impl, n, buf, x, out, mu, gw, nesterov ? 1 : 0);
+}
+
+strata_status strata_backend_apply_update(strata_backend *be, strata_stream *s, size_t n,
+                                          float *w, const float *p, float lr, float decay,
+                                          strata_apply_form form)
+{
+    PROLOGUE("apply_update", (n && (!w || !p)) || (unsigned)form > STRATA_APPLY_STEP_SHRINK);
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, apply_update)(backend_ctx(be), impl, n, w, p, lr, decay, (int)form);
+}
+
+strata_status strata_backend_scale_2d(strata_backend *be, strata_stream *s, int64_t rows,
+                                      int64_t cols, float *x, int64_t ld, float scale)
+{
+    PROLOGUE("scale_2d", shape_bad(rows, cols, ld) || (!empty2(rows, cols) && !x));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, scale_2d)(backend_ctx(be), impl, rows, cols, x, ld, scale);
+}
+
+strata_status strata_backend_scale(strata_backend *be, strata_stream *s, size_t n, float *x,
+                                   float scale)
+{
+    return strata_backend_scale_2d(be, s, n ? 1 : 0, (int64_t)n, x, (int64_t)n, scale);
+}
+
+strata_status strata_backend_scale_rc(strata_backend *be, strata_stream *s, int64_t rows,
+                                      int64_t cols, float *x, int64_t ld, const float *row_s,
+                                      const float *col_s)
+{
+    PROLOGUE("scale_rc", shape_bad(rows, cols, ld) || (!empty2(rows, cols) && !x));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, scale_rc)(backend_ctx(be), impl, rows, cols, x, ld, row_s, col_s);
+}
+
+strata_status strata_backend_scale_f64(strata_backend *be, strata_stream *s, size_t n, float *dst,
+                                       const float *src, double scale)
+{
+    PROLOGUE("scale_f64", n && (!dst || !src));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, scale_f64)(backend_ctx(be), impl, n, dst, src, scale);
+}
+
+strata_status strata_backend_kl_precond(strata_backend *be, strata_stream *s, int64_t rows,
+                                        int64_t cols, float *x, int64_t ld, const float *sa,
+                                        const float *sb, float eps)
+{
+    PROLOGUE("kl_precond",
+             shape_bad(rows, cols, ld) || (!empty2(rows, cols) && (!x || !sa || !sb)));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, kl_precond)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, eps);
+}
+
+strata_status strata_backend_kl_eigen(strata_backend *be, strata_stream *s, size_t n, float *sv,
+                                      const double *diag, float beta, float clamp)
+{
+    PROLOGUE("kl_eigen", n && (!sv || !diag));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, kl_eigen)(backend_ctx(be), impl, n, sv, diag, beta, clamp);
+}
+
+strata_status strata_backend_kl_diag_means(strata_backend *be, strata_stream *s, int64_t rows,
+                                           int64_t cols, const float *x, int64_t ld,
+                                           const float *sa, const float *sb, double *row_mean,
+                                           double *col_mean)
+{
+    /* Means over an empty side are undefined: both sides must be >= 1. */
+    PROLOGUE("kl_diag_means", rows < 1 || cols < 1 || ld < cols || !x || !sa || !sb ||
+                                  !row_mean || !col_mean);
+    return SLOT(be, kl_diag_means)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, row_mean,
+                                   col_mean);
+}
+
+strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s, int64_t rows,
+                                     int64_t cols, float *x, int64_t ld, float value)
+{
+    PROLOGUE("fill_2d", shape_bad(rows, cols, ld) || (!empty2(rows, cols) && !x));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, fill_2d)(backend_ctx(be), impl, rows, cols, x, ld, value);
+}
+
+strata_status strata_backend_diag_update(strata_backend *be, strata_stream *s, int64_t n,
+                                         float *a, int64_t lda, float value, bool accumulate)
+{
+    PROLOGUE("diag_update", shape_bad(n, n, lda) || (n && !a));
+    if (n == 0)
+        return STRATA_OK;
+    return SLOT(be, diag_update)(backend_ctx(be), impl, n, a, lda, value, accumulate ? 1 : 0);
+}
+
+strata_status strata_backend_copy_2d(strata_backend *be, strata_stream *s, int64_t rows,
+                                     int64_t cols, float *dst, int64_t ldd, const float *src,
+                                     int64_t lds)
+{
+    PROLOGUE("copy_2d", shape_bad(rows, cols, ldd) || lds < cols ||
+                            (!empty2(rows, cols) && (!dst || !src)));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, copy_2d)(backend_ctx(be), impl, rows, cols, dst, ldd, src, lds);
+}
+
+strata_status strata_backend_transpose(strata_backend *be, strata_stream *s, int64_t rows,
+                                       int64_t cols, const float *src, float *dst)
+{
+    PROLOGUE("transpose", rows < 0 || cols < 0 || (!empty2(rows, cols) && (!src || !dst)));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, transpose)(backend_ctx(be), impl, rows, cols, src, dst);
+}
+
+strata_status strata_backend_permute(strata_backend *be, strata_stream *s, int64_t rows,
+                                     int64_t cols, int axis, const int *perm, const float *src,
+                                     float *dst)
+{
+    PROLOGUE("permute", rows < 0 || cols < 0 || (axis != 0 && axis != 1) ||
+                            (!empty2(rows, cols) && (!perm || !src || !dst)));
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    return SLOT(be, permute)(backend_ctx(be), impl, rows, cols, axis, perm, src, dst);
+}
+
+strata_status strata_backend_sumsq_2d(strata_backend *be, strata_stream *s, int64_t rows,
+                                      int64_t cols, const float *x, int64_t ld, double *out)
+{
+    PROLOGUE("sumsq_2d", !out || shape_bad(rows, cols, ld) || (!empty2(rows, cols) && !x));
+    if (empty2(rows, cols)) {
+        *out = 0.0;
+        return STRATA_OK;
+    }
+    return SLOT(be, sumsq_2d)(backend_ctx(be), impl, rows, cols, x, ld, out);
+}
+
+strata_status strata_backend_sumsq(strata_backend *be, strata_stream *s, size_t n, const float *x,
+                                   double *out)
+{
+    return strata_backend_sumsq_2d(be, s, n ? 1 : 0, (int64_t)n, x, (int64_t)n, out);
+}
+
+strata_status strata_backend_frob_norm(strata_backend *be, strata_stream *s, int64_t rows,
+                                       int64_t cols, const float *x, int64_t ld, double *out)
+{
+    strata_status st = strata_backend_sumsq_2d(be, s, rows, cols, x, ld, out);
+    if (st == STRATA_OK)
+        *out = sqrt(*out);
+    return st;
+}
+
+strata_status strata_backend_global_sumsq(strata_backend *be, strata_stream *s, int count,
+                                          const float *const *xs, const size_t *ns,
+                                          double *norm_sq, int *bad)
+{
+    PROLOGUE("global_sumsq", count < 0 || !norm_sq || !bad || (count && (!xs || !ns)));
+    double total = 0.0;
+    *bad = -1;
+    for (int i = 0; i < count; i++) {
+        double acc;
+        strata_status st = strata_backend_sumsq(be, s, ns[i], xs[i], &acc);
+        if (st != STRATA_OK)
+            return st;
+        if (!isfinite(acc)) {
+            *bad = i;
+            break;
+        }
+        total += acc;
+    }
+    *norm_sq = total;
+    return STRATA_OK;
+}
+
+strata_status strata_backend_find_nonfinite(strata_backend *be, strata_stream *s, size_t n,
+                                            const float *x, size_t *first)
+{
+    PROLOGUE("find_nonfinite", !first || (n && !x));
+    if (n == 0) {
+        *first = 0;
+        return STRATA_OK;
+    }
+    return SLOT(be, find_nonfinite)(backend_ctx(be), impl, n, x, first);
+}

@@ -1,0 +1,240 @@
+/* Plain C reference of the backend ops: one loop per op over the per-element
+ * math of ops_math.h, in index order. This is the semantics every backend is
+ * tested against bit for bit (tests/unit/test_backend_ops.c). */
+#include "ops_ref.h"
+
+#include "ops_math.h"
+
+#include <math.h>
+#include <string.h>
+
+strata_status strata_ref_adamw_update(void *ctx, void *stream, size_t n, float *w, const float *g,
+                                      float *m, float *v, strata_op_adamw a)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        strata_om_adamw(&w[i], g[i], &m[i], &v[i], a.beta1, a.beta2, a.step, a.bc2_sqrt, a.eps,
+                        a.decay);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_ema(void *ctx, void *stream, size_t n, float *m, const float *x,
+                             float beta, float *out, float out_scale)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        const float mi = strata_om_ema(m[i], x[i], beta);
+        m[i] = mi;
+        if (out)
+            out[i] = mi * out_scale;
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_adam_moments(void *ctx, void *stream, size_t n, float *m, const float *g,
+                                      float *v, const float *gv, float beta1, float beta2)
+{
+    (void)ctx, (void)stream;
+    const float alpha2 = 1.0f - beta2;
+    for (size_t i = 0; i < n; i++) {
+        m[i] = strata_om_ema(m[i], g[i], beta1);
+        v[i] = strata_om_sq_accum(v[i], gv[i], beta2, alpha2);
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_graft(void *ctx, void *stream, size_t n, float *acc, const float *g,
+                               const float *num, float *dir, float beta, float alpha,
+                               float bc_sqrt, float eps)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++) {
+        const float a = strata_om_sq_accum(acc[i], g[i], beta, alpha);
+        acc[i] = a;
+        dir[i] = strata_om_rms_div(num[i], a, bc_sqrt, eps);
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_rms_div(void *ctx, void *stream, size_t n, float *out, const float *num,
+                                 const float *den2, float eps)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        out[i] = strata_om_rms_div(num[i], den2[i], 1.0f, eps);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_momentum(void *ctx, void *stream, size_t n, float *buf, const float *x,
+                                  float *out, float mu, float gw, int nesterov)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        out[i] = strata_om_momentum(&buf[i], x[i], mu, gw, nesterov);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_apply_update(void *ctx, void *stream, size_t n, float *w, const float *p,
+                                      float lr, float decay, int form)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        w[i] = strata_om_apply(w[i], p[i], lr, decay, form);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_scale_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                                  int64_t ld, float s)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[i * ld + j] *= s;
+    return STRATA_OK;
+}
+
+strata_status strata_ref_scale_rc(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                                  int64_t ld, const float *row_s, const float *col_s)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            if (row_s)
+                x[i * ld + j] *= row_s[i];
+            if (col_s)
+                x[i * ld + j] *= col_s[j];
+        }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_scale_f64(void *ctx, void *stream, size_t n, float *dst,
+                                   const float *src, double s)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = strata_om_scale_f64(src[i], s);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_kl_precond(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                                    int64_t ld, const float *sa, const float *sb, float eps)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[i * ld + j] *= strata_om_kl_precond(sa[i], sb[j], eps);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_kl_eigen(void *ctx, void *stream, size_t n, float *s, const double *diag,
+                                  float beta, float clamp)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        s[i] = strata_om_kl_eigen(s[i], diag[i], beta, clamp);
+    return STRATA_OK;
+}
+
+strata_status strata_ref_kl_diag_means(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                       const float *x, int64_t ld, const float *sa,
+                                       const float *sb, double *row_mean, double *col_mean)
+{
+    (void)ctx, (void)stream;
+    for (int64_t j = 0; j < cols; j++)
+        col_mean[j] = 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < cols; j++) {
+            const double v = x[i * ld + j];
+            const double u = v * sb[j], r = v * sa[i];
+            acc += u * u;
+            col_mean[j] += r * r;
+        }
+        row_mean[i] = acc / (double)cols;
+    }
+    for (int64_t j = 0; j < cols; j++)
+        col_mean[j] /= (double)rows;
+    return STRATA_OK;
+}
+
+strata_status strata_ref_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
+                                 int64_t ld, float value)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            x[i * ld + j] = value;
+    return STRATA_OK;
+}
+
+strata_status strata_ref_diag_update(void *ctx, void *stream, int64_t n, float *a, int64_t lda,
+                                     float value, int accumulate)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < n; i++) {
+        if (accumulate)
+            a[i * lda + i] += value;
+        else
+            a[i * lda + i] = value;
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_copy_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *dst,
+                                 int64_t ldd, const float *src, int64_t lds)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(dst + i * ldd, src + i * lds, (size_t)cols * sizeof(float));
+    return STRATA_OK;
+}
+
+strata_status strata_ref_transpose(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                   const float *src, float *dst)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[j * rows + i] = src[i * cols + j];
+    return STRATA_OK;
+}
+
+strata_status strata_ref_permute(void *ctx, void *stream, int64_t rows, int64_t cols, int axis,
+                                 const int *perm, const float *src, float *dst)
+{
+    (void)ctx, (void)stream;
+    if (axis == 0) {
+        for (int64_t k = 0; k < rows; k++)
+            memcpy(dst + k * cols, src + (int64_t)perm[k] * cols, (size_t)cols * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t k = 0; k < cols; k++)
+                dst[i * cols + k] = src[i * cols + perm[k]];
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_ref_sumsq_2d(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                  const float *x, int64_t ld, double *out)
+{
+    (void)ctx, (void)stream;
+    double acc = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            acc += strata_om_sq(x[i * ld + j]);
+    *out = acc;
+    return STRATA_OK;
+}
+
+strata_status strata_ref_find_nonfinite(void *ctx, void *stream, size_t n, const float *x,
+                                        size_t *first)
+{
+    (void)ctx, (void)stream;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            *first = i;
+            return STRATA_OK;
+        }
+    *first = n;
+    return STRATA_OK;
+}
