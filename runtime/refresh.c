@@ -755,8 +755,19 @@ void strata_refresh_destroy(strata_refresh *e)
 {
     if (!e)
         return;
-    /* Workers first: after this no job touches a buffer. */
-    strata_worker_pool_destroy(e->pool);
+    /* Workers first: after this no job touches a buffer. Every submitted job
+     * either ran (completed or failed) or was cancelled: say so. */
+    if (e->pool) {
+        strata_worker_pool_stop(e->pool);
+        strata_worker_stats w;
+        strata_worker_stats_get(e->pool, &w);
+        strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
+                    "workers stopped: %lld submitted, %lld completed, %lld failed, %lld "
+                    "cancelled",
+                    (long long)e->jobs_submitted, (long long)w.completed, (long long)w.failed,
+                    (long long)w.cancelled);
+        strata_worker_pool_destroy(e->pool);
+    }
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (blk->io_pending)

@@ -314,6 +314,12 @@ void strata_worker_stats_get(strata_worker_pool *p, strata_worker_stats *out)
     pthread_mutex_unlock(&p->mu);
 }
 
+void strata_worker_pool_stop(strata_worker_pool *p)
+{
+    if (p)
+        stop_and_join(p);
+}
+
 void strata_worker_pool_destroy(strata_worker_pool *p)
 {
     if (!p)

@@ -87,7 +87,12 @@ typedef struct strata_worker_stats {
 } strata_worker_stats;
 void strata_worker_stats_get(strata_worker_pool *p, strata_worker_stats *out);
 
-/* Cancel queued jobs, finish running ones, join the threads, free (NULL ok). */
+/* Cancel queued jobs (their done callback sees STRATA_ERR_STATE), let
+ * running ones finish, join the threads; the stats stay readable until
+ * destroy. Idempotent; NULL is a no-op. */
+void strata_worker_pool_stop(strata_worker_pool *p);
+
+/* Stop (as strata_worker_pool_stop) and free (NULL ok). */
 void strata_worker_pool_destroy(strata_worker_pool *p);
 
 #ifdef __cplusplus

@@ -68,7 +68,7 @@ with tempfile.TemporaryDirectory() as tmp:
         expect_text="summary:", stream="stdout")
     run("sweep-staleness", "--optimizer", "muon", expect_rc=2, expect_text="applies to shampoo, soap and kl-shampoo")
 
-    for opt in ("adamw", "shampoo", "muon"):
+    for opt in ("adamw", "shampoo", "muon", "soap", "kl-shampoo"):
         p = run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
                 "--heads", "2", "--seq-len", "16", "--batch", "4", "--steps", "6",
                 "--eval-every", "3", "--eval-batches", "2", "--precondition-frequency", "2",
@@ -81,8 +81,12 @@ with tempfile.TemporaryDirectory() as tmp:
                   and len(steps) == 6 and [r["step"] for r in steps] == list(range(1, 7))
                   and sum("val_loss" in r for r in steps) == 2
                   and recs[-1]["optimizer"] == opt)
-            if opt == "shampoo":
+            # Shampoo's inverse roots and SOAP's and KL-Shampoo's eigenbases are
+            # refreshed every 2 steps; AdamW and Muon have nothing to refresh.
+            if opt in ("shampoo", "soap", "kl-shampoo"):
                 ok = ok and recs[-1]["root_refreshes"] > 0
+            else:
+                ok = ok and recs[-1]["root_refreshes"] == 0
         except Exception as e:  # noqa: BLE001 - any parse problem is a failure
             print("  metrics error:", e)
             ok = False

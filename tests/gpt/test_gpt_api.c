@@ -2,26 +2,28 @@
  * config validation, tensor enumeration and layout, GPT-2 initialization,
  * argument errors, batch independence, causality, activation reuse across
  * batch sizes, numerical safety of the loss, and that SGD on one batch
- * lowers its loss. Exit 0 pass, 1 fail.
+ * lowers its loss. cmocka; exit 0 pass, 1 fail.
  */
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "gpt.h"
 #include "gpt_rng.h"
 #include "strata/status.h"
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                            \
-        if (!(cond)) {                                                   \
-            failures++;                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
+/* cmocka's check with a message; a failure ends the test. */
+#define CHECK(cond, ...)               \
+    do {                               \
+        if (!(cond))                   \
+            fail_msg(__VA_ARGS__);     \
     } while (0)
 
 static size_t numel(const gpt_tensor *t) { return (size_t)(t->shape[0] * t->shape[1]); }
@@ -31,8 +33,7 @@ static gpt_model *make(const gpt_config *cfg, uint64_t seed)
     gpt_model *m = NULL;
     int rc = gpt_create(cfg, seed, &m);
     if (rc) {
-        fprintf(stderr, "gpt_create: %s %s\n", strata_status_str(rc), strata_last_error());
-        exit(1);
+        fail_msg("gpt_create: %s %s", strata_status_str(rc), strata_last_error());
     }
     return m;
 }
@@ -43,8 +44,9 @@ static void fill_tokens(uint8_t *p, size_t n, uint64_t seed, int vocab)
         p[i] = (uint8_t)(gpt_splitmix64(&seed) % (uint64_t)vocab);
 }
 
-static void test_config_validation(void)
+static void test_config_validation(void **state)
 {
+    (void)state;
     const gpt_config good = { 256, 16, 2, 2, 8 };
     gpt_model *m = (gpt_model *)&m;   /* must be reset to NULL on failure */
     const gpt_config bad[] = {
@@ -80,8 +82,9 @@ static void test_config_validation(void)
 #endif
 }
 
-static void test_enumeration(void)
+static void test_enumeration(void **state)
 {
+    (void)state;
     const gpt_config cfg = { 256, 16, 3, 2, 8 };
     gpt_model *m = make(&cfg, 5);
     const int L = cfg.n_layer, C = cfg.d_model;
@@ -155,8 +158,9 @@ static void stats(const gpt_tensor *t, double *mean, double *sd)
     *sd = sqrt(s2 / n - *mean * *mean);
 }
 
-static void test_init(void)
+static void test_init(void **state)
 {
+    (void)state;
     const gpt_config cfg = { 256, 128, 4, 4, 128 };
     gpt_model *m = make(&cfg, 42), *m2 = make(&cfg, 42), *m3 = make(&cfg, 43);
     const size_t bytes = gpt_param_bytes(&cfg);
@@ -186,8 +190,9 @@ static void test_init(void)
     gpt_destroy(m3);
 }
 
-static void test_forward_errors(void)
+static void test_forward_errors(void **state)
 {
+    (void)state;
     const gpt_config cfg = { 100, 8, 1, 2, 8 };
     gpt_model *m = make(&cfg, 1);
     uint8_t x[16] = { 0 }, y[16] = { 0 };
@@ -217,8 +222,9 @@ static void test_forward_errors(void)
 /* Loss at init is close to ln(vocab); probabilities are distributions; each
  * sequence of a batch is computed independently; position t does not see
  * inputs after t. */
-static void test_semantics(void)
+static void test_semantics(void **state)
 {
+    (void)state;
     enum { B = 3, T = 12 };
     const gpt_config cfg = { 256, 16, 2, 4, 32 };
     gpt_model *m = make(&cfg, 3);
@@ -273,8 +279,9 @@ static void test_semantics(void)
 }
 
 /* Batches of different sizes in one model give what a fresh model gives. */
-static void test_activation_reuse(void)
+static void test_activation_reuse(void **state)
 {
+    (void)state;
     const gpt_config cfg = { 256, 32, 2, 2, 16 };
     gpt_model *m = make(&cfg, 9);
     static const int shapes[][2] = { { 4, 8 }, { 1, 4 }, { 8, 32 }, { 2, 16 }, { 32, 1 } };
@@ -299,8 +306,9 @@ static void test_activation_reuse(void)
 }
 
 /* Huge logits: the loss stays finite (log-sum-exp), probabilities finite. */
-static void test_extreme_logits(void)
+static void test_extreme_logits(void **state)
 {
+    (void)state;
     enum { B = 2, T = 4 };
     const gpt_config cfg = { 256, 8, 1, 2, 8 };
     gpt_model *m = make(&cfg, 4);
@@ -332,8 +340,9 @@ static void test_extreme_logits(void)
 
 /* Plain SGD on one fixed batch must drive its loss down: forward, backward
  * and the tensor enumeration fit together. */
-static void test_overfit(void)
+static void test_overfit(void **state)
 {
+    (void)state;
     enum { B = 4, T = 16 };
     const gpt_config cfg = { 256, 16, 2, 2, 32 };
     gpt_model *m = make(&cfg, 8);
@@ -363,18 +372,15 @@ static void test_overfit(void)
 
 int main(void)
 {
-    test_config_validation();
-    test_enumeration();
-    test_init();
-    test_forward_errors();
-    test_semantics();
-    test_activation_reuse();
-    test_extreme_logits();
-    test_overfit();
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("all checks passed\n");
-    return 0;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config_validation),
+        cmocka_unit_test(test_enumeration),
+        cmocka_unit_test(test_init),
+        cmocka_unit_test(test_forward_errors),
+        cmocka_unit_test(test_semantics),
+        cmocka_unit_test(test_activation_reuse),
+        cmocka_unit_test(test_extreme_logits),
+        cmocka_unit_test(test_overfit),
+    };
+    return cmocka_run_group_tests_name("gpt_api", tests, NULL, NULL) ? 1 : 0;
 }

@@ -23,12 +23,18 @@
  *      second batch adds that batch's gradient.
  *   5. callbacks: forward 0, 1, ..., L+1; backward L+1, ..., 0; a nonzero
  *      return aborts and is returned; backward needs a forward with targets.
- * Exit 0 pass, 1 fail.
+ * cmocka, one test per numbered check; exit 0 pass, 1 fail.
  */
 #include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "gpt.h"
 #include "gpt_double.h"
@@ -45,15 +51,11 @@ static const gpt_config cfg = { .vocab = 256, .max_seq = 6, .n_layer = L, .n_hea
 #define LOSS_REL_F32 1e-5
 #define GRAD_REL_F32 1e-3
 
-static int failures;
-
-#define CHECK(cond, ...) do {                                            \
-        if (!(cond)) {                                                   \
-            failures++;                                                  \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fputc('\n', stderr);                                         \
-        }                                                                \
+/* cmocka's check with a message; a failure ends the test. */
+#define CHECK(cond, ...)               \
+    do {                               \
+        if (!(cond))                   \
+            fail_msg(__VA_ARGS__);     \
     } while (0)
 
 static size_t numel(int64_t const shape[2]) { return (size_t)(shape[0] * shape[1]); }
@@ -92,8 +94,8 @@ static void check_coord(gptd_model *m, const gptd_tensor *t, size_t j, const uin
         st->max_rel = err / scale;
     if (err > FD_REL * scale + FD_ABS) {
         st->failed++;
-        CHECK(0, "%s[%zu]: analytic %.12g, central difference %.12g (rel %.3g)",
-              t->name, j, a, fd, scale > 0 ? err / scale : 0.0);
+        print_error("%s[%zu]: analytic %.12g, central difference %.12g (rel %.3g)\n", t->name,
+                    j, a, fd, scale > 0 ? err / scale : 0.0);
     }
 }
 
@@ -140,6 +142,7 @@ static void gradcheck(gptd_model *m, const uint8_t *x, const uint8_t *y)
     printf("gradcheck (double, h=%g): %d coordinates of %d tensors, %d failed; "
            "max rel err %.3e (|g| >= 1e-6), max abs err %.3e; tolerance %g rel + %g abs\n",
            FD_H, all.checked, nt, all.failed, all.max_rel, all.max_abs, FD_REL, FD_ABS);
+    CHECK(all.failed == 0, "%d of %d coordinates outside the tolerance", all.failed, all.checked);
 }
 
 /* ---- 2, 3. float32 vs double ------------------------------------------- */
@@ -338,63 +341,118 @@ static void check_callbacks(gptd_model *md, gpt_model *mf, const uint8_t *x, con
 
 /* ---- setup ------------------------------------------------------------- */
 
-int main(void)
+/* The two models after the init check, moved away from the init to
+ * float-representable values shared by both, and two batches. */
+typedef struct fixture {
+    gptd_model *md;
+    gpt_model *mf;
+    char init_mismatch[160]; /* first difference between the inits; "" when none */
+    uint8_t x[B * T], y[B * T], x2[B * T], y2[B * T];
+} fixture;
+
+static int fixture_setup(void **state)
 {
-    gptd_model *md = NULL;
-    gpt_model *mf = NULL;
-    int rc = gptd_create(&cfg, 2024, &md);
+    static fixture f;
+    memset(&f, 0, sizeof f);
+    int rc = gptd_create(&cfg, 2024, &f.md);
     if (!rc)
-        rc = gpt_create(&cfg, 2024, &mf);
+        rc = gpt_create(&cfg, 2024, &f.mf);
     if (rc) {
-        fprintf(stderr, "create: %s %s\n", strata_status_str(rc), strata_last_error());
-        return 1;
+        print_error("create: %s %s\n", strata_status_str(rc), strata_last_error());
+        gptd_destroy(f.md);
+        return -1;
     }
 
-    /* Same seed, same numbers: the float init is the double init rounded. */
-    for (int i = 0; i < gptd_num_tensors(md); i++) {
-        const gptd_tensor *td = gptd_tensor_at(md, i);
-        const gpt_tensor *tf = gpt_tensor_at(mf, i);
-        CHECK(strcmp(td->name, tf->name) == 0, "tensor %d names differ", i);
+    /* Same seed, same numbers: the float init is the double init rounded
+     * (asserted by test_init_is_double_init_rounded). */
+    for (int i = 0; i < gptd_num_tensors(f.md) && !f.init_mismatch[0]; i++) {
+        const gptd_tensor *td = gptd_tensor_at(f.md, i);
+        const gpt_tensor *tf = gpt_tensor_at(f.mf, i);
+        if (strcmp(td->name, tf->name) != 0) {
+            snprintf(f.init_mismatch, sizeof f.init_mismatch, "tensor %d names differ: %s, %s",
+                     i, td->name, tf->name);
+            break;
+        }
         for (size_t j = 0; j < numel(td->shape); j++)
             if (tf->data[j] != (float)td->data[j]) {
-                CHECK(0, "%s[%zu]: float init %g != (float) double init %g", tf->name, j,
-                      tf->data[j], td->data[j]);
+                snprintf(f.init_mismatch, sizeof f.init_mismatch,
+                         "%s[%zu]: float init %g != (float) double init %g", tf->name, j,
+                         tf->data[j], td->data[j]);
                 break;
             }
     }
 
-    /* Move the parameters away from the init, to float-representable values
-     * shared by both models. */
     gpt_rng r;
     gpt_rng_seed(&r, 7);
-    for (int i = 0; i < gptd_num_tensors(md); i++) {
-        const gptd_tensor *td = gptd_tensor_at(md, i);
-        const gpt_tensor *tf = gpt_tensor_at(mf, i);
+    for (int i = 0; i < gptd_num_tensors(f.md); i++) {
+        const gptd_tensor *td = gptd_tensor_at(f.md, i);
+        const gpt_tensor *tf = gpt_tensor_at(f.mf, i);
         const double sigma = td->ndim == 2 ? 0.4 : 0.2;
         for (size_t j = 0; j < numel(td->shape); j++) {
             tf->data[j] = (float)(td->data[j] + sigma * gpt_rng_normal(&r));
             td->data[j] = (double)tf->data[j];
         }
     }
-    uint8_t x[B * T], y[B * T], x2[B * T], y2[B * T];
     for (int i = 0; i < B * T; i++) {
-        x[i] = (uint8_t)('a' + gpt_rng_next(&r) % 5);   /* repeats: shared wte rows */
-        y[i] = (uint8_t)gpt_rng_next(&r);
-        x2[i] = (uint8_t)gpt_rng_next(&r);
-        y2[i] = (uint8_t)('a' + gpt_rng_next(&r) % 7);
+        f.x[i] = (uint8_t)('a' + gpt_rng_next(&r) % 5);   /* repeats: shared wte rows */
+        f.y[i] = (uint8_t)gpt_rng_next(&r);
+        f.x2[i] = (uint8_t)gpt_rng_next(&r);
+        f.y2[i] = (uint8_t)('a' + gpt_rng_next(&r) % 7);
     }
-
-    gradcheck(md, x, y);
-    compare_f32(mf, md, x, y);
-    check_accumulation(mf, md, x, y, x2, y2);
-    check_callbacks(md, mf, x, y);
-
-    gpt_destroy(mf);
-    gptd_destroy(md);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("all checks passed\n");
+    *state = &f;
     return 0;
+}
+
+static int fixture_teardown(void **state)
+{
+    fixture *f = *state;
+    gpt_destroy(f->mf);
+    gptd_destroy(f->md);
+    return 0;
+}
+
+static void test_init_is_double_init_rounded(void **state)
+{
+    const fixture *f = *state;
+    CHECK(f->init_mismatch[0] == '\0', "%s", f->init_mismatch);
+}
+
+static void test_gradcheck(void **state)
+{
+    fixture *f = *state;
+    gradcheck(f->md, f->x, f->y);
+}
+
+static void test_f32_vs_double(void **state)
+{
+    fixture *f = *state;
+    compare_f32(f->mf, f->md, f->x, f->y);
+}
+
+static void test_accumulation(void **state)
+{
+    fixture *f = *state;
+    check_accumulation(f->mf, f->md, f->x, f->y, f->x2, f->y2);
+}
+
+static void test_callbacks(void **state)
+{
+    fixture *f = *state;
+    check_callbacks(f->md, f->mf, f->x, f->y);
+}
+
+int main(void)
+{
+    /* In this order: each check starts from the parameters the setup left,
+     * and recomputes the gradients it needs. */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_is_double_init_rounded),
+        cmocka_unit_test(test_gradcheck),
+        cmocka_unit_test(test_f32_vs_double),
+        cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_callbacks),
+    };
+    return cmocka_run_group_tests_name("gpt_gradcheck", tests, fixture_setup, fixture_teardown)
+               ? 1
+               : 0;
 }

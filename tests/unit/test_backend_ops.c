@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "ops_ref.h"
+#include "backend/ops_ref.h"
 #include "strata/backend.h"
 
 /* ---- a backend with only the required slots ----------------------------- */

@@ -18,6 +18,7 @@ typedef struct record {
     int order[64];
     int n;
     int done_ok, done_err, cancelled;
+    int started;       /* jobs that entered run (atomic) */
     volatile int gate; /* jobs spin-wait while 1 */
 } record;
 
@@ -33,6 +34,7 @@ static strata_status run_job(strata_job *j, strata_worker_ctx *w)
     my_job *m = (my_job *)j;
     assert_non_null(w->work);
     w->work[0] = m->id; /* the workspace is this worker's alone */
+    __atomic_add_fetch(&m->rec->started, 1, __ATOMIC_ACQ_REL);
     while (__atomic_load_n(&m->rec->gate, __ATOMIC_ACQUIRE))
         usleep(100);
     pthread_mutex_lock(&m->rec->mu);
@@ -92,6 +94,16 @@ static void test_deadline_order(void **state)
     strata_worker_pool_destroy(p);
 }
 
+/* Opens the gate 50 ms after it starts, while the main thread is inside
+ * strata_worker_pool_destroy waiting for the running jobs. */
+static void *open_gate_later(void *p)
+{
+    record *rec = p;
+    usleep(50000);
+    __atomic_store_n(&rec->gate, 0, __ATOMIC_RELEASE);
+    return NULL;
+}
+
 static void test_shutdown_with_jobs_in_flight(void **state)
 {
     (void)state;
@@ -109,13 +121,23 @@ static void test_shutdown_with_jobs_in_flight(void **state)
                            .rec = &rec, .id = i};
         assert_int_equal(strata_worker_submit(p, &jobs[i].job), STRATA_OK);
     }
-    usleep(10000);
-    /* Release the gate from another moment: destroy cancels the queued ones
-     * and waits for the two running. */
-    __atomic_store_n(&rec.gate, 0, __ATOMIC_RELEASE);
+    /* Both workers hold a job behind the gate; 30 are queued. */
+    for (int waited = 0; __atomic_load_n(&rec.started, __ATOMIC_ACQUIRE) < 2; waited++) {
+        assert_true(waited < 10000); /* 10 s */
+        usleep(1000);
+    }
+    assert_int_equal(strata_worker_pending(p), 32);
+    /* Destroy with the gate still closed: it must cancel the 30 queued jobs
+     * and wait for the two running ones, which finish once the gate opens. */
+    pthread_t opener;
+    assert_int_equal(pthread_create(&opener, NULL, open_gate_later, &rec), 0);
     strata_worker_pool_destroy(p);
-    assert_int_equal(rec.done_ok + rec.cancelled, 32);
-    assert_true(rec.done_ok >= 2);
+    pthread_join(opener, NULL);
+    assert_int_equal(rec.started, 2);
+    assert_int_equal(rec.done_ok, 2);
+    assert_int_equal(rec.cancelled, 30);
+    assert_int_equal(rec.done_err, 0);
+    assert_int_equal(rec.n, 2);
 }
 
 static void test_bad_args(void **state)
