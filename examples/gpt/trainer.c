@@ -301,9 +301,12 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             goto out;
         const double t1 = now_seconds();
         st = strata_step(rt);
-        if (st == STRATA_ERR_NONFINITE)
+        if (st == STRATA_ERR_NONFINITE) {
+            char why[512]; /* strata_error must not format its own buffer into itself */
+            snprintf(why, sizeof why, "%s", strata_last_error());
             strata_error(st, "training diverged at step %d (loss %g): %s", step + 1, (double)loss,
-                         strata_last_error());
+                         why);
+        }
         if (st != STRATA_OK)
             goto out;
         const double t2 = now_seconds();
