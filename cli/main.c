@@ -348,14 +348,6 @@ static const train_flag train_flags[] = {
 
 #define N_FLAGS (sizeof train_flags / sizeof train_flags[0])
 
-/* FT_NAME reads and writes the enum through an int. */
-_Static_assert(sizeof(strata_grafting) == sizeof(int) && sizeof(strata_muon_scale) == sizeof(int) &&
-                   sizeof(strata_muon_momentum_form) == sizeof(int) &&
-                   sizeof(strata_ns_schedule) == sizeof(int) &&
-                   sizeof(strata_ns_method) == sizeof(int) && sizeof(strata_kl_form) == sizeof(int) &&
-                   sizeof(strata_coh_mode) == sizeof(int) && sizeof(strata_optimizer) == sizeof(int),
-               "enum settings are int-sized");
-
 /* ---- parsing */
 
 /* Strict number parsing: the whole argument must be a number in range. */
@@ -469,7 +461,11 @@ static void flag_default(const train_flag *f, const train_args *d, char *buf, si
     case FT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case FT_FLOAT: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", (double)*(const float *)p); break;
     case FT_DOUBLE: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", *(const double *)p); break;
-    case FT_STRING: snprintf(buf, n, "%s", *(const char *const *)p ? *(const char *const *)p : ""); break;
+    case FT_STRING: {
+        const char *str = *(const char *const *)p;
+        snprintf(buf, n, "%s", str ? str : "");
+        break;
+    }
     case FT_NAME:
         memcpy(&v, p, sizeof v);
         snprintf(buf, n, "%s", gpt_enum_name_of(f->names, v, "?"));

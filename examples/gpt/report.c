@@ -241,14 +241,6 @@ static const config_key config_keys[] = {
     {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram},
 };
 
-/* CK_NAME reads the enum through an int. */
-_Static_assert(sizeof(strata_grafting) == sizeof(int) && sizeof(strata_muon_scale) == sizeof(int) &&
-                   sizeof(strata_muon_momentum_form) == sizeof(int) &&
-                   sizeof(strata_ns_schedule) == sizeof(int) &&
-                   sizeof(strata_ns_method) == sizeof(int) && sizeof(strata_kl_form) == sizeof(int) &&
-                   sizeof(strata_coh_mode) == sizeof(int),
-               "enum settings are int-sized");
-
 static json_object *config_value(const config_key *k, const config_ctx *c)
 {
     const char *p = (const char *)c->o + k->off;
@@ -538,8 +530,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     const strata_stats *s = &res->stats;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "type", json_object_new_string("summary"));
-    json_object_object_add(j, "optimizer",
-                           json_object_new_string(strata_optimizer_name(rep->o.strata.matrix_optimizer)));
+    const char *name = strata_optimizer_name(rep->o.strata.matrix_optimizer);
+    json_object_object_add(j, "optimizer", json_object_new_string(name));
     json_object_object_add(j, "steps", json_object_new_int(rep->n));
     json_add_double(j, "final_train_loss", res->final_train_loss);
     json_add_double(j, "final_val_loss", res->final_val_loss);

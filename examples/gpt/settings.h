@@ -35,6 +35,17 @@ extern const gpt_enum_name gpt_ns_method_names[];      /* strata_ns_method */
 extern const gpt_enum_name gpt_kl_form_names[];        /* strata_kl_form */
 extern const gpt_enum_name gpt_install_mode_names[];   /* strata_coh_mode */
 
+/* Code that reads or writes one of these enums through an int (a table of
+ * settings with offsets) relies on this. */
+#ifndef __cplusplus
+_Static_assert(sizeof(strata_grafting) == sizeof(int) && sizeof(strata_muon_scale) == sizeof(int) &&
+                   sizeof(strata_muon_momentum_form) == sizeof(int) &&
+                   sizeof(strata_ns_schedule) == sizeof(int) &&
+                   sizeof(strata_ns_method) == sizeof(int) &&
+                   sizeof(strata_kl_form) == sizeof(int) && sizeof(strata_coh_mode) == sizeof(int),
+               "enumerated settings are int-sized");
+#endif
+
 /* The name of `value` in `names`, or `fallback` when it has none. */
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback);
 
