@@ -1,15 +1,31 @@
-/* The `strata` command: strata train | strata help. */
+/* The `strata` command: strata train | strata sweep-staleness | strata help.
+ *
+ * train's flags, which sweep-staleness shares, are described once, in
+ * train_flags: each flag's name, its argument and where the value goes, the
+ * range or names it accepts, its --help group and text. parse_train (strict:
+ * a malformed or unknown flag is an error naming it, exit status 2) and
+ * print_train_help (defaults printed from gpt_train_options_default) both
+ * walk that table; the notes about flags that have no effect together are
+ * checked after it, with gpt_optimizer_refresh_info deciding what an
+ * optimizer refreshes, whether --async moves that work and whether
+ * --stagger-refresh spreads it.
+ */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "settings.h"
 #include "strata/strata.h"
 #include "sweep.h"
 #include "trainer.h"
+
+#define NVME_DIR_DEFAULT "runs/nvme"
+#define SWEEP_MAX_VALUES 32
 
 static void usage_main(FILE *f)
 {
@@ -22,102 +38,317 @@ static void usage_main(FILE *f)
           f);
 }
 
-static void usage_train(FILE *f, const gpt_train_options *d)
+/* What the train flags fill in: the training options, plus the flags that
+ * fan out to several options after parsing, plus sweep-staleness's own. */
+typedef struct train_args {
+    gpt_train_options o;
+    float lr, wd;        /* --lr, --weight-decay for every matrix optimizer; < 0: each its own */
+    bool nvme_wanted;    /* --tiers names the nvme tier */
+    bool sweep;          /* parsing for sweep-staleness: --values and --out are allowed */
+    int values[SWEEP_MAX_VALUES]; /* sweep-staleness: staleness budgets */
+    int n_values;
+    const char *out_dir; /* sweep-staleness: output directory */
+} train_args;
+
+static void train_args_default(train_args *a, bool sweep)
 {
-    char kl_init[32] = "auto";
-    if (d->strata.kl_shampoo.init_factor >= 0.0f)
-        snprintf(kl_init, sizeof kl_init, "%g", (double)d->strata.kl_shampoo.init_factor);
-    fprintf(f,
-            "usage: strata train [options]\n"
-            "\n"
-            "Train a byte-level GPT on a text file or directory with a matrix optimizer.\n"
-            "Embeddings and 1-D tensors always use AdamW; the 2-D matrices use --optimizer.\n"
-            "\n"
-            "data and model:\n"
-            "  --data PATH                 text file or directory (default %s)\n"
-            "  --val-fraction F            validation share of the corpus (default %.2f)\n"
-            "  --layers N                  transformer blocks (default %d)\n"
-            "  --d-model N                 residual width (default %d)\n"
-            "  --heads N                   attention heads (default %d)\n"
-            "  --seq-len N                 context in bytes (default %d)\n"
-            "  --batch N                   sequences per step (default %d)\n"
-            "\n"
-            "training:\n"
-            "  --optimizer NAME            adamw | shampoo | muon | soap | kl-shampoo (default %s)\n"
-            "  --steps N                   optimizer steps (default %d)\n"
-            "  --lr X                      peak learning rate of the matrix optimizer\n"
-            "                              (default: adamw %g, shampoo %g, muon %g, soap %g,\n"
-            "                              kl-shampoo %g)\n"
-            "  --adamw-lr X                peak learning rate of the AdamW tail (default %g)\n"
-            "  --weight-decay X            decoupled weight decay for matrices (default 0)\n"
-            "  --warmup N                  linear warm-up steps (default steps/10)\n"
-            "  --min-lr-ratio X            cosine floor, fraction of peak (default %.2f)\n"
-            "  --max-grad-norm X           clip the global gradient norm; 0 = off (default %g)\n"
-            "  --seed N                    init and sampling seed (default %llu)\n"
-            "\n"
-            "shampoo:\n"
-            "  --precondition-frequency N  steps between inverse-root (shampoo) or eigenbasis\n"
-            "                              (soap, kl-shampoo) refreshes (default %d)\n"
-            "  --start-preconditioning-step N  first refresh step, 1-based; -1 = frequency\n"
-            "                              (default), 0 = 1\n"
-            "  --max-preconditioner-dim N  block size (default %d)\n"
-            "  --beta2 X                   factor EMA, 1 = sum (default %g)\n"
-            "  --epsilon X                 added to factor eigenvalues (default %g)\n"
-            "  --grafting adam|adagrad|none  (default adam)\n"
-            "  --momentum X                heavy-ball momentum after grafting (default 0)\n"
-            "  --stagger-refresh           spread the matrices' root (shampoo) or eigenbasis\n"
-            "                              (soap, kl-shampoo) refreshes over the F steps of a\n"
-            "                              period (each step ~1/F of the work, no spike)\n"
-            "\n"
-            "muon:\n"
-            "  --muon-momentum X           (default %g)\n"
-            "  --muon-scale RULE           shape: sqrt(max(1,m/n)) (default) | adamw:\n"
-            "                              0.2*sqrt(max(m,n)) | spectral: sqrt(m/n) | none\n"
-            "  --muon-momentum-form sum|ema  B = mu B + G (default) or mu B + (1-mu) G\n"
-            "  --ns-schedule quintic|polar-express  Newton-Schulz coefficients (default quintic)\n"
-            "  --ns-method standard|gram|auto  Gram Newton-Schulz for wide matrices (default\n"
-            "                              standard; auto picks gram by aspect ratio)\n"
-            "  --ns-steps N                Newton-Schulz iterations (default %d)\n"
-            "kl-shampoo:\n"
-            "  --kl-form eigenbasis|exact  the reference code's eigenbasis form (default) or the\n"
-            "                              paper's exact factor update\n"
-            "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
-            "                              nonzero gradient (default %s)\n"
-            "  --kl-beta X                 factor and eigenvalue EMA (default: %g)\n"
-            "\n"
-            "asynchronous second-order state (shampoo inverse roots, soap and kl-shampoo\n"
-            "eigenbases):\n"
-            "  --async                     inverse roots / eigenbasis refreshes on CPU worker\n"
-            "                              threads (kl-shampoo: eigenbasis form only)\n"
-            "  --staleness S               steps a root may lag its due point (default 1);\n"
-            "                              staleness stays <= precondition-frequency - 1 + S\n"
-            "  --workers K                 worker threads (default: cores - 1)\n"
-            "  --install-mode fixed|eager  fixed: reproducible (default); eager: fresher\n"
-            "  --tiers LIST                device,host (default) | device,host,nvme (spill to nvme\n"
-            "                              past --host-budget-mib) | device,nvme (roots on nvme)\n"
-            "  --nvme-dir DIR              nvme tier directory (default runs/nvme)\n"
-            "  --host-budget-mib N         host tier budget (default unlimited)\n"
-            "  --pin-workers               pin workers to the last cores (hwloc)\n"
-            "\n"
-            "output:\n"
-            "  --eval-every N              steps between validation losses (default %d; 0 = end)\n"
-            "  --eval-batches N            batches per validation (default %d)\n"
-            "  --metrics FILE              write JSONL metrics (config, per step, summary)\n"
-            "  --threads N                 OpenBLAS threads (default: all cores)\n"
-            "  --progress / --no-progress  progress bar (default: when stdout is a terminal)\n"
-            "  --quiet                     print only the summary\n"
-            "  --memory-limit-mib N        refuse models needing more (default: MemAvailable)\n",
-            d->data_path, d->val_fraction, d->model.n_layer, d->model.d_model, d->model.n_head,
-            d->seq_len, d->batch, strata_optimizer_name(d->strata.matrix_optimizer), d->steps,
-            (double)d->strata.adamw.lr, (double)d->strata.shampoo.lr, (double)d->strata.muon.lr,
-            (double)d->strata.soap.lr, (double)d->strata.kl_shampoo.lr, (double)d->strata.adamw.lr, (double)d->min_lr_ratio, (double)d->strata.max_grad_norm,
-            (unsigned long long)d->seed, d->strata.shampoo.precondition_frequency,
-            d->strata.shampoo.max_preconditioner_dim, (double)d->strata.shampoo.beta2,
-            (double)d->strata.shampoo.epsilon, (double)d->strata.muon.momentum,
-            d->strata.muon.ns_steps, kl_init,
-            (double)(d->strata.kl_shampoo.shampoo_beta >= 0 ? d->strata.kl_shampoo.shampoo_beta : d->strata.kl_shampoo.beta2),
-            d->eval_every, d->eval_batches);
+    memset(a, 0, sizeof *a);
+    gpt_train_options_default(&a->o);
+    a->lr = -1.0f;
+    a->wd = -1.0f;
+    a->sweep = sweep;
+    static const int values[] = {0, 1, 2, 5, 10};
+    a->n_values = (int)(sizeof values / sizeof values[0]);
+    memcpy(a->values, values, sizeof values);
+    a->out_dir = "runs/sweep";
 }
+
+/* ---- the flag table */
+
+typedef enum flag_type {
+    FT_TRUE,      /* no argument: the bool at off becomes true */
+    FT_SET,       /* no argument: the int at off becomes `value` */
+    FT_HELP,      /* no argument: print --help */
+    FT_INT,       /* int in [lo, hi] */
+    FT_U64,       /* uint64_t, given as an int in [lo, hi] */
+    FT_MIB,       /* size_t bytes, given in MiB as an int in [lo, hi] */
+    FT_FLOAT,     /* float in [lo, hi] */
+    FT_DOUBLE,    /* double, given as a float in [lo, hi] */
+    FT_STRING,    /* const char *, the argument itself */
+    FT_NAME,      /* an enum, spelled as one of `names` */
+    FT_OPTIMIZER, /* strata_optimizer, by strata_optimizer_parse */
+    FT_CUSTOM,    /* parsed and stored by `set` */
+} flag_type;
+
+typedef struct train_flag train_flag;
+struct train_flag {
+    const char *name;  /* without the leading "--" */
+    flag_type type;
+    size_t off;        /* into train_args */
+    double lo, hi;     /* accepted range (numbers) */
+    const gpt_enum_name *names; /* FT_NAME */
+    int value;         /* FT_SET */
+    int (*set)(train_args *a, const train_flag *f, const char *arg); /* FT_CUSTOM: 0 or -1
+                                                                         (reported) */
+    void (*then)(train_args *a);  /* after a successful parse: fan the value out */
+    bool sweep_only;   /* belongs to sweep-staleness */
+    /* --help */
+    const char *group; /* heading; NULL: not listed */
+    const char *arg;   /* metavar; NULL: none (FT_NAME: the names joined by '|') */
+    const char *left;  /* the whole left column instead of "--name arg" */
+    const char *help;  /* '\n' continues the text on the next line; "{}" is the default */
+    void (*dflt)(const train_args *d, char *buf, size_t n); /* the default, when not
+                                                                 derived from type and off */
+    const char *dfmt;  /* printf format of a derived numeric default; NULL: "%d" / "%g" */
+};
+
+#define OFF(member) offsetof(train_args, member)
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, int *out);
+static int parse_float(const char *flag, const char *s, double lo, double hi, float *out);
+
+static void same_frequency(train_args *a)
+{
+    a->o.strata.soap.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
+    a->o.strata.kl_shampoo.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
+}
+
+static int set_tiers(train_args *a, const train_flag *f, const char *arg)
+{
+    if (strcmp(arg, "device,host") == 0) {
+        a->o.strata.roots_tier = STRATA_TIER_HOST;
+        a->nvme_wanted = false;
+    } else if (strcmp(arg, "device,host,nvme") == 0) {
+        a->o.strata.roots_tier = STRATA_TIER_HOST;
+        a->nvme_wanted = true;
+    } else if (strcmp(arg, "device,nvme") == 0) {
+        a->o.strata.roots_tier = STRATA_TIER_NVME;
+        a->nvme_wanted = true;
+    } else {
+        fprintf(stderr, "strata: --%s expects device,host | device,host,nvme | device,nvme, "
+                        "got '%s'\n", f->name, arg);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_kl_init(train_args *a, const train_flag *f, const char *arg)
+{
+    if (strcmp(arg, "auto") == 0) {
+        a->o.strata.kl_shampoo.init_factor = -1.0f;
+        return 0;
+    }
+    if (parse_float("--kl-init-factor", arg, f->lo, f->hi, &a->o.strata.kl_shampoo.init_factor)) {
+        fprintf(stderr, "strata: --kl-init-factor also accepts 'auto'\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int set_values(train_args *a, const train_flag *f, const char *arg)
+{
+    a->n_values = 0;
+    for (const char *tok = arg; *tok;) {
+        char *end;
+        long val = strtol(tok, &end, 10);
+        if (end == tok || (*end && *end != ',') || val < (long)f->lo || val > (long)f->hi ||
+            a->n_values == SWEEP_MAX_VALUES) {
+            fprintf(stderr, "strata: --values expects up to %d comma-separated staleness "
+                            "budgets >= 0, got '%s'\n", SWEEP_MAX_VALUES, arg);
+            return -1;
+        }
+        a->values[a->n_values++] = (int)val;
+        tok = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+static void dflt_lr(const train_args *d, char *buf, size_t n)
+{
+    const strata_config *c = &d->o.strata;
+    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g", (double)c->adamw.lr,
+             (double)c->shampoo.lr, (double)c->muon.lr, (double)c->soap.lr,
+             (double)c->kl_shampoo.lr);
+}
+
+static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%g", (double)d->o.strata.shampoo.weight_decay);
+}
+
+static void dflt_kl_init(const train_args *d, char *buf, size_t n)
+{
+    const float v = d->o.strata.kl_shampoo.init_factor;
+    if (v < 0.0f)
+        snprintf(buf, n, "auto");
+    else
+        snprintf(buf, n, "%g", (double)v);
+}
+
+static void dflt_kl_beta(const train_args *d, char *buf, size_t n)
+{
+    const strata_kl_shampoo_config *k = &d->o.strata.kl_shampoo;
+    snprintf(buf, n, "%g", (double)(k->shampoo_beta >= 0 ? k->shampoo_beta : k->beta2));
+}
+
+static const char G_DATA[] = "data and model";
+static const char G_TRAIN[] = "training";
+static const char G_SHAMPOO[] = "shampoo";
+static const char G_MUON[] = "muon";
+static const char G_KL[] = "kl-shampoo";
+static const char G_ASYNC[] = "asynchronous second-order state (shampoo inverse roots, soap and "
+                              "kl-shampoo\neigenbases)";
+static const char G_OUTPUT[] = "output";
+
+/* Every flag of train and sweep-staleness, in --help order. */
+static const train_flag train_flags[] = {
+    {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
+     .help = "text file or directory (default {})"},
+    {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
+     .hi = 0.999999, .group = G_DATA, .arg = "F", .dfmt = "%.2f",
+     .help = "validation share of the corpus (default {})"},
+    {.name = "layers", .type = FT_INT, .off = OFF(o.model.n_layer), .lo = 1, .hi = 256,
+     .group = G_DATA, .arg = "N", .help = "transformer blocks (default {})"},
+    {.name = "d-model", .type = FT_INT, .off = OFF(o.model.d_model), .lo = 1, .hi = 65536,
+     .group = G_DATA, .arg = "N", .help = "residual width (default {})"},
+    {.name = "heads", .type = FT_INT, .off = OFF(o.model.n_head), .lo = 1, .hi = 4096,
+     .group = G_DATA, .arg = "N", .help = "attention heads (default {})"},
+    {.name = "seq-len", .type = FT_INT, .off = OFF(o.seq_len), .lo = 1, .hi = 1 << 20,
+     .group = G_DATA, .arg = "N", .help = "context in bytes (default {})"},
+    {.name = "batch", .type = FT_INT, .off = OFF(o.batch), .lo = 1, .hi = 1 << 20,
+     .group = G_DATA, .arg = "N", .help = "sequences per step (default {})"},
+
+    {.name = "optimizer", .type = FT_OPTIMIZER, .off = OFF(o.strata.matrix_optimizer),
+     .group = G_TRAIN, .arg = "NAME",
+     .help = "adamw | shampoo | muon | soap | kl-shampoo (default {})"},
+    {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
+     .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
+    {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
+     .arg = "X", .dflt = dflt_lr,
+     .help = "peak learning rate of the matrix optimizer\n(default: {})"},
+    {.name = "adamw-lr", .type = FT_FLOAT, .off = OFF(o.strata.adamw.lr), .lo = 0.0, .hi = 100.0,
+     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})"},
+    {.name = "weight-decay", .type = FT_FLOAT, .off = OFF(wd), .lo = 0.0, .hi = 10.0,
+     .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
+     .help = "decoupled weight decay for matrices (default {})"},
+    {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
+     .group = G_TRAIN, .arg = "N", .help = "linear warm-up steps (default steps/10)"},
+    {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
+     .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
+     .help = "cosine floor, fraction of peak (default {})"},
+    {.name = "max-grad-norm", .type = FT_FLOAT, .off = OFF(o.strata.max_grad_norm), .lo = 0.0,
+     .hi = 1e30, .group = G_TRAIN, .arg = "X",
+     .help = "clip the global gradient norm; 0 = off (default {})"},
+    {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
+     .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
+
+    {.name = "precondition-frequency", .type = FT_INT,
+     .off = OFF(o.strata.shampoo.precondition_frequency), .lo = 1, .hi = INT_MAX / 2,
+     .then = same_frequency, .group = G_SHAMPOO, .arg = "N",
+     .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
+             "(default {})"},
+    {.name = "start-preconditioning-step", .type = FT_INT,
+     .off = OFF(o.strata.shampoo.start_preconditioning_step), .lo = -1, .hi = INT_MAX / 2,
+     .group = G_SHAMPOO, .arg = "N",
+     .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1"},
+    {.name = "max-preconditioner-dim", .type = FT_INT,
+     .off = OFF(o.strata.shampoo.max_preconditioner_dim), .lo = 1, .hi = 65536,
+     .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})"},
+    {.name = "beta2", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.beta2), .lo = 1e-6, .hi = 1.0,
+     .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})"},
+    {.name = "epsilon", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.epsilon), .lo = 0.0,
+     .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
+     .help = "added to factor eigenvalues (default {})"},
+    {.name = "grafting", .type = FT_NAME, .off = OFF(o.strata.shampoo.grafting),
+     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})"},
+    {.name = "momentum", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.momentum), .lo = 0.0,
+     .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
+     .help = "heavy-ball momentum after grafting (default {})"},
+    {.name = "stagger-refresh", .type = FT_TRUE, .off = OFF(o.strata.stagger_refresh),
+     .group = G_SHAMPOO,
+     .help = "spread the matrices' root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
+             "over the F steps of a\nperiod (each step ~1/F of the work, no spike)"},
+
+    {.name = "muon-momentum", .type = FT_FLOAT, .off = OFF(o.strata.muon.momentum), .lo = 0.0,
+     .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})"},
+    {.name = "muon-scale", .type = FT_NAME, .off = OFF(o.strata.muon.scale),
+     .names = gpt_muon_scale_names, .group = G_MUON, .arg = "RULE",
+     .help = "shape: sqrt(max(1,m/n)) (default) | adamw:\n0.2*sqrt(max(m,n)) | spectral: "
+             "sqrt(m/n) | none"},
+    {.name = "muon-momentum-form", .type = FT_NAME, .off = OFF(o.strata.muon.momentum_form),
+     .names = gpt_muon_momentum_form_names, .group = G_MUON,
+     .help = "B = mu B + G (default) or mu B + (1-mu) G"},
+    {.name = "ns-schedule", .type = FT_NAME, .off = OFF(o.strata.muon.ns_schedule),
+     .names = gpt_ns_schedule_names, .group = G_MUON,
+     .help = "Newton-Schulz coefficients (default {})"},
+    {.name = "ns-method", .type = FT_NAME, .off = OFF(o.strata.muon.ns_method),
+     .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
+     .help = "Gram Newton-Schulz for wide matrices (default\n{}; auto picks gram by aspect "
+             "ratio)"},
+    {.name = "ns-steps", .type = FT_INT, .off = OFF(o.strata.muon.ns_steps), .lo = 0, .hi = 100,
+     .group = G_MUON, .arg = "N", .help = "Newton-Schulz iterations (default {})"},
+
+    {.name = "kl-form", .type = FT_NAME, .off = OFF(o.strata.kl_shampoo.form),
+     .names = gpt_kl_form_names, .group = G_KL,
+     .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update"},
+    {.name = "kl-init-factor", .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
+     .group = G_KL, .arg = "X|auto", .dflt = dflt_kl_init,
+     .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})"},
+    {.name = "kl-beta", .type = FT_FLOAT, .off = OFF(o.strata.kl_shampoo.shampoo_beta), .lo = 0.0,
+     .hi = 0.999999, .group = G_KL, .arg = "X", .dflt = dflt_kl_beta,
+     .help = "factor and eigenvalue EMA (default: {})"},
+
+    {.name = "async", .type = FT_TRUE, .off = OFF(o.strata.async), .group = G_ASYNC,
+     .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads (kl-shampoo: "
+             "eigenbasis form only)"},
+    {.name = "staleness", .type = FT_INT, .off = OFF(o.strata.staleness), .lo = 0, .hi = 1000000,
+     .group = G_ASYNC, .arg = "S",
+     .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
+             "precondition-frequency - 1 + S"},
+    {.name = "workers", .type = FT_INT, .off = OFF(o.strata.workers), .lo = 1, .hi = 1024,
+     .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)"},
+    {.name = "install-mode", .type = FT_NAME, .off = OFF(o.strata.install_mode),
+     .names = gpt_install_mode_names, .group = G_ASYNC,
+     .help = "fixed: reproducible (default); eager: fresher"},
+    {.name = "tiers", .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
+     .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
+             "device,nvme (roots on nvme)"},
+    {.name = "nvme-dir", .type = FT_STRING, .off = OFF(o.strata.nvme_dir), .group = G_ASYNC,
+     .arg = "DIR", .help = "nvme tier directory (default " NVME_DIR_DEFAULT ")"},
+    {.name = "host-budget-mib", .type = FT_MIB, .off = OFF(o.strata.host_budget), .lo = 1,
+     .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
+    {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,
+     .help = "pin workers to the last cores (hwloc)"},
+
+    {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
+     .group = G_OUTPUT, .arg = "N",
+     .help = "steps between validation losses (default {}; 0 = end)"},
+    {.name = "eval-batches", .type = FT_INT, .off = OFF(o.eval_batches), .lo = 1, .hi = 100000,
+     .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})"},
+    {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
+     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
+    {.name = "threads", .type = FT_INT, .off = OFF(o.strata.blas_threads), .lo = 1, .hi = 1024,
+     .group = G_OUTPUT, .arg = "N", .help = "OpenBLAS threads (default: all cores)"},
+    {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
+     .left = "--progress / --no-progress",
+     .help = "progress bar (default: when stdout is a terminal)"},
+    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0},
+    {.name = "quiet", .type = FT_TRUE, .off = OFF(o.quiet), .group = G_OUTPUT,
+     .help = "print only the summary"},
+    {.name = "memory-limit-mib", .type = FT_MIB, .off = OFF(o.memory_limit), .lo = 1,
+     .hi = INT_MAX, .group = G_OUTPUT, .arg = "N",
+     .help = "refuse models needing more (default: MemAvailable)"},
+
+    {.name = "help", .type = FT_HELP},
+    /* sweep-staleness only (its usage line lists them) */
+    {.name = "values", .type = FT_CUSTOM, .set = set_values, .lo = 0, .hi = 100000,
+     .sweep_only = true},
+    {.name = "out", .type = FT_STRING, .off = OFF(out_dir), .sweep_only = true},
+};
+
+#define N_FLAGS (sizeof train_flags / sizeof train_flags[0])
+
+/* ---- parsing */
 
 /* Strict number parsing: the whole argument must be a number in range. */
 static int parse_int(const char *flag, const char *s, long lo, long hi, int *out)
@@ -148,383 +379,290 @@ static int parse_float(const char *flag, const char *s, double lo, double hi, fl
     return 0;
 }
 
-enum {
-    OPT_DATA = 256, OPT_VAL_FRACTION, OPT_LAYERS, OPT_DMODEL, OPT_HEADS, OPT_SEQ, OPT_BATCH,
-    OPT_OPTIMIZER, OPT_STEPS, OPT_LR, OPT_ADAMW_LR, OPT_WD, OPT_WARMUP, OPT_MIN_LR, OPT_CLIP,
-    OPT_SEED, OPT_FREQ, OPT_START, OPT_MAXDIM, OPT_BETA2, OPT_EPS, OPT_GRAFT, OPT_MOMENTUM,
-    OPT_MUON_MOM, OPT_MUON_SCALE, OPT_NS, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_METRICS,
-    OPT_THREADS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_MEMLIMIT, OPT_HELP,
-    OPT_ASYNC, OPT_STALENESS, OPT_WORKERS, OPT_INSTALL, OPT_TIERS, OPT_NVME_DIR, OPT_HOST_BUDGET,
-    OPT_PIN, OPT_VALUES, OPT_OUT, OPT_KL_FORM, OPT_MUON_FORM, OPT_NS_SCHEDULE, OPT_NS_METHOD,
-    OPT_KL_INIT, OPT_KL_BETA, OPT_STAGGER,
-};
-
-typedef struct sweep_opts {
-    int values[32];
-    int n_values;
-    const char *out_dir;
-} sweep_opts;
-
-/* Parse the training flags (shared by train and sweep-staleness) into *out.
- * Returns 0 to go on, 2 for a usage error (already reported), 100 when help
- * was printed. `sw` is NULL for `train` (then the sweep flags are refused). */
-static int parse_train(int argc, char **argv, gpt_train_options *out, sweep_opts *sw)
+/* "a, b or c" from a names table. */
+static void join_names(const gpt_enum_name *names, const char *sep, const char *last, char *buf,
+                       size_t n)
 {
-    gpt_train_options o;
-    gpt_train_options_default(&o);
-    static const struct option longopts[] = {
-        {"data", required_argument, 0, OPT_DATA},
-        {"val-fraction", required_argument, 0, OPT_VAL_FRACTION},
-        {"layers", required_argument, 0, OPT_LAYERS},
-        {"d-model", required_argument, 0, OPT_DMODEL},
-        {"heads", required_argument, 0, OPT_HEADS},
-        {"seq-len", required_argument, 0, OPT_SEQ},
-        {"batch", required_argument, 0, OPT_BATCH},
-        {"optimizer", required_argument, 0, OPT_OPTIMIZER},
-        {"steps", required_argument, 0, OPT_STEPS},
-        {"lr", required_argument, 0, OPT_LR},
-        {"adamw-lr", required_argument, 0, OPT_ADAMW_LR},
-        {"weight-decay", required_argument, 0, OPT_WD},
-        {"warmup", required_argument, 0, OPT_WARMUP},
-        {"min-lr-ratio", required_argument, 0, OPT_MIN_LR},
-        {"max-grad-norm", required_argument, 0, OPT_CLIP},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"precondition-frequency", required_argument, 0, OPT_FREQ},
-        {"start-preconditioning-step", required_argument, 0, OPT_START},
-        {"max-preconditioner-dim", required_argument, 0, OPT_MAXDIM},
-        {"beta2", required_argument, 0, OPT_BETA2},
-        {"epsilon", required_argument, 0, OPT_EPS},
-        {"grafting", required_argument, 0, OPT_GRAFT},
-        {"momentum", required_argument, 0, OPT_MOMENTUM},
-        {"muon-momentum", required_argument, 0, OPT_MUON_MOM},
-        {"muon-scale", required_argument, 0, OPT_MUON_SCALE},
-        {"ns-steps", required_argument, 0, OPT_NS},
-        {"eval-every", required_argument, 0, OPT_EVAL_EVERY},
-        {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
-        {"metrics", required_argument, 0, OPT_METRICS},
-        {"threads", required_argument, 0, OPT_THREADS},
-        {"progress", no_argument, 0, OPT_PROGRESS},
-        {"no-progress", no_argument, 0, OPT_NO_PROGRESS},
-        {"quiet", no_argument, 0, OPT_QUIET},
-        {"memory-limit-mib", required_argument, 0, OPT_MEMLIMIT},
-        {"help", no_argument, 0, OPT_HELP},
-        {"async", no_argument, 0, OPT_ASYNC},
-        {"staleness", required_argument, 0, OPT_STALENESS},
-        {"workers", required_argument, 0, OPT_WORKERS},
-        {"install-mode", required_argument, 0, OPT_INSTALL},
-        {"tiers", required_argument, 0, OPT_TIERS},
-        {"nvme-dir", required_argument, 0, OPT_NVME_DIR},
-        {"host-budget-mib", required_argument, 0, OPT_HOST_BUDGET},
-        {"pin-workers", no_argument, 0, OPT_PIN},
-        {"stagger-refresh", no_argument, 0, OPT_STAGGER},
-        {"values", required_argument, 0, OPT_VALUES},
-        {"kl-form", required_argument, 0, OPT_KL_FORM},
-        {"kl-init-factor", required_argument, 0, OPT_KL_INIT},
-        {"kl-beta", required_argument, 0, OPT_KL_BETA},
-        {"muon-momentum-form", required_argument, 0, OPT_MUON_FORM},
-        {"ns-schedule", required_argument, 0, OPT_NS_SCHEDULE},
-        {"ns-method", required_argument, 0, OPT_NS_METHOD},
-        {"out", required_argument, 0, OPT_OUT},
-        {0, 0, 0, 0},
-    };
-    float lr = -1.0f, wd = -1.0f, f;
-    int v, seq_set = 0, nvme_wanted = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (const gpt_enum_name *e = names; e->name && used < n; e++) {
+        const char *s = e == names ? "" : e[1].name ? sep : last;
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", s, e->name);
+    }
+}
+
+/* Parse `arg` for flag `f` into `a`. Returns 0, or -1 after reporting. */
+static int set_flag(train_args *a, const train_flag *f, const char *arg)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", f->name);
+    char *p = (char *)a + f->off;
+    int v;
+    float x;
+    switch (f->type) {
+    case FT_TRUE: *(bool *)p = true; return 0;
+    case FT_SET: *(int *)p = f->value; return 0;
+    case FT_HELP: return 0;
+    case FT_INT: return parse_int(flag, arg, (long)f->lo, (long)f->hi, (int *)p);
+    case FT_U64:
+        if (parse_int(flag, arg, (long)f->lo, (long)f->hi, &v))
+            return -1;
+        *(uint64_t *)p = (uint64_t)v;
+        return 0;
+    case FT_MIB:
+        if (parse_int(flag, arg, (long)f->lo, (long)f->hi, &v))
+            return -1;
+        *(size_t *)p = (size_t)v << 20;
+        return 0;
+    case FT_FLOAT: return parse_float(flag, arg, f->lo, f->hi, (float *)p);
+    case FT_DOUBLE:
+        if (parse_float(flag, arg, f->lo, f->hi, &x))
+            return -1;
+        *(double *)p = x;
+        return 0;
+    case FT_STRING: *(const char **)p = arg; return 0;
+    case FT_NAME:
+        if (!gpt_enum_parse(f->names, arg, &v)) {
+            char list[128];
+            join_names(f->names, ", ", " or ", list, sizeof list);
+            fprintf(stderr, "strata: %s expects %s, got '%s'\n", flag, list, arg);
+            return -1;
+        }
+        memcpy(p, &v, sizeof v);
+        return 0;
+    case FT_OPTIMIZER: {
+        strata_optimizer o;
+        if (strata_optimizer_parse(arg, &o) != STRATA_OK) {
+            fprintf(stderr, "strata: %s\n", strata_last_error());
+            return -1;
+        }
+        memcpy(p, &o, sizeof o);
+        return 0;
+    }
+    case FT_CUSTOM: return f->set(a, f, arg);
+    }
+    return -1;
+}
+
+/* ---- --help */
+
+/* The default of `f` as --help prints it, from the defaults `d`. */
+static void flag_default(const train_flag *f, const train_args *d, char *buf, size_t n)
+{
+    const char *p = (const char *)d + f->off;
+    int v;
+    buf[0] = '\0';
+    if (f->dflt) {
+        f->dflt(d, buf, n);
+        return;
+    }
+    switch (f->type) {
+    case FT_INT: snprintf(buf, n, f->dfmt ? f->dfmt : "%d", *(const int *)p); break;
+    case FT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case FT_FLOAT: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", (double)*(const float *)p); break;
+    case FT_DOUBLE: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", *(const double *)p); break;
+    case FT_STRING: {
+        const char *str = *(const char *const *)p;
+        snprintf(buf, n, "%s", str ? str : "");
+        break;
+    }
+    case FT_NAME:
+        memcpy(&v, p, sizeof v);
+        snprintf(buf, n, "%s", gpt_enum_name_of(f->names, v, "?"));
+        break;
+    case FT_OPTIMIZER:
+        snprintf(buf, n, "%s", strata_optimizer_name(*(const strata_optimizer *)p));
+        break;
+    default: break;
+    }
+}
+
+/* "  --name ARG                  help text", continuation lines indented to
+ * the text's column, "{}" replaced by the default. */
+static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
+{
+    enum { TEXT_COLUMN = 30 };
+    char left[96], dflt[160];
+    if (f->left)
+        snprintf(left, sizeof left, "%s", f->left);
+    else if (f->arg)
+        snprintf(left, sizeof left, "--%s %s", f->name, f->arg);
+    else if (f->type == FT_NAME) {
+        char list[80];
+        join_names(f->names, "|", "|", list, sizeof list);
+        snprintf(left, sizeof left, "--%s %s", f->name, list);
+    } else
+        snprintf(left, sizeof left, "--%s", f->name);
+    const int len = (int)strlen(left) + 2;
+    fprintf(out, "  %s%*s", left, len <= TEXT_COLUMN - 2 ? TEXT_COLUMN - len : 2, "");
+    flag_default(f, d, dflt, sizeof dflt);
+    for (const char *s = f->help; *s; s++) {
+        if (s[0] == '{' && s[1] == '}') {
+            for (const char *t = dflt; *t; t++)
+                if (*t == '\n')
+                    fprintf(out, "\n%*s", TEXT_COLUMN, "");
+                else
+                    fputc(*t, out);
+            s++;
+        } else if (*s == '\n') {
+            fprintf(out, "\n%*s", TEXT_COLUMN, "");
+        } else {
+            fputc(*s, out);
+        }
+    }
+    fputc('\n', out);
+}
+
+static void print_train_help(FILE *out, bool sweep)
+{
+    train_args d;
+    train_args_default(&d, sweep);
+    if (sweep) {
+        char values[160] = "";
+        size_t used = 0;
+        for (int i = 0; i < d.n_values && used < sizeof values; i++)
+            used += (size_t)snprintf(values + used, sizeof values - used, "%s%d", i ? "," : "",
+                                     d.values[i]);
+        fprintf(out,
+                "usage: strata sweep-staleness [--values %s] [--out DIR] [train options]\n\n"
+                "Train the GPT with synchronous Shampoo (or --optimizer soap) and with the\n"
+                "asynchronous runtime at\n"
+                "each staleness budget S (same model, data, seed and steps), then write\n"
+                "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
+                "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
+                "Defaults: --values %s --out %s, --steps %d.\n\n",
+                values, values, d.out_dir, d.o.steps);
+    }
+    fputs("usage: strata train [options]\n"
+          "\n"
+          "Train a byte-level GPT on a text file or directory with a matrix optimizer.\n"
+          "Embeddings and 1-D tensors always use AdamW; the 2-D matrices use --optimizer.\n",
+          out);
+    const char *group = NULL;
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const train_flag *f = &train_flags[i];
+        if (!f->group)
+            continue;
+        if (!group || strcmp(group, f->group) != 0)
+            fprintf(out, "\n%s:\n", f->group);
+        group = f->group;
+        print_flag_help(out, f, &d);
+    }
+}
+
+/* ---- train's options */
+
+/* Parse the training flags (train and sweep-staleness) into *a. Returns 0 to
+ * go on, 2 for a usage error (already reported), 100 when help was printed.
+ * With sweep false the sweep's own flags are refused. */
+static int parse_train(int argc, char **argv, bool sweep, train_args *a)
+{
+    train_args_default(a, sweep);
+    struct option longopts[N_FLAGS + 1];
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const flag_type t = train_flags[i].type;
+        longopts[i] = (struct option){
+            .name = train_flags[i].name,
+            .has_arg = t == FT_TRUE || t == FT_SET || t == FT_HELP ? no_argument
+                                                                   : required_argument,
+            .flag = NULL,
+            .val = 256 + (int)i,
+        };
+    }
+    longopts[N_FLAGS] = (struct option){0};
     opterr = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int rc = 0;
-        switch (c) {
-        case OPT_DATA: o.data_path = optarg; break;
-        case OPT_VAL_FRACTION:
-            rc = parse_float("--val-fraction", optarg, 1e-6, 0.999999, &f);
-            o.val_fraction = f;
-            break;
-        case OPT_LAYERS: rc = parse_int("--layers", optarg, 1, 256, &o.model.n_layer); break;
-        case OPT_DMODEL: rc = parse_int("--d-model", optarg, 1, 65536, &o.model.d_model); break;
-        case OPT_HEADS: rc = parse_int("--heads", optarg, 1, 4096, &o.model.n_head); break;
-        case OPT_SEQ: rc = parse_int("--seq-len", optarg, 1, 1 << 20, &o.seq_len); seq_set = 1; break;
-        case OPT_BATCH: rc = parse_int("--batch", optarg, 1, 1 << 20, &o.batch); break;
-        case OPT_OPTIMIZER:
-            if (strata_optimizer_parse(optarg, &o.strata.matrix_optimizer) != STRATA_OK) {
-                fprintf(stderr, "strata: %s\n", strata_last_error());
-                rc = -1;
-            }
-            break;
-        case OPT_STEPS: rc = parse_int("--steps", optarg, 1, INT_MAX / 2, &o.steps); break;
-        case OPT_LR: rc = parse_float("--lr", optarg, 0.0, 100.0, &lr); break;
-        case OPT_ADAMW_LR: rc = parse_float("--adamw-lr", optarg, 0.0, 100.0, &o.strata.adamw.lr); break;
-        case OPT_WD: rc = parse_float("--weight-decay", optarg, 0.0, 10.0, &wd); break;
-        case OPT_WARMUP: rc = parse_int("--warmup", optarg, 0, INT_MAX / 2, &o.warmup); break;
-        case OPT_MIN_LR: rc = parse_float("--min-lr-ratio", optarg, 0.0, 1.0, &o.min_lr_ratio); break;
-        case OPT_CLIP: rc = parse_float("--max-grad-norm", optarg, 0.0, 1e30, &o.strata.max_grad_norm); break;
-        case OPT_SEED: rc = parse_int("--seed", optarg, 0, INT_MAX, &v); o.seed = (uint64_t)v; break;
-        case OPT_FREQ:
-            rc = parse_int("--precondition-frequency", optarg, 1, INT_MAX / 2,
-                           &o.strata.shampoo.precondition_frequency);
-            o.strata.soap.precondition_frequency = o.strata.shampoo.precondition_frequency;
-            o.strata.kl_shampoo.precondition_frequency = o.strata.shampoo.precondition_frequency;
-            break;
-        case OPT_START:
-            rc = parse_int("--start-preconditioning-step", optarg, -1, INT_MAX / 2,
-                           &o.strata.shampoo.start_preconditioning_step);
-            break;
-        case OPT_MAXDIM:
-            rc = parse_int("--max-preconditioner-dim", optarg, 1, 65536,
-                           &o.strata.shampoo.max_preconditioner_dim);
-            break;
-        case OPT_BETA2: rc = parse_float("--beta2", optarg, 1e-6, 1.0, &o.strata.shampoo.beta2); break;
-        case OPT_EPS: rc = parse_float("--epsilon", optarg, 0.0, 1e6, &o.strata.shampoo.epsilon); break;
-        case OPT_GRAFT:
-            if (strcmp(optarg, "adam") == 0)
-                o.strata.shampoo.grafting = STRATA_GRAFT_ADAM;
-            else if (strcmp(optarg, "adagrad") == 0)
-                o.strata.shampoo.grafting = STRATA_GRAFT_ADAGRAD;
-            else if (strcmp(optarg, "none") == 0)
-                o.strata.shampoo.grafting = STRATA_GRAFT_NONE;
-            else {
-                fprintf(stderr, "strata: --grafting expects adam, adagrad or none, got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_MOMENTUM: rc = parse_float("--momentum", optarg, 0.0, 0.999999, &o.strata.shampoo.momentum); break;
-        case OPT_MUON_MOM: rc = parse_float("--muon-momentum", optarg, 0.0, 0.999999, &o.strata.muon.momentum); break;
-        case OPT_MUON_SCALE:
-            if (strcmp(optarg, "shape") == 0)
-                o.strata.muon.scale = STRATA_MUON_SCALE_SHAPE;
-            else if (strcmp(optarg, "adamw") == 0)
-                o.strata.muon.scale = STRATA_MUON_SCALE_ADAMW_RMS;
-            else if (strcmp(optarg, "spectral") == 0)
-                o.strata.muon.scale = STRATA_MUON_SCALE_SPECTRAL;
-            else if (strcmp(optarg, "none") == 0)
-                o.strata.muon.scale = STRATA_MUON_SCALE_NONE;
-            else {
-                fprintf(stderr, "strata: --muon-scale expects shape, adamw, spectral or none, "
-                                "got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_NS: rc = parse_int("--ns-steps", optarg, 0, 100, &o.strata.muon.ns_steps); break;
-        case OPT_EVAL_EVERY: rc = parse_int("--eval-every", optarg, 0, INT_MAX, &o.eval_every); break;
-        case OPT_EVAL_BATCHES: rc = parse_int("--eval-batches", optarg, 1, 100000, &o.eval_batches); break;
-        case OPT_METRICS: o.metrics_path = optarg; break;
-        case OPT_THREADS: rc = parse_int("--threads", optarg, 1, 1024, &o.strata.blas_threads); break;
-        case OPT_PROGRESS: o.progress = 1; break;
-        case OPT_NO_PROGRESS: o.progress = 0; break;
-        case OPT_QUIET: o.quiet = true; break;
-        case OPT_MEMLIMIT:
-            rc = parse_int("--memory-limit-mib", optarg, 1, INT_MAX, &v);
-            o.memory_limit = (size_t)v << 20;
-            break;
-        case OPT_ASYNC: o.strata.async = true; break;
-        case OPT_STALENESS: rc = parse_int("--staleness", optarg, 0, 1000000, &o.strata.staleness); break;
-        case OPT_WORKERS: rc = parse_int("--workers", optarg, 1, 1024, &o.strata.workers); break;
-        case OPT_INSTALL:
-            if (strcmp(optarg, "fixed") == 0)
-                o.strata.install_mode = STRATA_COH_FIXED;
-            else if (strcmp(optarg, "eager") == 0)
-                o.strata.install_mode = STRATA_COH_EAGER;
-            else {
-                fprintf(stderr, "strata: --install-mode expects fixed or eager, got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_TIERS:
-            if (strcmp(optarg, "device,host") == 0) {
-                o.strata.roots_tier = STRATA_TIER_HOST;
-                nvme_wanted = 0;
-            } else if (strcmp(optarg, "device,host,nvme") == 0) {
-                o.strata.roots_tier = STRATA_TIER_HOST;
-                nvme_wanted = 1;
-            } else if (strcmp(optarg, "device,nvme") == 0) {
-                o.strata.roots_tier = STRATA_TIER_NVME;
-                nvme_wanted = 1;
-            } else {
-                fprintf(stderr, "strata: --tiers expects device,host | device,host,nvme | "
-                                "device,nvme, got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_NVME_DIR: o.strata.nvme_dir = optarg; break;
-        case OPT_HOST_BUDGET:
-            rc = parse_int("--host-budget-mib", optarg, 1, INT_MAX, &v);
-            o.strata.host_budget = (size_t)v << 20;
-            break;
-        case OPT_PIN: o.strata.pin_workers = true; break;
-        case OPT_STAGGER: o.strata.stagger_refresh = true; break;
-        case OPT_MUON_FORM:
-            if (strcmp(optarg, "sum") == 0)
-                o.strata.muon.momentum_form = STRATA_MUON_MOMENTUM_SUM;
-            else if (strcmp(optarg, "ema") == 0)
-                o.strata.muon.momentum_form = STRATA_MUON_MOMENTUM_EMA;
-            else {
-                fprintf(stderr, "strata: --muon-momentum-form expects sum or ema, got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_NS_SCHEDULE:
-            if (strcmp(optarg, "quintic") == 0)
-                o.strata.muon.ns_schedule = STRATA_NS_QUINTIC;
-            else if (strcmp(optarg, "polar-express") == 0)
-                o.strata.muon.ns_schedule = STRATA_NS_POLAR_EXPRESS;
-            else {
-                fprintf(stderr, "strata: --ns-schedule expects quintic or polar-express, got '%s'\n",
-                        optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_NS_METHOD:
-            if (strcmp(optarg, "auto") == 0)
-                o.strata.muon.ns_method = STRATA_NS_AUTO;
-            else if (strcmp(optarg, "standard") == 0)
-                o.strata.muon.ns_method = STRATA_NS_STANDARD;
-            else if (strcmp(optarg, "gram") == 0)
-                o.strata.muon.ns_method = STRATA_NS_GRAM;
-            else {
-                fprintf(stderr, "strata: --ns-method expects auto, standard or gram, got '%s'\n",
-                        optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_KL_INIT:
-            if (strcmp(optarg, "auto") == 0)
-                o.strata.kl_shampoo.init_factor = -1.0f;
-            else if (parse_float("--kl-init-factor", optarg, 1e-30, 1e30,
-                                 &o.strata.kl_shampoo.init_factor) != 0) {
-                fprintf(stderr, "strata: --kl-init-factor also accepts 'auto'\n");
-                rc = -1;
-            }
-            break;
-        case OPT_KL_BETA:
-            rc = parse_float("--kl-beta", optarg, 0.0, 0.999999, &o.strata.kl_shampoo.shampoo_beta);
-            break;
-        case OPT_KL_FORM:
-            if (strcmp(optarg, "eigenbasis") == 0)
-                o.strata.kl_shampoo.form = STRATA_KL_EIGENBASIS;
-            else if (strcmp(optarg, "exact") == 0)
-                o.strata.kl_shampoo.form = STRATA_KL_EXACT;
-            else {
-                fprintf(stderr, "strata: --kl-form expects eigenbasis or exact, got '%s'\n", optarg);
-                rc = -1;
-            }
-            break;
-        case OPT_VALUES:
-        case OPT_OUT:
-            if (!sw) {
-                fprintf(stderr, "strata: --values and --out belong to sweep-staleness\n");
-                return 2;
-            }
-            if (c == OPT_OUT) {
-                sw->out_dir = optarg;
-                break;
-            }
-            sw->n_values = 0;
-            for (char *tok = optarg, *end; *tok; tok = *end ? end + 1 : end) {
-                long val = strtol(tok, &end, 10);
-                if (end == tok || (*end && *end != ',') || val < 0 || val > 100000 ||
-                    sw->n_values == 32) {
-                    fprintf(stderr, "strata: --values expects up to 32 comma-separated "
-                                    "staleness budgets >= 0, got '%s'\n", optarg);
-                    return 2;
-                }
-                sw->values[sw->n_values++] = (int)val;
-            }
-            break;
-        case 'h':
-        case OPT_HELP: {
-            gpt_train_options d;
-            gpt_train_options_default(&d);
-            if (sw)
-                fputs("usage: strata sweep-staleness [--values 0,1,2,5,10] [--out DIR] [train "
-                      "options]\n\n"
-                      "Train the GPT with synchronous Shampoo (or --optimizer soap) and with the\n"
-                      "asynchronous runtime at\n"
-                      "each staleness budget S (same model, data, seed and steps), then write\n"
-                      "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
-                      "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
-                      "Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.\n\n",
-                      stdout);
-            usage_train(stdout, &d);
+        const train_flag *f = c >= 256 && c < 256 + (int)N_FLAGS ? &train_flags[c - 256] : NULL;
+        if (c == 'h' || (f && f->type == FT_HELP)) {
+            print_train_help(stdout, sweep);
             return 100;
         }
-        default:
+        if (!f) {
             fprintf(stderr, "strata: unknown or incomplete option '%s' (see strata train --help)\n",
                     argv[optind - 1]);
             return 2;
         }
-        if (rc)
+        if (f->sweep_only && !sweep) {
+            fprintf(stderr, "strata: --values and --out belong to sweep-staleness\n");
             return 2;
+        }
+        if (set_flag(a, f, optarg))
+            return 2;
+        if (f->then)
+            f->then(a);
     }
     if (optind < argc) {
         fprintf(stderr, "strata: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (nvme_wanted && !o.strata.nvme_dir)
-        o.strata.nvme_dir = "runs/nvme";
-    if (!nvme_wanted)
-        o.strata.nvme_dir = NULL;
-    if (nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
+
+    /* Flags that fan out to several options, or that take effect together. */
+    gpt_train_options *o = &a->o;
+    if (a->nvme_wanted && !o->strata.nvme_dir)
+        o->strata.nvme_dir = NVME_DIR_DEFAULT;
+    if (!a->nvme_wanted)
+        o->strata.nvme_dir = NULL;
+    if (a->nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "strata: cannot create runs/: %s\n", strerror(errno));
         return 2;
     }
-    if (o.strata.async && o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
-        !(o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO &&
-          o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS))
+    const strata_optimizer mopt = o->strata.matrix_optimizer;
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&o->strata, &refresh);
+    if (o->strata.async && !refresh.async)
         fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and the SOAP and "
                         "KL-Shampoo (eigenbasis form) eigenbases to workers; it has no effect "
                         "with --optimizer %s%s\n",
-                strata_optimizer_name(o.strata.matrix_optimizer),
-                o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
-    if (o.strata.async && o.strata.staleness >= o.steps)
+                strata_optimizer_name(mopt),
+                mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
+    if (o->strata.async && o->strata.staleness >= o->steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
-                o.strata.staleness, o.steps);
-    if (o.strata.stagger_refresh && (o.strata.matrix_optimizer == STRATA_OPTIM_MUON ||
-                                     o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW))
+                o->strata.staleness, o->steps);
+    if (o->strata.stagger_refresh && !refresh.stagger)
         fprintf(stderr, "strata: note: --stagger-refresh spreads the inverse-root and eigenbasis "
                         "refreshes of shampoo, soap and kl-shampoo; it has no effect with "
                         "--optimizer %s\n",
-                strata_optimizer_name(o.strata.matrix_optimizer));
-    if (o.strata.stagger_refresh && o.strata.shampoo.precondition_frequency == 1 &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_MUON &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_ADAMW)
+                strata_optimizer_name(mopt));
+    if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
-    if ((o.strata.staleness != 1 || o.strata.workers || nvme_wanted ||
-         o.strata.install_mode != STRATA_COH_FIXED) && !o.strata.async)
+    if ((o->strata.staleness != 1 || o->strata.workers || a->nvme_wanted ||
+         o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
                         "effect with --async\n");
-    if (seq_set || o.model.max_seq < o.seq_len)
-        o.model.max_seq = o.seq_len;
-    if (lr >= 0.0f) {
-        o.strata.shampoo.lr = lr;
-        o.strata.muon.lr = lr;
-        o.strata.soap.lr = lr;
-        o.strata.kl_shampoo.lr = lr;
-        if (o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW)
-            o.strata.adamw.lr = lr;
+    o->model.max_seq = o->seq_len; /* the model's context is the training context */
+    if (a->lr >= 0.0f) {
+        o->strata.shampoo.lr = a->lr;
+        o->strata.muon.lr = a->lr;
+        o->strata.soap.lr = a->lr;
+        o->strata.kl_shampoo.lr = a->lr;
+        if (mopt == STRATA_OPTIM_ADAMW)
+            o->strata.adamw.lr = a->lr;
     }
-    if (wd >= 0.0f) {
-        o.strata.shampoo.weight_decay = wd;
-        o.strata.muon.weight_decay = wd;
-        o.strata.soap.weight_decay = wd;
-        o.strata.kl_shampoo.weight_decay = wd;
-        if (o.strata.matrix_optimizer == STRATA_OPTIM_ADAMW)
-            o.strata.adamw.weight_decay = wd;
+    if (a->wd >= 0.0f) {
+        o->strata.shampoo.weight_decay = a->wd;
+        o->strata.muon.weight_decay = a->wd;
+        o->strata.soap.weight_decay = a->wd;
+        o->strata.kl_shampoo.weight_decay = a->wd;
+        if (mopt == STRATA_OPTIM_ADAMW)
+            o->strata.adamw.weight_decay = a->wd;
     }
-    *out = o;
     return 0;
 }
 
+/* ---- commands */
+
 static int cmd_train(int argc, char **argv)
 {
-    gpt_train_options o;
-    int rc = parse_train(argc, argv, &o, NULL);
+    train_args a;
+    int rc = parse_train(argc, argv, false, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
     gpt_train_result r;
-    strata_status st = gpt_train(&o, stdout, &r);
+    strata_status st = gpt_train(&a.o, stdout, &r);
     if (st != STRATA_OK) {
         fflush(stdout);
         fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
@@ -535,26 +673,25 @@ static int cmd_train(int argc, char **argv)
 
 static int cmd_sweep(int argc, char **argv)
 {
-    gpt_train_options o;
-    sweep_opts sw = {.values = {0, 1, 2, 5, 10}, .n_values = 5, .out_dir = "runs/sweep"};
-    int rc = parse_train(argc, argv, &o, &sw);
+    train_args a;
+    int rc = parse_train(argc, argv, true, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
-    if (o.strata.matrix_optimizer != STRATA_OPTIM_SHAMPOO &&
-        o.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
-        !(o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO &&
-          o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)) {
+    const strata_optimizer mopt = a.o.strata.matrix_optimizer;
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&a.o.strata, &refresh);
+    if (!refresh.async) {
         fprintf(stderr, "strata sweep-staleness: the staleness budget applies to shampoo, soap and "
                         "kl-shampoo (eigenbasis form), not --optimizer %s%s\n",
-                strata_optimizer_name(o.strata.matrix_optimizer),
-                o.strata.matrix_optimizer == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
+                strata_optimizer_name(mopt),
+                mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
         return 2;
     }
-    if (o.strata.async)
+    if (a.o.strata.async)
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
                         "itself\n");
-    strata_sweep_options so = {.train = o, .values = sw.values, .n_values = sw.n_values,
-                               .out_dir = sw.out_dir};
+    strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
+                               .out_dir = a.out_dir};
     strata_status st = strata_sweep_staleness(&so, stdout);
     if (st != STRATA_OK) {
         fflush(stdout);

@@ -1,16 +1,18 @@
-/* The GPT training loop, top to bottom: data, model, runtime, steps, report. */
+/* The GPT training loop, top to bottom (gpt_train, at the end): check the
+ * options, load the corpus, build the model, register its tensors with a
+ * strata runtime, then per step: learning-rate scale, batch, forward with
+ * the forward hooks, backward with the backward hooks, strata_step, and a
+ * validation every eval_every steps. What the run prints and writes (header,
+ * per-step lines, JSONL, summary) is report.c's job. */
 #include "trainer.h"
 
-#include <errno.h>
-#include <json-c/json.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "data.h"
+#include "report.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
 
@@ -82,47 +84,6 @@ static size_t mem_available(void)
     return kib * 1024;
 }
 
-/* mkdir -p of the directory part of `path` (errors surface at fopen). */
-static void make_parent_dirs(const char *path)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        mkdir(buf, 0755);
-        *p = '/';
-    }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double percentile(const double *sorted, int n, double q)
-{
-    if (n <= 0)
-        return 0.0;
-    double pos = q * (n - 1);
-    int lo = (int)floor(pos), hi = (int)ceil(pos);
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
-}
-
-/* Peak learning rate and refresh period of the matrix optimizer (JSONL config). */
-static float matrix_lr(const strata_config *c)
-{
-    switch (c->matrix_optimizer) {
-    case STRATA_OPTIM_SHAMPOO: return c->shampoo.lr;
-    case STRATA_OPTIM_MUON: return c->muon.lr;
-    case STRATA_OPTIM_SOAP: return c->soap.lr;
-    case STRATA_OPTIM_KL_SHAMPOO: return c->kl_shampoo.lr;
-    default: return c->adamw.lr;
-    }
-}
-
 static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-based */)
 {
     if (step < warmup)
@@ -181,138 +142,6 @@ static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int 
     return STRATA_OK;
 }
 
-static void json_add_double(json_object *o, const char *k, double v)
-{
-    json_object_object_add(o, k, isfinite(v) ? json_object_new_double(v) : json_object_new_null());
-}
-
-/* A float setting, written with the digits it was given (3e-3, not 0.0030000000260770321). */
-static void json_add_float(json_object *o, const char *k, float v)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.6g", (double)v);
-    json_object_object_add(o, k, isfinite(v) ? json_object_new_double_s((double)v, buf)
-                                             : json_object_new_null());
-}
-
-static void write_json_line(FILE *f, json_object *o)
-{
-    if (f) {
-        fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN), f);
-        fputc('\n', f);
-        fflush(f);
-    }
-    json_object_put(o);
-}
-
-/* The effective configuration of a run, as the JSONL config line records it:
- * the schedule, then the matrix optimizer's own settings (only those of the
- * optimizer in use), then the asynchronous runtime when it is on. */
-static void json_add_config(json_object *j, const gpt_train_options *o)
-{
-    const strata_config *c = &o->strata;
-    const strata_optimizer mopt = c->matrix_optimizer;
-    json_add_float(j, "lr", matrix_lr(c));
-    json_add_float(j, "adamw_lr", c->adamw.lr);
-    json_object_object_add(j, "warmup", json_object_new_int(o->warmup));
-    json_add_float(j, "min_lr_ratio", o->min_lr_ratio);
-    json_add_float(j, "max_grad_norm", c->max_grad_norm);
-    json_add_double(j, "val_fraction", o->val_fraction);
-    json_object_object_add(j, "eval_every", json_object_new_int(o->eval_every));
-    json_object_object_add(j, "eval_batches", json_object_new_int(o->eval_batches));
-    json_object_object_add(j, "blas_threads", json_object_new_int(c->blas_threads));
-    switch (mopt) {
-    case STRATA_OPTIM_SHAMPOO: {
-        const strata_shampoo_config *k = &c->shampoo;
-        static const char *graft[] = {"none", "adam", "adagrad"};
-        json_add_float(j, "weight_decay", k->weight_decay);
-        json_object_object_add(j, "precondition_frequency",
-                               json_object_new_int(k->precondition_frequency));
-        json_object_object_add(j, "start_preconditioning_step",
-                               json_object_new_int(k->start_preconditioning_step < 0
-                                                       ? k->precondition_frequency
-                                                   : k->start_preconditioning_step < 1
-                                                       ? 1
-                                                       : k->start_preconditioning_step));
-        json_object_object_add(j, "max_preconditioner_dim",
-                               json_object_new_int(k->max_preconditioner_dim));
-        json_add_float(j, "beta2", k->beta2);
-        json_add_float(j, "epsilon", k->epsilon);
-        json_object_object_add(j, "grafting",
-                               json_object_new_string(graft[(int)k->grafting % 3]));
-        json_add_float(j, "momentum", k->momentum);
-        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
-        break;
-    }
-    case STRATA_OPTIM_MUON: {
-        const strata_muon_config *k = &c->muon;
-        static const char *scale[] = {"shape", "adamw", "spectral", "none"};
-        json_add_float(j, "weight_decay", k->weight_decay);
-        json_add_float(j, "muon_momentum", k->momentum);
-        json_object_object_add(j, "muon_momentum_form",
-                               json_object_new_string(k->momentum_form == STRATA_MUON_MOMENTUM_EMA
-                                                          ? "ema"
-                                                          : "sum"));
-        json_object_object_add(j, "muon_scale", json_object_new_string(scale[(int)k->scale % 4]));
-        json_object_object_add(j, "ns_steps", json_object_new_int(k->ns_steps));
-        json_object_object_add(j, "ns_schedule",
-                               json_object_new_string(k->ns_schedule == STRATA_NS_POLAR_EXPRESS
-                                                          ? "polar-express"
-                                                          : "quintic"));
-        json_object_object_add(j, "ns_method",
-                               json_object_new_string(k->ns_method == STRATA_NS_GRAM ? "gram"
-                                                      : k->ns_method == STRATA_NS_AUTO
-                                                          ? "auto"
-                                                          : "standard"));
-        break;
-    }
-    case STRATA_OPTIM_SOAP:
-        json_add_float(j, "weight_decay", c->soap.weight_decay);
-        json_object_object_add(j, "precondition_frequency",
-                               json_object_new_int(c->soap.precondition_frequency));
-        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
-        break;
-    case STRATA_OPTIM_KL_SHAMPOO: {
-        const strata_kl_shampoo_config *k = &c->kl_shampoo;
-        json_add_float(j, "weight_decay", k->weight_decay);
-        json_object_object_add(j, "precondition_frequency",
-                               json_object_new_int(k->precondition_frequency));
-        json_object_object_add(j, "kl_form",
-                               json_object_new_string(k->form == STRATA_KL_EXACT ? "exact"
-                                                                                 : "eigenbasis"));
-        /* "auto" (the RMS of each matrix's first nonzero gradient) or the constant */
-        if (k->init_factor < 0.0f)
-            json_object_object_add(j, "kl_init_factor", json_object_new_string("auto"));
-        else
-            json_add_float(j, "kl_init_factor", k->init_factor);
-        json_add_float(j, "kl_beta", k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
-        json_object_object_add(j, "stagger_refresh", json_object_new_boolean(c->stagger_refresh));
-        break;
-    }
-    default:
-        json_add_float(j, "weight_decay", c->adamw.weight_decay);
-        break;
-    }
-    const bool async = c->async && (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
-                                    (mopt == STRATA_OPTIM_KL_SHAMPOO &&
-                                     c->kl_shampoo.form == STRATA_KL_EIGENBASIS));
-    json_object_object_add(j, "async", json_object_new_boolean(async));
-    if (async) {
-        json_object_object_add(j, "staleness", json_object_new_int(c->staleness));
-        json_object_object_add(j, "install_mode",
-                               json_object_new_string(c->install_mode == STRATA_COH_FIXED ? "fixed"
-                                                                                          : "eager"));
-        json_object_object_add(j, "workers", json_object_new_int(c->workers));
-        /* roots on host (with an nvme spill past the budget when nvme_dir is set) or nvme */
-        json_object_object_add(j, "roots_tier",
-                               json_object_new_string(strata_tier_kind_name(c->roots_tier)));
-        json_object_object_add(j, "nvme_dir", c->nvme_dir ? json_object_new_string(c->nvme_dir)
-                                                          : json_object_new_null());
-        json_object_object_add(j, "host_budget_bytes",
-                               json_object_new_int64((int64_t)c->host_budget));
-    }
-}
-
 static strata_status validate(const gpt_train_options *o)
 {
     if (o->seq_len < 1 || o->batch < 1 || o->steps < 1)
@@ -350,58 +179,30 @@ static size_t optimizer_bytes_estimate(const gpt_train_options *o, size_t param_
     return mult * param_bytes + factors;
 }
 
-strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_result *res)
+/* Refuse a model that cannot fit before allocating any of it. */
+static strata_status check_fits(const gpt_train_options *o)
 {
-    if (!opts || !res)
-        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_train: NULL argument");
-    gpt_train_options o = *opts;
-    memset(res, 0, sizeof *res);
-    if (!o.data_path)
-        o.data_path = DEFAULT_CORPUS;
-    if (o.warmup < 0)
-        o.warmup = o.steps / 10;
-    strata_status st = validate(&o);
-    if (st != STRATA_OK)
-        return st;
-    const int B = o.batch, T = o.seq_len;
-    const bool tty = o.progress < 0 ? (out && isatty(fileno(out))) : o.progress == 1;
-    FILE *report = out; /* the summary goes here even when quiet */
-    if (o.quiet)
-        out = NULL;
-
-    /* Refuse a model that cannot fit before allocating any of it. */
-    size_t pbytes = gpt_param_bytes(&o.model);
-    size_t abytes = gpt_activation_bytes(&o.model, B, T);
+    size_t pbytes = gpt_param_bytes(&o->model);
+    size_t abytes = gpt_activation_bytes(&o->model, o->batch, o->seq_len);
     if (pbytes == 0 || abytes == 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "invalid model configuration");
-    size_t need = 2 * pbytes + abytes + optimizer_bytes_estimate(&o, pbytes);
-    size_t limit = o.memory_limit ? o.memory_limit : mem_available();
+    size_t need = 2 * pbytes + abytes + optimizer_bytes_estimate(o, pbytes);
+    size_t limit = o->memory_limit ? o->memory_limit : mem_available();
     if (limit && need > limit)
         return strata_error(STRATA_ERR_NOMEM,
                             "the model needs about %.2f GiB (params+grads %.2f, activations %.2f, "
                             "optimizer %.2f) but only %.2f GiB are available; reduce --layers, "
                             "--d-model, --batch or --seq-len",
                             need / 1073741824.0, 2 * pbytes / 1073741824.0, abytes / 1073741824.0,
-                            optimizer_bytes_estimate(&o, pbytes) / 1073741824.0,
+                            optimizer_bytes_estimate(o, pbytes) / 1073741824.0,
                             limit / 1073741824.0);
+    return STRATA_OK;
+}
 
-    gpt_data data = {0};
-    gpt_model *model = NULL;
-    strata_runtime *rt = NULL;
-    FILE *metrics = NULL;
-    uint8_t *x = NULL, *y = NULL;
-    double *step_ms = NULL, *opt_ms = NULL;
-    float *losses = NULL;
-
-    st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
-    if (st != STRATA_OK)
-        goto out;
-    st = (strata_status)gpt_create(&o.model, o.seed, &model);
-    if (st != STRATA_OK)
-        goto out;
-    st = strata_create(&o.strata, &rt);
-    if (st != STRATA_OK)
-        goto out;
+/* Register every model tensor with the runtime; its routing rule sends
+ * embeddings and 1-D tensors to AdamW and the matrices to the matrix optimizer. */
+static strata_status register_params(strata_runtime *rt, gpt_model *model)
+{
     for (int i = 0; i < gpt_num_tensors(model); i++) {
         const gpt_tensor *t = gpt_tensor_at(model, i);
         strata_param_desc d = {
@@ -416,87 +217,79 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             .data = t->data,
             .grad = t->grad,
         };
-        st = strata_param_add(rt, &d, NULL);
+        strata_status st = strata_param_add(rt, &d, NULL);
         if (st != STRATA_OK)
-            goto out;
+            return st;
     }
+    return STRATA_OK;
+}
+
+strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_result *res)
+{
+    if (!opts || !res)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_train: NULL argument");
+    gpt_train_options o = *opts;
+    memset(res, 0, sizeof *res);
+    if (!o.data_path)
+        o.data_path = DEFAULT_CORPUS;
+    if (o.warmup < 0)
+        o.warmup = o.steps / 10;
+    strata_status st = validate(&o);
+    if (st == STRATA_OK)
+        st = check_fits(&o);
+    if (st != STRATA_OK)
+        return st;
+    const int B = o.batch, T = o.seq_len;
+
+    gpt_data data = {0};
+    gpt_model *model = NULL;
+    strata_runtime *rt = NULL;
+    gpt_report *rep = NULL;
+    uint8_t *x = NULL, *y = NULL;
+
+    /* Data, model, and the runtime that owns the model's optimizer. */
+    st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
+    if (st != STRATA_OK)
+        goto out;
+    st = (strata_status)gpt_create(&o.model, o.seed, &model);
+    if (st != STRATA_OK)
+        goto out;
+    st = strata_create(&o.strata, &rt);
+    if (st != STRATA_OK)
+        goto out;
+    st = register_params(rt, model);
+    if (st != STRATA_OK)
+        goto out;
     st = strata_commit(rt);
     if (st != STRATA_OK)
         goto out;
 
+    /* One batch of inputs and targets, reused by every step and evaluation. */
     x = malloc((size_t)B * T);
     y = malloc((size_t)B * T);
-    step_ms = malloc((size_t)o.steps * sizeof *step_ms);
-    opt_ms = malloc((size_t)o.steps * sizeof *opt_ms);
-    losses = malloc((size_t)o.steps * sizeof *losses);
-    if (!x || !y || !step_ms || !opt_ms || !losses) {
+    if (!x || !y) {
         st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
         goto out;
     }
-    if (o.metrics_path) {
-        make_parent_dirs(o.metrics_path);
-        metrics = fopen(o.metrics_path, "w");
-        if (!metrics) {
-            st = strata_error(STRATA_ERR_IO, "cannot write metrics to '%s': %s", o.metrics_path,
-                              strerror(errno));
-            goto out;
-        }
-    }
-
+    st = gpt_report_open(&o, out, &rep);
+    if (st != STRATA_OK)
+        goto out;
     strata_stats s0;
     strata_stats_get(rt, &s0);
     res->unigram_val_loss = unigram_baseline(&data);
-    const strata_optimizer mopt = o.strata.matrix_optimizer;
-    if (out) {
-        fprintf(out,
-                "strata train: %s%s | data %s (%zu files, %zu train / %zu val bytes)\n"
-                "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
-                "(%d matrices -> %s, %d tail tensors -> adamw)\n"
-                "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
-                "matrices -> %s\n"
-                "unigram baseline: %.4f nats/byte (val)%s\n",
-                strata_optimizer_name(mopt),
-                mopt == STRATA_OPTIM_KL_SHAMPOO && o.strata.kl_shampoo.form == STRATA_KL_EXACT
-                    ? " (exact form)"
-                    : "",
-                o.data_path, data.n_files, data.n_train, data.n_val,
-                o.model.n_layer, o.model.n_layer == 1 ? "" : "s", o.model.d_model, o.model.n_head,
-                o.model.n_head == 1 ? "" : "s", T, B, gpt_num_params(model),
-                s0.n_matrix, strata_optimizer_name(mopt), s0.n_tail, strata_optimizer_name(mopt),
-                res->unigram_val_loss,
-                !o.strata.async                ? ""
-                : mopt == STRATA_OPTIM_SHAMPOO ? " | async inverse roots"
-                : mopt == STRATA_OPTIM_SOAP ||
-                        (mopt == STRATA_OPTIM_KL_SHAMPOO &&
-                         o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)
-                    ? " | async eigenbasis refreshes"
-                    : "");
-        fflush(out);
-    }
-    if (metrics) {
-        json_object *j = json_object_new_object();
-        json_object_object_add(j, "type", json_object_new_string("config"));
-        json_object_object_add(j, "optimizer", json_object_new_string(strata_optimizer_name(mopt)));
-        json_object_object_add(j, "data", json_object_new_string(o.data_path));
-        json_object_object_add(j, "layers", json_object_new_int(o.model.n_layer));
-        json_object_object_add(j, "d_model", json_object_new_int(o.model.d_model));
-        json_object_object_add(j, "heads", json_object_new_int(o.model.n_head));
-        json_object_object_add(j, "seq_len", json_object_new_int(T));
-        json_object_object_add(j, "batch", json_object_new_int(B));
-        json_object_object_add(j, "steps", json_object_new_int(o.steps));
-        json_object_object_add(j, "params", json_object_new_int64((int64_t)gpt_num_params(model)));
-        json_object_object_add(j, "seed", json_object_new_int64((int64_t)o.seed));
-        json_add_config(j, &o);
-        json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
-        write_json_line(metrics, j);
-    }
+    gpt_report_begin(rep, &(gpt_run_info){.n_files = data.n_files,
+                                          .n_train = data.n_train,
+                                          .n_val = data.n_val,
+                                          .params = gpt_num_params(model),
+                                          .n_matrix = s0.n_matrix,
+                                          .n_tail = s0.n_tail,
+                                          .unigram_val_loss = res->unigram_val_loss});
 
     hook_ctx hctx = {rt};
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
-    double loop_seconds = 0.0, val_loss = NAN;
     for (int step = 0; step < o.steps; step++) {
         const double t0 = now_seconds();
-        float lrs = lr_scale_at(&o, o.warmup, step);
+        const float lrs = lr_scale_at(&o, o.warmup, step);
         strata_set_lr_scale(rt, lrs);
         gpt_data_batch(&data, 0, B, T, &rng, x, y);
         gpt_zero_grad(model);
@@ -508,184 +301,43 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             goto out;
         const double t1 = now_seconds();
         st = strata_step(rt);
-        if (st == STRATA_ERR_NONFINITE)
+        if (st == STRATA_ERR_NONFINITE) {
+            char why[512]; /* strata_error must not format its own buffer into itself */
+            snprintf(why, sizeof why, "%s", strata_last_error());
             strata_error(st, "training diverged at step %d (loss %g): %s", step + 1, (double)loss,
-                         strata_last_error());
+                         why);
+        }
         if (st != STRATA_OK)
             goto out;
         const double t2 = now_seconds();
-        loop_seconds += t2 - t0;
-        step_ms[step] = 1e3 * (t2 - t0);
-        opt_ms[step] = 1e3 * (t2 - t1);
-        losses[step] = loss;
         res->steps_done = step + 1;
         strata_stats s;
         strata_stats_get(rt, &s);
-        const double tps = (double)B * T / (t2 - t0);
 
         const bool do_eval = (o.eval_every > 0 && (step + 1) % o.eval_every == 0) ||
                              step + 1 == o.steps;
+        double val_loss = NAN;
         if (do_eval) {
             st = evaluate(model, &data, o.eval_batches, B, T, x, y, &val_loss);
             if (st != STRATA_OK)
                 goto out;
         }
-        if (out) {
-            if (tty) {
-                const int width = 30, filled = (int)((double)(step + 1) / o.steps * width);
-                fprintf(out, "\r[%.*s%*s] %d/%d loss %.4f | %.1f ms | %.0f tok/s ", filled,
-                        "##############################", width - filled, "", step + 1, o.steps,
-                        (double)loss, step_ms[step], tps);
-                if (do_eval)
-                    fprintf(out, "\n  step %d: val loss %.4f\n", step + 1, val_loss);
-            } else {
-                fprintf(out, "step %d/%d | loss %.4f | %.1f ms | %.0f tok/s\n", step + 1, o.steps,
-                        (double)loss, step_ms[step], tps);
-                if (do_eval)
-                    fprintf(out, "step %d/%d | val loss %.4f\n", step + 1, o.steps, val_loss);
-            }
-            fflush(out);
-        }
-        if (metrics) {
-            json_object *j = json_object_new_object();
-            json_object_object_add(j, "type", json_object_new_string("step"));
-            json_object_object_add(j, "step", json_object_new_int(step + 1));
-            json_add_double(j, "loss", loss);
-            json_add_double(j, "step_ms", step_ms[step]);
-            json_add_double(j, "opt_ms", opt_ms[step]);
-            json_add_double(j, "factors_ms", 1e3 * s.last_seconds_factors);
-            json_add_double(j, "roots_ms", 1e3 * s.last_seconds_roots);
-            json_add_double(j, "precondition_ms", 1e3 * s.last_seconds_precondition);
-            json_add_double(j, "tail_ms", 1e3 * s.last_seconds_tail);
-            json_add_double(j, "tokens_per_s", tps);
-            json_add_double(j, "lr_scale", lrs);
-            json_add_double(j, "grad_norm", s.grad_norm);
-            json_add_double(j, "wall_s", loop_seconds);
-            json_object_object_add(j, "device_bytes", json_object_new_int64((int64_t)s.device_bytes));
-            if (o.strata.async) {
-                json_add_double(j, "wait_ms", 1e3 * s.last_wait_seconds);
-                json_object_object_add(j, "waits", json_object_new_int64(s.coh_waits));
-                json_object_object_add(j, "installs", json_object_new_int64(s.coh_installs));
-                json_object_object_add(j, "max_staleness", json_object_new_int64(s.max_staleness));
-                json_object_object_add(j, "dropped", json_object_new_int64(s.coh_dropped));
-                json_object_object_add(j, "host_bytes", json_object_new_int64((int64_t)s.host_bytes));
-                json_object_object_add(j, "nvme_bytes", json_object_new_int64((int64_t)s.nvme_bytes));
-                json_object_object_add(j, "bytes_device_to_host",
-                                       json_object_new_int64((int64_t)s.bytes_device_to_host));
-                json_object_object_add(j, "nvme_bytes_written",
-                                       json_object_new_int64((int64_t)s.nvme_bytes_written));
-                json_object_object_add(j, "nvme_bytes_read",
-                                       json_object_new_int64((int64_t)s.nvme_bytes_read));
-                json_object_object_add(j, "io_errors", json_object_new_int64(s.io_errors));
-            }
-            if (do_eval)
-                json_add_double(j, "val_loss", val_loss);
-            write_json_line(metrics, j);
-        }
+        gpt_report_step(rep, &(gpt_step_record){.step = step + 1,
+                                                .loss = loss,
+                                                .step_seconds = t2 - t0,
+                                                .opt_seconds = t2 - t1,
+                                                .lr_scale = lrs,
+                                                .evaluated = do_eval,
+                                                .val_loss = val_loss,
+                                                .stats = &s});
     }
 
-    /* Summary. */
-    const int n = res->steps_done;
-    int last = n < 10 ? n : 10;
-    double acc = 0.0;
-    for (int i = n - last; i < n; i++)
-        acc += losses[i];
-    res->final_train_loss = acc / last;
-    res->final_val_loss = val_loss;
-    res->wall_seconds = loop_seconds;
-    res->tokens_per_second = (double)n * B * T / loop_seconds;
-    double mean = 0.0;
-    for (int i = 0; i < n; i++)
-        mean += step_ms[i];
-    res->step_ms_mean = mean / n;
-    qsort(step_ms, (size_t)n, sizeof *step_ms, cmp_double);
-    qsort(opt_ms, (size_t)n, sizeof *opt_ms, cmp_double);
-    res->step_ms_p50 = percentile(step_ms, n, 0.5);
-    res->step_ms_p99 = percentile(step_ms, n, 0.99);
-    res->step_ms_max = step_ms[n - 1];
-    res->opt_ms_p50 = percentile(opt_ms, n, 0.5);
-    res->opt_ms_max = opt_ms[n - 1];
     strata_stats_get(rt, &res->stats);
-    {
-        FILE *f = report;
-        /* Muon and AdamW compute neither roots nor eigenbases: no count. */
-        char refreshes[96] = "";
-        if (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
-            mopt == STRATA_OPTIM_KL_SHAMPOO)
-            snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
-                     (long long)res->stats.root_refreshes,
-                     mopt == STRATA_OPTIM_SHAMPOO ? "inverse roots" : "eigenbasis refreshes",
-                     (long long)res->stats.root_failures);
-        if (f)
-            fprintf(f,
-                    "summary: %s | %d steps in %.*f s | train loss %.4f | val loss %.4f "
-                    "(unigram %.4f)\n"
-                    "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
-                    "max %.1f | %.0f tok/s\n"
-                    "optimizer: %s%.1f MiB state in the device tier\n",
-                    strata_optimizer_name(mopt), n, loop_seconds < 1.0 ? 3 : 1, loop_seconds,
-                    res->final_train_loss,
-                    res->final_val_loss, res->unigram_val_loss, res->step_ms_p50,
-                    res->step_ms_p99, res->step_ms_max, res->step_ms_mean, res->opt_ms_p50,
-                    res->opt_ms_max, res->tokens_per_second,
-                    refreshes, res->stats.device_bytes / 1048576.0);
-        if (f && o.strata.async &&
-            (mopt == STRATA_OPTIM_SHAMPOO || mopt == STRATA_OPTIM_SOAP ||
-             (mopt == STRATA_OPTIM_KL_SHAMPOO && o.strata.kl_shampoo.form == STRATA_KL_EIGENBASIS)))
-            fprintf(f,
-                    "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
-                    "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
-                    o.strata.staleness,
-                    o.strata.install_mode == STRATA_COH_FIXED ? "fixed" : "eager",
-                    (long long)res->stats.coh_waits, res->stats.coh_waits == 1 ? "" : "s",
-                    res->stats.coh_wait_seconds, (long long)res->stats.max_staleness,
-                    o.strata.shampoo.precondition_frequency - 1 + o.strata.staleness,
-                    (long long)res->stats.coh_installs, (long long)res->stats.coh_dropped,
-                    res->stats.host_bytes_peak / 1048576.0, res->stats.nvme_bytes_peak / 1048576.0);
-    }
-    if (metrics) {
-        json_object *j = json_object_new_object();
-        json_object_object_add(j, "type", json_object_new_string("summary"));
-        json_object_object_add(j, "optimizer", json_object_new_string(strata_optimizer_name(mopt)));
-        json_object_object_add(j, "steps", json_object_new_int(n));
-        json_add_double(j, "final_train_loss", res->final_train_loss);
-        json_add_double(j, "final_val_loss", res->final_val_loss);
-        json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
-        json_add_double(j, "wall_s", loop_seconds);
-        json_add_double(j, "step_ms_p50", res->step_ms_p50);
-        json_add_double(j, "step_ms_p99", res->step_ms_p99);
-        json_add_double(j, "step_ms_max", res->step_ms_max);
-        json_add_double(j, "step_ms_mean", res->step_ms_mean);
-        json_add_double(j, "tokens_per_s", res->tokens_per_second);
-        json_object_object_add(j, "root_refreshes",
-                               json_object_new_int64(res->stats.root_refreshes));
-        json_object_object_add(j, "root_failures", json_object_new_int64(res->stats.root_failures));
-        json_object_object_add(j, "device_bytes",
-                               json_object_new_int64((int64_t)res->stats.device_bytes));
-        json_object_object_add(j, "async", json_object_new_boolean(o.strata.async));
-        if (o.strata.async) {
-            json_object_object_add(j, "staleness", json_object_new_int(o.strata.staleness));
-            json_object_object_add(j, "waits", json_object_new_int64(res->stats.coh_waits));
-            json_add_double(j, "wait_s", res->stats.coh_wait_seconds);
-            json_object_object_add(j, "max_staleness",
-                                   json_object_new_int64(res->stats.max_staleness));
-            json_object_object_add(j, "host_bytes_peak",
-                                   json_object_new_int64((int64_t)res->stats.host_bytes_peak));
-            json_object_object_add(j, "nvme_bytes_peak",
-                                   json_object_new_int64((int64_t)res->stats.nvme_bytes_peak));
-        }
-        write_json_line(metrics, j);
-    }
+    gpt_report_summary(rep, res);
     st = STRATA_OK;
 
 out:
-    if (st != STRATA_OK && out && tty)
-        fputc('\n', out);
-    if (metrics && fclose(metrics) != 0 && st == STRATA_OK)
-        st = strata_error(STRATA_ERR_IO, "writing metrics '%s' failed", o.metrics_path);
-    free(losses);
-    free(opt_ms);
-    free(step_ms);
+    st = gpt_report_close(rep, st);
     free(y);
     free(x);
     strata_destroy(rt);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "settings.h"
+
 typedef struct sweep_row {
     char name[32];
     int staleness; /* -1 = sync */
@@ -104,8 +106,9 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
         gpt_train_options t = o->train;
-        if (t.strata.matrix_optimizer != STRATA_OPTIM_SOAP &&
-            t.strata.matrix_optimizer != STRATA_OPTIM_KL_SHAMPOO)
+        gpt_refresh_info refresh;
+        gpt_optimizer_refresh_info(&t.strata, &refresh);
+        if (!refresh.async) /* no staleness budget to sweep: use Shampoo */
             t.strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
         t.quiet = true;
         /* Every run trains on one thread (it stands in for the GPU); the
@@ -130,7 +133,9 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
         }
         st = gpt_train(&t, NULL, &row->r);
         if (st != STRATA_OK) {
-            strata_error(st, "sweep run %s: %s", row->name, strata_last_error());
+            char why[512]; /* strata_error must not format its own buffer into itself */
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            strata_error(st, "sweep run %s: %s", row->name, why);
             break;
         }
         snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, row->name);

@@ -11,15 +11,17 @@ STRATA = sys.argv[1]
 failures = 0
 
 
-def run(*args, expect_rc, expect_text=None, stream="stderr"):
+def run(*args, expect_rc, expect_text=None, stream="stderr", reject_text=None):
     global failures
     p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=120)
     out = p.stderr if stream == "stderr" else p.stdout
-    ok = p.returncode == expect_rc and (expect_text is None or expect_text in out)
+    ok = (p.returncode == expect_rc and (expect_text is None or expect_text in out)
+          and (reject_text is None or reject_text not in out))
     print(f"{'PASS' if ok else 'FAIL'}: strata {' '.join(args)[:70]} -> rc {p.returncode}")
     if not ok:
         failures += 1
-        print("  expected rc", expect_rc, "and text", repr(expect_text))
+        print("  expected rc", expect_rc, "and text", repr(expect_text), "without",
+              repr(reject_text))
         print("  stdout:", p.stdout[-800:])
         print("  stderr:", p.stderr[-800:])
     return p
@@ -41,6 +43,41 @@ with tempfile.TemporaryDirectory() as tmp:
     run(expect_rc=2, expect_text="usage")
     run("fly", expect_rc=2, expect_text="unknown command")
     run("train", "--help", expect_rc=0, expect_text="--optimizer", stream="stdout")
+    # --help comes from the flag table: groups, derived defaults, choices.
+    p = run("train", "--help", expect_rc=0, expect_text="\n\nkl-shampoo:\n", stream="stdout")
+    for want in ("\n\ndata and model:\n", "\n\nshampoo:\n", "\n\nmuon:\n", "\n\noutput:\n",
+                 "  --precondition-frequency N  steps between inverse-root (shampoo) or eigenbasis\n"
+                 "                              (soap, kl-shampoo) refreshes (default 10)\n",
+                 "  --grafting adam|adagrad|none  (default adam)\n",
+                 "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
+                 "                              nonzero gradient (default auto)\n",
+                 "  --progress / --no-progress  progress bar"):
+        ok = want in p.stdout
+        print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
+        failures += not ok
+    run("sweep-staleness", "--help", expect_rc=0,
+        expect_text="Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.", stream="stdout")
+    run("train", "--ns-method", "fast", expect_rc=2,
+        expect_text="--ns-method expects auto, standard or gram, got 'fast'")
+    run("train", "--muon-scale", "x", expect_rc=2,
+        expect_text="--muon-scale expects shape, adamw, spectral or none, got 'x'")
+    run("train", "--kl-init-factor", "0", expect_rc=2, expect_text="also accepts 'auto'")
+    # Notes on flags that have no effect together (the run then fails on the data).
+    nodata = ["--data", os.path.join(tmp, "nope")]
+    run("train", *nodata, "--optimizer", "kl-shampoo", "--kl-form", "exact", "--async",
+        expect_rc=1, expect_text="no effect with --optimizer kl-shampoo --kl-form exact")
+    run("train", *nodata, "--optimizer", "kl-shampoo", "--async", expect_rc=1,
+        reject_text="no effect")
+    run("train", *nodata, "--optimizer", "soap", "--async", "--stagger-refresh", expect_rc=1,
+        reject_text="note:")
+    run("train", *nodata, "--optimizer", "muon", "--stagger-refresh", expect_rc=1,
+        expect_text="--stagger-refresh spreads the inverse-root and eigenbasis refreshes of "
+        "shampoo, soap and kl-shampoo; it has no effect with --optimizer muon")
+    run("train", *nodata, "--optimizer", "soap", "--stagger-refresh",
+        "--precondition-frequency", "1", expect_rc=1, expect_text="nothing to spread")
+    run("train", *nodata, "--async", "--staleness", "20", "--steps", "20", expect_rc=1,
+        expect_text="--staleness 20 >= --steps 20: no asynchronous root")
+    run("train", *nodata, "--workers", "2", expect_rc=1, expect_text="take effect with --async")
     run("train", "--layers", "abc", expect_rc=2, expect_text="--layers expects an integer")
     run("train", "--layers", "0", expect_rc=2, expect_text="--layers")
     run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
@@ -83,15 +120,41 @@ with tempfile.TemporaryDirectory() as tmp:
                   and recs[-1]["optimizer"] == opt)
             # Shampoo's inverse roots and SOAP's and KL-Shampoo's eigenbases are
             # refreshed every 2 steps; AdamW and Muon have nothing to refresh.
+            cfg = recs[0]
             if opt in ("shampoo", "soap", "kl-shampoo"):
-                ok = ok and recs[-1]["root_refreshes"] > 0
-            else:
-                ok = ok and recs[-1]["root_refreshes"] == 0
+                ok = (ok and recs[-1]["root_refreshes"] > 0
+                      and cfg["precondition_frequency"] == 2 and cfg["stagger_refresh"] is False)
+                if opt == "shampoo":
+                    ok = ok and cfg["grafting"] == "adam" and "inverse roots" in p.stdout
+                else:
+                    ok = ok and "eigenbasis refreshes" in p.stdout
+            else:  # neither roots nor eigenbases: no refresh settings, no refresh count
+                ok = (ok and recs[-1]["root_refreshes"] == 0
+                      and "precondition_frequency" not in cfg and "stagger_refresh" not in cfg
+                      and "failed)" not in p.stdout)
+            ok = ok and cfg["async"] is False and "staleness" not in cfg
         except Exception as e:  # noqa: BLE001 - any parse problem is a failure
             print("  metrics error:", e)
             ok = False
         print(f"{'PASS' if ok else 'FAIL'}: metrics JSONL for {opt}")
         failures += not ok
+
+    # KL-Shampoo's exact form refreshes eigenbases synchronously even with --async.
+    p = run("train", "--data", text, "--optimizer", "kl-shampoo", "--kl-form", "exact", "--async",
+            "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "4",
+            "--steps", "4", "--eval-every", "0", "--eval-batches", "1",
+            "--precondition-frequency", "2", "--metrics", metrics, "--no-progress",
+            expect_rc=0, expect_text="eigenbasis refreshes (0 failed)", stream="stdout")
+    try:
+        cfg = json.loads(open(metrics).readline())
+        ok = (cfg["kl_form"] == "exact" and cfg["async"] is False and "staleness" not in cfg
+              and cfg["precondition_frequency"] == 2 and cfg["kl_init_factor"] == "auto"
+              and "(exact form)" in p.stdout and "async" not in p.stdout)
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: kl-shampoo exact form with --async stays synchronous")
+    failures += not ok
 
     # Asynchronous runtime flags.
     run("train", "--tiers", "gpu", expect_rc=2, expect_text="--tiers expects")

@@ -1,0 +1,582 @@
+/* A training run's record and its outputs: terminal lines, JSONL, summary (report.h).
+ *
+ * The JSONL config record is described by one table (config_keys): each key,
+ * which runs record it (matrix optimizers, or a condition such as "the run
+ * is asynchronous"), and where its value comes from. Consumers (the
+ * staleness sweep, plotting scripts) read these keys by name, so a key's
+ * spelling and meaning only ever change together with them.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "settings.h"
+
+struct gpt_report {
+    gpt_train_options o;     /* resolved options (a copy) */
+    gpt_refresh_info refresh;
+    FILE *out;               /* per-step lines and header; NULL when quiet or silent */
+    FILE *summary_out;       /* the summary, even when quiet */
+    bool tty;                /* progress bar instead of plain lines */
+    FILE *metrics;           /* JSONL, or NULL */
+    int n;                   /* steps recorded */
+    double *step_ms, *opt_ms;
+    float *losses;
+    double wall_seconds;     /* sum of the recorded steps' times */
+    double val_loss;         /* the last validation loss, NaN before the first */
+};
+
+/* ---- JSON helpers */
+
+static json_object *json_double(double v)
+{
+    return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
+}
+
+/* A float setting, written with the digits it was given (3e-3, not 0.0030000000260770321). */
+static json_object *json_float(float v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.6g", (double)v);
+    return isfinite(v) ? json_object_new_double_s((double)v, buf) : json_object_new_null();
+}
+
+static void json_add_double(json_object *o, const char *k, double v)
+{
+    json_object_object_add(o, k, json_double(v));
+}
+
+static void json_add_int64(json_object *o, const char *k, int64_t v)
+{
+    json_object_object_add(o, k, json_object_new_int64(v));
+}
+
+static void write_json_line(FILE *f, json_object *o)
+{
+    if (f) {
+        fputs(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN), f);
+        fputc('\n', f);
+        fflush(f);
+    }
+    json_object_put(o);
+}
+
+/* ---- the config record */
+
+typedef struct config_ctx {
+    const gpt_train_options *o;
+    const gpt_run_info *info;
+    const gpt_refresh_info *refresh;
+    bool async; /* the run is asynchronous: async asked for and the optimizer can */
+} config_ctx;
+
+typedef enum config_kind {
+    CK_INT,    /* int */
+    CK_U64,    /* uint64_t */
+    CK_SIZE,   /* size_t */
+    CK_BOOL,   /* bool */
+    CK_FLOAT,  /* float, written with its given digits */
+    CK_DOUBLE, /* double */
+    CK_STRING, /* const char *, null when NULL */
+    CK_NAME,   /* an enum, written as its name in `names` */
+    CK_FN,     /* computed by `get` */
+} config_kind;
+
+typedef enum config_cond {
+    WHEN_ALWAYS,
+    WHEN_REFRESHES, /* the matrix optimizer refreshes inverse roots or eigenbases */
+    WHEN_STAGGER,   /* staggering applies to it */
+    WHEN_ASYNC,     /* the run is asynchronous */
+} config_cond;
+
+#define FOR(o) (1u << (o))
+#define ADAMW FOR(STRATA_OPTIM_ADAMW)
+#define SHAMPOO FOR(STRATA_OPTIM_SHAMPOO)
+#define MUON FOR(STRATA_OPTIM_MUON)
+#define SOAP FOR(STRATA_OPTIM_SOAP)
+#define KL FOR(STRATA_OPTIM_KL_SHAMPOO)
+#define OFF(member) offsetof(gpt_train_options, member)
+
+typedef struct config_key {
+    const char *key;
+    unsigned optimizers;        /* FOR(...) mask of matrix optimizers; 0 = any */
+    config_cond when;
+    config_kind kind;
+    size_t off;                 /* into gpt_train_options */
+    const gpt_enum_name *names; /* CK_NAME */
+    json_object *(*get)(const config_ctx *c); /* CK_FN */
+} config_key;
+
+static json_object *get_type(const config_ctx *c)
+{
+    (void)c;
+    return json_object_new_string("config");
+}
+
+static json_object *get_optimizer(const config_ctx *c)
+{
+    return json_object_new_string(strata_optimizer_name(c->o->strata.matrix_optimizer));
+}
+
+static json_object *get_params(const config_ctx *c)
+{
+    return json_object_new_int64((int64_t)c->info->params);
+}
+
+static json_object *get_frequency(const config_ctx *c)
+{
+    return json_object_new_int(c->refresh->frequency);
+}
+
+/* The step the runtime starts preconditioning at: -1 means F, 0 means 1. */
+static json_object *get_start(const config_ctx *c)
+{
+    const strata_shampoo_config *k = &c->o->strata.shampoo;
+    return json_object_new_int(k->start_preconditioning_step < 0 ? k->precondition_frequency
+                               : k->start_preconditioning_step < 1 ? 1
+                                                                   : k->start_preconditioning_step);
+}
+
+/* "auto" (the RMS of each matrix's first nonzero gradient) or the constant. */
+static json_object *get_kl_init(const config_ctx *c)
+{
+    const float v = c->o->strata.kl_shampoo.init_factor;
+    return v < 0.0f ? json_object_new_string("auto") : json_float(v);
+}
+
+static json_object *get_kl_beta(const config_ctx *c)
+{
+    const strata_kl_shampoo_config *k = &c->o->strata.kl_shampoo;
+    return json_float(k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
+}
+
+static json_object *get_async(const config_ctx *c)
+{
+    return json_object_new_boolean(c->async);
+}
+
+/* Roots on host (with an nvme spill past the budget when nvme_dir is set) or nvme. */
+static json_object *get_roots_tier(const config_ctx *c)
+{
+    return json_object_new_string(strata_tier_kind_name(c->o->strata.roots_tier));
+}
+
+static json_object *get_unigram(const config_ctx *c)
+{
+    return json_double(c->info->unigram_val_loss);
+}
+
+/* The config record, key by key in the order written: the run's shape, the
+ * schedule, the matrix optimizer's own settings (only those of the optimizer
+ * in use), the asynchronous runtime when the run is asynchronous. */
+static const config_key config_keys[] = {
+    {"type", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_type},
+    {"optimizer", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_optimizer},
+    {"data", 0, WHEN_ALWAYS, CK_STRING, OFF(data_path), NULL, NULL},
+    {"layers", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_layer), NULL, NULL},
+    {"d_model", 0, WHEN_ALWAYS, CK_INT, OFF(model.d_model), NULL, NULL},
+    {"heads", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_head), NULL, NULL},
+    {"seq_len", 0, WHEN_ALWAYS, CK_INT, OFF(seq_len), NULL, NULL},
+    {"batch", 0, WHEN_ALWAYS, CK_INT, OFF(batch), NULL, NULL},
+    {"steps", 0, WHEN_ALWAYS, CK_INT, OFF(steps), NULL, NULL},
+    {"params", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_params},
+    {"seed", 0, WHEN_ALWAYS, CK_U64, OFF(seed), NULL, NULL},
+    /* the peak learning rate of the matrix optimizer */
+    {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL},
+    {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL},
+    {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL},
+    {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL},
+    {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL},
+    {"adamw_lr", 0, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL},
+    {"warmup", 0, WHEN_ALWAYS, CK_INT, OFF(warmup), NULL, NULL},
+    {"min_lr_ratio", 0, WHEN_ALWAYS, CK_FLOAT, OFF(min_lr_ratio), NULL, NULL},
+    {"max_grad_norm", 0, WHEN_ALWAYS, CK_FLOAT, OFF(strata.max_grad_norm), NULL, NULL},
+    {"val_fraction", 0, WHEN_ALWAYS, CK_DOUBLE, OFF(val_fraction), NULL, NULL},
+    {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
+    {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
+    {"blas_threads", 0, WHEN_ALWAYS, CK_INT, OFF(strata.blas_threads), NULL, NULL},
+    /* the matrix optimizer's settings */
+    {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL},
+    {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL},
+    {"weight_decay", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.weight_decay), NULL, NULL},
+    {"weight_decay", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.weight_decay), NULL, NULL},
+    {"weight_decay", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.weight_decay), NULL, NULL},
+    {"precondition_frequency", 0, WHEN_REFRESHES, CK_FN, 0, NULL, get_frequency},
+    {"start_preconditioning_step", SHAMPOO, WHEN_ALWAYS, CK_FN, 0, NULL, get_start},
+    {"max_preconditioner_dim", SHAMPOO, WHEN_ALWAYS, CK_INT,
+     OFF(strata.shampoo.max_preconditioner_dim), NULL, NULL},
+    {"beta2", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.beta2), NULL, NULL},
+    {"epsilon", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.epsilon), NULL, NULL},
+    {"grafting", SHAMPOO, WHEN_ALWAYS, CK_NAME, OFF(strata.shampoo.grafting), gpt_grafting_names,
+     NULL},
+    {"momentum", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.momentum), NULL, NULL},
+    {"muon_momentum", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.momentum), NULL, NULL},
+    {"muon_momentum_form", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.momentum_form),
+     gpt_muon_momentum_form_names, NULL},
+    {"muon_scale", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.scale), gpt_muon_scale_names, NULL},
+    {"ns_steps", MUON, WHEN_ALWAYS, CK_INT, OFF(strata.muon.ns_steps), NULL, NULL},
+    {"ns_schedule", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.ns_schedule),
+     gpt_ns_schedule_names, NULL},
+    {"ns_method", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.ns_method), gpt_ns_method_names,
+     NULL},
+    {"kl_form", KL, WHEN_ALWAYS, CK_NAME, OFF(strata.kl_shampoo.form), gpt_kl_form_names, NULL},
+    {"kl_init_factor", KL, WHEN_ALWAYS, CK_FN, 0, NULL, get_kl_init},
+    {"kl_beta", KL, WHEN_ALWAYS, CK_FN, 0, NULL, get_kl_beta},
+    {"stagger_refresh", 0, WHEN_STAGGER, CK_BOOL, OFF(strata.stagger_refresh), NULL, NULL},
+    /* the asynchronous runtime */
+    {"async", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_async},
+    {"staleness", 0, WHEN_ASYNC, CK_INT, OFF(strata.staleness), NULL, NULL},
+    {"install_mode", 0, WHEN_ASYNC, CK_NAME, OFF(strata.install_mode), gpt_install_mode_names,
+     NULL},
+    {"workers", 0, WHEN_ASYNC, CK_INT, OFF(strata.workers), NULL, NULL},
+    {"roots_tier", 0, WHEN_ASYNC, CK_FN, 0, NULL, get_roots_tier},
+    {"nvme_dir", 0, WHEN_ASYNC, CK_STRING, OFF(strata.nvme_dir), NULL, NULL},
+    {"host_budget_bytes", 0, WHEN_ASYNC, CK_SIZE, OFF(strata.host_budget), NULL, NULL},
+    {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram},
+};
+
+static json_object *config_value(const config_key *k, const config_ctx *c)
+{
+    const char *p = (const char *)c->o + k->off;
+    switch (k->kind) {
+    case CK_INT: return json_object_new_int(*(const int *)p);
+    case CK_U64: return json_object_new_int64((int64_t)*(const uint64_t *)p);
+    case CK_SIZE: return json_object_new_int64((int64_t)*(const size_t *)p);
+    case CK_BOOL: return json_object_new_boolean(*(const bool *)p);
+    case CK_FLOAT: return json_float(*(const float *)p);
+    case CK_DOUBLE: return json_double(*(const double *)p);
+    case CK_STRING: {
+        const char *s = *(const char *const *)p;
+        return s ? json_object_new_string(s) : json_object_new_null();
+    }
+    case CK_NAME: {
+        int v;
+        memcpy(&v, p, sizeof v);
+        return json_object_new_string(gpt_enum_name_of(k->names, v, "unknown"));
+    }
+    case CK_FN: return k->get(c);
+    }
+    return json_object_new_null();
+}
+
+static bool config_applies(const config_key *k, const config_ctx *c)
+{
+    const strata_optimizer mopt = c->o->strata.matrix_optimizer;
+    if (k->optimizers && !((unsigned)mopt < 32 && (k->optimizers & FOR(mopt))))
+        return false;
+    switch (k->when) {
+    case WHEN_ALWAYS: return true;
+    case WHEN_REFRESHES: return c->refresh->refreshes;
+    case WHEN_STAGGER: return c->refresh->stagger;
+    case WHEN_ASYNC: return c->async;
+    }
+    return false;
+}
+
+static void write_config(const gpt_report *rep, const gpt_run_info *info)
+{
+    const config_ctx c = {&rep->o, info, &rep->refresh, rep->o.strata.async && rep->refresh.async};
+    json_object *j = json_object_new_object();
+    for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++)
+        if (config_applies(&config_keys[i], &c))
+            json_object_object_add(j, config_keys[i].key, config_value(&config_keys[i], &c));
+    write_json_line(rep->metrics, j);
+}
+
+/* ---- open, begin */
+
+/* mkdir -p of the directory part of `path` (errors surface at fopen). */
+static void make_parent_dirs(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(buf, 0755);
+        *p = '/';
+    }
+}
+
+strata_status gpt_report_open(const gpt_train_options *o, FILE *out, gpt_report **rep)
+{
+    gpt_report *r = calloc(1, sizeof *r);
+    if (!r)
+        return strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+    r->o = *o;
+    gpt_optimizer_refresh_info(&o->strata, &r->refresh);
+    r->tty = o->progress < 0 ? (out && isatty(fileno(out))) : o->progress == 1;
+    r->summary_out = out;
+    r->out = o->quiet ? NULL : out;
+    r->val_loss = NAN;
+    r->step_ms = malloc((size_t)o->steps * sizeof *r->step_ms);
+    r->opt_ms = malloc((size_t)o->steps * sizeof *r->opt_ms);
+    r->losses = malloc((size_t)o->steps * sizeof *r->losses);
+    strata_status st = STRATA_OK;
+    if (!r->step_ms || !r->opt_ms || !r->losses) {
+        st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+        goto out_free;
+    }
+    if (o->metrics_path) {
+        make_parent_dirs(o->metrics_path);
+        r->metrics = fopen(o->metrics_path, "w");
+        if (!r->metrics) {
+            st = strata_error(STRATA_ERR_IO, "cannot write metrics to '%s': %s", o->metrics_path,
+                              strerror(errno));
+            goto out_free;
+        }
+    }
+    *rep = r;
+    return STRATA_OK;
+
+out_free:
+    free(r->losses);
+    free(r->opt_ms);
+    free(r->step_ms);
+    free(r);
+    return st;
+}
+
+void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
+{
+    const gpt_train_options *o = &rep->o;
+    const strata_optimizer mopt = o->strata.matrix_optimizer;
+    const char *name = strata_optimizer_name(mopt);
+    if (rep->out) {
+        char async_note[64] = "";
+        if (o->strata.async && rep->refresh.async)
+            snprintf(async_note, sizeof async_note, " | async %s", rep->refresh.what);
+        fprintf(rep->out,
+                "strata train: %s%s | data %s (%zu files, %zu train / %zu val bytes)\n"
+                "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
+                "(%d matrices -> %s, %d tail tensors -> adamw)\n"
+                "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
+                "matrices -> %s\n"
+                "unigram baseline: %.4f nats/byte (val)%s\n",
+                name,
+                mopt == STRATA_OPTIM_KL_SHAMPOO && o->strata.kl_shampoo.form == STRATA_KL_EXACT
+                    ? " (exact form)"
+                    : "",
+                o->data_path, info->n_files, info->n_train, info->n_val, o->model.n_layer,
+                o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
+                o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
+                info->n_matrix, name, info->n_tail, name, info->unigram_val_loss, async_note);
+        fflush(rep->out);
+    }
+    if (rep->metrics)
+        write_config(rep, info);
+}
+
+/* ---- steps */
+
+static void print_step(const gpt_report *rep, const gpt_step_record *r, double step_ms,
+                       double tps)
+{
+    FILE *out = rep->out;
+    const int steps = rep->o.steps;
+    if (rep->tty) {
+        const int width = 30, filled = (int)((double)r->step / steps * width);
+        fprintf(out, "\r[%.*s%*s] %d/%d loss %.4f | %.1f ms | %.0f tok/s ", filled,
+                "##############################", width - filled, "", r->step, steps,
+                (double)r->loss, step_ms, tps);
+        if (r->evaluated)
+            fprintf(out, "\n  step %d: val loss %.4f\n", r->step, r->val_loss);
+    } else {
+        fprintf(out, "step %d/%d | loss %.4f | %.1f ms | %.0f tok/s\n", r->step, steps,
+                (double)r->loss, step_ms, tps);
+        if (r->evaluated)
+            fprintf(out, "step %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
+    }
+    fflush(out);
+}
+
+static void write_step(const gpt_report *rep, const gpt_step_record *r, double step_ms,
+                       double opt_ms, double tps)
+{
+    const strata_stats *s = r->stats;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "type", json_object_new_string("step"));
+    json_object_object_add(j, "step", json_object_new_int(r->step));
+    json_add_double(j, "loss", r->loss);
+    json_add_double(j, "step_ms", step_ms);
+    json_add_double(j, "opt_ms", opt_ms);
+    json_add_double(j, "factors_ms", 1e3 * s->last_seconds_factors);
+    json_add_double(j, "roots_ms", 1e3 * s->last_seconds_roots);
+    json_add_double(j, "precondition_ms", 1e3 * s->last_seconds_precondition);
+    json_add_double(j, "tail_ms", 1e3 * s->last_seconds_tail);
+    json_add_double(j, "tokens_per_s", tps);
+    json_add_double(j, "lr_scale", r->lr_scale);
+    json_add_double(j, "grad_norm", s->grad_norm);
+    json_add_double(j, "wall_s", rep->wall_seconds);
+    json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    if (rep->o.strata.async) {
+        json_add_double(j, "wait_ms", 1e3 * s->last_wait_seconds);
+        json_add_int64(j, "waits", s->coh_waits);
+        json_add_int64(j, "installs", s->coh_installs);
+        json_add_int64(j, "max_staleness", s->max_staleness);
+        json_add_int64(j, "dropped", s->coh_dropped);
+        json_add_int64(j, "host_bytes", (int64_t)s->host_bytes);
+        json_add_int64(j, "nvme_bytes", (int64_t)s->nvme_bytes);
+        json_add_int64(j, "bytes_device_to_host", (int64_t)s->bytes_device_to_host);
+        json_add_int64(j, "nvme_bytes_written", (int64_t)s->nvme_bytes_written);
+        json_add_int64(j, "nvme_bytes_read", (int64_t)s->nvme_bytes_read);
+        json_add_int64(j, "io_errors", s->io_errors);
+    }
+    if (r->evaluated)
+        json_add_double(j, "val_loss", r->val_loss);
+    write_json_line(rep->metrics, j);
+}
+
+void gpt_report_step(gpt_report *rep, const gpt_step_record *r)
+{
+    const int i = rep->n++;
+    rep->wall_seconds += r->step_seconds;
+    rep->step_ms[i] = 1e3 * r->step_seconds;
+    rep->opt_ms[i] = 1e3 * r->opt_seconds;
+    rep->losses[i] = r->loss;
+    if (r->evaluated)
+        rep->val_loss = r->val_loss;
+    const double tps = (double)rep->o.batch * rep->o.seq_len / r->step_seconds;
+    if (rep->out)
+        print_step(rep, r, rep->step_ms[i], tps);
+    if (rep->metrics)
+        write_step(rep, r, rep->step_ms[i], rep->opt_ms[i], tps);
+}
+
+/* ---- summary */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double percentile(const double *sorted, int n, double q)
+{
+    if (n <= 0)
+        return 0.0;
+    double pos = q * (n - 1);
+    int lo = (int)floor(pos), hi = (int)ceil(pos);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+}
+
+static void summarize(gpt_report *rep, gpt_train_result *res)
+{
+    const int n = rep->n;
+    const int last = n < 10 ? n : 10;
+    double acc = 0.0;
+    for (int i = n - last; i < n; i++)
+        acc += rep->losses[i];
+    res->final_train_loss = acc / last;
+    res->final_val_loss = rep->val_loss;
+    res->wall_seconds = rep->wall_seconds;
+    res->tokens_per_second = (double)n * rep->o.batch * rep->o.seq_len / rep->wall_seconds;
+    double mean = 0.0;
+    for (int i = 0; i < n; i++)
+        mean += rep->step_ms[i];
+    res->step_ms_mean = mean / n;
+    qsort(rep->step_ms, (size_t)n, sizeof *rep->step_ms, cmp_double);
+    qsort(rep->opt_ms, (size_t)n, sizeof *rep->opt_ms, cmp_double);
+    res->step_ms_p50 = percentile(rep->step_ms, n, 0.5);
+    res->step_ms_p99 = percentile(rep->step_ms, n, 0.99);
+    res->step_ms_max = rep->step_ms[n - 1];
+    res->opt_ms_p50 = percentile(rep->opt_ms, n, 0.5);
+    res->opt_ms_max = rep->opt_ms[n - 1];
+}
+
+static void print_summary(const gpt_report *rep, const gpt_train_result *res)
+{
+    FILE *f = rep->summary_out;
+    const gpt_train_options *o = &rep->o;
+    const strata_stats *s = &res->stats;
+    /* Muon and AdamW compute neither roots nor eigenbases: no count. */
+    char refreshes[96] = "";
+    if (rep->refresh.refreshes)
+        snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
+                 (long long)s->root_refreshes, rep->refresh.what, (long long)s->root_failures);
+    fprintf(f,
+            "summary: %s | %d steps in %.*f s | train loss %.4f | val loss %.4f "
+            "(unigram %.4f)\n"
+            "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
+            "max %.1f | %.0f tok/s\n"
+            "optimizer: %s%.1f MiB state in the device tier\n",
+            strata_optimizer_name(o->strata.matrix_optimizer), rep->n,
+            res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
+            res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
+            res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
+            res->tokens_per_second, refreshes, s->device_bytes / 1048576.0);
+    if (o->strata.async && rep->refresh.async)
+        fprintf(f,
+                "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
+                "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
+                o->strata.staleness,
+                gpt_enum_name_of(gpt_install_mode_names, (int)o->strata.install_mode, "eager"),
+                (long long)s->coh_waits, s->coh_waits == 1 ? "" : "s", s->coh_wait_seconds,
+                (long long)s->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
+                (long long)s->coh_installs, (long long)s->coh_dropped,
+                s->host_bytes_peak / 1048576.0, s->nvme_bytes_peak / 1048576.0);
+}
+
+static void write_summary(const gpt_report *rep, const gpt_train_result *res)
+{
+    const bool async = rep->o.strata.async;
+    const strata_stats *s = &res->stats;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "type", json_object_new_string("summary"));
+    const char *name = strata_optimizer_name(rep->o.strata.matrix_optimizer);
+    json_object_object_add(j, "optimizer", json_object_new_string(name));
+    json_object_object_add(j, "steps", json_object_new_int(rep->n));
+    json_add_double(j, "final_train_loss", res->final_train_loss);
+    json_add_double(j, "final_val_loss", res->final_val_loss);
+    json_add_double(j, "unigram_val_loss", res->unigram_val_loss);
+    json_add_double(j, "wall_s", res->wall_seconds);
+    json_add_double(j, "step_ms_p50", res->step_ms_p50);
+    json_add_double(j, "step_ms_p99", res->step_ms_p99);
+    json_add_double(j, "step_ms_max", res->step_ms_max);
+    json_add_double(j, "step_ms_mean", res->step_ms_mean);
+    json_add_double(j, "tokens_per_s", res->tokens_per_second);
+    json_add_int64(j, "root_refreshes", s->root_refreshes);
+    json_add_int64(j, "root_failures", s->root_failures);
+    json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    json_object_object_add(j, "async", json_object_new_boolean(async));
+    if (async) {
+        json_object_object_add(j, "staleness", json_object_new_int(rep->o.strata.staleness));
+        json_add_int64(j, "waits", s->coh_waits);
+        json_add_double(j, "wait_s", s->coh_wait_seconds);
+        json_add_int64(j, "max_staleness", s->max_staleness);
+        json_add_int64(j, "host_bytes_peak", (int64_t)s->host_bytes_peak);
+        json_add_int64(j, "nvme_bytes_peak", (int64_t)s->nvme_bytes_peak);
+    }
+    write_json_line(rep->metrics, j);
+}
+
+void gpt_report_summary(gpt_report *rep, gpt_train_result *res)
+{
+    summarize(rep, res);
+    if (rep->summary_out)
+        print_summary(rep, res);
+    if (rep->metrics)
+        write_summary(rep, res);
+}
+
+strata_status gpt_report_close(gpt_report *rep, strata_status st)
+{
+    if (!rep)
+        return st;
+    if (st != STRATA_OK && rep->out && rep->tty)
+        fputc('\n', rep->out);
+    if (rep->metrics && fclose(rep->metrics) != 0 && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "writing metrics '%s' failed", rep->o.metrics_path);
+    free(rep->losses);
+    free(rep->opt_ms);
+    free(rep->step_ms);
+    free(rep);
+    return st;
+}
