@@ -2,6 +2,7 @@
  * dispatch to the backend's slot or, when the slot is NULL, to the C
  * reference (ops_ref.c). Semantics in include/strata/backend.h. */
 #include "backend_internal.h"
+#include "ops.h"
 #include "ops_ref.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* The communication seam (strata/comm.h): the handle with its argument
  * checks, and the single-process backend. */
-#include "strata/comm.h"
+#include "comm_ops.h"
 
 #include <stdlib.h>
 #include <string.h>

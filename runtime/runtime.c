@@ -132,7 +132,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         blas = 1; /* the training thread keeps one core, the workers the rest */
     rt->lr_scale = 1.0f;
     rt->max_layer = -1;
-    strata_status st = strata_backend_cpu_create(blas, &rt->be);
+    strata_status st = strata_backend_create_kind(cfg->backend, blas, &rt->be);
     if (st == STRATA_OK && !cfg->comm) {
         st = strata_comm_self_create(&rt->comm);
         rt->own_comm = st == STRATA_OK;
@@ -165,6 +165,9 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
     if (d->layer < 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d < 0", d->name,
                             d->layer);
+    if ((int)d->memory < 0 || (int)d->memory >= STRATA_MEM_KINDS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown memory kind %d",
+                            d->name, (int)d->memory);
     if (d->role < STRATA_ROLE_AUTO || d->role > STRATA_ROLE_VECTOR ||
         d->optimizer < STRATA_OPTIM_DEFAULT || d->optimizer > STRATA_OPTIM_KL_SHAMPOO)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown role or optimizer",

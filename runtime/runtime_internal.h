@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "optim/precond.h"
 #include "refresh.h"
+#include "comm_ops.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 

@@ -83,22 +83,6 @@ STRATA_API int strata_comm_size(const strata_comm *c);
 STRATA_API int strata_comm_node_rank(const strata_comm *c);
 STRATA_API int strata_comm_node_size(const strata_comm *c);
 
-/* The collectives above, argument-checked (STRATA_ERR_INVALID_ARG), with the
- * transport's error converted to a strata_status and a message. */
-STRATA_API strata_status strata_comm_allreduce_f64(strata_comm *c, double *vals, int n,
-                                                   strata_reduce_op op);
-STRATA_API strata_status strata_comm_reduce_to_owner(strata_comm *c, float *buf, size_t n,
-                                                     int owner);
-STRATA_API strata_status strata_comm_broadcast_from_owner(strata_comm *c, float *buf, size_t n,
-                                                          int owner);
-STRATA_API strata_status strata_comm_allgatherv_f32(strata_comm *c, const float *send,
-                                                    float *recv, const size_t *counts,
-                                                    const size_t *displs);
-STRATA_API strata_status strata_comm_reduce_scatter_f32(strata_comm *c, const float *send,
-                                                        float *recv, const size_t *counts,
-                                                        const size_t *displs);
-STRATA_API strata_status strata_comm_barrier(strata_comm *c);
-
 #ifdef __cplusplus
 }
 #endif

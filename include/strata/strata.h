@@ -52,7 +52,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 2
+#define STRATA_CONFIG_VERSION 3
 #define STRATA_MAX_DIMS 4
 
 typedef struct strata_config {
@@ -75,6 +75,9 @@ typedef struct strata_config {
                                  sum of n^3 over the factors). The same roots per period,
                                  no every-F-th-step spike; sync and async alike (S = 0
                                  async stays bit-identical to sync). default false */
+    strata_backend_kind backend; /* where optimizer state lives and runs: STRATA_BACKEND_CPU
+                                 (default) or STRATA_BACKEND_CUDA (STRATA_ERR_UNSUPPORTED at
+                                 create when not built or no GPU) */
     int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or
                                  1 in async mode (the workers take the other cores) */
 
@@ -135,6 +138,10 @@ typedef struct strata_param_desc {
                       separately (strata_muon_state_create_batched); the other matrix
                       optimizers refuse it at commit (STRATA_ERR_UNSUPPORTED). Default
                       false: a tensor with ndim > 2 is one (shape[0], prod(rest)) matrix. */
+    strata_mem_kind memory;  /* where data and grad live: STRATA_MEM_DEVICE (0, the default:
+                                the backend's memory; on the CPU backend ordinary host
+                                memory), STRATA_MEM_HOST, HOST_PINNED or MANAGED. The CPU
+                                backend reads all of them in place. */
     float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place */
     float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
 } strata_param_desc;
@@ -143,9 +150,10 @@ typedef int32_t strata_param_id;
 
 typedef struct strata_runtime strata_runtime;
 
-/* Create a runtime (CPU backend). `cfg` is copied. Errors:
+/* Create a runtime on cfg.backend. `cfg` is copied. Errors:
  * STRATA_ERR_INVALID_ARG (NULL, wrong version, a hyperparameter out of
- * range, with the field named), STRATA_ERR_NOMEM. */
+ * range, with the field named), STRATA_ERR_UNSUPPORTED (the backend is not
+ * built in or has no device), STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
 
 /* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "backend/ops.h"
 #include "backend/ops_ref.h"
 #include "strata/backend.h"
 

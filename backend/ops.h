@@ -1,0 +1,189 @@
+/* backend/ops.h — the optimizers' elementwise and reduction work as backend
+ * operations (internal: optim/, runtime/ and the tests call these; backend
+ * authors fill the matching slots of strata_backend_iface). Each op has a
+ * plain C reference (backend/ops_ref.c) that a NULL slot falls back to and
+ * that every backend is tested against (tests/unit/test_backend_ops.c). */
+#ifndef STRATA_BACKEND_OPS_H
+#define STRATA_BACKEND_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "strata/backend.h"
+
+/* ---- elementwise and reduction ops --------------------------------------
+ *
+ * All buffers are backend (DEVICE or MANAGED) memory holding float32 unless
+ * stated; `n` counts elements; 2-D shapes are row-major rows x cols with
+ * leading dimension ld >= cols (elements). Ops are queued on `s` (NULL =
+ * default stream) and complete like any stream work. A zero size does
+ * nothing and returns STRATA_OK. In-place use (an output equal to an input)
+ * is allowed where stated. Errors common to all: STRATA_ERR_INVALID_ARG for
+ * a NULL backend, a NULL buffer with a nonzero size, negative 2-D sizes,
+ * ld < cols, or a stream of another backend. The per-element expressions are
+ * backend/ops_math.h; the source loop each op replaces is named. */
+
+/* AdamW, per element (optim/adamw.c; Loshchilov & Hutter 2019):
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
+ * w = w - step m / (sqrt(v) / bc2_sqrt + eps) - decay w. Scalars: strata_op_adamw. */
+strata_status strata_backend_adamw_update(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *w, const float *g, float *m,
+                                                     float *v, strata_op_adamw a);
+
+/* First-moment EMA m = beta m + (1-beta) x; when `out` is non-NULL also
+ * out = m * out_scale (Shampoo's bias-corrected filtered gradient,
+ * out_scale = 1/(1-b1^t) rounded from double; SOAP/KL exp_avg: out NULL).
+ * x and out may not alias m. */
+strata_status strata_backend_ema(strata_backend *be, strata_stream *s, size_t n,
+                                            float *m, const float *x, float beta, float *out,
+                                            float out_scale);
+
+/* Adam moments of SOAP (optim/soap.c): m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) gv gv (gv: the gradient rotated into the eigenbasis). */
+strata_status strata_backend_adam_moments(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *m, const float *g, float *v,
+                                                     const float *gv, float beta1, float beta2);
+
+/* Grafting direction (optim/shampoo.c; Shi et al. 2023): acc = beta acc +
+ * alpha g g; dir = num / (sqrt(acc) / bc_sqrt + eps). Adam grafting:
+ * beta = b, alpha = 1 - b, bc_sqrt = sqrt(1 - b^t) (rounded from double);
+ * AdaGrad grafting: beta = alpha = bc_sqrt = 1 (bit-identical to
+ * acc += g g; dir = num / (sqrt(acc) + eps)). dir may alias num. */
+strata_status strata_backend_graft(strata_backend *be, strata_stream *s, size_t n,
+                                              float *acc, const float *g, const float *num,
+                                              float *dir, float beta, float alpha, float bc_sqrt,
+                                              float eps);
+
+/* out = num / (sqrt(den2) + eps) (SOAP's direction in the eigenbasis,
+ * optim/soap.c). out may alias num. */
+strata_status strata_backend_rms_div(strata_backend *be, strata_stream *s, size_t n,
+                                                float *out, const float *num, const float *den2,
+                                                float eps);
+
+/* Momentum (optim/muon.c, optim/shampoo.c): b = mu buf + gw x; buf = b;
+ * out = nesterov ? gw x + mu b : b. Muon: gw = 1 - mu (EMA form) or 1 (sum
+ * form); Shampoo: gw = 1. out may alias x. */
+strata_status strata_backend_momentum(strata_backend *be, strata_stream *s, size_t n,
+                                                 float *buf, const float *x, float *out, float mu,
+                                                 float gw, bool nesterov);
+
+/* Apply update p to w with decoupled weight decay in the optimizer's order
+ * (strata_apply_form): Shampoo STEP_DECAY with lr and decay = lr wd; Muon
+ * DECAY_STEP with lr = lr * shape scale and decay = lr wd; SOAP/KL
+ * STEP_SHRINK with lr = step and decay = -lr wd. Errors also: unknown form. */
+strata_status strata_backend_apply_update(strata_backend *be, strata_stream *s,
+                                                     size_t n, float *w, const float *p, float lr,
+                                                     float decay, strata_apply_form form);
+
+/* x *= s (float) over a rows x cols block (Shampoo's per-block grafting
+ * rescale; the runtime's in-place gradient clipping with rows = 1). */
+strata_status strata_backend_scale_2d(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                 float scale);
+
+/* Flat form of scale_2d: x[0..n) *= scale. */
+strata_status strata_backend_scale(strata_backend *be, strata_stream *s, size_t n,
+                                              float *x, float scale);
+
+/* x_ij *= row_s[i] (when row_s), then x_ij *= col_s[j] (when col_s)
+ * (KL-Shampoo's H = G Q_b diag(s_b) and K = diag(s_a) Q_a^T G). */
+strata_status strata_backend_scale_rc(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                 const float *row_s, const float *col_s);
+
+/* dst = (float)(src * scale), product in double (Newton-Schulz
+ * normalization X = G / (f ||G||_F), optim/newton_schulz.c). dst may alias src. */
+strata_status strata_backend_scale_f64(strata_backend *be, strata_stream *s, size_t n,
+                                                  float *dst, const float *src, double scale);
+
+/* x_ij *= z / (1 + z eps), z = sa[i] sb[j] (KL-Shampoo's preconditioner in
+ * the eigenbasis, optim/kl_shampoo.c; Lin et al. 2025). */
+strata_status strata_backend_kl_precond(strata_backend *be, strata_stream *s,
+                                                   int64_t rows, int64_t cols, float *x,
+                                                   int64_t ld, const float *sa, const float *sb,
+                                                   float eps);
+
+/* KL-Shampoo eigenvalue update of s[0..n) from diag (float64, backend
+ * memory): d = nan_to_num(1/s^2); d += (1-beta)((float)diag - d);
+ * s = min(nan_to_num(1/sqrt(d)), clamp) (kl_opt.py update_eigen_value). */
+strata_status strata_backend_kl_eigen(strata_backend *be, strata_stream *s, size_t n,
+                                                 float *sv, const double *diag, float beta,
+                                                 float clamp);
+
+/* KL-Shampoo diagonal estimates (float64, written to backend memory):
+ * row_mean[i] = sum_j (x_ij sb[j])^2 / cols, col_mean[j] = sum_i
+ * (x_ij sa[i])^2 / rows, products and sums in double, each sum in index
+ * order (a GPU computes one row or column per thread and stays exact). */
+strata_status strata_backend_kl_diag_means(strata_backend *be, strata_stream *s,
+                                                      int64_t rows, int64_t cols, const float *x,
+                                                      int64_t ld, const float *sa,
+                                                      const float *sb, double *row_mean,
+                                                      double *col_mean);
+
+/* x_ij = value over a rows x cols block (zeroing, constant init). */
+strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, float *x, int64_t ld,
+                                                float value);
+
+/* Diagonal of the n x n matrix a: a_ii += value (accumulate) or a_ii = value
+ * (Newton-Schulz a I + B; identity and factor initialization). */
+strata_status strata_backend_diag_update(strata_backend *be, strata_stream *s,
+                                                    int64_t n, float *a, int64_t lda, float value,
+                                                    bool accumulate);
+
+/* dst block (rows x cols, ldd) = src block (lds); no overlap. */
+strata_status strata_backend_copy_2d(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, float *dst,
+                                                int64_t ldd, const float *src, int64_t lds);
+
+/* dst (cols x rows) = src (rows x cols)^T, both dense; no overlap. */
+strata_status strata_backend_transpose(strata_backend *be, strata_stream *s,
+                                                  int64_t rows, int64_t cols, const float *src,
+                                                  float *dst);
+
+/* Permute one axis of a dense rows x cols matrix: axis 0: dst row k = src
+ * row perm[k]; axis 1: dst_ik = src_i,perm[k] (SOAP moments after a basis
+ * reorder). perm (int32, backend memory) must be a permutation; no overlap.
+ * Errors also: axis not 0/1. */
+strata_status strata_backend_permute(strata_backend *be, strata_stream *s,
+                                                int64_t rows, int64_t cols, int axis,
+                                                const int *perm, const float *src, float *dst);
+
+/* Sum of squares in float64 of a rows x cols block, *out on the host:
+ * sum over rows then cols in row-major order of (double)x (double)x
+ * (Shampoo block_norm2, Newton-Schulz sum_squares, SOAP/KL normalize_grads).
+ * Finite for finite float32 input (never over/underflows), 0 only for all
+ * zeros, non-finite when any element is. Synchronizes `s` on an
+ * asynchronous backend; a parallel backend may sum in another order (the
+ * result then differs from the reference in the last bits). */
+strata_status strata_backend_sumsq_2d(strata_backend *be, strata_stream *s,
+                                                 int64_t rows, int64_t cols, const float *x,
+                                                 int64_t ld, double *out);
+
+/* Flat form of sumsq_2d over x[0..n). */
+strata_status strata_backend_sumsq(strata_backend *be, strata_stream *s, size_t n,
+                                              const float *x, double *out);
+
+/* Frobenius norm sqrt(sumsq_2d) of a block, *out on the host (Muon's
+ * ||G'||_F, Shampoo's grafting norms). Synchronizes like sumsq_2d. */
+strata_status strata_backend_frob_norm(strata_backend *be, strata_stream *s,
+                                                  int64_t rows, int64_t cols, const float *x,
+                                                  int64_t ld, double *out);
+
+/* Global squared norm over `count` tensors (the runtime's gradient norm):
+ * acc_i = sumsq(xs[i], ns[i]); *norm_sq = sum of acc_i in index order, all
+ * in float64. Stops at the first tensor whose acc_i is not finite: then
+ * *bad = i and *norm_sq holds the sum before it; otherwise *bad = -1.
+ * Synchronizes like sumsq_2d. */
+strata_status strata_backend_global_sumsq(strata_backend *be, strata_stream *s,
+                                                     int count, const float *const *xs,
+                                                     const size_t *ns, double *norm_sq, int *bad);
+
+/* Finite check: *first (host) = index of the first NaN/Inf in x[0..n), or n
+ * when all are finite (the optimizers' gradient scan before any state is
+ * touched). Synchronizes like sumsq_2d. */
+strata_status strata_backend_find_nonfinite(strata_backend *be, strata_stream *s,
+                                                       size_t n, const float *x, size_t *first);
+
+#endif
