@@ -1,0 +1,465 @@
+/* The refresh engine (runtime/refresh.h) with a family that exists only here:
+ * a diagonal AdaGrad-like preconditioner, d = (a + eps)^-1/2 from the
+ * accumulated squared gradient a, refreshed every F steps from a snapshot.
+ * It proves the engine runs any family through optim/precond.h: synchronous
+ * (inline) and asynchronous with S = 0 give bit-identical weights, for both
+ * lags, with failing refreshes, on the host and nvme tiers; S > 0 keeps the
+ * staleness within F - 1 + S. Also: every real family's state enumeration.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "optim/precond.h"
+#include "runtime/refresh.h"
+
+/* ---- the test-only family */
+
+typedef struct diag_config {
+    int F;
+    int64_t start;
+    int lag;
+    int offset;
+    float lr;
+    double eps;
+    int fail_every; /* the k-th snapshot's part 1 fails when k % fail_every == 0 (0: never) */
+} diag_config;
+
+typedef struct diag_state {
+    diag_config cfg;
+    strata_backend *be;
+    size_t n;          /* elements; two blocks split it */
+    float *acc;        /* accumulated g^2 (backend memory) */
+    const float *d[2]; /* lent results per block (NULL: none yet) */
+    int snapshots;     /* counts snapshots (decides the injected failures) */
+} diag_state;
+
+static size_t half(const diag_state *s, int b)
+{
+    return b == 0 ? s->n / 2 : s->n - s->n / 2;
+}
+
+static bool d_true(const void *c)
+{
+    (void)c;
+    return true;
+}
+
+static void d_schedule(const void *cfg, strata_precond_schedule *out)
+{
+    const diag_config *c = cfg;
+    *out = (strata_precond_schedule){.frequency = c->F, .start = c->start, .lag = c->lag,
+                                     .offset = c->offset, .max_staleness = -1};
+}
+
+static double d_cost(const void *cfg, const strata_precond_shape *sh)
+{
+    (void)cfg;
+    return (double)sh->numel;
+}
+
+static strata_status d_with_offset(const void *cfg, int offset, void *out)
+{
+    *(diag_config *)out = *(const diag_config *)cfg;
+    ((diag_config *)out)->offset = offset;
+    return STRATA_OK;
+}
+
+static strata_status d_create(const void *cfg, strata_backend *be, const strata_precond_shape *sh,
+                              bool external, void **out)
+{
+    assert_true(external);
+    diag_state *s = calloc(1, sizeof *s);
+    s->cfg = *(const diag_config *)cfg;
+    s->be = be;
+    s->n = sh->numel;
+    strata_status st = strata_backend_alloc(be, s->n * sizeof(float), (void **)&s->acc);
+    if (st != STRATA_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return STRATA_OK;
+}
+
+static void d_destroy(void *state)
+{
+    diag_state *s = state;
+    strata_backend_free(s->be, s->acc, s->n * sizeof(float));
+    free(s);
+}
+
+static size_t d_bytes(const void *state)
+{
+    return ((const diag_state *)state)->n * sizeof(float);
+}
+
+static int d_n_blocks(const void *state)
+{
+    (void)state;
+    return 2;
+}
+
+/* Slot: [marker (1 float) | the block's half of acc]; parts: the marker
+ * (part 0) and the half (part 1), so a failed part 1 exercises the carry-over
+ * of the previous result. */
+static void d_block(const void *state, int b, strata_precond_block *out)
+{
+    const diag_state *s = state;
+    const size_t h = half(s, b) * sizeof(float);
+    *out = (strata_precond_block){.slot_bytes = sizeof(float) + h, .max_dim = 1, .n_parts = 2,
+                                  .part_offset = {0, sizeof(float)},
+                                  .part_bytes = {sizeof(float), h}};
+}
+
+static strata_status d_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                              strata_optim_counters *cnt, bool *done)
+{
+    (void)lr_scale;
+    (void)t;
+    (void)w;
+    (void)cnt;
+    diag_state *s = state;
+    *done = false;
+    if (s->cfg.lag == 0)
+        for (size_t i = 0; i < s->n; i++)
+            s->acc[i] += g[i] * g[i];
+    return STRATA_OK;
+}
+
+static strata_status d_after(void *state, const float *g, strata_optim_counters *cnt)
+{
+    (void)cnt;
+    diag_state *s = state;
+    for (size_t i = 0; i < s->n; i++)
+        s->acc[i] += g[i] * g[i];
+    return STRATA_OK;
+}
+
+static strata_status d_snapshot(const void *state, int b, void *slot)
+{
+    diag_state *s = (diag_state *)state; /* the snapshot counter is test bookkeeping */
+    float *p = slot;
+    s->snapshots++;
+    p[0] = s->cfg.fail_every > 0 && s->snapshots % s->cfg.fail_every == 0 ? -1.0f : 1.0f;
+    memcpy(p + 1, s->acc + (b == 0 ? 0 : s->n / 2), half(s, b) * sizeof(float));
+    return STRATA_OK;
+}
+
+static strata_status d_refresh(const void *state, int b, void *slot, double *work, int *iwork,
+                               unsigned *failed, strata_optim_counters *cnt)
+{
+    (void)work;
+    (void)iwork;
+    const diag_state *s = state;
+    float *p = slot;
+    *failed = 0;
+    if (p[0] < 0.0f) {
+        *failed = 2u; /* part 1 failed: the engine must keep the previous half */
+        cnt->root_failures++;
+        return STRATA_OK;
+    }
+    for (size_t i = 0; i < half(s, b); i++)
+        p[1 + i] = (float)(1.0 / sqrt((double)p[1 + i] + s->cfg.eps));
+    cnt->root_refreshes++;
+    return STRATA_OK;
+}
+
+static size_t d_work(int n)
+{
+    (void)n;
+    return 1;
+}
+
+static strata_status d_install(void *state, int b, const void *slot, unsigned failed,
+                               unsigned have)
+{
+    (void)failed;
+    diag_state *s = state;
+    s->d[b] = (have & 2u) ? (const float *)slot + 1 : NULL;
+    return STRATA_OK;
+}
+
+static strata_status d_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                             strata_optim_counters *cnt)
+{
+    (void)t;
+    (void)cnt;
+    diag_state *s = state;
+    for (int b = 0; b < 2; b++) {
+        const size_t o = b == 0 ? 0 : s->n / 2;
+        for (size_t i = 0; i < half(s, b); i++)
+            w[o + i] -= s->cfg.lr * lr_scale * (s->d[b] ? s->d[b][i] : 1.0f) * g[o + i];
+    }
+    return STRATA_OK;
+}
+
+static int d_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const diag_state *s = state;
+    if (out && cap > 0)
+        strata_tensor_info_set(out, "acc", -1, STRATA_F32, 1, (int64_t)s->n, STRATA_TIER_DEVICE,
+                               s->acc);
+    return 1;
+}
+
+static const strata_precond_family diag_family = {
+    .name = "test-diagonal",
+    .refresh_noun = "diagonal refreshes",
+    .has_refresh = d_true,
+    .async_capable = d_true,
+    .schedule = d_schedule,
+    .refresh_cost = d_cost,
+    .with_offset = d_with_offset,
+    .cfg_size = sizeof(diag_config),
+    .create = d_create,
+    .destroy = d_destroy,
+    .bytes = d_bytes,
+    .n_blocks = d_n_blocks,
+    .block = d_block,
+    .before = d_before,
+    .snapshot = d_snapshot,
+    .refresh = d_refresh,
+    .refresh_work_doubles = d_work,
+    .refresh_work_ints = d_work,
+    .install = d_install,
+    .apply = d_apply,
+    .after = d_after,
+    .tensors = d_tensors,
+};
+
+/* ---- driving the engine */
+
+enum { NPARAM = 3, STEPS = 40 };
+static const size_t sizes[NPARAM] = {37, 64, 5};
+
+typedef struct run {
+    strata_backend *be;
+    strata_refresh *e;
+    void *state[NPARAM];
+    int id[NPARAM];
+    float *w[NPARAM];
+} run;
+
+static char nvme_dir[] = "/tmp/strata-test-engine-XXXXXX";
+
+static void run_open(run *r, const diag_config *dc, bool async, int S, int delay_us,
+                     strata_tier_kind tier)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(strata_backend_cpu_create(1, &r->be), STRATA_OK);
+    strata_refresh_config rc = {.async = async, .staleness = S, .mode = STRATA_COH_FIXED,
+                                .workers = 1, .worker_delay_us = delay_us,
+                                .wait_timeout_s = 60.0, .results_tier = tier,
+                                .nvme_dir = tier == STRATA_TIER_NVME ? nvme_dir : NULL,
+                                .nvme_queue_depth = 8};
+    assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
+    for (int p = 0; p < NPARAM; p++) {
+        diag_config c = *dc;
+        c.offset = p % dc->F; /* staggered phases */
+        strata_precond_shape sh = {.batch = 1, .rows = 1, .cols = (int64_t)sizes[p],
+                                   .numel = sizes[p]};
+        assert_int_equal(diag_family.create(&c, r->be, &sh, true, &r->state[p]), STRATA_OK);
+        char name[16];
+        snprintf(name, sizeof name, "p%d", p);
+        assert_int_equal(strata_refresh_add(r->e, &diag_family, r->state[p], &c, c.offset, 0,
+                                            name, &r->id[p]),
+                         STRATA_OK);
+        r->w[p] = malloc(sizes[p] * sizeof(float));
+        for (size_t i = 0; i < sizes[p]; i++)
+            r->w[p][i] = 0.01f * (float)i;
+    }
+    assert_int_equal(strata_refresh_commit(r->e), STRATA_OK);
+}
+
+static void run_steps(run *r, int steps)
+{
+    float g[64];
+    for (int t = 1; t <= steps; t++) {
+        strata_refresh_prefetch(r->e, 0, t);
+        for (int p = 0; p < NPARAM; p++) {
+            for (size_t i = 0; i < sizes[p]; i++)
+                g[i] = (float)sin(0.7 * t + 1.3 * (double)i + p);
+            strata_optim_counters cnt = {0};
+            double wait = 0.0;
+            assert_int_equal(strata_refresh_step(r->e, r->id[p], t, 1.0f, r->w[p], g, &cnt,
+                                                 &wait),
+                             STRATA_OK);
+        }
+    }
+}
+
+static void run_close(run *r)
+{
+    strata_refresh_destroy(r->e);
+    for (int p = 0; p < NPARAM; p++) {
+        diag_family.destroy(r->state[p]);
+        free(r->w[p]);
+    }
+    strata_backend_destroy(r->be);
+}
+
+static bool weights_equal(const run *a, const run *b)
+{
+    for (int p = 0; p < NPARAM; p++)
+        if (memcmp(a->w[p], b->w[p], sizes[p] * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+typedef struct s0_case {
+    int lag;
+    strata_tier_kind tier;
+    int fail_every;
+} s0_case;
+
+/* Sync (inline) vs async S = 0 with a slow worker: bit-identical weights,
+ * and the async run did submit jobs. A negative control (async S = 1) must
+ * differ, so the comparison can fail. */
+static void test_s0_bit_identical(void **state)
+{
+    const s0_case *k = *state;
+    diag_config dc = {.F = 3, .start = 2, .lag = k->lag, .lr = 0.05f, .eps = 1e-3,
+                      .fail_every = k->fail_every};
+    run a, b, c;
+    run_open(&a, &dc, false, 0, 0, STRATA_TIER_HOST);
+    run_open(&b, &dc, true, 0, 3000, k->tier);
+    run_open(&c, &dc, true, 1, 0, k->tier);
+    run_steps(&a, STEPS);
+    run_steps(&b, STEPS);
+    run_steps(&c, STEPS);
+    strata_refresh_stats sa, sb;
+    strata_refresh_stats_get(a.e, &sa);
+    strata_refresh_stats_get(b.e, &sb);
+    print_message("lag %d, %s, fail every %d: sync %lld refreshes (%lld failed), async S=0 "
+                  "%lld jobs, %lld installs, max staleness %lld, %d blocks on nvme\n",
+                  k->lag, strata_tier_kind_name(k->tier), k->fail_every,
+                  (long long)sa.refreshes, (long long)sa.refresh_failures,
+                  (long long)sb.jobs_submitted, (long long)sb.installs,
+                  (long long)sb.max_staleness, sb.blocks_on_nvme);
+    assert_int_equal(sa.jobs_submitted, 0);
+    assert_true(sb.jobs_submitted > 0);
+    assert_true(sa.refreshes > 0);
+    if (k->fail_every)
+        assert_true(sa.refresh_failures > 0);
+    if (k->tier == STRATA_TIER_NVME)
+        assert_int_equal(sb.blocks_on_nvme, 2 * NPARAM);
+    assert_true(weights_equal(&a, &b));
+    assert_false(weights_equal(&a, &c)); /* staleness 1 changes the result */
+    assert_true(sb.max_staleness <= dc.F - 1);
+    run_close(&a);
+    run_close(&b);
+    run_close(&c);
+}
+
+/* S > 0 with slow workers: the staleness bound F - 1 + S holds. */
+static void test_staleness_bound(void **state)
+{
+    (void)state;
+    for (int S = 1; S <= 4; S++) {
+        diag_config dc = {.F = 2, .start = 1, .lag = 0, .lr = 0.05f, .eps = 1e-3};
+        run r;
+        run_open(&r, &dc, true, S, 2000, STRATA_TIER_HOST);
+        run_steps(&r, 25);
+        strata_refresh_stats s;
+        strata_refresh_stats_get(r.e, &s);
+        print_message("S=%d: max staleness %lld (bound %d), %lld waits\n", S,
+                      (long long)s.max_staleness, dc.F - 1 + S, (long long)s.waits);
+        assert_true(s.max_staleness <= dc.F - 1 + S);
+        assert_int_equal(s.bound_exceeded, 0);
+        run_close(&r);
+    }
+}
+
+/* Every real family enumerates its persistent tensors: unique names, sizes
+ * that fit in the state's bytes, non-NULL data. */
+static void test_state_enumeration(void **state)
+{
+    (void)state;
+    strata_backend *be;
+    assert_int_equal(strata_backend_cpu_create(1, &be), STRATA_OK);
+    strata_adamw_config ac;
+    strata_shampoo_config sc;
+    strata_muon_config mc;
+    strata_soap_config oc;
+    strata_kl_shampoo_config kc, ke;
+    strata_adamw_config_default(&ac);
+    strata_shampoo_config_default(&sc);
+    sc.max_preconditioner_dim = 16; /* 2 x 2 blocks of a 24 x 20 matrix */
+    sc.momentum = 0.5f;
+    strata_muon_config_default(&mc);
+    strata_soap_config_default(&oc);
+    strata_kl_shampoo_config_default(&kc);
+    ke = kc;
+    ke.form = STRATA_KL_EXACT;
+    const struct {
+        const strata_precond_family *f;
+        const void *cfg;
+        int min_tensors;
+    } fams[] = {{&strata_family_adamw, &ac, 2},        {&strata_family_shampoo, &sc, 11},
+                {&strata_family_muon, &mc, 1},         {&strata_family_soap, &oc, 9},
+                {&strata_family_kl_shampoo, &kc, 8}, {&strata_family_kl_shampoo, &ke, 8}};
+    const strata_precond_shape sh = {.batch = 1, .rows = 24, .cols = 20, .numel = 480};
+    for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+        void *st = NULL;
+        assert_int_equal(fams[k].f->create(fams[k].cfg, be, &sh, true, &st), STRATA_OK);
+        const int n = fams[k].f->tensors(st, NULL, 0);
+        strata_tensor_info ti[32];
+        assert_true(n >= fams[k].min_tensors && n <= 32);
+        assert_int_equal(fams[k].f->tensors(st, ti, 32), n);
+        size_t dev = 0;
+        for (int i = 0; i < n; i++) {
+            assert_non_null(ti[i].data);
+            for (int j = 0; j < i; j++)
+                assert_string_not_equal(ti[i].name, ti[j].name);
+            size_t el = ti[i].ndim == 0 ? 1 : (size_t)ti[i].shape[0] *
+                                                  (ti[i].ndim == 2 ? (size_t)ti[i].shape[1] : 1);
+            size_t es = ti[i].dtype == STRATA_F64 || ti[i].dtype == STRATA_I64 ? 8 : 4;
+            if (ti[i].where == STRATA_TIER_DEVICE)
+                dev += el * es;
+        }
+        print_message("%s: %d tensors, %zu device bytes of %zu\n", fams[k].f->name, n, dev,
+                      fams[k].f->bytes(st));
+        assert_true(dev <= fams[k].f->bytes(st));
+        fams[k].f->destroy(st);
+    }
+    strata_backend_destroy(be);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return mkdtemp(nvme_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rmdir(nvme_dir);
+    return 0;
+}
+
+int main(void)
+{
+    static const s0_case c0 = {0, STRATA_TIER_HOST, 0}, c1 = {1, STRATA_TIER_HOST, 0},
+                         c2 = {0, STRATA_TIER_HOST, 4}, c3 = {1, STRATA_TIER_NVME, 5},
+                         c4 = {0, STRATA_TIER_NVME, 3};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c0),
+        cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c1),
+        cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c2),
+        cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c3),
+        cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c4),
+        cmocka_unit_test(test_staleness_bound),
+        cmocka_unit_test(test_state_enumeration),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
