@@ -48,6 +48,8 @@ typedef struct train_args {
     int values[SWEEP_MAX_VALUES]; /* sweep-staleness: staleness budgets */
     int n_values;
     const char *out_dir; /* sweep-staleness: output directory */
+    bool deterministic;  /* --deterministic (the default) */
+    int nondeterministic; /* --no-deterministic */
 } train_args;
 
 static void train_args_default(train_args *a, bool sweep)
@@ -198,6 +200,7 @@ static const char G_MUON[] = "muon";
 static const char G_KL[] = "kl-shampoo";
 static const char G_ASYNC[] = "asynchronous second-order state (shampoo inverse roots, soap and "
                               "kl-shampoo\neigenbases)";
+static const char G_RANKS[] = "ranks (mpirun -np N build/cli/strata train ...)";
 static const char G_OUTPUT[] = "output";
 
 /* Every flag of train and sweep-staleness, in --help order. */
@@ -319,6 +322,19 @@ static const train_flag train_flags[] = {
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
     {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)"},
+
+    {.name = "sharding", .type = FT_NAME, .off = OFF(o.strata.sharding),
+     .names = gpt_sharding_names, .group = G_RANKS,
+     .help = "owner: each matrix whole on one rank (default);\ngather, zero1: baselines to "
+             "compare with"},
+    {.name = "deterministic", .type = FT_TRUE, .off = OFF(deterministic), .group = G_RANKS,
+     .left = "--deterministic / --no-deterministic",
+     .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
+             "--grad-accum N (default on)"},
+    {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1},
+    {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
+     .group = G_RANKS, .arg = "N",
+     .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
@@ -655,19 +671,41 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
 
 /* ---- commands */
 
+/* Under an MPI launcher every process is a rank: the communicator spans
+ * them, rank 0 prints and writes the metrics, and an error on any rank ends
+ * every rank (MPI_Abort) after printing its message, so that none waits
+ * forever in a collective. */
 static int cmd_train(int argc, char **argv)
 {
     train_args a;
     int rc = parse_train(argc, argv, false, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
+    strata_comm *comm = NULL;
+    if (strata_comm_mpi_launched()) {
+        strata_status st = strata_comm_mpi_create(NULL, !a.nondeterministic, &comm);
+        if (st != STRATA_OK) {
+            fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+            return 1;
+        }
+        a.o.strata.comm = comm;
+    }
+    const int rank = comm ? strata_comm_rank(comm) : 0;
     gpt_train_result r;
-    strata_status st = gpt_train(&a.o, stdout, &r);
+    strata_status st = gpt_train(&a.o, rank == 0 ? stdout : NULL, &r);
     if (st != STRATA_OK) {
         fflush(stdout);
-        fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        if (comm && strata_comm_size(comm) > 1)
+            fprintf(stderr, "strata: rank %d: %s: %s\n", rank, strata_status_str(st),
+                    strata_last_error());
+        else
+            fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        fflush(stderr);
+        strata_comm_abort(comm, 1); /* ends every rank; returns with one process */
+        strata_comm_destroy(comm);
         return 1;
     }
+    strata_comm_destroy(comm);
     return 0;
 }
 

@@ -41,6 +41,28 @@ void strata_comm_destroy(strata_comm *c)
     free(c);
 }
 
+void strata_comm_bytes(const strata_comm *c, uint64_t *intra_node, uint64_t *inter_node)
+{
+    uint64_t a = 0, b = 0;
+    if (c && c->iface->bytes)
+        c->iface->bytes(c->ctx, &a, &b);
+    if (intra_node)
+        *intra_node = a;
+    if (inter_node)
+        *inter_node = b;
+}
+
+void strata_comm_abort(strata_comm *c, int code)
+{
+    if (c && c->iface->abort)
+        c->iface->abort(c->ctx, code);
+}
+
+bool strata_comm_mpi_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 const char *strata_comm_name(const strata_comm *c)
 {
     return c ? c->iface->name : "none";

@@ -8,8 +8,6 @@
 
 /* The collectives above, argument-checked (STRATA_ERR_INVALID_ARG), with the
  * transport's error converted to a strata_status and a message. */
-strata_status strata_comm_allreduce_f64(strata_comm *c, double *vals, int n,
-                                                   strata_reduce_op op);
 strata_status strata_comm_reduce_to_owner(strata_comm *c, float *buf, size_t n,
                                                      int owner);
 strata_status strata_comm_broadcast_from_owner(strata_comm *c, float *buf, size_t n,
@@ -20,6 +18,5 @@ strata_status strata_comm_allgatherv_f32(strata_comm *c, const float *send,
 strata_status strata_comm_reduce_scatter_f32(strata_comm *c, const float *send,
                                                         float *recv, const size_t *counts,
                                                         const size_t *displs);
-strata_status strata_comm_barrier(strata_comm *c);
 
 #endif

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void strata_log(const strata_runtime *rt, strata_log_level level, const char *subsystem,
                 const char *fmt, ...)
@@ -74,6 +75,8 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->nvme_dir = NULL;
     cfg->nvme_budget = 0;
     cfg->nvme_queue_depth = 16;
+    cfg->sharding = STRATA_SHARD_OWNER;
+    cfg->average_gradients = true;
     cfg->log_level = STRATA_LOG_WARN;
     const char *env = getenv("STRATA_LOG_LEVEL");
     if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
@@ -93,6 +96,9 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     if (cfg->matrix_optimizer < STRATA_OPTIM_ADAMW || cfg->matrix_optimizer > STRATA_OPTIM_KL_SHAMPOO)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: matrix_optimizer %d unknown",
                             (int)cfg->matrix_optimizer);
+    if (cfg->sharding < STRATA_SHARD_OWNER || cfg->sharding > STRATA_SHARD_ZERO1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: sharding %d unknown",
+                            (int)cfg->sharding);
     if (!(cfg->max_grad_norm >= 0.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: max_grad_norm must be >= 0");
     if (!(cfg->adamw.lr >= 0.0f) || !(cfg->shampoo.lr >= 0.0f) || !(cfg->muon.lr >= 0.0f) ||
@@ -139,6 +145,8 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     } else {
         rt->comm = cfg->comm;
     }
+    rt->rank = strata_comm_rank(rt->comm);
+    rt->world = strata_comm_size(rt->comm);
     if (st != STRATA_OK) {
         strata_backend_destroy(rt->be);
         free(rt->nvme_dir);
@@ -357,20 +365,146 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     return st;
 }
 
+/* Relative cost of one optimizer step of a parameter (floating-point
+ * operations, analytic): the family's per-step work plus its refreshes
+ * amortized over F. Identical on every rank (owners must agree). */
+static double step_cost(const strata_runtime *rt, const rt_param *p)
+{
+    const double m = (double)p->view.rows, n = (double)p->view.cols,
+                 b = (double)p->view.batch, mn = m * n * b;
+    const void *fc;
+    family_of(&rt->cfg, p->routed, &fc);
+    double c = 10.0 * mn; /* elementwise work every family does */
+    if (p->routed == STRATA_OPTIM_MUON) {
+        const double k = m < n ? m : n, l = m < n ? n : m;
+        c += b * (double)rt->cfg.muon.ns_steps * (4.0 * k * k * l + 2.0 * k * k * k);
+    } else if (p->fam->has_refresh && p->fam->has_refresh(fc)) {
+        strata_precond_schedule sch;
+        p->fam->schedule(fc, &sch);
+        c += 4.0 * (m * m * n + m * n * n); /* factor update + preconditioning */
+        c += 10.0 * p->fam->refresh_cost(fc, &p->view) / (double)sch.frequency;
+    }
+    return c;
+}
+
+/* Tensor-granular even split of n elements over `world` ranks (gather
+ * sharding): rank r gets count elements from offset. */
+static void even_shard(size_t n, int world, int r, size_t *count, size_t *offset)
+{
+    const size_t base = n / (size_t)world, extra = n % (size_t)world;
+    *count = base + ((size_t)r < extra ? 1 : 0);
+    *offset = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);
+}
+
+/* Owners (owner and zero1 sharding): the planner's longest-processing-time
+ * rule over the ranks with each parameter's step cost, subject to resident
+ * bytes (a rank past 1.1 x its even share of the state bytes takes nothing
+ * more while another has room). Gather sharding: every rank computes
+ * everything (owner -1). Then the layout: shard and tail offsets. */
+static strata_status plan_owners(strata_runtime *rt)
+{
+    const int N = rt->world, n = rt->n_params;
+    strata_stats *s = &rt->stats;
+    size_t tail_off = 0;
+    size_t *shard_off = calloc((size_t)N, sizeof *shard_off);
+    double *cost = malloc(((size_t)n + 1) * sizeof *cost);
+    double *load = calloc((size_t)N, sizeof *load), *bytes = calloc((size_t)N, sizeof *bytes);
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    strata_status st = shard_off && cost && load && bytes && order
+                           ? STRATA_OK
+                           : strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    double total = 0, total_bytes = 0, biggest = 0;
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        cost[i] = step_cost(rt, &rt->params[i]);
+        total += cost[i];
+        total_bytes += (double)rt->params[i].view.numel * 4.0;
+        biggest = cost[i] > biggest ? cost[i] : biggest;
+        int k = i; /* cost descending, index ascending among equals */
+        while (k > 0 && cost[order[k - 1]] < cost[i]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    if (st == STRATA_OK && rt->cfg.sharding == STRATA_SHARD_GATHER && N > 1) {
+        for (int i = 0; i < n; i++)
+            rt->params[i].owner = -1;
+        s->planned_makespan = total;
+    } else if (st == STRATA_OK) {
+        const double cap = 1.1 * total_bytes / N;
+        for (int k = 0; k < n; k++) {
+            const int i = order[k];
+            const double b = (double)rt->params[i].view.numel * 4.0;
+            int best = -1;
+            for (int r = 0; r < N; r++)
+                if (bytes[r] + b <= cap && (best < 0 || load[r] < load[best]))
+                    best = r;
+            if (best < 0) /* nobody has room: the least-filled rank */
+                for (int r = 0; r < N; r++)
+                    if (best < 0 || bytes[r] < bytes[best])
+                        best = r;
+            rt->params[i].owner = best;
+            load[best] += cost[i];
+            bytes[best] += b;
+        }
+        for (int r = 0; r < N; r++)
+            s->planned_makespan = load[r] > s->planned_makespan ? load[r] : s->planned_makespan;
+    }
+    s->planned_lower_bound = total / N > biggest ? total / N : biggest;
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        const size_t b = p->view.numel * sizeof(float);
+        const int o = p->owner < 0 ? 0 : p->owner;
+        p->shard_offset = shard_off[o];
+        shard_off[o] += b;
+        p->tail_offset = p->tail ? tail_off : SIZE_MAX;
+        if (p->tail)
+            tail_off += b;
+        p->materialized_at = 0;
+    }
+    if (st == STRATA_OK && N > 1)
+        strata_log(rt, STRATA_LOG_INFO, "planner",
+                   "%d parameters on %d ranks: predicted makespan %.4g, lower bound %.4g "
+                   "(ratio %.3f)",
+                   n, N, s->planned_makespan, s->planned_lower_bound,
+                   s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1);
+    free(shard_off);
+    free(cost);
+    free(load);
+    free(bytes);
+    free(order);
+    return st;
+}
+
 static strata_status create_engine(strata_runtime *rt)
 {
     const strata_config *c = &rt->cfg;
+    /* Several ranks: each its own nvme subdirectory, and by default its share
+     * of the node's cores for workers (cores / ranks on the node - 1, >= 1). */
+    char nvme_dir[4096];
+    const char *nvme = c->async ? c->nvme_dir : NULL;
+    if (nvme && rt->world > 1) {
+        snprintf(nvme_dir, sizeof nvme_dir, "%s/rank-%d", nvme, rt->rank);
+        nvme = nvme_dir;
+    }
+    int workers = c->workers;
+    if (workers == 0 && rt->world > 1) {
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        const int per_node = strata_comm_node_size(rt->comm);
+        workers = (int)(cores / (per_node > 0 ? per_node : 1)) - 1;
+        workers = workers < 1 ? 1 : workers;
+    }
     strata_refresh_config rc = {
         .async = c->async,
         .staleness = c->async ? c->staleness : 0,
         .mode = c->async ? c->install_mode : STRATA_COH_FIXED,
-        .workers = c->workers,
+        .workers = workers,
         .pin_workers = c->pin_workers,
         .worker_delay_us = rt->testing_worker_delay_us,
         .wait_timeout_s = c->wait_timeout_s > 0.0 ? c->wait_timeout_s : 600.0,
         .results_tier = c->async ? c->roots_tier : STRATA_TIER_HOST,
         .host_budget = c->async ? c->host_budget : 0,
-        .nvme_dir = c->async ? c->nvme_dir : NULL,
+        .nvme_dir = nvme,
         .nvme_budget = c->nvme_budget,
         .nvme_queue_depth = c->nvme_queue_depth,
         .log = &rt->log,
@@ -401,7 +535,7 @@ strata_status strata_commit(strata_runtime *rt)
     if (!rt->layer_reduced)
         return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     strata_stats *s = &rt->stats;
-    const int rank = strata_comm_rank(rt->comm);
+    const int rank = rt->rank;
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         const void *fc;
@@ -410,7 +544,9 @@ strata_status strata_commit(strata_runtime *rt)
         p->tail = p->routed == STRATA_OPTIM_ADAMW && is_tail_by_rule(rt, p);
         p->owner = 0;
     }
-    strata_status st = assign_refresh_offsets(rt);
+    strata_status st = plan_owners(rt);
+    if (st == STRATA_OK)
+        st = assign_refresh_offsets(rt);
     if (st == STRATA_OK)
         st = create_engine(rt);
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
@@ -428,7 +564,7 @@ strata_status strata_commit(strata_runtime *rt)
             st = p->fam->with_offset(fc, p->refresh_offset, &own);
             fc = &own;
         }
-        if (st == STRATA_OK && p->owner == rank)
+        if (st == STRATA_OK && (p->owner == rank || p->owner < 0))
             st = p->fam->create(fc, rt->be, &p->view, true, &p->state);
         if (st == STRATA_OK && p->state)
             st = strata_refresh_add(rt->engine, p->fam, p->state, fc, p->refresh_offset,
@@ -456,6 +592,37 @@ strata_status strata_commit(strata_runtime *rt)
     strata_refresh_stats_get(rt->engine, &es);
     s->preconditioner_blocks = es.blocks;
     s->n_params = rt->n_params;
+    s->world_size = rt->world;
+    s->rank = rank;
+    rt->norm_parts = calloc(2 * (size_t)rt->n_params, sizeof *rt->norm_parts);
+    if (!rt->norm_parts) {
+        uncommit(rt);
+        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    }
+    if (rt->cfg.sharding == STRATA_SHARD_GATHER && rt->world > 1) {
+        rt->gather_stage = calloc((size_t)rt->n_params, sizeof *rt->gather_stage);
+        st = rt->gather_stage ? STRATA_OK : strata_error(STRATA_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+            size_t cnt, off;
+            even_shard(rt->params[i].view.numel, rt->world, rank, &cnt, &off);
+            rt->gather_stage[i] = malloc((cnt ? cnt : 1) * sizeof(float));
+            if (!rt->gather_stage[i])
+                st = strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+        }
+        if (st != STRATA_OK) {
+            uncommit(rt);
+            return st;
+        }
+    }
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        if (p->owner == rank || p->owner < 0) {
+            s->owned_params++;
+            s->owned_param_bytes += p->view.numel * sizeof(float);
+            const size_t item = p->view.numel * sizeof(float) + p->fam->bytes(p->state);
+            s->largest_owned_bytes = item > s->largest_owned_bytes ? item : s->largest_owned_bytes;
+        }
+    }
     rt->committed = true;
     return STRATA_OK;
 }
@@ -471,14 +638,53 @@ static strata_status check_hook(const strata_runtime *rt, int layer, const char 
     return STRATA_OK;
 }
 
+/* Broadcast every parameter of `layer` (all layers: -1) whose owner updated it
+ * since this rank last received it. Collective: every rank calls it alike. */
+static strata_status materialize(strata_runtime *rt, int layer)
+{
+    if (rt->world == 1 || rt->cfg.sharding != STRATA_SHARD_OWNER)
+        return STRATA_OK;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        if ((layer >= 0 && p->layer != layer) || p->materialized_at >= rt->t)
+            continue;
+        st = strata_comm_broadcast_from_owner(rt->comm, p->data, p->view.numel, p->owner);
+        p->materialized_at = rt->t;
+    }
+    return st;
+}
+
 strata_status strata_hook_forward(strata_runtime *rt, int layer)
 {
     strata_status st = check_hook(rt, layer, "hook_forward");
     if (st != STRATA_OK)
         return st;
     rt->stats.forward_hooks++;
+    st = materialize(rt, layer);
+    if (st != STRATA_OK)
+        return st;
     strata_refresh_prefetch(rt->engine, layer, rt->t + 1);
     return STRATA_OK;
+}
+
+strata_status strata_sync_weights(strata_runtime *rt)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "sync_weights: NULL runtime");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "sync_weights: call strata_commit first");
+    return materialize(rt, -1);
+}
+
+/* Scale the rank-ordered sum into the mean over ranks (DDP's convention). */
+static void average(const strata_runtime *rt, float *g, size_t n)
+{
+    if (rt->world == 1 || !rt->cfg.average_gradients)
+        return;
+    const float inv = (float)(1.0 / rt->world);
+    for (size_t k = 0; k < n; k++)
+        g[k] *= inv;
 }
 
 strata_status strata_hook_backward(strata_runtime *rt, int layer)
@@ -487,11 +693,36 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
     if (st != STRATA_OK)
         return st;
     rt->stats.backward_hooks++;
-    /* One process owns everything: the reduce to the owner is the identity.
-     * Record that this layer's gradients are final for the step. */
+    /* Record that this layer's gradients are final for the step, and reduce
+     * them: to their owner (owner, zero1), or to even element shards (gather). */
     if (layer <= rt->max_layer)
         rt->layer_reduced[layer] = 1;
-    return STRATA_OK;
+    if (rt->world == 1)
+        return STRATA_OK;
+    const int N = rt->world;
+    size_t *counts = malloc(2 * (size_t)N * sizeof *counts);
+    if (!counts)
+        return strata_error(STRATA_ERR_NOMEM, "hook_backward: out of memory");
+    size_t *displs = counts + N;
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->layer != layer)
+            continue;
+        if (rt->cfg.sharding == STRATA_SHARD_GATHER) {
+            for (int r = 0; r < N; r++)
+                even_shard(p->view.numel, N, r, &counts[r], &displs[r]);
+            st = strata_comm_reduce_scatter_f32(rt->comm, p->grad, rt->gather_stage[i], counts,
+                                                displs);
+            if (st == STRATA_OK)
+                average(rt, rt->gather_stage[i], counts[rt->rank]);
+        } else {
+            st = strata_comm_reduce_to_owner(rt->comm, p->grad, p->view.numel, p->owner);
+            if (st == STRATA_OK && p->owner == rt->rank)
+                average(rt, p->grad, p->view.numel);
+        }
+    }
+    free(counts);
+    return st;
 }
 
 strata_status strata_set_lr_scale(strata_runtime *rt, float scale)
@@ -510,35 +741,68 @@ strata_status strata_step(strata_runtime *rt)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
     const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
-    const int rank = strata_comm_rank(rt->comm);
+    const int rank = rt->rank;
 
-    /* Validate every gradient this rank holds before touching any state; the
-     * squared norm and a non-finite flag are summed over ranks, so every rank
-     * refuses (or clips) alike. */
-    double red[2] = {0.0, 0.0}; /* [sum of squares, non-finite count] */
-    int bad = -1;
+    /* Gather sharding: every rank assembles every full reduced gradient now
+     * (the gather-then-compute baseline moves them at the optimizer step). */
+    strata_status st = STRATA_OK;
+    if (rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_GATHER) {
+        const int N = rt->world;
+        size_t *counts = malloc(2 * (size_t)N * sizeof *counts);
+        if (!counts)
+            return strata_error(STRATA_ERR_NOMEM, "step: out of memory");
+        size_t *displs = counts + N;
+        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+            rt_param *p = &rt->params[i];
+            for (int r = 0; r < N; r++)
+                even_shard(p->view.numel, N, r, &counts[r], &displs[r]);
+            st = strata_comm_allgatherv_f32(rt->comm, rt->gather_stage[i], p->grad, counts,
+                                            displs);
+            if (!p->tail)
+                rt->stats.step_matrix_bytes +=
+                    (p->view.numel - counts[rt->rank]) * sizeof(float) +
+                    (uint64_t)(N - 1) * counts[rt->rank] * sizeof(float);
+        }
+        free(counts);
+        if (st != STRATA_OK)
+            return st;
+    }
+
+    /* Validate every reduced gradient before touching any state: each rank
+     * scans the ones it holds (its owned parameters), and the per-parameter
+     * sums of squares and non-finite flags are summed over the ranks (one
+     * nonzero contribution per parameter, so exactly), so that every rank
+     * sees the single-rank norm and takes the same decision. */
+    double *parts = rt->norm_parts;
+    memset(parts, 0, 2 * (size_t)rt->n_params * sizeof *parts);
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
+        if (!(p->owner == rank || (p->owner < 0 && rank == 0)))
+            continue;
         double acc = 0.0;
         for (size_t k = 0; k < p->view.numel; k++)
             acc += (double)p->grad[k] * p->grad[k];
-        if (!isfinite(acc)) {
-            red[1] += 1.0;
-            if (bad < 0)
-                bad = i;
-            continue;
-        }
-        red[0] += acc;
+        if (isfinite(acc))
+            parts[2 * i] = acc;
+        else
+            parts[2 * i + 1] = 1.0;
     }
-    strata_status st = strata_comm_allreduce_f64(rt->comm, red, 2, STRATA_REDUCE_SUM);
+    if (rt->world > 1)
+        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params, STRATA_REDUCE_SUM);
     if (st != STRATA_OK)
         return st;
-    if (red[1] > 0.0) {
+    double norm_sq = 0.0;
+    int bad = -1;
+    for (int i = 0; i < rt->n_params; i++) {
+        if (parts[2 * i + 1] > 0.0 && bad < 0)
+            bad = i;
+        norm_sq += parts[2 * i];
+    }
+    if (bad >= 0) {
         rt->stats.nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE,
                             "step %lld: gradient of '%s' has NaN/Inf; no parameter updated",
-                            (long long)rt->t + 1,
-                            bad >= 0 ? rt->params[bad].name : "(another rank's parameter)");
+                            (long long)rt->t + 1, rt->params[bad].name);
     }
     /* A layer whose backward hook never ran would, with several ranks, hold an
      * unreduced gradient: say so once (single-process results are unaffected). */
@@ -555,13 +819,15 @@ strata_status strata_step(strata_runtime *rt)
         }
     }
     memset(rt->layer_reduced, 0, (size_t)rt->max_layer + 1);
-    const double norm = sqrt(red[0]);
+    const double norm = sqrt(norm_sq);
     rt->stats.grad_norm = norm;
     if (rt->cfg.max_grad_norm > 0.0f && norm > rt->cfg.max_grad_norm) {
         /* In place, like torch.nn.utils.clip_grad_norm_. */
         const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
         for (int i = 0; i < rt->n_params; i++) {
             rt_param *p = &rt->params[i];
+            if (p->owner != rank && p->owner >= 0)
+                continue; /* only the owner's copy is reduced and used */
             for (size_t k = 0; k < p->view.numel; k++)
                 p->grad[k] *= c;
         }
@@ -572,7 +838,7 @@ strata_status strata_step(strata_runtime *rt)
     double tail_seconds = 0.0, wait = 0.0;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        if (p->owner != rank)
+        if (p->owner != rank && p->owner >= 0)
             continue;
         const double t0 = strata_now_seconds();
         st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad, &cnt,
@@ -580,6 +846,16 @@ strata_status strata_step(strata_runtime *rt)
         if (p->routed == STRATA_OPTIM_ADAMW)
             tail_seconds += strata_now_seconds() - t0;
     }
+    /* ZeRO-1 baseline: the owners broadcast the new weights now, inside the
+     * optimizer step. */
+    if (st == STRATA_OK && rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_ZERO1)
+        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+            rt_param *p = &rt->params[i];
+            st = strata_comm_broadcast_from_owner(rt->comm, p->data, p->view.numel, p->owner);
+            if (!p->tail)
+                rt->stats.step_matrix_bytes += (uint64_t)(p->owner == rank ? rt->world - 1 : 1) *
+                                               p->view.numel * sizeof(float);
+        }
     strata_stats *s = &rt->stats;
     s->step = t;
     s->last_wait_seconds = wait;
@@ -604,6 +880,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         return strata_error(STRATA_ERR_INVALID_ARG, "stats_get: NULL argument");
     *out = rt->stats;
     strata_backend_bytes(rt->be, &out->device_bytes, &out->device_bytes_peak);
+    strata_comm_bytes(rt->comm, &out->comm_bytes_intra_node, &out->comm_bytes_inter_node);
     strata_refresh_stats e;
     strata_refresh_stats_get(rt->engine, &e);
     out->root_refreshes += e.refreshes;
@@ -643,6 +920,20 @@ strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id i
     return STRATA_OK;
 }
 
+strata_status strata_param_layout_get(const strata_runtime *rt, strata_param_id id,
+                                      strata_param_layout *out)
+{
+    if (!rt || !out || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_layout_get: bad id %d", (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_layout_get: call strata_commit first");
+    const rt_param *p = &rt->params[id];
+    *out = (strata_param_layout){.tail = p->tail, .owner = p->owner,
+                                 .bytes = p->view.numel * sizeof(float),
+                                 .shard_offset = p->shard_offset, .tail_offset = p->tail_offset};
+    return STRATA_OK;
+}
+
 void strata_destroy(strata_runtime *rt)
 {
     if (!rt)
@@ -654,6 +945,11 @@ void strata_destroy(strata_runtime *rt)
     }
     free(rt->params);
     free(rt->layer_reduced);
+    free(rt->norm_parts);
+    if (rt->gather_stage)
+        for (int i = 0; i < rt->n_params; i++)
+            free(rt->gather_stage[i]);
+    free(rt->gather_stage);
     strata_backend_destroy(rt->be);
     if (rt->own_comm)
         strata_comm_destroy(rt->comm);

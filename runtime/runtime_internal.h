@@ -21,7 +21,10 @@ typedef struct rt_param {
     strata_optimizer requested;
     strata_optimizer routed;
     bool tail;              /* routed to AdamW by the routing rule */
-    int owner;              /* rank that owns it (runs its optimizer) */
+    int owner;              /* rank that owns it (runs its optimizer); -1: every rank
+                               (gather sharding) */
+    size_t shard_offset, tail_offset; /* strata_param_layout */
+    int64_t materialized_at; /* step whose weights this rank holds (non-owners) */
     float *data, *grad;
     const strata_precond_family *fam;
     void *state;            /* the family's state (owner only) */
@@ -47,6 +50,10 @@ struct strata_runtime {
     bool warned_missing_hook;
     strata_stats stats;
     strata_refresh *engine;
+    int rank, world;
+    double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */
+    float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
+                              reduced gradient */
 };
 
 #endif

@@ -8,7 +8,7 @@ shift || true
 
 PKGS=(build-essential meson ninja-build pkg-config python3 python3-pip
       libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev liburing-dev
-      libhwloc-dev fortunes fio
+      libhwloc-dev libopenmpi-dev openmpi-bin libglpk-dev fortunes fio
       gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do

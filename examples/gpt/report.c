@@ -522,6 +522,20 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)s->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
                 (long long)s->coh_installs, (long long)s->coh_dropped,
                 s->host_bytes_peak / 1048576.0, s->nvme_bytes_peak / 1048576.0);
+    if (res->world_size > 1) {
+        fprintf(f, "ranks: %d, sharding %s (planned makespan / lower bound %.3f)\n",
+                res->world_size,
+                gpt_enum_name_of(gpt_sharding_names, (int)o->strata.sharding, "?"),
+                s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1.0);
+        for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
+            const gpt_rank_figures *g = &res->ranks[r];
+            fprintf(f,
+                    "  rank %d: %.0f params, resident %.2f MiB | per step: optimizer %.1f ms, "
+                    "matrix bytes at the step %.0f, intra-node %.0f, inter-node %.0f\n",
+                    r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean,
+                    g->step_matrix_bytes, g->intra_node_bytes, g->inter_node_bytes);
+        }
+    }
 }
 
 static void write_summary(const gpt_report *rep, const gpt_train_result *res)
@@ -553,6 +567,35 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         json_add_int64(j, "max_staleness", s->max_staleness);
         json_add_int64(j, "host_bytes_peak", (int64_t)s->host_bytes_peak);
         json_add_int64(j, "nvme_bytes_peak", (int64_t)s->nvme_bytes_peak);
+    }
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)res->weights_hash);
+    json_object_object_add(j, "weights_hash", json_object_new_string(hash));
+    json_object_object_add(j, "world_size", json_object_new_int(res->world_size));
+    if (res->world_size > 1) {
+        json_object_object_add(
+            j, "sharding",
+            json_object_new_string(
+                gpt_enum_name_of(gpt_sharding_names, (int)rep->o.strata.sharding, "?")));
+        json_add_double(j, "planned_makespan", s->planned_makespan);
+        json_add_double(j, "planned_lower_bound", s->planned_lower_bound);
+        json_object *ranks = json_object_new_array();
+        for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
+            const gpt_rank_figures *g = &res->ranks[r];
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "rank", json_object_new_int(r));
+            json_add_double(o, "owned_params", g->owned_params);
+            json_add_double(o, "resident_bytes", g->resident_bytes);
+            json_add_double(o, "step_matrix_bytes", g->step_matrix_bytes);
+            json_add_double(o, "intra_node_bytes", g->intra_node_bytes);
+            json_add_double(o, "inter_node_bytes", g->inter_node_bytes);
+            json_add_double(o, "opt_ms", g->opt_ms_mean);
+            json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
+            json_add_double(o, "max_staleness", g->max_staleness);
+            json_add_double(o, "staleness_bound_exceeded", g->staleness_bound_exceeded);
+            json_object_array_add(ranks, o);
+        }
+        json_object_object_add(j, "ranks", ranks);
     }
     write_json_line(rep->metrics, j);
 }

@@ -36,6 +36,11 @@ const gpt_enum_name gpt_install_mode_names[] = {
     {"fixed", STRATA_COH_FIXED}, {"eager", STRATA_COH_EAGER}, {NULL, 0},
 };
 
+const gpt_enum_name gpt_sharding_names[] = {
+    {"owner", STRATA_SHARD_OWNER}, {"gather", STRATA_SHARD_GATHER}, {"zero1", STRATA_SHARD_ZERO1},
+    {NULL, 0},
+};
+
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback)
 {
     for (; names->name; names++)

@@ -40,6 +40,7 @@ void gpt_train_options_default(gpt_train_options *o)
     o->min_lr_ratio = 0.1f;
     o->eval_every = 50;
     o->eval_batches = 8;
+    o->grad_accum = 1;
     o->seed = 1337;
     strata_config_default(&o->strata);
     o->strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
@@ -126,9 +127,15 @@ static int hook_bwd(void *ctx, int layer)
     return (int)strata_hook_backward(((hook_ctx *)ctx)->rt, layer);
 }
 
-static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int B, int T,
-                              uint8_t *x, uint8_t *y, double *loss_out)
+/* Validation loss over `batches` fixed batches. With several ranks the owners
+ * first send every rank the current weights (every rank evaluates the same
+ * batches, so every rank reports the same loss). */
+static strata_status evaluate(strata_runtime *rt, gpt_model *m, const gpt_data *d, int batches,
+                              int B, int T, uint8_t *x, uint8_t *y, double *loss_out)
 {
+    strata_status st = strata_sync_weights(rt);
+    if (st != STRATA_OK)
+        return st;
     double acc = 0.0;
     for (int k = 0; k < batches; k++) {
         gpt_data_eval_batch(d, k, B, T, x, y);
@@ -142,8 +149,124 @@ static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int 
     return STRATA_OK;
 }
 
+/* Every rank's figures, gathered to every rank (rows of one allreduce, one
+ * nonzero row per rank: exact). Per-step figures are means over the run. */
+static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt,
+                                  gpt_train_result *res)
+{
+    strata_comm *comm = o->strata.comm;
+    const int world = comm ? strata_comm_size(comm) : 1, rank = comm ? strata_comm_rank(comm) : 0;
+    res->world_size = world;
+    const strata_stats *s = &res->stats;
+    const double steps = s->step > 0 ? (double)s->step : 1.0;
+    enum { K = 9 };
+    double rows[GPT_MAX_RANKS * K] = {0};
+    double *m = rows + (size_t)rank * K;
+    m[0] = (double)(s->owned_param_bytes + s->device_bytes);
+    m[1] = (double)s->step_matrix_bytes / steps;
+    m[2] = (double)s->comm_bytes_intra_node / steps;
+    m[3] = (double)s->comm_bytes_inter_node / steps;
+    m[4] = 1e3 * (s->seconds_factors + s->seconds_roots + s->seconds_precondition +
+                  s->seconds_tail) / steps;
+    m[5] = (double)s->owned_params;
+    m[6] = (double)s->max_staleness;
+    m[7] = (double)s->coh_bound_exceeded;
+    m[8] = (double)s->largest_owned_bytes;
+    (void)rt;
+    strata_status st = STRATA_OK;
+    if (world > 1)
+        st = strata_comm_allreduce_f64(comm, rows, world * K, STRATA_REDUCE_SUM);
+    for (int r = 0; r < world && st == STRATA_OK; r++) {
+        const double *v = rows + (size_t)r * K;
+        res->ranks[r] = (gpt_rank_figures){.resident_bytes = v[0], .step_matrix_bytes = v[1],
+                                           .intra_node_bytes = v[2], .inter_node_bytes = v[3],
+                                           .opt_ms_mean = v[4], .owned_params = v[5],
+                                           .max_staleness = v[6],
+                                           .staleness_bound_exceeded = v[7],
+                                           .largest_item_bytes = v[8]};
+    }
+    return st;
+}
+
+/* One step's forward and backward passes. One rank, grad_accum = 1: the
+ * batch, forward and backward as they always were. Several ranks: every rank
+ * draws all `world` batches and computes batch `rank`; the backward hooks
+ * reduce the gradients to their owners (sum in rank order from +0, then
+ * times 1/world). One rank, grad_accum = M > 1: each micro-batch's gradient
+ * alone, summed into `acc` in order from +0, then times (float)(1.0 / M):
+ * the same numbers as M ranks. The reported loss is the mean of the
+ * micro-batches' losses, summed in order. */
+static strata_status train_micro_batches(const gpt_train_options *o, gpt_model *model,
+                                         gpt_data *data, hook_ctx *h, uint64_t *rng, uint8_t *x,
+                                         uint8_t *y, float *acc, float *loss_out)
+{
+    const int B = o->batch, T = o->seq_len;
+    strata_comm *comm = o->strata.comm;
+    const int world = comm ? strata_comm_size(comm) : 1, rank = comm ? strata_comm_rank(comm) : 0;
+    const int M = world > 1 ? world : o->grad_accum;
+    double losses[GPT_MAX_RANKS] = {0};
+    strata_status st = STRATA_OK;
+    if (acc)
+        memset(acc, 0, gpt_num_params(model) * sizeof(float));
+    for (int k = 0; k < M && st == STRATA_OK; k++) {
+        gpt_data_batch(data, 0, B, T, rng, x, y);
+        if (world > 1 && k != rank)
+            continue;
+        gpt_zero_grad(model);
+        float loss;
+        st = (strata_status)gpt_forward(model, x, y, B, T, hook_fwd, h, &loss);
+        if (st == STRATA_OK)
+            st = (strata_status)gpt_backward(model, hook_bwd, h);
+        losses[k] = loss;
+        if (st == STRATA_OK && acc) {
+            float *a = acc;
+            for (int i = 0; i < gpt_num_tensors(model); i++) {
+                const gpt_tensor *t = gpt_tensor_at(model, i);
+                const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+                for (size_t j = 0; j < n; j++)
+                    a[j] += t->grad[j];
+                a += n;
+            }
+        }
+    }
+    if (st == STRATA_OK && acc) {
+        const float inv = (float)(1.0 / M);
+        const float *a = acc;
+        for (int i = 0; i < gpt_num_tensors(model); i++) {
+            const gpt_tensor *t = gpt_tensor_at(model, i);
+            const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+            for (size_t j = 0; j < n; j++)
+                t->grad[j] = a[j] * inv;
+            a += n;
+        }
+    }
+    if (st == STRATA_OK && world > 1)
+        st = strata_comm_allreduce_f64(comm, losses, M, STRATA_REDUCE_SUM);
+    if (M == 1) {
+        *loss_out = (float)losses[0];
+    } else {
+        double sum = 0.0;
+        for (int k = 0; k < M; k++)
+            sum += losses[k];
+        *loss_out = (float)(sum / M);
+    }
+    return st;
+}
+
 static strata_status validate(const gpt_train_options *o)
 {
+    const int world = o->strata.comm ? strata_comm_size(o->strata.comm) : 1;
+    if (o->grad_accum < 1 || o->grad_accum > GPT_MAX_RANKS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "grad-accum %d must lie in 1..%d",
+                            o->grad_accum, GPT_MAX_RANKS);
+    if (world > GPT_MAX_RANKS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "%d ranks: the trainer handles at most %d",
+                            world, GPT_MAX_RANKS);
+    if (world > 1 && o->grad_accum > 1)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "--grad-accum %d with %d ranks: each rank computes one micro-batch "
+                            "per step (the ranks are the accumulation)",
+                            o->grad_accum, world);
     if (o->seq_len < 1 || o->batch < 1 || o->steps < 1)
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "seq-len (%d), batch (%d) and steps (%d) must be >= 1", o->seq_len,
@@ -230,6 +353,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         return strata_error(STRATA_ERR_INVALID_ARG, "gpt_train: NULL argument");
     gpt_train_options o = *opts;
     memset(res, 0, sizeof *res);
+    if (o.strata.comm && strata_comm_rank(o.strata.comm) != 0)
+        o.metrics_path = NULL; /* rank 0 writes the metrics */
     if (!o.data_path)
         o.data_path = DEFAULT_CORPUS;
     if (o.warmup < 0)
@@ -246,6 +371,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_runtime *rt = NULL;
     gpt_report *rep = NULL;
     uint8_t *x = NULL, *y = NULL;
+    float *acc = NULL;
 
     /* Data, model, and the runtime that owns the model's optimizer. */
     st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
@@ -264,10 +390,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     if (st != STRATA_OK)
         goto out;
 
-    /* One batch of inputs and targets, reused by every step and evaluation. */
+    /* One batch of inputs and targets, reused by every step and evaluation;
+     * the gradient accumulator of grad_accum > 1. */
     x = malloc((size_t)B * T);
     y = malloc((size_t)B * T);
-    if (!x || !y) {
+    if (o.grad_accum > 1)
+        acc = malloc(gpt_num_params(model) * sizeof *acc);
+    if (!x || !y || (o.grad_accum > 1 && !acc)) {
         st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
         goto out;
     }
@@ -291,12 +420,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         const double t0 = now_seconds();
         const float lrs = lr_scale_at(&o, o.warmup, step);
         strata_set_lr_scale(rt, lrs);
-        gpt_data_batch(&data, 0, B, T, &rng, x, y);
-        gpt_zero_grad(model);
-        float loss;
-        st = (strata_status)gpt_forward(model, x, y, B, T, hook_fwd, &hctx, &loss);
-        if (st == STRATA_OK)
-            st = (strata_status)gpt_backward(model, hook_bwd, &hctx);
+        /* Micro-batches: M per step (one per rank, or grad_accum on one rank),
+         * drawn in the same order by every rank; a rank computes its own. */
+        float loss = 0.0f;
+        st = train_micro_batches(&o, model, &data, &hctx, &rng, x, y, acc, &loss);
         if (st != STRATA_OK)
             goto out;
         const double t1 = now_seconds();
@@ -318,7 +445,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                              step + 1 == o.steps;
         double val_loss = NAN;
         if (do_eval) {
-            st = evaluate(model, &data, o.eval_batches, B, T, x, y, &val_loss);
+            st = evaluate(rt, model, &data, o.eval_batches, B, T, x, y, &val_loss);
             if (st != STRATA_OK)
                 goto out;
         }
@@ -333,11 +460,26 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     }
 
     strata_stats_get(rt, &res->stats);
+    st = strata_sync_weights(rt); /* every rank holds the final weights */
+    if (st != STRATA_OK)
+        goto out;
+    res->weights_hash = 1469598103934665603ull;
+    for (int i = 0; i < gpt_num_tensors(model); i++) {
+        const gpt_tensor *t = gpt_tensor_at(model, i);
+        const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        const unsigned char *b = (const unsigned char *)t->data;
+        for (size_t k = 0; k < n * sizeof(float); k++)
+            res->weights_hash = (res->weights_hash ^ b[k]) * 1099511628211ull;
+    }
+    st = rank_figures(&o, rt, res);
+    if (st != STRATA_OK)
+        goto out;
     gpt_report_summary(rep, res);
     st = STRATA_OK;
 
 out:
     st = gpt_report_close(rep, st);
+    free(acc);
     free(y);
     free(x);
     strata_destroy(rt);

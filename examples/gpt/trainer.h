@@ -38,13 +38,36 @@ typedef struct gpt_train_options {
     int eval_batches;        /* batches per validation; default 8 */
     uint64_t seed;           /* model init and batch sampling; default 1337 */
     strata_config strata;    /* optimizer configuration (matrix_optimizer, hyperparameters) */
+    int grad_accum;          /* micro-batches per optimizer step on one rank (default 1):
+                                each micro-batch's gradient is computed alone, the
+                                gradients are summed in order from +0 and scaled by
+                                (float)(1.0 / grad_accum) -- exactly what grad_accum ranks
+                                compute with strata's deterministic reduction */
     const char *metrics_path; /* JSONL output, NULL = none */
     int progress;            /* 0 = plain lines, 1 = progress bar, -1 = decide by isatty */
     bool quiet;              /* only the summary */
     size_t memory_limit;     /* bytes the run may use; 0 = MemAvailable from /proc/meminfo */
 } gpt_train_options;
 
+/* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
+typedef struct gpt_rank_figures {
+    double resident_bytes;     /* owned parameter bytes + optimizer state (device tier) */
+    double step_matrix_bytes;  /* matrix bytes moved inside strata_step, per step */
+    double intra_node_bytes, inter_node_bytes; /* sent + received, per step */
+    double opt_ms_mean;        /* strata_step wall time */
+    double owned_params;
+    double largest_item_bytes; /* the largest owned parameter's weights + state */
+    double max_staleness;      /* largest staleness of this rank's owned blocks (async) */
+    double staleness_bound_exceeded; /* coherence: times the bound F-1+S was exceeded */
+} gpt_rank_figures;
+
+#define GPT_MAX_RANKS 64
+
 typedef struct gpt_train_result {
+    int world_size;           /* ranks of the run (1 without MPI) */
+    uint64_t weights_hash;    /* FNV-1a 64 over every tensor's float32 bytes after the last
+                                 step (identical weights <=> identical hash, in practice) */
+    gpt_rank_figures ranks[GPT_MAX_RANKS]; /* rank 0 gets everyone's; first world_size */
     int steps_done;
     double final_train_loss;  /* mean of the last min(10, steps) steps' losses */
     double final_val_loss;    /* validation loss after the last step */

@@ -21,7 +21,9 @@
 #ifndef STRATA_COMM_H
 #define STRATA_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "strata/status.h"
 
@@ -58,6 +60,12 @@ typedef struct strata_comm_iface {
     strata_status (*reduce_scatter_f32)(void *ctx, const float *send, float *recv,
                                         const size_t *counts, const size_t *displs);
     strata_status (*barrier)(void *ctx);
+    /* Optional: bytes this rank sent + received with peers on its node / on
+     * other nodes since creation. NULL = not counted (reported as 0). */
+    strata_status (*bytes)(void *ctx, uint64_t *intra_node, uint64_t *inter_node);
+    /* Optional: end every rank of the job with exit status `code` (after an
+     * error on this rank, so that no rank waits forever in a collective). */
+    void (*abort)(void *ctx, int code);
     void (*destroy)(void *ctx);   /* may be NULL */
 } strata_comm_iface;
 
@@ -73,6 +81,42 @@ STRATA_API strata_status strata_comm_create(const strata_comm_iface *iface, void
 /* The single-process communicator: rank 0 of 1; every collective is the
  * identity (a copy where send and recv differ). Errors: STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_comm_self_create(strata_comm **out);
+
+/* The MPI communicator over MPI_COMM_WORLD (initializing MPI, funneled
+ * threads, if nobody did; strata_comm_destroy then finalizes it) or over a
+ * caller's communicator (`mpi_comm` points to an MPI_Comm; strata duplicates
+ * it). Nodes: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or blocks of
+ * STRATA_RANKS_PER_NODE consecutive ranks when that variable is set.
+ * deterministic: reductions sum in rank order (bit-identical to one rank
+ * accumulating the same contributions); false: MPI's own reductions.
+ * Errors: STRATA_ERR_UNSUPPORTED (built without MPI), STRATA_ERR_IO (an MPI
+ * call failed, with its message), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic,
+                                                strata_comm **out);
+
+/* True when this process was started by an MPI launcher (mpirun sets
+ * OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). */
+STRATA_API bool strata_comm_mpi_launched(void);
+
+/* Bytes sent + received with peers on this node and on other nodes (0 when
+ * the transport does not count). */
+STRATA_API void strata_comm_bytes(const strata_comm *c, uint64_t *intra_node,
+                                  uint64_t *inter_node);
+
+/* End the whole job with exit status `code` when the transport can (MPI:
+ * MPI_Abort); a single process just returns. Use after an error on one rank
+ * so that the others never hang in a collective. */
+STRATA_API void strata_comm_abort(strata_comm *c, int code);
+
+/* vals[0..n) := op over the ranks of vals[0..n), on every rank (a trainer's
+ * losses and counters; the runtime's norms). Deterministic communicators sum
+ * in rank order from +0. Collective. Errors: STRATA_ERR_INVALID_ARG, the
+ * transport's (STRATA_ERR_IO). */
+STRATA_API strata_status strata_comm_allreduce_f64(strata_comm *c, double *vals, int n,
+                                                   strata_reduce_op op);
+
+/* Wait for every rank. Collective. Errors: the transport's. */
+STRATA_API strata_status strata_comm_barrier(strata_comm *c);
 
 /* NULL is a no-op. */
 STRATA_API void strata_comm_destroy(strata_comm *c);

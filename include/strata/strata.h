@@ -55,6 +55,23 @@ extern "C" {
 #define STRATA_CONFIG_VERSION 3
 #define STRATA_MAX_DIMS 4
 
+/* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
+ * "Distributed"). */
+typedef enum strata_sharding {
+    STRATA_SHARD_OWNER = 0, /* owner-shaped: each matrix whole on one owner rank (the
+                               planner's choice), its gradient reduced to the owner after
+                               its layer's backward, its weights broadcast by the owner
+                               before its layer's forward: no matrix bytes move at the
+                               optimizer step */
+    STRATA_SHARD_GATHER = 1, /* baseline, gather-then-compute (FSDP2 + a matrix optimizer):
+                               gradients reduce-scattered to even element shards after
+                               backward; at the optimizer step every rank all-gathers every
+                               full gradient and computes every matrix update */
+    STRATA_SHARD_ZERO1 = 2, /* baseline, ZeRO-1 owner: full weights resident everywhere,
+                               the owner computes, then broadcasts the new weights at the
+                               end of the optimizer step */
+} strata_sharding;
+
 typedef struct strata_config {
     int version;                        /* STRATA_CONFIG_VERSION */
     strata_optimizer matrix_optimizer;  /* for 2-D matrices: shampoo (default), muon, soap,
@@ -103,6 +120,12 @@ typedef struct strata_config {
                                  version; the step runs the parameters this rank owns and
                                  takes the global gradient norm and the non-finite veto
                                  through comm's scalar allreduce. */
+    strata_sharding sharding; /* how matrices and their state are spread over the ranks:
+                                 STRATA_SHARD_OWNER (default), GATHER or ZERO1 (baselines) */
+    bool average_gradients;   /* the reduced gradient is the mean over the ranks (true,
+                                 DDP's convention: sum in rank order, then times
+                                 (float)(1.0 / world_size)) or the sum (false); no effect
+                                 on one rank */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
@@ -173,6 +196,12 @@ STRATA_API strata_status strata_commit(strata_runtime *rt);
  * no parameter declared is fine; a negative one is not). */
 STRATA_API strata_status strata_hook_forward(strata_runtime *rt, int layer);
 
+/* Materialize every parameter on this rank now (the owners broadcast what
+ * changed since each rank last received it): call before using the weights
+ * outside a forward pass's hooks (evaluation, saving). Collective: every rank
+ * calls it. Errors: STRATA_ERR_STATE (before commit), the communicator's. */
+STRATA_API strata_status strata_sync_weights(strata_runtime *rt);
+
 /* After layer `layer`'s backward: its gradients are final for this
  * micro-batch; reduce them to their owners and record their squared norm.
  * Errors: as strata_hook_forward. */
@@ -223,7 +252,35 @@ typedef struct strata_stats {
     uint64_t bytes_device_to_host;      /* factor snapshots copied to host staging */
     uint64_t nvme_bytes_written, nvme_bytes_read;
     int64_t io_errors;          /* nvme transfers that failed (previous root kept) */
+    /* ranks (strata/comm.h) */
+    int32_t world_size, rank;
+    int32_t owned_params;       /* parameters whose optimizer runs on this rank */
+    size_t owned_param_bytes;   /* their weights (the rank's persistent shard) */
+    size_t largest_owned_bytes; /* the largest owned parameter's weights + optimizer state */
+    uint64_t step_matrix_bytes; /* matrix bytes this rank moved inside strata_step (the
+                                   optimizer step), cumulative; 0 for owner sharding */
+    uint64_t comm_bytes_intra_node, comm_bytes_inter_node; /* sent + received, cumulative */
+    double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
+    double planned_lower_bound; /* its lower bound max(total / N, largest item) (cost units) */
 } strata_stats;
+
+/* Where one parameter lives across ranks (valid after commit): the layout the
+ * planner wrote, the collectives read and a checkpoint stores. Shards are
+ * tensor-granular (veScale's RaggedShard idea: padding only between tensors,
+ * never inside one). */
+typedef struct strata_param_layout {
+    bool tail;               /* routed to AdamW by the routing rule */
+    int owner;               /* the rank that holds its master copy and optimizer state */
+    size_t bytes;            /* float32 bytes of the whole tensor */
+    size_t shard_offset;     /* byte offset in its owner's shard (the owner's tensors in
+                                registration order) */
+    size_t tail_offset;      /* byte offset in the packed tail (tail tensors in registration
+                                order); SIZE_MAX for a matrix */
+} strata_param_layout;
+
+/* Errors: STRATA_ERR_INVALID_ARG (bad id), STRATA_ERR_STATE (before commit). */
+STRATA_API strata_status strata_param_layout_get(const strata_runtime *rt, strata_param_id id,
+                                                 strata_param_layout *out);
 
 /* What an optimizer refreshes and how, as its family answers it for a
  * configuration (the one place that decides it; CLIs and trainers ask here). */

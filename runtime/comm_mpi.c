@@ -1,0 +1,386 @@
+/* The MPI communicator (strata/comm.h): ranks are MPI processes.
+ *
+ * Nodes come from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or, when the
+ * environment variable STRATA_RANKS_PER_NODE=K is set, from consecutive
+ * blocks of K ranks (several "nodes" emulated on one machine).
+ *
+ * Deterministic mode (the default): a reduction sums the ranks'
+ * contributions in rank order, starting from +0 — ((0 + x_0) + x_1) + ... —
+ * on the rank that needs the result, after gathering them, so an N-rank run
+ * is bit-identical to one rank that accumulates the same N contributions in
+ * the same order. Fast mode uses MPI's own reductions (MPI_Reduce,
+ * MPI_Allreduce), whose order is the library's choice: results can differ in
+ * the last bits from run to run and from the single-rank sum (float32
+ * round-off, ~1e-7 relative per addition).
+ *
+ * Errors: every MPI call goes through one wrapper that turns its error code
+ * into STRATA_ERR_IO with the call, file, line and MPI's message. The
+ * communicator is set to MPI_ERRORS_RETURN so that an error comes back here.
+ * Counters: bytes this rank sent and received, split by whether the peer is
+ * on the same node.
+ */
+#include "strata/comm.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mpi_ctx {
+    MPI_Comm comm;      /* a duplicate: strata's traffic never mixes with the caller's */
+    int rank, size;
+    int node_rank, node_size;
+    int *node_of;       /* node index of every rank */
+    bool deterministic;
+    bool own_init;      /* MPI_Init was called here: finalize at destroy */
+    float *stage;       /* gathered contributions (size - 1 buffers) */
+    size_t stage_floats;
+    uint64_t intra, inter; /* bytes received + sent, by peer's node */
+} mpi_ctx;
+
+static strata_status mpi_check(int rc, const char *what, const char *file, int line)
+{
+    if (rc == MPI_SUCCESS)
+        return STRATA_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return strata_error(STRATA_ERR_IO, "%s failed (%s:%d): %s", what, file, line, msg);
+}
+#define MPI_TRY(expr) mpi_check((expr), #expr, __FILE__, __LINE__)
+
+static void count(mpi_ctx *c, int peer, size_t bytes)
+{
+    if (c->node_of[peer] == c->node_of[c->rank])
+        c->intra += bytes;
+    else
+        c->inter += bytes;
+}
+
+static int m_rank(void *ctx) { return ((mpi_ctx *)ctx)->rank; }
+static int m_size(void *ctx) { return ((mpi_ctx *)ctx)->size; }
+static int m_node_rank(void *ctx) { return ((mpi_ctx *)ctx)->node_rank; }
+static int m_node_size(void *ctx) { return ((mpi_ctx *)ctx)->node_size; }
+
+static strata_status stage_reserve(mpi_ctx *c, size_t floats)
+{
+    if (floats <= c->stage_floats)
+        return STRATA_OK;
+    float *s = realloc(c->stage, floats * sizeof(float));
+    if (!s)
+        return strata_error(STRATA_ERR_NOMEM, "mpi comm: cannot stage %zu floats", floats);
+    c->stage = s;
+    c->stage_floats = floats;
+    return STRATA_OK;
+}
+
+static strata_status m_allreduce(void *ctx, double *vals, int n, strata_reduce_op op)
+{
+    mpi_ctx *c = ctx;
+    if (!c->deterministic || op == STRATA_REDUCE_MAX)
+        return MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE,
+                                     op == STRATA_REDUCE_SUM ? MPI_SUM : MPI_MAX, c->comm));
+    /* Gather every rank's vector, sum in rank order from +0 on every rank. */
+    double *all = malloc((size_t)n * (size_t)c->size * sizeof *all);
+    if (!all)
+        return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+    strata_status st = MPI_TRY(MPI_Allgather(vals, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->comm));
+    if (st == STRATA_OK)
+        for (int i = 0; i < n; i++) {
+            double s = 0.0;
+            for (int r = 0; r < c->size; r++)
+                s += all[(size_t)r * n + i];
+            vals[i] = s;
+        }
+    free(all);
+    return st;
+}
+
+static strata_status m_reduce_to_owner(void *ctx, float *buf, size_t n, int owner)
+{
+    mpi_ctx *c = ctx;
+    if (n > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", n);
+    if (c->size == 1)
+        return STRATA_OK;
+    if (!c->deterministic) {
+        strata_status st = MPI_TRY(MPI_Reduce(c->rank == owner ? MPI_IN_PLACE : buf,
+                                              c->rank == owner ? buf : NULL, (int)n, MPI_FLOAT,
+                                              MPI_SUM, owner, c->comm));
+        if (c->rank != owner)
+            count(c, owner, n * sizeof(float));
+        return st;
+    }
+    if (c->rank != owner) {
+        count(c, owner, n * sizeof(float));
+        return MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, owner, 17, c->comm));
+    }
+    strata_status st = stage_reserve(c, n * (size_t)(c->size - 1));
+    if (st != STRATA_OK)
+        return st;
+    MPI_Request *req = malloc((size_t)c->size * sizeof *req);
+    if (!req)
+        return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+    int k = 0;
+    for (int r = 0; r < c->size && st == STRATA_OK; r++) {
+        if (r == owner)
+            continue;
+        st = MPI_TRY(MPI_Irecv(c->stage + (size_t)k * n, (int)n, MPI_FLOAT, r, 17, c->comm,
+                               &req[k]));
+        if (st == STRATA_OK)
+            count(c, r, n * sizeof(float));
+        k++;
+    }
+    if (st == STRATA_OK)
+        st = MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+    free(req);
+    if (st != STRATA_OK)
+        return st;
+    /* ((0 + x_0) + x_1) + ... in rank order; x_owner is buf itself. */
+    for (size_t i = 0; i < n; i++) {
+        float s = 0.0f;
+        int j = 0;
+        for (int r = 0; r < c->size; r++)
+            s += r == owner ? buf[i] : c->stage[(size_t)(j++) * n + i];
+        buf[i] = s;
+    }
+    return STRATA_OK;
+}
+
+static strata_status m_broadcast(void *ctx, float *buf, size_t n, int owner)
+{
+    mpi_ctx *c = ctx;
+    if (n > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", n);
+    if (c->size == 1)
+        return STRATA_OK;
+    if (c->rank == owner) {
+        for (int r = 0; r < c->size; r++)
+            if (r != owner)
+                count(c, r, n * sizeof(float));
+    } else {
+        count(c, owner, n * sizeof(float));
+    }
+    return MPI_TRY(MPI_Bcast(buf, (int)n, MPI_FLOAT, owner, c->comm));
+}
+
+static strata_status to_int_arrays(const mpi_ctx *c, const size_t *counts, const size_t *displs,
+                                   int **ic, int **id)
+{
+    *ic = malloc((size_t)c->size * sizeof **ic);
+    *id = malloc((size_t)c->size * sizeof **id);
+    if (!*ic || !*id) {
+        free(*ic);
+        free(*id);
+        return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+    }
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > INT32_MAX || displs[r] > INT32_MAX) {
+            free(*ic);
+            free(*id);
+            return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: counts past 2^31 floats");
+        }
+        (*ic)[r] = (int)counts[r];
+        (*id)[r] = (int)displs[r];
+    }
+    return STRATA_OK;
+}
+
+static strata_status m_allgatherv(void *ctx, const float *send, float *recv, const size_t *counts,
+                                  const size_t *displs)
+{
+    mpi_ctx *c = ctx;
+    int *ic, *id;
+    strata_status st = to_int_arrays(c, counts, displs, &ic, &id);
+    if (st != STRATA_OK)
+        return st;
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank) {
+            count(c, r, counts[r] * sizeof(float));           /* received */
+            count(c, r, counts[c->rank] * sizeof(float));     /* sent */
+        }
+    const bool in_place = send == recv + displs[c->rank];
+    st = MPI_TRY(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, ic[c->rank], MPI_FLOAT, recv, ic,
+                                id, MPI_FLOAT, c->comm));
+    free(ic);
+    free(id);
+    return st;
+}
+
+/* Each rank's piece [displs[r], +counts[r]) of the rank-ordered sum. */
+static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
+                                      const size_t *counts, const size_t *displs)
+{
+    mpi_ctx *c = ctx;
+    int *ic, *id;
+    strata_status st = to_int_arrays(c, counts, displs, &ic, &id);
+    if (st != STRATA_OK)
+        return st;
+    const size_t mine = counts[c->rank];
+    if (!c->deterministic) {
+        st = MPI_TRY(MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, c->comm));
+    } else {
+        /* Every rank sends piece r to rank r (alltoallv), then sums its pieces
+         * in rank order from +0. */
+        int *sc = calloc((size_t)c->size, sizeof *sc), *sd = calloc((size_t)c->size, sizeof *sd);
+        int *rc = calloc((size_t)c->size, sizeof *rc), *rd = calloc((size_t)c->size, sizeof *rd);
+        st = sc && sd && rc && rd ? stage_reserve(c, mine * (size_t)c->size + 1)
+                                  : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+        if (st == STRATA_OK) {
+            for (int r = 0; r < c->size; r++) {
+                sc[r] = ic[r];
+                sd[r] = id[r];
+                rc[r] = (int)mine;
+                rd[r] = (int)(mine * (size_t)r);
+            }
+            st = MPI_TRY(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, c->stage, rc, rd, MPI_FLOAT,
+                                       c->comm));
+        }
+        if (st == STRATA_OK)
+            for (size_t i = 0; i < mine; i++) {
+                float s = 0.0f;
+                for (int r = 0; r < c->size; r++)
+                    s += c->stage[mine * (size_t)r + i];
+                recv[i] = s;
+            }
+        free(sc);
+        free(sd);
+        free(rc);
+        free(rd);
+    }
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank) {
+            count(c, r, counts[r] * sizeof(float));
+            count(c, r, mine * sizeof(float));
+        }
+    free(ic);
+    free(id);
+    return st;
+}
+
+static strata_status m_barrier(void *ctx)
+{
+    return MPI_TRY(MPI_Barrier(((mpi_ctx *)ctx)->comm));
+}
+
+static void m_destroy(void *ctx)
+{
+    mpi_ctx *c = ctx;
+    if (!c)
+        return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && c->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&c->comm);
+    if (!finalized && c->own_init)
+        MPI_Finalize();
+    free(c->node_of);
+    free(c->stage);
+    free(c);
+}
+
+static void m_abort(void *ctx, int code)
+{
+    MPI_Abort(((mpi_ctx *)ctx)->comm, code);
+}
+
+static strata_status m_bytes(void *ctx, uint64_t *intra, uint64_t *inter)
+{
+    mpi_ctx *c = ctx;
+    *intra = c->intra;
+    *inter = c->inter;
+    return STRATA_OK;
+}
+
+static const strata_comm_iface mpi_iface = {
+    .version = STRATA_COMM_IFACE_VERSION,
+    .name = "mpi",
+    .rank = m_rank,
+    .size = m_size,
+    .node_rank = m_node_rank,
+    .node_size = m_node_size,
+    .allreduce_f64 = m_allreduce,
+    .reduce_to_owner = m_reduce_to_owner,
+    .broadcast_from_owner = m_broadcast,
+    .allgatherv_f32 = m_allgatherv,
+    .reduce_scatter_f32 = m_reduce_scatter,
+    .barrier = m_barrier,
+    .bytes = m_bytes,
+    .abort = m_abort,
+    .destroy = m_destroy,
+};
+
+strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, strata_comm **out)
+{
+    if (!out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "comm_mpi_create: out is NULL");
+    *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited && mpi_comm)
+        return strata_error(STRATA_ERR_STATE, "comm_mpi_create: MPI is not initialized");
+    if (!inited) {
+        int provided = 0;
+        strata_status st = MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
+        if (st != STRATA_OK)
+            return st;
+    }
+    mpi_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
+    c->comm = MPI_COMM_NULL;
+    c->own_init = !inited;
+    c->deterministic = deterministic;
+    MPI_Comm base = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
+    strata_status st = MPI_TRY(MPI_Comm_dup(base, &c->comm));
+    if (st != STRATA_OK) {
+        m_destroy(c);
+        return st;
+    }
+    MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
+    if (!c->node_of) {
+        m_destroy(c);
+        return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
+    }
+    const char *env = getenv("STRATA_RANKS_PER_NODE");
+    int per = env ? atoi(env) : 0;
+    if (env && per < 1) {
+        m_destroy(c);
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "STRATA_RANKS_PER_NODE='%s' must be a positive integer", env);
+    }
+    if (per > 0) {
+        for (int r = 0; r < c->size; r++)
+            c->node_of[r] = r / per;
+    } else {
+        /* Shared-memory groups; a group's node index is its lowest world rank. */
+        MPI_Comm node;
+        st = MPI_TRY(MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                         &node));
+        int leader = c->rank;
+        if (st == STRATA_OK) {
+            st = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node));
+            MPI_Comm_free(&node);
+        }
+        if (st == STRATA_OK)
+            st = MPI_TRY(MPI_Allgather(&leader, 1, MPI_INT, c->node_of, 1, MPI_INT, c->comm));
+        if (st != STRATA_OK) {
+            m_destroy(c);
+            return st;
+        }
+    }
+    for (int r = 0; r < c->size; r++) {
+        if (c->node_of[r] == c->node_of[c->rank]) {
+            if (r < c->rank)
+                c->node_rank++;
+            c->node_size++;
+        }
+    }
+    st = strata_comm_create(&mpi_iface, c, out);
+    if (st != STRATA_OK)
+        m_destroy(c);
+    return st;
+}
