@@ -332,6 +332,10 @@ static const train_flag train_flags[] = {
      .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
              "--grad-accum N (default on)"},
     {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1},
+    {.name = "shard-group-size", .type = FT_INT, .off = OFF(o.strata.shard_group_size), .lo = 0,
+     .hi = 1 << 20, .group = G_RANKS, .arg = "K",
+     .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
+             "groups (default: all ranks)"},
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
      .group = G_RANKS, .arg = "N",
      .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},

@@ -20,7 +20,8 @@ strata_status strata_comm_create(const strata_comm_iface *iface, void *ctx, stra
                             "expected %d", iface->version, STRATA_COMM_IFACE_VERSION);
     if (!iface->name || !iface->rank || !iface->size || !iface->node_rank || !iface->node_size ||
         !iface->allreduce_f64 || !iface->reduce_to_owner || !iface->broadcast_from_owner ||
-        !iface->allgatherv_f32 || !iface->reduce_scatter_f32 || !iface->barrier)
+        !iface->allgatherv_f32 || !iface->reduce_scatter_f32 || !iface->barrier ||
+        !iface->reduce_to_owners || !iface->split)
         return strata_error(STRATA_ERR_INVALID_ARG, "comm_create: '%s' lacks a required slot",
                             iface->name ? iface->name : "?");
     strata_comm *c = calloc(1, sizeof *c);
@@ -113,6 +114,27 @@ strata_status strata_comm_reduce_to_owner(strata_comm *c, float *buf, size_t n, 
     return st == STRATA_OK && n > 0 ? c->iface->reduce_to_owner(c->ctx, buf, n, owner) : st;
 }
 
+strata_status strata_comm_reduce_to_owners(strata_comm *c, float *buf, size_t n,
+                                           const int *owners, int n_owners)
+{
+    if (!c || (n > 0 && !buf) || n_owners < 1 || !owners)
+        return strata_error(STRATA_ERR_INVALID_ARG, "comm_reduce_to_owners: bad arguments");
+    for (int k = 0; k < n_owners; k++) {
+        strata_status st = check_owner(c, owners[k], "comm_reduce_to_owners");
+        if (st != STRATA_OK)
+            return st;
+    }
+    return n > 0 ? c->iface->reduce_to_owners(c->ctx, buf, n, owners, n_owners) : STRATA_OK;
+}
+
+strata_status strata_comm_split(strata_comm *c, int color, int key, strata_comm **out)
+{
+    if (!c || !out || color < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "comm_split: bad arguments");
+    *out = NULL;
+    return c->iface->split(c->ctx, color, key, out);
+}
+
 strata_status strata_comm_broadcast_from_owner(strata_comm *c, float *buf, size_t n, int owner)
 {
     strata_status st = check_owner(c, owner, "comm_broadcast_from_owner");
@@ -194,6 +216,25 @@ static strata_status self_reduce_scatter(void *ctx, const float *send, float *re
     return STRATA_OK;
 }
 
+static strata_status self_owners(void *ctx, float *buf, size_t n, const int *owners,
+                                 int n_owners)
+{
+    (void)ctx;
+    (void)buf;
+    (void)n;
+    (void)owners;
+    (void)n_owners;
+    return STRATA_OK;
+}
+
+static strata_status self_split(void *ctx, int color, int key, strata_comm **out)
+{
+    (void)ctx;
+    (void)color;
+    (void)key;
+    return strata_comm_self_create(out);
+}
+
 static strata_status self_barrier(void *ctx)
 {
     (void)ctx;
@@ -213,6 +254,8 @@ static const strata_comm_iface self_iface = {
     .allgatherv_f32 = self_gatherv,
     .reduce_scatter_f32 = self_reduce_scatter,
     .barrier = self_barrier,
+    .reduce_to_owners = self_owners,
+    .split = self_split,
     .destroy = NULL,
 };
 

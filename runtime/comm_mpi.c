@@ -35,7 +35,10 @@ typedef struct mpi_ctx {
     bool own_init;      /* MPI_Init was called here: finalize at destroy */
     float *stage;       /* gathered contributions (size - 1 buffers) */
     size_t stage_floats;
-    uint64_t intra, inter; /* bytes received + sent, by peer's node */
+    bool contiguous;    /* every node is a block of consecutive ranks */
+    uint64_t intra_own, inter_own;
+    uint64_t *intra, *inter; /* bytes received + sent, by peer's node (a sub-communicator
+                                counts into its parent's) */
 } mpi_ctx;
 
 static strata_status mpi_check(int rc, const char *what, const char *file, int line)
@@ -52,9 +55,9 @@ static strata_status mpi_check(int rc, const char *what, const char *file, int l
 static void count(mpi_ctx *c, int peer, size_t bytes)
 {
     if (c->node_of[peer] == c->node_of[c->rank])
-        c->intra += bytes;
+        *c->intra += bytes;
     else
-        c->inter += bytes;
+        *c->inter += bytes;
 }
 
 static int m_rank(void *ctx) { return ((mpi_ctx *)ctx)->rank; }
@@ -287,9 +290,156 @@ static void m_abort(void *ctx, int code)
 static strata_status m_bytes(void *ctx, uint64_t *intra, uint64_t *inter)
 {
     mpi_ctx *c = ctx;
-    *intra = c->intra;
-    *inter = c->inter;
+    *intra = *c->intra;
+    *inter = *c->inter;
     return STRATA_OK;
+}
+
+/* The rank-ordered sum ((0 + x_0) + x_1) + ... of every rank's buf, delivered
+ * to every listed owner. Nodes that are blocks of consecutive ranks make it
+ * hierarchical without changing the order: each node's leader (its lowest
+ * rank) receives the running sum from the previous node's leader (one
+ * inter-node message), adds its members' contributions in rank order
+ * (intra-node), and passes it on; the last leader ships the total to the
+ * owners. Otherwise (or in a single node) the first owner gathers everyone
+ * directly and ships the total. */
+static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const int *owners,
+                                        int n_owners)
+{
+    mpi_ctx *c = ctx;
+    if (n > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", n);
+    if (c->size == 1)
+        return STRATA_OK;
+    const int me = c->rank, N = c->size;
+    strata_status st = STRATA_OK;
+    int holder; /* the rank that ends up with the total */
+    if (!c->contiguous) {
+        holder = owners[0];
+        st = c->deterministic ? m_reduce_to_owner(ctx, buf, n, holder)
+                              : MPI_TRY(MPI_Reduce(me == holder ? MPI_IN_PLACE : buf,
+                                                   me == holder ? buf : NULL, (int)n, MPI_FLOAT,
+                                                   MPI_SUM, holder, c->comm));
+    } else {
+        /* my node's block [a, b) and its leader a */
+        int a = me, b = me + 1;
+        while (a > 0 && c->node_of[a - 1] == c->node_of[me])
+            a--;
+        while (b < N && c->node_of[b] == c->node_of[me])
+            b++;
+        int last_a = N - 1;
+        while (last_a > 0 && c->node_of[last_a - 1] == c->node_of[N - 1])
+            last_a--;
+        holder = last_a;
+        if (me != a) {
+            count(c, a, n * sizeof(float));
+            st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, a, 19, c->comm));
+        } else {
+            const int members = b - a - 1;
+            st = stage_reserve(c, n * (size_t)(members + 1));
+            float *prev = c->stage + n * (size_t)members;
+            MPI_Request req[64];
+            int k = 0;
+            for (int r = a + 1; r < b && st == STRATA_OK && k < 64; r++, k++) {
+                st = MPI_TRY(MPI_Irecv(c->stage + n * (size_t)k, (int)n, MPI_FLOAT, r, 19,
+                                       c->comm, &req[k]));
+                count(c, r, n * sizeof(float));
+            }
+            if (st == STRATA_OK && members > 64)
+                st = strata_error(STRATA_ERR_UNSUPPORTED, "mpi comm: > 65 ranks on one node");
+            if (st == STRATA_OK && a > 0) {
+                int pa = a - 1;
+                while (pa > 0 && c->node_of[pa - 1] == c->node_of[a - 1])
+                    pa--;
+                count(c, pa, n * sizeof(float));
+                st = MPI_TRY(MPI_Recv(prev, (int)n, MPI_FLOAT, pa, 19, c->comm,
+                                      MPI_STATUS_IGNORE));
+            }
+            if (st == STRATA_OK)
+                st = MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+            if (st == STRATA_OK)
+                for (size_t i = 0; i < n; i++) {
+                    float s = a > 0 ? prev[i] : 0.0f;
+                    s += buf[i];
+                    for (int j = 0; j < members; j++)
+                        s += c->stage[n * (size_t)j + i];
+                    buf[i] = s;
+                }
+            if (st == STRATA_OK && b < N) {
+                count(c, b, n * sizeof(float));
+                st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, b, 19, c->comm));
+            }
+        }
+    }
+    /* Ship the total from the holder to the other owners. */
+    for (int k = 0; k < n_owners && st == STRATA_OK; k++) {
+        const int o = owners[k];
+        if (o == holder)
+            continue;
+        if (me == holder) {
+            count(c, o, n * sizeof(float));
+            st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, o, 23, c->comm));
+        } else if (me == o) {
+            count(c, holder, n * sizeof(float));
+            st = MPI_TRY(MPI_Recv(buf, (int)n, MPI_FLOAT, holder, 23, c->comm,
+                                  MPI_STATUS_IGNORE));
+        }
+    }
+    return st;
+}
+
+static strata_status ctx_finish(mpi_ctx *c)
+{
+    c->contiguous = true;
+    for (int r = 1; r < c->size; r++)
+        if (c->node_of[r] != c->node_of[r - 1])
+            for (int q = 0; q < r - 1; q++)
+                if (c->node_of[q] == c->node_of[r])
+                    c->contiguous = false;
+    c->node_rank = c->node_size = 0;
+    for (int r = 0; r < c->size; r++) {
+        if (c->node_of[r] == c->node_of[c->rank]) {
+            if (r < c->rank)
+                c->node_rank++;
+            c->node_size++;
+        }
+    }
+    return STRATA_OK;
+}
+
+static const strata_comm_iface mpi_iface;
+
+static strata_status m_split(void *ctx, int color, int key, strata_comm **out)
+{
+    mpi_ctx *p = ctx;
+    mpi_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+    c->comm = MPI_COMM_NULL;
+    c->deterministic = p->deterministic;
+    c->intra = p->intra;
+    c->inter = p->inter;
+    strata_status st = MPI_TRY(MPI_Comm_split(p->comm, color, key, &c->comm));
+    if (st == STRATA_OK) {
+        MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(c->comm, &c->rank);
+        MPI_Comm_size(c->comm, &c->size);
+        c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
+        st = c->node_of ? MPI_TRY(MPI_Allgather(&p->node_of[p->rank], 1, MPI_INT, c->node_of, 1,
+                                                MPI_INT, c->comm))
+                        : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+    }
+    if (st == STRATA_OK)
+        st = ctx_finish(c);
+    if (st == STRATA_OK)
+        st = strata_comm_create(&mpi_iface, c, out);
+    if (st != STRATA_OK) {
+        if (c->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&c->comm);
+        free(c->node_of);
+        free(c);
+    }
+    return st;
 }
 
 static const strata_comm_iface mpi_iface = {
@@ -305,6 +455,8 @@ static const strata_comm_iface mpi_iface = {
     .allgatherv_f32 = m_allgatherv,
     .reduce_scatter_f32 = m_reduce_scatter,
     .barrier = m_barrier,
+    .reduce_to_owners = m_reduce_to_owners,
+    .split = m_split,
     .bytes = m_bytes,
     .abort = m_abort,
     .destroy = m_destroy,
@@ -330,6 +482,8 @@ strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, s
         return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
     c->comm = MPI_COMM_NULL;
     c->own_init = !inited;
+    c->intra = &c->intra_own;
+    c->inter = &c->inter_own;
     c->deterministic = deterministic;
     MPI_Comm base = mpi_comm ? *(const MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
     strata_status st = MPI_TRY(MPI_Comm_dup(base, &c->comm));
@@ -372,13 +526,7 @@ strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, s
             return st;
         }
     }
-    for (int r = 0; r < c->size; r++) {
-        if (c->node_of[r] == c->node_of[c->rank]) {
-            if (r < c->rank)
-                c->node_rank++;
-            c->node_size++;
-        }
-    }
+    ctx_finish(c);
     st = strata_comm_create(&mpi_iface, c, out);
     if (st != STRATA_OK)
         m_destroy(c);

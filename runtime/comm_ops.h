@@ -6,6 +6,14 @@
 
 #include "strata/comm.h"
 
+/* strata_comm_iface.reduce_to_owners, argument-checked (every owner a rank). */
+strata_status strata_comm_reduce_to_owners(strata_comm *c, float *buf, size_t n,
+                                           const int *owners, int n_owners);
+
+/* A sub-communicator of the ranks with the same color (>= 0), ordered by
+ * key; the caller destroys it. */
+strata_status strata_comm_split(strata_comm *c, int color, int key, strata_comm **out);
+
 /* The collectives above, argument-checked (STRATA_ERR_INVALID_ARG), with the
  * transport's error converted to a strata_status and a message. */
 strata_status strata_comm_reduce_to_owner(strata_comm *c, float *buf, size_t n,

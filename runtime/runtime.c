@@ -147,7 +147,28 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     }
     rt->rank = strata_comm_rank(rt->comm);
     rt->world = strata_comm_size(rt->comm);
+    rt->group_size = cfg->shard_group_size > 0 ? cfg->shard_group_size : rt->world;
+    rt->n_groups = rt->world / rt->group_size;
+    rt->group = rt->comm;
+    if (st == STRATA_OK && (cfg->shard_group_size < 0 || rt->world % rt->group_size != 0))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "strata_create: shard_group_size %d must divide the world size %d",
+                          cfg->shard_group_size, rt->world);
+    if (st == STRATA_OK && rt->n_groups > 1 && cfg->sharding == STRATA_SHARD_GATHER)
+        st = strata_error(STRATA_ERR_UNSUPPORTED,
+                          "strata_create: shard_group_size needs owner or zero1 sharding");
+    if (st == STRATA_OK && rt->n_groups > 1) {
+        st = strata_comm_split(rt->comm, rt->rank / rt->group_size, rt->rank, &rt->group);
+        rt->own_group = st == STRATA_OK;
+    }
+    rt->replicas = st == STRATA_OK ? malloc((size_t)rt->n_groups * sizeof *rt->replicas) : NULL;
+    if (st == STRATA_OK && !rt->replicas)
+        st = strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     if (st != STRATA_OK) {
+        if (rt->own_group)
+            strata_comm_destroy(rt->group);
+        if (rt->own_comm)
+            strata_comm_destroy(rt->comm);
         strata_backend_destroy(rt->be);
         free(rt->nvme_dir);
         free(rt);
@@ -403,7 +424,8 @@ static void even_shard(size_t n, int world, int r, size_t *count, size_t *offset
  * everything (owner -1). Then the layout: shard and tail offsets. */
 static strata_status plan_owners(strata_runtime *rt)
 {
-    const int N = rt->world, n = rt->n_params;
+    const int N = rt->group_size, n = rt->n_params;
+    const int group_base = (rt->rank / rt->group_size) * rt->group_size;
     strata_stats *s = &rt->stats;
     size_t tail_off = 0;
     size_t *shard_off = calloc((size_t)N, sizeof *shard_off);
@@ -426,7 +448,7 @@ static strata_status plan_owners(strata_runtime *rt)
         }
         order[k] = i;
     }
-    if (st == STRATA_OK && rt->cfg.sharding == STRATA_SHARD_GATHER && N > 1) {
+    if (st == STRATA_OK && rt->cfg.sharding == STRATA_SHARD_GATHER && rt->world > 1) {
         for (int i = 0; i < n; i++)
             rt->params[i].owner = -1;
         s->planned_makespan = total;
@@ -443,7 +465,7 @@ static strata_status plan_owners(strata_runtime *rt)
                 for (int r = 0; r < N; r++)
                     if (best < 0 || bytes[r] < bytes[best])
                         best = r;
-            rt->params[i].owner = best;
+            rt->params[i].owner = group_base + best; /* this group's replica */
             load[best] += cost[i];
             bytes[best] += b;
         }
@@ -454,7 +476,7 @@ static strata_status plan_owners(strata_runtime *rt)
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         const size_t b = p->view.numel * sizeof(float);
-        const int o = p->owner < 0 ? 0 : p->owner;
+        const int o = p->owner < 0 ? 0 : p->owner - group_base;
         p->shard_offset = shard_off[o];
         shard_off[o] += b;
         p->tail_offset = p->tail ? tail_off : SIZE_MAX;
@@ -462,7 +484,7 @@ static strata_status plan_owners(strata_runtime *rt)
             tail_off += b;
         p->materialized_at = 0;
     }
-    if (st == STRATA_OK && N > 1)
+    if (st == STRATA_OK && rt->world > 1)
         strata_log(rt, STRATA_LOG_INFO, "planner",
                    "%d parameters on %d ranks: predicted makespan %.4g, lower bound %.4g "
                    "(ratio %.3f)",
@@ -649,7 +671,8 @@ static strata_status materialize(strata_runtime *rt, int layer)
         rt_param *p = &rt->params[i];
         if ((layer >= 0 && p->layer != layer) || p->materialized_at >= rt->t)
             continue;
-        st = strata_comm_broadcast_from_owner(rt->comm, p->data, p->view.numel, p->owner);
+        st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
+                                              p->owner % rt->group_size);
         p->materialized_at = rt->t;
     }
     return st;
@@ -715,6 +738,16 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
                                                 displs);
             if (st == STRATA_OK)
                 average(rt, rt->gather_stage[i], counts[rt->rank]);
+        } else if (rt->n_groups > 1) {
+            /* Replicated across groups: the sum reaches this matrix's owner in
+             * every group, through the node leaders. */
+            const int q = p->owner % rt->group_size;
+            for (int g = 0; g < rt->n_groups; g++)
+                rt->replicas[g] = g * rt->group_size + q;
+            st = strata_comm_reduce_to_owners(rt->comm, p->grad, p->view.numel, rt->replicas,
+                                              rt->n_groups);
+            if (st == STRATA_OK && p->owner == rt->rank)
+                average(rt, p->grad, p->view.numel);
         } else {
             st = strata_comm_reduce_to_owner(rt->comm, p->grad, p->view.numel, p->owner);
             if (st == STRATA_OK && p->owner == rt->rank)
@@ -777,8 +810,8 @@ strata_status strata_step(strata_runtime *rt)
     memset(parts, 0, 2 * (size_t)rt->n_params * sizeof *parts);
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (!(p->owner == rank || (p->owner < 0 && rank == 0)))
-            continue;
+        if (!((p->owner == rank && rank < rt->group_size) || (p->owner < 0 && rank == 0)))
+            continue; /* one copy of each reduced gradient: group 0's owner */
         double acc = 0.0;
         for (size_t k = 0; k < p->view.numel; k++)
             acc += (double)p->grad[k] * p->grad[k];
@@ -851,10 +884,12 @@ strata_status strata_step(strata_runtime *rt)
     if (st == STRATA_OK && rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_ZERO1)
         for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
             rt_param *p = &rt->params[i];
-            st = strata_comm_broadcast_from_owner(rt->comm, p->data, p->view.numel, p->owner);
+            st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
+                                                  p->owner % rt->group_size);
             if (!p->tail)
-                rt->stats.step_matrix_bytes += (uint64_t)(p->owner == rank ? rt->world - 1 : 1) *
-                                               p->view.numel * sizeof(float);
+                rt->stats.step_matrix_bytes +=
+                    (uint64_t)(p->owner == rank ? rt->group_size - 1 : 1) * p->view.numel *
+                    sizeof(float);
         }
     strata_stats *s = &rt->stats;
     s->step = t;
@@ -951,6 +986,9 @@ void strata_destroy(strata_runtime *rt)
             free(rt->gather_stage[i]);
     free(rt->gather_stage);
     strata_backend_destroy(rt->be);
+    if (rt->own_group)
+        strata_comm_destroy(rt->group);
+    free(rt->replicas);
     if (rt->own_comm)
         strata_comm_destroy(rt->comm);
     free(rt->nvme_dir);

@@ -51,6 +51,10 @@ struct strata_runtime {
     strata_stats stats;
     strata_refresh *engine;
     int rank, world;
+    int group_size, n_groups;  /* shard groups (HSDP): K ranks each */
+    strata_comm *group;        /* this rank's group (the world when one group) */
+    bool own_group;
+    int *replicas;             /* scratch: the owners of one parameter in every group */
     double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */

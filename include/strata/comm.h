@@ -38,6 +38,8 @@ typedef enum strata_reduce_op {
     STRATA_REDUCE_MAX = 1,
 } strata_reduce_op;
 
+typedef struct strata_comm strata_comm;
+
 typedef struct strata_comm_iface {
     int version;      /* STRATA_COMM_IFACE_VERSION */
     const char *name; /* "self", "mpi", "nccl" */
@@ -60,6 +62,15 @@ typedef struct strata_comm_iface {
     strata_status (*reduce_scatter_f32)(void *ctx, const float *send, float *recv,
                                         const size_t *counts, const size_t *displs);
     strata_status (*barrier)(void *ctx);
+    /* Sum buf[0..n) over ALL ranks; the sum lands in the buf of every rank
+     * listed in owners[0..n_owners) (others' buf unspecified after). A
+     * hierarchical transport reduces within each node first, then along the
+     * node leaders, then ships the sum to the owners on other nodes. */
+    strata_status (*reduce_to_owners)(void *ctx, float *buf, size_t n, const int *owners,
+                                      int n_owners);
+    /* A communicator over the ranks with the same `color`, ordered by `key`
+     * (MPI_Comm_split). */
+    strata_status (*split)(void *ctx, int color, int key, strata_comm **out);
     /* Optional: bytes this rank sent + received with peers on its node / on
      * other nodes since creation. NULL = not counted (reported as 0). */
     strata_status (*bytes)(void *ctx, uint64_t *intra_node, uint64_t *inter_node);
@@ -68,8 +79,6 @@ typedef struct strata_comm_iface {
     void (*abort)(void *ctx, int code);
     void (*destroy)(void *ctx);   /* may be NULL */
 } strata_comm_iface;
-
-typedef struct strata_comm strata_comm;
 
 /* Wrap an implementation (backend authors). `iface` must outlive the handle;
  * `ctx` goes to every slot and to iface->destroy at strata_comm_destroy.

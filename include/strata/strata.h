@@ -122,6 +122,13 @@ typedef struct strata_config {
                                  through comm's scalar allreduce. */
     strata_sharding sharding; /* how matrices and their state are spread over the ranks:
                                  STRATA_SHARD_OWNER (default), GATHER or ZERO1 (baselines) */
+    int shard_group_size;     /* K (hierarchical sync, HSDP): matrices are owner-sharded
+                                 inside each group of K consecutive ranks and replicated
+                                 across the groups (K must divide the world size; 0 = the
+                                 whole world, one group). A replicated matrix's gradient is
+                                 reduced within each node, then along the node leaders,
+                                 then shipped to its owner in every group; weights are
+                                 materialized within the group. Owner/zero1 sharding. */
     bool average_gradients;   /* the reduced gradient is the mean over the ranks (true,
                                  DDP's convention: sum in rank order, then times
                                  (float)(1.0 / world_size)) or the sum (false); no effect

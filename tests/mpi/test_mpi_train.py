@@ -5,6 +5,8 @@ Checks (issue #9's acceptance):
   * mpirun -np N is bit-identical (same weights hash, same losses) to one rank
     with --grad-accum N: Muon, sync Shampoo, async Shampoo (S = 0), for N in
     2, 3 (uneven) and 4; plus the gather and zero1 baselines;
+  * -np 4 --shard-group-size 2 with STRATA_RANKS_PER_NODE=2 is bit-identical
+    too, and moves fewer inter-node bytes per step than the flat layout;
   * async S = 2 on 4 ranks keeps every owner's staleness within F - 1 + S;
   * owner sharding moves 0 matrix bytes at the optimizer step, the baselines
     do; each rank's resident parameter + optimizer bytes stay within
@@ -98,6 +100,20 @@ def main():
                     ranks = got["ranks"]
                     check(all(r["step_matrix_bytes"] == 0 for r in ranks),
                           f"{name} -np {n}: owner sharding moves 0 matrix bytes at the step")
+        # Hierarchical sync: 2 emulated nodes of 2 ranks, owner groups of 2.
+        for name, args in cases:
+            ref = train(tmp, f"{name}-ga4-hsdp", 1, args + ["--grad-accum", "4"])
+            env = {"STRATA_RANKS_PER_NODE": "2"}
+            hsdp = train(tmp, f"{name}-hsdp", 4, args + ["--shard-group-size", "2"], env)
+            flat = train(tmp, f"{name}-flat", 4, args, env)
+            ok = ref and hsdp and flat and hsdp["weights_hash"] == ref["weights_hash"] == \
+                flat["weights_hash"]
+            check(bool(ok), f"{name}: -np 4 --shard-group-size 2 (2 nodes) bit-identical to "
+                            f"--grad-accum 4")
+            if hsdp and flat:
+                hi = sum(r["inter_node_bytes"] for r in hsdp["ranks"])
+                fi = sum(r["inter_node_bytes"] for r in flat["ranks"])
+                check(hi < fi, f"{name}: HSDP inter-node bytes per step {hi:.0f} < flat {fi:.0f}")
         # Baselines: same numbers, but matrix bytes move at the optimizer step.
         for mode in ("gather", "zero1"):
             ref = train(tmp, f"muon-ga4-{mode}", 1, ["--optimizer", "muon", "--grad-accum", "4"])
