@@ -2,6 +2,9 @@
 #include "planner.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
 
 strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, double *load)
 {
@@ -37,5 +40,85 @@ strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, 
             load[f] = acc[f];
     free(order);
     free(acc);
+    return STRATA_OK;
+}
+
+static double makespan_of(const double *cost, int n, int bins, const int *assign, double *load)
+{
+    for (int b = 0; b < bins; b++)
+        load[b] = 0.0;
+    for (int i = 0; i < n; i++)
+        load[assign[i]] += cost[i];
+    double m = 0.0;
+    for (int b = 0; b < bins; b++)
+        m = load[b] > m ? load[b] : m;
+    return m;
+}
+
+
+strata_status strata_plan_owners(const double *cost, const double *bytes, int n, int bins,
+                                 double cap, double time_limit_s, int *assign,
+                                 strata_plan_result *out)
+{
+    if (n < 0 || bins < 1 || (n > 0 && (!cost || !bytes || !assign)) || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "plan_owners: bad arguments (n %d, bins %d)",
+                            n, bins);
+    memset(out, 0, sizeof *out);
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    int *alt = malloc(((size_t)n + 1) * sizeof *alt);
+    double *load = calloc((size_t)bins, sizeof *load), *fill = calloc((size_t)bins, sizeof *fill);
+    if (!order || !alt || !load || !fill) {
+        free(order);
+        free(alt);
+        free(load);
+        free(fill);
+        return strata_error(STRATA_ERR_NOMEM, "plan_owners: out of memory");
+    }
+    double total = 0.0, biggest = 0.0;
+    for (int i = 0; i < n; i++) {
+        total += cost[i];
+        biggest = cost[i] > biggest ? cost[i] : biggest;
+        int k = i; /* cost descending, index ascending among equals */
+        while (k > 0 && cost[order[k - 1]] < cost[i]) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    for (int k = 0; k < n; k++) {
+        const int i = order[k];
+        int best = -1;
+        for (int b = 0; b < bins; b++)
+            if ((cap <= 0 || fill[b] + bytes[i] <= cap) && (best < 0 || load[b] < load[best]))
+                best = b;
+        if (best < 0) /* nobody has room: the least-filled bin */
+            for (int b = 0; b < bins; b++)
+                if (best < 0 || fill[b] < fill[best])
+                    best = b;
+        assign[i] = best;
+        load[best] += cost[i];
+        fill[best] += bytes[i];
+    }
+    out->lower_bound = total / bins > biggest ? total / bins : biggest;
+    out->makespan = makespan_of(cost, n, bins, assign, load);
+    if (n > 0 && bins > 1 && (size_t)n * (size_t)bins <= 2048 &&
+        out->makespan > out->lower_bound * (1.0 + 1e-12)) {
+        const double t0 = strata_now_seconds();
+        const int found = strata_plan_milp(cost, bytes, n, bins, cap, time_limit_s, alt);
+        out->milp_seconds = strata_now_seconds() - t0;
+        if (found) {
+            const double m = makespan_of(cost, n, bins, alt, load);
+            if (m < out->makespan) {
+                memcpy(assign, alt, (size_t)n * sizeof *assign);
+                out->makespan = m;
+                out->milp = true;
+                out->milp_optimal = found == 1;
+            }
+        }
+    }
+    free(order);
+    free(alt);
+    free(load);
+    free(fill);
     return STRATA_OK;
 }

@@ -19,6 +19,7 @@
  * validate and record.
  */
 #include "runtime_internal.h"
+#include "costmodel.h"
 #include "planner.h"
 #include "testing.h"
 
@@ -386,28 +387,6 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     return st;
 }
 
-/* Relative cost of one optimizer step of a parameter (floating-point
- * operations, analytic): the family's per-step work plus its refreshes
- * amortized over F. Identical on every rank (owners must agree). */
-static double step_cost(const strata_runtime *rt, const rt_param *p)
-{
-    const double m = (double)p->view.rows, n = (double)p->view.cols,
-                 b = (double)p->view.batch, mn = m * n * b;
-    const void *fc;
-    family_of(&rt->cfg, p->routed, &fc);
-    double c = 10.0 * mn; /* elementwise work every family does */
-    if (p->routed == STRATA_OPTIM_MUON) {
-        const double k = m < n ? m : n, l = m < n ? n : m;
-        c += b * (double)rt->cfg.muon.ns_steps * (4.0 * k * k * l + 2.0 * k * k * k);
-    } else if (p->fam->has_refresh && p->fam->has_refresh(fc)) {
-        strata_precond_schedule sch;
-        p->fam->schedule(fc, &sch);
-        c += 4.0 * (m * m * n + m * n * n); /* factor update + preconditioning */
-        c += 10.0 * p->fam->refresh_cost(fc, &p->view) / (double)sch.frequency;
-    }
-    return c;
-}
-
 /* Tensor-granular even split of n elements over `world` ranks (gather
  * sharding): rank r gets count elements from offset. */
 static void even_shard(size_t n, int world, int r, size_t *count, size_t *offset)
@@ -417,62 +396,84 @@ static void even_shard(size_t n, int world, int r, size_t *count, size_t *offset
     *offset = (size_t)r * base + ((size_t)r < extra ? (size_t)r : extra);
 }
 
-/* Owners (owner and zero1 sharding): the planner's longest-processing-time
- * rule over the ranks with each parameter's step cost, subject to resident
- * bytes (a rank past 1.1 x its even share of the state bytes takes nothing
- * more while another has room). Gather sharding: every rank computes
- * everything (owner -1). Then the layout: shard and tail offsets. */
+/* Owners (owner and zero1 sharding): rank 0 measures each parameter's step
+ * cost on this machine (costmodel.h, cached), plans the owners inside a
+ * group of K ranks (greedy LPT, then the exact MILP when small enough;
+ * resident bytes capped at 1.1 x the group's even share), and sends the
+ * plan to every rank (one allreduce; other ranks contribute zeros, so the
+ * plan arrives exactly). Each rank's owner of a parameter is its own group's
+ * replica. Gather sharding: every rank computes everything (owner -1). One
+ * rank: everything is rank 0's, nothing measured. Then the layout: shard and
+ * tail offsets. */
 static strata_status plan_owners(strata_runtime *rt)
 {
-    const int N = rt->group_size, n = rt->n_params;
-    const int group_base = (rt->rank / rt->group_size) * rt->group_size;
+    const int K = rt->group_size, n = rt->n_params;
+    const int group_base = (rt->rank / K) * K;
     strata_stats *s = &rt->stats;
-    size_t tail_off = 0;
-    size_t *shard_off = calloc((size_t)N, sizeof *shard_off);
-    double *cost = malloc(((size_t)n + 1) * sizeof *cost);
-    double *load = calloc((size_t)N, sizeof *load), *bytes = calloc((size_t)N, sizeof *bytes);
-    int *order = malloc(((size_t)n + 1) * sizeof *order);
-    strata_status st = shard_off && cost && load && bytes && order
-                           ? STRATA_OK
-                           : strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
-    double total = 0, total_bytes = 0, biggest = 0;
-    for (int i = 0; i < n && st == STRATA_OK; i++) {
-        cost[i] = step_cost(rt, &rt->params[i]);
-        total += cost[i];
-        total_bytes += (double)rt->params[i].view.numel * 4.0;
-        biggest = cost[i] > biggest ? cost[i] : biggest;
-        int k = i; /* cost descending, index ascending among equals */
-        while (k > 0 && cost[order[k - 1]] < cost[i]) {
-            order[k] = order[k - 1];
-            k--;
-        }
-        order[k] = i;
-    }
-    if (st == STRATA_OK && rt->cfg.sharding == STRATA_SHARD_GATHER && rt->world > 1) {
+    strata_status st = STRATA_OK;
+    if (rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_GATHER) {
         for (int i = 0; i < n; i++)
             rt->params[i].owner = -1;
-        s->planned_makespan = total;
-    } else if (st == STRATA_OK) {
-        const double cap = 1.1 * total_bytes / N;
-        for (int k = 0; k < n; k++) {
-            const int i = order[k];
-            const double b = (double)rt->params[i].view.numel * 4.0;
-            int best = -1;
-            for (int r = 0; r < N; r++)
-                if (bytes[r] + b <= cap && (best < 0 || load[r] < load[best]))
-                    best = r;
-            if (best < 0) /* nobody has room: the least-filled rank */
-                for (int r = 0; r < N; r++)
-                    if (best < 0 || bytes[r] < bytes[best])
-                        best = r;
-            rt->params[i].owner = group_base + best; /* this group's replica */
-            load[best] += cost[i];
-            bytes[best] += b;
+    } else if (rt->world > 1) {
+        /* [owner of each parameter | makespan | lower bound | milp] from rank 0 */
+        double *plan = calloc((size_t)n + 3, sizeof *plan);
+        double *cost = malloc(((size_t)n + 1) * sizeof *cost);
+        double *bytes = malloc(((size_t)n + 1) * sizeof *bytes);
+        int *assign = malloc(((size_t)n + 1) * sizeof *assign);
+        st = plan && cost && bytes && assign ? STRATA_OK
+                                             : strata_error(STRATA_ERR_NOMEM, "out of memory");
+        if (st == STRATA_OK && rt->rank == 0) {
+            double total = 0.0, t0 = strata_now_seconds();
+            int measured = 0;
+            for (int i = 0; i < n && st == STRATA_OK; i++) {
+                const rt_param *p = &rt->params[i];
+                const void *fc;
+                family_of(&rt->cfg, p->routed, &fc);
+                bool cached = false;
+                st = strata_cost_step_seconds(rt->be, p->fam, fc, &p->view, &cost[i], &cached);
+                measured += !cached;
+                bytes[i] = (double)p->view.numel * 4.0;
+                total += bytes[i];
+            }
+            strata_plan_result pr = {0};
+            if (st == STRATA_OK)
+                st = strata_plan_owners(cost, bytes, n, K, 1.1 * total / K, 2.0, assign, &pr);
+            for (int i = 0; i < n && st == STRATA_OK; i++)
+                plan[i] = assign[i];
+            plan[n] = pr.makespan;
+            plan[n + 1] = pr.lower_bound;
+            plan[n + 2] = pr.milp ? (pr.milp_optimal ? 2 : 1) : 0;
+            if (st == STRATA_OK)
+                strata_log(rt, STRATA_LOG_INFO, "planner",
+                           "%d parameters over %d owners per group (%d measured, %.2f s): "
+                           "makespan %.3g s, lower bound %.3g s (ratio %.3f), %s",
+                           n, K, measured, strata_now_seconds() - t0, pr.makespan,
+                           pr.lower_bound, pr.lower_bound > 0 ? pr.makespan / pr.lower_bound : 1,
+                           pr.milp ? (pr.milp_optimal ? "exact MILP (optimal)" : "MILP (time limit)")
+                                   : "greedy LPT");
         }
-        for (int r = 0; r < N; r++)
-            s->planned_makespan = load[r] > s->planned_makespan ? load[r] : s->planned_makespan;
+        /* Every rank joins the broadcast, even after rank 0 failed (a NaN
+         * plan says so), so that nobody waits. */
+        if (st != STRATA_OK && rt->rank == 0)
+            plan[n] = NAN;
+        strata_status sb = strata_comm_allreduce_f64(rt->comm, plan, n + 3, STRATA_REDUCE_SUM);
+        if (st == STRATA_OK)
+            st = sb;
+        if (st == STRATA_OK && !isfinite(plan[n]))
+            st = strata_error(STRATA_ERR_INTERNAL, "planner: rank 0 could not plan the owners");
+        for (int i = 0; i < n && st == STRATA_OK; i++)
+            rt->params[i].owner = group_base + (int)plan[i];
+        s->planned_makespan = plan[n];
+        s->planned_lower_bound = plan[n + 1];
+        free(plan);
+        free(cost);
+        free(bytes);
+        free(assign);
     }
-    s->planned_lower_bound = total / N > biggest ? total / N : biggest;
+    size_t tail_off = 0;
+    size_t *shard_off = calloc((size_t)K, sizeof *shard_off);
+    if (st == STRATA_OK && !shard_off)
+        st = strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         const size_t b = p->view.numel * sizeof(float);
@@ -484,17 +485,7 @@ static strata_status plan_owners(strata_runtime *rt)
             tail_off += b;
         p->materialized_at = 0;
     }
-    if (st == STRATA_OK && rt->world > 1)
-        strata_log(rt, STRATA_LOG_INFO, "planner",
-                   "%d parameters on %d ranks: predicted makespan %.4g, lower bound %.4g "
-                   "(ratio %.3f)",
-                   n, N, s->planned_makespan, s->planned_lower_bound,
-                   s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1);
     free(shard_off);
-    free(cost);
-    free(load);
-    free(bytes);
-    free(order);
     return st;
 }
 

@@ -1,0 +1,244 @@
+/* The planner's cost model (costmodel.h): one optimizer step of a family on
+ * a shape, measured on this machine and cached.
+ *
+ * Measurement: a scratch state of the family on the parameter's shape, a
+ * fixed pseudo-random gradient; one warm-up step, one refresh of every block
+ * (snapshot + refresh + install, so that the timed steps precondition), then
+ * the median of three timed steps (before + apply + after) plus the refresh
+ * time divided by the precondition frequency.
+ *
+ * Cache: one line per measurement in $XDG_CACHE_HOME/strata/costs-v1.tsv
+ * (default ~/.cache/strata/...): CPU model, OpenBLAS core, BLAS threads,
+ * family, batch, rows, cols, F, seconds. A machine measures a shape once;
+ * STRATA_COST_CACHE=0 turns the cache off (measure every time).
+ */
+#include "costmodel.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/clock.h"
+
+static void cpu_model(char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0 || strncmp(line, "CPU part", 8) == 0) {
+            char *v = strchr(line, ':');
+            if (v) {
+                v++;
+                while (*v == ' ' || *v == '\t')
+                    v++;
+                snprintf(out, n, "%s", v);
+                out[strcspn(out, "\n\t")] = '\0';
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static bool cache_path(char *out, size_t n)
+{
+    const char *off = getenv("STRATA_COST_CACHE");
+    if (off && strcmp(off, "0") == 0)
+        return false;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s/strata", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof dir, "%s/.cache/strata", home);
+    else
+        return false;
+    /* mkdir -p of the last two levels (the parent of .cache usually exists) */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) {
+        *slash = '\0';
+        mkdir(parent, 0755);
+    }
+    mkdir(dir, 0755);
+    snprintf(out, n, "%s/costs-v1.tsv", dir);
+    return true;
+}
+
+static void key_of(const strata_precond_family *f, const strata_precond_shape *sh, int F,
+                   char *out, size_t n)
+{
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    snprintf(out, n, "%s\t%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu, openblas_get_corename(),
+             openblas_get_num_threads(), f->name, (long long)sh->batch, (long long)sh->rows,
+             (long long)sh->cols, F);
+}
+
+static bool cache_get(const char *key, double *seconds)
+{
+    char path[4200];
+    if (!cache_path(path, sizeof path))
+        return false;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[1024];
+    const size_t kl = strlen(key);
+    bool found = false;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == '\t') {
+            char *end;
+            double v = strtod(line + kl + 1, &end);
+            if (end != line + kl + 1 && v > 0) {
+                *seconds = v;
+                found = true;
+            }
+        }
+    fclose(f);
+    return found;
+}
+
+static void cache_put(const char *key, double seconds)
+{
+    char path[4200];
+    if (!cache_path(path, sizeof path))
+        return;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    fprintf(f, "%s\t%.9g\n", key, seconds);
+    fclose(f);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static strata_status measure(strata_backend *be, const strata_precond_family *f, const void *cfg,
+                             const strata_precond_shape *sh, int F, double *seconds)
+{
+    void *state = NULL;
+    float *w = NULL, *g = NULL;
+    void **slots = NULL;
+    int nb = 0;
+    double *work = NULL;
+    int *iwork = NULL;
+    strata_status st = f->create(cfg, be, sh, true, &state);
+    if (st != STRATA_OK)
+        return st;
+    w = calloc(sh->numel, sizeof *w);
+    g = malloc(sh->numel * sizeof *g);
+    if (!w || !g) {
+        st = strata_error(STRATA_ERR_NOMEM, "cost model: out of memory");
+        goto out;
+    }
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < sh->numel; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        g[i] = 1e-3f * ((float)(x >> 40) / (float)(1u << 24) - 0.5f);
+    }
+    strata_optim_counters cnt = {0};
+    double refresh = 0.0;
+    int64_t t = 1;
+    bool done = false;
+    if (f->before)
+        st = f->before(state, 1.0f, t, w, g, &cnt, &done);
+    if (st == STRATA_OK && !done)
+        st = f->apply(state, 1.0f, t, w, g, &cnt);
+    if (st == STRATA_OK && !done && f->after)
+        st = f->after(state, g, &cnt);
+    const bool refreshes = f->has_refresh && f->has_refresh(cfg);
+    nb = refreshes ? f->n_blocks(state) : 0;
+    slots = calloc((size_t)nb + 1, sizeof *slots);
+    if (!slots)
+        st = strata_error(STRATA_ERR_NOMEM, "cost model: out of memory");
+    for (int b = 0; st == STRATA_OK && b < nb; b++) {
+        strata_precond_block bi;
+        f->block(state, b, &bi);
+        free(work);
+        free(iwork);
+        slots[b] = malloc(bi.slot_bytes);
+        work = malloc((f->refresh_work_doubles(bi.max_dim) + 1) * sizeof *work);
+        iwork = malloc((f->refresh_work_ints(bi.max_dim) + 1) * sizeof *iwork);
+        if (!slots[b] || !work || !iwork) {
+            st = strata_error(STRATA_ERR_NOMEM, "cost model: out of memory");
+            break;
+        }
+        const double t0 = strata_now_seconds();
+        unsigned failed = 0;
+        st = f->snapshot(state, b, slots[b]);
+        if (st == STRATA_OK)
+            st = f->refresh(state, b, slots[b], work, iwork, &failed, &cnt);
+        refresh += strata_now_seconds() - t0;
+        if (st == STRATA_OK) /* lent until destroy: the timed steps precondition */
+            st = f->install(state, b, slots[b], failed, ~failed & ((1u << bi.n_parts) - 1));
+        if (st == STRATA_ERR_LINALG)
+            st = STRATA_OK;
+    }
+    double times[3];
+    for (int k = 0; k < 3 && st == STRATA_OK; k++) {
+        t = 1000 + k; /* past any start step */
+        const double t0 = strata_now_seconds();
+        done = false;
+        if (f->before)
+            st = f->before(state, 1.0f, t, w, g, &cnt, &done);
+        if (st == STRATA_OK && !done)
+            st = f->apply(state, 1.0f, t, w, g, &cnt);
+        if (st == STRATA_ERR_NONFINITE)
+            st = STRATA_OK;
+        if (st == STRATA_OK && !done && f->after)
+            st = f->after(state, g, &cnt);
+        times[k] = strata_now_seconds() - t0;
+    }
+    if (st == STRATA_OK) {
+        qsort(times, 3, sizeof times[0], cmp_double);
+        *seconds = times[1] + refresh / (F > 0 ? F : 1);
+    }
+out:
+    f->destroy(state); /* before the slots it may borrow */
+    for (int b = 0; slots && b < nb; b++)
+        free(slots[b]);
+    free(slots);
+    free(work);
+    free(iwork);
+    free(w);
+    free(g);
+    return st;
+}
+
+strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_family *f,
+                                       const void *cfg, const strata_precond_shape *shape,
+                                       double *seconds, bool *cached)
+{
+    if (!be || !f || !cfg || !shape || !seconds)
+        return strata_error(STRATA_ERR_INVALID_ARG, "cost_step_seconds: NULL argument");
+    int F = 1;
+    if (f->has_refresh && f->has_refresh(cfg)) {
+        strata_precond_schedule sch;
+        f->schedule(cfg, &sch);
+        F = sch.frequency;
+    }
+    char key[1024];
+    key_of(f, shape, F, key, sizeof key);
+    if (cached)
+        *cached = false;
+    if (cache_get(key, seconds)) {
+        if (cached)
+            *cached = true;
+        return STRATA_OK;
+    }
+    strata_status st = measure(be, f, cfg, shape, F, seconds);
+    if (st == STRATA_OK)
+        cache_put(key, *seconds);
+    return st;
+}
