@@ -13,11 +13,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "settings.h"
 #include "strata/strata.h"
@@ -655,12 +657,45 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
 
 /* ---- commands */
 
+/* SIGINT and SIGTERM: the first asks the run to stop after the step in
+ * progress (it then prints and writes its summary and removes its tier
+ * files; the command exits 128 + the signal's number: 130, 143); a second
+ * one ends the process at once (the nvme tier's file has no name, so
+ * nothing is left behind either way). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    static const char msg[] = "\nstrata: stopping after this step (again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(gpt_train_options *o)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o->stop = &stop_signal;
+}
+
 static int cmd_train(int argc, char **argv)
 {
     train_args a;
     int rc = parse_train(argc, argv, false, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
+    catch_stop_signals(&a.o);
     gpt_train_result r;
     strata_status st = gpt_train(&a.o, stdout, &r);
     if (st != STRATA_OK) {
@@ -668,7 +703,7 @@ static int cmd_train(int argc, char **argv)
         fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
         return 1;
     }
-    return 0;
+    return r.interrupted ? 128 + r.interrupted : 0;
 }
 
 static int cmd_sweep(int argc, char **argv)
@@ -690,9 +725,12 @@ static int cmd_sweep(int argc, char **argv)
     if (a.o.strata.async)
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
                         "itself\n");
+    catch_stop_signals(&a.o);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
     strata_status st = strata_sweep_staleness(&so, stdout);
+    if (st == STRATA_OK && stop_signal)
+        return 128 + stop_signal;
     if (st != STRATA_OK) {
         fflush(stdout);
         fprintf(stderr, "strata sweep-staleness: %s: %s\n", strata_status_str(st),

@@ -1,6 +1,7 @@
 /* NVMe tier: one O_DIRECT file, io_uring with registered staging buffers.
  *
- * Objects: the file (removed at destroy; grown with fallocate at alloc so no
+ * Objects: the file (unnamed from its creation, O_TMPFILE, so that no exit,
+ * not even SIGKILL, leaves it behind; grown with fallocate at alloc so no
  * transfer extends it), an extent allocator over it (first-fit free list in
  * 4 KiB units), `qd` slots, each a staging buffer registered with the ring
  * plus one chunk descriptor, a queue of requests, and the completion thread
@@ -638,10 +639,8 @@ static void nvme_destroy(strata_tier *t)
         io_uring_unregister_buffers(&n->ring);
         io_uring_queue_exit(&n->ring);
     }
-    if (n->fd >= 0) {
-        close(n->fd);
-        unlink(n->path);
-    }
+    if (n->fd >= 0)
+        close(n->fd); /* the file has no name: closing it frees its blocks */
     free(n->staging);
     free(n->chunks);
     free(n->free_bufs);
@@ -659,9 +658,40 @@ static void nvme_destroy(strata_tier *t)
 
 static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy};
 
+/* Open the tier's file in `dir` so that it has no name from the start
+ * (O_TMPFILE): nothing is left behind whatever ends the process, SIGKILL
+ * included. Where the filesystem has no O_TMPFILE, a uniquely named file is
+ * unlinked right after it is created. With *direct, O_DIRECT is asked for;
+ * *direct becomes false when the filesystem refuses it. `what` receives a
+ * description of the file for messages. Returns the fd, or -1 with errno. */
+static int tier_file_open(const char *dir, bool *direct, char *what, size_t what_len)
+{
+    const int flags = O_RDWR | O_CLOEXEC;
+    snprintf(what, what_len, "the nvme tier's unnamed file in %s", dir);
+    int fd = open(dir, flags | O_TMPFILE | (*direct ? O_DIRECT : 0), 0600);
+    if (fd < 0 && *direct && errno == EINVAL) {
+        fd = open(dir, flags | O_TMPFILE, 0600);
+        if (fd >= 0)
+            *direct = false;
+    }
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+        return fd;
+    char tmpl[4096];
+    if ((size_t)snprintf(tmpl, sizeof tmpl, "%s/.strata-tier-XXXXXX", dir) >= sizeof tmpl) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    fd = mkostemp(tmpl, O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    unlink(tmpl);
+    if (*direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_DIRECT) != 0)
+        *direct = false;
+    return fd;
+}
+
 strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out)
 {
-    static _Atomic int counter;
     if (!c || !out || !c->dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "tier_nvme_create: NULL argument");
     *out = NULL;
@@ -697,22 +727,16 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     pthread_cond_init(&n->done_cv, NULL);
     strata_status st;
 
-    snprintf(n->path, sizeof n->path, "%s/strata-tier-%d-%d.bin", c->dir, (int)getpid(),
-             atomic_fetch_add(&counter, 1));
-    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
-    n->fd = open(n->path, flags | (c->direct ? O_DIRECT : 0), 0600);
-    if (n->fd < 0 && c->direct && errno == EINVAL) {
-        n->fd = open(n->path, flags, 0600); /* tmpfs and friends refuse O_DIRECT */
-        if (n->fd >= 0)
-            strata_logf(c->log, STRATA_LOG_WARN, "tiers",
-                        "%s refuses O_DIRECT; the nvme tier goes through the page cache",
-                        c->dir);
-    }
+    bool direct = c->direct;
+    n->fd = tier_file_open(c->dir, &direct, n->path, sizeof n->path);
     if (n->fd < 0) {
-        st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create '%s': %s", n->path,
+        st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create a file in '%s': %s", c->dir,
                           strerror(errno));
         goto fail;
     }
+    if (c->direct && !direct) /* tmpfs and friends refuse O_DIRECT */
+        strata_logf(c->log, STRATA_LOG_WARN, "tiers",
+                    "%s refuses O_DIRECT; the nvme tier goes through the page cache", c->dir);
     n->staging = aligned_alloc(NVME_ALIGN, (size_t)n->qd * n->chunk_bytes);
     n->chunks = calloc((size_t)n->qd, sizeof *n->chunks);
     n->free_bufs = malloc((size_t)n->qd * sizeof *n->free_bufs);

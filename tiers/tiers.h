@@ -50,8 +50,9 @@ typedef struct strata_nvme_config {
 
 void strata_nvme_config_default(strata_nvme_config *c);
 
-/* Create the nvme tier: a file `strata-tier-<pid>-<n>.bin` in c->dir (removed
- * at destroy), an io_uring of queue_depth entries, queue_depth registered
+/* Create the nvme tier: a file in c->dir that has no name (O_TMPFILE; where
+ * the filesystem lacks it, a file unlinked right after its creation), so it
+ * disappears with its last descriptor however the process ends, an io_uring of queue_depth entries, queue_depth registered
  * staging buffers, and the completion thread. Errors: STRATA_ERR_IO (the
  * directory is missing/read-only, or io_uring is unavailable: the message
  * says which), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -470,13 +471,17 @@ static double percentile(const double *sorted, int n, double q)
 static void summarize(gpt_report *rep, gpt_train_result *res)
 {
     const int n = rep->n;
+    res->final_val_loss = rep->val_loss;
+    res->wall_seconds = rep->wall_seconds;
+    if (n == 0) { /* stopped before the first step: nothing to summarize */
+        res->final_train_loss = NAN;
+        return;
+    }
     const int last = n < 10 ? n : 10;
     double acc = 0.0;
     for (int i = n - last; i < n; i++)
         acc += rep->losses[i];
     res->final_train_loss = acc / last;
-    res->final_val_loss = rep->val_loss;
-    res->wall_seconds = rep->wall_seconds;
     res->tokens_per_second = (double)n * rep->o.batch * rep->o.seq_len / rep->wall_seconds;
     double mean = 0.0;
     for (int i = 0; i < n; i++)
@@ -489,6 +494,17 @@ static void summarize(gpt_report *rep, gpt_train_result *res)
     res->step_ms_max = rep->step_ms[n - 1];
     res->opt_ms_p50 = percentile(rep->opt_ms, n, 0.5);
     res->opt_ms_max = rep->opt_ms[n - 1];
+}
+
+/* The name of a stopping signal. */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+    }
 }
 
 static void print_summary(const gpt_report *rep, const gpt_train_result *res)
@@ -512,6 +528,9 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             res->tokens_per_second, refreshes, s->device_bytes / 1048576.0);
+    if (res->interrupted)
+        fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
+                rep->n, o->steps);
     if (o->strata.async && rep->refresh.async)
         fprintf(f,
                 "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
@@ -545,6 +564,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "root_refreshes", s->root_refreshes);
     json_add_int64(j, "root_failures", s->root_failures);
     json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    if (res->interrupted)
+        json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
     json_object_object_add(j, "async", json_object_new_boolean(async));
     if (async) {
         json_object_object_add(j, "staleness", json_object_new_int(rep->o.strata.staleness));

@@ -288,6 +288,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     hook_ctx hctx = {rt};
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
     for (int step = 0; step < o.steps; step++) {
+        if (o.stop && *o.stop) { /* a signal: stop between steps, never inside one */
+            res->interrupted = (int)*o.stop;
+            break;
+        }
         const double t0 = now_seconds();
         const float lrs = lr_scale_at(&o, o.warmup, step);
         strata_set_lr_scale(rt, lrs);
@@ -314,8 +318,9 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         strata_stats s;
         strata_stats_get(rt, &s);
 
-        const bool do_eval = (o.eval_every > 0 && (step + 1) % o.eval_every == 0) ||
-                             step + 1 == o.steps;
+        const bool stopping = o.stop && *o.stop; /* no evaluation on the way out */
+        const bool do_eval = !stopping && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) ||
+                                           step + 1 == o.steps);
         double val_loss = NAN;
         if (do_eval) {
             st = evaluate(model, &data, o.eval_batches, B, T, x, y, &val_loss);
@@ -332,6 +337,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                                 .stats = &s});
     }
 
+    if (!res->interrupted && o.stop && *o.stop && res->steps_done < o.steps)
+        res->interrupted = (int)*o.stop;
     strata_stats_get(rt, &res->stats);
     gpt_report_summary(rep, res);
     st = STRATA_OK;

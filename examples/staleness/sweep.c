@@ -138,6 +138,13 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
             strata_error(st, "sweep run %s: %s", row->name, why);
             break;
         }
+        if (row->r.interrupted) { /* a signal: no table from a partial sweep */
+            if (out)
+                fprintf(out, "sweep: interrupted during run %s; %s/sweep.tsv not written\n",
+                         row->name, o->out_dir);
+            free(rows);
+            return STRATA_OK;
+        }
         snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, row->name);
         st = jsonl_to_dat(path, dat);
         if (out && st == STRATA_OK)

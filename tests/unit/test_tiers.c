@@ -2,8 +2,10 @@
  * many chunks, many requests in flight, borrowed aligned memory and staged
  * unaligned memory, several threads at once, destroy with requests in
  * flight), injected I/O errors surface as STRATA_ERR_IO, an unusable
- * directory fails cleanly. Skips (77) if io_uring is not available on this
+ * directory fails cleanly, the tier's file never has a name (nothing left
+ * behind by a killed process). Skips (77) if io_uring is not available on this
  * kernel. */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -57,6 +60,52 @@ static strata_tier *make_nvme(size_t chunk, size_t budget)
     if (st != STRATA_OK)
         fail_msg("nvme create: %s: %s", strata_status_str(st), strata_last_error());
     return t;
+}
+
+/* Entries of `dir` other than "." and "..". */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* The tier's file never has a name: a process killed with the tier open
+ * (SIGKILL: no destroy runs) leaves nothing in the directory. */
+static void test_nvme_file_unnamed(void **state)
+{
+    (void)state;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/unnamed", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        strata_nvme_config c;
+        strata_nvme_config_default(&c);
+        c.dir = dir;
+        c.queue_depth = 8;
+        c.chunk_bytes = 16384;
+        strata_tier *t;
+        void *h;
+        static uint8_t buf[65536];
+        if (strata_tier_nvme_create(&c, &t) != STRATA_OK ||
+            strata_tier_alloc(t, sizeof buf, &h) != STRATA_OK ||
+            strata_tier_write(t, h, 0, buf, sizeof buf) != STRATA_OK)
+            _exit(3);
+        _exit(dir_entries(dir) == 0 ? 0 : 4); /* no name while open, and no destroy */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(dir_entries(dir), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -343,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_nvme_borrowed),
         cmocka_unit_test(test_nvme_concurrent),
         cmocka_unit_test(test_nvme_errors),
+        cmocka_unit_test(test_nvme_file_unnamed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);
