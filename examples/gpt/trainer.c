@@ -15,6 +15,9 @@
 #include "report.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
+/* Below this share of text bytes the corpus is mostly not text: warn. Text
+ * in any language is ~100% (fortunes: 100.0%); ELF binaries are 30-60%. */
+#define TEXT_FRACTION_WARN 0.9
 
 static double now_seconds(void)
 {
@@ -179,9 +182,12 @@ static size_t optimizer_bytes_estimate(const gpt_train_options *o, size_t param_
     return mult * param_bytes + factors;
 }
 
-/* Refuse a model that cannot fit before allocating any of it. */
-static strata_status check_fits(const gpt_train_options *o)
+/* Refuse a model that cannot fit before allocating any of it; *corpus_cap
+ * receives the bytes of corpus the loader may read in what is left (0 = no
+ * known limit). */
+static strata_status check_fits(const gpt_train_options *o, size_t *corpus_cap)
 {
+    *corpus_cap = 0;
     size_t pbytes = gpt_param_bytes(&o->model);
     size_t abytes = gpt_activation_bytes(&o->model, o->batch, o->seq_len);
     if (pbytes == 0 || abytes == 0)
@@ -196,6 +202,8 @@ static strata_status check_fits(const gpt_train_options *o)
                             need / 1073741824.0, 2 * pbytes / 1073741824.0, abytes / 1073741824.0,
                             optimizer_bytes_estimate(o, pbytes) / 1073741824.0,
                             limit / 1073741824.0);
+    if (limit) /* the loader holds the corpus twice while it splits it */
+        *corpus_cap = (limit - need) / 2 > 0 ? (limit - need) / 2 : 1;
     return STRATA_OK;
 }
 
@@ -234,9 +242,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         o.data_path = DEFAULT_CORPUS;
     if (o.warmup < 0)
         o.warmup = o.steps / 10;
+    size_t corpus_cap = 0;
     strata_status st = validate(&o);
     if (st == STRATA_OK)
-        st = check_fits(&o);
+        st = check_fits(&o, &corpus_cap);
     if (st != STRATA_OK)
         return st;
     const int B = o.batch, T = o.seq_len;
@@ -248,9 +257,14 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     uint8_t *x = NULL, *y = NULL;
 
     /* Data, model, and the runtime that owns the model's optimizer. */
-    st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
+    st = (strata_status)gpt_data_load_limit(o.data_path, o.val_fraction, T + 1, corpus_cap,
+                                             &data);
     if (st != STRATA_OK)
         goto out;
+    if (data.text_fraction < TEXT_FRACTION_WARN)
+        fprintf(stderr, "strata: warning: only %.0f%% of the corpus %s is text (printable "
+                        "ASCII, whitespace or UTF-8); the model will learn binary bytes\n",
+                100.0 * data.text_fraction, o.data_path);
     st = (strata_status)gpt_create(&o.model, o.seed, &model);
     if (st != STRATA_OK)
         goto out;

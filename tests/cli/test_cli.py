@@ -3,6 +3,8 @@
 run whose JSONL metrics parse. Usage: test_cli.py path/to/strata"""
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,9 +13,21 @@ STRATA = sys.argv[1]
 failures = 0
 
 
-def run(*args, expect_rc, expect_text=None, stream="stderr", reject_text=None):
+def limit_memory():
+    """Child: at most 3 GiB of address space, so a loader that reads without
+    bound fails instead of pushing the machine into the OOM killer."""
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def run(*args, expect_rc, expect_text=None, stream="stderr", reject_text=None, timeout=120):
     global failures
-    p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=120)
+    try:
+        p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=timeout,
+                           preexec_fn=limit_memory)
+    except subprocess.TimeoutExpired:
+        print(f"FAIL: strata {' '.join(args)[:70]} -> still running after {timeout} s")
+        failures += 1
+        return None
     out = p.stderr if stream == "stderr" else p.stdout
     ok = (p.returncode == expect_rc and (expect_text is None or expect_text in out)
           and (reject_text is None or reject_text not in out))
@@ -92,6 +106,31 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", "--data", short, "--seq-len", "64", expect_rc=1, expect_text="STRATA_ERR_DATA")
     run("train", "--data", text, "--layers", "200", "--d-model", "16384", "--heads", "128",
         expect_rc=1, expect_text="STRATA_ERR_NOMEM")
+    # --data on anything: only regular files (and directories of them) are read.
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    run("train", "--data", fifo, expect_rc=1, expect_text="is a FIFO; the corpus must be a "
+        "regular file", timeout=20)
+    for dev in ("/dev/zero", "/dev/urandom"):
+        run("train", "--data", dev, expect_rc=1, expect_text="is a character device", timeout=20)
+    link = os.path.join(tmp, "zero-link")
+    os.symlink("/dev/zero", link)
+    run("train", "--data", link, expect_rc=1, expect_text="is a character device", timeout=20)
+    sparse = os.path.join(tmp, "sparse.txt")
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)  # 2 GiB of holes: nothing on disk
+    run("train", "--data", sparse, "--memory-limit-mib", "512", expect_rc=1,
+        expect_text="the most the memory limit leaves for it", timeout=20)
+    bins = os.path.join(tmp, "bins")
+    os.mkdir(bins)
+    for b in ("/bin/ls", "/bin/cat", "/bin/sh"):
+        shutil.copy(b, bins)
+    os.mkfifo(os.path.join(bins, "fifo"))  # skipped, never opened
+    tiny_run = ["--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16",
+                "--batch", "2", "--steps", "1", "--eval-batches", "1", "--quiet"]
+    run("train", "--data", bins, *tiny_run, expect_rc=0, expect_text="of the corpus " + bins +
+        " is text", timeout=60)
+    run("train", "--data", text, *tiny_run, expect_rc=0, reject_text="warning", timeout=60)
     run("train", "--data", text, "--memory-limit-mib", "1", expect_rc=1,
         expect_text="GiB are available")
     run("train", "--data", text, "--metrics", "/proc/strata-no-such/dir/m.jsonl",
