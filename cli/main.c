@@ -317,6 +317,10 @@ static const train_flag train_flags[] = {
              "device,nvme (roots on nvme)"},
     {.name = "nvme-dir", .type = FT_STRING, .off = OFF(o.strata.nvme_dir), .group = G_ASYNC,
      .arg = "DIR", .help = "nvme tier directory (default " NVME_DIR_DEFAULT ")"},
+    {.name = "nvme-queue-depth", .type = FT_INT, .off = OFF(o.strata.nvme_queue_depth), .lo = 8,
+     .hi = 4096, .group = G_ASYNC, .arg = "N",
+     .help = "nvme chunks in flight, 1 MiB staging buffer each;\nregistered when "
+             "RLIMIT_MEMLOCK holds them (default {})"},
     {.name = "host-budget-mib", .type = FT_MIB, .off = OFF(o.strata.host_budget), .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
     {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,

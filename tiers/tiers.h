@@ -43,6 +43,9 @@ typedef struct strata_nvme_config {
     const char *dir;       /* directory for the tier's file (created if missing) */
     size_t budget;         /* bytes of file space; 0 = unlimited */
     int queue_depth;       /* chunks in flight, staging buffers; >= 8, default 16 */
+                           /* the staging (queue_depth * chunk_bytes) is registered with
+                              io_uring when RLIMIT_MEMLOCK allows, else used unregistered
+                              (one warning names the limit and the bytes needed) */
     size_t chunk_bytes;    /* largest single transfer (chunk), multiple of 4096; default 1 MiB */
     bool direct;           /* O_DIRECT; default true (falls back with a warning if refused) */
     const strata_logger *log; /* where warnings go (must outlive the tier); NULL = stderr */

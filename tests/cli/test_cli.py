@@ -218,6 +218,18 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = False
     print(f"{'PASS' if ok else 'FAIL'}: async nvme metrics")
     failures += not ok
+    run("train", "--nvme-queue-depth", "4", expect_rc=2, expect_text="--nvme-queue-depth")
+    run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
+        "device,nvme", "--nvme-dir", nvme_dir, "--nvme-queue-depth", "8", "--metrics", metrics,
+        "--no-progress", expect_rc=0, expect_text="nvme tier", stream="stdout")
+    try:
+        recs = [json.loads(line) for line in open(metrics)]
+        ok = recs[-2]["nvme_bytes_written"] > 0
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: --nvme-queue-depth 8 run")
+    failures += not ok
     sweep_dir = os.path.join(tmp, "sweep")
     run("sweep-staleness", *tiny, "--steps", "6", "--eval-every", "3", "--values", "0,2",
         "--out", sweep_dir, expect_rc=0, expect_text="wrote", stream="stdout")

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +109,102 @@ static void test_nvme_file_unnamed(void **state)
     assert_int_equal(WEXITSTATUS(status), 0);
     assert_int_equal(dir_entries(dir), 0);
     assert_int_equal(rmdir(dir), 0);
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed);
+
+/* What the tier logged, for the memlock test. */
+static char logged[2048];
+
+static void log_capture(void *user, strata_log_level level, const char *subsystem,
+                        const char *msg)
+{
+    (void)user;
+    (void)level;
+    (void)subsystem;
+    size_t used = strlen(logged);
+    snprintf(logged + used, sizeof logged - used, "%s\n", msg);
+}
+
+/* As an unprivileged user would be: without CAP_IPC_LOCK (root ignores
+ * RLIMIT_MEMLOCK for registered buffers), with RLIMIT_MEMLOCK at `bytes`. */
+static int become_unprivileged(rlim_t bytes)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return -1;
+    data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        return -1;
+    struct rlimit lim = {bytes, bytes};
+    return setrlimit(RLIMIT_MEMLOCK, &lim);
+}
+
+/* Child of test_nvme_memlock: create a tier of depth qd with 1 MiB chunks
+ * at an 8 MiB RLIMIT_MEMLOCK and move 5 MiB through it. Exit 0 when that
+ * works and the log says `want` (NULL: says nothing). */
+static int memlock_child(const char *dir, int qd, const char *want)
+{
+    if (become_unprivileged(8u << 20) != 0)
+        return 2;
+    strata_logger lg = {.level = STRATA_LOG_INFO, .fn = log_capture, .user = NULL};
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = dir;
+    c.queue_depth = qd;
+    c.log = &lg;
+    strata_tier *t;
+    if (strata_tier_nvme_create(&c, &t) != STRATA_OK) {
+        fprintf(stderr, "create qd %d: %s\n", qd, strata_last_error());
+        return 3;
+    }
+    const size_t n = (5u << 20) + 100;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    void *h;
+    int rc = 0;
+    fill(src, n, 11);
+    if (!src || !dst || strata_tier_alloc(t, n, &h) != STRATA_OK ||
+        strata_tier_write(t, h, 0, src, n) != STRATA_OK ||
+        strata_tier_read(t, h, 0, dst + 0, n) != STRATA_OK || memcmp(src, dst, n) != 0)
+        rc = 4;
+    strata_tier_destroy(t);
+    free(src);
+    free(dst);
+    if (rc)
+        return rc;
+    if (want ? !strstr(logged, want) : logged[0] != '\0') {
+        fprintf(stderr, "qd %d logged: '%s', want '%s'\n", qd, logged, want ? want : "");
+        return 5;
+    }
+    return 0;
+}
+
+/* An unprivileged user at the default RLIMIT_MEMLOCK (8 MiB) can use the
+ * tier: the default 16 x 1 MiB staging and depth 8 (8 MiB) do not fit, so
+ * they run unregistered, and one line names the limit and the bytes. */
+static void test_nvme_memlock(void **state)
+{
+    (void)state;
+    static const struct {
+        int qd;
+        const char *want;
+    } cases[] = {
+        {16, "RLIMIT_MEMLOCK is 8.0 MiB but registering 16 staging buffers of 1.0 MiB needs "
+             "16.0 MiB"},
+        {8, "needs 8.0 MiB"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            _exit(memlock_child(tmpdir, cases[i].qd, cases[i].want));
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -393,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_nvme_concurrent),
         cmocka_unit_test(test_nvme_errors),
         cmocka_unit_test(test_nvme_file_unnamed),
+        cmocka_unit_test(test_nvme_memlock),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);
