@@ -103,6 +103,8 @@ typedef struct nvme {
     bool thread_ok;
     extent *free_ext;
     int n_free_ext, cap_free_ext;
+    extent *live;            /* allocated extents by offset; len = the bytes asked for (ext_mu) */
+    int n_live, cap_live;
     uint64_t file_end;
     _Atomic int inject_n;
     _Atomic int inject_errno;
@@ -124,6 +126,60 @@ static uint64_t round_up(uint64_t x)
 }
 
 /* ---- extents */
+
+/* Index of the live extent at file offset `off`, or where it would go. */
+static int live_find(const nvme *n, uint64_t off)
+{
+    int lo = 0, hi = n->n_live;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (n->live[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Record the live extent (off, bytes). Caller holds ext_mu. Returns 0 or -1 (no memory). */
+static int live_add(nvme *n, uint64_t off, uint64_t bytes)
+{
+    if (n->n_live == n->cap_live) {
+        int cap = n->cap_live ? 2 * n->cap_live : 64;
+        extent *nl = realloc(n->live, (size_t)cap * sizeof *nl);
+        if (!nl)
+            return -1;
+        n->live = nl;
+        n->cap_live = cap;
+    }
+    int i = live_find(n, off);
+    memmove(n->live + i + 1, n->live + i, (size_t)(n->n_live - i) * sizeof *n->live);
+    n->live[i] = (extent){off, bytes};
+    n->n_live++;
+    return 0;
+}
+
+/* Check that [offset, offset + bytes) lies inside handle h's extent. */
+static strata_status live_check(nvme *n, void *h, size_t offset, size_t bytes)
+{
+    const uint64_t off = (uint64_t)(uintptr_t)h - NVME_ALIGN;
+    pthread_mutex_lock(&n->ext_mu);
+    int i = live_find(n, off);
+    const bool found = i < n->n_live && n->live[i].off == off;
+    const uint64_t len = found ? n->live[i].len : 0;
+    pthread_mutex_unlock(&n->ext_mu);
+    if (!found)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "tier io: %p is not an extent of this nvme tier (freed, or never "
+                            "allocated)", h);
+    if (offset > len || bytes > len - offset)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "tier io: %zu bytes at offset %zu pass the end of the extent "
+                            "(%llu bytes)", bytes, offset, (unsigned long long)len);
+    return STRATA_OK;
+}
+
+static void nvme_free(strata_tier *t, void *h, size_t bytes);
 
 static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
 {
@@ -161,6 +217,12 @@ static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
         off = n->file_end;
         n->file_end += len;
     }
+    if (live_add(n, off, bytes) != 0) {
+        /* Give the space back: free-list it (the file keeps its size). */
+        pthread_mutex_unlock(&n->ext_mu);
+        nvme_free(t, (void *)(uintptr_t)(off + NVME_ALIGN), bytes);
+        return strata_error(STRATA_ERR_NOMEM, "nvme tier: out of memory");
+    }
     pthread_mutex_unlock(&n->ext_mu);
     *out = (void *)(uintptr_t)(off + NVME_ALIGN); /* never NULL */
     return STRATA_OK;
@@ -171,6 +233,11 @@ static void nvme_free(strata_tier *t, void *h, size_t bytes)
     nvme *n = t->impl;
     uint64_t len = round_up(bytes), off = (uint64_t)(uintptr_t)h - NVME_ALIGN;
     pthread_mutex_lock(&n->ext_mu);
+    int i = live_find(n, off);
+    if (i < n->n_live && n->live[i].off == off) { /* absent only when live_add failed */
+        memmove(n->live + i, n->live + i + 1, (size_t)(n->n_live - i - 1) * sizeof *n->live);
+        n->n_live--;
+    }
     if (n->n_free_ext == n->cap_free_ext) {
         int cap = n->cap_free_ext ? 2 * n->cap_free_ext : 64;
         extent *ne = realloc(n->free_ext, (size_t)cap * sizeof *ne);
@@ -468,6 +535,9 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
         return strata_error(STRATA_ERR_INVALID_ARG, "tier io: offset %zu not a multiple of 4096",
                             offset);
     nvme *n = t->impl;
+    strata_status st = live_check(n, h, offset, bytes);
+    if (st != STRATA_OK)
+        return st;
     const int nchunks = (int)((bytes + n->chunk_bytes - 1) / n->chunk_bytes);
     atomic_store(&io->pending_, nchunks);
     atomic_store(&io->error_, 0);
@@ -658,6 +728,7 @@ static void nvme_destroy(strata_tier *t)
     free(n->queued);
     free(n->reaped);
     free(n->free_ext);
+    free(n->live);
     pthread_cond_destroy(&n->done_cv);
     pthread_cond_destroy(&n->buf_cv);
     pthread_mutex_destroy(&n->ext_mu);

@@ -103,7 +103,9 @@ typedef struct strata_io {
  * request for the completion thread and returns at once; the kernel writes
  * straight into `dst`. Either way `dst` must stay valid and untouched until
  * strata_tier_io_wait returns. Thread-safe.
- * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier, out of the extent),
+ * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier; `h` not a live extent of
+ * this tier; [offset, offset + bytes) not inside the `bytes` that
+ * strata_tier_alloc reserved for `h`; offset not a multiple of 4096),
  * STRATA_ERR_IO (submission failed: then nothing is in flight for this
  * request; for a queued read a later failure to submit surfaces from
  * strata_tier_io_wait instead). */

@@ -207,6 +207,67 @@ static void test_nvme_memlock(void **state)
     }
 }
 
+/* Reads and writes are checked against the extent's length: a range that
+ * passes its end (or a freed or made-up handle) is refused with
+ * STRATA_ERR_INVALID_ARG before any byte moves, so a neighbouring extent is
+ * never overwritten. */
+static void test_nvme_extent_range(void **state)
+{
+    (void)state;
+    strata_tier *t = make_nvme(16384, 0);
+    void *a, *b, *c;
+    assert_int_equal(strata_tier_alloc(t, 10000, &a), STRATA_OK);
+    assert_int_equal(strata_tier_alloc(t, 8192, &b), STRATA_OK);
+    static uint8_t src[16384], keep[8192], dst[16384];
+    fill(src, sizeof src, 3);
+    fill(keep, sizeof keep, 4);
+    assert_int_equal(strata_tier_write(t, b, 0, keep, sizeof keep), STRATA_OK);
+    static const struct {
+        size_t offset, bytes;
+        strata_status want;
+    } cases[] = {
+        {0, 10000, STRATA_OK},
+        {8192, 1808, STRATA_OK},
+        {0, 10001, STRATA_ERR_INVALID_ARG},
+        {8192, 4096, STRATA_ERR_INVALID_ARG}, /* the rounded-up tail is not the caller's */
+        {12288, 1, STRATA_ERR_INVALID_ARG},
+        {4096, 16384, STRATA_ERR_INVALID_ARG},
+        {SIZE_MAX - 4095, 8192, STRATA_ERR_INVALID_ARG}, /* offset + bytes wraps around */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strata_io io;
+        assert_int_equal(strata_tier_write(t, a, cases[i].offset, src, cases[i].bytes),
+                         cases[i].want);
+        assert_int_equal(strata_tier_read(t, a, cases[i].offset, dst, cases[i].bytes),
+                         cases[i].want);
+        assert_int_equal(strata_tier_write_async(t, a, cases[i].offset, src, cases[i].bytes, &io),
+                         cases[i].want);
+        if (cases[i].want == STRATA_OK)
+            assert_int_equal(strata_tier_io_wait(t, &io, 60.0), STRATA_OK);
+        assert_int_equal(strata_tier_read_async(t, a, cases[i].offset, dst, cases[i].bytes, &io),
+                         cases[i].want);
+        if (cases[i].want == STRATA_OK)
+            assert_int_equal(strata_tier_io_wait(t, &io, 60.0), STRATA_OK);
+        if (cases[i].want != STRATA_OK)
+            assert_non_null(strstr(strata_last_error(), "extent"));
+    }
+    /* b is untouched by every refused write into a. */
+    assert_int_equal(strata_tier_read(t, b, 0, dst, sizeof keep), STRATA_OK);
+    assert_memory_equal(dst, keep, sizeof keep);
+    /* Handles that are not live extents. */
+    assert_int_equal(strata_tier_read(t, (uint8_t *)b + 65536, 0, dst, 4096),
+                     STRATA_ERR_INVALID_ARG);
+    strata_tier_free(t, a, 10000);
+    assert_int_equal(strata_tier_write(t, a, 0, src, 4096), STRATA_ERR_INVALID_ARG);
+    /* A new extent that reuses a's space has its own length. */
+    assert_int_equal(strata_tier_alloc(t, 4096, &c), STRATA_OK);
+    assert_int_equal(strata_tier_write(t, c, 0, src, 4096), STRATA_OK);
+    assert_int_equal(strata_tier_write(t, c, 0, src, 8192), STRATA_ERR_INVALID_ARG);
+    strata_tier_free(t, c, 4096);
+    strata_tier_free(t, b, 8192);
+    strata_tier_destroy(t);
+}
+
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
     for (size_t i = 0; i < n; i++) {
@@ -493,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_nvme_errors),
         cmocka_unit_test(test_nvme_file_unnamed),
         cmocka_unit_test(test_nvme_memlock),
+        cmocka_unit_test(test_nvme_extent_range),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);
