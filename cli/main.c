@@ -36,7 +36,8 @@ static void usage_main(FILE *f)
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
-          "  help             show this help (or `strata train --help`)\n",
+          "  help             show this help (or `strata train --help`)\n"
+          "  --version        print the library's version\n",
           f);
 }
 
@@ -346,6 +347,7 @@ static const train_flag train_flags[] = {
      .help = "refuse models needing more (default: MemAvailable)"},
 
     {.name = "help", .type = FT_HELP},
+    {.name = "version", .type = FT_HELP, .value = 1},
     /* sweep-staleness only (its usage line lists them) */
     {.name = "values", .type = FT_CUSTOM, .set = set_values, .lo = 0, .hi = 100000,
      .sweep_only = true},
@@ -531,9 +533,9 @@ static void print_train_help(FILE *out, bool sweep)
                                      d.values[i]);
         fprintf(out,
                 "usage: strata sweep-staleness [--values %s] [--out DIR] [train options]\n\n"
-                "Train the GPT with synchronous Shampoo (or --optimizer soap) and with the\n"
-                "asynchronous runtime at\n"
-                "each staleness budget S (same model, data, seed and steps), then write\n"
+                "Train the GPT with a synchronous matrix optimizer (shampoo, or --optimizer\n"
+                "soap or kl-shampoo in its eigenbasis form) and with the asynchronous runtime\n"
+                "at each staleness budget S (same model, data, seed and steps), then write\n"
                 "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
                 "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
                 "Defaults: --values %s --out %s, --steps %d.\n\n",
@@ -581,6 +583,10 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         const train_flag *f = c >= 256 && c < 256 + (int)N_FLAGS ? &train_flags[c - 256] : NULL;
+        if (f && f->type == FT_HELP && f->value == 1) {
+            printf("strata %s\n", strata_version());
+            return 100;
+        }
         if (c == 'h' || (f && f->type == FT_HELP)) {
             print_train_help(stdout, sweep);
             return 100;
@@ -639,6 +645,14 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
          o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
                         "effect with --async\n");
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->strata.async && cores > 0 && o->strata.workers > cores)
+        fprintf(stderr, "strata: warning: --workers %d exceeds the %ld online cores; the workers "
+                        "will share them with each other and with the training thread\n",
+                o->strata.workers, cores);
+    if (cores > 0 && o->strata.blas_threads > cores)
+        fprintf(stderr, "strata: warning: --threads %d exceeds the %ld online cores\n",
+                o->strata.blas_threads, cores);
     o->model.max_seq = o->seq_len; /* the model's context is the training context */
     if (a->lr >= 0.0f) {
         o->strata.shampoo.lr = a->lr;
@@ -754,6 +768,10 @@ int main(int argc, char **argv)
         return cmd_train(argc - 1, argv + 1);
     if (strcmp(argv[1], "sweep-staleness") == 0)
         return cmd_sweep(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("strata %s\n", strata_version());
+        return 0;
+    }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage_main(stdout);

@@ -6,10 +6,12 @@
  * per-step lines, JSONL, summary) is report.c's job. */
 #include "trainer.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "report.h"
@@ -115,6 +117,21 @@ static double unigram_baseline(const gpt_data *d)
     return d->n_val ? ce / (double)d->n_val : NAN;
 }
 
+/* Worker threads an asynchronous run has: cfg.workers, or by the runtime's
+ * documented rule for 0, online cores - 1 and at least 1; 0 when the run is
+ * not asynchronous. */
+static int async_workers(const strata_config *c)
+{
+    strata_optimizer_info info;
+    if (!c->async || strata_optimizer_info_get(c, c->matrix_optimizer, &info) != STRATA_OK ||
+        !info.async_capable)
+        return 0;
+    if (c->workers > 0)
+        return c->workers;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 1 ? (int)cores - 1 : 1; /* workers/pool.c's default */
+}
+
 typedef struct hook_ctx {
     strata_runtime *rt;
 } hook_ctx;
@@ -194,14 +211,23 @@ static strata_status check_fits(const gpt_train_options *o, size_t *corpus_cap)
         return strata_error(STRATA_ERR_INVALID_ARG, "invalid model configuration");
     size_t need = 2 * pbytes + abytes + optimizer_bytes_estimate(o, pbytes);
     size_t limit = o->memory_limit ? o->memory_limit : mem_available();
-    if (limit && need > limit)
+    if (limit && need > limit) {
+        /* The user's own limit is a limit, not what is available. */
+        char have[96];
+        if (o->memory_limit)
+            snprintf(have, sizeof have, "--memory-limit-mib allows %.2f GiB",
+                     limit / 1073741824.0);
+        else
+            snprintf(have, sizeof have, "only %.2f GiB are available (MemAvailable)",
+                     limit / 1073741824.0);
         return strata_error(STRATA_ERR_NOMEM,
                             "the model needs about %.2f GiB (params+grads %.2f, activations %.2f, "
-                            "optimizer %.2f) but only %.2f GiB are available; reduce --layers, "
-                            "--d-model, --batch or --seq-len",
+                            "optimizer %.2f) but %s; reduce --layers, --d-model, --batch or "
+                            "--seq-len%s",
                             need / 1073741824.0, 2 * pbytes / 1073741824.0, abytes / 1073741824.0,
-                            optimizer_bytes_estimate(o, pbytes) / 1073741824.0,
-                            limit / 1073741824.0);
+                            optimizer_bytes_estimate(o, pbytes) / 1073741824.0, have,
+                            o->memory_limit ? ", or raise --memory-limit-mib" : "");
+    }
     if (limit) /* the loader holds the corpus twice while it splits it */
         *corpus_cap = (limit - need) / 2 > 0 ? (limit - need) / 2 : 1;
     return STRATA_OK;
@@ -297,7 +323,9 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                           .params = gpt_num_params(model),
                                           .n_matrix = s0.n_matrix,
                                           .n_tail = s0.n_tail,
-                                          .unigram_val_loss = res->unigram_val_loss});
+                                          .unigram_val_loss = res->unigram_val_loss,
+                                          .blas_threads = openblas_get_num_threads(),
+                                          .workers = async_workers(&o.strata)});
 
     hook_ctx hctx = {rt};
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
