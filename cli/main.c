@@ -317,7 +317,7 @@ static const train_flag train_flags[] = {
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)"},
     {.name = "nvme-dir", .type = FT_STRING, .off = OFF(o.strata.nvme_dir), .group = G_ASYNC,
-     .arg = "DIR", .help = "nvme tier directory (default " NVME_DIR_DEFAULT ")"},
+     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
     {.name = "nvme-queue-depth", .type = FT_INT, .off = OFF(o.strata.nvme_queue_depth), .lo = 8,
      .hi = 4096, .group = G_ASYNC, .arg = "N",
      .help = "nvme chunks in flight, 1 MiB staging buffer each;\nregistered when "
@@ -616,10 +616,6 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
-    if (a->nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "strata: cannot create runs/: %s\n", strerror(errno));
-        return 2;
-    }
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);

@@ -740,6 +740,26 @@ static void nvme_destroy(strata_tier *t)
 
 static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy};
 
+/* mkdir -p: create `dir` and its missing parents. Returns 0 or -1 with errno. */
+static int mkdir_parents(const char *dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* Open the tier's file in `dir` so that it has no name from the start
  * (O_TMPFILE): nothing is left behind whatever ends the process, SIGKILL
  * included. Where the filesystem has no O_TMPFILE, a uniquely named file is
@@ -783,7 +803,7 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
                             "nvme tier: queue_depth %d must be in 8..4096 and chunk_bytes %zu a "
                             "multiple of 4096",
                             c->queue_depth, c->chunk_bytes);
-    if (mkdir(c->dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir_parents(c->dir) != 0)
         return strata_error(STRATA_ERR_IO, "nvme tier: cannot create directory '%s': %s", c->dir,
                             strerror(errno));
     strata_tier *t = calloc(1, sizeof *t);

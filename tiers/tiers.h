@@ -40,7 +40,8 @@ typedef struct strata_tier strata_tier;
 strata_status strata_tier_host_create(size_t budget, strata_tier **out);
 
 typedef struct strata_nvme_config {
-    const char *dir;       /* directory for the tier's file (created if missing) */
+    const char *dir;       /* directory for the tier's file (created with its parents
+                              if missing) */
     size_t budget;         /* bytes of file space; 0 = unlimited */
     int queue_depth;       /* chunks in flight, staging buffers; >= 8, default 16 */
                            /* the staging (queue_depth * chunk_bytes) is registered with

@@ -85,15 +85,16 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
 {
     if (!o || !o->values || o->n_values < 1 || o->n_values > 64 || !o->out_dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "sweep: need 1..64 staleness values and out_dir");
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        /* Create one missing parent (the default runs/sweep). */
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", o->out_dir);
-        char *slash = strrchr(parent, '/');
-        if (slash) {
-            *slash = '\0';
-            mkdir(parent, 0755);
-        }
+    {
+        /* mkdir -p: the default runs/sweep, or any --out with missing parents. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", o->out_dir);
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(dir, 0755);
+                *p = '/';
+            }
         if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST)
             return strata_error(STRATA_ERR_IO, "sweep: cannot create %s: %s", o->out_dir,
                                 strerror(errno));
