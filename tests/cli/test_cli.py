@@ -235,6 +235,13 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{'PASS' if ok else 'FAIL'}: metrics JSONL for {opt}")
         failures += not ok
 
+    # A finite blow-up is divergence: exit 1 with the step named, whatever the optimizer.
+    for opt in ("adamw", "shampoo", "muon", "soap", "kl-shampoo"):
+        run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
+            "--heads", "2", "--seq-len", "16", "--batch", "4", "--steps", "8", "--eval-batches",
+            "1", "--lr", "100", "--adamw-lr", "100", "--no-progress", expect_rc=1,
+            expect_text="STRATA_ERR_NONFINITE: training diverged at step ")
+
     # KL-Shampoo's exact form refreshes eigenbases synchronously even with --async.
     p = run("train", "--data", text, "--optimizer", "kl-shampoo", "--kl-form", "exact", "--async",
             "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "4",
