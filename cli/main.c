@@ -13,11 +13,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "settings.h"
 #include "strata/strata.h"
@@ -34,7 +36,8 @@ static void usage_main(FILE *f)
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
-          "  help             show this help (or `strata train --help`)\n",
+          "  help             show this help (or `strata train --help`)\n"
+          "  --version        print the library's version\n",
           f);
 }
 
@@ -317,7 +320,11 @@ static const train_flag train_flags[] = {
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)"},
     {.name = "nvme-dir", .type = FT_STRING, .off = OFF(o.strata.nvme_dir), .group = G_ASYNC,
-     .arg = "DIR", .help = "nvme tier directory (default " NVME_DIR_DEFAULT ")"},
+     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
+    {.name = "nvme-queue-depth", .type = FT_INT, .off = OFF(o.strata.nvme_queue_depth), .lo = 8,
+     .hi = 4096, .group = G_ASYNC, .arg = "N",
+     .help = "nvme chunks in flight, 1 MiB staging buffer each;\nregistered when "
+             "RLIMIT_MEMLOCK holds them (default {})"},
     {.name = "host-budget-mib", .type = FT_MIB, .off = OFF(o.strata.host_budget), .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
     {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,
@@ -360,6 +367,7 @@ static const train_flag train_flags[] = {
      .help = "refuse models needing more (default: MemAvailable)"},
 
     {.name = "help", .type = FT_HELP},
+    {.name = "version", .type = FT_HELP, .value = 1},
     /* sweep-staleness only (its usage line lists them) */
     {.name = "values", .type = FT_CUSTOM, .set = set_values, .lo = 0, .hi = 100000,
      .sweep_only = true},
@@ -545,9 +553,9 @@ static void print_train_help(FILE *out, bool sweep)
                                      d.values[i]);
         fprintf(out,
                 "usage: strata sweep-staleness [--values %s] [--out DIR] [train options]\n\n"
-                "Train the GPT with synchronous Shampoo (or --optimizer soap) and with the\n"
-                "asynchronous runtime at\n"
-                "each staleness budget S (same model, data, seed and steps), then write\n"
+                "Train the GPT with a synchronous matrix optimizer (shampoo, or --optimizer\n"
+                "soap or kl-shampoo in its eigenbasis form) and with the asynchronous runtime\n"
+                "at each staleness budget S (same model, data, seed and steps), then write\n"
                 "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
                 "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
                 "Defaults: --values %s --out %s, --steps %d.\n\n",
@@ -595,6 +603,10 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         const train_flag *f = c >= 256 && c < 256 + (int)N_FLAGS ? &train_flags[c - 256] : NULL;
+        if (f && f->type == FT_HELP && f->value == 1) {
+            printf("strata %s\n", strata_version());
+            return 100;
+        }
         if (c == 'h' || (f && f->type == FT_HELP)) {
             print_train_help(stdout, sweep);
             return 100;
@@ -624,10 +636,6 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
-    if (a->nvme_wanted && mkdir("runs", 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "strata: cannot create runs/: %s\n", strerror(errno));
-        return 2;
-    }
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);
@@ -653,6 +661,14 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
          o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
                         "effect with --async\n");
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->strata.async && cores > 0 && o->strata.workers > cores)
+        fprintf(stderr, "strata: warning: --workers %d exceeds the %ld online cores; the workers "
+                        "will share them with each other and with the training thread\n",
+                o->strata.workers, cores);
+    if (cores > 0 && o->strata.blas_threads > cores)
+        fprintf(stderr, "strata: warning: --threads %d exceeds the %ld online cores\n",
+                o->strata.blas_threads, cores);
     o->model.max_seq = o->seq_len; /* the model's context is the training context */
     if (a->lr >= 0.0f) {
         o->strata.shampoo.lr = a->lr;
@@ -675,6 +691,38 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
 
 /* ---- commands */
 
+/* SIGINT and SIGTERM: the first asks the run to stop after the step in
+ * progress (it then prints and writes its summary and removes its tier
+ * files; the command exits 128 + the signal's number: 130, 143); a second
+ * one ends the process at once (the nvme tier's file has no name, so
+ * nothing is left behind either way). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    static const char msg[] = "\nstrata: stopping after this step (again to stop at once)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(gpt_train_options *o)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o->stop = &stop_signal;
+}
+
 /* Under an MPI launcher every process is a rank: the communicator spans
  * them, rank 0 prints and writes the metrics, and an error on any rank ends
  * every rank (MPI_Abort) after printing its message, so that none waits
@@ -695,6 +743,7 @@ static int cmd_train(int argc, char **argv)
         a.o.strata.comm = comm;
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
+    catch_stop_signals(&a.o);
     gpt_train_result r;
     strata_status st = gpt_train(&a.o, rank == 0 ? stdout : NULL, &r);
     if (st != STRATA_OK) {
@@ -710,7 +759,7 @@ static int cmd_train(int argc, char **argv)
         return 1;
     }
     strata_comm_destroy(comm);
-    return 0;
+    return r.interrupted ? 128 + r.interrupted : 0;
 }
 
 static int cmd_sweep(int argc, char **argv)
@@ -732,9 +781,12 @@ static int cmd_sweep(int argc, char **argv)
     if (a.o.strata.async)
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
                         "itself\n");
+    catch_stop_signals(&a.o);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
     strata_status st = strata_sweep_staleness(&so, stdout);
+    if (st == STRATA_OK && stop_signal)
+        return 128 + stop_signal;
     if (st != STRATA_OK) {
         fflush(stdout);
         fprintf(stderr, "strata sweep-staleness: %s: %s\n", strata_status_str(st),
@@ -754,6 +806,10 @@ int main(int argc, char **argv)
         return cmd_train(argc - 1, argv + 1);
     if (strcmp(argv[1], "sweep-staleness") == 0)
         return cmd_sweep(argc - 1, argv + 1);
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("strata %s\n", strata_version());
+        return 0;
+    }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {
         usage_main(stdout);

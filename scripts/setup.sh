@@ -24,15 +24,29 @@ fi
 # numpy/scipy for the float64 reference tests (tests/reference).
 if ! python3 -c "import numpy, scipy" 2>/dev/null; then
   echo "setup: installing numpy and scipy for the reference tests"
-  python3 -m pip install -q numpy scipy 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy scipy
+  # Debian 12's pip refuses a system-wide install (PEP 668) unless told to;
+  # show why the first try failed if the second fails too.
+  pip_log=$(mktemp)
+  if ! python3 -m pip install -q numpy scipy 2>"$pip_log" &&
+     ! python3 -m pip install -q --break-system-packages numpy scipy 2>>"$pip_log"; then
+    cat "$pip_log" >&2
+    rm -f "$pip_log"
+    echo "setup: could not install numpy/scipy (errors above); the reference tests need them" >&2
+    exit 1
+  fi
+  rm -f "$pip_log"
 fi
 if [ ! -f "$BUILD/build.ninja" ]; then
-  trap 'tail -20 /tmp/strata-meson-setup.log >&2' ERR
+  # The log lives beside the build (concurrent setups of other build
+  # folders never share it); meson needs the folder to exist empty or new.
+  mkdir -p "$BUILD"
+  log="$BUILD/meson-setup.log"
+  trap 'tail -20 "$log" >&2' ERR
   case " $* " in
-    *buildtype*) meson setup "$BUILD" "$@" > /tmp/strata-meson-setup.log 2>&1 ;;
-    *) meson setup "$BUILD" --buildtype=release "$@" > /tmp/strata-meson-setup.log 2>&1 ;;
+    *buildtype*) meson setup "$BUILD" "$@" > "$log" 2>&1 ;;
+    *) meson setup "$BUILD" --buildtype=release "$@" > "$log" 2>&1 ;;
   esac
+  trap - ERR
 fi
 if ! ninja -C "$BUILD" > "$BUILD/build.log" 2>&1; then
   grep -E "error|FAILED" -A3 "$BUILD/build.log" | head -40

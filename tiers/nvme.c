@@ -1,6 +1,7 @@
 /* NVMe tier: one O_DIRECT file, io_uring with registered staging buffers.
  *
- * Objects: the file (removed at destroy; grown with fallocate at alloc so no
+ * Objects: the file (unnamed from its creation, O_TMPFILE, so that no exit,
+ * not even SIGKILL, leaves it behind; grown with fallocate at alloc so no
  * transfer extends it), an extent allocator over it (first-fit free list in
  * 4 KiB units), `qd` slots, each a staging buffer registered with the ring
  * plus one chunk descriptor, a queue of requests, and the completion thread
@@ -15,6 +16,10 @@
  * write_async promises that its source was copied by the time it returns,
  * and borrowed writes (tried) measured ~20% slower than staged ones on the
  * virtio disk this was tuned on, where fio's registered buffers also win.
+ * Where RLIMIT_MEMLOCK cannot hold the staging buffers (an unprivileged user
+ * at the usual 8 MiB), they stay unregistered and chunks go as plain
+ * READ/WRITE from the same buffers; one warning names the limit and the
+ * bytes needed.
  *
  * Who submits: a read into aligned memory is appended to the queue and the
  * completion thread drives it: it starts chunks in every free slot with one
@@ -50,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +86,7 @@ typedef struct nvme {
     char path[4096];
     struct io_uring ring;
     bool ring_ok;
+    bool registered; /* the staging buffers are registered (else plain READ/WRITE) */
     int qd;
     size_t chunk_bytes;
     uint8_t *staging; /* qd * chunk_bytes */
@@ -96,6 +103,8 @@ typedef struct nvme {
     bool thread_ok;
     extent *free_ext;
     int n_free_ext, cap_free_ext;
+    extent *live;            /* allocated extents by offset; len = the bytes asked for (ext_mu) */
+    int n_live, cap_live;
     uint64_t file_end;
     _Atomic int inject_n;
     _Atomic int inject_errno;
@@ -117,6 +126,60 @@ static uint64_t round_up(uint64_t x)
 }
 
 /* ---- extents */
+
+/* Index of the live extent at file offset `off`, or where it would go. */
+static int live_find(const nvme *n, uint64_t off)
+{
+    int lo = 0, hi = n->n_live;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (n->live[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Record the live extent (off, bytes). Caller holds ext_mu. Returns 0 or -1 (no memory). */
+static int live_add(nvme *n, uint64_t off, uint64_t bytes)
+{
+    if (n->n_live == n->cap_live) {
+        int cap = n->cap_live ? 2 * n->cap_live : 64;
+        extent *nl = realloc(n->live, (size_t)cap * sizeof *nl);
+        if (!nl)
+            return -1;
+        n->live = nl;
+        n->cap_live = cap;
+    }
+    int i = live_find(n, off);
+    memmove(n->live + i + 1, n->live + i, (size_t)(n->n_live - i) * sizeof *n->live);
+    n->live[i] = (extent){off, bytes};
+    n->n_live++;
+    return 0;
+}
+
+/* Check that [offset, offset + bytes) lies inside handle h's extent. */
+static strata_status live_check(nvme *n, void *h, size_t offset, size_t bytes)
+{
+    const uint64_t off = (uint64_t)(uintptr_t)h - NVME_ALIGN;
+    pthread_mutex_lock(&n->ext_mu);
+    int i = live_find(n, off);
+    const bool found = i < n->n_live && n->live[i].off == off;
+    const uint64_t len = found ? n->live[i].len : 0;
+    pthread_mutex_unlock(&n->ext_mu);
+    if (!found)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "tier io: %p is not an extent of this nvme tier (freed, or never "
+                            "allocated)", h);
+    if (offset > len || bytes > len - offset)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "tier io: %zu bytes at offset %zu pass the end of the extent "
+                            "(%llu bytes)", bytes, offset, (unsigned long long)len);
+    return STRATA_OK;
+}
+
+static void nvme_free(strata_tier *t, void *h, size_t bytes);
 
 static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
 {
@@ -154,6 +217,12 @@ static strata_status nvme_alloc(strata_tier *t, size_t bytes, void **out)
         off = n->file_end;
         n->file_end += len;
     }
+    if (live_add(n, off, bytes) != 0) {
+        /* Give the space back: free-list it (the file keeps its size). */
+        pthread_mutex_unlock(&n->ext_mu);
+        nvme_free(t, (void *)(uintptr_t)(off + NVME_ALIGN), bytes);
+        return strata_error(STRATA_ERR_NOMEM, "nvme tier: out of memory");
+    }
     pthread_mutex_unlock(&n->ext_mu);
     *out = (void *)(uintptr_t)(off + NVME_ALIGN); /* never NULL */
     return STRATA_OK;
@@ -164,6 +233,11 @@ static void nvme_free(strata_tier *t, void *h, size_t bytes)
     nvme *n = t->impl;
     uint64_t len = round_up(bytes), off = (uint64_t)(uintptr_t)h - NVME_ALIGN;
     pthread_mutex_lock(&n->ext_mu);
+    int i = live_find(n, off);
+    if (i < n->n_live && n->live[i].off == off) { /* absent only when live_add failed */
+        memmove(n->live + i, n->live + i + 1, (size_t)(n->n_live - i - 1) * sizeof *n->live);
+        n->n_live--;
+    }
     if (n->n_free_ext == n->cap_free_ext) {
         int cap = n->cap_free_ext ? 2 * n->cap_free_ext : 64;
         extent *ne = realloc(n->free_ext, (size_t)cap * sizeof *ne);
@@ -238,6 +312,10 @@ static void chunk_queue(nvme *n, int buf)
     struct io_uring_sqe *sqe = io_uring_get_sqe(&n->ring);
     if (!c->staged)
         io_uring_prep_read(sqe, n->fd, c->host, c->len, off);
+    else if (!n->registered && c->io->op_ == OP_WRITE) /* RLIMIT_MEMLOCK too small */
+        io_uring_prep_write(sqe, n->fd, stage, c->len, off);
+    else if (!n->registered)
+        io_uring_prep_read(sqe, n->fd, stage, c->len, off);
     else if (c->io->op_ == OP_WRITE)
         io_uring_prep_write_fixed(sqe, n->fd, stage, c->len, off, buf);
     else
@@ -457,6 +535,9 @@ static strata_status submit(strata_tier *t, void *h, size_t offset, uint8_t *hos
         return strata_error(STRATA_ERR_INVALID_ARG, "tier io: offset %zu not a multiple of 4096",
                             offset);
     nvme *n = t->impl;
+    strata_status st = live_check(n, h, offset, bytes);
+    if (st != STRATA_OK)
+        return st;
     const int nchunks = (int)((bytes + n->chunk_bytes - 1) / n->chunk_bytes);
     atomic_store(&io->pending_, nchunks);
     atomic_store(&io->error_, 0);
@@ -635,19 +716,19 @@ static void nvme_destroy(strata_tier *t)
         pthread_join(n->thread, NULL);
     }
     if (n->ring_ok) {
-        io_uring_unregister_buffers(&n->ring);
+        if (n->registered)
+            io_uring_unregister_buffers(&n->ring);
         io_uring_queue_exit(&n->ring);
     }
-    if (n->fd >= 0) {
-        close(n->fd);
-        unlink(n->path);
-    }
+    if (n->fd >= 0)
+        close(n->fd); /* the file has no name: closing it frees its blocks */
     free(n->staging);
     free(n->chunks);
     free(n->free_bufs);
     free(n->queued);
     free(n->reaped);
     free(n->free_ext);
+    free(n->live);
     pthread_cond_destroy(&n->done_cv);
     pthread_cond_destroy(&n->buf_cv);
     pthread_mutex_destroy(&n->ext_mu);
@@ -659,9 +740,60 @@ static void nvme_destroy(strata_tier *t)
 
 static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy};
 
+/* mkdir -p: create `dir` and its missing parents. Returns 0 or -1 with errno. */
+static int mkdir_parents(const char *dir)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s", dir) >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Open the tier's file in `dir` so that it has no name from the start
+ * (O_TMPFILE): nothing is left behind whatever ends the process, SIGKILL
+ * included. Where the filesystem has no O_TMPFILE, a uniquely named file is
+ * unlinked right after it is created. With *direct, O_DIRECT is asked for;
+ * *direct becomes false when the filesystem refuses it. `what` receives a
+ * description of the file for messages. Returns the fd, or -1 with errno. */
+static int tier_file_open(const char *dir, bool *direct, char *what, size_t what_len)
+{
+    const int flags = O_RDWR | O_CLOEXEC;
+    snprintf(what, what_len, "the nvme tier's unnamed file in %s", dir);
+    int fd = open(dir, flags | O_TMPFILE | (*direct ? O_DIRECT : 0), 0600);
+    if (fd < 0 && *direct && errno == EINVAL) {
+        fd = open(dir, flags | O_TMPFILE, 0600);
+        if (fd >= 0)
+            *direct = false;
+    }
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+        return fd;
+    char tmpl[4096];
+    if ((size_t)snprintf(tmpl, sizeof tmpl, "%s/.strata-tier-XXXXXX", dir) >= sizeof tmpl) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    fd = mkostemp(tmpl, O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    unlink(tmpl);
+    if (*direct && fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_DIRECT) != 0)
+        *direct = false;
+    return fd;
+}
+
 strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier **out)
 {
-    static _Atomic int counter;
     if (!c || !out || !c->dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "tier_nvme_create: NULL argument");
     *out = NULL;
@@ -671,7 +803,7 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
                             "nvme tier: queue_depth %d must be in 8..4096 and chunk_bytes %zu a "
                             "multiple of 4096",
                             c->queue_depth, c->chunk_bytes);
-    if (mkdir(c->dir, 0755) != 0 && errno != EEXIST)
+    if (mkdir_parents(c->dir) != 0)
         return strata_error(STRATA_ERR_IO, "nvme tier: cannot create directory '%s': %s", c->dir,
                             strerror(errno));
     strata_tier *t = calloc(1, sizeof *t);
@@ -697,22 +829,16 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     pthread_cond_init(&n->done_cv, NULL);
     strata_status st;
 
-    snprintf(n->path, sizeof n->path, "%s/strata-tier-%d-%d.bin", c->dir, (int)getpid(),
-             atomic_fetch_add(&counter, 1));
-    int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
-    n->fd = open(n->path, flags | (c->direct ? O_DIRECT : 0), 0600);
-    if (n->fd < 0 && c->direct && errno == EINVAL) {
-        n->fd = open(n->path, flags, 0600); /* tmpfs and friends refuse O_DIRECT */
-        if (n->fd >= 0)
-            strata_logf(c->log, STRATA_LOG_WARN, "tiers",
-                        "%s refuses O_DIRECT; the nvme tier goes through the page cache",
-                        c->dir);
-    }
+    bool direct = c->direct;
+    n->fd = tier_file_open(c->dir, &direct, n->path, sizeof n->path);
     if (n->fd < 0) {
-        st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create '%s': %s", n->path,
+        st = strata_error(STRATA_ERR_IO, "nvme tier: cannot create a file in '%s': %s", c->dir,
                           strerror(errno));
         goto fail;
     }
+    if (c->direct && !direct) /* tmpfs and friends refuse O_DIRECT */
+        strata_logf(c->log, STRATA_LOG_WARN, "tiers",
+                    "%s refuses O_DIRECT; the nvme tier goes through the page cache", c->dir);
     n->staging = aligned_alloc(NVME_ALIGN, (size_t)n->qd * n->chunk_bytes);
     n->chunks = calloc((size_t)n->qd, sizeof *n->chunks);
     n->free_bufs = malloc((size_t)n->qd * sizeof *n->free_bufs);
@@ -743,9 +869,26 @@ strata_status strata_tier_nvme_create(const strata_nvme_config *c, strata_tier *
     }
     rc = io_uring_register_buffers(&n->ring, iov, (unsigned)n->qd);
     free(iov);
-    if (rc < 0) {
+    if (rc == -ENOMEM || rc == -EPERM) {
+        /* Registered buffers are pinned and count against RLIMIT_MEMLOCK
+         * (8 MiB by default for a user without CAP_IPC_LOCK): go on with
+         * plain transfers from the same staging buffers, and say so. */
+        struct rlimit lim;
+        char have[48] = "unknown";
+        if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+            snprintf(have, sizeof have, "%.1f MiB", (double)lim.rlim_cur / 1048576.0);
+        const size_t need = (size_t)n->qd * n->chunk_bytes;
+        strata_logf(c->log, STRATA_LOG_WARN, "tiers",
+                    "nvme tier: RLIMIT_MEMLOCK is %s but registering %d staging buffers of "
+                    "%.1f MiB needs %.1f MiB (%s): using unregistered staging buffers; "
+                    "`ulimit -l %zu` or a smaller queue depth or chunk restores them",
+                    have, n->qd, (double)n->chunk_bytes / 1048576.0, (double)need / 1048576.0,
+                    strerror(-rc), (need >> 10) + 1024);
+    } else if (rc < 0) {
         st = strata_error(STRATA_ERR_IO, "nvme tier: io_uring_register_buffers: %s", strerror(-rc));
         goto fail;
+    } else {
+        n->registered = true;
     }
     rc = pthread_create(&n->thread, NULL, completion_main, n);
     if (rc != 0) {

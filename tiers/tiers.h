@@ -40,9 +40,13 @@ typedef struct strata_tier strata_tier;
 strata_status strata_tier_host_create(size_t budget, strata_tier **out);
 
 typedef struct strata_nvme_config {
-    const char *dir;       /* directory for the tier's file (created if missing) */
+    const char *dir;       /* directory for the tier's file (created with its parents
+                              if missing) */
     size_t budget;         /* bytes of file space; 0 = unlimited */
     int queue_depth;       /* chunks in flight, staging buffers; >= 8, default 16 */
+                           /* the staging (queue_depth * chunk_bytes) is registered with
+                              io_uring when RLIMIT_MEMLOCK allows, else used unregistered
+                              (one warning names the limit and the bytes needed) */
     size_t chunk_bytes;    /* largest single transfer (chunk), multiple of 4096; default 1 MiB */
     bool direct;           /* O_DIRECT; default true (falls back with a warning if refused) */
     const strata_logger *log; /* where warnings go (must outlive the tier); NULL = stderr */
@@ -50,8 +54,9 @@ typedef struct strata_nvme_config {
 
 void strata_nvme_config_default(strata_nvme_config *c);
 
-/* Create the nvme tier: a file `strata-tier-<pid>-<n>.bin` in c->dir (removed
- * at destroy), an io_uring of queue_depth entries, queue_depth registered
+/* Create the nvme tier: a file in c->dir that has no name (O_TMPFILE; where
+ * the filesystem lacks it, a file unlinked right after its creation), so it
+ * disappears with its last descriptor however the process ends, an io_uring of queue_depth entries, queue_depth registered
  * staging buffers, and the completion thread. Errors: STRATA_ERR_IO (the
  * directory is missing/read-only, or io_uring is unavailable: the message
  * says which), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
@@ -99,7 +104,9 @@ typedef struct strata_io {
  * request for the completion thread and returns at once; the kernel writes
  * straight into `dst`. Either way `dst` must stay valid and untouched until
  * strata_tier_io_wait returns. Thread-safe.
- * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier, out of the extent),
+ * Errors: STRATA_ERR_INVALID_ARG (not an nvme tier; `h` not a live extent of
+ * this tier; [offset, offset + bytes) not inside the `bytes` that
+ * strata_tier_alloc reserved for `h`; offset not a multiple of 4096),
  * STRATA_ERR_IO (submission failed: then nothing is in flight for this
  * request; for a queued read a later failure to submit surfaces from
  * strata_tier_io_wait instead). */

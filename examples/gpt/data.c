@@ -47,17 +47,29 @@ static int bytes_reserve(bytes *b, size_t extra)
     return 0;
 }
 
-/* Append everything readable from fd (until EOF) to b. `what` names the
- * file in messages. */
-static int read_all(int fd, const char *what, bytes *b)
+static int too_large(const char *what, size_t max_bytes)
+{
+    return strata_error(STRATA_ERR_NOMEM,
+                        "gpt_data_load: the corpus passes %zu bytes at %s, the most the memory "
+                        "limit leaves for it (the loader holds it twice while splitting); use a "
+                        "smaller corpus or a larger memory limit", max_bytes, what);
+}
+
+/* Append everything readable from fd (a regular file, until EOF) to b, at
+ * most max_bytes in all (0 = no limit). `what` names the file in messages. */
+static int read_all(int fd, const char *what, size_t max_bytes, bytes *b)
 {
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        if (max_bytes && (uint64_t)st.st_size > max_bytes - b->n)
+            return too_large(what, max_bytes);
         int rc = bytes_reserve(b, (size_t)st.st_size + 1);
         if (rc)
             return rc;
     }
     for (;;) {
+        if (max_bytes && b->n > max_bytes) /* the file grew while we read it */
+            return too_large(what, max_bytes);
         int rc = bytes_reserve(b, 1 << 16);
         if (rc)
             return rc;
@@ -85,8 +97,40 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Open `name` (relative to dfd) for reading without blocking on a FIFO and
+ * confirm it is a regular file. Returns the fd, -1 with errno, or -2 when it
+ * is not a regular file (*mode says what it is). */
+static int open_regular(int dfd, const char *name, int nofollow, mode_t *mode)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    *mode = st.st_mode;
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return -2;
+    }
+    return fd;
+}
+
+static const char *mode_name(mode_t m)
+{
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
 /* Concatenate the regular files of directory `path` in sorted name order. */
-static int read_dir(const char *path, bytes *b, size_t *n_files)
+static int read_dir(const char *path, size_t max_bytes, bytes *b, size_t *n_files)
 {
     int rc = 0;
     char **names = NULL;
@@ -134,7 +178,10 @@ static int read_dir(const char *path, bytes *b, size_t *n_files)
         qsort(names, n, sizeof *names, cmp_names);
 
     for (size_t i = 0; i < n; i++) {
-        int fd = openat(dfd, names[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        mode_t mode;
+        int fd = open_regular(dfd, names[i], 1, &mode);
+        if (fd == -2)
+            continue; /* replaced by something else since it was listed */
         if (fd < 0) {
             rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s/%s: %s",
                               path, names[i], strerror(errno));
@@ -142,7 +189,7 @@ static int read_dir(const char *path, bytes *b, size_t *n_files)
         }
         char what[512];
         snprintf(what, sizeof what, "%s/%s", path, names[i]);
-        rc = read_all(fd, what, b);
+        rc = read_all(fd, what, max_bytes, b);
         close(fd);
         if (rc)
             goto out_free_names;
@@ -157,19 +204,23 @@ out_free_names:
     return rc;
 }
 
-static int read_path(const char *path, bytes *b, size_t *n_files)
+static int read_path(const char *path, size_t max_bytes, bytes *b, size_t *n_files)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot access %s: %s",
                             path, strerror(errno));
     if (S_ISDIR(st.st_mode))
-        return read_dir(path, b, n_files);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return read_dir(path, max_bytes, b, n_files);
+    mode_t mode = st.st_mode;
+    int fd = open_regular(AT_FDCWD, path, 0, &mode);
+    if (fd == -2)
+        return strata_error(STRATA_ERR_DATA, "gpt_data_load: %s is %s; the corpus must be a "
+                            "regular file or a directory of them", path, mode_name(mode));
     if (fd < 0)
         return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s: %s",
                             path, strerror(errno));
-    int rc = read_all(fd, path, b);
+    int rc = read_all(fd, path, max_bytes, b);
     close(fd);
     if (rc == 0)
         *n_files = 1;
@@ -192,7 +243,40 @@ static size_t chunk_size(size_t n, double f, size_t min_len)
     return chunk;
 }
 
+/* Bytes of p[0..n) that are text: printable ASCII, whitespace (\t \n \v \f
+ * \r), or part of a well-formed UTF-8 sequence of 2 to 4 bytes. */
+static size_t text_bytes(const uint8_t *p, size_t n)
+{
+    size_t text = 0;
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = p[i];
+        if ((c >= 0x20 && c < 0x7f) || (c >= '\t' && c <= '\r')) {
+            text++;
+            i++;
+            continue;
+        }
+        const size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                           : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        size_t k = 1;
+        while (len && k < len && i + k < n && (p[i + k] & 0xc0) == 0x80)
+            k++;
+        if (len && k == len) {
+            text += len;
+            i += len;
+        } else {
+            i++;
+        }
+    }
+    return text;
+}
+
 int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *out)
+{
+    return gpt_data_load_limit(path, val_fraction, min_len, 0, out);
+}
+
+int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size_t max_bytes,
+                        gpt_data *out)
 {
     if (out)
         memset(out, 0, sizeof *out);
@@ -209,7 +293,7 @@ int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *
 
     bytes all = { 0 };
     size_t n_files = 0;
-    int rc = read_path(path, &all, &n_files);
+    int rc = read_path(path, max_bytes, &all, &n_files);
     if (rc)
         goto out_free_all;
     if (all.n == 0) {
@@ -257,6 +341,7 @@ int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *
     out->val = n_val ? split + n_train : NULL;
     out->n_val = n_val;
     out->n_files = n_files;
+    out->text_fraction = (double)text_bytes(all.p, n) / (double)n;
 
 out_free_all:
     free(all.p);

@@ -28,10 +28,13 @@ typedef struct gpt_data {
     uint8_t *val;       /* n_val bytes, NULL when n_val == 0 */
     size_t n_val;
     size_t n_files;     /* files read (a single file counts 1) */
+    double text_fraction; /* share of the corpus's bytes that are text: printable ASCII,
+                             whitespace, or well-formed UTF-8 sequences (in [0, 1]) */
 } gpt_data;
 
 /* Load `path` into *out and split it.
- * path: a regular file (read whole; a symlink to one is followed), or a
+ * path: a regular file (read whole; a symlink to one is followed; a FIFO,
+ *   device or socket is refused without reading or blocking), or a
  *   directory: its regular files, not descending into subdirectories, in
  *   byte-wise sorted name order, concatenated with nothing in between.
  *   Skipped: names starting with '.', names ending in ".dat" (fortune
@@ -45,12 +48,22 @@ typedef struct gpt_data {
  *   STRATA_ERR_INVALID_ARG  NULL argument, val_fraction outside [0, 1),
  *                           min_len < 2
  *   STRATA_ERR_IO           path missing or unreadable, a file unreadable
- *   STRATA_ERR_DATA         no bytes at all (empty file, empty directory,
+ *   STRATA_ERR_DATA         path is neither a regular file nor a directory
+ *                           (the message says what it is), no bytes at all
+ *                           (empty file, empty directory,
  *                           only skipped files), or the train split (or the
  *                           val split when val_fraction > 0) has fewer than
  *                           min_len bytes; the message gives both numbers
  *   STRATA_ERR_NOMEM */
 int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *out);
+
+/* gpt_data_load reading at most `max_bytes` of corpus (0 = no limit): a
+ * corpus larger than that (its files' sizes, or what a growing file yields)
+ * fails with STRATA_ERR_NOMEM before more is read. The loader holds the
+ * corpus twice while it splits it, so a caller with M bytes to spare passes
+ * M / 2. */
+int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size_t max_bytes,
+                        gpt_data *out);
 
 /* Free the bytes and zero *d. NULL or a zeroed struct is a no-op. */
 void gpt_data_free(gpt_data *d);

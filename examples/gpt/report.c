@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -167,6 +168,16 @@ static json_object *get_roots_tier(const config_ctx *c)
     return json_object_new_string(strata_tier_kind_name(c->o->strata.roots_tier));
 }
 
+static json_object *get_blas_threads(const config_ctx *c)
+{
+    return json_object_new_int(c->info->blas_threads);
+}
+
+static json_object *get_workers(const config_ctx *c)
+{
+    return json_object_new_int(c->info->workers);
+}
+
 static json_object *get_unigram(const config_ctx *c)
 {
     return json_double(c->info->unigram_val_loss);
@@ -200,7 +211,7 @@ static const config_key config_keys[] = {
     {"val_fraction", 0, WHEN_ALWAYS, CK_DOUBLE, OFF(val_fraction), NULL, NULL},
     {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
     {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
-    {"blas_threads", 0, WHEN_ALWAYS, CK_INT, OFF(strata.blas_threads), NULL, NULL},
+    {"blas_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_threads},
     /* the matrix optimizer's settings */
     {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL},
     {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL},
@@ -234,7 +245,7 @@ static const config_key config_keys[] = {
     {"staleness", 0, WHEN_ASYNC, CK_INT, OFF(strata.staleness), NULL, NULL},
     {"install_mode", 0, WHEN_ASYNC, CK_NAME, OFF(strata.install_mode), gpt_install_mode_names,
      NULL},
-    {"workers", 0, WHEN_ASYNC, CK_INT, OFF(strata.workers), NULL, NULL},
+    {"workers", 0, WHEN_ASYNC, CK_FN, 0, NULL, get_workers},
     {"roots_tier", 0, WHEN_ASYNC, CK_FN, 0, NULL, get_roots_tier},
     {"nvme_dir", 0, WHEN_ASYNC, CK_STRING, OFF(strata.nvme_dir), NULL, NULL},
     {"host_budget_bytes", 0, WHEN_ASYNC, CK_SIZE, OFF(strata.host_budget), NULL, NULL},
@@ -354,7 +365,7 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
         if (o->strata.async && rep->refresh.async)
             snprintf(async_note, sizeof async_note, " | async %s", rep->refresh.what);
         fprintf(rep->out,
-                "strata train: %s%s | data %s (%zu files, %zu train / %zu val bytes)\n"
+                "strata train: %s%s | data %s (%zu file%s, %zu train / %zu val bytes)\n"
                 "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
                 "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
@@ -364,7 +375,8 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
                 mopt == STRATA_OPTIM_KL_SHAMPOO && o->strata.kl_shampoo.form == STRATA_KL_EXACT
                     ? " (exact form)"
                     : "",
-                o->data_path, info->n_files, info->n_train, info->n_val, o->model.n_layer,
+                o->data_path, info->n_files, info->n_files == 1 ? "" : "s", info->n_train,
+                info->n_val, o->model.n_layer,
                 o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
                 o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
                 info->n_matrix, name, info->n_tail, name, info->unigram_val_loss, async_note);
@@ -470,13 +482,17 @@ static double percentile(const double *sorted, int n, double q)
 static void summarize(gpt_report *rep, gpt_train_result *res)
 {
     const int n = rep->n;
+    res->final_val_loss = rep->val_loss;
+    res->wall_seconds = rep->wall_seconds;
+    if (n == 0) { /* stopped before the first step: nothing to summarize */
+        res->final_train_loss = NAN;
+        return;
+    }
     const int last = n < 10 ? n : 10;
     double acc = 0.0;
     for (int i = n - last; i < n; i++)
         acc += rep->losses[i];
     res->final_train_loss = acc / last;
-    res->final_val_loss = rep->val_loss;
-    res->wall_seconds = rep->wall_seconds;
     res->tokens_per_second = (double)n * rep->o.batch * rep->o.seq_len / rep->wall_seconds;
     double mean = 0.0;
     for (int i = 0; i < n; i++)
@@ -491,6 +507,17 @@ static void summarize(gpt_report *rep, gpt_train_result *res)
     res->opt_ms_max = rep->opt_ms[n - 1];
 }
 
+/* The name of a stopping signal. */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+    }
+}
+
 static void print_summary(const gpt_report *rep, const gpt_train_result *res)
 {
     FILE *f = rep->summary_out;
@@ -502,16 +529,19 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
                  (long long)s->root_refreshes, rep->refresh.what, (long long)s->root_failures);
     fprintf(f,
-            "summary: %s | %d steps in %.*f s | train loss %.4f | val loss %.4f "
+            "summary: %s | %d step%s in %.*f s | train loss %.4f | val loss %.4f "
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
             "max %.1f | %.0f tok/s\n"
             "optimizer: %s%.1f MiB state in the device tier\n",
-            strata_optimizer_name(o->strata.matrix_optimizer), rep->n,
+            strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
             res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             res->tokens_per_second, refreshes, s->device_bytes / 1048576.0);
+    if (res->interrupted)
+        fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
+                rep->n, o->steps);
     if (o->strata.async && rep->refresh.async)
         fprintf(f,
                 "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
@@ -555,16 +585,23 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "step_ms_p99", res->step_ms_p99);
     json_add_double(j, "step_ms_max", res->step_ms_max);
     json_add_double(j, "step_ms_mean", res->step_ms_mean);
+    json_add_double(j, "opt_ms_p50", res->opt_ms_p50);
+    json_add_double(j, "opt_ms_max", res->opt_ms_max);
     json_add_double(j, "tokens_per_s", res->tokens_per_second);
     json_add_int64(j, "root_refreshes", s->root_refreshes);
     json_add_int64(j, "root_failures", s->root_failures);
     json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    if (res->interrupted)
+        json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
     json_object_object_add(j, "async", json_object_new_boolean(async));
     if (async) {
         json_object_object_add(j, "staleness", json_object_new_int(rep->o.strata.staleness));
         json_add_int64(j, "waits", s->coh_waits);
         json_add_double(j, "wait_s", s->coh_wait_seconds);
         json_add_int64(j, "max_staleness", s->max_staleness);
+        json_add_int64(j, "staleness_bound", rep->refresh.frequency - 1 + rep->o.strata.staleness);
+        json_add_int64(j, "installs", s->coh_installs);
+        json_add_int64(j, "dropped", s->coh_dropped);
         json_add_int64(j, "host_bytes_peak", (int64_t)s->host_bytes_peak);
         json_add_int64(j, "nvme_bytes_peak", (int64_t)s->nvme_bytes_peak);
     }

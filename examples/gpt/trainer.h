@@ -14,6 +14,7 @@
 #ifndef STRATA_EXAMPLES_GPT_TRAINER_H
 #define STRATA_EXAMPLES_GPT_TRAINER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,6 +48,10 @@ typedef struct gpt_train_options {
     int progress;            /* 0 = plain lines, 1 = progress bar, -1 = decide by isatty */
     bool quiet;              /* only the summary */
     size_t memory_limit;     /* bytes the run may use; 0 = MemAvailable from /proc/meminfo */
+    volatile sig_atomic_t *stop; /* NULL, or a flag a signal handler sets to the signal's
+                                    number: the run then stops after the step in progress
+                                    (or before the first), prints and writes its summary
+                                    and releases everything (tier files included) */
 } gpt_train_options;
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
@@ -77,6 +82,7 @@ typedef struct gpt_train_result {
     double opt_ms_p50, opt_ms_max; /* strata_step alone */
     double tokens_per_second;
     strata_stats stats;       /* the runtime's counters at the end */
+    int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */
 } gpt_train_result;
 
 /* Defaults as documented on each field (matrix optimizer: Shampoo with Adam
@@ -84,7 +90,8 @@ typedef struct gpt_train_result {
 void gpt_train_options_default(gpt_train_options *o);
 
 /* Run a training. `out` receives human-readable progress (may be NULL for
- * silence). Errors: STRATA_ERR_INVALID_ARG (a bad option, named),
+ * silence). A run stopped through o->stop returns STRATA_OK with
+ * res->interrupted set, its summary printed and written. Errors: STRATA_ERR_INVALID_ARG (a bad option, named),
  * STRATA_ERR_IO / STRATA_ERR_DATA (corpus), STRATA_ERR_NOMEM (the model
  * does not fit `memory_limit`, with the sizes in the message), any status
  * of the runtime (STRATA_ERR_NONFINITE when the loss diverges). */

@@ -49,7 +49,8 @@ static strata_status jsonl_to_dat(const char *jsonl, const char *dat)
     return fclose(out) == 0 ? STRATA_OK : strata_error(STRATA_ERR_IO, "writing %s failed", dat);
 }
 
-static strata_status write_plot(const char *dir, const sweep_row *rows, int n, FILE *out)
+static strata_status write_plot(const char *dir, const char *optimizer, const sweep_row *rows,
+                                int n, FILE *out)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/loss_vs_time.gp", dir);
@@ -59,12 +60,12 @@ static strata_status write_plot(const char *dir, const sweep_row *rows, int n, F
     fprintf(f,
             "set terminal pngcairo size 1000,650\n"
             "set output '%s/loss_vs_time.png'\n"
-            "set title 'GPT on the corpus: validation loss vs wall time, Shampoo sync and async "
+            "set title 'GPT on the corpus: validation loss vs wall time, %s sync and async "
             "(staleness budget S)'\n"
             "set xlabel 'wall time (s)'\nset ylabel 'loss (nats/byte)'\nset grid\n"
             "set key top right\nset datafile missing 'NaN'\n"
             "plot ",
-            dir);
+            dir, optimizer);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s'%s/%s.dat' using 1:3 with linespoints lw 2 title '%s'", i ? ", \\\n     " : "",
                 dir, rows[i].name, rows[i].staleness < 0 ? "sync" : rows[i].name);
@@ -84,15 +85,16 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
 {
     if (!o || !o->values || o->n_values < 1 || o->n_values > 64 || !o->out_dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "sweep: need 1..64 staleness values and out_dir");
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        /* Create one missing parent (the default runs/sweep). */
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", o->out_dir);
-        char *slash = strrchr(parent, '/');
-        if (slash) {
-            *slash = '\0';
-            mkdir(parent, 0755);
-        }
+    {
+        /* mkdir -p: the default runs/sweep, or any --out with missing parents. */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", o->out_dir);
+        for (char *p = dir + 1; *p; p++)
+            if (*p == '/') {
+                *p = '\0';
+                mkdir(dir, 0755);
+                *p = '/';
+            }
         if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST)
             return strata_error(STRATA_ERR_IO, "sweep: cannot create %s: %s", o->out_dir,
                                 strerror(errno));
@@ -103,13 +105,19 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
         return strata_error(STRATA_ERR_NOMEM, "sweep: out of memory");
     strata_status st = STRATA_OK;
     char path[4096], dat[4096];
+    /* The optimizer every run uses: the one asked for when it has a staleness
+     * budget to sweep, else Shampoo. */
+    strata_optimizer swept = o->train.strata.matrix_optimizer;
+    {
+        gpt_refresh_info refresh;
+        gpt_optimizer_refresh_info(&o->train.strata, &refresh);
+        if (!refresh.async)
+            swept = STRATA_OPTIM_SHAMPOO;
+    }
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
         gpt_train_options t = o->train;
-        gpt_refresh_info refresh;
-        gpt_optimizer_refresh_info(&t.strata, &refresh);
-        if (!refresh.async) /* no staleness budget to sweep: use Shampoo */
-            t.strata.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
+        t.strata.matrix_optimizer = swept;
         t.quiet = true;
         /* Every run trains on one thread (it stands in for the GPU); the
          * async runs' workers take the other cores. */
@@ -137,6 +145,13 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
             snprintf(why, sizeof why, "%s", strata_last_error());
             strata_error(st, "sweep run %s: %s", row->name, why);
             break;
+        }
+        if (row->r.interrupted) { /* a signal: no table from a partial sweep */
+            if (out)
+                fprintf(out, "sweep: interrupted during run %s; %s/sweep.tsv not written\n",
+                         row->name, o->out_dir);
+            free(rows);
+            return STRATA_OK;
         }
         snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, row->name);
         st = jsonl_to_dat(path, dat);
@@ -181,7 +196,7 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
         }
     }
     if (st == STRATA_OK)
-        st = write_plot(o->out_dir, rows, n, out);
+        st = write_plot(o->out_dir, strata_optimizer_name(swept), rows, n, out);
     if (st == STRATA_OK && out)
         fprintf(out, "\nwrote %s/sweep.tsv and %s/loss_vs_time.png\n", o->out_dir, o->out_dir);
     free(rows);

@@ -28,7 +28,8 @@ typedef struct strata_sweep_options {
 } strata_sweep_options;
 
 /* Run the sweep, printing one line per finished run and the table to `out`.
- * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (out_dir), and any status of
+ * A run stopped by a signal (train.stop) ends the sweep without a table and
+ * returns STRATA_OK; the caller knows from its flag. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (out_dir), and any status of
  * gpt_train (the run that failed is named). */
 strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out);
 

@@ -3,6 +3,8 @@
 run whose JSONL metrics parse. Usage: test_cli.py path/to/strata"""
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,9 +13,21 @@ STRATA = sys.argv[1]
 failures = 0
 
 
-def run(*args, expect_rc, expect_text=None, stream="stderr", reject_text=None):
+def limit_memory():
+    """Child: at most 3 GiB of address space, so a loader that reads without
+    bound fails instead of pushing the machine into the OOM killer."""
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def run(*args, expect_rc, expect_text=None, stream="stderr", reject_text=None, timeout=120):
     global failures
-    p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=120)
+    try:
+        p = subprocess.run([STRATA, *args], capture_output=True, text=True, timeout=timeout,
+                           preexec_fn=limit_memory)
+    except subprocess.TimeoutExpired:
+        print(f"FAIL: strata {' '.join(args)[:70]} -> still running after {timeout} s")
+        failures += 1
+        return None
     out = p.stderr if stream == "stderr" else p.stdout
     ok = (p.returncode == expect_rc and (expect_text is None or expect_text in out)
           and (reject_text is None or reject_text not in out))
@@ -40,6 +54,29 @@ with tempfile.TemporaryDirectory() as tmp:
     metrics = os.path.join(tmp, "m.jsonl")
 
     run("--help", expect_rc=0, expect_text="train", stream="stdout")
+    # --version prints strata_version(), from the command and from train.
+    import re
+    for args in (("--version",), ("train", "--version")):
+        p = run(*args, expect_rc=0, expect_text="strata ", stream="stdout")
+        ok = p is not None and re.fullmatch(r"strata \d+\.\d+\.\d+\n", p.stdout) is not None
+        print(f"{'PASS' if ok else 'FAIL'}: strata {' '.join(args)} prints the version")
+        failures += not ok
+    p = run("sweep-staleness", "--help", expect_rc=0, expect_text="soap or kl-shampoo",
+            stream="stdout")
+    # The meson log of scripts/setup.sh stays inside the build folder.
+    setup = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                         "setup.sh")
+    fixed_log = "/tmp/strata-meson-setup.log"
+    before = os.stat(fixed_log).st_mtime if os.path.exists(fixed_log) else None
+    bdir = os.path.join(tmp, "build-setup")
+    sp = subprocess.run(["bash", setup, bdir, "-Dno_such_option=1"], capture_output=True,
+                        text=True, timeout=300)
+    after = os.stat(fixed_log).st_mtime if os.path.exists(fixed_log) else None
+    ok = (sp.returncode != 0 and os.path.exists(os.path.join(bdir, "meson-setup.log"))
+          and "no_such_option" in open(os.path.join(bdir, "meson-setup.log")).read()
+          and "no_such_option" in sp.stderr and before == after)
+    print(f"{'PASS' if ok else 'FAIL'}: scripts/setup.sh keeps its meson log in the build folder")
+    failures += not ok
     run(expect_rc=2, expect_text="usage")
     run("fly", expect_rc=2, expect_text="unknown command")
     run("train", "--help", expect_rc=0, expect_text="--optimizer", stream="stdout")
@@ -92,10 +129,69 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", "--data", short, "--seq-len", "64", expect_rc=1, expect_text="STRATA_ERR_DATA")
     run("train", "--data", text, "--layers", "200", "--d-model", "16384", "--heads", "128",
         expect_rc=1, expect_text="STRATA_ERR_NOMEM")
+    # --data on anything: only regular files (and directories of them) are read.
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    run("train", "--data", fifo, expect_rc=1, expect_text="is a FIFO; the corpus must be a "
+        "regular file", timeout=20)
+    for dev in ("/dev/zero", "/dev/urandom"):
+        run("train", "--data", dev, expect_rc=1, expect_text="is a character device", timeout=20)
+    link = os.path.join(tmp, "zero-link")
+    os.symlink("/dev/zero", link)
+    run("train", "--data", link, expect_rc=1, expect_text="is a character device", timeout=20)
+    sparse = os.path.join(tmp, "sparse.txt")
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)  # 2 GiB of holes: nothing on disk
+    run("train", "--data", sparse, "--memory-limit-mib", "512", expect_rc=1,
+        expect_text="the most the memory limit leaves for it", timeout=20)
+    bins = os.path.join(tmp, "bins")
+    os.mkdir(bins)
+    for b in ("/bin/ls", "/bin/cat", "/bin/sh"):
+        shutil.copy(b, bins)
+    os.mkfifo(os.path.join(bins, "fifo"))  # skipped, never opened
+    tiny_run = ["--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16",
+                "--batch", "2", "--steps", "1", "--eval-batches", "1", "--quiet"]
+    run("train", "--data", bins, *tiny_run, expect_rc=0, expect_text="of the corpus " + bins +
+        " is text", timeout=60)
+    run("train", "--data", text, *tiny_run, expect_rc=0, reject_text="warning", timeout=60)
     run("train", "--data", text, "--memory-limit-mib", "1", expect_rc=1,
-        expect_text="GiB are available")
+        expect_text="but --memory-limit-mib allows 0.00 GiB", reject_text="available")
     run("train", "--data", text, "--metrics", "/proc/strata-no-such/dir/m.jsonl",
         expect_rc=1, expect_text="cannot write metrics")
+
+    # Counts and grammar: one file, one step; the actual thread counts in the
+    # JSONL (also when automatic); --workers past the cores is worth a warning.
+    p = run("train", "--data", text, "--layers", "1", "--d-model", "16", "--heads", "2",
+            "--seq-len", "16", "--batch", "2", "--steps", "1", "--eval-batches", "1",
+            "--metrics", metrics, "--no-progress", expect_rc=0, expect_text="(1 file, ",
+            stream="stdout")
+    ok = p is not None and "| 1 step in " in p.stdout
+    try:
+        recs = [json.loads(line) for line in open(metrics)]
+        ok = ok and recs[0]["blas_threads"] >= 1
+        ok = ok and all(k in recs[-1] for k in ("opt_ms_p50", "opt_ms_max", "step_ms_p50"))
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: 1 file, 1 step, blas_threads and opt_ms in the JSONL")
+    failures += not ok
+    p = run("train", "--data", text, "--layers", "1", "--d-model", "16", "--heads", "2",
+            "--seq-len", "16", "--batch", "2", "--steps", "4", "--eval-batches", "1",
+            "--precondition-frequency", "2", "--async", "--metrics", metrics, "--no-progress",
+            expect_rc=0, expect_text="async: S=1", stream="stdout")
+    try:
+        recs = [json.loads(line) for line in open(metrics)]
+        cores = os.cpu_count() or 1
+        ok = (recs[0]["workers"] == max(1, cores - 1) and recs[0]["blas_threads"] == 1
+              and recs[-1]["installs"] >= 1 and "dropped" in recs[-1]
+              and recs[-1]["staleness_bound"] == 2)
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: async JSONL: actual workers, installs and dropped")
+    failures += not ok
+    run("train", *nodata, "--async", "--workers", str((os.cpu_count() or 1) + 1), expect_rc=1,
+        expect_text="exceeds the")
 
     # --metrics creates missing parent directories.
     nested = os.path.join(tmp, "runs", "deep", "m.jsonl")
@@ -139,6 +235,13 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{'PASS' if ok else 'FAIL'}: metrics JSONL for {opt}")
         failures += not ok
 
+    # A finite blow-up is divergence: exit 1 with the step named, whatever the optimizer.
+    for opt in ("adamw", "shampoo", "muon", "soap", "kl-shampoo"):
+        run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
+            "--heads", "2", "--seq-len", "16", "--batch", "4", "--steps", "8", "--eval-batches",
+            "1", "--lr", "100", "--adamw-lr", "100", "--no-progress", expect_rc=1,
+            expect_text="STRATA_ERR_NONFINITE: training diverged at step ")
+
     # KL-Shampoo's exact form refreshes eigenbases synchronously even with --async.
     p = run("train", "--data", text, "--optimizer", "kl-shampoo", "--kl-form", "exact", "--async",
             "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "4",
@@ -178,6 +281,30 @@ with tempfile.TemporaryDirectory() as tmp:
         print("  metrics error:", e)
         ok = False
     print(f"{'PASS' if ok else 'FAIL'}: async nvme metrics")
+    failures += not ok
+    run("train", "--nvme-queue-depth", "4", expect_rc=2, expect_text="--nvme-queue-depth")
+    run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
+        "device,nvme", "--nvme-dir", nvme_dir, "--nvme-queue-depth", "8", "--metrics", metrics,
+        "--no-progress", expect_rc=0, expect_text="nvme tier", stream="stdout")
+    try:
+        recs = [json.loads(line) for line in open(metrics)]
+        ok = recs[-2]["nvme_bytes_written"] > 0
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: --nvme-queue-depth 8 run")
+    failures += not ok
+    # The sweep's plot names the optimizer it swept.
+    sweep_soap = os.path.join(tmp, "sweep-soap")
+    run("sweep-staleness", *tiny, "--optimizer", "soap", "--steps", "2", "--eval-every", "1",
+        "--values", "0", "--out", sweep_soap, expect_rc=0, expect_text="wrote", stream="stdout")
+    try:
+        gp = open(os.path.join(sweep_soap, "loss_vs_time.gp")).read()
+        ok = "soap sync and async" in gp and "Shampoo" not in gp
+    except Exception as e:  # noqa: BLE001
+        print("  sweep error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: sweep plot title names soap")
     failures += not ok
     sweep_dir = os.path.join(tmp, "sweep")
     run("sweep-staleness", *tiny, "--steps", "6", "--eval-every", "3", "--values", "0,2",

@@ -2,8 +2,10 @@
  * many chunks, many requests in flight, borrowed aligned memory and staged
  * unaligned memory, several threads at once, destroy with requests in
  * flight), injected I/O errors surface as STRATA_ERR_IO, an unusable
- * directory fails cleanly. Skips (77) if io_uring is not available on this
+ * directory fails cleanly, the tier's file never has a name (nothing left
+ * behind by a killed process). Skips (77) if io_uring is not available on this
  * kernel. */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -13,7 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -57,6 +63,209 @@ static strata_tier *make_nvme(size_t chunk, size_t budget)
     if (st != STRATA_OK)
         fail_msg("nvme create: %s: %s", strata_status_str(st), strata_last_error());
     return t;
+}
+
+/* Entries of `dir` other than "." and "..". */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* The tier's file never has a name: a process killed with the tier open
+ * (SIGKILL: no destroy runs) leaves nothing in the directory. */
+static void test_nvme_file_unnamed(void **state)
+{
+    (void)state;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/unnamed", tmpdir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        strata_nvme_config c;
+        strata_nvme_config_default(&c);
+        c.dir = dir;
+        c.queue_depth = 8;
+        c.chunk_bytes = 16384;
+        strata_tier *t;
+        void *h;
+        static uint8_t buf[65536];
+        if (strata_tier_nvme_create(&c, &t) != STRATA_OK ||
+            strata_tier_alloc(t, sizeof buf, &h) != STRATA_OK ||
+            strata_tier_write(t, h, 0, buf, sizeof buf) != STRATA_OK)
+            _exit(3);
+        _exit(dir_entries(dir) == 0 ? 0 : 4); /* no name while open, and no destroy */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(dir_entries(dir), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed);
+
+/* What the tier logged, for the memlock test. */
+static char logged[2048];
+
+static void log_capture(void *user, strata_log_level level, const char *subsystem,
+                        const char *msg)
+{
+    (void)user;
+    (void)level;
+    (void)subsystem;
+    size_t used = strlen(logged);
+    snprintf(logged + used, sizeof logged - used, "%s\n", msg);
+}
+
+/* As an unprivileged user would be: without CAP_IPC_LOCK (root ignores
+ * RLIMIT_MEMLOCK for registered buffers), with RLIMIT_MEMLOCK at `bytes`. */
+static int become_unprivileged(rlim_t bytes)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return -1;
+    data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        return -1;
+    struct rlimit lim = {bytes, bytes};
+    return setrlimit(RLIMIT_MEMLOCK, &lim);
+}
+
+/* Child of test_nvme_memlock: create a tier of depth qd with 1 MiB chunks
+ * at an 8 MiB RLIMIT_MEMLOCK and move 5 MiB through it. Exit 0 when that
+ * works and the log says `want` (NULL: says nothing). */
+static int memlock_child(const char *dir, int qd, const char *want)
+{
+    if (become_unprivileged(8u << 20) != 0)
+        return 2;
+    strata_logger lg = {.level = STRATA_LOG_INFO, .fn = log_capture, .user = NULL};
+    strata_nvme_config c;
+    strata_nvme_config_default(&c);
+    c.dir = dir;
+    c.queue_depth = qd;
+    c.log = &lg;
+    strata_tier *t;
+    if (strata_tier_nvme_create(&c, &t) != STRATA_OK) {
+        fprintf(stderr, "create qd %d: %s\n", qd, strata_last_error());
+        return 3;
+    }
+    const size_t n = (5u << 20) + 100;
+    uint8_t *src = malloc(n), *dst = malloc(n);
+    void *h;
+    int rc = 0;
+    fill(src, n, 11);
+    if (!src || !dst || strata_tier_alloc(t, n, &h) != STRATA_OK ||
+        strata_tier_write(t, h, 0, src, n) != STRATA_OK ||
+        strata_tier_read(t, h, 0, dst + 0, n) != STRATA_OK || memcmp(src, dst, n) != 0)
+        rc = 4;
+    strata_tier_destroy(t);
+    free(src);
+    free(dst);
+    if (rc)
+        return rc;
+    if (want ? !strstr(logged, want) : logged[0] != '\0') {
+        fprintf(stderr, "qd %d logged: '%s', want '%s'\n", qd, logged, want ? want : "");
+        return 5;
+    }
+    return 0;
+}
+
+/* An unprivileged user at the default RLIMIT_MEMLOCK (8 MiB) can use the
+ * tier: the default 16 x 1 MiB staging and depth 8 (8 MiB) do not fit, so
+ * they run unregistered, and one line names the limit and the bytes. */
+static void test_nvme_memlock(void **state)
+{
+    (void)state;
+    static const struct {
+        int qd;
+        const char *want;
+    } cases[] = {
+        {16, "RLIMIT_MEMLOCK is 8.0 MiB but registering 16 staging buffers of 1.0 MiB needs "
+             "16.0 MiB"},
+        {8, "needs 8.0 MiB"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            _exit(memlock_child(tmpdir, cases[i].qd, cases[i].want));
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+}
+
+/* Reads and writes are checked against the extent's length: a range that
+ * passes its end (or a freed or made-up handle) is refused with
+ * STRATA_ERR_INVALID_ARG before any byte moves, so a neighbouring extent is
+ * never overwritten. */
+static void test_nvme_extent_range(void **state)
+{
+    (void)state;
+    strata_tier *t = make_nvme(16384, 0);
+    void *a, *b, *c;
+    assert_int_equal(strata_tier_alloc(t, 10000, &a), STRATA_OK);
+    assert_int_equal(strata_tier_alloc(t, 8192, &b), STRATA_OK);
+    static uint8_t src[16384], keep[8192], dst[16384];
+    fill(src, sizeof src, 3);
+    fill(keep, sizeof keep, 4);
+    assert_int_equal(strata_tier_write(t, b, 0, keep, sizeof keep), STRATA_OK);
+    static const struct {
+        size_t offset, bytes;
+        strata_status want;
+    } cases[] = {
+        {0, 10000, STRATA_OK},
+        {8192, 1808, STRATA_OK},
+        {0, 10001, STRATA_ERR_INVALID_ARG},
+        {8192, 4096, STRATA_ERR_INVALID_ARG}, /* the rounded-up tail is not the caller's */
+        {12288, 1, STRATA_ERR_INVALID_ARG},
+        {4096, 16384, STRATA_ERR_INVALID_ARG},
+        {SIZE_MAX - 4095, 8192, STRATA_ERR_INVALID_ARG}, /* offset + bytes wraps around */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        strata_io io;
+        assert_int_equal(strata_tier_write(t, a, cases[i].offset, src, cases[i].bytes),
+                         cases[i].want);
+        assert_int_equal(strata_tier_read(t, a, cases[i].offset, dst, cases[i].bytes),
+                         cases[i].want);
+        assert_int_equal(strata_tier_write_async(t, a, cases[i].offset, src, cases[i].bytes, &io),
+                         cases[i].want);
+        if (cases[i].want == STRATA_OK)
+            assert_int_equal(strata_tier_io_wait(t, &io, 60.0), STRATA_OK);
+        assert_int_equal(strata_tier_read_async(t, a, cases[i].offset, dst, cases[i].bytes, &io),
+                         cases[i].want);
+        if (cases[i].want == STRATA_OK)
+            assert_int_equal(strata_tier_io_wait(t, &io, 60.0), STRATA_OK);
+        if (cases[i].want != STRATA_OK)
+            assert_non_null(strstr(strata_last_error(), "extent"));
+    }
+    /* b is untouched by every refused write into a. */
+    assert_int_equal(strata_tier_read(t, b, 0, dst, sizeof keep), STRATA_OK);
+    assert_memory_equal(dst, keep, sizeof keep);
+    /* Handles that are not live extents. */
+    assert_int_equal(strata_tier_read(t, (uint8_t *)b + 65536, 0, dst, 4096),
+                     STRATA_ERR_INVALID_ARG);
+    strata_tier_free(t, a, 10000);
+    assert_int_equal(strata_tier_write(t, a, 0, src, 4096), STRATA_ERR_INVALID_ARG);
+    /* A new extent that reuses a's space has its own length. */
+    assert_int_equal(strata_tier_alloc(t, 4096, &c), STRATA_OK);
+    assert_int_equal(strata_tier_write(t, c, 0, src, 4096), STRATA_OK);
+    assert_int_equal(strata_tier_write(t, c, 0, src, 8192), STRATA_ERR_INVALID_ARG);
+    strata_tier_free(t, c, 4096);
+    strata_tier_free(t, b, 8192);
+    strata_tier_destroy(t);
 }
 
 static void fill(uint8_t *p, size_t n, uint32_t seed)
@@ -343,6 +552,9 @@ int main(void)
         cmocka_unit_test(test_nvme_borrowed),
         cmocka_unit_test(test_nvme_concurrent),
         cmocka_unit_test(test_nvme_errors),
+        cmocka_unit_test(test_nvme_file_unnamed),
+        cmocka_unit_test(test_nvme_memlock),
+        cmocka_unit_test(test_nvme_extent_range),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);

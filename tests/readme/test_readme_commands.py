@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Run every `strata ...` command the README shows, as written, with its steps
+cut short (--steps 3, one evaluation batch) on the default model, in a
+scratch folder: the README's examples must work. Paths the README invents are
+given real places: my_corpus/ becomes a folder with a text file, /scratch/...
+a path under the scratch folder whose parents do not exist yet.
+Usage: test_readme_commands.py README.md path/to/strata"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+readme, strata = sys.argv[1], os.path.abspath(sys.argv[2])
+text = open(readme).read()
+commands = []
+for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+    for line in block.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.search(r"(?:^|&&\s*)(build/cli/strata\s.*)$", line)
+        if m:
+            commands.append(m.group(1).strip())
+failures = 0
+if len(commands) < 6:
+    print(f"FAIL: found only {len(commands)} strata commands in {readme}")
+    sys.exit(1)
+
+with tempfile.TemporaryDirectory() as tmp:
+    corpus = os.path.join(tmp, "my_corpus")
+    os.mkdir(corpus)
+    with open(os.path.join(corpus, "a.txt"), "w") as f:
+        for i in range(3000):
+            f.write(f"Line {i}: a corpus of plain text for the README's example, {i % 17}.\n")
+    for cmd in commands:
+        args = shlex.split(cmd)[1:]
+        args = [a.replace("/scratch/", os.path.join(tmp, "scratch", "deep") + "/")
+                for a in args]
+        if "--help" not in args:
+            args += ["--steps", "3", "--eval-batches", "1", "--no-progress"]
+            if args[0] == "sweep-staleness":
+                args += ["--eval-every", "1"]
+        p = subprocess.run([strata, *args], cwd=tmp, capture_output=True, text=True,
+                           timeout=600)
+        ok = p.returncode == 0 and ("--help" in args or "summary:" in p.stdout
+                                    or "wrote " in p.stdout)
+        print(f"{'PASS' if ok else 'FAIL'}: {cmd}")
+        if not ok:
+            failures += 1
+            print("  rc", p.returncode, "\n  stdout:", p.stdout[-600:], "\n  stderr:",
+                  p.stderr[-600:])
+print(f"{len(commands) - failures} passed, {failures} failed")
+sys.exit(1 if failures else 0)
