@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "data.h"
+#include "gpt_cuda.h"
 #include "report.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
@@ -112,6 +113,60 @@ static double unigram_baseline(const gpt_data *d)
     return d->n_val ? ce / (double)d->n_val : NAN;
 }
 
+/* The model the loop trains: the CPU GPT (gpt.h) or the GPU GPT
+ * (gpt_cuda.h), which share the tensor table and the pass semantics. */
+typedef struct train_model {
+    gpt_model *cpu;
+    gpt_cuda *gpu;
+} train_model;
+
+static int model_create(const gpt_train_options *o, train_model *m)
+{
+    return o->device == STRATA_BACKEND_CUDA ? gpt_cuda_create(&o->model, o->seed, &m->gpu)
+                                            : gpt_create(&o->model, o->seed, &m->cpu);
+}
+
+static void model_destroy(train_model *m)
+{
+    gpt_cuda_destroy(m->gpu);
+    gpt_destroy(m->cpu);
+}
+
+static int model_num_tensors(const train_model *m)
+{
+    return m->gpu ? gpt_cuda_num_tensors(m->gpu) : gpt_num_tensors(m->cpu);
+}
+
+static const gpt_tensor *model_tensor_at(const train_model *m, int i)
+{
+    return m->gpu ? gpt_cuda_tensor_at(m->gpu, i) : gpt_tensor_at(m->cpu, i);
+}
+
+static size_t model_num_params(const train_model *m)
+{
+    return m->gpu ? gpt_cuda_num_params(m->gpu) : gpt_num_params(m->cpu);
+}
+
+static int model_forward(train_model *m, const uint8_t *x, const uint8_t *y, int B, int T,
+                         gpt_layer_cb cb, void *ctx, float *loss)
+{
+    return m->gpu ? gpt_cuda_forward(m->gpu, x, y, B, T, cb, ctx, loss)
+                  : gpt_forward(m->cpu, x, y, B, T, cb, ctx, loss);
+}
+
+static int model_backward(train_model *m, gpt_layer_cb cb, void *ctx)
+{
+    return m->gpu ? gpt_cuda_backward(m->gpu, cb, ctx) : gpt_backward(m->cpu, cb, ctx);
+}
+
+static int model_zero_grad(train_model *m)
+{
+    if (m->gpu)
+        return gpt_cuda_zero_grad(m->gpu);
+    gpt_zero_grad(m->cpu);
+    return 0;
+}
+
 typedef struct hook_ctx {
     strata_runtime *rt;
 } hook_ctx;
@@ -126,14 +181,14 @@ static int hook_bwd(void *ctx, int layer)
     return (int)strata_hook_backward(((hook_ctx *)ctx)->rt, layer);
 }
 
-static strata_status evaluate(gpt_model *m, const gpt_data *d, int batches, int B, int T,
+static strata_status evaluate(train_model *m, const gpt_data *d, int batches, int B, int T,
                               uint8_t *x, uint8_t *y, double *loss_out)
 {
     double acc = 0.0;
     for (int k = 0; k < batches; k++) {
         gpt_data_eval_batch(d, k, B, T, x, y);
         float loss;
-        int rc = gpt_forward(m, x, y, B, T, NULL, NULL, &loss);
+        int rc = model_forward(m, x, y, B, T, NULL, NULL, &loss);
         if (rc)
             return (strata_status)rc;
         acc += loss;
@@ -201,10 +256,10 @@ static strata_status check_fits(const gpt_train_options *o)
 
 /* Register every model tensor with the runtime; its routing rule sends
  * embeddings and 1-D tensors to AdamW and the matrices to the matrix optimizer. */
-static strata_status register_params(strata_runtime *rt, gpt_model *model)
+static strata_status register_params(strata_runtime *rt, const train_model *model)
 {
-    for (int i = 0; i < gpt_num_tensors(model); i++) {
-        const gpt_tensor *t = gpt_tensor_at(model, i);
+    for (int i = 0; i < model_num_tensors(model); i++) {
+        const gpt_tensor *t = model_tensor_at(model, i);
         strata_param_desc d = {
             .name = t->name,
             .ndim = t->ndim,
@@ -214,6 +269,7 @@ static strata_status register_params(strata_runtime *rt, gpt_model *model)
                     : t->role == GPT_ROLE_MATRIX  ? STRATA_ROLE_MATRIX
                                                   : STRATA_ROLE_VECTOR,
             .optimizer = STRATA_OPTIM_DEFAULT,
+            .memory = model->gpu ? STRATA_MEM_MANAGED : STRATA_MEM_DEVICE,
             .data = t->data,
             .grad = t->grad,
         };
@@ -242,7 +298,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     const int B = o.batch, T = o.seq_len;
 
     gpt_data data = {0};
-    gpt_model *model = NULL;
+    train_model model = {0};
     strata_runtime *rt = NULL;
     gpt_report *rep = NULL;
     uint8_t *x = NULL, *y = NULL;
@@ -251,13 +307,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = (strata_status)gpt_data_load(o.data_path, o.val_fraction, T + 1, &data);
     if (st != STRATA_OK)
         goto out;
-    st = (strata_status)gpt_create(&o.model, o.seed, &model);
+    st = (strata_status)model_create(&o, &model);
     if (st != STRATA_OK)
         goto out;
     st = strata_create(&o.strata, &rt);
     if (st != STRATA_OK)
         goto out;
-    st = register_params(rt, model);
+    st = register_params(rt, &model);
     if (st != STRATA_OK)
         goto out;
     st = strata_commit(rt);
@@ -280,7 +336,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     gpt_report_begin(rep, &(gpt_run_info){.n_files = data.n_files,
                                           .n_train = data.n_train,
                                           .n_val = data.n_val,
-                                          .params = gpt_num_params(model),
+                                          .params = model_num_params(&model),
                                           .n_matrix = s0.n_matrix,
                                           .n_tail = s0.n_tail,
                                           .unigram_val_loss = res->unigram_val_loss});
@@ -292,11 +348,12 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         const float lrs = lr_scale_at(&o, o.warmup, step);
         strata_set_lr_scale(rt, lrs);
         gpt_data_batch(&data, 0, B, T, &rng, x, y);
-        gpt_zero_grad(model);
         float loss;
-        st = (strata_status)gpt_forward(model, x, y, B, T, hook_fwd, &hctx, &loss);
+        st = (strata_status)model_zero_grad(&model);
         if (st == STRATA_OK)
-            st = (strata_status)gpt_backward(model, hook_bwd, &hctx);
+            st = (strata_status)model_forward(&model, x, y, B, T, hook_fwd, &hctx, &loss);
+        if (st == STRATA_OK)
+            st = (strata_status)model_backward(&model, hook_bwd, &hctx);
         if (st != STRATA_OK)
             goto out;
         const double t1 = now_seconds();
@@ -318,7 +375,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                              step + 1 == o.steps;
         double val_loss = NAN;
         if (do_eval) {
-            st = evaluate(model, &data, o.eval_batches, B, T, x, y, &val_loss);
+            st = evaluate(&model, &data, o.eval_batches, B, T, x, y, &val_loss);
             if (st != STRATA_OK)
                 goto out;
         }
@@ -341,7 +398,7 @@ out:
     free(y);
     free(x);
     strata_destroy(rt);
-    gpt_destroy(model);
+    model_destroy(&model);
     gpt_data_free(&data);
     return st;
 }

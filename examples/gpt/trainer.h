@@ -42,6 +42,11 @@ typedef struct gpt_train_options {
     int progress;            /* 0 = plain lines, 1 = progress bar, -1 = decide by isatty */
     bool quiet;              /* only the summary */
     size_t memory_limit;     /* bytes the run may use; 0 = MemAvailable from /proc/meminfo */
+    strata_backend_kind device; /* where the model's forward and backward run: CPU (default,
+                                   gpt.h) or CUDA (the GPU model, cuda/gpt_cuda.h: parameters
+                                   and gradients in managed memory; STRATA_ERR_UNSUPPORTED
+                                   without CUDA or a GPU). The optimizer runs on
+                                   strata.backend, which the CLI's --device sets alike. */
 } gpt_train_options;
 
 typedef struct gpt_train_result {
