@@ -345,10 +345,7 @@ strata_status strata_backend_create_kind(strata_backend_kind kind, int blas_thre
     case STRATA_BACKEND_CPU:
         return strata_backend_cpu_create(blas_threads, out);
     case STRATA_BACKEND_CUDA:
-        return strata_error(STRATA_ERR_UNSUPPORTED,
-                            "backend 'cuda': this strata library was built without the CUDA "
-                            "backend (reconfigure with meson -Dcuda=enabled on a machine with "
-                            "the CUDA toolkit), use backend 'cpu'");
+        return strata_backend_cuda_create(out);
     }
     return strata_error(STRATA_ERR_INVALID_ARG, "backend_create_kind: unknown kind %d", (int)kind);
 }

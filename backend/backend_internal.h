@@ -13,4 +13,14 @@ void *backend_ctx(const strata_backend *be);
 strata_status backend_stream_impl(const strata_backend *be, const strata_stream *s, void **impl,
                                   const char *who);
 
+/* The CUDA backend (backend/cuda/cuda.c; backend/cuda/none.c when strata is
+ * built without CUDA, where both return STRATA_ERR_UNSUPPORTED saying so).
+ * available: *count = CUDA devices visible (cudaGetDeviceCount); STRATA_OK
+ * when >= 1, else STRATA_ERR_UNSUPPORTED with the reason. create: a backend
+ * on the current device (cudaSetDevice / CUDA_VISIBLE_DEVICES choose it);
+ * errors: STRATA_ERR_UNSUPPORTED (not built, no device, no memory pools),
+ * STRATA_ERR_NOMEM, or a converted CUDA/cuBLAS error. */
+strata_status strata_backend_cuda_available(int *count);
+strata_status strata_backend_cuda_create(strata_backend **out);
+
 #endif

@@ -27,7 +27,7 @@
 #include <math.h>
 
 #ifdef __CUDACC__
-#define STRATA_HD __host__ __device__ __forceinline__
+#define STRATA_HD __host__ __device__ /* with the functions' own `static inline` */
 #else
 #define STRATA_HD
 #endif

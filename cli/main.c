@@ -137,6 +137,24 @@ static int set_tiers(train_args *a, const train_flag *f, const char *arg)
     return 0;
 }
 
+/* --device: the model's forward/backward and the optimizer's backend alike. */
+static int set_device(train_args *a, const train_flag *f, const char *arg)
+{
+    strata_backend_kind k;
+    if (strata_backend_kind_parse(arg, &k) != STRATA_OK) {
+        fprintf(stderr, "strata: --%s expects cpu or cuda, got '%s'\n", f->name, arg);
+        return -1;
+    }
+    a->o.device = k;
+    a->o.strata.backend = k;
+    return 0;
+}
+
+static void dflt_device(const train_args *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", strata_backend_kind_name(d->o.device));
+}
+
 static int set_kl_init(train_args *a, const train_flag *f, const char *arg)
 {
     if (strcmp(arg, "auto") == 0) {
@@ -245,6 +263,10 @@ static const train_flag train_flags[] = {
     {.name = "max-grad-norm", .type = FT_FLOAT, .off = OFF(o.strata.max_grad_norm), .lo = 0.0,
      .hi = 1e30, .group = G_TRAIN, .arg = "X",
      .help = "clip the global gradient norm; 0 = off (default {})"},
+    {.name = "device", .type = FT_CUSTOM, .set = set_device, .group = G_TRAIN, .arg = "cpu|cuda",
+     .dflt = dflt_device,
+     .help = "where the model and the optimizer run; cuda: the GPU\nmodel and the CUDA backend "
+             "(default {})"},
     {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
      .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "gpt_cuda.h"
 #include "report.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
@@ -175,10 +176,64 @@ static int hook_bwd(void *ctx, int layer)
     return (int)strata_hook_backward(((hook_ctx *)ctx)->rt, layer);
 }
 
+/* The model the loop trains: the CPU GPT (gpt.h) or the GPU GPT
+ * (gpt_cuda.h), which share the tensor table and the pass semantics. */
+typedef struct train_model {
+    gpt_model *cpu;
+    gpt_cuda *gpu;
+} train_model;
+
+static int model_create(const gpt_train_options *o, train_model *m)
+{
+    return o->device == STRATA_BACKEND_CUDA ? gpt_cuda_create(&o->model, o->seed, &m->gpu)
+                                            : gpt_create(&o->model, o->seed, &m->cpu);
+}
+
+static void model_destroy(train_model *m)
+{
+    gpt_cuda_destroy(m->gpu);
+    gpt_destroy(m->cpu);
+}
+
+static int model_num_tensors(const train_model *m)
+{
+    return m->gpu ? gpt_cuda_num_tensors(m->gpu) : gpt_num_tensors(m->cpu);
+}
+
+static const gpt_tensor *model_tensor_at(const train_model *m, int i)
+{
+    return m->gpu ? gpt_cuda_tensor_at(m->gpu, i) : gpt_tensor_at(m->cpu, i);
+}
+
+static size_t model_num_params(const train_model *m)
+{
+    return m->gpu ? gpt_cuda_num_params(m->gpu) : gpt_num_params(m->cpu);
+}
+
+static int model_forward(train_model *m, const uint8_t *x, const uint8_t *y, int B, int T,
+                         gpt_layer_cb cb, void *ctx, float *loss)
+{
+    return m->gpu ? gpt_cuda_forward(m->gpu, x, y, B, T, cb, ctx, loss)
+                  : gpt_forward(m->cpu, x, y, B, T, cb, ctx, loss);
+}
+
+static int model_backward(train_model *m, gpt_layer_cb cb, void *ctx)
+{
+    return m->gpu ? gpt_cuda_backward(m->gpu, cb, ctx) : gpt_backward(m->cpu, cb, ctx);
+}
+
+static int model_zero_grad(train_model *m)
+{
+    if (m->gpu)
+        return gpt_cuda_zero_grad(m->gpu);
+    gpt_zero_grad(m->cpu);
+    return 0;
+}
+
 /* Validation loss over `batches` fixed batches. With several ranks the owners
  * first send every rank the current weights (every rank evaluates the same
  * batches, so every rank reports the same loss). */
-static strata_status evaluate(strata_runtime *rt, gpt_model *m, const gpt_data *d, int batches,
+static strata_status evaluate(strata_runtime *rt, train_model *m, const gpt_data *d, int batches,
                               int B, int T, uint8_t *x, uint8_t *y, double *loss_out)
 {
     strata_status st = strata_sync_weights(rt);
@@ -188,7 +243,7 @@ static strata_status evaluate(strata_runtime *rt, gpt_model *m, const gpt_data *
     for (int k = 0; k < batches; k++) {
         gpt_data_eval_batch(d, k, B, T, x, y);
         float loss;
-        int rc = gpt_forward(m, x, y, B, T, NULL, NULL, &loss);
+        int rc = model_forward(m, x, y, B, T, NULL, NULL, &loss);
         if (rc)
             return (strata_status)rc;
         acc += loss;
@@ -244,7 +299,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
  * alone, summed into `acc` in order from +0, then times (float)(1.0 / M):
  * the same numbers as M ranks. The reported loss is the mean of the
  * micro-batches' losses, summed in order. */
-static strata_status train_micro_batches(const gpt_train_options *o, gpt_model *model,
+static strata_status train_micro_batches(const gpt_train_options *o, train_model *model,
                                          gpt_data *data, hook_ctx *h, uint64_t *rng, uint8_t *x,
                                          uint8_t *y, float *acc, float *loss_out)
 {
@@ -255,21 +310,22 @@ static strata_status train_micro_batches(const gpt_train_options *o, gpt_model *
     double losses[GPT_MAX_RANKS] = {0};
     strata_status st = STRATA_OK;
     if (acc)
-        memset(acc, 0, gpt_num_params(model) * sizeof(float));
+        memset(acc, 0, model_num_params(model) * sizeof(float));
     for (int k = 0; k < M && st == STRATA_OK; k++) {
         gpt_data_batch(data, 0, B, T, rng, x, y);
         if (world > 1 && k != rank)
             continue;
-        gpt_zero_grad(model);
-        float loss;
-        st = (strata_status)gpt_forward(model, x, y, B, T, hook_fwd, h, &loss);
+        float loss = 0.0f;
+        st = (strata_status)model_zero_grad(model);
         if (st == STRATA_OK)
-            st = (strata_status)gpt_backward(model, hook_bwd, h);
+            st = (strata_status)model_forward(model, x, y, B, T, hook_fwd, h, &loss);
+        if (st == STRATA_OK)
+            st = (strata_status)model_backward(model, hook_bwd, h);
         losses[k] = loss;
         if (st == STRATA_OK && acc) {
             float *a = acc;
-            for (int i = 0; i < gpt_num_tensors(model); i++) {
-                const gpt_tensor *t = gpt_tensor_at(model, i);
+            for (int i = 0; i < model_num_tensors(model); i++) {
+                const gpt_tensor *t = model_tensor_at(model, i);
                 const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
                 for (size_t j = 0; j < n; j++)
                     a[j] += t->grad[j];
@@ -280,8 +336,8 @@ static strata_status train_micro_batches(const gpt_train_options *o, gpt_model *
     if (st == STRATA_OK && acc) {
         const float inv = (float)(1.0 / M);
         const float *a = acc;
-        for (int i = 0; i < gpt_num_tensors(model); i++) {
-            const gpt_tensor *t = gpt_tensor_at(model, i);
+        for (int i = 0; i < model_num_tensors(model); i++) {
+            const gpt_tensor *t = model_tensor_at(model, i);
             const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
             for (size_t j = 0; j < n; j++)
                 t->grad[j] = a[j] * inv;
@@ -386,10 +442,10 @@ static strata_status check_fits(const gpt_train_options *o, size_t *corpus_cap)
 
 /* Register every model tensor with the runtime; its routing rule sends
  * embeddings and 1-D tensors to AdamW and the matrices to the matrix optimizer. */
-static strata_status register_params(strata_runtime *rt, gpt_model *model)
+static strata_status register_params(strata_runtime *rt, const train_model *model)
 {
-    for (int i = 0; i < gpt_num_tensors(model); i++) {
-        const gpt_tensor *t = gpt_tensor_at(model, i);
+    for (int i = 0; i < model_num_tensors(model); i++) {
+        const gpt_tensor *t = model_tensor_at(model, i);
         strata_param_desc d = {
             .name = t->name,
             .ndim = t->ndim,
@@ -399,6 +455,7 @@ static strata_status register_params(strata_runtime *rt, gpt_model *model)
                     : t->role == GPT_ROLE_MATRIX  ? STRATA_ROLE_MATRIX
                                                   : STRATA_ROLE_VECTOR,
             .optimizer = STRATA_OPTIM_DEFAULT,
+            .memory = model->gpu ? STRATA_MEM_MANAGED : STRATA_MEM_DEVICE,
             .data = t->data,
             .grad = t->grad,
         };
@@ -430,7 +487,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     const int B = o.batch, T = o.seq_len;
 
     gpt_data data = {0};
-    gpt_model *model = NULL;
+    train_model model = {0};
     strata_runtime *rt = NULL;
     gpt_report *rep = NULL;
     uint8_t *x = NULL, *y = NULL;
@@ -445,13 +502,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         fprintf(stderr, "strata: warning: only %.0f%% of the corpus %s is text (printable "
                         "ASCII, whitespace or UTF-8); the model will learn binary bytes\n",
                 100.0 * data.text_fraction, o.data_path);
-    st = (strata_status)gpt_create(&o.model, o.seed, &model);
+    st = (strata_status)model_create(&o, &model);
     if (st != STRATA_OK)
         goto out;
     st = strata_create(&o.strata, &rt);
     if (st != STRATA_OK)
         goto out;
-    st = register_params(rt, model);
+    st = register_params(rt, &model);
     if (st != STRATA_OK)
         goto out;
     st = strata_commit(rt);
@@ -463,7 +520,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     x = malloc((size_t)B * T);
     y = malloc((size_t)B * T);
     if (o.grad_accum > 1)
-        acc = malloc(gpt_num_params(model) * sizeof *acc);
+        acc = malloc(model_num_params(&model) * sizeof *acc);
     if (!x || !y || (o.grad_accum > 1 && !acc)) {
         st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
         goto out;
@@ -477,7 +534,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     gpt_report_begin(rep, &(gpt_run_info){.n_files = data.n_files,
                                           .n_train = data.n_train,
                                           .n_val = data.n_val,
-                                          .params = gpt_num_params(model),
+                                          .params = model_num_params(&model),
                                           .n_matrix = s0.n_matrix,
                                           .n_tail = s0.n_tail,
                                           .unigram_val_loss = res->unigram_val_loss,
@@ -505,7 +562,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         /* Micro-batches: M per step (one per rank, or grad_accum on one rank),
          * drawn in the same order by every rank; a rank computes its own. */
         float loss = 0.0f;
-        st = train_micro_batches(&o, model, &data, &hctx, &rng, x, y, acc, &loss);
+        st = train_micro_batches(&o, &model, &data, &hctx, &rng, x, y, acc, &loss);
         if (st != STRATA_OK)
             goto out;
         const double t1 = now_seconds();
@@ -536,7 +593,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                            step + 1 == o.steps);
         double val_loss = NAN;
         if (do_eval) {
-            st = evaluate(rt, model, &data, o.eval_batches, B, T, x, y, &val_loss);
+            st = evaluate(rt, &model, &data, o.eval_batches, B, T, x, y, &val_loss);
             if (st != STRATA_OK)
                 goto out;
         }
@@ -561,8 +618,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     if (st != STRATA_OK)
         goto out;
     res->weights_hash = 1469598103934665603ull;
-    for (int i = 0; i < gpt_num_tensors(model); i++) {
-        const gpt_tensor *t = gpt_tensor_at(model, i);
+    for (int i = 0; i < model_num_tensors(&model); i++) {
+        const gpt_tensor *t = model_tensor_at(&model, i);
         const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
         const unsigned char *b = (const unsigned char *)t->data;
         for (size_t k = 0; k < n * sizeof(float); k++)
@@ -580,7 +637,7 @@ out:
     free(y);
     free(x);
     strata_destroy(rt);
-    gpt_destroy(model);
+    model_destroy(&model);
     gpt_data_free(&data);
     return st;
 }

@@ -52,6 +52,11 @@ typedef struct gpt_train_options {
                                     number: the run then stops after the step in progress
                                     (or before the first), prints and writes its summary
                                     and releases everything (tier files included) */
+    strata_backend_kind device; /* where the model's forward and backward run: CPU (default,
+                                   gpt.h) or CUDA (the GPU model, cuda/gpt_cuda.h: parameters
+                                   and gradients in managed memory; STRATA_ERR_UNSUPPORTED
+                                   without CUDA or a GPU). The optimizer runs on
+                                   strata.backend, which the CLI's --device sets alike. */
 } gpt_train_options;
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */

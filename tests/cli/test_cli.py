@@ -156,6 +156,20 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", "--data", text, *tiny_run, expect_rc=0, reject_text="warning", timeout=60)
     run("train", "--data", text, "--memory-limit-mib", "1", expect_rc=1,
         expect_text="but --memory-limit-mib allows 0.00 GiB", reject_text="available")
+    # --device cuda without a GPU (or without CUDA built in): a clear
+    # STRATA_ERR_UNSUPPORTED naming the way out, exit 1, never a crash. Where a
+    # GPU is present the run trains instead (scripts/device-check.sh covers it).
+    run("train", "--device", "gpu", expect_rc=2, expect_text="--device expects cpu or cuda")
+    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True) \
+        if any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK)
+               for d in os.environ.get("PATH", "").split(os.pathsep)) else None
+    if probe is None or probe.returncode != 0 or "GPU" not in probe.stdout:
+        p = run("train", "--data", text, "--device", "cuda", "--steps", "2", "--seq-len", "16",
+                expect_rc=1, expect_text="STRATA_ERR_UNSUPPORTED")
+        for want in ("cuda", "--device cpu"):
+            ok = want in p.stderr and "Traceback" not in p.stderr
+            print(f"{'PASS' if ok else 'FAIL'}: --device cuda without a GPU says {want!r}")
+            failures += not ok
     run("train", "--data", text, "--metrics", "/proc/strata-no-such/dir/m.jsonl",
         expect_rc=1, expect_text="cannot write metrics")
 

@@ -1,0 +1,423 @@
+/* The NCCL communicator (comm_nccl.h): bootstrap over MPI, host buffers
+ * staged through device buffers on one communication stream, and the
+ * deterministic / NCCL-ordered sums described in the header.
+ *
+ * Life: create (collective) -> collectives in the same order on every rank
+ * -> destroy (collective: ncclCommDestroy, MPI_Comm_free). Every collective
+ * ends with the stream synchronized, so the host buffers hold the result on
+ * return (the interface is blocking). Staging buffers only grow.
+ *
+ * Errors: NCCL, CUDA and MPI codes are converted at the three wrappers at the
+ * top, which record the expression, file and line.
+ */
+#include "comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+/* nccl.h declares `f()` for `f(void)`: not ours to fix */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static strata_status nccl_status(ncclResult_t r, const char *expr, const char *file, int line)
+{
+    if (r == ncclSuccess)
+        return STRATA_OK;
+    return strata_error(r == ncclInvalidArgument || r == ncclInvalidUsage ? STRATA_ERR_INVALID_ARG
+                                                                          : STRATA_ERR_INTERNAL,
+                        "%s:%d: %s failed: %s", file, line, expr, ncclGetErrorString(r));
+}
+
+static strata_status cuda_status(cudaError_t e, const char *expr, const char *file, int line)
+{
+    if (e == cudaSuccess)
+        return STRATA_OK;
+    return strata_error(e == cudaErrorMemoryAllocation ? STRATA_ERR_NOMEM : STRATA_ERR_INTERNAL,
+                        "%s:%d: %s failed: %s", file, line, expr, cudaGetErrorString(e));
+}
+
+static strata_status mpi_status(int rc, const char *expr, const char *file, int line)
+{
+    if (rc == MPI_SUCCESS)
+        return STRATA_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return strata_error(STRATA_ERR_INTERNAL, "%s:%d: %s failed: %s", file, line, expr, msg);
+}
+
+#define NC(expr)                                                                              \
+    do {                                                                                      \
+        strata_status s_ = nccl_status((expr), #expr, __FILE__, __LINE__);                    \
+        if (s_ != STRATA_OK)                                                                  \
+            return s_;                                                                        \
+    } while (0)
+#define CU(expr)                                                                              \
+    do {                                                                                      \
+        strata_status s_ = cuda_status((expr), #expr, __FILE__, __LINE__);                    \
+        if (s_ != STRATA_OK)                                                                  \
+            return s_;                                                                        \
+    } while (0)
+#define MP(expr)                                                                              \
+    do {                                                                                      \
+        strata_status s_ = mpi_status((expr), #expr, __FILE__, __LINE__);                     \
+        if (s_ != STRATA_OK)                                                                  \
+            return s_;                                                                        \
+    } while (0)
+
+typedef struct nccl_ctx {
+    MPI_Comm world, node;
+    int rank, size, node_rank, node_size;
+    bool deterministic;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    void *d_send, *d_recv;  /* device staging */
+    size_t cap_send, cap_recv;
+    void *h_tmp;            /* host staging for the rank-order sums */
+    size_t cap_tmp;
+} nccl_ctx;
+
+static strata_status grow_dev(void **p, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return STRATA_OK;
+    CU(cudaFree(*p));
+    *p = NULL;
+    *cap = 0;
+    CU(cudaMalloc(p, bytes));
+    *cap = bytes;
+    return STRATA_OK;
+}
+
+static strata_status grow_host(nccl_ctx *c, size_t bytes)
+{
+    if (bytes <= c->cap_tmp)
+        return STRATA_OK;
+    void *p = realloc(c->h_tmp, bytes);
+    if (!p)
+        return strata_error(STRATA_ERR_NOMEM, "nccl comm: cannot allocate %zu bytes", bytes);
+    c->h_tmp = p;
+    c->cap_tmp = bytes;
+    return STRATA_OK;
+}
+
+static strata_status staging(nccl_ctx *c, size_t send_bytes, size_t recv_bytes)
+{
+    strata_status st = grow_dev(&c->d_send, &c->cap_send, send_bytes ? send_bytes : 8);
+    if (st == STRATA_OK)
+        st = grow_dev(&c->d_recv, &c->cap_recv, recv_bytes ? recv_bytes : 8);
+    return st;
+}
+
+static strata_status to_dev(nccl_ctx *c, void *d, const void *h, size_t bytes)
+{
+    if (bytes)
+        CU(cudaMemcpyAsync(d, h, bytes, cudaMemcpyDefault, c->stream));
+    return STRATA_OK;
+}
+
+/* Copy back and wait: every collective returns complete. */
+static strata_status to_host(nccl_ctx *c, void *h, const void *d, size_t bytes)
+{
+    if (bytes)
+        CU(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDefault, c->stream));
+    CU(cudaStreamSynchronize(c->stream));
+    return STRATA_OK;
+}
+
+static int n_rank(void *ctx) { return ((nccl_ctx *)ctx)->rank; }
+static int n_size(void *ctx) { return ((nccl_ctx *)ctx)->size; }
+static int n_node_rank(void *ctx) { return ((nccl_ctx *)ctx)->node_rank; }
+static int n_node_size(void *ctx) { return ((nccl_ctx *)ctx)->node_size; }
+
+static strata_status n_allreduce_f64(void *ctx, double *vals, int n, strata_reduce_op op)
+{
+    nccl_ctx *c = ctx;
+    const size_t bytes = (size_t)n * sizeof(double);
+    if (n <= 0)
+        return STRATA_OK;
+    if (op == STRATA_REDUCE_MAX || !c->deterministic) {
+        strata_status st = staging(c, bytes, bytes);
+        if (st == STRATA_OK)
+            st = to_dev(c, c->d_send, vals, bytes);
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclAllReduce(c->d_send, c->d_recv, (size_t)n, ncclDouble,
+                         op == STRATA_REDUCE_MAX ? ncclMax : ncclSum, c->comm, c->stream));
+        return to_host(c, vals, c->d_recv, bytes);
+    }
+    /* deterministic sum: gather every rank's values, add in rank order */
+    strata_status st = staging(c, bytes, bytes * (size_t)c->size);
+    if (st == STRATA_OK)
+        st = grow_host(c, bytes * (size_t)c->size);
+    if (st == STRATA_OK)
+        st = to_dev(c, c->d_send, vals, bytes);
+    if (st != STRATA_OK)
+        return st;
+    NC(ncclAllGather(c->d_send, c->d_recv, (size_t)n, ncclDouble, c->comm, c->stream));
+    st = to_host(c, c->h_tmp, c->d_recv, bytes * (size_t)c->size);
+    if (st != STRATA_OK)
+        return st;
+    const double *all = c->h_tmp;
+    for (int i = 0; i < n; i++) {
+        double acc = all[i];
+        for (int r = 1; r < c->size; r++)
+            acc += all[(size_t)r * n + i];
+        vals[i] = acc;
+    }
+    return STRATA_OK;
+}
+
+/* Gather `n` floats from every rank's d_send into `root`'s d_recv (rank r
+ * at r * n) with grouped send/recv, then sum them in rank order into out. */
+static strata_status gather_sum_f32(nccl_ctx *c, int root, size_t n, float *out)
+{
+    NC(ncclGroupStart());
+    if (c->rank == root) {
+        for (int r = 0; r < c->size; r++) {
+            float *slot = (float *)c->d_recv + (size_t)r * n;
+            if (r == root)
+                CU(cudaMemcpyAsync(slot, c->d_send, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   c->stream));
+            else
+                NC(ncclRecv(slot, n, ncclFloat, r, c->comm, c->stream));
+        }
+    } else {
+        NC(ncclSend(c->d_send, n, ncclFloat, root, c->comm, c->stream));
+    }
+    NC(ncclGroupEnd());
+    if (c->rank != root)
+        return to_host(c, NULL, NULL, 0);
+    strata_status st = to_host(c, c->h_tmp, c->d_recv, n * sizeof(float) * (size_t)c->size);
+    if (st != STRATA_OK)
+        return st;
+    const float *all = c->h_tmp;
+    for (size_t i = 0; i < n; i++) {
+        float acc = all[i];
+        for (int r = 1; r < c->size; r++)
+            acc += all[(size_t)r * n + i];
+        out[i] = acc;
+    }
+    return STRATA_OK;
+}
+
+static strata_status n_reduce_to_owner(void *ctx, float *buf, size_t n, int owner)
+{
+    nccl_ctx *c = ctx;
+    const size_t bytes = n * sizeof(float);
+    if (n == 0)
+        return STRATA_OK;
+    if (!c->deterministic) {
+        strata_status st = staging(c, bytes, bytes);
+        if (st == STRATA_OK)
+            st = to_dev(c, c->d_send, buf, bytes);
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclReduce(c->d_send, c->d_recv, n, ncclFloat, ncclSum, owner, c->comm, c->stream));
+        return c->rank == owner ? to_host(c, buf, c->d_recv, bytes) : to_host(c, NULL, NULL, 0);
+    }
+    strata_status st = staging(c, bytes, c->rank == owner ? bytes * (size_t)c->size : 0);
+    if (st == STRATA_OK && c->rank == owner)
+        st = grow_host(c, bytes * (size_t)c->size);
+    if (st == STRATA_OK)
+        st = to_dev(c, c->d_send, buf, bytes);
+    if (st != STRATA_OK)
+        return st;
+    return gather_sum_f32(c, owner, n, buf);
+}
+
+static strata_status n_broadcast_from_owner(void *ctx, float *buf, size_t n, int owner)
+{
+    nccl_ctx *c = ctx;
+    const size_t bytes = n * sizeof(float);
+    if (n == 0)
+        return STRATA_OK;
+    strata_status st = staging(c, bytes, 0);
+    if (st == STRATA_OK && c->rank == owner)
+        st = to_dev(c, c->d_send, buf, bytes);
+    if (st != STRATA_OK)
+        return st;
+    NC(ncclBroadcast(c->d_send, c->d_send, n, ncclFloat, owner, c->comm, c->stream));
+    return to_host(c, buf, c->d_send, bytes);
+}
+
+static strata_status n_allgatherv_f32(void *ctx, const float *send, float *recv,
+                                      const size_t *counts, const size_t *displs)
+{
+    nccl_ctx *c = ctx;
+    size_t total = 0;
+    for (int r = 0; r < c->size; r++)
+        total = displs[r] + counts[r] > total ? displs[r] + counts[r] : total;
+    const size_t mine = counts[c->rank] * sizeof(float);
+    strata_status st = staging(c, mine, total * sizeof(float));
+    if (st == STRATA_OK)
+        st = to_dev(c, c->d_send, send, mine);
+    if (st != STRATA_OK)
+        return st;
+    /* one broadcast per rank with a piece, grouped: pure data movement */
+    NC(ncclGroupStart());
+    for (int r = 0; r < c->size; r++)
+        if (counts[r])
+            NC(ncclBroadcast(c->d_send, (float *)c->d_recv + displs[r], counts[r], ncclFloat, r,
+                             c->comm, c->stream));
+    NC(ncclGroupEnd());
+    return to_host(c, recv, c->d_recv, total * sizeof(float));
+}
+
+static strata_status n_reduce_scatter_f32(void *ctx, const float *send, float *recv,
+                                          const size_t *counts, const size_t *displs)
+{
+    nccl_ctx *c = ctx;
+    size_t total = 0, maxc = 0;
+    for (int r = 0; r < c->size; r++) {
+        total = displs[r] + counts[r] > total ? displs[r] + counts[r] : total;
+        maxc = counts[r] > maxc ? counts[r] : maxc;
+    }
+    const size_t mine = counts[c->rank];
+    if (!c->deterministic) {
+        strata_status st = staging(c, total * sizeof(float), mine * sizeof(float));
+        if (st == STRATA_OK)
+            st = to_dev(c, c->d_send, send, total * sizeof(float));
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclGroupStart());
+        for (int r = 0; r < c->size; r++)
+            if (counts[r])
+                NC(ncclReduce((float *)c->d_send + displs[r], c->d_recv, counts[r], ncclFloat,
+                              ncclSum, r, c->comm, c->stream));
+        NC(ncclGroupEnd());
+        return to_host(c, recv, c->d_recv, mine * sizeof(float));
+    }
+    /* deterministic: each piece gathered at its rank, summed in rank order */
+    strata_status st = staging(c, total * sizeof(float), mine * sizeof(float) * (size_t)c->size);
+    if (st == STRATA_OK)
+        st = grow_host(c, mine * sizeof(float) * (size_t)c->size);
+    if (st == STRATA_OK)
+        st = to_dev(c, c->d_send, send, total * sizeof(float));
+    if (st != STRATA_OK)
+        return st;
+    NC(ncclGroupStart());
+    for (int r = 0; r < c->size; r++) {
+        if (!counts[r])
+            continue;
+        if (r == c->rank) {
+            for (int q = 0; q < c->size; q++)
+                NC(ncclRecv((float *)c->d_recv + (size_t)q * mine, mine, ncclFloat, q, c->comm,
+                            c->stream));
+        }
+        NC(ncclSend((float *)c->d_send + displs[r], counts[r], ncclFloat, r, c->comm, c->stream));
+    }
+    NC(ncclGroupEnd());
+    st = to_host(c, c->h_tmp, c->d_recv, mine * sizeof(float) * (size_t)c->size);
+    if (st != STRATA_OK)
+        return st;
+    const float *all = c->h_tmp;
+    for (size_t i = 0; i < mine; i++) {
+        float acc = all[i];
+        for (int q = 1; q < c->size; q++)
+            acc += all[(size_t)q * mine + i];
+        recv[i] = acc;
+    }
+    return STRATA_OK;
+}
+
+static strata_status n_barrier(void *ctx)
+{
+    nccl_ctx *c = ctx;
+    CU(cudaStreamSynchronize(c->stream));
+    MP(MPI_Barrier(c->world));
+    return STRATA_OK;
+}
+
+static void n_destroy(void *ctx)
+{
+    nccl_ctx *c = ctx;
+    if (!c)
+        return;
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->comm)
+        ncclCommDestroy(c->comm);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    cudaFree(c->d_send);
+    cudaFree(c->d_recv);
+    free(c->h_tmp);
+    if (c->node != MPI_COMM_NULL)
+        MPI_Comm_free(&c->node);
+    if (c->world != MPI_COMM_NULL)
+        MPI_Comm_free(&c->world);
+    free(c);
+}
+
+static const strata_comm_iface nccl_iface = {
+    .version = STRATA_COMM_IFACE_VERSION,
+    .name = "nccl",
+    .rank = n_rank,
+    .size = n_size,
+    .node_rank = n_node_rank,
+    .node_size = n_node_size,
+    .allreduce_f64 = n_allreduce_f64,
+    .reduce_to_owner = n_reduce_to_owner,
+    .broadcast_from_owner = n_broadcast_from_owner,
+    .allgatherv_f32 = n_allgatherv_f32,
+    .reduce_scatter_f32 = n_reduce_scatter_f32,
+    .barrier = n_barrier,
+    .destroy = n_destroy,
+};
+
+/* MPI world dup, node split (STRATA_RANKS_PER_NODE overrides the shared-
+ * memory grouping), GPU choice, NCCL bootstrap. */
+static strata_status bootstrap(nccl_ctx *c, MPI_Comm user)
+{
+    MP(MPI_Comm_dup(user, &c->world));
+    MP(MPI_Comm_rank(c->world, &c->rank));
+    MP(MPI_Comm_size(c->world, &c->size));
+    const char *rpn = getenv("STRATA_RANKS_PER_NODE");
+    const int per_node = rpn ? atoi(rpn) : 0;
+    if (per_node > 0)
+        MP(MPI_Comm_split(c->world, c->rank / per_node, c->rank, &c->node));
+    else
+        MP(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->node));
+    MP(MPI_Comm_rank(c->node, &c->node_rank));
+    MP(MPI_Comm_size(c->node, &c->node_size));
+
+    int ndev = 0;
+    const cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        return strata_error(STRATA_ERR_UNSUPPORTED, "nccl comm: rank %d has no CUDA device (%s)",
+                            c->rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    CU(cudaSetDevice(c->node_rank % ndev));
+    CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    ncclUniqueId id;
+    if (c->rank == 0)
+        NC(ncclGetUniqueId(&id));
+    MP(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
+    NC(ncclCommInitRank(&c->comm, c->size, id, c->rank));
+    return STRATA_OK;
+}
+
+strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic, strata_comm **out)
+{
+    if (!mpi_comm || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "comm_nccl_create: NULL argument");
+    *out = NULL;
+    nccl_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return strata_error(STRATA_ERR_NOMEM, "comm_nccl_create: out of memory");
+    c->world = MPI_COMM_NULL;
+    c->node = MPI_COMM_NULL;
+    c->deterministic = deterministic;
+    strata_status st = bootstrap(c, *(const MPI_Comm *)mpi_comm);
+    if (st == STRATA_OK)
+        st = strata_comm_create(&nccl_iface, c, out);
+    if (st != STRATA_OK)
+        n_destroy(c);
+    return st;
+}
