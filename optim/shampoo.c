@@ -8,9 +8,10 @@
  * matrix (synchronous roots: factor in, root out); nothing is allocated per
  * step. The host never dereferences the backend buffers, the weights or the
  * gradient: elementwise work and norms are backend ops (backend/ops.h), and
- * the synchronous roots copy a factor to the staging matrix and back. Blocks tile W row-major in tiles of at most d x d
- * (d = max_preconditioner_dim); block b has factors L_b (r_b x r_b) and
- * R_b (c_b x c_b) and their inverse roots.
+ * the synchronous roots copy a factor to the staging matrix and back.
+ * Blocks tile W row-major in tiles of at most d x d (d =
+ * max_preconditioner_dim); block b has factors L_b (r_b x r_b) and R_b
+ * (c_b x c_b) and their inverse roots.
  *
  * Roots: strata_shampoo_factor_root turns the configuration into
  * strata_inv_root_ex options (regularized or pseudo-inverse, exponent per

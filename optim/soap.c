@@ -394,7 +394,8 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
     const int64_t m = s->rows, n = s->cols;
     soap_side *sd = &s->side[side];
     float *v = s->exp_avg_sq, *tmp = s->buf[0];
-    strata_status st = strata_backend_copy(s->be, sd->perm_dev, perm, (size_t)sd->dim * sizeof(int));
+    strata_status st =
+        strata_backend_copy(s->be, sd->perm_dev, perm, (size_t)sd->dim * sizeof(int));
     if (st == STRATA_OK)
         st = strata_backend_permute(s->be, NULL, m, n, side, sd->perm_dev, v, tmp);
     if (st == STRATA_OK)

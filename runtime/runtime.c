@@ -18,6 +18,7 @@
  * the same decision. The hooks' owner collectives are identities here; they
  * validate and record.
  */
+#include "backend/ops.h"
 #include "runtime_internal.h"
 #include "planner.h"
 #include "testing.h"
@@ -517,11 +518,14 @@ strata_status strata_step(strata_runtime *rt)
      * refuses (or clips) alike. */
     double red[2] = {0.0, 0.0}; /* [sum of squares, non-finite count] */
     int bad = -1;
+    strata_status st = STRATA_OK;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
+        /* The gradient is backend memory: the squares are summed there. */
         double acc = 0.0;
-        for (size_t k = 0; k < p->view.numel; k++)
-            acc += (double)p->grad[k] * p->grad[k];
+        st = strata_backend_sumsq(rt->be, NULL, p->view.numel, p->grad, &acc);
+        if (st != STRATA_OK)
+            return st;
         if (!isfinite(acc)) {
             red[1] += 1.0;
             if (bad < 0)
@@ -530,7 +534,7 @@ strata_status strata_step(strata_runtime *rt)
         }
         red[0] += acc;
     }
-    strata_status st = strata_comm_allreduce_f64(rt->comm, red, 2, STRATA_REDUCE_SUM);
+    st = strata_comm_allreduce_f64(rt->comm, red, 2, STRATA_REDUCE_SUM);
     if (st != STRATA_OK)
         return st;
     if (red[1] > 0.0) {
@@ -562,8 +566,9 @@ strata_status strata_step(strata_runtime *rt)
         const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
         for (int i = 0; i < rt->n_params; i++) {
             rt_param *p = &rt->params[i];
-            for (size_t k = 0; k < p->view.numel; k++)
-                p->grad[k] *= c;
+            st = strata_backend_scale(rt->be, NULL, p->view.numel, p->grad, c);
+            if (st != STRATA_OK)
+                return st;
         }
     }
 
