@@ -189,13 +189,22 @@ strata_status strata_ref_copy_2d(void *ctx, void *stream, int64_t rows, int64_t 
     return STRATA_OK;
 }
 
+/* In 16 x 16 tiles written contiguously (the loop optim/newton_schulz.c ran:
+ * 4x faster at -O2 than 32 x 32 tiles read contiguously, 2048 x 512 in
+ * 0.8 ms instead of 3.5 ms); a copy, so the order does not change the result. */
 strata_status strata_ref_transpose(void *ctx, void *stream, int64_t rows, int64_t cols,
                                    const float *src, float *dst)
 {
     (void)ctx, (void)stream;
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++)
-            dst[j * rows + i] = src[i * cols + j];
+    enum { TILE = 16 };
+    for (int64_t i0 = 0; i0 < rows; i0 += TILE)
+        for (int64_t j0 = 0; j0 < cols; j0 += TILE) {
+            const int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows;
+            const int64_t j1 = j0 + TILE < cols ? j0 + TILE : cols;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = i0; i < i1; i++)
+                    dst[j * rows + i] = src[i * cols + j];
+        }
     return STRATA_OK;
 }
 

@@ -1,5 +1,6 @@
 /* AdamW (Loshchilov & Hutter, ICLR 2019), PyTorch torch.optim.AdamW semantics. */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 #include "precond.h"
 
@@ -17,24 +18,47 @@ void strata_adamw_config_default(strata_adamw_config *c)
     c->weight_decay = 0.01f;
 }
 
-strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, int64_t t, size_t n,
-                                  float *w, const float *g, float *m, float *v)
+/* The configuration's checks (shared by the host API and the family). */
+static strata_status check_update(const strata_adamw_config *c, int64_t t)
 {
-    if (!c || (n && (!w || !g || !m || !v)))
-        return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: step t=%lld must be >= 1",
                             (long long)t);
     if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw: betas (%g, %g) must lie in [0, 1)",
                             (double)c->beta1, (double)c->beta2);
+    return STRATA_OK;
+}
+
+/* The per-step scalars of the update, rounded from double exactly as the
+ * loop below uses them. */
+static strata_op_adamw step_scalars(const strata_adamw_config *c, float lr_scale, int64_t t)
+{
     const float lr = c->lr * lr_scale;
     const float b1 = c->beta1, b2 = c->beta2;
     /* Bias corrections in double: 1 - b^t loses digits in float for small t. */
     const float bc1 = (float)(1.0 - pow((double)b1, (double)t));
-    const float bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t));
-    const float step = lr / bc1;
-    const float decay = lr * c->weight_decay;
+    return (strata_op_adamw){.beta1 = b1,
+                             .beta2 = b2,
+                             .step = lr / bc1,
+                             .bc2_sqrt = (float)sqrt(1.0 - pow((double)b2, (double)t)),
+                             .eps = c->eps,
+                             .decay = lr * c->weight_decay};
+}
+
+/* Host memory (the public one-tensor call has no backend): the per-element
+ * expression of strata_backend_adamw_update (backend/ops_math.h). */
+strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, int64_t t, size_t n,
+                                  float *w, const float *g, float *m, float *v)
+{
+    if (!c || (n && (!w || !g || !m || !v)))
+        return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
+    strata_status st = check_update(c, t);
+    if (st != STRATA_OK)
+        return st;
+    const strata_op_adamw a = step_scalars(c, lr_scale, t);
+    const float b1 = a.beta1, b2 = a.beta2, step = a.step, bc2_sqrt = a.bc2_sqrt,
+                decay = a.decay;
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -42,7 +66,7 @@ strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, 
         m[i] = mi;
         v[i] = vi;
         float wi = w[i];
-        w[i] = wi - step * mi / (sqrtf(vi) / bc2_sqrt + c->eps) - decay * wi;
+        w[i] = wi - step * mi / (sqrtf(vi) / bc2_sqrt + a.eps) - decay * wi;
     }
     return STRATA_OK;
 }
@@ -111,7 +135,13 @@ static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w,
 {
     (void)cnt;
     adamw_state *s = state;
-    return strata_adamw_update(&s->cfg, lr_scale, t, s->numel, w, g, s->m, s->v);
+    if (!w || !g)
+        return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
+    strata_status st = check_update(&s->cfg, t);
+    if (st != STRATA_OK)
+        return st;
+    return strata_backend_adamw_update(s->be, NULL, s->numel, w, g, s->m, s->v,
+                                       step_scalars(&s->cfg, lr_scale, t));
 }
 
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)

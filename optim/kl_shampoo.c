@@ -9,15 +9,21 @@
  * Object life: one strata_kl_shampoo_state per matrix parameter. One backend
  * allocation holds, per side, the factor S, the eigenbasis Q and the
  * inverse square roots s of the eigenvalue estimates, then M, three
- * rows x cols scratch buffers and a dim x dim scratch for a new basis; one
- * host allocation holds the float64 LAPACK workspace, eigenvalues and the
- * per-step eigenvalue increments. Nothing is allocated per step.
+ * rows x cols scratch buffers and the per-step eigenvalue increments
+ * (float64); host allocations hold the float64 LAPACK workspace, the
+ * eigenvalues and a float32 staging area (factor, old and new basis, s of
+ * one side) for the synchronous refresh. Nothing is allocated per step. The
+ * host never dereferences the backend buffers, the weights or the gradient:
+ * the elementwise work and the diagonal estimates are backend ops
+ * (backend/ops.h), a refresh copies its inputs to the staging area and its
+ * result back.
  *
  * Invariants: s[i] always belongs to column i of Q (a QR refresh keeps the
  * column order; an eigendecomposition replaces Q and s together; a failure
  * replaces neither). Every s is finite and >= 0.
  */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 
 #include "optim_internal.h"
@@ -43,7 +49,7 @@ struct strata_kl_shampoo_state {
     kl_side side[2];
     float *exp_avg; /* M, rows x cols */
     float *buf[3];  /* scratch rows x cols */
-    float *q_new;   /* scratch maxdim x maxdim */
+    double *diag;   /* rows + cols eigenvalue increments (backend memory) */
     bool has_basis;
     bool init_pending; /* init_factor < 0: estimates set from the first nonzero gradient */
     int64_t steps;
@@ -52,7 +58,7 @@ struct strata_kl_shampoo_state {
     double *work;   /* host: LAPACK workspace */
     int *iwork;
     double *lambda; /* host: maxdim eigenvalues */
-    double *diag;   /* host: rows + cols eigenvalue increments */
+    float *stage;   /* host: 3 maxdim^2 + maxdim (factor, old basis, new basis, s) */
 };
 
 void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
@@ -133,7 +139,7 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
         int lim = d < c->max_clamp_value ? d : c->max_clamp_value;
         s->side[k].clamp = c->max_clamp_value > 0 ? (float)(lim > 10 ? lim : 10) : INFINITY;
     }
-    floats += 4 * n + (size_t)maxdim * maxdim;
+    floats += 4 * n + 2 * ((size_t)rows + (size_t)cols); /* ..., diag (doubles) */
     floats += 16 * 12; /* every carved piece starts 64-byte aligned */
     s->mem_bytes = floats * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
@@ -149,25 +155,27 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
         sd->factor = optim_carve(&p, (size_t)d * d);
         sd->q = optim_carve(&p, (size_t)d * d);
         sd->s = optim_carve(&p, d);
-        for (int i = 0; i < d; i++) {
-            sd->q[(size_t)i * d + i] = 1.0f;
-            sd->s[i] = s0;
-            if (c->form == STRATA_KL_EXACT)
-                sd->factor[(size_t)i * d + i] = init;
-        }
+        /* Q = I, s = s0, exact form S = init I (the memory is zeroed). */
+        st = strata_backend_diag_update(be, NULL, d, sd->q, d, 1.0f, false);
+        if (st == STRATA_OK)
+            st = strata_backend_fill_2d(be, NULL, 1, d, sd->s, d, s0);
+        if (st == STRATA_OK && c->form == STRATA_KL_EXACT)
+            st = strata_backend_diag_update(be, NULL, d, sd->factor, d, init, false);
+        if (st != STRATA_OK)
+            goto out_free_mem;
     }
     s->exp_avg = optim_carve(&p, n);
     for (int k = 0; k < 3; k++)
         s->buf[k] = optim_carve(&p, n);
-    s->q_new = optim_carve(&p, (size_t)maxdim * maxdim);
+    s->diag = (double *)(void *)optim_carve(&p, 2 * ((size_t)rows + (size_t)cols));
     /* The exact form starts from S = init_factor I, whose eigenbasis is I. */
     s->has_basis = c->form == STRATA_KL_EXACT;
 
     s->work = malloc(strata_eigenbasis_work_doubles(maxdim) * sizeof(double));
     s->iwork = malloc(strata_eigenbasis_work_ints(maxdim) * sizeof(int));
     s->lambda = malloc((size_t)maxdim * sizeof(double));
-    s->diag = malloc(((size_t)rows + (size_t)cols) * sizeof(double));
-    if (!s->work || !s->iwork || !s->lambda || !s->diag) {
+    s->stage = malloc((3 * (size_t)maxdim * maxdim + (size_t)maxdim) * sizeof(float));
+    if (!s->work || !s->iwork || !s->lambda || !s->stage) {
         st = strata_error(STRATA_ERR_NOMEM, "kl_shampoo: cannot allocate eigen workspace (dim %d)",
                           maxdim);
         goto out_free_work;
@@ -176,10 +184,11 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
     return STRATA_OK;
 
 out_free_work:
-    free(s->diag);
+    free(s->stage);
     free(s->lambda);
     free(s->work);
     free(s->iwork);
+out_free_mem:
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -190,7 +199,7 @@ void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s)
 {
     if (!s)
         return;
-    free(s->diag);
+    free(s->stage);
     free(s->lambda);
     free(s->work);
     free(s->iwork);
@@ -231,39 +240,30 @@ static float factor_beta(const strata_kl_shampoo_config *c)
     return c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2;
 }
 
-/* kl_opt.py update_eigen_value: d = nan_to_num(1/s^2); d = lerp(d, diag, 1-b);
- * s = clamp(nan_to_num(1/sqrt(d)), max = c). */
-static void eigen_update(kl_side *sd, const double *diag, float b)
-{
-    for (int i = 0; i < sd->dim; i++) {
-        float d = nan_to_zero(1.0f / (sd->s[i] * sd->s[i]));
-        d = d + (1.0f - b) * ((float)diag[i] - d);
-        float si = nan_to_zero(1.0f / sqrtf(d));
-        sd->s[i] = si < sd->clamp ? si : sd->clamp;
-    }
-}
-
 /* init_factor < 0: every eigenvalue estimate (and, exact form, S = r I)
  * from r = RMS(g), at the first nonzero gradient. */
-static void auto_init(strata_kl_shampoo_state *s, const float *g)
+static strata_status auto_init(strata_kl_shampoo_state *s, const float *g)
 {
     const size_t mn = (size_t)s->rows * (size_t)s->cols;
     double ss = 0.0;
-    for (size_t i = 0; i < mn; i++)
-        ss += (double)g[i] * (double)g[i];
+    strata_status st = strata_backend_sumsq(s->be, NULL, mn, g, &ss);
+    if (st != STRATA_OK)
+        return st;
     const double r = sqrt(ss / (double)mn);
     const float sr = (float)(1.0 / sqrt(r));
     if (!(r > 0.0) || !isfinite(sr) || !((float)r > 0.0f))
-        return; /* zero (or subnormal) gradient: wait for one that sets a scale */
-    for (int k = 0; k < 2; k++) {
+        return STRATA_OK; /* zero (or subnormal) gradient: wait for one that sets a scale */
+    for (int k = 0; k < 2 && st == STRATA_OK; k++) {
         kl_side *sd = &s->side[k];
-        for (int i = 0; i < sd->dim; i++) {
-            sd->s[i] = sr < sd->clamp ? sr : sd->clamp;
-            if (s->cfg.form == STRATA_KL_EXACT)
-                sd->factor[(size_t)i * sd->dim + i] = (float)r;
-        }
+        st = strata_backend_fill_2d(s->be, NULL, 1, sd->dim, sd->s, sd->dim,
+                                    sr < sd->clamp ? sr : sd->clamp);
+        if (st == STRATA_OK && s->cfg.form == STRATA_KL_EXACT)
+            st = strata_backend_diag_update(s->be, NULL, sd->dim, sd->factor, sd->dim, (float)r,
+                                            false);
     }
-    s->init_pending = false;
+    if (st == STRATA_OK)
+        s->init_pending = false;
+    return st;
 }
 
 strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const float *g,
@@ -273,14 +273,17 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_update_factors: NULL argument");
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
-    if (!optim_all_finite(g, mn))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, mn, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_update_factors: non-finite gradient");
     double t0 = strata_now_seconds();
     const float b = factor_beta(&s->cfg);
     kl_side *A = &s->side[0], *B = &s->side[1];
-    strata_status st;
-    if (s->init_pending)
-        auto_init(s, g);
+    if (s->init_pending && (st = auto_init(s, g)) != STRATA_OK)
+        goto out;
     if (!s->has_basis) {
         /* Eigenbasis form, first call: S_a = (1-b)/d_b G G^T, S_b = (1-b)/d_a G^T G. */
         st = strata_backend_ssyrk(s->be, 0, m, n, (1.0f - b) / (float)n, g, n, b, A->factor, m);
@@ -299,13 +302,12 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
     const bool eig = s->cfg.form == STRATA_KL_EIGENBASIS;
     if (st == STRATA_OK && eig) /* G' = Q_a^T G Q_b, before K is scaled */
         st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, K, n, B->q, n, 0.0f, Gp, n);
+    if (st == STRATA_OK)
+        st = strata_backend_scale_rc(s->be, NULL, m, n, H, n, NULL, B->s);
+    if (st == STRATA_OK)
+        st = strata_backend_scale_rc(s->be, NULL, m, n, K, n, A->s, NULL);
     if (st != STRATA_OK)
         goto out;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            H[(size_t)i * n + j] *= B->s[j];
-            K[(size_t)i * n + j] *= A->s[i];
-        }
     st = strata_backend_ssyrk(s->be, 0, m, n, (1.0f - b) / (float)n, H, n, b, A->factor, m);
     if (st == STRATA_OK)
         st = strata_backend_ssyrk(s->be, 1, n, m, (1.0f - b) / (float)m, K, n, b, B->factor, n);
@@ -315,22 +317,11 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
         /* ldiag_i = mean_j (G'_ij s_b,j)^2, rdiag_j = mean_i (G'_ij s_a,i)^2,
          * both from the s before this step. */
         double *ld = s->diag, *rd = s->diag + m;
-        for (int j = 0; j < n; j++)
-            rd[j] = 0.0;
-        for (int i = 0; i < m; i++) {
-            double acc = 0.0;
-            for (int j = 0; j < n; j++) {
-                double x = Gp[(size_t)i * n + j];
-                double u = x * B->s[j], v = x * A->s[i];
-                acc += u * u;
-                rd[j] += v * v;
-            }
-            ld[i] = acc / n;
-        }
-        for (int j = 0; j < n; j++)
-            rd[j] /= m;
-        eigen_update(A, ld, b);
-        eigen_update(B, rd, b);
+        st = strata_backend_kl_diag_means(s->be, NULL, m, n, Gp, n, A->s, B->s, ld, rd);
+        if (st == STRATA_OK)
+            st = strata_backend_kl_eigen(s->be, NULL, (size_t)m, A->s, ld, b, A->clamp);
+        if (st == STRATA_OK)
+            st = strata_backend_kl_eigen(s->be, NULL, (size_t)n, B->s, rd, b, B->clamp);
     } else {
         s->steps++;
     }
@@ -373,18 +364,23 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_install_eigenbasis: bad arguments");
     kl_side *sd = &s->side[side];
     const size_t dd = (size_t)sd->dim * sd->dim;
-    if (!optim_all_finite(q, dd))
+    if (!optim_host_all_finite(q, dd))
         return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
+    strata_status st = STRATA_OK;
     if (lambda) {
-        /* Check all of s before touching anything (buf[2] is free between phases). */
-        float *tmp = s->buf[2];
-        strata_status st = sqrt_inv_from_eigenvalues(sd, lambda, tmp);
+        /* Check all of s before touching anything (the staging area's last
+         * maxdim floats are free outside a refresh's decomposition). */
+        const size_t maxdim = (size_t)(s->rows > s->cols ? s->rows : s->cols);
+        float *tmp = s->stage + 3 * maxdim * maxdim;
+        st = sqrt_inv_from_eigenvalues(sd, lambda, tmp);
         if (st != STRATA_OK)
             return st;
-        memcpy(sd->s, tmp, (size_t)sd->dim * sizeof(float));
+        st = strata_backend_copy(s->be, sd->s, tmp, (size_t)sd->dim * sizeof(float));
     }
-    if (q != sd->q)
-        memcpy(sd->q, q, dd * sizeof(float));
+    if (st == STRATA_OK && q != sd->q)
+        st = strata_backend_copy(s->be, sd->q, q, dd * sizeof(float));
+    if (st != STRATA_OK)
+        return st;
     s->has_basis = true;
     return STRATA_OK;
 }
@@ -397,15 +393,23 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
     const bool exact = s->cfg.form == STRATA_KL_EXACT, first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
         kl_side *sd = &s->side[k];
-        strata_status st;
-        if (exact || first)
-            st = strata_eigenbasis_eigh(sd->dim, sd->factor, s->q_new, s->lambda, s->work,
-                                        s->iwork);
-        else
-            st = strata_eigenbasis_qr(sd->dim, sd->factor, sd->q, false, s->q_new, NULL, s->work,
-                                      s->iwork);
+        /* float64 on the host: factor (and old basis) to the staging area;
+         * install takes the new basis (and s) back. */
+        const size_t dd = (size_t)sd->dim * sd->dim;
+        float *f = s->stage, *q_old = f + dd, *q_new = q_old + dd;
+        const bool eigh = exact || first;
+        strata_status st = strata_backend_copy(s->be, f, sd->factor, dd * sizeof(float));
+        if (st == STRATA_OK && !eigh)
+            st = strata_backend_copy(s->be, q_old, sd->q, dd * sizeof(float));
+        if (st == STRATA_OK) {
+            if (eigh)
+                st = strata_eigenbasis_eigh(sd->dim, f, q_new, s->lambda, s->work, s->iwork);
+            else
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, false, q_new, NULL, s->work,
+                                          s->iwork);
+        }
         if (st == STRATA_OK)
-            st = strata_kl_shampoo_install_eigenbasis(s, k, s->q_new, exact ? s->lambda : NULL);
+            st = strata_kl_shampoo_install_eigenbasis(s, k, q_new, exact ? s->lambda : NULL);
         if (st == STRATA_OK) {
             if (cnt)
                 cnt->root_refreshes++;
@@ -432,30 +436,29 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         return strata_error(STRATA_ERR_STATE, "kl_shampoo_apply: no eigenbasis yet (first step)");
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
-    if (!optim_all_finite(g, mn))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, mn, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
     double t0 = strata_now_seconds();
     const strata_kl_shampoo_config *c = &s->cfg;
     const kl_side *A = &s->side[0], *B = &s->side[1];
     if (c->form == STRATA_KL_EIGENBASIS)
         s->steps++;
-    const float b1 = c->beta1;
-    for (size_t i = 0; i < mn; i++)
-        s->exp_avg[i] = b1 * s->exp_avg[i] + (1.0f - b1) * g[i];
+    st = strata_backend_ema(s->be, NULL, mn, s->exp_avg, g, c->beta1, NULL, 0.0f);
     /* P = Q_a [ (Q_a^T M Q_b) * X / (1 + eps X) ] Q_b^T, X = s_a s_b^T. */
     float *t1 = s->buf[0], *t2 = s->buf[1];
-    strata_status st =
-        strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, A->q, m, s->exp_avg, n, 0.0f, t1, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, A->q, m, s->exp_avg, n, 0.0f, t1,
+                                  n);
     if (st == STRATA_OK)
         st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, t1, n, B->q, n, 0.0f, t2, n);
+    if (st == STRATA_OK)
+        st = strata_backend_kl_precond(s->be, NULL, m, n, t2, n, A->s, B->s, c->eps);
     if (st != STRATA_OK)
         return st;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            float x = A->s[i] * B->s[j];
-            x = x / (1.0f + x * c->eps);
-            t2[(size_t)i * n + j] *= x;
-        }
     st = strata_backend_sgemm(s->be, 0, 0, m, n, m, 1.0f, A->q, m, t2, n, 0.0f, t1, n);
     if (st == STRATA_OK)
         st = strata_backend_sgemm(s->be, 0, 1, m, n, n, 1.0f, t1, n, B->q, n, 0.0f, t2, n);
@@ -466,18 +469,21 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
     float step = lr;
     if (c->normalize_grads) {
         double acc = 0.0;
-        for (size_t i = 0; i < mn; i++)
-            acc += (double)dir[i] * dir[i];
+        st = strata_backend_sumsq(s->be, NULL, mn, dir, &acc);
+        if (st != STRATA_OK)
+            return st;
         step = (float)((double)step / (1e-30 + sqrt(acc / (double)mn)));
     }
-    if (!optim_all_finite(dir, mn) || !isfinite(step))
+    st = optim_finite(s->be, dir, mn, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite || !isfinite(step))
         return strata_error(STRATA_ERR_NONFINITE,
                             "kl_shampoo_apply: non-finite direction (weights kept)");
-    const float decay = -lr * c->weight_decay;
-    for (size_t i = 0; i < mn; i++) {
-        float wi = w[i] - step * dir[i];
-        w[i] = wi + decay * wi;
-    }
+    st = strata_backend_apply_update(s->be, NULL, mn, w, dir, step, -lr * c->weight_decay,
+                                     STRATA_APPLY_STEP_SHRINK);
+    if (st != STRATA_OK)
+        return st;
     if (cnt)
         cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
@@ -489,9 +495,13 @@ strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
     strata_status st_args = optim_check_step("kl_shampoo_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
-    strata_status st = STRATA_OK, st_apply = STRATA_OK;
+    strata_status st_apply = STRATA_OK;
     if (s->cfg.form == STRATA_KL_EXACT) {
         st = strata_kl_shampoo_update_factors(s, g, cnt);
         if (st == STRATA_OK && strata_kl_shampoo_refresh_due(s))
@@ -626,7 +636,11 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     strata_kl_shampoo_state *s = state;
     *done = false;
     if (s->cfg.form == STRATA_KL_EXACT) {
-        if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
+        bool finite = false;
+        strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+        if (st != STRATA_OK)
+            return st;
+        if (!finite)
             return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
         return strata_kl_shampoo_update_factors(s, g, cnt);
     }

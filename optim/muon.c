@@ -9,6 +9,7 @@
  * at creation; nothing is allocated per step. The Gram restart positions are
  * resolved once, at creation. */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 
 #include "optim_internal.h"
@@ -163,30 +164,30 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
      * for every later step. */
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(g[i])) {
-            if (cnt)
-                cnt->nonfinite_rejected++;
-            return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", i);
-        }
+    size_t bad = n;
+    strata_status st = strata_backend_find_nonfinite(s->be, NULL, n, g, &bad);
+    if (st != STRATA_OK)
+        return st;
+    if (bad < n) {
+        if (cnt)
+            cnt->nonfinite_rejected++;
+        return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", bad);
+    }
 
     const float mu = c->momentum;
     const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;
-    for (size_t i = 0; i < n; i++) {
-        const float b = mu * s->mom[i] + gw * g[i];
-        s->mom[i] = b;
-        s->x[i] = c->nesterov ? gw * g[i] + mu * b : b;
-    }
-    strata_status st = strata_ns_run(s->be, &s->ns, s->batch, s->rows, s->cols, s->x, s->work);
+    st = strata_backend_momentum(s->be, NULL, n, s->mom, g, s->x, mu, gw, c->nesterov);
+    if (st == STRATA_OK)
+        st = strata_ns_run(s->be, &s->ns, s->batch, s->rows, s->cols, s->x, s->work);
     if (st != STRATA_OK)
         return st;
     const float lr = c->lr * lr_scale;
     const float step = (float)(lr * muon_scale(c->scale, s->rows, s->cols));
     const float decay = lr * c->weight_decay;
-    for (size_t i = 0; i < n; i++) {
-        const float wi = w[i];
-        w[i] = wi - decay * wi - step * s->x[i];
-    }
+    st = strata_backend_apply_update(s->be, NULL, n, w, s->x, step, decay,
+                                     STRATA_APPLY_DECAY_STEP);
+    if (st != STRATA_OK)
+        return st;
     if (cnt)
         cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;

@@ -21,10 +21,12 @@
  * whichever thread runs it, so the result does not depend on T.
  *
  * Products go through the backend (SYRK where the result is a symmetric
- * X X^T or a square of a symmetric matrix, GEMM otherwise); the scalar work
- * (norms, transposes, the diagonal shift) runs on the host, which the cpu
- * backend allows (backend.h). */
+ * X X^T or a square of a symmetric matrix, GEMM otherwise), and so does the
+ * elementwise work (norm, scaling, transposes, the diagonal shift, copies:
+ * backend/ops.h): the host never touches a matrix, only the norm it gets
+ * back. */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 
 #include <math.h>
@@ -167,33 +169,6 @@ size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
     return work_standard(p, q);
 }
 
-/* dst (cols x rows) = src (rows x cols)^T, in 16 x 16 tiles written
- * contiguously (4x faster at -O2 than 32 x 32 tiles read contiguously with
- * the scaling folded in: 2048 x 512 in 0.8 ms instead of 3.5 ms). */
-static void transpose(const float *restrict src, int rows, int cols, float *restrict dst)
-{
-    enum { TILE = 16 };
-    for (int i0 = 0; i0 < rows; i0 += TILE)
-        for (int j0 = 0; j0 < cols; j0 += TILE) {
-            const int i1 = i0 + TILE < rows ? i0 + TILE : rows;
-            const int j1 = j0 + TILE < cols ? j0 + TILE : cols;
-            for (int j = j0; j < j1; j++)
-                for (int i = i0; i < i1; i++)
-                    dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
-        }
-}
-
-/* ||x||_F^2 in float64: for finite float32 entries it neither underflows
- * (the smallest subnormal squared is 2e-90) nor overflows, so it is finite
- * exactly when x is, and 0 exactly when x is all zeros. */
-static double sum_squares(const float *x, size_t n)
-{
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++)
-        sum += (double)x[i] * (double)x[i];
-    return sum;
-}
-
 /* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
  * result is left in *X (the pointers are swapped as the iteration
  * ping-pongs). */
@@ -208,14 +183,15 @@ static strata_status iterate_standard(strata_backend *be, const strata_ns_config
         if (st != STRATA_OK)
             return st;
         /* B = c A A + b A; A is symmetric, so A A = A A^T (a SYRK). */
-        memcpy(B, A, pp * sizeof(float));
-        st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], A, p, (float)abc[1], B, p);
-        if (st != STRATA_OK)
-            return st;
+        st = strata_backend_copy(be, B, A, pp * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], A, p, (float)abc[1], B, p);
         /* Y = (a I + B) X: the a X term folded into B's diagonal saves a
          * p x q copy per iteration. */
-        for (int i = 0; i < p; i++)
-            B[(size_t)i * p + i] += (float)abc[0];
+        if (st == STRATA_OK)
+            st = strata_backend_diag_update(be, NULL, p, B, p, (float)abc[0], true);
+        if (st != STRATA_OK)
+            return st;
         st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, B, p, *X, q, 0.0f, *Y, q);
         if (st != STRATA_OK)
             return st;
@@ -253,12 +229,13 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
         double abc[3];
         strata_ns_coefficients(c->schedule, t, abc);
         /* P = a I + b R + c R^2 (R symmetric: R^2 = R R^T, a SYRK). */
-        memcpy(P, R, pp * sizeof(float));
-        st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
+        st = strata_backend_copy(be, P, R, pp * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
+        if (st == STRATA_OK)
+            st = strata_backend_diag_update(be, NULL, p, P, p, (float)abc[0], true);
         if (st != STRATA_OK)
             break;
-        for (int i = 0; i < p; i++)
-            P[(size_t)i * p + i] += (float)abc[0];
         /* R = P R P, unless the next iteration restarts or there is none. */
         const bool last = t + 1 >= c->steps;
         const bool restart_next = t + 1 < 64 && (mask >> (t + 1) & 1);
@@ -284,11 +261,8 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
     if (st != STRATA_OK)
         return st;
     *res = out ? out : q_identity ? X : Y;
-    if (q_identity) {
-        if (out)
-            memcpy(out, X, (size_t)p * q * sizeof(float));
-        return STRATA_OK;
-    }
+    if (q_identity)
+        return out ? strata_backend_copy(be, out, X, (size_t)p * q * sizeof(float)) : STRATA_OK;
     return strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, *res, q);
 }
 
@@ -330,42 +304,45 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
     const size_t pq = (size_t)p * q;
     float *X = work, *Y = work + pq, *rest = Y + pq;
 
-    const double sum = sum_squares(x, pq);
+    /* ||x||_F^2 in float64: for finite float32 entries it neither
+     * underflows nor overflows, so it is finite exactly when x is, and 0
+     * exactly when x is all zeros. */
+    double sum = 0.0;
+    strata_status st = strata_backend_sumsq(be, NULL, pq, x, &sum);
+    if (st != STRATA_OK)
+        return st;
     if (!isfinite(sum))
         return strata_error(STRATA_ERR_NONFINITE, "newton_schulz: NaN or Inf in a %d x %d input",
                             rows, cols);
     if (sum == 0.0) {
         /* G = 0: the polar factor of 0 is 0, exactly, for every method. */
-        memset(x, 0, pq * sizeof(float));
-        return STRATA_OK;
+        return strata_backend_fill_2d(be, NULL, 1, (int64_t)pq, x, (int64_t)pq, 0.0f);
     }
     const double inv = 1.0 / (strata_ns_norm_factor(c->schedule) * sqrt(sum));
     if (tall) {
-        transpose(x, rows, cols, X);
-        for (size_t i = 0; i < pq; i++)
-            X[i] = (float)(X[i] * inv);
+        st = strata_backend_transpose(be, NULL, rows, cols, x, X);
+        if (st == STRATA_OK)
+            st = strata_backend_scale_f64(be, NULL, pq, X, X, inv);
     } else {
-        for (size_t i = 0; i < pq; i++)
-            X[i] = (float)(x[i] * inv);
+        st = strata_backend_scale_f64(be, NULL, pq, X, x, inv);
     }
-    strata_status st;
+    if (st != STRATA_OK)
+        return st;
     if (m == STRATA_NS_GRAM) {
         /* Wide: the last product writes x directly; tall: into the
          * workspace, then transposed back. */
         float *res = NULL;
         st = iterate_gram(be, c, mask, p, q, X, Y, rest, tall ? NULL : x, &res);
         if (st == STRATA_OK && tall)
-            transpose(res, p, q, x);
+            st = strata_backend_transpose(be, NULL, p, q, res, x);
         return st;
     }
     st = iterate_standard(be, c, p, q, &X, &Y, rest, rest + (size_t)p * p);
     if (st != STRATA_OK)
         return st;
     if (tall)
-        transpose(X, p, q, x);
-    else
-        memcpy(x, X, pq * sizeof(float));
-    return STRATA_OK;
+        return strata_backend_transpose(be, NULL, p, q, X, x);
+    return strata_backend_copy(be, x, X, pq * sizeof(float));
 }
 
 strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64_t batch,

@@ -8,17 +8,29 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "backend/ops.h"
 #include "base/clock.h"
 #include "strata/status.h"
 
-
-/* True when none of the n floats is NaN or Inf. */
-static inline bool optim_all_finite(const float *x, size_t n)
+/* True when none of the n floats of HOST memory is NaN or Inf (a refresh
+ * result in a host slot or staging buffer; never backend memory). */
+static inline bool optim_host_all_finite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
             return false;
     return true;
+}
+
+/* *finite = none of the n floats of backend memory x is NaN or Inf
+ * (strata_backend_find_nonfinite on the default stream). Errors: the op's. */
+static inline strata_status optim_finite(strata_backend *be, const float *x, size_t n,
+                                         bool *finite)
+{
+    size_t first = n;
+    strata_status st = strata_backend_find_nonfinite(be, NULL, n, x, &first);
+    *finite = st == STRATA_OK && first == n;
+    return st;
 }
 
 /* A matrix parameter's shape: both sides >= 1 and addressable by int (BLAS). */

@@ -61,8 +61,9 @@ bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t);
  * (strata_shampoo_compute_roots) and the asynchronous runtime's workers call,
  * so that they compute bit-identical roots from the same factor.
  * `factor` is 0 for L (exponent inverse_exponent_override[0]) and 1 for R;
- * `a` is the n x n float32 factor, `out` the n x n float32 root (it may
- * alias `a`; it is written only on success). `work` holds
+ * `a` is the n x n float32 factor, `out` the n x n float32 root, both host
+ * memory (a snapshot slot or a staging copy; it may alias `a`; it is written
+ * only on success). `work` holds
  * strata_inv_root_work_doubles(n) doubles and `iwork`
  * strata_inv_root_work_ints(n) ints. An exponent of 0 writes the identity
  * without a decomposition. Any thread may call it with its own workspace.
@@ -221,9 +222,11 @@ bool strata_soap_refresh_due(const strata_soap_state *s);
 strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt);
 
 /* Install an eigenbasis for rotated side `side`: `q` (dim x dim, float32,
- * copied) becomes Q_L or Q_R and, when `perm` is not NULL, V's axis `side`
- * is permuted the same way (new index k takes old index perm[k]), as after
- * strata_eigenbasis_qr. Marks the state as having an eigenbasis.
+ * host memory, copied to the state's backend memory) becomes Q_L or Q_R
+ * and, when `perm` (dim ints, host memory) is not NULL, V's axis `side` is
+ * permuted the same way (new index k takes old index perm[k]; the backend
+ * gets a copy of perm), as after strata_eigenbasis_qr. Marks the state as
+ * having an eigenbasis.
  * Errors: STRATA_ERR_INVALID_ARG (unrotated side, bad permutation). */
 strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side,
                                                         const float *q, const int *perm);
@@ -260,8 +263,9 @@ bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s);
 strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s,
                                                    strata_optim_counters *cnt);
 
-/* Install side `side`'s eigenbasis `q` (dim x dim, copied) and, when
- * `lambda` is not NULL, eigenvalues (dim doubles, s = clamp(lambda^-1/2) as
+/* Install side `side`'s eigenbasis `q` (dim x dim, host memory, copied to
+ * the state's backend memory) and, when `lambda` is not NULL, eigenvalues
+ * (dim doubles, host memory; s = clamp(lambda^-1/2) as
  * in the exact form; non-finite s is refused with STRATA_ERR_LINALG); with
  * `lambda` NULL the estimates s stay attached to their columns. For a
  * worker that ran strata_eigenbasis_qr / _eigh on a snapshot.

@@ -4,10 +4,14 @@
  *
  * Object life: one strata_shampoo_state per matrix parameter. All buffers
  * are carved from one backend allocation made at creation (device tier) plus
- * one host allocation for the float64 eigen workspace; nothing is allocated
- * per step. Blocks tile W row-major in tiles of at most d x d
- * (d = max_preconditioner_dim); block b has factors L_b (r_b x r_b) and
- * R_b (c_b x c_b) and their inverse roots.
+ * host allocations for the float64 eigen workspace and a float32 staging
+ * matrix (synchronous roots: factor in, root out); nothing is allocated per
+ * step. The host never dereferences the backend buffers, the weights or the
+ * gradient: elementwise work and norms are backend ops (backend/ops.h), and
+ * the synchronous roots copy a factor to the staging matrix and back.
+ * Blocks tile W row-major in tiles of at most d x d (d =
+ * max_preconditioner_dim); block b has factors L_b (r_b x r_b) and R_b
+ * (c_b x c_b) and their inverse roots.
  *
  * Roots: strata_shampoo_factor_root turns the configuration into
  * strata_inv_root_ex options (regularized or pseudo-inverse, exponent per
@@ -21,6 +25,7 @@
  * or skipped with the state exactly as before.
  */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 
 #include "optim_internal.h"
@@ -58,6 +63,7 @@ struct strata_shampoo_state {
     size_t mem_bytes;
     double *eig_work; /* host float64 eigen workspace */
     int *eig_iwork;
+    float *stage;     /* host maxdim x maxdim: a factor, then its root */
 };
 
 void strata_shampoo_config_default(strata_shampoo_config *c)
@@ -152,16 +158,19 @@ static strata_status check_finite(const strata_shampoo_state *s, const float *g,
                                   strata_optim_counters *cnt, const char *who)
 {
     const size_t n = (size_t)s->rows * (size_t)s->cols;
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(g[i])) {
-            if (cnt)
-                cnt->nonfinite_rejected++;
-            return strata_error(STRATA_ERR_NONFINITE,
-                                "%s: gradient element %zu (row %zu, col %zu) is %g; "
-                                "nothing was updated",
-                                who, i, i / (size_t)s->cols, i % (size_t)s->cols, (double)g[i]);
-        }
-    return STRATA_OK;
+    size_t i = n;
+    strata_status st = strata_backend_find_nonfinite(s->be, NULL, n, g, &i);
+    if (st != STRATA_OK || i == n)
+        return st;
+    if (cnt)
+        cnt->nonfinite_rejected++;
+    float gi = NAN; /* the offending value, for the message */
+    st = strata_backend_copy(s->be, &gi, g + i, sizeof gi);
+    (void)st; /* the refusal is the error to report */
+    return strata_error(STRATA_ERR_NONFINITE,
+                        "%s: gradient element %zu (row %zu, col %zu) is %g; "
+                        "nothing was updated",
+                        who, i, i / (size_t)s->cols, i % (size_t)s->cols, (double)gi);
 }
 
 static double root_exponent(const strata_shampoo_config *c, int factor)
@@ -308,7 +317,8 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     if (!external_roots) {
         s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
         s->eig_iwork = malloc(strata_inv_root_work_ints(maxdim) * sizeof(int));
-        if (!s->eig_work || !s->eig_iwork) {
+        s->stage = malloc((size_t)maxdim * maxdim * sizeof(float));
+        if (!s->eig_work || !s->eig_iwork || !s->stage) {
             st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate eigen workspace (dim %d)",
                               maxdim);
             goto out_free_work;
@@ -318,6 +328,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     return STRATA_OK;
 
 out_free_work:
+    free(s->stage);
     free(s->eig_work);
     free(s->eig_iwork);
     strata_backend_free(be, s->mem, s->mem_bytes);
@@ -332,6 +343,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
 {
     if (!s)
         return;
+    free(s->stage);
     free(s->eig_work);
     free(s->eig_iwork);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
@@ -396,10 +408,17 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
         for (int f = 0; f < 2; f++) {
-            int dim = f == 0 ? b->rows : b->cols;
-            strata_status st = strata_shampoo_factor_root(&s->cfg, f, dim, f == 0 ? b->L : b->R,
-                                                          f == 0 ? b->L_inv_own : b->R_inv_own,
-                                                          s->eig_work, s->eig_iwork, cnt);
+            const int dim = f == 0 ? b->rows : b->cols;
+            const size_t bytes = (size_t)dim * dim * sizeof(float);
+            /* The root runs on the host in float64: the factor goes to the
+             * staging matrix, the root (written in place) comes back. */
+            strata_status st = strata_backend_copy(s->be, s->stage, f == 0 ? b->L : b->R, bytes);
+            if (st == STRATA_OK)
+                st = strata_shampoo_factor_root(&s->cfg, f, dim, s->stage, s->stage, s->eig_work,
+                                                s->eig_iwork, cnt);
+            if (st == STRATA_OK)
+                st = strata_backend_copy(s->be, f == 0 ? b->L_inv_own : b->R_inv_own, s->stage,
+                                         bytes);
             if (st == STRATA_OK)
                 b->has_root[f] = true;
             else if (st != STRATA_ERR_LINALG)
@@ -443,17 +462,6 @@ strata_status strata_shampoo_block_set_roots(strata_shampoo_state *s, int b, con
     return STRATA_OK;
 }
 
-static double block_norm2(const float *x, int64_t ld, int rows, int cols)
-{
-    double acc = 0.0;
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            double v = x[i * ld + j];
-            acc += v * v;
-        }
-    return acc;
-}
-
 static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                            const float *g, strata_optim_counters *cnt);
 
@@ -478,36 +486,32 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     const int64_t ld = s->cols;
 
     /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected). */
+    strata_status st;
     if (s->filtered) {
         const float b1 = c->beta1;
         const float inv_bc = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
-        for (size_t i = 0; i < n; i++) {
-            float m = b1 * s->filtered[i] + (1.0f - b1) * g[i];
-            s->filtered[i] = m;
-            s->m_hat[i] = m * inv_bc;
-        }
+        st = strata_backend_ema(s->be, NULL, n, s->filtered, g, b1, s->m_hat, inv_bc);
     } else {
-        memcpy(s->m_hat, g, n * sizeof(float));
+        st = strata_backend_copy(s->be, s->m_hat, g, n * sizeof(float));
     }
+    if (st != STRATA_OK)
+        return st;
 
-    /* Grafting direction D (its state absorbs the raw gradient). */
+    /* Grafting direction D (its state absorbs the raw gradient); AdaGrad is
+     * the op with beta = alpha = bc_sqrt = 1 (exact). */
     if (c->grafting == STRATA_GRAFT_ADAM) {
         const float bg = c->grafting_beta2;
         const float bc_sqrt = (float)sqrt(1.0 - pow((double)bg, (double)t));
-        for (size_t i = 0; i < n; i++) {
-            float a = bg * s->graft[i] + (1.0f - bg) * g[i] * g[i];
-            s->graft[i] = a;
-            s->dir[i] = s->m_hat[i] / (sqrtf(a) / bc_sqrt + c->grafting_epsilon);
-        }
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, bg, 1.0f - bg,
+                                  bc_sqrt, c->grafting_epsilon);
     } else if (c->grafting == STRATA_GRAFT_ADAGRAD) {
-        for (size_t i = 0; i < n; i++) {
-            float a = s->graft[i] + g[i] * g[i];
-            s->graft[i] = a;
-            s->dir[i] = s->m_hat[i] / (sqrtf(a) + c->grafting_epsilon);
-        }
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, 1.0f, 1.0f, 1.0f,
+                                  c->grafting_epsilon);
     } else {
-        memcpy(s->dir, s->m_hat, n * sizeof(float));
+        st = strata_backend_copy(s->be, s->dir, s->m_hat, n * sizeof(float));
     }
+    if (st != STRATA_OK)
+        return st;
 
     /* Preconditioned direction per block, rescaled to the grafting norm. */
     for (int i = 0; i < s->nblocks; i++) {
@@ -517,43 +521,43 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
         const bool ready = b->has_root[0] && b->has_root[1] &&
                            t >= start_step(c) + c->refresh_offset;
         if (!ready) {
-            for (int r = 0; r < b->rows; r++)
-                memcpy(pb + r * ld, db + r * ld, (size_t)b->cols * sizeof(float));
+            st = strata_backend_copy_2d(s->be, NULL, b->rows, b->cols, pb, ld, db, ld);
+            if (st != STRATA_OK)
+                return st;
             continue;
         }
         const float *mb = s->m_hat + b->r0 * ld + b->c0;
-        strata_status st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f,
-                                                b->L_inv, b->rows, mb, (int)ld, 0.0f, s->tmp,
-                                                b->cols);
+        st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv, b->rows,
+                                  mb, (int)ld, 0.0f, s->tmp, b->cols);
         if (st == STRATA_OK)
             st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
                                       b->cols, b->R_inv, b->cols, 0.0f, pb, (int)ld);
         if (st != STRATA_OK)
             return st;
         if (c->grafting != STRATA_GRAFT_NONE) {
-            double pn = sqrt(block_norm2(pb, ld, b->rows, b->cols));
-            double dn = sqrt(block_norm2(db, ld, b->rows, b->cols));
-            float scale = pn > 0.0 ? (float)(dn / pn) : 0.0f;
-            for (int r = 0; r < b->rows; r++)
-                for (int k = 0; k < b->cols; k++)
-                    pb[r * ld + k] *= scale;
+            double pn = 0.0, dn = 0.0;
+            st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, pb, ld, &pn);
+            if (st == STRATA_OK)
+                st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, db, ld, &dn);
+            const float scale = pn > 0.0 ? (float)(dn / pn) : 0.0f;
+            if (st == STRATA_OK)
+                st = strata_backend_scale_2d(s->be, NULL, b->rows, b->cols, pb, ld, scale);
+            if (st != STRATA_OK)
+                return st;
         }
     }
 
     /* Momentum, then decoupled weight decay and the update. */
     const float lr = c->lr * lr_scale;
     const float decay = lr * c->weight_decay;
-    const float mu = c->momentum;
-    for (size_t i = 0; i < n; i++) {
-        float p = s->pre[i];
-        if (s->mom) {
-            float bm = mu * s->mom[i] + p;
-            s->mom[i] = bm;
-            p = c->nesterov ? p + mu * bm : bm;
-        }
-        float wi = w[i];
-        w[i] = wi - lr * p - decay * wi;
-    }
+    if (s->mom)
+        st = strata_backend_momentum(s->be, NULL, n, s->mom, s->pre, s->pre, c->momentum, 1.0f,
+                                     c->nesterov);
+    if (st == STRATA_OK)
+        st = strata_backend_apply_update(s->be, NULL, n, w, s->pre, lr, decay,
+                                         STRATA_APPLY_STEP_DECAY);
+    if (st != STRATA_OK)
+        return st;
     if (cnt)
         cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;

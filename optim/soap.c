@@ -4,10 +4,14 @@
  * helpers shared with KL-Shampoo (float64 eigh and QR power iteration).
  *
  * Object life: one strata_soap_state per parameter. One backend allocation
- * holds, per rotated side, the factor and the eigenbasis, then M, V, two
- * rows x cols scratch buffers and a dim x dim scratch for a new basis; one
- * host allocation holds the float64 LAPACK workspace and the permutations.
- * Nothing is allocated per step.
+ * holds, per rotated side, the factor, the eigenbasis and the permutation
+ * that V's axis takes next, then M, V and two rows x cols scratch buffers;
+ * host allocations hold the float64 LAPACK workspace, the last
+ * permutations and a float32 staging area (factor, old and new basis of one
+ * side) for the synchronous refresh. Nothing is allocated per step. The host
+ * never dereferences the backend buffers, the weights or the gradient: the
+ * elementwise work is backend ops (backend/ops.h), a refresh copies its
+ * inputs to the staging area and the new basis back.
  *
  * Invariants: V's entry (i, j) always belongs to column i of Q_L and column
  * j of Q_R (a refresh permutes both together, a failed refresh neither);
@@ -16,6 +20,7 @@
  * state["step"]).
  */
 #include "strata/optim.h"
+#include "backend/ops.h"
 #include "optim/phases.h"
 
 #include "optim_internal.h"
@@ -36,6 +41,7 @@ typedef struct soap_side {
     float *factor; /* dim x dim (rotated only) */
     float *q;      /* dim x dim (rotated only) */
     int *perm;     /* last refresh's permutation, host (rotated only) */
+    int *perm_dev; /* the permutation V's axis takes, backend memory (rotated only) */
     bool has_perm;
 } soap_side;
 
@@ -47,13 +53,13 @@ struct strata_soap_state {
     float *exp_avg;    /* M, rows x cols, original space */
     float *exp_avg_sq; /* V, rows x cols, rotated space */
     float *buf[2];     /* scratch rows x cols */
-    float *q_new;      /* scratch maxdim x maxdim */
     bool has_basis;
     int64_t steps;
     void *mem;
     size_t mem_bytes;
     double *work; /* host float64 LAPACK workspace */
     int *iwork;   /* host: LAPACK ints, then both sides' permutations */
+    float *stage; /* host 3 maxdim^2: factor, old basis, new basis (sync refresh) */
 };
 
 void strata_soap_config_default(strata_soap_config *c)
@@ -115,12 +121,12 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     for (int k = 0; k < 2; k++)
         if (s->side[k].rotated) {
             int d = s->side[k].dim;
-            floats += 2 * (size_t)d * d;
+            floats += 2 * (size_t)d * d + (size_t)d; /* factor, q, perm_dev (int32) */
             maxdim = d > maxdim ? d : maxdim;
             perm_ints += d;
         }
-    floats += 4 * n + (size_t)maxdim * maxdim;
-    floats += 16 * 9; /* every carved piece starts 64-byte aligned */
+    floats += 4 * n;
+    floats += 16 * 10; /* every carved piece starts 64-byte aligned */
     s->mem_bytes = floats * sizeof(float);
     strata_status st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -131,22 +137,25 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
             int d = s->side[k].dim;
             s->side[k].factor = optim_carve(&p, (size_t)d * d);
             s->side[k].q = optim_carve(&p, (size_t)d * d);
-            for (int i = 0; i < d; i++)
-                s->side[k].q[(size_t)i * d + i] = 1.0f; /* the basis before the first refresh */
+            _Static_assert(sizeof(int) == sizeof(float), "int32 permutation in float slots");
+            s->side[k].perm_dev = (int *)optim_carve(&p, (size_t)d);
+            /* The basis before the first refresh: I (the memory is zeroed). */
+            st = strata_backend_diag_update(be, NULL, d, s->side[k].q, d, 1.0f, false);
+            if (st != STRATA_OK)
+                goto out_free_mem;
         }
     s->exp_avg = optim_carve(&p, n);
     s->exp_avg_sq = optim_carve(&p, n);
     s->buf[0] = optim_carve(&p, n);
     s->buf[1] = optim_carve(&p, n);
-    if (maxdim > 0)
-        s->q_new = optim_carve(&p, (size_t)maxdim * maxdim);
 
     if (maxdim > 0) {
         size_t lw = strata_eigenbasis_work_doubles(maxdim);
         size_t li = strata_eigenbasis_work_ints(maxdim);
         s->work = malloc(lw * sizeof(double));
         s->iwork = malloc((li + (size_t)perm_ints) * sizeof(int));
-        if (!s->work || !s->iwork) {
+        s->stage = malloc(3 * (size_t)maxdim * maxdim * sizeof(float));
+        if (!s->work || !s->iwork || !s->stage) {
             st = strata_error(STRATA_ERR_NOMEM, "soap: cannot allocate eigen workspace (dim %d)",
                               maxdim);
             goto out_free_work;
@@ -162,8 +171,10 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     return STRATA_OK;
 
 out_free_work:
+    free(s->stage);
     free(s->work);
     free(s->iwork);
+out_free_mem:
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -206,6 +217,7 @@ void strata_soap_state_destroy(strata_soap_state *s)
 {
     if (!s)
         return;
+    free(s->stage);
     free(s->work);
     free(s->iwork);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
@@ -277,27 +289,29 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "soap_apply: no eigenbasis yet (first step)");
     const size_t n = (size_t)s->rows * (size_t)s->cols;
-    if (!optim_all_finite(g, n))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, n, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "soap_apply: non-finite gradient");
     double t0 = strata_now_seconds();
     const strata_soap_config *c = &s->cfg;
     const float b1 = c->beta1, b2 = c->beta2;
     s->steps++;
 
-    strata_status st;
     const float *gp = rotate(s, g, false, &st);
+    if (st == STRATA_OK)
+        st = strata_backend_adam_moments(s->be, NULL, n, s->exp_avg, g, s->exp_avg_sq, gp, b1, b2);
     if (st != STRATA_OK)
         return st;
-    for (size_t i = 0; i < n; i++) {
-        s->exp_avg[i] = b1 * s->exp_avg[i] + (1.0f - b1) * g[i];
-        s->exp_avg_sq[i] = b2 * s->exp_avg_sq[i] + (1.0f - b2) * gp[i] * gp[i];
-    }
     const float *mp = rotate(s, s->exp_avg, false, &st);
     if (st != STRATA_OK)
         return st;
     float *x = mp == s->exp_avg ? s->buf[0] : (float *)mp;
-    for (size_t i = 0; i < n; i++)
-        x[i] = mp[i] / (sqrtf(s->exp_avg_sq[i]) + c->eps);
+    st = strata_backend_rms_div(s->be, NULL, n, x, mp, s->exp_avg_sq, c->eps);
+    if (st != STRATA_OK)
+        return st;
     const float *dir = rotate(s, x, true, &st);
     if (st != STRATA_OK)
         return st;
@@ -311,18 +325,21 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     }
     if (c->normalize_grads) {
         double acc = 0.0;
-        for (size_t i = 0; i < n; i++)
-            acc += (double)dir[i] * dir[i];
+        st = strata_backend_sumsq(s->be, NULL, n, dir, &acc);
+        if (st != STRATA_OK)
+            return st;
         step = (float)((double)step / (1e-30 + sqrt(acc / (double)n)));
     }
-    if (!optim_all_finite(dir, n) || !isfinite(step))
+    st = optim_finite(s->be, dir, n, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite || !isfinite(step))
         return strata_error(STRATA_ERR_NONFINITE,
                             "soap_apply: non-finite direction (weights kept)");
-    const float decay = -lr * c->weight_decay;
-    for (size_t i = 0; i < n; i++) {
-        float wi = w[i] - step * dir[i];
-        w[i] = wi + decay * wi;
-    }
+    st = strata_backend_apply_update(s->be, NULL, n, w, dir, step, -lr * c->weight_decay,
+                                     STRATA_APPLY_STEP_SHRINK);
+    if (st != STRATA_OK)
+        return st;
     if (cnt)
         cnt->seconds_precondition += strata_now_seconds() - t0;
     return STRATA_OK;
@@ -333,12 +350,15 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_update_factors: NULL argument");
-    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "soap_update_factors: non-finite gradient");
     double t0 = strata_now_seconds();
     const float b = shampoo_beta(&s->cfg);
     const int m = (int)s->rows, n = (int)s->cols;
-    strata_status st = STRATA_OK;
     if (s->side[0].rotated)
         st = strata_backend_ssyrk(s->be, 0, m, n, 1.0f - b, g, n, b, s->side[0].factor, m);
     if (st == STRATA_OK && s->side[1].rotated)
@@ -367,20 +387,20 @@ static bool perm_valid(const int *perm, int n, int *seen)
     return true;
 }
 
-/* V's axis `side` permuted: new index k takes old index perm[k]. */
-static void permute_moments(strata_soap_state *s, int side, const int *perm)
+/* V's axis `side` permuted: new index k takes old index perm[k] (perm: a
+ * valid permutation in host memory, taken to the backend first). */
+static strata_status permute_moments(strata_soap_state *s, int side, const int *perm)
 {
     const int64_t m = s->rows, n = s->cols;
+    soap_side *sd = &s->side[side];
     float *v = s->exp_avg_sq, *tmp = s->buf[0];
-    if (side == 0) {
-        for (int64_t k = 0; k < m; k++)
-            memcpy(tmp + k * n, v + (int64_t)perm[k] * n, (size_t)n * sizeof(float));
-    } else {
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t k = 0; k < n; k++)
-                tmp[i * n + k] = v[i * n + perm[k]];
-    }
-    memcpy(v, tmp, (size_t)(m * n) * sizeof(float));
+    strata_status st =
+        strata_backend_copy(s->be, sd->perm_dev, perm, (size_t)sd->dim * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_permute(s->be, NULL, m, n, side, sd->perm_dev, v, tmp);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, v, tmp, (size_t)(m * n) * sizeof(float));
+    return st;
 }
 
 strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, const float *q,
@@ -398,13 +418,19 @@ strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, con
         if (!perm_valid(perm, sd->dim, s->iwork))
             return strata_error(STRATA_ERR_INVALID_ARG,
                                 "soap_install_eigenbasis: not a permutation of 0..%d", sd->dim - 1);
-        permute_moments(s, side, perm);
+        strata_status st = permute_moments(s, side, perm);
+        if (st != STRATA_OK)
+            return st;
         if (perm != sd->perm)
             memcpy(sd->perm, perm, (size_t)sd->dim * sizeof(int));
         sd->has_perm = true;
     }
-    if (q != sd->q)
-        memcpy(sd->q, q, (size_t)sd->dim * sd->dim * sizeof(float));
+    if (q != sd->q) {
+        strata_status st = strata_backend_copy(s->be, sd->q, q, (size_t)sd->dim * sd->dim *
+                                                                    sizeof(float));
+        if (st != STRATA_OK)
+            return st;
+    }
     s->has_basis = true;
     return STRATA_OK;
 }
@@ -419,18 +445,27 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
         soap_side *sd = &s->side[k];
         if (!sd->rotated)
             continue;
-        strata_status st;
-        if (first)
-            st = strata_eigenbasis_eigh(sd->dim, sd->factor, s->q_new, NULL, s->work, s->iwork);
-        else
-            st = strata_eigenbasis_qr(sd->dim, sd->factor, sd->q, true, s->q_new, sd->perm,
-                                      s->work, s->iwork);
+        /* float64 on the host: factor (and old basis) to the staging
+         * area, the new basis back. */
+        const size_t dd = (size_t)sd->dim * sd->dim;
+        float *f = s->stage, *q_old = f + dd, *q_new = q_old + dd;
+        strata_status st = strata_backend_copy(s->be, f, sd->factor, dd * sizeof(float));
+        if (st == STRATA_OK && !first)
+            st = strata_backend_copy(s->be, q_old, sd->q, dd * sizeof(float));
         if (st == STRATA_OK) {
-            memcpy(sd->q, s->q_new, (size_t)sd->dim * sd->dim * sizeof(float));
-            if (!first) {
-                permute_moments(s, k, sd->perm);
-                sd->has_perm = true;
-            }
+            if (first)
+                st = strata_eigenbasis_eigh(sd->dim, f, q_new, NULL, s->work, s->iwork);
+            else
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, q_new, sd->perm, s->work,
+                                          s->iwork);
+        }
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, sd->q, q_new, dd * sizeof(float));
+        if (st == STRATA_OK && !first) {
+            st = permute_moments(s, k, sd->perm);
+            sd->has_perm = st == STRATA_OK;
+        }
+        if (st == STRATA_OK) {
             if (cnt)
                 cnt->root_refreshes++;
         } else if (st == STRATA_ERR_LINALG) {
@@ -452,9 +487,12 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
     strata_status st_args = optim_check_step("soap_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    if (!optim_all_finite(g, (size_t)s->rows * (size_t)s->cols))
+    bool finite = false;
+    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "soap_step: non-finite gradient");
-    strata_status st = STRATA_OK;
     if (s->has_basis)
         st = strata_soap_apply(s, lr_scale, t, w, g, cnt);
     /* A non-finite direction left w alone but advanced M and V: the factors

@@ -18,6 +18,7 @@
  * the same decision. The hooks' owner collectives are identities here; they
  * validate and record.
  */
+#include "backend/ops.h"
 #include "runtime_internal.h"
 #include "costmodel.h"
 #include "planner.h"
@@ -692,13 +693,11 @@ strata_status strata_sync_weights(strata_runtime *rt)
 }
 
 /* Scale the rank-ordered sum into the mean over ranks (DDP's convention). */
-static void average(const strata_runtime *rt, float *g, size_t n)
+static strata_status average(const strata_runtime *rt, float *g, size_t n)
 {
     if (rt->world == 1 || !rt->cfg.average_gradients)
-        return;
-    const float inv = (float)(1.0 / rt->world);
-    for (size_t k = 0; k < n; k++)
-        g[k] *= inv;
+        return STRATA_OK;
+    return strata_backend_scale(rt->be, NULL, n, g, (float)(1.0 / rt->world));
 }
 
 strata_status strata_hook_backward(strata_runtime *rt, int layer)
@@ -728,7 +727,7 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
             st = strata_comm_reduce_scatter_f32(rt->comm, p->grad, rt->gather_stage[i], counts,
                                                 displs);
             if (st == STRATA_OK)
-                average(rt, rt->gather_stage[i], counts[rt->rank]);
+                st = average(rt, rt->gather_stage[i], counts[rt->rank]);
         } else if (rt->n_groups > 1) {
             /* Replicated across groups: the sum reaches this matrix's owner in
              * every group, through the node leaders. */
@@ -738,11 +737,11 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
             st = strata_comm_reduce_to_owners(rt->comm, p->grad, p->view.numel, rt->replicas,
                                               rt->n_groups);
             if (st == STRATA_OK && p->owner == rt->rank)
-                average(rt, p->grad, p->view.numel);
+                st = average(rt, p->grad, p->view.numel);
         } else {
             st = strata_comm_reduce_to_owner(rt->comm, p->grad, p->view.numel, p->owner);
             if (st == STRATA_OK && p->owner == rt->rank)
-                average(rt, p->grad, p->view.numel);
+                st = average(rt, p->grad, p->view.numel);
         }
     }
     free(counts);
@@ -803,9 +802,11 @@ strata_status strata_step(strata_runtime *rt)
         const rt_param *p = &rt->params[i];
         if (!((p->owner == rank && rank < rt->group_size) || (p->owner < 0 && rank == 0)))
             continue; /* one copy of each reduced gradient: group 0's owner */
+        /* The gradient is backend memory: the squares are summed there. */
         double acc = 0.0;
-        for (size_t k = 0; k < p->view.numel; k++)
-            acc += (double)p->grad[k] * p->grad[k];
+        st = strata_backend_sumsq(rt->be, NULL, p->view.numel, p->grad, &acc);
+        if (st != STRATA_OK)
+            return st;
         if (isfinite(acc))
             parts[2 * i] = acc;
         else
@@ -852,8 +853,9 @@ strata_status strata_step(strata_runtime *rt)
             rt_param *p = &rt->params[i];
             if (p->owner != rank && p->owner >= 0)
                 continue; /* only the owner's copy is reduced and used */
-            for (size_t k = 0; k < p->view.numel; k++)
-                p->grad[k] *= c;
+            st = strata_backend_scale(rt->be, NULL, p->view.numel, p->grad, c);
+            if (st != STRATA_OK)
+                return st;
         }
     }
 
