@@ -899,6 +899,7 @@ strata_status strata_step(strata_runtime *rt)
     s->seconds_precondition += cnt.seconds_precondition;
     s->seconds_tail += tail_seconds;
     s->last_step_seconds = strata_now_seconds() - t_start;
+    s->seconds_steps += s->last_step_seconds;
     return st;
 }
 

@@ -269,8 +269,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[1] = (double)s->step_matrix_bytes / steps;
     m[2] = (double)s->comm_bytes_intra_node / steps;
     m[3] = (double)s->comm_bytes_inter_node / steps;
-    m[4] = 1e3 * (s->seconds_factors + s->seconds_roots + s->seconds_precondition +
-                  s->seconds_tail) / steps;
+    m[4] = 1e3 * s->seconds_steps / steps;
     m[5] = (double)s->owned_params;
     m[6] = (double)s->max_staleness;
     m[7] = (double)s->coh_bound_exceeded;

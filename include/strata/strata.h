@@ -237,6 +237,9 @@ typedef struct strata_stats {
     size_t device_bytes_peak;
     double grad_norm;           /* global L2 norm of the last step's gradient (before clipping) */
     double last_step_seconds;   /* wall time of the last strata_step */
+    double seconds_steps;       /* wall time inside strata_step, cumulative (its collectives
+                                   included: the gather and zero1 baselines move matrices
+                                   there) */
     double last_seconds_factors, last_seconds_roots, last_seconds_precondition,
         last_seconds_tail;      /* its split */
     double seconds_factors, seconds_roots, seconds_precondition, seconds_tail; /* cumulative */
