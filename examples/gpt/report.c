@@ -130,6 +130,11 @@ static json_object *get_params(const config_ctx *c)
     return json_object_new_int64((int64_t)c->info->params);
 }
 
+static json_object *get_world_size(const config_ctx *c)
+{
+    return json_object_new_int(c->o->strata.comm ? strata_comm_size(c->o->strata.comm) : 1);
+}
+
 static json_object *get_frequency(const config_ctx *c)
 {
     return json_object_new_int(c->refresh->frequency);
@@ -198,6 +203,10 @@ static const config_key config_keys[] = {
     {"steps", 0, WHEN_ALWAYS, CK_INT, OFF(steps), NULL, NULL},
     {"params", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_params},
     {"seed", 0, WHEN_ALWAYS, CK_U64, OFF(seed), NULL, NULL},
+    {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size},
+    {"sharding", 0, WHEN_ALWAYS, CK_NAME, OFF(strata.sharding), gpt_sharding_names, NULL},
+    {"shard_group_size", 0, WHEN_ALWAYS, CK_INT, OFF(strata.shard_group_size), NULL, NULL},
+    {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL},
     /* the peak learning rate of the matrix optimizer */
     {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL},
     {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL},
