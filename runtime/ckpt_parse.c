@@ -46,9 +46,9 @@ static strata_status parse_json(const char *what, const char *text, size_t len,
     if (!o || err != json_tokener_success) {
         json_object_put(o);
         return strata_error(STRATA_ERR_DATA, "%s: not valid JSON (%s)", what,
-                            json_tokener_error_desc(err == json_tokener_success
-                                                        ? json_tokener_continue
-                                                        : err));
+                            err == json_tokener_success || err == json_tokener_continue
+                                ? "truncated"
+                                : json_tokener_error_desc(err));
     }
     for (size_t i = used; i < len; i++)
         if (text[i] != ' ' && text[i] != '\n' && text[i] != '\r' && text[i] != '\t') {
