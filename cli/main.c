@@ -36,6 +36,7 @@ static void usage_main(FILE *f)
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
+          "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
           "  help             show this help (or `strata train --help`)\n"
           "  --version        print the library's version\n",
           f);
@@ -223,6 +224,7 @@ static const char G_ASYNC[] = "asynchronous second-order state (shampoo inverse 
                               "kl-shampoo\neigenbases)";
 static const char G_RANKS[] = "ranks (mpirun -np N build/cli/strata train ...)";
 static const char G_OUTPUT[] = "output";
+static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 
 /* Every flag of train and sweep-staleness, in --help order. */
 static const train_flag train_flags[] = {
@@ -368,6 +370,18 @@ static const train_flag train_flags[] = {
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
      .group = G_RANKS, .arg = "N",
      .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},
+
+    {.name = "save-every", .type = FT_INT, .off = OFF(o.save_every), .lo = 0, .hi = INT_MAX,
+     .group = G_CKPT, .arg = "N",
+     .help = "save a checkpoint after every N-th step (default 0: never)\ninto "
+             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)"},
+    {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
+     .arg = "DIR", .help = "where --save-every writes (created)"},
+    {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
+     .group = G_CKPT, .arg = "K", .help = "keep the newest K checkpoints (default 0: all)"},
+    {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
+     .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
+             "options every later step is bit-identical"},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
@@ -818,6 +832,60 @@ static int cmd_sweep(int argc, char **argv)
     return 0;
 }
 
+/* ---- strata ckpt inspect|verify DIR */
+
+typedef struct ckpt_view {
+    bool table;
+    int tensors, bad;
+    uint64_t bytes;
+} ckpt_view;
+
+static void ckpt_row(void *user, const strata_ckpt_entry *e)
+{
+    ckpt_view *v = user;
+    v->tensors += e->tensor[0] != '\0';
+    v->bad += e->status != STRATA_OK;
+    v->bytes += e->bytes;
+    if (v->table) {
+        char owner[16];
+        snprintf(owner, sizeof owner, "%d", e->owner);
+        printf("%-44s %-24s %-5s %5s %-6s %8lld %12llu  %s%s%s\n",
+               e->tensor[0] ? e->tensor : "(file)", e->file, e->dtype, e->owner < 0 ? "-" : owner,
+               e->tier[0] ? e->tier : "-", (long long)e->step, (unsigned long long)e->bytes,
+               e->status == STRATA_OK ? "ok" : strata_status_str(e->status),
+               e->message && e->message[0] ? ": " : "", e->message ? e->message : "");
+    } else if (e->status != STRATA_OK) {
+        fprintf(stderr, "strata ckpt verify: %s%s%s: %s: %s\n", e->file,
+                e->tensor[0] ? " tensor " : "", e->tensor, strata_status_str(e->status),
+                e->message);
+    }
+}
+
+static int cmd_ckpt(int argc, char **argv)
+{
+    if (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
+        fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+                "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
+                "checksum status\n"
+                "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
+                "sound\n");
+        return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    ckpt_view v = {.table = strcmp(argv[1], "inspect") == 0};
+    if (v.table)
+        printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
+               "tier", "step", "bytes", "checksum");
+    strata_status st = strata_ckpt_verify(argv[2], ckpt_row, &v);
+    if (st != STRATA_OK) {
+        fprintf(stderr, "strata ckpt %s: %s: %s\n", argv[1], strata_status_str(st),
+                strata_last_error());
+        return 1;
+    }
+    printf("%s: %d tensors, %.1f MiB, every file and checksum sound\n", argv[2], v.tensors,
+           v.bytes / 1048576.0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -828,6 +896,8 @@ int main(int argc, char **argv)
         return cmd_train(argc - 1, argv + 1);
     if (strcmp(argv[1], "sweep-staleness") == 0)
         return cmd_sweep(argc - 1, argv + 1);
+    if (strcmp(argv[1], "ckpt") == 0)
+        return cmd_ckpt(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("strata %s\n", strata_version());
         return 0;

@@ -150,6 +150,21 @@ void strata_coh_stats_get(strata_coh_registry *reg, strata_coh_stats *out);
  * Errors: STRATA_ERR_TIMEOUT. */
 strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s);
 
+/* Checkpoint restore: set block b's n slots to states[k] / versions[k] (FREE,
+ * READY, INSTALLED or FAILED; at most one INSTALLED, which becomes the
+ * installed version; a FREE slot's version is ignored), as a drained
+ * registry had them at save time. Marks the registry started (offsets fixed).
+ * Errors: STRATA_ERR_INVALID_ARG (bad block, n != the registry's slots per
+ * block, a PENDING/COMPUTING state, two INSTALLED slots, a READY/FAILED slot
+ * not newer than the installed version, a negative version), STRATA_ERR_STATE
+ * (a job of the block is in flight). Nothing changes on error. */
+strata_status strata_coh_restore_block(strata_coh_registry *reg, int b, int n,
+                                       const strata_coh_slot_state *states,
+                                       const int64_t *versions);
+
+/* Slots per block of this registry (cfg.slots, resolved). */
+int strata_coh_slots_per_block(const strata_coh_registry *reg);
+
 #ifdef __cplusplus
 }
 #endif

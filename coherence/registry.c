@@ -392,3 +392,65 @@ strata_status strata_coh_quiesce(strata_coh_registry *reg, double timeout_s)
         rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
     }
 }
+
+int strata_coh_slots_per_block(const strata_coh_registry *reg)
+{
+    return reg ? reg->n_slots : 0;
+}
+
+strata_status strata_coh_restore_block(strata_coh_registry *reg, int b, int n,
+                                       const strata_coh_slot_state *states,
+                                       const int64_t *versions)
+{
+    if (!reg || !states || !versions || b < 0 || b >= reg->n_blocks || n != reg->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "coh_restore_block: bad block %d or %d slots (registry has %d)", b, n,
+                            reg ? reg->n_slots : 0);
+    int installed = -1;
+    for (int k = 0; k < n; k++) {
+        if (states[k] == STRATA_SLOT_FREE)
+            continue;
+        if (states[k] != STRATA_SLOT_READY && states[k] != STRATA_SLOT_INSTALLED &&
+            states[k] != STRATA_SLOT_FAILED)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "coh_restore_block: block %d slot %d: state %d cannot be restored "
+                                "(only free, ready, installed, failed)", b, k, (int)states[k]);
+        if (versions[k] < 0)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "coh_restore_block: block %d slot %d: version %lld < 0", b, k,
+                                (long long)versions[k]);
+        if (states[k] == STRATA_SLOT_INSTALLED) {
+            if (installed >= 0)
+                return strata_error(STRATA_ERR_INVALID_ARG,
+                                    "coh_restore_block: block %d: two installed slots", b);
+            installed = k;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (installed >= 0 && states[k] != STRATA_SLOT_FREE && k != installed &&
+            versions[k] <= versions[installed])
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "coh_restore_block: block %d slot %d: version %lld is not newer "
+                                "than the installed %lld", b, k, (long long)versions[k],
+                                (long long)versions[installed]);
+    pthread_mutex_lock(&reg->mu);
+    for (int k = 0; k < n; k++) {
+        const strata_coh_slot_state s = slot_at(reg, b, k)->state;
+        if (s == STRATA_SLOT_PENDING || s == STRATA_SLOT_COMPUTING) {
+            pthread_mutex_unlock(&reg->mu);
+            return strata_error(STRATA_ERR_STATE,
+                                "coh_restore_block: block %d has a job in flight", b);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        coh_slot *s = slot_at(reg, b, k);
+        s->state = states[k];
+        s->version = states[k] == STRATA_SLOT_FREE ? -1 : versions[k];
+    }
+    reg->blocks[b].installed_slot = installed;
+    reg->blocks[b].installed_version = installed >= 0 ? versions[installed] : -1;
+    reg->started = true;
+    pthread_cond_broadcast(&reg->cv);
+    pthread_mutex_unlock(&reg->mu);
+    return STRATA_OK;
+}

@@ -779,6 +779,8 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     }
     PUT("exp_avg", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
     PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
+    PUT("has_basis", -1, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &s->has_basis);
+    PUT("init_pending", -1, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &s->init_pending);
 #undef PUT
     return n;
 }

@@ -76,7 +76,11 @@ typedef struct strata_precond_schedule {
 } strata_precond_schedule;
 
 /* One persistent tensor of a state (checkpoints walk these). */
-typedef enum strata_dtype { STRATA_F32 = 0, STRATA_F64 = 1, STRATA_I32 = 2, STRATA_I64 = 3 } strata_dtype;
+/* STRATA_BOOL: a C bool (one byte, 0 or 1), for the flags a state keeps
+ * (SOAP's has_basis): they are persistent state too. */
+typedef enum strata_dtype {
+    STRATA_F32 = 0, STRATA_F64 = 1, STRATA_I32 = 2, STRATA_I64 = 3, STRATA_BOOL = 4
+} strata_dtype;
 
 typedef struct strata_tensor_info {
     char name[STRATA_TENSOR_NAME_MAX]; /* e.g. "L.0", "exp_avg" (unique within the state) */

@@ -754,13 +754,13 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_shampoo_state *s = state;
     int n = 0;
-#define PUT(name, idx, r, c, ptr)                                                              \
+#define PUT_AS(name, idx, dt, r, c, where, ptr)                                                \
     do {                                                                                       \
         if (out && n < cap)                                                                    \
-            strata_tensor_info_set(&out[n], name, idx, STRATA_F32, r, c, STRATA_TIER_DEVICE,  \
-                                   (void *)(ptr));                                             \
+            strata_tensor_info_set(&out[n], name, idx, dt, r, c, where, (void *)(ptr));        \
         n++;                                                                                   \
     } while (0)
+#define PUT(name, idx, r, c, ptr) PUT_AS(name, idx, STRATA_F32, r, c, STRATA_TIER_DEVICE, ptr)
     for (int b = 0; b < s->nblocks; b++) {
         const shampoo_block *blk = &s->blocks[b];
         PUT("L", b, blk->rows, blk->rows, blk->L);
@@ -769,6 +769,7 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
             PUT("L_inv", b, blk->rows, blk->rows, blk->L_inv_own);
             PUT("R_inv", b, blk->cols, blk->cols, blk->R_inv_own);
         }
+        PUT_AS("has_root", b, STRATA_BOOL, 1, 2, STRATA_TIER_HOST, blk->has_root);
     }
     if (s->filtered)
         PUT("filtered", -1, s->rows, s->cols, s->filtered);
@@ -777,6 +778,7 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     if (s->mom)
         PUT("momentum", -1, s->rows, s->cols, s->mom);
 #undef PUT
+#undef PUT_AS
     return n;
 }
 

@@ -729,10 +729,12 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
         PUT("factor", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->factor);
         PUT("q", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->q);
         PUT("perm", k, STRATA_I32, 1, sd->dim, STRATA_TIER_HOST, sd->perm);
+        PUT("has_perm", k, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &sd->has_perm);
     }
     PUT("exp_avg", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
     PUT("exp_avg_sq", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg_sq);
     PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
+    PUT("has_basis", -1, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &s->has_basis);
 #undef PUT
     return n;
 }

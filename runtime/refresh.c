@@ -751,6 +751,168 @@ strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errn
     return STRATA_OK;
 }
 
+/* ---- checkpoint seams */
+
+int strata_refresh_block_count(const strata_refresh *e)
+{
+    return e && e->committed ? e->n_blocks : 0;
+}
+
+static eng_block *block_at(const strata_refresh *e, int i)
+{
+    return e && e->committed && i >= 0 && i < e->n_blocks ? &e->blocks[i] : NULL;
+}
+
+strata_status strata_refresh_block_describe(const strata_refresh *e, int i,
+                                            strata_refresh_block_desc *out)
+{
+    const eng_block *blk = block_at(e, i);
+    if (!blk || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_block_describe: bad block %d", i);
+    const eng_group *g = blk->grp;
+    *out = (strata_refresh_block_desc){
+        .entry = (int)(blk->ent - e->entries),
+        .block = blk->b,
+        .slot_bytes = blk->info.slot_bytes,
+        .n_slots = g->n_slots,
+        .on_nvme = blk->on_nvme,
+        .inline_ = g->inline_,
+        .frequency = g->sch.frequency,
+        .start = g->cc.start,
+        .lag = g->sch.lag,
+        .offset = blk->ent->offset,
+        .staleness = g->cc.staleness,
+        .mode = g->cc.mode,
+        .installed_slot = blk->installed_slot,
+        .have = blk->have,
+    };
+    return STRATA_OK;
+}
+
+strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
+{
+    if (!e)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_drain: NULL engine");
+    int64_t busy = 0;
+    for (int i = 0; i < e->n_blocks; i++) {
+        eng_block *blk = &e->blocks[i];
+        for (int k = 0; k < blk->grp->n_slots; k++) {
+            const strata_coh_slot_state s = strata_coh_slot_get(blk->grp->reg, blk->rb, k, NULL);
+            busy += s == STRATA_SLOT_PENDING || s == STRATA_SLOT_COMPUTING;
+        }
+    }
+    if (in_flight)
+        *in_flight = busy;
+    strata_status st = STRATA_OK;
+    for (int k = 0; k < e->n_groups && st == STRATA_OK; k++)
+        if (!e->groups[k].inline_ && e->groups[k].reg)
+            st = strata_coh_quiesce(e->groups[k].reg, e->cfg.wait_timeout_s);
+    /* A prefetch lands in the spare resident buffer, which install reuses;
+     * finish it so that nothing writes host memory while it is saved. */
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
+        eng_block *blk = &e->blocks[i];
+        if (!blk->io_pending)
+            continue;
+        blk->io_pending = false;
+        if (io_wait_landed(e, &blk->io) != STRATA_OK)
+            atomic_fetch_add(&e->io_errors, 1); /* install reads the result again */
+    }
+    return st;
+}
+
+strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
+                                      strata_coh_slot_state *state, int64_t *version,
+                                      unsigned *failed)
+{
+    eng_block *blk = block_at(e, i);
+    if (!blk || k < 0 || k >= blk->grp->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_slot_get: bad block %d slot %d", i,
+                            k);
+    int64_t v = -1;
+    const strata_coh_slot_state s = strata_coh_slot_get(blk->grp->reg, blk->rb, k, &v);
+    if (state)
+        *state = s;
+    if (version)
+        *version = v;
+    if (failed)
+        *failed = blk->slots[k].failed;
+    return STRATA_OK;
+}
+
+strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *buf)
+{
+    eng_block *blk = block_at(e, i);
+    if (!blk || !buf || k < 0 || k >= blk->grp->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_slot_read: bad block %d slot %d",
+                            i, k);
+    const size_t bytes = blk->info.slot_bytes;
+    if (blk->on_nvme && k == blk->installed_slot) {
+        memcpy(buf, blk->resident[blk->cur], bytes);
+        return STRATA_OK;
+    }
+    if (blk->on_nvme) {
+        strata_status st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
+        if (st != STRATA_OK)
+            atomic_fetch_add(&e->io_errors, 1);
+        return st;
+    }
+    memcpy(buf, blk->slots[k].buf, bytes);
+    return STRATA_OK;
+}
+
+strata_status strata_refresh_block_restore(strata_refresh *e, int i,
+                                           const strata_refresh_slot_image *slots, int n,
+                                           unsigned have)
+{
+    eng_block *blk = block_at(e, i);
+    if (!blk || !slots || n != blk->grp->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "refresh_block_restore: bad block %d or slot count %d", i, n);
+    strata_coh_slot_state states[16] = {0};
+    int64_t versions[16] = {0};
+    if (n > 16)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_block_restore: %d slots", n);
+    int installed = -1;
+    for (int k = 0; k < n; k++) {
+        states[k] = slots[k].state;
+        versions[k] = slots[k].version;
+        const bool data = states[k] == STRATA_SLOT_READY || states[k] == STRATA_SLOT_INSTALLED;
+        if (data && !slots[k].data)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "refresh_block_restore: '%s' block %d slot %d has no data",
+                                blk->ent->name, blk->b, k);
+        if (states[k] == STRATA_SLOT_INSTALLED)
+            installed = k;
+    }
+    /* The registry checks the table (and that nothing is in flight) first. */
+    strata_status st = strata_coh_restore_block(blk->grp->reg, blk->rb, n, states, versions);
+    const size_t bytes = blk->info.slot_bytes;
+    for (int k = 0; k < n && st == STRATA_OK; k++) {
+        blk->slots[k].failed = slots[k].failed;
+        if (states[k] != STRATA_SLOT_READY && states[k] != STRATA_SLOT_INSTALLED)
+            continue;
+        if (blk->on_nvme)
+            st = strata_tier_write(e->nvme, blk->slots[k].nvme, 0, slots[k].data, bytes);
+        else
+            memcpy(blk->slots[k].buf, slots[k].data, bytes);
+    }
+    if (st != STRATA_OK)
+        return st;
+    blk->installed_slot = installed;
+    blk->have = installed >= 0 ? have : 0;
+    blk->io_pending = false;
+    if (installed < 0)
+        return STRATA_OK;
+    void *dst = blk->slots[installed].buf;
+    if (blk->on_nvme) {
+        blk->cur = 0;
+        dst = blk->resident[0];
+        memcpy(dst, slots[installed].data, bytes);
+    }
+    return blk->ent->fam->install(blk->ent->state, blk->b, dst, slots[installed].failed,
+                                  blk->have);
+}
+
 void strata_refresh_destroy(strata_refresh *e)
 {
     if (!e)

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "coherence/coherence.h"
 #include "optim/precond.h"
 
 typedef struct strata_refresh_config {
@@ -106,6 +107,74 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *out);
 /* Testing: the next `n` nvme transfers fail with errno_value.
  * Errors: STRATA_ERR_STATE (no nvme tier). */
 strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errno_value);
+
+/* ---- checkpoint seams (runtime/checkpoint.c): enumerate and restore the
+ * engine's state. Blocks are numbered 0..strata_refresh_block_count()-1 in
+ * registration order of their parameters. Training thread only. */
+
+typedef struct strata_refresh_block_desc {
+    int entry;            /* the parameter's handle (strata_refresh_add's *id) */
+    int block;            /* block index within the parameter's state */
+    size_t slot_bytes;    /* bytes of one slot (the family's layout) */
+    int n_slots;          /* slots of the block (strata_coh_slots_needed(F, S)) */
+    bool on_nvme;         /* slots in the nvme tier, installed result in a host buffer */
+    bool inline_;         /* refreshed on the training thread (sync, or not async-capable) */
+    int frequency;        /* F of its group */
+    int64_t start;        /* first refresh point of offset 0 */
+    int lag;              /* 0 or 1 (precond.h) */
+    int offset;           /* the parameter's refresh phase */
+    int staleness;        /* S of its group (0 when inline) */
+    strata_coh_mode mode; /* install mode of its group */
+    int installed_slot;   /* -1 before the first install */
+    unsigned have;        /* result parts of the installed result that hold a valid result */
+} strata_refresh_block_desc;
+
+int strata_refresh_block_count(const strata_refresh *e);
+
+/* Errors: STRATA_ERR_INVALID_ARG (bad index). */
+strata_status strata_refresh_block_describe(const strata_refresh *e, int i,
+                                            strata_refresh_block_desc *out);
+
+/* Wait until no refresh job is queued or running in any group and no nvme
+ * prefetch is in flight (each wait bounded by wait_timeout_s). *in_flight
+ * (may be NULL) gets the number of jobs that were still in flight when the
+ * call began: their results are READY (or FAILED) afterwards and, in fixed
+ * mode, are installed at exactly the step they would have been.
+ * Errors: STRATA_ERR_TIMEOUT, STRATA_ERR_IO (a prefetch failed; counted). */
+strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight);
+
+/* State, version and failed-part bits of slot k of block i (after a drain).
+ * Errors: STRATA_ERR_INVALID_ARG. */
+strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
+                                      strata_coh_slot_state *state, int64_t *version,
+                                      unsigned *failed);
+
+/* Copy slot k's result (slot_bytes) into host memory `buf`: for the
+ * installed slot, the result as installed (failed parts filled from the
+ * previous result; an nvme block's host resident buffer); for another slot,
+ * its bytes (read back from the nvme tier when it lives there). Call after
+ * a drain. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (nvme read). */
+strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *buf);
+
+typedef struct strata_refresh_slot_image {
+    strata_coh_slot_state state; /* FREE, READY, INSTALLED or FAILED */
+    int64_t version;             /* its refresh point */
+    unsigned failed;             /* failed-part bits of its refresh */
+    const void *data;            /* slot_bytes of host memory (READY/INSTALLED), else NULL */
+} strata_refresh_slot_image;
+
+/* Restore block i from a checkpoint: every slot's bytes (into the host or
+ * nvme tier), the registry's slot states and installed version, the block's
+ * `have` bits, and, when a slot is installed, the family's install of it
+ * (which lends Shampoo's roots again; state the install also touches, e.g.
+ * SOAP's moments, is then overwritten by the caller from the checkpoint).
+ * n must equal the block's n_slots. Call on a committed engine with nothing
+ * in flight (a fresh one, or after a drain). Errors: STRATA_ERR_INVALID_ARG
+ * (bad index/count, an impossible slot table), STRATA_ERR_STATE (a job in
+ * flight), STRATA_ERR_IO (nvme write), the family's install errors. */
+strata_status strata_refresh_block_restore(strata_refresh *e, int i,
+                                           const strata_refresh_slot_image *slots, int n,
+                                           unsigned have);
 
 /* NULL is a no-op. Stops the workers (queued jobs cancelled, running ones
  * finished), waits for in-flight nvme transfers, frees every buffer. The

@@ -29,6 +29,8 @@ struct gpt_report {
     int n;                   /* steps recorded */
     double *step_ms, *opt_ms;
     float *losses;
+    float prior[10];         /* losses of the steps before a resume, oldest first */
+    int n_prior;
     double wall_seconds;     /* sum of the recorded steps' times */
     double val_loss;         /* the last validation loss, NaN before the first */
 };
@@ -455,6 +457,14 @@ static void write_step(const gpt_report *rep, const gpt_step_record *r, double s
     write_json_line(rep->metrics, j);
 }
 
+void gpt_report_seed_losses(gpt_report *rep, const float *losses, int n)
+{
+    if (!rep || n < 0)
+        return;
+    rep->n_prior = n < 10 ? n : 10;
+    memcpy(rep->prior, losses + (n - rep->n_prior), (size_t)rep->n_prior * sizeof *losses);
+}
+
 void gpt_report_step(gpt_report *rep, const gpt_step_record *r)
 {
     const int i = rep->n++;
@@ -497,10 +507,12 @@ static void summarize(gpt_report *rep, gpt_train_result *res)
         res->final_train_loss = NAN;
         return;
     }
-    const int last = n < 10 ? n : 10;
+    /* The last 10 steps, counting those before a resume, summed oldest first. */
+    const int all = n + rep->n_prior;
+    const int last = all < 10 ? all : 10;
     double acc = 0.0;
-    for (int i = n - last; i < n; i++)
-        acc += rep->losses[i];
+    for (int i = all - last; i < all; i++)
+        acc += i < rep->n_prior ? rep->prior[i] : rep->losses[i - rep->n_prior];
     res->final_train_loss = acc / last;
     res->tokens_per_second = (double)n * rep->o.batch * rep->o.seq_len / rep->wall_seconds;
     double mean = 0.0;
@@ -551,6 +563,14 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     if (res->interrupted)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
+    if (res->resumed_from > 0)
+        fprintf(f, "resumed: from step %d (load %.3f s, %.0f MiB/s)\n", res->resumed_from,
+                res->ckpt_load_s, res->ckpt_load_mib_s);
+    if (res->ckpt_saves > 0)
+        fprintf(f, "checkpoints: %d saved | pause max %.1f ms, total %.1f ms | last %.1f MiB at "
+                "%.0f MiB/s\n", res->ckpt_saves, 1e3 * res->ckpt_pause_max_s,
+                1e3 * res->ckpt_pause_total_s, res->ckpt_bytes / 1048576.0,
+                res->ckpt_save_mib_s);
     if (o->strata.async && rep->refresh.async)
         fprintf(f,
                 "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
@@ -618,6 +638,18 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)res->weights_hash);
     json_object_object_add(j, "weights_hash", json_object_new_string(hash));
     json_object_object_add(j, "world_size", json_object_new_int(res->world_size));
+    if (res->resumed_from > 0) {
+        json_object_object_add(j, "resumed_from", json_object_new_int(res->resumed_from));
+        json_add_double(j, "ckpt_load_s", res->ckpt_load_s);
+        json_add_double(j, "ckpt_load_mib_s", res->ckpt_load_mib_s);
+    }
+    if (res->ckpt_saves > 0) {
+        json_object_object_add(j, "ckpt_saves", json_object_new_int(res->ckpt_saves));
+        json_add_double(j, "ckpt_pause_max_s", res->ckpt_pause_max_s);
+        json_add_double(j, "ckpt_pause_total_s", res->ckpt_pause_total_s);
+        json_add_double(j, "ckpt_bytes", res->ckpt_bytes);
+        json_add_double(j, "ckpt_save_mib_s", res->ckpt_save_mib_s);
+    }
     if (res->world_size > 1) {
         json_object_object_add(
             j, "sharding",

@@ -65,6 +65,11 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info);
 /* Record one step (steps in order, at most o->steps) and print / write it. */
 void gpt_report_step(gpt_report *rep, const gpt_step_record *r);
 
+/* A resumed run: the training losses of the steps before the resume (the
+ * last n <= 10, oldest first), so that final_train_loss averages the same
+ * steps as the uninterrupted run. Call before the first gpt_report_step. */
+void gpt_report_seed_losses(gpt_report *rep, const float *losses, int n);
+
 /* Fill res's losses and timings (final_train_loss, final_val_loss,
  * wall_seconds, tokens_per_second, step_ms_*, opt_ms_*) from the recorded
  * steps (at least one), then print the summary and write the summary record.

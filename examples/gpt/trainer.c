@@ -7,7 +7,11 @@
 #include "trainer.h"
 
 #include <cblas.h>
+#include <dirent.h>
+#include <errno.h>
+#include <json-c/json.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -356,6 +360,224 @@ static strata_status train_micro_batches(const gpt_train_options *o, train_model
     return st;
 }
 
+
+/* ---- checkpoints: what the loop needs besides the runtime's state */
+
+/* The loop's own state at a step boundary (the checkpoint's "user" object). */
+typedef struct loop_state {
+    int step;          /* steps done */
+    uint64_t rng;      /* batch sampler state: the data position */
+    double loss_ref, grad_ref; /* divergence references from the first step */
+    float losses[10];  /* the last min(10, step) training losses, oldest first */
+    int n_losses;
+} loop_state;
+
+static void loop_push_loss(loop_state *ls, float loss)
+{
+    if (ls->n_losses == 10) {
+        memmove(ls->losses, ls->losses + 1, 9 * sizeof *ls->losses);
+        ls->n_losses = 9;
+    }
+    ls->losses[ls->n_losses++] = loss;
+}
+
+static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
+{
+    json_object *j = json_object_new_object(), *l = json_object_new_array();
+    char rng[24];
+    snprintf(rng, sizeof rng, "%016llx", (unsigned long long)ls->rng);
+    json_object_object_add(j, "trainer", json_object_new_string("strata gpt"));
+    json_object_object_add(j, "step", json_object_new_int(ls->step));
+    json_object_object_add(j, "rng", json_object_new_string(rng));
+    json_object_object_add(j, "batches_drawn",
+                           json_object_new_int64((int64_t)ls->step *
+                                                 (o->grad_accum > 1 ? o->grad_accum : 1)));
+    json_object_object_add(j, "loss_ref", json_object_new_double(ls->loss_ref));
+    json_object_object_add(j, "grad_ref", json_object_new_double(ls->grad_ref));
+    for (int i = 0; i < ls->n_losses; i++)
+        json_object_array_add(l, json_object_new_double((double)ls->losses[i]));
+    json_object_object_add(j, "losses", l);
+    json_object_object_add(j, "seed", json_object_new_int64((int64_t)o->seed));
+    json_object_object_add(j, "steps", json_object_new_int(o->steps));
+    json_object_object_add(j, "batch", json_object_new_int(o->batch));
+    json_object_object_add(j, "seq_len", json_object_new_int(o->seq_len));
+    const char *txt = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
+    char *out = txt ? strdup(txt) : NULL;
+    json_object_put(j);
+    return out;
+}
+
+static strata_status loop_state_parse(const char *dir, const char *txt,
+                                      const gpt_train_options *o, loop_state *ls)
+{
+    json_object *j = json_tokener_parse(txt), *v;
+    strata_status st = STRATA_OK;
+    memset(ls, 0, sizeof *ls);
+#define NEED(key, type)                                                                        \
+    (json_object_object_get_ex(j, key, &v) && json_object_is_type(v, type))
+    if (!json_object_is_type(j, json_type_object) || !NEED("step", json_type_int) ||
+        json_object_get_int(v) < 0) {
+        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: not saved by the GPT trainer (no "
+                          "step)", dir);
+        goto out;
+    }
+    ls->step = json_object_get_int(v);
+    if (!NEED("rng", json_type_string) ||
+        sscanf(json_object_get_string(v), "%16llx", (unsigned long long *)&ls->rng) != 1) {
+        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: the trainer's rng is missing", dir);
+        goto out;
+    }
+    if (NEED("loss_ref", json_type_double))
+        ls->loss_ref = json_object_get_double(v);
+    if (NEED("grad_ref", json_type_double))
+        ls->grad_ref = json_object_get_double(v);
+    if (NEED("losses", json_type_array))
+        for (size_t i = 0; i < json_object_array_length(v) && ls->n_losses < 10; i++)
+            ls->losses[ls->n_losses++] =
+                (float)json_object_get_double(json_object_array_get_idx(v, i));
+    const struct {
+        const char *key;
+        int64_t now;
+    } same[] = {{"seed", (int64_t)o->seed}, {"batch", o->batch}, {"seq_len", o->seq_len},
+                {"steps", o->steps}};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
+        if (NEED(same[k].key, json_type_int) && json_object_get_int64(v) != same[k].now)
+            fprintf(stderr, "strata: note: the checkpoint was trained with --%s %lld, this run "
+                            "has %lld: the continuation differs from the original run\n",
+                    strcmp(same[k].key, "seq_len") == 0 ? "seq-len" : same[k].key,
+                    (long long)json_object_get_int64(v), (long long)same[k].now);
+#undef NEED
+out:
+    json_object_put(j);
+    return st;
+}
+
+static bool is_dir(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* step-NNNNNNNN directories of `dir` (complete ones: no ".tmp-"), sorted. */
+static int list_steps(const char *dir, int *steps, int cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int k;
+        char tail;
+        if (sscanf(de->d_name, "step-%d%c", &k, &tail) == 1 && n < cap)
+            steps[n++] = k;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+            int t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return n;
+}
+
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        char p[4096];
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* A checkpoint directory, or the newest complete step-* of a save dir. */
+static strata_status resolve_resume(const char *path, char *out, size_t n)
+{
+    snprintf(out, n, "%s/manifest.json", path);
+    struct stat sb;
+    if (stat(out, &sb) == 0) {
+        snprintf(out, n, "%s", path);
+        return STRATA_OK;
+    }
+    int steps[4096];
+    int k = list_steps(path, steps, 4096);
+    for (int i = k - 1; i >= 0; i--) {
+        snprintf(out, n, "%s/step-%08d/manifest.json", path, steps[i]);
+        if (stat(out, &sb) == 0) {
+            snprintf(out, n, "%s/step-%08d", path, steps[i]);
+            return STRATA_OK;
+        }
+    }
+    return strata_error(STRATA_ERR_IO, "--resume %s: neither a checkpoint (no manifest.json) nor "
+                        "a directory of step-* checkpoints", path);
+}
+
+/* Save after step ls->step into save_dir/step-N, then keep the newest K. */
+static strata_status save_checkpoint(strata_runtime *rt, const gpt_train_options *o,
+                                     const loop_state *ls, bool rank0, FILE *out,
+                                     gpt_train_result *res)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-%08d", o->save_dir, ls->step);
+    char *user = loop_state_json(ls, o);
+    if (!user)
+        return strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+    strata_save_info si;
+    strata_status st = strata_save(rt, path, user, &si);
+    free(user);
+    if (st != STRATA_OK)
+        return st;
+    res->ckpt_saves++;
+    res->ckpt_pause_total_s += si.seconds;
+    res->ckpt_pause_max_s = fmax(res->ckpt_pause_max_s, si.seconds);
+    res->ckpt_bytes = (double)si.bytes;
+    res->ckpt_save_mib_s = si.seconds > 0 ? si.bytes / 1048576.0 / si.seconds : 0.0;
+    if (out && !o->quiet)
+        fprintf(out, "checkpoint: step %d -> %s (%.1f MiB in %.1f ms, %lld refresh jobs "
+                     "drained)\n", ls->step, path, si.bytes / 1048576.0, 1e3 * si.seconds,
+                (long long)si.drained_jobs);
+    if (rank0 && o->keep > 0) {
+        int steps[4096];
+        const int k = list_steps(o->save_dir, steps, 4096);
+        for (int i = 0; i + o->keep < k; i++) {
+            snprintf(path, sizeof path, "%s/step-%08d", o->save_dir, steps[i]);
+            remove_tree(path);
+        }
+    }
+    return STRATA_OK;
+}
+
+/* Create save_dir and remove what killed saves left ("*.tmp-*"). */
+static strata_status prepare_save_dir(const char *dir, bool rank0)
+{
+    if (rank0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return strata_error(STRATA_ERR_IO, "--save-dir %s: %s", dir, strerror(errno));
+    if (!rank0)
+        return STRATA_OK;
+    if (!is_dir(dir))
+        return strata_error(STRATA_ERR_IO, "--save-dir %s is not a directory", dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return strata_error(STRATA_ERR_IO, "--save-dir %s: %s", dir, strerror(errno));
+    struct dirent *de;
+    char p[4096];
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, "step-", 5) == 0 && strstr(de->d_name, ".tmp-")) {
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            remove_tree(p);
+        }
+    closedir(d);
+    return STRATA_OK;
+}
+
 static strata_status validate(const gpt_train_options *o)
 {
     const int world = o->strata.comm ? strata_comm_size(o->strata.comm) : 1;
@@ -392,6 +614,10 @@ static strata_status validate(const gpt_train_options *o)
                             o->steps);
     if (!(o->min_lr_ratio >= 0.0f && o->min_lr_ratio <= 1.0f))
         return strata_error(STRATA_ERR_INVALID_ARG, "min-lr-ratio must lie in [0, 1]");
+    if (o->save_every < 0 || o->keep < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "save-every and keep must be >= 0");
+    if (o->save_every > 0 && (!o->save_dir || !o->save_dir[0]))
+        return strata_error(STRATA_ERR_INVALID_ARG, "--save-every needs --save-dir");
     return STRATA_OK;
 }
 
@@ -545,7 +771,43 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
     strata_comm *comm = o.strata.comm;
     const bool ranks = comm && strata_comm_size(comm) > 1;
-    for (int step = 0; step < o.steps; step++) {
+    const bool rank0 = !comm || strata_comm_rank(comm) == 0;
+    loop_state ls = {0};
+    int first_step = 0;
+    if (o.resume) {
+        /* Everything the runtime holds, then the loop's own state. */
+        char dir[4096];
+        char *user = NULL;
+        strata_load_info li;
+        st = resolve_resume(o.resume, dir, sizeof dir);
+        if (st == STRATA_OK)
+            st = strata_load(rt, dir, &user, &li);
+        if (st == STRATA_OK)
+            st = loop_state_parse(dir, user, &o, &ls);
+        free(user);
+        if (st == STRATA_OK && ls.step != li.step)
+            st = strata_error(STRATA_ERR_DATA, "checkpoint %s: the trainer's step %d is not the "
+                              "runtime's %lld", dir, ls.step, (long long)li.step);
+        if (st != STRATA_OK)
+            goto out;
+        first_step = ls.step;
+        rng = ls.rng;
+        if (ls.step > 0) {
+            loss_ref = ls.loss_ref;
+            grad_ref = ls.grad_ref;
+        }
+        gpt_report_seed_losses(rep, ls.losses, ls.n_losses);
+        res->resumed_from = ls.step;
+        res->steps_done = ls.step;
+        res->ckpt_load_s = li.seconds;
+        res->ckpt_load_mib_s = li.seconds > 0 ? li.bytes / 1048576.0 / li.seconds : 0.0;
+        if (out && !o.quiet)
+            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", dir, ls.step,
+                    li.bytes / 1048576.0, 1e3 * li.seconds);
+    }
+    if (o.save_every > 0 && (st = prepare_save_dir(o.save_dir, rank0)) != STRATA_OK)
+        goto out;
+    for (int step = first_step; step < o.steps; step++) {
         /* A signal: stop between steps, never inside one; with several ranks
          * all of them stop at the same step (a signal to any rank counts). */
         double stop_now = o.stop ? (double)*o.stop : 0.0;
@@ -582,6 +844,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             loss_ref = fmax(loss_ref, (double)loss);
             grad_ref = s.grad_norm;
         }
+        loop_push_loss(&ls, loss);
         const strata_status diverged = check_divergence(step + 1, loss, s.grad_norm, loss_ref,
                                                         grad_ref);
 
@@ -607,6 +870,15 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         if (diverged != STRATA_OK) {
             st = diverged;
             goto out;
+        }
+        if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+            ls.step = step + 1;
+            ls.rng = rng;
+            ls.loss_ref = loss_ref;
+            ls.grad_ref = grad_ref;
+            st = save_checkpoint(rt, &o, &ls, rank0, out, res);
+            if (st != STRATA_OK)
+                goto out;
         }
     }
 

@@ -57,6 +57,17 @@ typedef struct gpt_train_options {
                                    and gradients in managed memory; STRATA_ERR_UNSUPPORTED
                                    without CUDA or a GPU). The optimizer runs on
                                    strata.backend, which the CLI's --device sets alike. */
+    /* Checkpoints (strata_save / strata_load): */
+    int save_every;          /* save after every N-th step (0 = never, the default) into
+                                save_dir/step-NNNNNNNN; the trainer's RNG state, step and
+                                recent losses go into the checkpoint's "user" object */
+    const char *save_dir;    /* parent of the step directories (created); required with
+                                save_every; leftover "*.tmp-*" directories of killed saves
+                                are removed at start */
+    int keep;                /* keep the newest K step directories (0 = all) */
+    const char *resume;      /* a checkpoint directory, or a save_dir (its newest complete
+                                step-* checkpoint): continue from it. With the same options
+                                every later step is bit-identical to the uninterrupted run. */
 } gpt_train_options;
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
@@ -88,6 +99,12 @@ typedef struct gpt_train_result {
     double tokens_per_second;
     strata_stats stats;       /* the runtime's counters at the end */
     int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */
+    int resumed_from;         /* the step of the checkpoint the run resumed from (0 = none) */
+    int ckpt_saves;           /* checkpoints written */
+    double ckpt_pause_max_s, ckpt_pause_total_s; /* training paused for them (strata_save) */
+    double ckpt_bytes;        /* bytes of the last checkpoint (this rank) */
+    double ckpt_save_mib_s;   /* the last save's throughput (bytes / its pause) */
+    double ckpt_load_s, ckpt_load_mib_s; /* the resume's load (0 without --resume) */
 } gpt_train_result;
 
 /* Defaults as documented on each field (matrix optimizer: Shampoo with Adam

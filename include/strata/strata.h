@@ -316,6 +316,117 @@ STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);
 
+/* ---- checkpoints (runtime/checkpoint.c, format in runtime/checkpoint.h)
+ *
+ * A checkpoint is a directory: manifest.json (strata and format versions,
+ * step, learning-rate scale, configuration and hyperparameters, the
+ * parameter table with shapes, routing, owners and refresh phases, the
+ * drain record, every other file's size and SHA-256, and the caller's JSON
+ * object), model.safetensors (every parameter's float32 weights under its
+ * registered name: `safetensors.numpy.load_file` and the PyTorch/JAX
+ * loaders open it), and per rank rank-NNNNN.safetensors (its owned
+ * parameters' optimizer state as its family enumerates it: moments,
+ * momentum, factors, eigenbases, permutations, step counters, flags; and
+ * the refresh engine's results with the step of the snapshot each came
+ * from, whether they lived in the host or the nvme tier) with
+ * rank-NNNNN.json (the engine's slot table: state, version, failed parts,
+ * installed slot; and the tensors' owner, tier and step).
+ *
+ * In-flight refreshes are drained, not recorded: strata_save first waits
+ * until no refresh job is queued or running (the count is in
+ * strata_save_info.drained_jobs and the manifest). Their results are saved
+ * as READY with their versions; in fixed install mode (the default, and
+ * every synchronous run) the registry installs a result of refresh point r
+ * exactly at step r + S whatever the workers' speed, so a resumed run
+ * installs each drained result at exactly the step the uninterrupted run
+ * did: with the same configuration every step after a resume is
+ * bit-identical. In eager mode a drain can change which results are ready
+ * at a step, as worker speed does; eager runs are not reproducible anyway.
+ */
+
+typedef struct strata_save_info {
+    double seconds;        /* wall time of strata_save: the pause a training loop sees */
+    double drain_seconds;  /* of which waiting for in-flight refreshes */
+    uint64_t bytes;        /* bytes this rank wrote (rank 0: with the manifest and weights) */
+    int64_t drained_jobs;  /* refresh jobs in flight when the save began (all ranks) */
+} strata_save_info;
+
+/* Save everything that determines the rest of the trajectory into
+ * directory `dir` (created; its parent must exist). Crash-safe: the files
+ * are written into a fresh sibling "<dir>.tmp-XXXXXX", each fsynced, then
+ * the directory is fsynced and renamed to `dir` (an existing `dir` is
+ * swapped out atomically with renameat2(RENAME_EXCHANGE) and then
+ * removed), and the parent directory is fsynced: a save that fails or is
+ * killed leaves `dir` as it was (the old checkpoint, or absent) and at most
+ * a "*.tmp-*" directory behind. `user_json` is the caller's state as the
+ * text of one JSON object (the trainer's RNG and data position, ...), or
+ * NULL; it comes back from strata_load. `info` may be NULL.
+ * Collective: with several ranks every rank calls it with the same `dir`
+ * (a file system they share); rank 0 writes the manifest and the weights,
+ * each rank its own shard. Call between steps, after commit.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
+ * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
+ * or rename failed, with the path and errno text), STRATA_ERR_TIMEOUT (the
+ * drain), STRATA_ERR_NOMEM. */
+STRATA_API strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
+                                     strata_save_info *info);
+
+typedef struct strata_load_info {
+    int64_t step;          /* the step the checkpoint was taken after */
+    double seconds;        /* wall time of strata_load */
+    uint64_t bytes;        /* bytes this rank read and verified */
+} strata_load_info;
+
+/* Restore a checkpoint written by strata_save into `rt` (committed, with the
+ * same parameters registered in the same order, routed to the same
+ * optimizers with the same refresh phases, the same world size and owners,
+ * and the same refresh engine configuration: async, S, install mode). A
+ * runtime that never stepped gets every state back: weights (into each
+ * parameter's data buffer), optimizer state, engine results and their
+ * versions, the step counter and the learning-rate scale; the nvme tier's
+ * results are written back into this runtime's nvme files, so the old
+ * scratch directory is not needed. Files are hostile input: every size is
+ * checked against the manifest, shapes and the file, every checksum is
+ * verified, all before any state changes. With `user_json` non-NULL,
+ * *user_json receives a malloc'd copy of the caller's JSON object (free()
+ * it). Collective, like strata_save. `info` may be NULL.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL arguments; a mismatch with this
+ * runtime: parameter name/shape/routing/phase, a state tensor's dtype or
+ * shape, the engine's configuration; the message names the file and the
+ * tensor or field), STRATA_ERR_DATA (corrupt: truncated file, checksum
+ * mismatch, unparsable manifest or header, naming file and tensor),
+ * STRATA_ERR_IO (a missing or unreadable file), STRATA_ERR_UNSUPPORTED (a
+ * checkpoint of another world size or owner layout: resharding is not
+ * implemented yet), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM.
+ * After a validation error nothing changed; after any other the runtime's
+ * state is unspecified (destroy it). */
+STRATA_API strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
+                                     strata_load_info *info);
+
+/* One tensor of a checkpoint, as strata_ckpt_verify sees it. */
+typedef struct strata_ckpt_entry {
+    const char *file;      /* file inside the checkpoint */
+    const char *tensor;    /* tensor name in that file ("" for a file-level problem) */
+    const char *dtype;     /* safetensors dtype ("F32", "U8", ...; "" when unknown) */
+    int owner;             /* rank whose shard holds it (weights: the parameter's owner) */
+    const char *tier;      /* where it lived when saved: "device", "host" or "nvme" */
+    int64_t step;          /* step of the snapshot it came from (engine results), else
+                              the checkpoint's step */
+    uint64_t bytes;        /* its data bytes */
+    strata_status status;  /* STRATA_OK, or what is wrong with it or its file */
+    const char *message;   /* "" or the detail of status */
+} strata_ckpt_entry;
+
+typedef void (*strata_ckpt_visit_fn)(void *user, const strata_ckpt_entry *e);
+
+/* Check a checkpoint without a runtime: the manifest parses, every file it
+ * lists exists with its size and SHA-256, every safetensors header parses
+ * and covers its file, every tensor the rank tables list is present. `fn`
+ * (may be NULL) is called once per tensor, and once per file-level problem.
+ * Returns STRATA_OK only when everything is sound, else the first error
+ * (STRATA_ERR_DATA, STRATA_ERR_IO, STRATA_ERR_NOMEM) with its detail. */
+STRATA_API strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void *user);
+
 /* Destroy (NULL is a no-op); stops the workers (cancelling queued jobs,
  * finishing running ones), then frees all optimizer state. */
 STRATA_API void strata_destroy(strata_runtime *rt);

@@ -1,0 +1,1329 @@
+/* Checkpoints: strata_save, strata_load, strata_ckpt_verify (strata.h; the
+ * layout in checkpoint.h).
+ *
+ * Save, per rank: drain the refresh engine (strata_refresh_drain), bring
+ * every rank the current weights (strata_sync_weights), then write into a
+ * temporary sibling directory created by rank 0: rank-R.safetensors and
+ * rank-R.json by every rank, model.safetensors by rank 0; each file is
+ * hashed (SHA-256, OpenSSL's libcrypto) while it is written and fsynced.
+ * The sizes and digests reach rank 0 through one allreduce; rank 0 writes
+ * manifest.json, fsyncs the directory, renames it into place and fsyncs the
+ * parent. A killed save leaves only a "*.tmp-*" directory.
+ *
+ * Load: read the manifest and the files this rank needs whole, check sizes
+ * and digests, parse, match everything against the runtime (names, shapes,
+ * dtypes, routing, phases, engine configuration) — only then change state:
+ * engine blocks first (the registry's slots and a replay of the installed
+ * result's install), then the family tensors (overwriting what the replayed
+ * install touched, e.g. SOAP's permuted moments), then the weights and the
+ * step counter.
+ *
+ * Device memory is never dereferenced: tensors move through
+ * strata_backend_copy into a host staging buffer.
+ */
+#include "checkpoint.h"
+
+#include "base/clock.h"
+#include "runtime_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <json-c/json.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MODEL_FILE "model.safetensors"
+
+_Static_assert(sizeof(bool) == 1, "STRATA_BOOL tensors are C bools of one byte");
+
+static const strata_st_dtype dtype_of[] = {
+    [STRATA_F32] = STRATA_ST_F32, [STRATA_F64] = STRATA_ST_F64, [STRATA_I32] = STRATA_ST_I32,
+    [STRATA_I64] = STRATA_ST_I64, [STRATA_BOOL] = STRATA_ST_BOOL,
+};
+
+/* ---- the configuration in the manifest: one table */
+
+typedef struct cfg_field {
+    const char *name;
+    size_t off;
+    char kind; /* f float, i int (and enums), b bool, d double */
+} cfg_field;
+
+#define F(s, m, k) {#s "." #m, offsetof(strata_config, s.m), k}
+static const cfg_field cfg_fields[] = {
+    {"matrix_optimizer", offsetof(strata_config, matrix_optimizer), 'i'},
+    {"max_grad_norm", offsetof(strata_config, max_grad_norm), 'f'},
+    {"route_degenerate_to_adamw", offsetof(strata_config, route_degenerate_to_adamw), 'b'},
+    {"stagger_refresh", offsetof(strata_config, stagger_refresh), 'b'},
+    {"async", offsetof(strata_config, async), 'b'},
+    {"staleness", offsetof(strata_config, staleness), 'i'},
+    {"install_mode", offsetof(strata_config, install_mode), 'i'},
+    {"sharding", offsetof(strata_config, sharding), 'i'},
+    {"shard_group_size", offsetof(strata_config, shard_group_size), 'i'},
+    {"average_gradients", offsetof(strata_config, average_gradients), 'b'},
+    F(adamw, lr, 'f'), F(adamw, beta1, 'f'), F(adamw, beta2, 'f'), F(adamw, eps, 'f'),
+    F(adamw, weight_decay, 'f'),
+    F(shampoo, lr, 'f'), F(shampoo, beta1, 'f'), F(shampoo, beta2, 'f'),
+    F(shampoo, epsilon, 'f'), F(shampoo, momentum, 'f'), F(shampoo, nesterov, 'b'),
+    F(shampoo, weight_decay, 'f'), F(shampoo, precondition_frequency, 'i'),
+    F(shampoo, start_preconditioning_step, 'i'), F(shampoo, refresh_offset, 'i'),
+    F(shampoo, max_preconditioner_dim, 'i'), F(shampoo, grafting, 'i'),
+    F(shampoo, grafting_beta2, 'f'), F(shampoo, grafting_epsilon, 'f'),
+    F(shampoo, epsilon_rel, 'f'), F(shampoo, use_pseudo_inverse, 'b'),
+    F(muon, lr, 'f'), F(muon, momentum, 'f'), F(muon, nesterov, 'b'), F(muon, ns_steps, 'i'),
+    F(muon, weight_decay, 'f'), F(muon, scale, 'i'), F(muon, momentum_form, 'i'),
+    F(muon, ns_method, 'i'),
+    F(soap, lr, 'f'), F(soap, beta1, 'f'), F(soap, beta2, 'f'), F(soap, shampoo_beta, 'f'),
+    F(soap, eps, 'f'), F(soap, weight_decay, 'f'), F(soap, precondition_frequency, 'i'),
+    F(soap, refresh_offset, 'i'), F(soap, max_precond_dim, 'i'), F(soap, precondition_1d, 'b'),
+    F(soap, normalize_grads, 'b'), F(soap, correct_bias, 'b'),
+    F(kl_shampoo, form, 'i'), F(kl_shampoo, lr, 'f'), F(kl_shampoo, beta1, 'f'),
+    F(kl_shampoo, beta2, 'f'), F(kl_shampoo, shampoo_beta, 'f'), F(kl_shampoo, eps, 'f'),
+    F(kl_shampoo, weight_decay, 'f'), F(kl_shampoo, precondition_frequency, 'i'),
+    F(kl_shampoo, refresh_offset, 'i'), F(kl_shampoo, init_factor, 'f'),
+    F(kl_shampoo, max_clamp_value, 'i'), F(kl_shampoo, normalize_grads, 'b'),
+};
+#undef F
+
+static json_object *config_json(const strata_config *c)
+{
+    json_object *o = json_object_new_object();
+    for (size_t i = 0; o && i < sizeof cfg_fields / sizeof cfg_fields[0]; i++) {
+        const cfg_field *f = &cfg_fields[i];
+        const char *p = (const char *)c + f->off;
+        json_object *v = NULL;
+        if (f->kind == 'f') {
+            float x;
+            memcpy(&x, p, sizeof x);
+            v = json_object_new_double((double)x);
+        } else if (f->kind == 'b') {
+            bool x;
+            memcpy(&x, p, sizeof x);
+            v = json_object_new_boolean(x);
+        } else {
+            int x;
+            memcpy(&x, p, sizeof x);
+            v = json_object_new_int(x);
+        }
+        json_object_object_add(o, f->name, v);
+    }
+    return o;
+}
+
+/* The resumed run may change hyperparameters (a lower lr, ...): say which. */
+static void config_compare(const strata_runtime *rt, json_object *saved, const char *what)
+{
+    json_object *now = config_json(&rt->cfg);
+    if (!now)
+        return;
+    json_object_object_foreach(now, key, val)
+    {
+        json_object *old = NULL;
+        if (!json_object_object_get_ex(saved, key, &old)) {
+            strata_log(rt, STRATA_LOG_WARN, "ckpt", "%s: config field '%s' not recorded", what,
+                       key);
+            continue;
+        }
+        const bool same = json_object_is_type(val, json_type_double)
+                              ? (float)json_object_get_double(old) ==
+                                    (float)json_object_get_double(val)
+                              : json_object_get_int64(old) == json_object_get_int64(val) &&
+                                    json_object_get_type(old) == json_object_get_type(val);
+        if (!same)
+            strata_log(rt, STRATA_LOG_WARN, "ckpt",
+                       "%s: config '%s' was %s at save, is %s now (the run continues with the "
+                       "new value)", what, key, json_object_to_json_string(old),
+                       json_object_to_json_string(val));
+    }
+    json_object_put(now);
+}
+
+/* ---- files: write with a digest, read whole */
+
+typedef struct wfile {
+    int fd;
+    const char *path;
+    EVP_MD_CTX *md;
+    uint64_t bytes;
+} wfile;
+
+static strata_status wfile_open(wfile *w, const char *path)
+{
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0)
+        return strata_error(STRATA_ERR_IO, "checkpoint: cannot create %s: %s", path,
+                            strerror(errno));
+    w->md = EVP_MD_CTX_new();
+    if (!w->md || EVP_DigestInit_ex(w->md, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(w->md);
+        close(w->fd);
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: SHA-256 context: out of memory");
+    }
+    return STRATA_OK;
+}
+
+static strata_status wfile_write(wfile *w, const void *buf, size_t n)
+{
+    const char *p = buf;
+    EVP_DigestUpdate(w->md, buf, n);
+    w->bytes += n;
+    while (n > 0) {
+        ssize_t k = write(w->fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return strata_error(STRATA_ERR_IO, "checkpoint: writing %s: %s", w->path,
+                                k < 0 ? strerror(errno) : "short write");
+        p += k;
+        n -= (size_t)k;
+    }
+    return STRATA_OK;
+}
+
+/* fsync, close, digest; on st != OK only releases. */
+static strata_status wfile_close(wfile *w, strata_status st, uint8_t digest[32])
+{
+    if (st == STRATA_OK && fsync(w->fd) != 0)
+        st = strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", w->path, strerror(errno));
+    if (close(w->fd) != 0 && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path, strerror(errno));
+    unsigned len = 0;
+    if (st == STRATA_OK && digest)
+        EVP_DigestFinal_ex(w->md, digest, &len);
+    EVP_MD_CTX_free(w->md);
+    return st;
+}
+
+static void sha256(const void *buf, size_t n, uint8_t out[32])
+{
+    unsigned len = 0;
+    EVP_Digest(buf, n, out, &len, EVP_sha256(), NULL);
+}
+
+static void hex32(const uint8_t d[32], char out[65])
+{
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static strata_status fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "checkpoint: open directory %s: %s", path,
+                            strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    return rc == 0 ? STRATA_OK
+                   : strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(e));
+}
+
+/* Read a regular file whole (at most `cap` bytes). STRATA_ERR_IO when it is
+ * missing or unreadable, STRATA_ERR_DATA when it is larger than cap. */
+static strata_status read_file(const char *path, uint64_t cap, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "checkpoint: %s: %s", path,
+                            errno == ENOENT ? "missing file" : strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return strata_error(STRATA_ERR_IO, "checkpoint: %s is not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > cap) {
+        close(fd);
+        return strata_error(STRATA_ERR_DATA, "checkpoint: %s has %lld bytes, more than expected "
+                            "(%llu)", path, (long long)sb.st_size, (unsigned long long)cap);
+    }
+    const size_t n = (size_t)sb.st_size;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) {
+        close(fd);
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: %s: out of memory (%zu bytes)", path,
+                            n);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != n) {
+        free(buf);
+        return strata_error(STRATA_ERR_IO, "checkpoint: reading %s: %s", path,
+                            "short read");
+    }
+    *out = buf;
+    *len = n;
+    return STRATA_OK;
+}
+
+/* Remove a checkpoint directory (its plain files, then itself). */
+static void remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *de;
+        char p[4096];
+        while ((de = readdir(d)))
+            if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* ---- safetensors writer */
+
+typedef enum item_src { SRC_BACKEND, SRC_HOST, SRC_SLOT } item_src;
+
+typedef struct st_item {
+    char *name;
+    strata_st_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    size_t bytes;
+    item_src src;
+    const void *ptr; /* backend or host memory */
+    int blk, slot;   /* SRC_SLOT */
+} st_item;
+
+typedef struct item_list {
+    st_item *v;
+    int n, cap;
+} item_list;
+
+static strata_status items_add(item_list *l, st_item it)
+{
+    if (!it.name)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        st_item *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        if (!nv) {
+            free(it.name);
+            return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        }
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = it;
+    return STRATA_OK;
+}
+
+static void items_free(item_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i].name);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static char *joinf(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", a, b);
+    return s;
+}
+
+static strata_status st_write(strata_runtime *rt, const char *path, const item_list *l,
+                              uint64_t *bytes, uint8_t digest[32])
+{
+    json_object *h = json_object_new_object(), *meta = json_object_new_object();
+    if (!h || !meta) {
+        json_object_put(h);
+        json_object_put(meta);
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    json_object_object_add(meta, "format", json_object_new_string("pt"));
+    json_object_object_add(meta, "writer", json_object_new_string("strata " STRATA_VERSION_STRING));
+    json_object_object_add(h, "__metadata__", meta);
+    uint64_t at = 0;
+    size_t max_bytes = 1;
+    for (int i = 0; i < l->n; i++) {
+        const st_item *it = &l->v[i];
+        json_object *t = json_object_new_object(), *sh = json_object_new_array(),
+                    *off = json_object_new_array();
+        json_object_object_add(t, "dtype", json_object_new_string(strata_st_dtype_name(it->dtype)));
+        for (int d = 0; d < it->ndim; d++)
+            json_object_array_add(sh, json_object_new_int64(it->shape[d]));
+        json_object_object_add(t, "shape", sh);
+        json_object_array_add(off, json_object_new_int64((int64_t)at));
+        json_object_array_add(off, json_object_new_int64((int64_t)(at + it->bytes)));
+        json_object_object_add(t, "data_offsets", off);
+        json_object_object_add(h, it->name, t);
+        at += it->bytes;
+        max_bytes = it->bytes > max_bytes ? it->bytes : max_bytes;
+    }
+    const char *txt = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
+    size_t hl = strlen(txt), padded = (hl + 7) / 8 * 8;
+    char *hdr = malloc(8 + padded);
+    void *stage = malloc(max_bytes);
+    strata_status st = hdr && stage ? STRATA_OK
+                                    : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    wfile w = {.fd = -1};
+    if (st == STRATA_OK) {
+        for (int i = 0; i < 8; i++)
+            hdr[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);
+        memcpy(hdr + 8, txt, hl);
+        memset(hdr + 8 + hl, ' ', padded - hl);
+        st = wfile_open(&w, path);
+        if (st == STRATA_OK) {
+            st = wfile_write(&w, hdr, 8 + padded);
+            for (int i = 0; i < l->n && st == STRATA_OK; i++) {
+                const st_item *it = &l->v[i];
+                if (it->bytes == 0)
+                    continue;
+                if (it->src == SRC_BACKEND)
+                    st = strata_backend_copy(rt->be, stage, it->ptr, it->bytes);
+                else if (it->src == SRC_HOST)
+                    memcpy(stage, it->ptr, it->bytes);
+                else
+                    st = strata_refresh_slot_read(rt->engine, it->blk, it->slot, stage);
+                if (st == STRATA_OK)
+                    st = wfile_write(&w, stage, it->bytes);
+            }
+            uint64_t n = w.bytes;
+            st = wfile_close(&w, st, digest);
+            *bytes = n;
+        }
+    }
+    free(stage);
+    free(hdr);
+    json_object_put(h);
+    return st;
+}
+
+static strata_status json_write(const char *path, json_object *o, uint64_t *bytes,
+                                uint8_t digest[32])
+{
+    const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                            JSON_C_TO_STRING_NOSLASHESCAPE);
+    if (!txt)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    wfile w;
+    strata_status st = wfile_open(&w, path);
+    if (st != STRATA_OK)
+        return st;
+    st = wfile_write(&w, txt, strlen(txt));
+    if (st == STRATA_OK)
+        st = wfile_write(&w, "\n", 1);
+    const uint64_t n = w.bytes;
+    st = wfile_close(&w, st, digest);
+    if (bytes)
+        *bytes = n;
+    return st;
+}
+
+/* ---- what a rank saves */
+
+static const char *const slot_state_names[] = {"free", "pending", "computing", "ready",
+                                               "installed", "failed"};
+
+static bool owns(const strata_runtime *rt, const rt_param *p)
+{
+    return p->state != NULL;
+}
+
+/* The family tensors of an owned parameter, with a count check. */
+static strata_status family_tensors(const rt_param *p, strata_tensor_info **out, int *n)
+{
+    *out = NULL;
+    *n = p->fam->tensors(p->state, NULL, 0);
+    if (*n <= 0)
+        return STRATA_OK;
+    *out = calloc((size_t)*n, sizeof **out);
+    if (!*out)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (p->fam->tensors(p->state, *out, *n) != *n) {
+        free(*out);
+        *out = NULL;
+        return strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' state enumeration changed",
+                            p->name);
+    }
+    return STRATA_OK;
+}
+
+static size_t info_bytes(const strata_tensor_info *ti)
+{
+    size_t n = strata_st_dtype_size(dtype_of[ti->dtype]);
+    for (int d = 0; d < ti->ndim; d++)
+        n *= (size_t)ti->shape[d];
+    return n;
+}
+
+static const rt_param *param_of_entry(const strata_runtime *rt, int entry)
+{
+    for (int i = 0; i < rt->n_params; i++)
+        if (rt->params[i].state && rt->params[i].entry == entry)
+            return &rt->params[i];
+    return NULL;
+}
+
+/* rank-R.safetensors's items and rank-R.json's tables. */
+static strata_status rank_items(strata_runtime *rt, item_list *l, json_object *tensors,
+                                json_object *blocks)
+{
+    strata_status st = STRATA_OK;
+    const char *tier_names[] = {"device", "host", "nvme"};
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        const rt_param *p = &rt->params[i];
+        if (!owns(rt, p))
+            continue;
+        strata_tensor_info *ti = NULL;
+        int n = 0;
+        st = family_tensors(p, &ti, &n);
+        for (int k = 0; k < n && st == STRATA_OK; k++) {
+            if ((int)ti[k].dtype < 0 || ti[k].dtype > STRATA_BOOL || ti[k].ndim < 0 ||
+                ti[k].ndim > 2) {
+                st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' tensor '%s' has dtype %d "
+                                  "ndim %d", p->name, ti[k].name, (int)ti[k].dtype, ti[k].ndim);
+                break;
+            }
+            st_item it = {.dtype = dtype_of[ti[k].dtype], .ndim = ti[k].ndim,
+                          .shape = {ti[k].shape[0], ti[k].shape[1]}, .bytes = info_bytes(&ti[k]),
+                          .src = ti[k].where == STRATA_TIER_DEVICE ? SRC_BACKEND : SRC_HOST,
+                          .ptr = ti[k].data};
+            it.name = joinf(p->name, ti[k].name);
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string(it.name ? it.name : ""));
+            json_object_object_add(e, "param", json_object_new_string(p->name));
+            json_object_object_add(e, "tier", json_object_new_string(
+                                                  tier_names[ti[k].where == STRATA_TIER_DEVICE ? 0 : 1]));
+            json_object_object_add(e, "step", json_object_new_int64(rt->t));
+            json_object_array_add(tensors, e);
+            st = items_add(l, it);
+        }
+        free(ti);
+    }
+    const int nb = strata_refresh_block_count(rt->engine);
+    for (int i = 0; i < nb && st == STRATA_OK; i++) {
+        strata_refresh_block_desc d;
+        st = strata_refresh_block_describe(rt->engine, i, &d);
+        const rt_param *p = st == STRATA_OK ? param_of_entry(rt, d.entry) : NULL;
+        if (st == STRATA_OK && !p)
+            st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: engine entry %d has no parameter",
+                              d.entry);
+        if (st != STRATA_OK)
+            break;
+        json_object *b = json_object_new_object(), *slots = json_object_new_array();
+        json_object_object_add(b, "param", json_object_new_string(p->name));
+        json_object_object_add(b, "block", json_object_new_int(d.block));
+        json_object_object_add(b, "slot_bytes", json_object_new_int64((int64_t)d.slot_bytes));
+        json_object_object_add(b, "on_nvme", json_object_new_boolean(d.on_nvme));
+        json_object_object_add(b, "inline", json_object_new_boolean(d.inline_));
+        json_object_object_add(b, "frequency", json_object_new_int(d.frequency));
+        json_object_object_add(b, "start", json_object_new_int64(d.start));
+        json_object_object_add(b, "lag", json_object_new_int(d.lag));
+        json_object_object_add(b, "offset", json_object_new_int(d.offset));
+        json_object_object_add(b, "staleness", json_object_new_int(d.staleness));
+        json_object_object_add(b, "mode", json_object_new_int((int)d.mode));
+        json_object_object_add(b, "have", json_object_new_int((int)d.have));
+        for (int k = 0; k < d.n_slots && st == STRATA_OK; k++) {
+            strata_coh_slot_state s;
+            int64_t v;
+            unsigned failed;
+            st = strata_refresh_slot_get(rt->engine, i, k, &s, &v, &failed);
+            if (st == STRATA_OK && (s == STRATA_SLOT_PENDING || s == STRATA_SLOT_COMPUTING))
+                st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' block %d slot %d still "
+                                  "in flight after the drain", p->name, d.block, k);
+            if (st != STRATA_OK)
+                break;
+            json_object *js = json_object_new_object();
+            json_object_object_add(js, "state", json_object_new_string(slot_state_names[s]));
+            json_object_object_add(js, "version", json_object_new_int64(v));
+            json_object_object_add(js, "failed", json_object_new_int((int)failed));
+            json_object_array_add(slots, js);
+            if (s != STRATA_SLOT_READY && s != STRATA_SLOT_INSTALLED)
+                continue;
+            char nm[64];
+            snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
+            st_item it = {.dtype = STRATA_ST_U8, .ndim = 1, .shape = {(int64_t)d.slot_bytes},
+                          .bytes = d.slot_bytes, .src = SRC_SLOT, .blk = i, .slot = k};
+            it.name = joinf(p->name, nm);
+            json_object *e = json_object_new_object();
+            json_object_object_add(e, "name", json_object_new_string(it.name ? it.name : ""));
+            json_object_object_add(e, "param", json_object_new_string(p->name));
+            json_object_object_add(e, "tier", json_object_new_string(d.on_nvme ? "nvme" : "host"));
+            json_object_object_add(e, "step", json_object_new_int64(v));
+            json_object_array_add(tensors, e);
+            st = items_add(l, it);
+        }
+        json_object_object_add(b, "slots", slots);
+        json_object_array_add(blocks, b);
+    }
+    return st;
+}
+
+/* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs] */
+enum { ROW_OK, ROW_BYTES_ST, ROW_BYTES_JSON, ROW_DIG_ST, ROW_DIG_JSON = ROW_DIG_ST + 32,
+       ROW_JOBS = ROW_DIG_JSON + 32, ROW_N };
+
+static void rank_file(char *buf, size_t n, int rank, const char *ext)
+{
+    snprintf(buf, n, "rank-%05d.%s", rank, ext);
+}
+
+static strata_status write_manifest(strata_runtime *rt, const char *tmp, const double *rows,
+                                    const char *user_json, int64_t jobs, uint64_t model_bytes,
+                                    const uint8_t model_digest[32], uint64_t *bytes)
+{
+    json_object *m = json_object_new_object();
+    if (!m)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    json_object_object_add(m, "format", json_object_new_string(STRATA_CKPT_FORMAT));
+    json_object_object_add(m, "format_version", json_object_new_int(STRATA_CKPT_FORMAT_VERSION));
+    json_object_object_add(m, "strata_version", json_object_new_string(STRATA_VERSION_STRING));
+    json_object_object_add(m, "step", json_object_new_int64(rt->t));
+    json_object_object_add(m, "lr_scale", json_object_new_double((double)rt->lr_scale));
+    json_object_object_add(m, "world_size", json_object_new_int(rt->world));
+    json_object_object_add(m, "drained", json_object_new_boolean(true));
+    json_object_object_add(m, "drained_jobs", json_object_new_int64(jobs));
+    json_object_object_add(m, "config", config_json(&rt->cfg));
+    json_object *params = json_object_new_array();
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        json_object *e = json_object_new_object(), *sh = json_object_new_array();
+        json_object_object_add(e, "name", json_object_new_string(p->name));
+        for (int d = 0; d < p->ndim; d++)
+            json_object_array_add(sh, json_object_new_int64(p->shape[d]));
+        json_object_object_add(e, "shape", sh);
+        json_object_object_add(e, "layer", json_object_new_int(p->layer));
+        json_object_object_add(e, "optimizer", json_object_new_string(strata_optimizer_name(p->routed)));
+        json_object_object_add(e, "tail", json_object_new_boolean(p->tail));
+        json_object_object_add(e, "owner", json_object_new_int(p->owner));
+        json_object_object_add(e, "shard_offset", json_object_new_int64((int64_t)p->shard_offset));
+        json_object_object_add(e, "tail_offset",
+                               json_object_new_int64(p->tail ? (int64_t)p->tail_offset : -1));
+        json_object_object_add(e, "refresh_offset", json_object_new_int(p->refresh_offset));
+        json_object_array_add(params, e);
+    }
+    json_object_object_add(m, "params", params);
+    json_object *files = json_object_new_array();
+    char hex[65], name[64];
+    json_object *f = json_object_new_object();
+    json_object_object_add(f, "name", json_object_new_string(MODEL_FILE));
+    json_object_object_add(f, "bytes", json_object_new_int64((int64_t)model_bytes));
+    hex32(model_digest, hex);
+    json_object_object_add(f, "sha256", json_object_new_string(hex));
+    json_object_array_add(files, f);
+    for (int r = 0; r < rt->world; r++) {
+        const double *row = rows + (size_t)r * ROW_N;
+        for (int which = 0; which < 2; which++) {
+            uint8_t dig[32];
+            for (int k = 0; k < 32; k++)
+                dig[k] = (uint8_t)row[(which ? ROW_DIG_JSON : ROW_DIG_ST) + k];
+            rank_file(name, sizeof name, r, which ? "json" : "safetensors");
+            hex32(dig, hex);
+            f = json_object_new_object();
+            json_object_object_add(f, "name", json_object_new_string(name));
+            json_object_object_add(f, "bytes", json_object_new_int64(
+                                                   (int64_t)row[which ? ROW_BYTES_JSON : ROW_BYTES_ST]));
+            json_object_object_add(f, "sha256", json_object_new_string(hex));
+            json_object_array_add(files, f);
+        }
+    }
+    json_object_object_add(m, "files", files);
+    json_object *user = NULL;
+    if (user_json) {
+        user = json_tokener_parse(user_json);
+        if (!json_object_is_type(user, json_type_object)) {
+            json_object_put(user);
+            json_object_put(m);
+            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not a JSON "
+                                "object");
+        }
+    }
+    json_object_object_add(m, "user", user ? user : json_object_new_object());
+    char *path = joinf(tmp, "manifest.json");
+    strata_status st = path ? json_write(path, m, bytes, NULL)
+                            : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    free(path);
+    json_object_put(m);
+    return st;
+}
+
+/* Move `tmp` to `dir` (exchanging with an existing one), fsync the parent. */
+static strata_status publish(const char *tmp, const char *dir)
+{
+    if (rename(tmp, dir) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST && errno != EISDIR)
+            return strata_error(STRATA_ERR_IO, "checkpoint: rename %s -> %s: %s", tmp, dir,
+                                strerror(errno));
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
+            return strata_error(STRATA_ERR_IO, "checkpoint: exchange %s <-> %s: %s", tmp, dir,
+                                strerror(errno));
+        remove_dir(tmp); /* now the old checkpoint */
+    }
+    char *parent = strdup(dir);
+    if (!parent)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    char *slash = strrchr(parent, '/');
+    const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
+    strata_status st = fsync_dir(pd);
+    free(parent);
+    return st;
+}
+
+strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
+                          strata_save_info *info)
+{
+    if (!rt || !dir || !dir[0])
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: NULL runtime or directory");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "strata_save: call strata_commit first");
+    if (user_json) {
+        json_object *u = json_tokener_parse(user_json);
+        const bool ok = json_object_is_type(u, json_type_object);
+        json_object_put(u);
+        if (!ok)
+            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not a JSON "
+                                "object");
+    }
+    const double t0 = strata_now_seconds();
+    int64_t jobs = 0;
+    strata_status st = strata_refresh_drain(rt->engine, &jobs);
+    const double t_drain = strata_now_seconds() - t0;
+    /* Collective from here: every rank joins each exchange even after a
+     * local failure (a zero "ok" says so). */
+    strata_status sw = strata_sync_weights(rt);
+    if (st == STRATA_OK)
+        st = sw;
+
+    /* Rank 0 creates the temporary directory; its 6-letter suffix reaches
+     * the others as numbers. */
+    const size_t dl = strlen(dir);
+    char *tmp = malloc(dl + 16);
+    double name[7] = {0};
+    if (!tmp && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (rt->rank == 0 && st == STRATA_OK) {
+        snprintf(tmp, dl + 16, "%s.tmp-XXXXXX", dir);
+        if (!mkdtemp(tmp))
+            st = strata_error(STRATA_ERR_IO, "strata_save: cannot create %s: %s", tmp,
+                              strerror(errno));
+        else
+            for (int i = 0; i < 6; i++)
+                name[i] = (double)(unsigned char)tmp[dl + 5 + i];
+    }
+    if (rt->rank == 0)
+        name[6] = st == STRATA_OK ? 1.0 : 0.0;
+    if (rt->world > 1) {
+        strata_status sc = strata_comm_allreduce_f64(rt->comm, name, 7, STRATA_REDUCE_SUM);
+        if (st == STRATA_OK)
+            st = sc;
+    }
+    if (st == STRATA_OK && name[6] != 1.0)
+        st = strata_error(STRATA_ERR_IO, "strata_save: rank 0 could not create the temporary "
+                          "directory");
+    if (st == STRATA_OK && rt->rank != 0) {
+        snprintf(tmp, dl + 16, "%s.tmp-", dir);
+        for (int i = 0; i < 6; i++)
+            tmp[dl + 5 + i] = (char)name[i];
+        tmp[dl + 11] = '\0';
+    }
+
+    double *rows = calloc((size_t)rt->world * ROW_N, sizeof *rows);
+    if (!rows && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    uint64_t bytes = 0, model_bytes = 0;
+    uint8_t model_digest[32] = {0};
+    item_list items = {0};
+    json_object *rj = json_object_new_object(), *tensors = json_object_new_array(),
+                *blocks = json_object_new_array();
+    if (st == STRATA_OK && (!rj || !tensors || !blocks))
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == STRATA_OK)
+        st = rank_items(rt, &items, tensors, blocks);
+    char fname[64];
+    if (st == STRATA_OK) {
+        rank_file(fname, sizeof fname, rt->rank, "safetensors");
+        char *path = joinf(tmp, fname);
+        uint8_t dig[32];
+        uint64_t nb = 0;
+        st = path ? st_write(rt, path, &items, &nb, dig)
+                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        free(path);
+        if (st == STRATA_OK) {
+            double *row = rows + (size_t)rt->rank * ROW_N;
+            row[ROW_BYTES_ST] = (double)nb;
+            for (int k = 0; k < 32; k++)
+                row[ROW_DIG_ST + k] = dig[k];
+            bytes += nb;
+        }
+    }
+    if (st == STRATA_OK) {
+        json_object_object_add(rj, "rank", json_object_new_int(rt->rank));
+        json_object_object_add(rj, "step", json_object_new_int64(rt->t));
+        json_object_object_add(rj, "blocks", blocks);
+        json_object_object_add(rj, "tensors", tensors);
+        blocks = tensors = NULL;
+        rank_file(fname, sizeof fname, rt->rank, "json");
+        char *path = joinf(tmp, fname);
+        uint8_t dig[32];
+        uint64_t nb = 0;
+        st = path ? json_write(path, rj, &nb, dig)
+                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        free(path);
+        if (st == STRATA_OK) {
+            double *row = rows + (size_t)rt->rank * ROW_N;
+            row[ROW_BYTES_JSON] = (double)nb;
+            for (int k = 0; k < 32; k++)
+                row[ROW_DIG_JSON + k] = dig[k];
+            bytes += nb;
+        }
+    }
+    json_object_put(rj);
+    json_object_put(tensors);
+    json_object_put(blocks);
+    items_free(&items);
+    if (st == STRATA_OK && rt->rank == 0) {
+        /* The weights, whole, under their registered names and shapes. */
+        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+            const rt_param *p = &rt->params[i];
+            st_item it = {.name = strdup(p->name), .dtype = STRATA_ST_F32, .ndim = p->ndim,
+                          .bytes = p->view.numel * sizeof(float), .src = SRC_BACKEND,
+                          .ptr = p->data};
+            for (int d = 0; d < p->ndim; d++)
+                it.shape[d] = p->shape[d];
+            st = items_add(&items, it);
+        }
+        char *path = joinf(tmp, MODEL_FILE);
+        if (st == STRATA_OK)
+            st = path ? st_write(rt, path, &items, &model_bytes, model_digest)
+                      : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        free(path);
+        items_free(&items);
+        bytes += model_bytes;
+    }
+    if (rows) {
+        double *row = rows + (size_t)rt->rank * ROW_N;
+        row[ROW_OK] = st == STRATA_OK ? 1.0 : 0.0;
+        row[ROW_JOBS] = (double)jobs;
+        if (rt->world > 1) {
+            strata_status sc =
+                strata_comm_allreduce_f64(rt->comm, rows, rt->world * ROW_N, STRATA_REDUCE_SUM);
+            if (st == STRATA_OK)
+                st = sc;
+        }
+    }
+    int64_t all_jobs = 0;
+    for (int r = 0; rows && r < rt->world; r++) {
+        if (rows[(size_t)r * ROW_N + ROW_OK] != 1.0 && st == STRATA_OK)
+            st = strata_error(STRATA_ERR_IO, "strata_save: rank %d failed to write its shard", r);
+        all_jobs += (int64_t)rows[(size_t)r * ROW_N + ROW_JOBS];
+    }
+    if (st == STRATA_OK && rt->rank == 0) {
+        uint64_t mb = 0;
+        st = write_manifest(rt, tmp, rows, user_json, all_jobs, model_bytes, model_digest, &mb);
+        bytes += mb;
+        if (st == STRATA_OK)
+            st = fsync_dir(tmp);
+        if (st == STRATA_OK)
+            st = publish(tmp, dir);
+    }
+    if (rt->rank == 0 && st != STRATA_OK && tmp && name[6] == 1.0)
+        remove_dir(tmp);
+    /* Everyone learns rank 0's outcome. */
+    if (rt->world > 1) {
+        double bad = st == STRATA_OK ? 0.0 : 1.0;
+        strata_status sc = strata_comm_allreduce_f64(rt->comm, &bad, 1, STRATA_REDUCE_MAX);
+        if (st == STRATA_OK && (sc != STRATA_OK || bad != 0.0))
+            st = sc != STRATA_OK ? sc
+                                 : strata_error(STRATA_ERR_IO, "strata_save: another rank failed");
+    }
+    free(rows);
+    free(tmp);
+    if (info)
+        *info = (strata_save_info){.seconds = strata_now_seconds() - t0,
+                                   .drain_seconds = t_drain,
+                                   .bytes = bytes,
+                                   .drained_jobs = all_jobs};
+    if (st == STRATA_OK)
+        strata_log(rt, STRATA_LOG_INFO, "ckpt", "saved step %lld to %s: %.1f MiB in %.3f s "
+                   "(%lld refresh jobs drained in %.3f s)", (long long)rt->t, dir,
+                   bytes / 1048576.0, strata_now_seconds() - t0, (long long)all_jobs, t_drain);
+    return st;
+}
+
+/* ---- load */
+
+typedef struct loaded_file {
+    const strata_ckpt_file *meta;
+    uint8_t *buf;
+    size_t len;
+} loaded_file;
+
+/* Read one listed file whole and check its size and digest. */
+static strata_status load_file(const char *dir, const strata_ckpt_manifest *m, const char *name,
+                               loaded_file *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < m->n_files; i++)
+        if (strcmp(m->files[i].name, name) == 0)
+            out->meta = &m->files[i];
+    if (!out->meta)
+        return strata_error(STRATA_ERR_DATA, "checkpoint %s: the manifest lists no %s", dir,
+                            name);
+    char *path = joinf(dir, name);
+    if (!path)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    strata_status st = read_file(path, out->meta->bytes, &out->buf, &out->len);
+    if (st == STRATA_OK && out->len != out->meta->bytes)
+        st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is truncated: %zu bytes, the manifest "
+                          "says %llu", path, out->len, (unsigned long long)out->meta->bytes);
+    if (st == STRATA_OK) {
+        uint8_t d[32];
+        sha256(out->buf, out->len, d);
+        if (memcmp(d, out->meta->sha256, 32) != 0)
+            st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is corrupt: its SHA-256 does not "
+                              "match the manifest", path);
+    }
+    free(path);
+    if (st != STRATA_OK) {
+        free(out->buf);
+        out->buf = NULL;
+    }
+    return st;
+}
+
+static strata_status read_manifest(const char *dir, strata_ckpt_manifest **m)
+{
+    char *path = joinf(dir, "manifest.json");
+    if (!path)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    strata_status st = read_file(path, STRATA_CKPT_MAX_JSON, &buf, &len);
+    if (st == STRATA_OK)
+        st = strata_ckpt_manifest_parse(path, (const char *)buf, len, m);
+    free(buf);
+    free(path);
+    return st;
+}
+
+/* The tensor `name` of file `what` must exist with this dtype and shape. */
+static strata_status expect(const char *what, const strata_st_header *h, const char *name,
+                            strata_st_dtype dt, int ndim, const int64_t *shape,
+                            const strata_st_tensor **out)
+{
+    const strata_st_tensor *t = strata_st_find(h, name);
+    if (!t)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has no tensor '%s' (saved "
+                            "with another model or configuration?)", what, name);
+    bool same = t->dtype == dt && t->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = t->shape[d] == shape[d];
+    if (!same) {
+        char a[96] = "", b[96] = "";
+        for (int d = 0; d < t->ndim && d < 4; d++)
+            snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                     (long long)t->shape[d]);
+        for (int d = 0; d < ndim; d++)
+            snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                     (long long)shape[d]);
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: tensor '%s' is %s [%s], this "
+                            "runtime needs %s [%s]", what, name, strata_st_dtype_name(t->dtype), a,
+                            strata_st_dtype_name(dt), b);
+    }
+    *out = t;
+    return STRATA_OK;
+}
+
+typedef struct pending_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool backend;
+} pending_copy;
+
+strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
+                          strata_load_info *info)
+{
+    if (!rt || !dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_load: NULL runtime or directory");
+    if (user_json)
+        *user_json = NULL;
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "strata_load: call strata_commit first");
+    const double t0 = strata_now_seconds();
+    strata_ckpt_manifest *m = NULL;
+    strata_ckpt_rank *rk = NULL;
+    loaded_file fm = {0}, fs = {0}, fj = {0};
+    strata_st_header hm = {0}, hs = {0};
+    pending_copy *copies = NULL;
+    int n_copies = 0;
+    strata_refresh_slot_image *images = NULL;
+    char what_m[4200], what_s[4200], fname[64];
+    snprintf(what_m, sizeof what_m, "%s/%s", dir, MODEL_FILE);
+
+    strata_status st = read_manifest(dir, &m);
+    if (st != STRATA_OK)
+        goto out;
+    if (m->world_size != rt->world) {
+        st = strata_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s was written by %d ranks, this run "
+                          "has %d (resharding is not implemented yet)", dir, m->world_size,
+                          rt->world);
+        goto out;
+    }
+    if (m->n_params != rt->n_params) {
+        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has %d parameters, this runtime "
+                          "%d", dir, m->n_params, rt->n_params);
+        goto out;
+    }
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        const strata_ckpt_param *q = &m->params[i];
+        bool same = strcmp(p->name, q->name) == 0 && p->ndim == q->ndim;
+        for (int d = 0; same && d < p->ndim; d++)
+            same = p->shape[d] == q->shape[d];
+        if (!same) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter %d is '%s' of "
+                              "another shape or name than this runtime's '%s'", dir, i, q->name,
+                              p->name);
+            goto out;
+        }
+        if (strcmp(strata_optimizer_name(p->routed), q->optimizer) != 0) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' was routed to "
+                              "%s, this runtime routes it to %s", dir, p->name, q->optimizer,
+                              strata_optimizer_name(p->routed));
+            goto out;
+        }
+        if (p->owner != q->owner) {
+            st = strata_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s: parameter '%s' was owned by "
+                              "rank %d, this runtime plans rank %d (resharding is not "
+                              "implemented yet)", dir, p->name, q->owner, p->owner);
+            goto out;
+        }
+        if (p->refresh_offset != q->refresh_offset) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' has refresh "
+                              "phase %d, this runtime %d (stagger_refresh or refresh_offset "
+                              "changed)", dir, p->name, q->refresh_offset, p->refresh_offset);
+            goto out;
+        }
+    }
+    config_compare(rt, m->config, dir);
+
+    /* The files this rank needs, whole, sizes and digests checked. */
+    if ((st = load_file(dir, m, MODEL_FILE, &fm)) != STRATA_OK)
+        goto out;
+    rank_file(fname, sizeof fname, rt->rank, "json");
+    if ((st = load_file(dir, m, fname, &fj)) != STRATA_OK)
+        goto out;
+    snprintf(what_s, sizeof what_s, "%s/%s", dir, fname);
+    if ((st = strata_ckpt_rank_parse(what_s, (const char *)fj.buf, fj.len, &rk)) != STRATA_OK)
+        goto out;
+    if (rk->rank != rt->rank || rk->step != m->step) {
+        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: rank %d step %lld, expected rank %d "
+                          "step %lld", what_s, rk->rank, (long long)rk->step, rt->rank,
+                          (long long)m->step);
+        goto out;
+    }
+    rank_file(fname, sizeof fname, rt->rank, "safetensors");
+    if ((st = load_file(dir, m, fname, &fs)) != STRATA_OK)
+        goto out;
+    snprintf(what_s, sizeof what_s, "%s/%s", dir, fname);
+    if ((st = strata_st_header_parse(what_m, fm.buf, fm.len, fm.len, &hm)) != STRATA_OK ||
+        (st = strata_st_header_parse(what_s, fs.buf, fs.len, fs.len, &hs)) != STRATA_OK)
+        goto out;
+
+    /* Match everything before changing anything. */
+    int cap = rt->n_params;
+    for (int i = 0; i < rt->n_params; i++)
+        if (owns(rt, &rt->params[i]))
+            cap += rt->params[i].fam->tensors(rt->params[i].state, NULL, 0);
+    copies = calloc((size_t)cap + 1, sizeof *copies);
+    if (!copies) {
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        goto out;
+    }
+    int expected_state = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        const strata_st_tensor *t;
+        st = expect(what_m, &hm, p->name, STRATA_ST_F32, p->ndim, p->shape, &t);
+        if (st != STRATA_OK)
+            goto out;
+        copies[n_copies++] = (pending_copy){p->data, fm.buf + hm.data_start + t->begin,
+                                            t->end - t->begin, true};
+        if (!owns(rt, p))
+            continue;
+        strata_tensor_info *ti = NULL;
+        int n = 0;
+        if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
+            goto out;
+        for (int k = 0; k < n && st == STRATA_OK; k++) {
+            char *nm = joinf(p->name, ti[k].name);
+            const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
+            st = nm ? expect(what_s, &hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
+                    : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+            free(nm);
+            if (st == STRATA_OK)
+                copies[n_copies++] =
+                    (pending_copy){ti[k].data, fs.buf + hs.data_start + t->begin,
+                                   t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE};
+        }
+        expected_state += n;
+        free(ti);
+        if (st != STRATA_OK)
+            goto out;
+    }
+    const int nb = strata_refresh_block_count(rt->engine);
+    if (rk->n_blocks != nb) {
+        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has %d refresh blocks, this "
+                          "runtime %d (another optimizer or block size?)", what_s, rk->n_blocks,
+                          nb);
+        goto out;
+    }
+    images = calloc((size_t)(nb > 0 ? nb : 1) * STRATA_CKPT_MAX_SLOTS, sizeof *images);
+    if (!images) {
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        goto out;
+    }
+    int expected_slots = 0;
+    for (int i = 0; i < nb; i++) {
+        strata_refresh_block_desc d;
+        if ((st = strata_refresh_block_describe(rt->engine, i, &d)) != STRATA_OK)
+            goto out;
+        const rt_param *p = param_of_entry(rt, d.entry);
+        const strata_ckpt_block *b = &rk->blocks[i];
+        const char *field = !p || strcmp(b->param, p->name) ? "parameter"
+                            : b->block != d.block           ? "block"
+                            : b->slot_bytes != d.slot_bytes ? "slot bytes"
+                            : b->n_slots != d.n_slots       ? "slots (S or F)"
+                            : b->inline_ != d.inline_       ? "async (inline vs workers)"
+                            : b->frequency != d.frequency   ? "precondition frequency"
+                            : b->start != d.start           ? "start step"
+                            : b->lag != d.lag               ? "lag"
+                            : b->offset != d.offset         ? "refresh phase"
+                            : b->staleness != d.staleness   ? "staleness S"
+                            : b->mode != (int)d.mode        ? "install mode"
+                                                            : NULL;
+        if (field) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d ('%s' "
+                              "block %d): its %s differs from this runtime's (saved S=%d F=%d "
+                              "%s; now S=%d F=%d %s)", what_s, i, b->param, b->block, field,
+                              b->staleness, b->frequency, b->inline_ ? "inline" : "async",
+                              d.staleness, d.frequency, d.inline_ ? "inline" : "async");
+            goto out;
+        }
+        for (int k = 0; k < b->n_slots; k++) {
+            strata_refresh_slot_image *im = &images[(size_t)i * STRATA_CKPT_MAX_SLOTS + k];
+            im->state = (strata_coh_slot_state)b->slots[k].state;
+            im->version = b->slots[k].version;
+            im->failed = b->slots[k].failed;
+            if (im->state != STRATA_SLOT_READY && im->state != STRATA_SLOT_INSTALLED)
+                continue;
+            char nm[64];
+            snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
+            char *full = joinf(p->name, nm);
+            const int64_t shape[1] = {(int64_t)d.slot_bytes};
+            const strata_st_tensor *t;
+            st = full ? expect(what_s, &hs, full, STRATA_ST_U8, 1, shape, &t)
+                      : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+            free(full);
+            if (st != STRATA_OK)
+                goto out;
+            im->data = fs.buf + hs.data_start + t->begin;
+            expected_slots++;
+        }
+    }
+    if (hs.n != expected_state + expected_slots) {
+        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s holds %d tensors, this runtime "
+                          "expects %d", what_s, hs.n, expected_state + expected_slots);
+        goto out;
+    }
+
+    /* Apply: engine blocks (registry, slots, replayed install), then the
+     * family tensors and the weights over them. */
+    st = strata_refresh_drain(rt->engine, NULL);
+    for (int i = 0; i < nb && st == STRATA_OK; i++)
+        st = strata_refresh_block_restore(rt->engine, i,
+                                          &images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
+                                          rk->blocks[i].n_slots, rk->blocks[i].have);
+    for (int i = 0; i < n_copies && st == STRATA_OK; i++) {
+        if (copies[i].backend)
+            st = strata_backend_copy(rt->be, copies[i].dst, copies[i].src, copies[i].bytes);
+        else
+            memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
+    }
+    if (st != STRATA_OK)
+        goto out;
+    rt->t = m->step;
+    rt->stats.step = m->step;
+    rt->lr_scale = (float)m->lr_scale;
+    for (int i = 0; i < rt->n_params; i++)
+        rt->params[i].materialized_at = m->step; /* every rank read every weight */
+    if (user_json && !(*user_json = strdup(m->user_json)))
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (info)
+        *info = (strata_load_info){.step = m->step,
+                                   .seconds = strata_now_seconds() - t0,
+                                   .bytes = fm.len + fs.len + fj.len};
+    if (st == STRATA_OK)
+        strata_log(rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d refresh jobs were "
+                   "drained at save)", (long long)m->step, dir, (int)m->drained_jobs);
+out:
+    free(images);
+    free(copies);
+    strata_st_header_free(&hm);
+    strata_st_header_free(&hs);
+    free(fm.buf);
+    free(fs.buf);
+    free(fj.buf);
+    strata_ckpt_rank_free(rk);
+    strata_ckpt_manifest_free(m);
+    return st;
+}
+
+/* ---- verify */
+
+static strata_status first_err(strata_status a, strata_status b)
+{
+    return a != STRATA_OK ? a : b;
+}
+
+strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void *user)
+{
+    if (!dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "ckpt_verify: NULL directory");
+    strata_ckpt_manifest *m = NULL;
+    strata_status st = read_manifest(dir, &m);
+    if (st != STRATA_OK) {
+        if (fn) {
+            strata_ckpt_entry e = {.file = "manifest.json", .tensor = "", .dtype = "",
+                                   .owner = -1, .tier = "", .step = -1, .status = st,
+                                   .message = strata_last_error()};
+            fn(user, &e);
+        }
+        return st;
+    }
+    strata_status result = STRATA_OK;
+    char first_msg[1024] = "";
+    for (int fi = 0; fi < m->n_files; fi++) {
+        const char *name = m->files[fi].name;
+        const size_t nl = strlen(name);
+        const bool is_st = nl > 12 && strcmp(name + nl - 12, ".safetensors") == 0;
+        loaded_file f;
+        strata_status fst = load_file(dir, m, name, &f);
+        char msg[1024] = "";
+        if (fst != STRATA_OK)
+            snprintf(msg, sizeof msg, "%s", strata_last_error());
+        strata_st_header h = {0};
+        if (fst == STRATA_OK && is_st) {
+            char what[4200];
+            snprintf(what, sizeof what, "%s/%s", dir, name);
+            fst = strata_st_header_parse(what, f.buf, f.len, f.len, &h);
+            if (fst != STRATA_OK)
+                snprintf(msg, sizeof msg, "%s", strata_last_error());
+        }
+        /* The rank table of a rank's state file (for owner, tier and step). */
+        strata_ckpt_rank *rk = NULL;
+        int rank = -1;
+        if (is_st && sscanf(name, "rank-%d.safetensors", &rank) == 1) {
+            char jn[64];
+            rank_file(jn, sizeof jn, rank, "json");
+            loaded_file fj;
+            strata_status jst = load_file(dir, m, jn, &fj);
+            if (jst == STRATA_OK) {
+                char what[4200];
+                snprintf(what, sizeof what, "%s/%s", dir, jn);
+                jst = strata_ckpt_rank_parse(what, (const char *)fj.buf, fj.len, &rk);
+                free(fj.buf);
+            }
+            if (jst != STRATA_OK && fst == STRATA_OK) {
+                fst = jst;
+                snprintf(msg, sizeof msg, "%s", strata_last_error());
+            }
+        }
+        if (fst != STRATA_OK && !first_msg[0])
+            snprintf(first_msg, sizeof first_msg, "%s", msg);
+        result = first_err(result, fst);
+        if (!is_st || h.n == 0 || fst != STRATA_OK) {
+            if (fn && (fst != STRATA_OK || !is_st)) {
+                strata_ckpt_entry e = {.file = name, .tensor = "", .dtype = "", .owner = rank,
+                                       .tier = "", .step = m->step, .bytes = m->files[fi].bytes,
+                                       .status = fst, .message = msg};
+                fn(user, &e);
+            }
+        }
+        for (int i = 0; fst == STRATA_OK && i < h.n; i++) {
+            strata_ckpt_entry e = {.file = name, .tensor = h.t[i].name,
+                                   .dtype = strata_st_dtype_name(h.t[i].dtype), .owner = rank,
+                                   .tier = "device", .step = m->step,
+                                   .bytes = h.t[i].end - h.t[i].begin, .status = STRATA_OK,
+                                   .message = ""};
+            if (rank < 0) {
+                for (int k = 0; k < m->n_params; k++)
+                    if (strcmp(m->params[k].name, h.t[i].name) == 0)
+                        e.owner = m->params[k].owner;
+            } else {
+                bool listed = false;
+                for (int k = 0; rk && k < rk->n_tensors; k++)
+                    if (strcmp(rk->tensors[k].name, h.t[i].name) == 0) {
+                        e.tier = rk->tensors[k].tier;
+                        e.step = rk->tensors[k].step;
+                        listed = true;
+                    }
+                if (!listed) {
+                    e.status = STRATA_ERR_DATA;
+                    e.message = "not in the rank's table";
+                    result = first_err(result, STRATA_ERR_DATA);
+                    if (!first_msg[0])
+                        snprintf(first_msg, sizeof first_msg, "%s/%s: tensor '%s' is not in the "
+                                 "rank's table", dir, name, h.t[i].name);
+                }
+            }
+            if (fn)
+                fn(user, &e);
+        }
+        /* Tensors the table lists but the file lacks. */
+        for (int k = 0; fst == STRATA_OK && rk && k < rk->n_tensors; k++)
+            if (!strata_st_find(&h, rk->tensors[k].name)) {
+                result = first_err(result, STRATA_ERR_DATA);
+                if (!first_msg[0])
+                    snprintf(first_msg, sizeof first_msg, "%s/%s: tensor '%s' is missing", dir,
+                             name, rk->tensors[k].name);
+                if (fn) {
+                    strata_ckpt_entry e = {.file = name, .tensor = rk->tensors[k].name,
+                                           .dtype = "", .owner = rank, .tier = rk->tensors[k].tier,
+                                           .step = rk->tensors[k].step,
+                                           .status = STRATA_ERR_DATA, .message = "missing"};
+                    fn(user, &e);
+                }
+            }
+        strata_ckpt_rank_free(rk);
+        strata_st_header_free(&h);
+        free(f.buf);
+    }
+    bool have_model = false;
+    for (int fi = 0; fi < m->n_files; fi++)
+        have_model |= strcmp(m->files[fi].name, MODEL_FILE) == 0;
+    if (!have_model && result == STRATA_OK) {
+        result = STRATA_ERR_DATA;
+        snprintf(first_msg, sizeof first_msg, "%s: the manifest lists no %s", dir, MODEL_FILE);
+    }
+    strata_ckpt_manifest_free(m);
+    if (result != STRATA_OK)
+        return strata_error(result, "%s", first_msg);
+    return STRATA_OK;
+}

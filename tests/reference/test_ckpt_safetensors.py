@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A checkpoint's weights open with Python's `safetensors` (usage:
+test_ckpt_safetensors.py STRATA). Skips (77) without the safetensors or numpy
+package. Oracle: the training summary's weights_hash (FNV-1a 64 over every
+tensor's float32 bytes in registration order) recomputed from the arrays
+safetensors.numpy loads from model.safetensors of a checkpoint taken after
+the last step; the optimizer-state file opens too, its tensors with the
+shapes and dtypes the rank table lists."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    from safetensors.numpy import load_file
+except ImportError:
+    print("skip: the safetensors and numpy packages are needed (pip install safetensors numpy)")
+    sys.exit(77)
+
+STRATA = sys.argv[1]
+
+
+def fnv1a(data, h):
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="strata_st_")
+    metrics = os.path.join(tmp, "m.jsonl")
+    sd = os.path.join(tmp, "ck")
+    p = subprocess.run([STRATA, "train", "--steps", "4", "--layers", "1", "--d-model", "32",
+                        "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0",
+                        "--optimizer", "soap", "--precondition-frequency", "2", "--no-progress",
+                        "--save-every", "4", "--save-dir", sd, "--metrics", metrics],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        print("FAIL: training:", p.stderr[-500:])
+        return 1
+    summary = json.loads(open(metrics).read().splitlines()[-1])
+    ck = os.path.join(sd, "step-00000004")
+    manifest = json.load(open(os.path.join(ck, "manifest.json")))
+    weights = load_file(os.path.join(ck, "model.safetensors"))
+    h = 1469598103934665603
+    for prm in manifest["params"]:
+        a = weights[prm["name"]]
+        if a.dtype != np.float32 or list(a.shape) != prm["shape"]:
+            print(f"FAIL: {prm['name']}: {a.dtype} {a.shape}, manifest {prm['shape']}")
+            return 1
+        h = fnv1a(a.astype("<f4").tobytes(), h)
+    if f"{h:016x}" != summary["weights_hash"]:
+        print(f"FAIL: weights hash from safetensors {h:016x}, run {summary['weights_hash']}")
+        return 1
+    state = load_file(os.path.join(ck, "rank-00000.safetensors"))
+    table = json.load(open(os.path.join(ck, "rank-00000.json")))
+    names = {t["name"] for t in table["tensors"]}
+    if set(state) != names:
+        print("FAIL: state tensors", sorted(set(state) ^ names))
+        return 1
+    print(f"ok: {len(weights)} weights (hash {h:016x} = the run's), {len(state)} state tensors "
+          f"open with safetensors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
