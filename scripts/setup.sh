@@ -8,7 +8,7 @@ shift || true
 
 PKGS=(build-essential meson ninja-build pkg-config python3 python3-pip
       libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev liburing-dev
-      libhwloc-dev libopenmpi-dev openmpi-bin libglpk-dev fortunes fio
+      libhwloc-dev libopenmpi-dev openmpi-bin libglpk-dev libssl-dev fortunes fio
       gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do
@@ -21,17 +21,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# numpy/scipy for the float64 reference tests (tests/reference).
-if ! python3 -c "import numpy, scipy" 2>/dev/null; then
-  echo "setup: installing numpy and scipy for the reference tests"
+# numpy/scipy for the float64 reference tests (tests/reference), safetensors for
+# the checkpoint's interoperability test.
+if ! python3 -c "import numpy, scipy, safetensors" 2>/dev/null; then
+  echo "setup: installing numpy, scipy and safetensors for the reference tests"
   # Debian 12's pip refuses a system-wide install (PEP 668) unless told to;
   # show why the first try failed if the second fails too.
   pip_log=$(mktemp)
-  if ! python3 -m pip install -q numpy scipy 2>"$pip_log" &&
-     ! python3 -m pip install -q --break-system-packages numpy scipy 2>>"$pip_log"; then
+  if ! python3 -m pip install -q numpy scipy safetensors 2>"$pip_log" &&
+     ! python3 -m pip install -q --break-system-packages numpy scipy safetensors \
+       2>>"$pip_log"; then
     cat "$pip_log" >&2
     rm -f "$pip_log"
-    echo "setup: could not install numpy/scipy (errors above); the reference tests need them" >&2
+    echo "setup: could not install numpy/scipy/safetensors (errors above); the reference" \
+         "tests need them" >&2
     exit 1
   fi
   rm -f "$pip_log"
