@@ -956,6 +956,50 @@ typedef struct pending_copy {
     bool backend;
 } pending_copy;
 
+/* One old rank's files (its table and its state), read when a parameter this
+ * runtime owns was owned there. */
+typedef struct old_rank {
+    bool loaded;
+    loaded_file fj, fs;
+    strata_ckpt_rank *rk;
+    strata_st_header hs;
+    char what[4200];
+} old_rank;
+
+static strata_status old_rank_load(const char *dir, const strata_ckpt_manifest *m, int r,
+                                   old_rank *o)
+{
+    if (o->loaded)
+        return STRATA_OK;
+    char fname[64];
+    rank_file(fname, sizeof fname, r, "json");
+    strata_status st = load_file(dir, m, fname, &o->fj);
+    snprintf(o->what, sizeof o->what, "%s/%s", dir, fname);
+    if (st == STRATA_OK)
+        st = strata_ckpt_rank_parse(o->what, (const char *)o->fj.buf, o->fj.len, &o->rk);
+    if (st == STRATA_OK && (o->rk->rank != r || o->rk->step != m->step))
+        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: rank %d step %lld, expected rank %d "
+                          "step %lld", o->what, o->rk->rank, (long long)o->rk->step, r,
+                          (long long)m->step);
+    if (st == STRATA_OK) {
+        rank_file(fname, sizeof fname, r, "safetensors");
+        st = load_file(dir, m, fname, &o->fs);
+        snprintf(o->what, sizeof o->what, "%s/%s", dir, fname);
+    }
+    if (st == STRATA_OK)
+        st = strata_st_header_parse(o->what, o->fs.buf, o->fs.len, o->fs.len, &o->hs);
+    o->loaded = st == STRATA_OK;
+    return st;
+}
+
+static void old_rank_free(old_rank *o)
+{
+    strata_st_header_free(&o->hs);
+    free(o->fs.buf);
+    free(o->fj.buf);
+    strata_ckpt_rank_free(o->rk);
+}
+
 strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
                           strata_load_info *info)
 {
@@ -967,22 +1011,22 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         return strata_error(STRATA_ERR_STATE, "strata_load: call strata_commit first");
     const double t0 = strata_now_seconds();
     strata_ckpt_manifest *m = NULL;
-    strata_ckpt_rank *rk = NULL;
-    loaded_file fm = {0}, fs = {0}, fj = {0};
-    strata_st_header hm = {0}, hs = {0};
+    loaded_file fm = {0};
+    strata_st_header hm = {0};
     pending_copy *copies = NULL;
     int n_copies = 0;
     strata_refresh_slot_image *images = NULL;
-    char what_m[4200], what_s[4200], fname[64];
+    old_rank *old = NULL;
+    int *block_src = NULL; /* per engine block: index into its old rank's block table */
+    int *block_rank = NULL;
+    char what_m[4200];
     snprintf(what_m, sizeof what_m, "%s/%s", dir, MODEL_FILE);
 
     strata_status st = read_manifest(dir, &m);
     if (st != STRATA_OK)
         goto out;
-    if (m->world_size != rt->world) {
-        st = strata_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s was written by %d ranks, this run "
-                          "has %d (resharding is not implemented yet)", dir, m->world_size,
-                          rt->world);
+    if (m->world_size < 1 || m->world_size > (1 << 20)) {
+        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: world size %d", dir, m->world_size);
         goto out;
     }
     if (m->n_params != rt->n_params) {
@@ -990,6 +1034,9 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
                           "%d", dir, m->n_params, rt->n_params);
         goto out;
     }
+    /* Resharding: a parameter this runtime owns is read from whichever rank
+     * owned it at save (the same one when the layout did not change). */
+    const bool same_layout = m->world_size == rt->world;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         const strata_ckpt_param *q = &m->params[i];
@@ -1008,10 +1055,9 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
                               strata_optimizer_name(p->routed));
             goto out;
         }
-        if (p->owner != q->owner) {
-            st = strata_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s: parameter '%s' was owned by "
-                              "rank %d, this runtime plans rank %d (resharding is not "
-                              "implemented yet)", dir, p->name, q->owner, p->owner);
+        if (q->owner >= m->world_size) {
+            st = strata_error(STRATA_ERR_DATA, "checkpoint %s: parameter '%s' owned by rank %d of "
+                              "%d", dir, p->name, q->owner, m->world_size);
             goto out;
         }
         if (p->refresh_offset != q->refresh_offset) {
@@ -1022,28 +1068,13 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         }
     }
     config_compare(rt, m->config, dir);
-
-    /* The files this rank needs, whole, sizes and digests checked. */
-    if ((st = load_file(dir, m, MODEL_FILE, &fm)) != STRATA_OK)
-        goto out;
-    rank_file(fname, sizeof fname, rt->rank, "json");
-    if ((st = load_file(dir, m, fname, &fj)) != STRATA_OK)
-        goto out;
-    snprintf(what_s, sizeof what_s, "%s/%s", dir, fname);
-    if ((st = strata_ckpt_rank_parse(what_s, (const char *)fj.buf, fj.len, &rk)) != STRATA_OK)
-        goto out;
-    if (rk->rank != rt->rank || rk->step != m->step) {
-        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: rank %d step %lld, expected rank %d "
-                          "step %lld", what_s, rk->rank, (long long)rk->step, rt->rank,
-                          (long long)m->step);
+    old = calloc((size_t)m->world_size, sizeof *old);
+    if (!old) {
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         goto out;
     }
-    rank_file(fname, sizeof fname, rt->rank, "safetensors");
-    if ((st = load_file(dir, m, fname, &fs)) != STRATA_OK)
-        goto out;
-    snprintf(what_s, sizeof what_s, "%s/%s", dir, fname);
-    if ((st = strata_st_header_parse(what_m, fm.buf, fm.len, fm.len, &hm)) != STRATA_OK ||
-        (st = strata_st_header_parse(what_s, fs.buf, fs.len, fs.len, &hs)) != STRATA_OK)
+    if ((st = load_file(dir, m, MODEL_FILE, &fm)) != STRATA_OK ||
+        (st = strata_st_header_parse(what_m, fm.buf, fm.len, fm.len, &hm)) != STRATA_OK)
         goto out;
 
     /* Match everything before changing anything. */
@@ -1056,10 +1087,9 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         goto out;
     }
-    int expected_state = 0;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        const strata_st_tensor *t;
+        const strata_st_tensor *t = NULL;
         st = expect(what_m, &hm, p->name, STRATA_ST_F32, p->ndim, p->shape, &t);
         if (st != STRATA_OK)
             goto out;
@@ -1067,6 +1097,10 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
                                             t->end - t->begin, true};
         if (!owns(rt, p))
             continue;
+        const int src = m->params[i].owner < 0 ? 0 : m->params[i].owner;
+        if ((st = old_rank_load(dir, m, src, &old[src])) != STRATA_OK)
+            goto out;
+        old_rank *o = &old[src];
         strata_tensor_info *ti = NULL;
         int n = 0;
         if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
@@ -1074,41 +1108,51 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         for (int k = 0; k < n && st == STRATA_OK; k++) {
             char *nm = joinf(p->name, ti[k].name);
             const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
-            st = nm ? expect(what_s, &hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
+            st = nm ? expect(o->what, &o->hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
                     : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
             free(nm);
             if (st == STRATA_OK)
                 copies[n_copies++] =
-                    (pending_copy){ti[k].data, fs.buf + hs.data_start + t->begin,
+                    (pending_copy){ti[k].data, o->fs.buf + o->hs.data_start + t->begin,
                                    t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE};
         }
-        expected_state += n;
         free(ti);
         if (st != STRATA_OK)
             goto out;
     }
     const int nb = strata_refresh_block_count(rt->engine);
-    if (rk->n_blocks != nb) {
-        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has %d refresh blocks, this "
-                          "runtime %d (another optimizer or block size?)", what_s, rk->n_blocks,
-                          nb);
-        goto out;
-    }
     images = calloc((size_t)(nb > 0 ? nb : 1) * STRATA_CKPT_MAX_SLOTS, sizeof *images);
-    if (!images) {
+    block_src = calloc((size_t)(nb > 0 ? nb : 1), sizeof *block_src);
+    block_rank = calloc((size_t)(nb > 0 ? nb : 1), sizeof *block_rank);
+    if (!images || !block_src || !block_rank) {
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         goto out;
     }
-    int expected_slots = 0;
     for (int i = 0; i < nb; i++) {
         strata_refresh_block_desc d;
         if ((st = strata_refresh_block_describe(rt->engine, i, &d)) != STRATA_OK)
             goto out;
         const rt_param *p = param_of_entry(rt, d.entry);
-        const strata_ckpt_block *b = &rk->blocks[i];
-        const char *field = !p || strcmp(b->param, p->name) ? "parameter"
-                            : b->block != d.block           ? "block"
-                            : b->slot_bytes != d.slot_bytes ? "slot bytes"
+        const int pi = p ? (int)(p - rt->params) : -1;
+        const int src = pi < 0 || m->params[pi].owner < 0 ? 0 : m->params[pi].owner;
+        if ((st = old_rank_load(dir, m, src, &old[src])) != STRATA_OK)
+            goto out;
+        old_rank *o = &old[src];
+        int j = -1;
+        for (int k = 0; k < o->rk->n_blocks && j < 0; k++)
+            if (p && strcmp(o->rk->blocks[k].param, p->name) == 0 &&
+                o->rk->blocks[k].block == d.block)
+                j = k;
+        if (j < 0) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has no refresh block %d of "
+                              "'%s' (another optimizer or block size?)", o->what, d.block,
+                              p ? p->name : "?");
+            goto out;
+        }
+        block_src[i] = j;
+        block_rank[i] = src;
+        const strata_ckpt_block *b = &o->rk->blocks[j];
+        const char *field = b->slot_bytes != d.slot_bytes ? "slot bytes"
                             : b->n_slots != d.n_slots       ? "slots (S or F)"
                             : b->inline_ != d.inline_       ? "async (inline vs workers)"
                             : b->frequency != d.frequency   ? "precondition frequency"
@@ -1121,7 +1165,7 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         if (field) {
             st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d ('%s' "
                               "block %d): its %s differs from this runtime's (saved S=%d F=%d "
-                              "%s; now S=%d F=%d %s)", what_s, i, b->param, b->block, field,
+                              "%s; now S=%d F=%d %s)", o->what, i, b->param, b->block, field,
                               b->staleness, b->frequency, b->inline_ ? "inline" : "async",
                               d.staleness, d.frequency, d.inline_ ? "inline" : "async");
             goto out;
@@ -1137,29 +1181,44 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
             snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
             char *full = joinf(p->name, nm);
             const int64_t shape[1] = {(int64_t)d.slot_bytes};
-            const strata_st_tensor *t;
-            st = full ? expect(what_s, &hs, full, STRATA_ST_U8, 1, shape, &t)
+            const strata_st_tensor *t = NULL;
+            st = full ? expect(o->what, &o->hs, full, STRATA_ST_U8, 1, shape, &t)
                       : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
             free(full);
             if (st != STRATA_OK)
                 goto out;
-            im->data = fs.buf + hs.data_start + t->begin;
-            expected_slots++;
+            im->data = o->fs.buf + o->hs.data_start + t->begin;
         }
     }
-    if (hs.n != expected_state + expected_slots) {
-        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s holds %d tensors, this runtime "
-                          "expects %d", what_s, hs.n, expected_state + expected_slots);
-        goto out;
+    /* Same layout: this rank's file must hold exactly what it uses (a file
+     * with extra tensors is not this runtime's). */
+    if (same_layout && old[rt->rank].loaded) {
+        int used = 0;
+        for (int i = 0; i < rt->n_params; i++)
+            if (owns(rt, &rt->params[i]))
+                used += rt->params[i].fam->tensors(rt->params[i].state, NULL, 0);
+        for (int i = 0; i < nb; i++) {
+            const strata_ckpt_block *b = &old[block_rank[i]].rk->blocks[block_src[i]];
+            for (int k = 0; k < b->n_slots; k++)
+                used += b->slots[k].state == STRATA_SLOT_READY ||
+                        b->slots[k].state == STRATA_SLOT_INSTALLED;
+        }
+        if (old[rt->rank].hs.n != used) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s holds %d tensors, this "
+                              "runtime expects %d", old[rt->rank].what, old[rt->rank].hs.n, used);
+            goto out;
+        }
     }
 
     /* Apply: engine blocks (registry, slots, replayed install), then the
      * family tensors and the weights over them. */
     st = strata_refresh_drain(rt->engine, NULL);
-    for (int i = 0; i < nb && st == STRATA_OK; i++)
+    for (int i = 0; i < nb && st == STRATA_OK; i++) {
+        const strata_ckpt_block *b = &old[block_rank[i]].rk->blocks[block_src[i]];
         st = strata_refresh_block_restore(rt->engine, i,
                                           &images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
-                                          rk->blocks[i].n_slots, rk->blocks[i].have);
+                                          b->n_slots, b->have);
+    }
     for (int i = 0; i < n_copies && st == STRATA_OK; i++) {
         if (copies[i].backend)
             st = strata_backend_copy(rt->be, copies[i].dst, copies[i].src, copies[i].bytes);
@@ -1175,22 +1234,28 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         rt->params[i].materialized_at = m->step; /* every rank read every weight */
     if (user_json && !(*user_json = strdup(m->user_json)))
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    size_t bytes = fm.len;
+    for (int r = 0; r < m->world_size; r++)
+        bytes += old[r].loaded ? old[r].fs.len + old[r].fj.len : 0;
     if (info)
         *info = (strata_load_info){.step = m->step,
                                    .seconds = strata_now_seconds() - t0,
-                                   .bytes = fm.len + fs.len + fj.len};
+                                   .bytes = bytes};
     if (st == STRATA_OK)
-        strata_log(rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d refresh jobs were "
-                   "drained at save)", (long long)m->step, dir, (int)m->drained_jobs);
+        strata_log(rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d ranks at save, %d "
+                   "now; %d refresh jobs were drained at save)", (long long)m->step, dir,
+                   m->world_size, rt->world, (int)m->drained_jobs);
 out:
     free(images);
     free(copies);
+    free(block_src);
+    free(block_rank);
     strata_st_header_free(&hm);
-    strata_st_header_free(&hs);
     free(fm.buf);
-    free(fs.buf);
-    free(fj.buf);
-    strata_ckpt_rank_free(rk);
+    if (old)
+        for (int r = 0; r < m->world_size; r++)
+            old_rank_free(&old[r]);
+    free(old);
     strata_ckpt_manifest_free(m);
     return st;
 }

@@ -395,9 +395,14 @@ typedef struct strata_load_info {
  * shape, the engine's configuration; the message names the file and the
  * tensor or field), STRATA_ERR_DATA (corrupt: truncated file, checksum
  * mismatch, unparsable manifest or header, naming file and tensor),
- * STRATA_ERR_IO (a missing or unreadable file), STRATA_ERR_UNSUPPORTED (a
- * checkpoint of another world size or owner layout: resharding is not
- * implemented yet), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM.
+ * STRATA_ERR_IO (a missing or unreadable file), STRATA_ERR_STATE (before
+ * commit), STRATA_ERR_NOMEM.
+ * Resharding: a checkpoint written by another number of ranks (or owner
+ * layout, or shard group size) loads too: every parameter this rank owns now
+ * is read, by name, from the file of the rank that owned it at save (each
+ * logical tensor whole: shards are tensor-granular), its refresh blocks and
+ * their registry state likewise. Each rank reads the weights file and the
+ * files of the ranks whose parameters it now owns.
  * After a validation error nothing changed; after any other the runtime's
  * state is unspecified (destroy it). */
 STRATA_API strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,

@@ -11,7 +11,9 @@ Checks (issue #9's acceptance):
   * owner sharding moves 0 matrix bytes at the optimizer step, the baselines
     do; each rank's resident parameter + optimizer bytes stay within
     1.1 x total / N + the largest matrix's state;
-  * a checkpoint saved by N ranks resumes bit-identically on N ranks;
+  * a checkpoint saved by N ranks resumes bit-identically on N ranks, and
+    reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
+    and 3 ranks, and 3 ranks' on 4;
   * a rank that fails (a bad --data path on one rank only) makes the whole job
     exit non-zero with that rank's message, within seconds.
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or strata built without MPI).
@@ -166,6 +168,30 @@ def main():
                 ok = full and res and full["weights_hash"] == res["weights_hash"]
                 check(bool(ok), f"{name} -np {n}: resume from step 6 bit-identical to the "
                                 f"uninterrupted run")
+        # Resharding: 4 ranks' checkpoint on 1 rank with --grad-accum 4 (the
+        # same numbers as 4 ranks) continues bit-identically; on 2 and 3 ranks,
+        # and 3 ranks' on 4, it loads and trains on.
+        for name, args in (("shampoo", ["--optimizer", "shampoo"]),
+                           ("soap", ["--optimizer", "soap"]),
+                           ("shampoo-async-S2", ["--optimizer", "shampoo", "--async",
+                                                 "--staleness", "2", "--workers", "1"])):
+            ck = os.path.join(tmp, f"rs-{name}")
+            full = train(tmp, f"rs-full-{name}", 4, args + ["--save-every", "6", "--save-dir", ck])
+            one = train(tmp, f"rs-one-{name}", 1,
+                        args + ["--grad-accum", "4", "--resume", os.path.join(ck, "step-00000006")])
+            check(bool(full and one and full["weights_hash"] == one["weights_hash"]),
+                  f"{name}: 4 ranks' checkpoint resumed on 1 rank with --grad-accum 4, "
+                  f"bit-identical")
+            for m in (2, 3):
+                got = train(tmp, f"rs-{m}-{name}", m,
+                            args + ["--resume", os.path.join(ck, "step-00000006")])
+                check(bool(got) and got["final_val_loss"] == got["final_val_loss"],
+                      f"{name}: 4 ranks' checkpoint resumed on {m} ranks and trained on")
+        ck3 = os.path.join(tmp, "rs-3to4")
+        got3 = train(tmp, "rs-3", 3, ["--optimizer", "muon", "--save-every", "6", "--save-dir", ck3])
+        got4 = train(tmp, "rs-4", 4, ["--optimizer", "muon", "--resume",
+                                      os.path.join(ck3, "step-00000006")])
+        check(bool(got3 and got4), "muon: 3 ranks' checkpoint resumed on 4 ranks")
         # A failing rank ends the job with its message, never a hang.
         wrapper = os.path.join(tmp, "one_bad_rank.sh")
         with open(wrapper, "w") as f:
