@@ -77,29 +77,35 @@ void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
     c->normalize_grads = false;
 }
 
+strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_config_check: NULL config");
+    const char *n = "kl_shampoo";
+    strata_status st = optim_check_int(n, "form", (long long)c->form, STRATA_KL_EIGENBASIS,
+                                       STRATA_KL_EXACT);
+    OPTIM_CHECK(st, optim_check_nonneg(n, "lr", c->lr));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta2", c->beta2));
+    OPTIM_CHECK(st, optim_check_float(n, "shampoo_beta", c->shampoo_beta, -INFINITY, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "eps", c->eps));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_finite(n, "init_factor", c->init_factor));
+    if (st == STRATA_OK && c->init_factor == 0.0f)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "kl_shampoo.init_factor = 0: must be > 0 (its inverse square root is "
+                          "the first estimate) or < 0 (auto)");
+    return st;
+}
+
 static strata_status check_config(const strata_kl_shampoo_config *c)
 {
-    if (c->form != STRATA_KL_EIGENBASIS && c->form != STRATA_KL_EXACT)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: unknown form %d", (int)c->form);
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: refresh_offset %d must lie in [0, F = %d)",
-                            c->refresh_offset, c->precondition_frequency);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: betas (%g, %g) must lie in [0, 1)",
-                            (double)c->beta1, (double)c->beta2);
-    if (!(c->shampoo_beta < 1.0f) || isnan(c->shampoo_beta))
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: shampoo_beta %g must be < 1",
-                            (double)c->shampoo_beta);
-    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr) ||
-        isnan(c->init_factor) || !isfinite(c->init_factor))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: lr, eps, weight_decay or init_factor out of range");
-    return STRATA_OK;
+    return strata_kl_shampoo_config_check(c);
 }
 
 /* torch.nan_to_num(x, nan=0, posinf=0, neginf=0) */

@@ -105,52 +105,49 @@ bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
     return t >= s && (t - s) % c->precondition_frequency == 0;
 }
 
+strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_config_check: NULL config");
+    const char *n = "shampoo";
+    strata_status st = optim_check_nonneg(n, "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_float(n, "beta2", c->beta2, 0.0, false, 1.0, true));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "epsilon", c->epsilon));
+    OPTIM_CHECK(st, optim_check_beta(n, "momentum", c->momentum));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "start_preconditioning_step",
+                                    c->start_preconditioning_step, -1, INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_int(n, "max_preconditioner_dim", c->max_preconditioner_dim, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "grafting", (long long)c->grafting, STRATA_GRAFT_NONE,
+                                    STRATA_GRAFT_ADAGRAD));
+    OPTIM_CHECK(st, optim_check_float(n, "grafting_beta2", c->grafting_beta2, 0.0, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_pos(n, "grafting_epsilon", c->grafting_epsilon));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "epsilon_rel", c->epsilon_rel));
+    OPTIM_CHECK(st, optim_check_finite(n, "pseudo_inverse_rtol", c->pseudo_inverse_rtol));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "pseudo_inverse_atol", c->pseudo_inverse_atol));
+    OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[0]",
+                                       c->inverse_exponent_override[0]));
+    OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
+                                       c->inverse_exponent_override[1]));
+    if (st == STRATA_OK && c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "shampoo.use_pseudo_inverse needs shampoo.epsilon = "
+                          "shampoo.epsilon_rel = 0 (got %g, %g), as Distributed Shampoo's "
+                          "PseudoInverseConfig",
+                          (double)c->epsilon, (double)c->epsilon_rel);
+    return st;
+}
+
 static strata_status check_config(const strata_shampoo_config *c)
 {
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: refresh_offset %d must lie in [0, F = %d)", c->refresh_offset,
-                            c->precondition_frequency);
-    if (c->max_preconditioner_dim < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: max_preconditioner_dim %d must be >= 1",
-                            c->max_preconditioner_dim);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta1 %g must lie in [0, 1)",
-                            (double)c->beta1);
-    if (!(c->beta2 > 0.0f && c->beta2 <= 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta2 %g must lie in (0, 1]",
-                            (double)c->beta2);
-    if (!(c->epsilon >= 0.0f) || !(c->momentum >= 0.0f && c->momentum < 1.0f) ||
-        !(c->grafting_epsilon > 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: epsilon, momentum in [0,1) or grafting_epsilon out of range");
-    if (c->grafting == STRATA_GRAFT_ADAM && !(c->grafting_beta2 > 0.0f && c->grafting_beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: grafting_beta2 %g must lie in (0, 1)",
-                            (double)c->grafting_beta2);
-    if (c->grafting < STRATA_GRAFT_NONE || c->grafting > STRATA_GRAFT_ADAGRAD)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: unknown grafting %d", (int)c->grafting);
-    if (!isfinite(c->epsilon) || !(c->epsilon_rel >= 0.0f) || !isfinite(c->epsilon_rel))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: epsilon %g, epsilon_rel %g must be "
-                            "finite and >= 0", (double)c->epsilon, (double)c->epsilon_rel);
-    if (c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: use_pseudo_inverse needs epsilon = epsilon_rel = 0 "
-                            "(got %g, %g), as Distributed Shampoo's PseudoInverseConfig",
-                            (double)c->epsilon, (double)c->epsilon_rel);
-    if (!isfinite(c->pseudo_inverse_rtol) || !(c->pseudo_inverse_atol >= 0.0f) ||
-        !isfinite(c->pseudo_inverse_atol))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: pseudo_inverse_rtol %g must be finite, pseudo_inverse_atol "
-                            "%g finite and >= 0",
-                            (double)c->pseudo_inverse_rtol, (double)c->pseudo_inverse_atol);
-    for (int f = 0; f < 2; f++)
-        if (!isfinite(c->inverse_exponent_override[f]))
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "shampoo: inverse_exponent_override[%d] must be finite", f);
-    return STRATA_OK;
+    return strata_shampoo_config_check(c);
 }
 
 /* Refuse a gradient with a NaN or Inf before anything is touched. */

@@ -78,26 +78,29 @@ void strata_soap_config_default(strata_soap_config *c)
     c->correct_bias = true;
 }
 
+strata_status strata_soap_config_check(const strata_soap_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "soap_config_check: NULL config");
+    const char *n = "soap";
+    strata_status st = optim_check_nonneg(n, "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta2", c->beta2));
+    OPTIM_CHECK(st, optim_check_float(n, "shampoo_beta", c->shampoo_beta, -INFINITY, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_pos(n, "eps", c->eps));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_int(n, "max_precond_dim", c->max_precond_dim, 0, INT32_MAX));
+    return st;
+}
+
 static strata_status check_config(const strata_soap_config *c)
 {
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: refresh_offset %d must lie in [0, F = %d)",
-                            c->refresh_offset, c->precondition_frequency);
-    if (c->max_precond_dim < 0)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: max_precond_dim %d must be >= 0",
-                            c->max_precond_dim);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: betas (%g, %g) must lie in [0, 1)",
-                            (double)c->beta1, (double)c->beta2);
-    if (!(c->shampoo_beta < 1.0f) || isnan(c->shampoo_beta))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: shampoo_beta %g must be < 1",
-                            (double)c->shampoo_beta);
-    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: lr, eps or weight_decay out of range");
-    return STRATA_OK;
+    return strata_soap_config_check(c);
 }
 
 static strata_status soap_create(const strata_soap_config *c, strata_backend *be, int64_t rows,

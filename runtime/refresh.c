@@ -466,6 +466,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
         nc.dir = e->cfg.nvme_dir;
         nc.budget = e->cfg.nvme_budget;
         nc.queue_depth = e->cfg.nvme_queue_depth;
+        if (e->cfg.nvme_chunk_bytes)
+            nc.chunk_bytes = e->cfg.nvme_chunk_bytes;
         nc.log = e->cfg.log;
         st = strata_tier_nvme_create(&nc, &e->nvme);
         if (st != STRATA_OK)

@@ -54,7 +54,21 @@ typedef struct strata_adamw_config {
     float weight_decay; /* decoupled; default 0.01 (PyTorch AdamW) */
 } strata_adamw_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_ADAMW_CONFIG_FIELDS 5
+
 STRATA_API void strata_adamw_config_default(strata_adamw_config *c);
+
+/* Validate every field (the same checks strata_adamw_update and
+ * strata_create run): lr and weight_decay finite and >= 0, beta1 and beta2
+ * in [0, 1), eps finite and > 0 (it divides: eps = 0 with a zero gradient
+ * is 0/0). NaN and +-inf are refused everywhere. Errors:
+ * STRATA_ERR_INVALID_ARG with the field named ("adamw.eps = 0: ...") in
+ * strata_last_error(). */
+STRATA_API strata_status strata_adamw_config_check(const strata_adamw_config *c);
 
 /* One AdamW update of `n` elements in place. `w`, `m`, `v` are updated;
  * `g` is read. `lr_scale` multiplies c->lr (schedules). `t` >= 1.
@@ -176,7 +190,24 @@ typedef struct strata_shampoo_config {
                                       0 = that side not preconditioned (identity) */
 } strata_shampoo_config;
 
+/* Fields of the struct above (an array counts one per element). Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_SHAMPOO_CONFIG_FIELDS 20
+
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
+
+/* Validate every field (as strata_shampoo_state_create and strata_create):
+ * lr, weight_decay, epsilon, epsilon_rel, pseudo_inverse_atol finite and
+ * >= 0; beta1, momentum in [0, 1); beta2 in (0, 1]; grafting_beta2 in
+ * (0, 1); grafting_epsilon finite and > 0; precondition_frequency >= 1;
+ * start_preconditioning_step >= -1; refresh_offset in [0, F);
+ * max_preconditioner_dim >= 1; grafting known; pseudo_inverse_rtol and
+ * inverse_exponent_override finite; use_pseudo_inverse only with
+ * epsilon = epsilon_rel = 0. Errors: STRATA_ERR_INVALID_ARG naming the
+ * field ("shampoo.<field>"). */
+STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);
 
 /* Counters an optimizer state adds to (the runtime sums them into strata_stats). */
 typedef struct strata_optim_counters {
@@ -337,9 +368,22 @@ typedef struct strata_ns_config {
                                      with single-threaded BLAS (below) */
 } strata_ns_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_NS_CONFIG_FIELDS 7
+
 #define STRATA_NS_MAX_BATCH_THREADS 64
 
 STRATA_API void strata_ns_config_default(strata_ns_config *c);
+
+/* Validate every field: steps in [0, 100000], schedule and method known,
+ * gram_min_aspect finite and >= 1, gram_restarts in [0, 63],
+ * gram_restart_mask only bits 1 .. min(steps, 64) - 1, batch_threads in
+ * [1, STRATA_NS_MAX_BATCH_THREADS]. Errors: STRATA_ERR_INVALID_ARG naming
+ * the field ("ns.<field>"). */
+STRATA_API strata_status strata_ns_config_check(const strata_ns_config *c);
 
 typedef struct strata_muon_config {
     float lr;           /* default 0.02 */
@@ -357,7 +401,19 @@ typedef struct strata_muon_config {
     int ns_batch_threads;                    /* default 1; see strata_ns_run */
 } strata_muon_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_MUON_CONFIG_FIELDS 13
+
 STRATA_API void strata_muon_config_default(strata_muon_config *c);
+
+/* Validate every field (as strata_muon_state_create and strata_create): lr
+ * and weight_decay finite and >= 0, momentum in [0, 1), scale and
+ * momentum_form known, the ns_* fields as strata_ns_config_check. Errors:
+ * STRATA_ERR_INVALID_ARG naming the field ("muon.<field>"). */
+STRATA_API strata_status strata_muon_config_check(const strata_muon_config *c);
 
 typedef struct strata_muon_state strata_muon_state;
 
@@ -447,7 +503,21 @@ typedef struct strata_soap_config {
     bool correct_bias;          /* Adam bias correction; default true */
 } strata_soap_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_SOAP_CONFIG_FIELDS 12
+
 STRATA_API void strata_soap_config_default(strata_soap_config *c);
+
+/* Validate every field (as strata_soap_state_create and strata_create): lr
+ * and weight_decay finite and >= 0, beta1 and beta2 in [0, 1), shampoo_beta
+ * finite and < 1 (negative: use beta2), eps finite and > 0 (it divides: 0
+ * with a zero gradient is 0/0), precondition_frequency >= 1,
+ * refresh_offset in [0, F), max_precond_dim >= 0. Errors:
+ * STRATA_ERR_INVALID_ARG naming the field ("soap.<field>"). */
+STRATA_API strata_status strata_soap_config_check(const strata_soap_config *c);
 
 typedef struct strata_soap_state strata_soap_state;
 
@@ -568,7 +638,22 @@ typedef struct strata_kl_shampoo_config {
     bool normalize_grads;       /* RMS-normalize P; default false */
 } strata_kl_shampoo_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_KL_SHAMPOO_CONFIG_FIELDS 12
+
 STRATA_API void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c);
+
+/* Validate every field (as strata_kl_shampoo_state_create and
+ * strata_create): form known, lr, eps and weight_decay finite and >= 0,
+ * beta1 and beta2 in [0, 1), shampoo_beta finite and < 1 (negative: use
+ * beta2), precondition_frequency >= 1, refresh_offset in [0, F),
+ * init_factor finite and not 0 (its inverse square root is the first
+ * estimate; negative: auto). Errors: STRATA_ERR_INVALID_ARG naming the
+ * field ("kl_shampoo.<field>"). */
+STRATA_API strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c);
 
 typedef struct strata_kl_shampoo_state strata_kl_shampoo_state;
 

@@ -113,7 +113,12 @@ typedef struct strata_config {
     size_t host_budget;       /* host tier bytes; 0 = unlimited */
     const char *nvme_dir;     /* nvme tier directory (copied); NULL = no nvme tier */
     size_t nvme_budget;       /* nvme tier bytes; 0 = unlimited */
-    int nvme_queue_depth;     /* io_uring depth, >= 8; default 16 */
+    int nvme_queue_depth;     /* io_uring depth (chunks in flight, one staging buffer each),
+                                 8..4096; default 16 */
+    size_t nvme_chunk_bytes;  /* nvme staging chunk: the largest single transfer and the size
+                                 of each of the nvme_queue_depth staging buffers, a multiple
+                                 of 4096 in [4096, 1 GiB]; default 1 MiB. Smaller chunks fit
+                                 a low RLIMIT_MEMLOCK (queue depth x chunk is registered) */
     strata_comm *comm;        /* ranks and collectives (strata/comm.h); NULL = this process
                                  alone (a self communicator). Not owned: it must outlive
                                  the runtime. Every parameter's owner is rank 0 in this
@@ -137,6 +142,13 @@ typedef struct strata_config {
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
 } strata_config;
+
+/* Fields of strata_config (the nested optimizer configurations count one
+ * each). strata_create checks every one (below); tests/unit/test_validation.c
+ * walks each with a table row and fails when this count, the rows and the
+ * struct's layout disagree: adding a field means adding its check, its row
+ * and 1 here. */
+#define STRATA_CONFIG_FIELDS 31
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -180,10 +192,20 @@ typedef int32_t strata_param_id;
 
 typedef struct strata_runtime strata_runtime;
 
-/* Create a runtime on cfg.backend. `cfg` is copied. Errors:
- * STRATA_ERR_INVALID_ARG (NULL, wrong version, a hyperparameter out of
- * range, with the field named), STRATA_ERR_UNSUPPORTED (the backend is not
- * built in or has no device), STRATA_ERR_NOMEM. */
+/* Create a runtime on cfg.backend. `cfg` is copied. Every field is checked
+ * here, before anything is created, each optimizer's configuration included
+ * (strata_<optimizer>_config_check: a parameter may ask for any optimizer):
+ * NaN and +-inf are refused everywhere, then each field's range (version,
+ * known enums, max_grad_norm >= 0, blas_threads and workers in [0, 4096],
+ * staleness and shard_group_size >= 0, wait_timeout_s > 0,
+ * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
+ * [4096, 1 GiB], roots_tier host or nvme, the nvme roots tier with an
+ * nvme_dir when async). Errors: STRATA_ERR_INVALID_ARG (NULL, a field out of
+ * range: strata_last_error() names it, "strata_config.<field> = ..." or
+ * "<optimizer>.<field> = ..."; shard_group_size not dividing the world),
+ * STRATA_ERR_UNSUPPORTED (the backend is not built in or has no device;
+ * shard_group_size with gather sharding), STRATA_ERR_NOMEM, the
+ * communicator's errors (splitting it into groups). */
 STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
 
 /* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE
