@@ -148,13 +148,23 @@ static int fam_n_blocks(const void *s)
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
-    (void)cnt;
     adamw_state *s = state;
     if (!w || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
     strata_status st = check_step(t);
     if (st != STRATA_OK)
         return st;
+    /* The overflow rule (optim_internal.h): m and v are EMAs (convex), so
+     * v stays below gamma = ||g||^2 >= max g^2. */
+    double gamma = 0.0;
+    bool finite = false;
+    st = optim_gamma(s->be, g, s->numel, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return strata_error(STRATA_ERR_NONFINITE, "adamw: non-finite gradient (nothing updated)");
+    if (!optim_state_absorbs(gamma, cnt))
+        return STRATA_OK;
     return strata_backend_adamw_update(s->be, NULL, s->numel, w, g, s->m, s->v,
                                        step_scalars(&s->cfg, lr_scale, t));
 }

@@ -180,15 +180,31 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
      * for every later step. */
-    size_t bad = n;
-    strata_status st = strata_backend_find_nonfinite(s->be, NULL, n, g, &bad);
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, n, &gamma, &finite);
     if (st != STRATA_OK)
         return st;
-    if (bad < n) {
+    if (!finite) {
+        size_t bad = n;
+        st = strata_backend_find_nonfinite(s->be, NULL, n, g, &bad);
+        if (st != STRATA_OK)
+            return st;
         if (cnt)
             cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", bad);
     }
+    /* The overflow rule (optim_internal.h): |B_new| <= mu ||B|| + gw |G|,
+     * and the Nesterov G' = gw G + mu B_new, from ||B||_F and ||G||_F. */
+    const double mu_d = c->momentum,
+                 gw_d = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0 - mu_d : 1.0;
+    double b2 = 0.0;
+    st = strata_backend_sumsq(s->be, NULL, n, s->mom, &b2);
+    if (st != STRATA_OK)
+        return st;
+    const double b_new = mu_d * sqrt(b2) + gw_d * sqrt(gamma);
+    if (!optim_state_absorbs(b_new + gw_d * sqrt(gamma), cnt))
+        return STRATA_OK;
 
     const float mu = c->momentum;
     const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;

@@ -64,6 +64,8 @@ struct strata_shampoo_state {
     double *eig_work; /* host float64 eigen workspace */
     int *eig_iwork;
     float *stage;     /* host maxdim x maxdim: a factor, then its root */
+    bool skip;        /* this step's gradient could overflow the state: the step is
+                         skipped (set by `before`, consumed by apply; optim_internal.h) */
 };
 
 void strata_shampoo_config_default(strata_shampoo_config *c)
@@ -168,6 +170,46 @@ static strata_status check_finite(const strata_shampoo_state *s, const float *g,
                         "%s: gradient element %zu (row %zu, col %zu) is %g; "
                         "nothing was updated",
                         who, i, i / (size_t)s->cols, i % (size_t)s->cols, (double)gi);
+}
+
+/* The overflow rule (optim_internal.h) for one step, before anything
+ * changes: with gamma = ||G||_F^2, the factors (EMA: gamma; running sum,
+ * beta2 = 1: each factor's diagonal bound + gamma), the filtered gradient
+ * and M_hat (sqrt(gamma) / (1 - beta1)), the grafting accumulator (Adam:
+ * gamma; AdaGrad: its norm + gamma) must stay below OPTIM_STATE_LIMIT.
+ * Also refuses a non-finite gradient (counted, nothing touched). Sets
+ * s->skip. */
+static strata_status decide(strata_shampoo_state *s, const float *g, strata_optim_counters *cnt,
+                            const char *who)
+{
+    const strata_shampoo_config *c = &s->cfg;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, n, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return check_finite(s, g, cnt, who); /* names the element */
+    double bound = gamma;
+    if (c->beta2 == 1.0f)
+        for (int i = 0; i < s->nblocks && st == STRATA_OK; i++) {
+            double bl = 0.0, br = 0.0;
+            st = optim_psd_bound(s->be, s->blocks[i].L, s->blocks[i].rows, &bl);
+            if (st == STRATA_OK)
+                st = optim_psd_bound(s->be, s->blocks[i].R, s->blocks[i].cols, &br);
+            bound = fmax(bound, fmax(bl, br) + gamma);
+        }
+    bound = fmax(bound, sqrt(gamma) / (1.0 - (double)c->beta1));
+    if (st == STRATA_OK && c->grafting == STRATA_GRAFT_ADAGRAD) {
+        double a2 = 0.0;
+        st = strata_backend_sumsq(s->be, NULL, n, s->graft, &a2);
+        bound = fmax(bound, sqrt(a2) + gamma);
+    }
+    if (st != STRATA_OK)
+        return st;
+    s->skip = !optim_state_absorbs(bound, cnt);
+    return STRATA_OK;
 }
 
 static double root_exponent(const strata_shampoo_config *c, int factor)
@@ -510,8 +552,11 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     if (st != STRATA_OK)
         return st;
 
-    /* Preconditioned direction per block, rescaled to the grafting norm. */
-    for (int i = 0; i < s->nblocks; i++) {
+    /* Preconditioned direction per block, rescaled to the grafting norm. A
+     * block whose direction is not finite (huge roots, a tiny epsilon) stops
+     * the update before momentum and weights change. */
+    bool finite_dir = true;
+    for (int i = 0; i < s->nblocks && finite_dir; i++) {
         shampoo_block *b = &s->blocks[i];
         float *pb = s->pre + b->r0 * ld + b->c0;
         const float *db = s->dir + b->r0 * ld + b->c0;
@@ -536,12 +581,27 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
             st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, pb, ld, &pn);
             if (st == STRATA_OK)
                 st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, db, ld, &dn);
+            finite_dir = isfinite(pn) && isfinite(dn);
             const float scale = pn > 0.0 ? (float)(dn / pn) : 0.0f;
-            if (st == STRATA_OK)
+            if (st == STRATA_OK && finite_dir)
                 st = strata_backend_scale_2d(s->be, NULL, b->rows, b->cols, pb, ld, scale);
             if (st != STRATA_OK)
                 return st;
+        } else {
+            double pn = 0.0;
+            st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, pb, ld, &pn);
+            if (st != STRATA_OK)
+                return st;
+            finite_dir = isfinite(pn);
         }
+    }
+    if (!finite_dir) {
+        if (cnt)
+            cnt->nonfinite_directions++;
+        return strata_error(STRATA_ERR_NONFINITE,
+                            "shampoo: step %lld: non-finite preconditioned direction (weights "
+                            "and momentum kept)",
+                            (long long)t);
     }
 
     /* Momentum, then decoupled weight decay and the update. */
@@ -566,8 +626,13 @@ strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64
     strata_status st_args = optim_check_step("shampoo_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    /* One scan up front: once the factors absorbed g, apply must not refuse it. */
-    strata_status st = check_finite(s, g, cnt, "shampoo_step");
+    /* One scan up front: once the factors absorbed g, apply must not refuse
+     * it; a gradient the state cannot absorb skips the step. */
+    strata_status st = decide(s, g, cnt, "shampoo_step");
+    if (st == STRATA_OK && s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
     if (st == STRATA_OK)
         st = update_factors(s, g, cnt);
     if (st == STRATA_OK && strata_shampoo_is_refresh_step(&s->cfg, t))
@@ -674,8 +739,10 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     (void)w;
     strata_shampoo_state *s = state;
     *done = false;
-    strata_status st = check_finite(s, g, cnt, "shampoo_step");
-    return st == STRATA_OK ? update_factors(s, g, cnt) : st;
+    strata_status st = decide(s, g, cnt, "shampoo_step");
+    if (st != STRATA_OK || s->skip)
+        return st; /* skipped: the refresh schedule runs on, apply does nothing */
+    return update_factors(s, g, cnt);
 }
 
 static strata_status fam_snapshot(const void *state, int b, void *slot)
@@ -743,8 +810,16 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
+    strata_shampoo_state *s = state;
     strata_status st = optim_check_step("shampoo_step", state, w, g, t);
-    return st == STRATA_OK ? apply(state, lr_scale, t, w, g, cnt) : st;
+    if (st != STRATA_OK)
+        return st;
+    if (s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
+    const int64_t n0 = cnt ? cnt->nonfinite_directions : 0;
+    return optim_direction_skipped(apply(s, lr_scale, t, w, g, cnt), n0, cnt);
 }
 
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)

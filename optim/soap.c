@@ -54,6 +54,8 @@ struct strata_soap_state {
     float *exp_avg_sq; /* V, rows x cols, rotated space */
     float *buf[2];     /* scratch rows x cols */
     bool has_basis;
+    bool skip;     /* this step's gradient could overflow the state: apply decided to
+                      skip it, update_factors consumes the decision (optim_internal.h) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -283,6 +285,27 @@ static const float *rotate(strata_soap_state *s, const float *x, bool back, stra
     return cur;
 }
 
+/* The overflow rule (optim_internal.h) for one step: M (EMA of G) stays
+ * below sqrt(gamma), V (EMA of G'^2, ||G'||_F = ||G||_F) and the factors
+ * (EMAs: shampoo_beta and beta2 < 1) below gamma = ||G||_F^2. Refuses a
+ * non-finite gradient. Sets s->skip. */
+static strata_status decide(strata_soap_state *s, const float *g, strata_optim_counters *cnt,
+                            const char *who)
+{
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, (size_t)s->rows * (size_t)s->cols, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return strata_error(STRATA_ERR_NONFINITE, "%s: non-finite gradient", who);
+    s->skip = !optim_state_absorbs(gamma, cnt);
+    return STRATA_OK;
+}
+
+static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt);
+
 strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t, float *w,
                                 const float *g, strata_optim_counters *cnt)
 {
@@ -291,13 +314,19 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
         return st_args;
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "soap_apply: no eigenbasis yet (first step)");
+    strata_status st = decide(s, g, cnt, "soap_apply");
+    if (st != STRATA_OK || s->skip)
+        return st; /* skipped: update_factors consumes the decision */
+    return apply_core(s, lr_scale, t, w, g, cnt);
+}
+
+static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt)
+{
+    (void)t;
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     bool finite = false;
-    strata_status st = optim_finite(s->be, g, n, &finite);
-    if (st != STRATA_OK)
-        return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "soap_apply: non-finite gradient");
+    strata_status st = STRATA_OK;
     double t0 = strata_now_seconds();
     const strata_soap_config *c = &s->cfg;
     const float b1 = c->beta1, b2 = c->beta2;
@@ -336,9 +365,12 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     st = optim_finite(s->be, dir, n, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite || !isfinite(step))
+    if (!finite || !isfinite(step)) {
+        if (cnt)
+            cnt->nonfinite_directions++;
         return strata_error(STRATA_ERR_NONFINITE,
                             "soap_apply: non-finite direction (weights kept)");
+    }
     st = strata_backend_apply_update(s->be, NULL, n, w, dir, step, -lr * c->weight_decay,
                                      STRATA_APPLY_STEP_SHRINK);
     if (st != STRATA_OK)
@@ -353,6 +385,10 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_update_factors: NULL argument");
+    if (s->skip) { /* apply skipped this step's gradient */
+        s->skip = false;
+        return STRATA_OK;
+    }
     bool finite = false;
     strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
     if (st != STRATA_OK)
@@ -490,14 +526,15 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
     strata_status st_args = optim_check_step("soap_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    bool finite = false;
-    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+    strata_status st = decide(s, g, cnt, "soap_step");
     if (st != STRATA_OK)
         return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "soap_step: non-finite gradient");
+    if (s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
     if (s->has_basis)
-        st = strata_soap_apply(s, lr_scale, t, w, g, cnt);
+        st = apply_core(s, lr_scale, t, w, g, cnt);
     /* A non-finite direction left w alone but advanced M and V: the factors
      * still absorb g, as the reference would. */
     strata_status st_apply = st;
@@ -707,7 +744,8 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
-    return strata_soap_apply(state, lr_scale, t, w, g, cnt);
+    const int64_t n0 = cnt ? cnt->nonfinite_directions : 0;
+    return optim_direction_skipped(strata_soap_apply(state, lr_scale, t, w, g, cnt), n0, cnt);
 }
 
 static strata_status fam_after(void *state, const float *g, strata_optim_counters *cnt)

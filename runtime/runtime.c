@@ -912,15 +912,69 @@ strata_status strata_step(strata_runtime *rt)
     const int64_t t = ++rt->t;
     strata_optim_counters cnt = {0};
     double tail_seconds = 0.0, wait = 0.0;
+    strata_refresh_stats es0;
+    if (!rt->warned_root_failure) {
+        strata_refresh_stats_get(rt->engine, &es0);
+        strata_error_clear(); /* a synchronous refresh's failure leaves its detail here */
+    }
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         if (p->owner != rank && p->owner >= 0)
             continue;
         const double t0 = strata_now_seconds();
+        const int64_t skipped0 = cnt.overflow_skipped, dirs0 = cnt.nonfinite_directions;
         st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad, &cnt,
                                  &wait);
         if (p->routed == STRATA_OPTIM_ADAMW)
             tail_seconds += strata_now_seconds() - t0;
+        /* The numerical events of one parameter (optim/optim_internal.h):
+         * counted in the stats, the first of each kind logged. */
+        if (cnt.overflow_skipped > skipped0 && !rt->warned_overflow) {
+            rt->warned_overflow = true;
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: '%s' was not updated: its gradient (norm %.3g) could overflow "
+                       "its float32 %s state (factors, moments, estimates); its weights and "
+                       "state were kept. Later ones are counted in stats.overflow_skipped",
+                       (long long)t, p->name, sqrt(parts[2 * i]),
+                       strata_optimizer_name(p->routed));
+        }
+        if (cnt.nonfinite_directions > dirs0 && !rt->warned_direction) {
+            rt->warned_direction = true;
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: '%s': the %s update direction came out NaN/Inf from finite "
+                       "state and was not applied (its weights were kept; its moments and "
+                       "factors absorbed the gradient). Later ones are counted in "
+                       "stats.nonfinite_directions",
+                       (long long)t, p->name, strata_optimizer_name(p->routed));
+        }
+    }
+    if (!rt->warned_root_failure) {
+        strata_refresh_stats es1;
+        strata_refresh_stats_get(rt->engine, &es1);
+        if (es1.refresh_failures > es0.refresh_failures) {
+            rt->warned_root_failure = true;
+            const strata_shampoo_config *sc = &rt->cfg.shampoo;
+            const char *why = strata_last_error();
+            char reason[512];
+            if (rt->cfg.matrix_optimizer == STRATA_OPTIM_SHAMPOO && !sc->use_pseudo_inverse &&
+                sc->epsilon == 0.0f && sc->epsilon_rel == 0.0f)
+                snprintf(reason, sizeof reason,
+                         "shampoo.epsilon = shampoo.epsilon_rel = 0, so a factor with a zero "
+                         "eigenvalue (a rank-deficient gradient history: the first steps, or "
+                         "a block wider than the data behind it) has no inverse root "
+                         "((0 + 0)^(-1/4)); set epsilon > 0 (default 1e-12), epsilon_rel > 0 "
+                         "or use_pseudo_inverse%s%s",
+                         why[0] ? "; " : "", why);
+            else
+                snprintf(reason, sizeof reason, "%s",
+                         why[0] ? why : "the decomposition failed on a worker thread (LAPACK "
+                                        "error, non-finite values or non-orthonormal vectors)");
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: %lld refresh%s failed (each keeps its previous result; "
+                       "later ones are counted in stats.root_failures): %s",
+                       (long long)t, (long long)(es1.refresh_failures - es0.refresh_failures),
+                       es1.refresh_failures - es0.refresh_failures == 1 ? "" : "es", reason);
+        }
     }
     /* ZeRO-1 baseline: the owners broadcast the new weights now, inside the
      * optimizer step. */
@@ -940,6 +994,8 @@ strata_status strata_step(strata_runtime *rt)
     s->root_refreshes += cnt.root_refreshes;
     s->root_failures += cnt.root_failures;
     s->root_retries += cnt.root_retries;
+    s->overflow_skipped += cnt.overflow_skipped;
+    s->nonfinite_directions += cnt.nonfinite_directions;
     s->last_seconds_factors = cnt.seconds_factors;
     s->last_seconds_roots = cnt.seconds_roots;
     s->last_seconds_precondition = cnt.seconds_precondition;

@@ -72,7 +72,12 @@ STRATA_API strata_status strata_adamw_config_check(const strata_adamw_config *c)
 
 /* One AdamW update of `n` elements in place. `w`, `m`, `v` are updated;
  * `g` is read. `lr_scale` multiplies c->lr (schedules). `t` >= 1.
- * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, beta out of [0,1)). */
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, any field that
+ * strata_adamw_config_check refuses; nothing is touched). Through the
+ * runtime (the AdamW tail) a gradient with ||g||^2 > FLT_MAX/4, which could
+ * overflow v, skips that tensor's step (the overflow rule every family
+ * follows; strata_stats.overflow_skipped); this host call, which has no
+ * counters, applies what it is given. */
 STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale,
                                              int64_t t, size_t n, float *w, const float *g,
                                              float *m, float *v);
@@ -111,10 +116,18 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *   momentum  if mu > 0: B = mu B + P; P = nesterov ? P + mu B : B
  *   apply     W -= lr * P + lr * wd * W  (decoupled weight decay)
  * An update happens at every step t >= 1. A gradient with a NaN or Inf is
- * refused (STRATA_ERR_NONFINITE) before any state is touched. A zero
- * gradient history gives P = 0 exactly (only weight decay moves W). A failed
- * or non-finite root keeps the previous root and is counted in
- * strata_optim_counters.root_failures.
+ * refused (STRATA_ERR_NONFINITE) before any state is touched. A finite
+ * gradient that could overflow the float32 state (||G||_F^2 and, with
+ * beta2 = 1 or AdaGrad grafting, the running sums' size, against FLT_MAX/4;
+ * the rule of every family, optim/optim_internal.h) skips the whole step:
+ * nothing changes, strata_optim_counters.overflow_skipped counts it, the
+ * call returns STRATA_OK. A zero gradient history gives P = 0 exactly (only
+ * weight decay moves W). A failed or non-finite root keeps the previous
+ * root and is counted in strata_optim_counters.root_failures. A
+ * preconditioned direction that is not finite is not applied: momentum and
+ * W keep their values (M and the grafting state absorbed G), it is counted
+ * in nonfinite_directions and the step returns STRATA_ERR_NONFINITE (the
+ * runtime counts it and goes on).
  *
  * Refresh points. With F = precondition_frequency and s =
  * start_preconditioning_step (-1 means s = F), roots are computed at
@@ -218,6 +231,14 @@ typedef struct strata_optim_counters {
                                   (a retry that succeeds also counts in root_refreshes) */
     int64_t nonfinite_rejected; /* calls refused with STRATA_ERR_NONFINITE: the gradient
                                   held a NaN or Inf; no state was touched */
+    int64_t overflow_skipped;  /* steps skipped because a finite gradient could overflow the
+                                  float32 state (factors, second moments, eigenvalue
+                                  estimates, momentum sums): nothing was touched (the rule
+                                  in optim/optim_internal.h, the same for every family) */
+    int64_t nonfinite_directions; /* update directions that came out NaN/Inf from finite
+                                  state and were not applied: the weights (and Shampoo's
+                                  momentum) kept their values; moments and factors had
+                                  absorbed the gradient, as the reference code's would */
     double seconds_factors;    /* time spent updating factor matrices */
     double seconds_roots;      /* time spent computing inverse roots */
     double seconds_precondition; /* grafting + preconditioning + momentum + apply */
@@ -436,7 +457,10 @@ STRATA_API size_t strata_muon_state_bytes(const strata_muon_state *s);
 /* One Muon update at step t (1-based) of w and g (batch x rows x cols, as
  * created); updates w and the momentum buffer. `lr_scale` multiplies c->lr.
  * A NaN/Inf anywhere in g returns STRATA_ERR_NONFINITE with w and the
- * momentum untouched (counted in cnt->nonfinite_rejected). An all-zero G'
+ * momentum untouched (counted in cnt->nonfinite_rejected). A finite g that
+ * could overflow the momentum or the Nesterov step (mu ||B||_F + 2 gw
+ * ||G||_F > FLT_MAX/4) skips the step: nothing changes, counted in
+ * cnt->overflow_skipped, STRATA_OK. An all-zero G'
  * gives a zero orthogonalized update (only weight decay moves w). Counters:
  * seconds_precondition, nonfinite_rejected.
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
@@ -480,12 +504,16 @@ STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, 
  * not offered (matrices only; a >2-D tensor is flattened by the runtime);
  * ties in the eigenvalue sort keep their order (torch.argsort: unspecified).
  * Robustness: a non-finite gradient is rejected (STRATA_ERR_NONFINITE, no
- * state or weight changed); a failed or non-finite eigendecomposition/QR
+ * state or weight changed); a finite gradient that could overflow the
+ * float32 state (||G||_F^2 > FLT_MAX/4 bounds M, V and the factors, all
+ * EMAs) skips the step (nothing changes; counted in overflow_skipped;
+ * STRATA_OK); a failed or non-finite eigendecomposition/QR
  * keeps the previous eigenbasis (the identity before the first) and V's
  * order, and is counted in strata_optim_counters.root_failures; a zero
  * gradient gives exactly a zero update apart from weight decay; a
  * non-finite update direction is never applied (STRATA_ERR_NONFINITE, W
- * unchanged). */
+ * unchanged, M and V have absorbed G; counted in nonfinite_directions; the
+ * runtime counts it and goes on). */
 typedef struct strata_soap_config {
     float lr;                   /* default 3e-3 */
     float beta1;                /* first-moment EMA; default 0.95 */
@@ -610,7 +638,9 @@ STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, 
  * estimates wait (s = 0, so updates are 0) until the factors absorb the
  * first nonzero gradient; in the eigenbasis form the step that brings it
  * still preconditions with s = 0 (P is formed before the factors absorb G).
- * Robustness as SOAP: non-finite gradients rejected, failed decompositions
+ * Robustness as SOAP: non-finite gradients rejected, gradients that could
+ * overflow the state skipped (||G||_F^2 max(1, ||s_a||^2, ||s_b||^2) bounds
+ * the factors' and the estimates' increments), failed decompositions
  * keep the previous basis and eigenvalues and are counted, zero gradients
  * give zero updates apart from weight decay, non-finite directions are not
  * applied. */
