@@ -78,6 +78,7 @@ typedef enum flag_type {
     FT_INT,       /* int in [lo, hi] */
     FT_U64,       /* uint64_t, given as an int in [lo, hi] */
     FT_MIB,       /* size_t bytes, given in MiB as an int in [lo, hi] */
+    FT_KIB,       /* size_t bytes, given in KiB as an int in [lo, hi] */
     FT_FLOAT,     /* float in [lo, hi] */
     FT_DOUBLE,    /* double, given as a float in [lo, hi] */
     FT_STRING,    /* const char *, the argument itself */
@@ -347,8 +348,11 @@ static const train_flag train_flags[] = {
      .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
     {.name = "nvme-queue-depth", .type = FT_INT, .off = OFF(o.strata.nvme_queue_depth), .lo = 8,
      .hi = 4096, .group = G_ASYNC, .arg = "N",
-     .help = "nvme chunks in flight, 1 MiB staging buffer each;\nregistered when "
+     .help = "nvme chunks in flight, one staging chunk each;\nregistered when "
              "RLIMIT_MEMLOCK holds them (default {})"},
+    {.name = "nvme-staging-kib", .type = FT_KIB, .off = OFF(o.strata.nvme_chunk_bytes), .lo = 4,
+     .hi = 1 << 20, .group = G_ASYNC, .arg = "N",
+     .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})"},
     {.name = "host-budget-mib", .type = FT_MIB, .off = OFF(o.strata.host_budget), .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
     {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,
@@ -478,6 +482,11 @@ static int set_flag(train_args *a, const train_flag *f, const char *arg)
             return -1;
         *(size_t *)p = (size_t)v << 20;
         return 0;
+    case FT_KIB:
+        if (parse_int(flag, arg, (long)f->lo, (long)f->hi, &v))
+            return -1;
+        *(size_t *)p = (size_t)v << 10;
+        return 0;
     case FT_FLOAT: return parse_float(flag, arg, f->lo, f->hi, (float *)p);
     case FT_DOUBLE:
         if (parse_float(flag, arg, f->lo, f->hi, &x))
@@ -523,6 +532,7 @@ static void flag_default(const train_flag *f, const train_args *d, char *buf, si
     switch (f->type) {
     case FT_INT: snprintf(buf, n, f->dfmt ? f->dfmt : "%d", *(const int *)p); break;
     case FT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case FT_KIB: snprintf(buf, n, "%zu", *(const size_t *)p >> 10); break;
     case FT_FLOAT: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", (double)*(const float *)p); break;
     case FT_DOUBLE: snprintf(buf, n, f->dfmt ? f->dfmt : "%g", *(const double *)p); break;
     case FT_STRING: {

@@ -2,6 +2,7 @@
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
+#include "optim_internal.h"
 #include "precond.h"
 
 #include <stdlib.h>
@@ -18,15 +19,25 @@ void strata_adamw_config_default(strata_adamw_config *c)
     c->weight_decay = 0.01f;
 }
 
-/* The configuration's checks (shared by the host API and the family). */
-static strata_status check_update(const strata_adamw_config *c, int64_t t)
+strata_status strata_adamw_config_check(const strata_adamw_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "adamw_config_check: NULL config");
+    strata_status st = optim_check_nonneg("adamw", "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta("adamw", "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_beta("adamw", "beta2", c->beta2));
+    OPTIM_CHECK(st, optim_check_pos("adamw", "eps", c->eps));
+    OPTIM_CHECK(st, optim_check_nonneg("adamw", "weight_decay", c->weight_decay));
+    return st;
+}
+
+/* The step's checks (the configuration was checked at creation; the host
+ * API checks both on every call). */
+static strata_status check_step(int64_t t)
 {
     if (t < 1)
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: step t=%lld must be >= 1",
                             (long long)t);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f && c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "adamw: betas (%g, %g) must lie in [0, 1)",
-                            (double)c->beta1, (double)c->beta2);
     return STRATA_OK;
 }
 
@@ -53,7 +64,8 @@ strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, 
 {
     if (!c || (n && (!w || !g || !m || !v)))
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
-    strata_status st = check_update(c, t);
+    strata_status st = strata_adamw_config_check(c);
+    OPTIM_CHECK(st, check_step(t));
     if (st != STRATA_OK)
         return st;
     const strata_op_adamw a = step_scalars(c, lr_scale, t);
@@ -92,6 +104,9 @@ static strata_status fam_create(const void *cfg, strata_backend *be,
                                 const strata_precond_shape *sh, bool external, void **out)
 {
     (void)external;
+    strata_status st = strata_adamw_config_check(cfg);
+    if (st != STRATA_OK)
+        return st;
     adamw_state *s = calloc(1, sizeof *s);
     if (!s)
         return strata_error(STRATA_ERR_NOMEM, "adamw: out of memory");
@@ -99,7 +114,7 @@ static strata_status fam_create(const void *cfg, strata_backend *be,
     s->be = be;
     s->numel = sh->numel;
     void *mem = NULL;
-    strata_status st = strata_backend_alloc(be, 2 * sh->numel * sizeof(float), &mem);
+    st = strata_backend_alloc(be, 2 * sh->numel * sizeof(float), &mem);
     if (st != STRATA_OK) {
         free(s);
         return st;
@@ -133,13 +148,23 @@ static int fam_n_blocks(const void *s)
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
-    (void)cnt;
     adamw_state *s = state;
     if (!w || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
-    strata_status st = check_update(&s->cfg, t);
+    strata_status st = check_step(t);
     if (st != STRATA_OK)
         return st;
+    /* The overflow rule (optim_internal.h): m and v are EMAs (convex), so
+     * v stays below gamma = ||g||^2 >= max g^2. */
+    double gamma = 0.0;
+    bool finite = false;
+    st = optim_gamma(s->be, g, s->numel, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return strata_error(STRATA_ERR_NONFINITE, "adamw: non-finite gradient (nothing updated)");
+    if (!optim_state_absorbs(gamma, cnt))
+        return STRATA_OK;
     return strata_backend_adamw_update(s->be, NULL, s->numel, w, g, s->m, s->v,
                                        step_scalars(&s->cfg, lr_scale, t));
 }

@@ -51,6 +51,9 @@ struct strata_kl_shampoo_state {
     float *buf[3];  /* scratch rows x cols */
     double *diag;   /* rows + cols eigenvalue increments (backend memory) */
     bool has_basis;
+    bool skip;         /* this step's gradient could overflow the state: decided by the
+                          step's first hook (apply; exact form: update_factors), consumed
+                          by its last (optim_internal.h) */
     bool init_pending; /* init_factor < 0: estimates set from the first nonzero gradient */
     int64_t steps;
     void *mem;
@@ -77,29 +80,35 @@ void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
     c->normalize_grads = false;
 }
 
+strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_config_check: NULL config");
+    const char *n = "kl_shampoo";
+    strata_status st = optim_check_int(n, "form", (long long)c->form, STRATA_KL_EIGENBASIS,
+                                       STRATA_KL_EXACT);
+    OPTIM_CHECK(st, optim_check_nonneg(n, "lr", c->lr));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta2", c->beta2));
+    OPTIM_CHECK(st, optim_check_float(n, "shampoo_beta", c->shampoo_beta, -INFINITY, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "eps", c->eps));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_finite(n, "init_factor", c->init_factor));
+    if (st == STRATA_OK && c->init_factor == 0.0f)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "kl_shampoo.init_factor = 0: must be > 0 (its inverse square root is "
+                          "the first estimate) or < 0 (auto)");
+    return st;
+}
+
 static strata_status check_config(const strata_kl_shampoo_config *c)
 {
-    if (c->form != STRATA_KL_EIGENBASIS && c->form != STRATA_KL_EXACT)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: unknown form %d", (int)c->form);
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: refresh_offset %d must lie in [0, F = %d)",
-                            c->refresh_offset, c->precondition_frequency);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: betas (%g, %g) must lie in [0, 1)",
-                            (double)c->beta1, (double)c->beta2);
-    if (!(c->shampoo_beta < 1.0f) || isnan(c->shampoo_beta))
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo: shampoo_beta %g must be < 1",
-                            (double)c->shampoo_beta);
-    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr) ||
-        isnan(c->init_factor) || !isfinite(c->init_factor))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "kl_shampoo: lr, eps, weight_decay or init_factor out of range");
-    return STRATA_OK;
+    return strata_kl_shampoo_config_check(c);
 }
 
 /* torch.nan_to_num(x, nan=0, posinf=0, neginf=0) */
@@ -266,19 +275,56 @@ static strata_status auto_init(strata_kl_shampoo_state *s, const float *g)
     return st;
 }
 
+/* The overflow rule (optim_internal.h) for one step, with gamma = ||G||_F^2
+ * and sigma = ||s||^2 of each side (>= max s^2): H = G Q_b diag(s_b) and
+ * K = diag(s_a) Q_a^T G have sums of products below gamma sigma, and so have
+ * the factor increments (the EMAs then stay below it) and the eigenvalue
+ * increments mean_j (G'_ij s_b,j)^2; M (EMA of G) below sqrt(gamma). The
+ * bound gamma max(1, sigma_a, sigma_b) must stay below OPTIM_STATE_LIMIT.
+ * Refuses a non-finite gradient. Sets s->skip. */
+static strata_status decide(strata_kl_shampoo_state *s, const float *g,
+                            strata_optim_counters *cnt, const char *who)
+{
+    double gamma = 0.0, sa = 0.0, sb = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, (size_t)s->rows * (size_t)s->cols, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return strata_error(STRATA_ERR_NONFINITE, "%s: non-finite gradient", who);
+    st = strata_backend_sumsq(s->be, NULL, (size_t)s->side[0].dim, s->side[0].s, &sa);
+    if (st == STRATA_OK)
+        st = strata_backend_sumsq(s->be, NULL, (size_t)s->side[1].dim, s->side[1].s, &sb);
+    if (st != STRATA_OK)
+        return st;
+    s->skip = !optim_state_absorbs(gamma * fmax(1.0, fmax(sa, sb)), cnt);
+    return STRATA_OK;
+}
+
 strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const float *g,
                                                strata_optim_counters *cnt)
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_update_factors: NULL argument");
     const int m = (int)s->rows, n = (int)s->cols;
-    const size_t mn = (size_t)m * (size_t)n;
-    bool finite = false;
-    strata_status st = optim_finite(s->be, g, mn, &finite);
-    if (st != STRATA_OK)
-        return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_update_factors: non-finite gradient");
+    strata_status st = STRATA_OK;
+    if (s->cfg.form == STRATA_KL_EXACT) {
+        /* The exact form's first hook decides; apply consumes a skip. */
+        st = decide(s, g, cnt, "kl_shampoo_update_factors");
+        if (st != STRATA_OK || s->skip)
+            return st;
+    } else if (s->skip) { /* apply skipped this step's gradient */
+        s->skip = false;
+        return STRATA_OK;
+    } else {
+        bool finite = false;
+        st = optim_finite(s->be, g, (size_t)m * (size_t)n, &finite);
+        if (st != STRATA_OK)
+            return st;
+        if (!finite)
+            return strata_error(STRATA_ERR_NONFINITE,
+                                "kl_shampoo_update_factors: non-finite gradient");
+    }
     double t0 = strata_now_seconds();
     const float b = factor_beta(&s->cfg);
     kl_side *A = &s->side[0], *B = &s->side[1];
@@ -426,6 +472,9 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
     return STRATA_OK;
 }
 
+static strata_status apply_core(strata_kl_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt);
+
 strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale, int64_t t,
                                       float *w, const float *g, strata_optim_counters *cnt)
 {
@@ -434,14 +483,33 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         return st_args;
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "kl_shampoo_apply: no eigenbasis yet (first step)");
+    if (s->cfg.form == STRATA_KL_EXACT) {
+        if (s->skip) { /* update_factors skipped this step's gradient */
+            s->skip = false;
+            return STRATA_OK;
+        }
+        bool finite = false;
+        strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+        if (st != STRATA_OK)
+            return st;
+        if (!finite)
+            return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
+    } else {
+        strata_status st = decide(s, g, cnt, "kl_shampoo_apply");
+        if (st != STRATA_OK || s->skip)
+            return st; /* skipped: update_factors consumes the decision */
+    }
+    return apply_core(s, lr_scale, t, w, g, cnt);
+}
+
+static strata_status apply_core(strata_kl_shampoo_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt)
+{
+    (void)t;
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
     bool finite = false;
-    strata_status st = optim_finite(s->be, g, mn, &finite);
-    if (st != STRATA_OK)
-        return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
+    strata_status st = STRATA_OK;
     double t0 = strata_now_seconds();
     const strata_kl_shampoo_config *c = &s->cfg;
     const kl_side *A = &s->side[0], *B = &s->side[1];
@@ -477,9 +545,12 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
     st = optim_finite(s->be, dir, mn, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite || !isfinite(step))
+    if (!finite || !isfinite(step)) {
+        if (cnt)
+            cnt->nonfinite_directions++;
         return strata_error(STRATA_ERR_NONFINITE,
                             "kl_shampoo_apply: non-finite direction (weights kept)");
+    }
     st = strata_backend_apply_update(s->be, NULL, mn, w, dir, step, -lr * c->weight_decay,
                                      STRATA_APPLY_STEP_SHRINK);
     if (st != STRATA_OK)
@@ -495,23 +566,28 @@ strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
     strata_status st_args = optim_check_step("kl_shampoo_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    bool finite = false;
-    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
-    if (st != STRATA_OK)
-        return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
-    strata_status st_apply = STRATA_OK;
+    strata_status st = STRATA_OK, st_apply = STRATA_OK;
     if (s->cfg.form == STRATA_KL_EXACT) {
-        st = strata_kl_shampoo_update_factors(s, g, cnt);
+        st = strata_kl_shampoo_update_factors(s, g, cnt); /* decides */
+        if (st == STRATA_OK && s->skip) {
+            s->skip = false;
+            return STRATA_OK;
+        }
         if (st == STRATA_OK && strata_kl_shampoo_refresh_due(s))
             st = strata_kl_shampoo_refresh(s, cnt);
         if (st == STRATA_OK)
             st = strata_kl_shampoo_apply(s, lr_scale, t, w, g, cnt);
         return st;
     }
+    st = decide(s, g, cnt, "kl_shampoo_step");
+    if (st != STRATA_OK)
+        return st;
+    if (s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
     if (s->has_basis)
-        st_apply = strata_kl_shampoo_apply(s, lr_scale, t, w, g, cnt);
+        st_apply = apply_core(s, lr_scale, t, w, g, cnt);
     /* A non-finite direction left w alone; the estimates still absorb g. */
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
@@ -635,15 +711,8 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
 {
     strata_kl_shampoo_state *s = state;
     *done = false;
-    if (s->cfg.form == STRATA_KL_EXACT) {
-        bool finite = false;
-        strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
-        if (st != STRATA_OK)
-            return st;
-        if (!finite)
-            return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_step: non-finite gradient");
-        return strata_kl_shampoo_update_factors(s, g, cnt);
-    }
+    if (s->cfg.form == STRATA_KL_EXACT)
+        return strata_kl_shampoo_update_factors(s, g, cnt); /* refuses a bad g, decides */
     *done = !s->has_basis;
     return *done ? strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
 }
@@ -751,7 +820,9 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
-    return strata_kl_shampoo_apply(state, lr_scale, t, w, g, cnt);
+    const int64_t n0 = cnt ? cnt->nonfinite_directions : 0;
+    return optim_direction_skipped(strata_kl_shampoo_apply(state, lr_scale, t, w, g, cnt), n0,
+                                   cnt);
 }
 
 static strata_status fam_after(void *state, const float *g, strata_optim_counters *cnt)

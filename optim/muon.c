@@ -62,6 +62,25 @@ void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out)
     out->batch_threads = c->ns_batch_threads;
 }
 
+strata_status strata_muon_config_check(const strata_muon_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "muon_config_check: NULL config");
+    strata_status st = optim_check_nonneg("muon", "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta("muon", "momentum", c->momentum));
+    OPTIM_CHECK(st, optim_check_nonneg("muon", "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int("muon", "scale", (long long)c->scale,
+                                    STRATA_MUON_SCALE_SHAPE, STRATA_MUON_SCALE_NONE));
+    OPTIM_CHECK(st, optim_check_int("muon", "momentum_form", (long long)c->momentum_form,
+                                    STRATA_MUON_MOMENTUM_SUM, STRATA_MUON_MOMENTUM_EMA));
+    if (st == STRATA_OK) {
+        strata_ns_config ns;
+        strata_muon_ns_config(c, &ns);
+        st = strata_ns_config_check_as(&ns, "muon", "ns_");
+    }
+    return st;
+}
+
 static double muon_scale(strata_muon_scale rule, int64_t rows, int64_t cols)
 {
     const double m = (double)rows, n = (double)cols;
@@ -89,16 +108,13 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
         (uint64_t)batch * (uint64_t)rows * (uint64_t)cols > ((uint64_t)1 << 40))
         return strata_error(STRATA_ERR_INVALID_ARG, "muon: bad shape %lld x %lld x %lld",
                             (long long)batch, (long long)rows, (long long)cols);
-    if (!(c->momentum >= 0.0f && c->momentum < 1.0f) || c->ns_steps < 0 ||
-        (unsigned)c->scale > STRATA_MUON_SCALE_NONE ||
-        (unsigned)c->momentum_form > STRATA_MUON_MOMENTUM_EMA)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "muon: momentum must lie in [0,1), ns_steps >= 0, scale and "
-                            "momentum_form known");
+    strata_status st = strata_muon_config_check(c);
+    if (st != STRATA_OK)
+        return st;
     strata_ns_config ns;
     strata_muon_ns_config(c, &ns);
-    /* Validates the Newton-Schulz settings (a zero batch touches nothing). */
-    strata_status st = strata_ns_run(be, &ns, 0, rows, cols, NULL, NULL);
+    /* The shape against the Newton-Schulz limits (a zero batch touches nothing). */
+    st = strata_ns_run(be, &ns, 0, rows, cols, NULL, NULL);
     if (st != STRATA_OK)
         return st;
     ns.gram_restart_mask = strata_ns_restart_mask(&ns);
@@ -164,15 +180,31 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
      * for every later step. */
-    size_t bad = n;
-    strata_status st = strata_backend_find_nonfinite(s->be, NULL, n, g, &bad);
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, n, &gamma, &finite);
     if (st != STRATA_OK)
         return st;
-    if (bad < n) {
+    if (!finite) {
+        size_t bad = n;
+        st = strata_backend_find_nonfinite(s->be, NULL, n, g, &bad);
+        if (st != STRATA_OK)
+            return st;
         if (cnt)
             cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", bad);
     }
+    /* The overflow rule (optim_internal.h): |B_new| <= mu ||B|| + gw |G|,
+     * and the Nesterov G' = gw G + mu B_new, from ||B||_F and ||G||_F. */
+    const double mu_d = c->momentum,
+                 gw_d = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0 - mu_d : 1.0;
+    double b2 = 0.0;
+    st = strata_backend_sumsq(s->be, NULL, n, s->mom, &b2);
+    if (st != STRATA_OK)
+        return st;
+    const double b_new = mu_d * sqrt(b2) + gw_d * sqrt(gamma);
+    if (!optim_state_absorbs(b_new + gw_d * sqrt(gamma), cnt))
+        return STRATA_OK;
 
     const float mu = c->momentum;
     const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;

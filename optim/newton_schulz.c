@@ -28,6 +28,7 @@
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
+#include "optim_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -87,29 +88,48 @@ double strata_ns_norm_factor(strata_ns_schedule s)
     return s == STRATA_NS_POLAR_EXPRESS ? PE_SAFETY : 1.0;
 }
 
+/* Every field of a Newton-Schulz configuration, named "<cfg>.<prefix><field>"
+ * (a Muon configuration's ns_* fields, or a strata_ns_config's own). */
+strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *cfg,
+                                        const char *prefix)
+{
+    char f[64];
+#define NAME(x) (snprintf(f, sizeof f, "%s%s", prefix, x), f)
+    strata_status st = optim_check_int(cfg, NAME("steps"), c->steps, 0, NS_MAX_STEPS);
+    OPTIM_CHECK(st, optim_check_int(cfg, NAME("schedule"), (long long)c->schedule,
+                                    STRATA_NS_QUINTIC, STRATA_NS_POLAR_EXPRESS));
+    OPTIM_CHECK(st, optim_check_int(cfg, NAME("method"), (long long)c->method, STRATA_NS_AUTO,
+                                    STRATA_NS_GRAM));
+    OPTIM_CHECK(st, optim_check_float(cfg, NAME("gram_min_aspect"), c->gram_min_aspect, 1.0,
+                                      true, INFINITY, false));
+    OPTIM_CHECK(st, optim_check_int(cfg, NAME("gram_restarts"), c->gram_restarts, 0, 63));
+    if (st == STRATA_OK) {
+        /* Restarts go before iterations 1 .. min(steps, 64) - 1. */
+        const int top = c->steps < 64 ? c->steps : 64;
+        const uint64_t valid =
+            top <= 1 ? 0 : (top == 64 ? ~(uint64_t)0 : ((uint64_t)1 << top) - 1) & ~(uint64_t)1;
+        if (c->gram_restart_mask & ~valid)
+            st = strata_error(STRATA_ERR_INVALID_ARG,
+                              "%s.%sgram_restart_mask = 0x%llx: bits must lie in 1..%d "
+                              "(restarts before iterations 1 .. steps - 1)",
+                              cfg, prefix, (unsigned long long)c->gram_restart_mask, top - 1);
+    }
+    OPTIM_CHECK(st, optim_check_int(cfg, NAME("batch_threads"), c->batch_threads, 1,
+                                    NS_MAX_BATCH_THREADS));
+#undef NAME
+    return st;
+}
+
+strata_status strata_ns_config_check(const strata_ns_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "ns_config_check: NULL config");
+    return strata_ns_config_check_as(c, "ns", "");
+}
+
 static strata_status check_config(const strata_ns_config *c)
 {
-    if (c->steps < 0 || c->steps > NS_MAX_STEPS)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: steps %d out of [0, %d]",
-                            c->steps, NS_MAX_STEPS);
-    if (c->schedule != STRATA_NS_QUINTIC && c->schedule != STRATA_NS_POLAR_EXPRESS)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: unknown schedule %d",
-                            (int)c->schedule);
-    if (c->method != STRATA_NS_AUTO && c->method != STRATA_NS_STANDARD &&
-        c->method != STRATA_NS_GRAM)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: unknown method %d",
-                            (int)c->method);
-    if (!(c->gram_min_aspect >= 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "newton_schulz: gram_min_aspect %g must be >= 1",
-                            (double)c->gram_min_aspect);
-    if (c->gram_restarts < 0)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: gram_restarts %d < 0",
-                            c->gram_restarts);
-    if (c->batch_threads < 1 || c->batch_threads > NS_MAX_BATCH_THREADS)
-        return strata_error(STRATA_ERR_INVALID_ARG, "newton_schulz: batch_threads %d out of [1, %d]",
-                            c->batch_threads, NS_MAX_BATCH_THREADS);
-    return STRATA_OK;
+    return strata_ns_config_check(c);
 }
 
 strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows, int64_t cols)

@@ -2,6 +2,7 @@
 #ifndef STRATA_OPTIM_INTERNAL_H
 #define STRATA_OPTIM_INTERNAL_H
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "base/clock.h"
+#include "strata/optim.h"
 #include "strata/status.h"
 
 /* True when none of the n floats of HOST memory is NaN or Inf (a refresh
@@ -53,6 +55,142 @@ static inline strata_status optim_check_step(const char *who, const void *state,
         return strata_error(STRATA_ERR_INVALID_ARG, "%s: step %lld must be >= 1", who,
                             (long long)t);
     return STRATA_OK;
+}
+
+/* ---- hyperparameter checks (one rule for every configuration struct)
+ *
+ * Every numeric field of every configuration is checked where a state or a
+ * runtime is created (and by the one-tensor calls): NaN and +-inf are always
+ * refused, then the field's range. A refusal is STRATA_ERR_INVALID_ARG with
+ * the field named "<struct>.<field>" in strata_last_error(), e.g.
+ * "adamw.eps = 0: must be a finite number in (0, inf)". */
+
+/* x finite and in the interval from lo to hi (open or closed at each end;
+ * hi = INFINITY: no upper bound). */
+static inline strata_status optim_check_float(const char *cfg, const char *field, double x,
+                                              double lo, bool lo_closed, double hi,
+                                              bool hi_closed)
+{
+    const bool ok = isfinite(x) && (lo_closed ? x >= lo : x > lo) &&
+                    (isinf(hi) || (hi_closed ? x <= hi : x < hi));
+    if (ok)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "%s.%s = %g: must be a finite number in %c%g, %g%c",
+                        cfg, field, x, lo_closed ? '[' : '(', lo, hi, hi_closed && !isinf(hi) ? ']' : ')');
+}
+
+/* A learning rate, weight decay or any other scale: finite and >= 0. */
+static inline strata_status optim_check_nonneg(const char *cfg, const char *field, double x)
+{
+    return optim_check_float(cfg, field, x, 0.0, true, INFINITY, false);
+}
+
+/* A value something is divided by (an epsilon): finite and > 0. */
+static inline strata_status optim_check_pos(const char *cfg, const char *field, double x)
+{
+    return optim_check_float(cfg, field, x, 0.0, false, INFINITY, false);
+}
+
+/* An EMA coefficient (beta, momentum): finite and in [0, 1). */
+static inline strata_status optim_check_beta(const char *cfg, const char *field, double x)
+{
+    return optim_check_float(cfg, field, x, 0.0, true, 1.0, false);
+}
+
+/* Any finite value (a field whose negative values select a default). */
+static inline strata_status optim_check_finite(const char *cfg, const char *field, double x)
+{
+    if (isfinite(x))
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "%s.%s = %g: must be finite", cfg, field, x);
+}
+
+/* An integer (or enum) in [lo, hi]. */
+static inline strata_status optim_check_int(const char *cfg, const char *field, long long x,
+                                            long long lo, long long hi)
+{
+    if (x >= lo && x <= hi)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "%s.%s = %lld: must lie in [%lld, %lld]", cfg,
+                        field, x, lo, hi);
+}
+
+/* Chain checks: `OPTIM_CHECK(st, expr);` runs expr only while st is OK. */
+#define OPTIM_CHECK(st, expr)                                                                  \
+    do {                                                                                       \
+        if ((st) == STRATA_OK)                                                                 \
+            (st) = (expr);                                                                     \
+    } while (0)
+
+/* ---- state that a finite gradient could overflow (one rule for every family)
+ *
+ * A finite float32 gradient can still overflow float32 optimizer state:
+ * G G^T in the Kronecker factors (Shampoo, SOAP, KL-Shampoo), g^2 in the
+ * second moments (AdamW's v, Shampoo's Adam/AdaGrad grafting, SOAP's V), KL's
+ * scaled products and eigenvalue increments, Muon's momentum sum. An inf
+ * there makes every later refresh fail and loses the parameter for the rest
+ * of the run, silently. The rule: before a parameter's step changes
+ * anything, its family bounds in float64 (Cauchy-Schwarz) every value its
+ * state can reach by absorbing G, from gamma = ||G||_F^2 and, for running
+ * sums (beta = 1), the state's own size. When a bound exceeds
+ * OPTIM_STATE_LIMIT, the whole step of that parameter is skipped: weights,
+ * moments, factors, estimates and the family's own step counter stay as
+ * they were (the refresh schedule still snapshots and installs), the family
+ * counts it in strata_optim_counters.overflow_skipped and returns
+ * STRATA_OK; the runtime logs the first at WARN with the parameter's name
+ * and sums them into strata_stats.overflow_skipped. EMA states (b + a = 1)
+ * never exceed the largest input they absorbed, so gamma alone bounds them
+ * by induction. The margin (4x) covers float32 rounding in the sums. The
+ * check only reads: a run that never comes near the bound computes exactly
+ * what it did before. */
+#define OPTIM_STATE_LIMIT ((double)FLT_MAX / 4.0)
+
+/* The rule's decision for one step: true when every bound fits (a NaN
+ * bound does not); a skip is counted. */
+static inline bool optim_state_absorbs(double bound, strata_optim_counters *cnt)
+{
+    if (bound <= OPTIM_STATE_LIMIT)
+        return true;
+    if (cnt)
+        cnt->overflow_skipped++;
+    return false;
+}
+
+/* gamma = ||x||_F^2 of n floats of backend memory, in float64 (finite for
+ * finite x, never over/underflows). *finite = false when x holds a NaN/Inf. */
+static inline strata_status optim_gamma(strata_backend *be, const float *x, size_t n,
+                                        double *gamma, bool *finite)
+{
+    *gamma = 0.0;
+    strata_status st = strata_backend_sumsq(be, NULL, n, x, gamma);
+    *finite = st == STRATA_OK && isfinite(*gamma);
+    return st;
+}
+
+/* An upper bound of max |S_ij| for a symmetric positive semi-definite n x n
+ * running sum S (backend memory): sqrt(sum_i S_ii^2) >= max_i S_ii >= max
+ * |S_ij| (|S_ij| <= (S_ii + S_jj) / 2 for the sums of x x^T). Reads the
+ * diagonal only. */
+static inline strata_status optim_psd_bound(strata_backend *be, const float *s, int n,
+                                            double *bound)
+{
+    double d2 = 0.0;
+    strata_status st = strata_backend_sumsq_2d(be, NULL, n, 1, s, (int64_t)n + 1, &d2);
+    *bound = sqrt(d2);
+    return st;
+}
+
+/* A non-finite update direction a family did not apply (the weights kept
+ * their values) is counted in cnt->nonfinite_directions where it is found,
+ * and the one-tensor calls return STRATA_ERR_NONFINITE. The family path
+ * (fam_apply) turns exactly that refusal into STRATA_OK: it is a numerical
+ * event of the parameter, counted, not a failed step. `before` is the count
+ * before the call. */
+static inline strata_status optim_direction_skipped(strata_status st, int64_t before,
+                                                    const strata_optim_counters *cnt)
+{
+    return st == STRATA_ERR_NONFINITE && cnt && cnt->nonfinite_directions > before ? STRATA_OK
+                                                                                   : st;
 }
 
 /* Carve `count` floats off a state's single backend allocation at *p and

@@ -132,6 +132,11 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
                                        int64_t batch, int64_t rows, int64_t cols, float *x,
                                        float *work);
 
+/* strata_ns_config_check with the fields named "<cfg>.<prefix><field>"
+ * (Muon: "muon", "ns_"). */
+strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *cfg,
+                                        const char *prefix);
+
 /* The Newton-Schulz configuration a Muon configuration implies. */
 void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out);
 

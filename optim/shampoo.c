@@ -64,6 +64,8 @@ struct strata_shampoo_state {
     double *eig_work; /* host float64 eigen workspace */
     int *eig_iwork;
     float *stage;     /* host maxdim x maxdim: a factor, then its root */
+    bool skip;        /* this step's gradient could overflow the state: the step is
+                         skipped (set by `before`, consumed by apply; optim_internal.h) */
 };
 
 void strata_shampoo_config_default(strata_shampoo_config *c)
@@ -105,52 +107,49 @@ bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
     return t >= s && (t - s) % c->precondition_frequency == 0;
 }
 
+strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_config_check: NULL config");
+    const char *n = "shampoo";
+    strata_status st = optim_check_nonneg(n, "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_float(n, "beta2", c->beta2, 0.0, false, 1.0, true));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "epsilon", c->epsilon));
+    OPTIM_CHECK(st, optim_check_beta(n, "momentum", c->momentum));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "start_preconditioning_step",
+                                    c->start_preconditioning_step, -1, INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_int(n, "max_preconditioner_dim", c->max_preconditioner_dim, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "grafting", (long long)c->grafting, STRATA_GRAFT_NONE,
+                                    STRATA_GRAFT_ADAGRAD));
+    OPTIM_CHECK(st, optim_check_float(n, "grafting_beta2", c->grafting_beta2, 0.0, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_pos(n, "grafting_epsilon", c->grafting_epsilon));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "epsilon_rel", c->epsilon_rel));
+    OPTIM_CHECK(st, optim_check_finite(n, "pseudo_inverse_rtol", c->pseudo_inverse_rtol));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "pseudo_inverse_atol", c->pseudo_inverse_atol));
+    OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[0]",
+                                       c->inverse_exponent_override[0]));
+    OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
+                                       c->inverse_exponent_override[1]));
+    if (st == STRATA_OK && c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "shampoo.use_pseudo_inverse needs shampoo.epsilon = "
+                          "shampoo.epsilon_rel = 0 (got %g, %g), as Distributed Shampoo's "
+                          "PseudoInverseConfig",
+                          (double)c->epsilon, (double)c->epsilon_rel);
+    return st;
+}
+
 static strata_status check_config(const strata_shampoo_config *c)
 {
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: refresh_offset %d must lie in [0, F = %d)", c->refresh_offset,
-                            c->precondition_frequency);
-    if (c->max_preconditioner_dim < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: max_preconditioner_dim %d must be >= 1",
-                            c->max_preconditioner_dim);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta1 %g must lie in [0, 1)",
-                            (double)c->beta1);
-    if (!(c->beta2 > 0.0f && c->beta2 <= 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: beta2 %g must lie in (0, 1]",
-                            (double)c->beta2);
-    if (!(c->epsilon >= 0.0f) || !(c->momentum >= 0.0f && c->momentum < 1.0f) ||
-        !(c->grafting_epsilon > 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: epsilon, momentum in [0,1) or grafting_epsilon out of range");
-    if (c->grafting == STRATA_GRAFT_ADAM && !(c->grafting_beta2 > 0.0f && c->grafting_beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: grafting_beta2 %g must lie in (0, 1)",
-                            (double)c->grafting_beta2);
-    if (c->grafting < STRATA_GRAFT_NONE || c->grafting > STRATA_GRAFT_ADAGRAD)
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: unknown grafting %d", (int)c->grafting);
-    if (!isfinite(c->epsilon) || !(c->epsilon_rel >= 0.0f) || !isfinite(c->epsilon_rel))
-        return strata_error(STRATA_ERR_INVALID_ARG, "shampoo: epsilon %g, epsilon_rel %g must be "
-                            "finite and >= 0", (double)c->epsilon, (double)c->epsilon_rel);
-    if (c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: use_pseudo_inverse needs epsilon = epsilon_rel = 0 "
-                            "(got %g, %g), as Distributed Shampoo's PseudoInverseConfig",
-                            (double)c->epsilon, (double)c->epsilon_rel);
-    if (!isfinite(c->pseudo_inverse_rtol) || !(c->pseudo_inverse_atol >= 0.0f) ||
-        !isfinite(c->pseudo_inverse_atol))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "shampoo: pseudo_inverse_rtol %g must be finite, pseudo_inverse_atol "
-                            "%g finite and >= 0",
-                            (double)c->pseudo_inverse_rtol, (double)c->pseudo_inverse_atol);
-    for (int f = 0; f < 2; f++)
-        if (!isfinite(c->inverse_exponent_override[f]))
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "shampoo: inverse_exponent_override[%d] must be finite", f);
-    return STRATA_OK;
+    return strata_shampoo_config_check(c);
 }
 
 /* Refuse a gradient with a NaN or Inf before anything is touched. */
@@ -171,6 +170,46 @@ static strata_status check_finite(const strata_shampoo_state *s, const float *g,
                         "%s: gradient element %zu (row %zu, col %zu) is %g; "
                         "nothing was updated",
                         who, i, i / (size_t)s->cols, i % (size_t)s->cols, (double)gi);
+}
+
+/* The overflow rule (optim_internal.h) for one step, before anything
+ * changes: with gamma = ||G||_F^2, the factors (EMA: gamma; running sum,
+ * beta2 = 1: each factor's diagonal bound + gamma), the filtered gradient
+ * and M_hat (sqrt(gamma) / (1 - beta1)), the grafting accumulator (Adam:
+ * gamma; AdaGrad: its norm + gamma) must stay below OPTIM_STATE_LIMIT.
+ * Also refuses a non-finite gradient (counted, nothing touched). Sets
+ * s->skip. */
+static strata_status decide(strata_shampoo_state *s, const float *g, strata_optim_counters *cnt,
+                            const char *who)
+{
+    const strata_shampoo_config *c = &s->cfg;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, n, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return check_finite(s, g, cnt, who); /* names the element */
+    double bound = gamma;
+    if (c->beta2 == 1.0f)
+        for (int i = 0; i < s->nblocks && st == STRATA_OK; i++) {
+            double bl = 0.0, br = 0.0;
+            st = optim_psd_bound(s->be, s->blocks[i].L, s->blocks[i].rows, &bl);
+            if (st == STRATA_OK)
+                st = optim_psd_bound(s->be, s->blocks[i].R, s->blocks[i].cols, &br);
+            bound = fmax(bound, fmax(bl, br) + gamma);
+        }
+    bound = fmax(bound, sqrt(gamma) / (1.0 - (double)c->beta1));
+    if (st == STRATA_OK && c->grafting == STRATA_GRAFT_ADAGRAD) {
+        double a2 = 0.0;
+        st = strata_backend_sumsq(s->be, NULL, n, s->graft, &a2);
+        bound = fmax(bound, sqrt(a2) + gamma);
+    }
+    if (st != STRATA_OK)
+        return st;
+    s->skip = !optim_state_absorbs(bound, cnt);
+    return STRATA_OK;
 }
 
 static double root_exponent(const strata_shampoo_config *c, int factor)
@@ -513,8 +552,11 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     if (st != STRATA_OK)
         return st;
 
-    /* Preconditioned direction per block, rescaled to the grafting norm. */
-    for (int i = 0; i < s->nblocks; i++) {
+    /* Preconditioned direction per block, rescaled to the grafting norm. A
+     * block whose direction is not finite (huge roots, a tiny epsilon) stops
+     * the update before momentum and weights change. */
+    bool finite_dir = true;
+    for (int i = 0; i < s->nblocks && finite_dir; i++) {
         shampoo_block *b = &s->blocks[i];
         float *pb = s->pre + b->r0 * ld + b->c0;
         const float *db = s->dir + b->r0 * ld + b->c0;
@@ -539,12 +581,27 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
             st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, pb, ld, &pn);
             if (st == STRATA_OK)
                 st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, db, ld, &dn);
+            finite_dir = isfinite(pn) && isfinite(dn);
             const float scale = pn > 0.0 ? (float)(dn / pn) : 0.0f;
-            if (st == STRATA_OK)
+            if (st == STRATA_OK && finite_dir)
                 st = strata_backend_scale_2d(s->be, NULL, b->rows, b->cols, pb, ld, scale);
             if (st != STRATA_OK)
                 return st;
+        } else {
+            double pn = 0.0;
+            st = strata_backend_frob_norm(s->be, NULL, b->rows, b->cols, pb, ld, &pn);
+            if (st != STRATA_OK)
+                return st;
+            finite_dir = isfinite(pn);
         }
+    }
+    if (!finite_dir) {
+        if (cnt)
+            cnt->nonfinite_directions++;
+        return strata_error(STRATA_ERR_NONFINITE,
+                            "shampoo: step %lld: non-finite preconditioned direction (weights "
+                            "and momentum kept)",
+                            (long long)t);
     }
 
     /* Momentum, then decoupled weight decay and the update. */
@@ -569,8 +626,13 @@ strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64
     strata_status st_args = optim_check_step("shampoo_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    /* One scan up front: once the factors absorbed g, apply must not refuse it. */
-    strata_status st = check_finite(s, g, cnt, "shampoo_step");
+    /* One scan up front: once the factors absorbed g, apply must not refuse
+     * it; a gradient the state cannot absorb skips the step. */
+    strata_status st = decide(s, g, cnt, "shampoo_step");
+    if (st == STRATA_OK && s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
     if (st == STRATA_OK)
         st = update_factors(s, g, cnt);
     if (st == STRATA_OK && strata_shampoo_is_refresh_step(&s->cfg, t))
@@ -677,8 +739,10 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     (void)w;
     strata_shampoo_state *s = state;
     *done = false;
-    strata_status st = check_finite(s, g, cnt, "shampoo_step");
-    return st == STRATA_OK ? update_factors(s, g, cnt) : st;
+    strata_status st = decide(s, g, cnt, "shampoo_step");
+    if (st != STRATA_OK || s->skip)
+        return st; /* skipped: the refresh schedule runs on, apply does nothing */
+    return update_factors(s, g, cnt);
 }
 
 static strata_status fam_snapshot(const void *state, int b, void *slot)
@@ -746,8 +810,16 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
+    strata_shampoo_state *s = state;
     strata_status st = optim_check_step("shampoo_step", state, w, g, t);
-    return st == STRATA_OK ? apply(state, lr_scale, t, w, g, cnt) : st;
+    if (st != STRATA_OK)
+        return st;
+    if (s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
+    const int64_t n0 = cnt ? cnt->nonfinite_directions : 0;
+    return optim_direction_skipped(apply(s, lr_scale, t, w, g, cnt), n0, cnt);
 }
 
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)

@@ -54,6 +54,8 @@ struct strata_soap_state {
     float *exp_avg_sq; /* V, rows x cols, rotated space */
     float *buf[2];     /* scratch rows x cols */
     bool has_basis;
+    bool skip;     /* this step's gradient could overflow the state: apply decided to
+                      skip it, update_factors consumes the decision (optim_internal.h) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -78,26 +80,29 @@ void strata_soap_config_default(strata_soap_config *c)
     c->correct_bias = true;
 }
 
+strata_status strata_soap_config_check(const strata_soap_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "soap_config_check: NULL config");
+    const char *n = "soap";
+    strata_status st = optim_check_nonneg(n, "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_beta(n, "beta1", c->beta1));
+    OPTIM_CHECK(st, optim_check_beta(n, "beta2", c->beta2));
+    OPTIM_CHECK(st, optim_check_float(n, "shampoo_beta", c->shampoo_beta, -INFINITY, false, 1.0,
+                                      false));
+    OPTIM_CHECK(st, optim_check_pos(n, "eps", c->eps));
+    OPTIM_CHECK(st, optim_check_nonneg(n, "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int(n, "precondition_frequency", c->precondition_frequency, 1,
+                                    INT32_MAX));
+    OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
+                                    (long long)c->precondition_frequency - 1));
+    OPTIM_CHECK(st, optim_check_int(n, "max_precond_dim", c->max_precond_dim, 0, INT32_MAX));
+    return st;
+}
+
 static strata_status check_config(const strata_soap_config *c)
 {
-    if (c->precondition_frequency < 1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: precondition_frequency %d must be >= 1",
-                            c->precondition_frequency);
-    if (c->refresh_offset < 0 || c->refresh_offset >= c->precondition_frequency)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: refresh_offset %d must lie in [0, F = %d)",
-                            c->refresh_offset, c->precondition_frequency);
-    if (c->max_precond_dim < 0)
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: max_precond_dim %d must be >= 0",
-                            c->max_precond_dim);
-    if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: betas (%g, %g) must lie in [0, 1)",
-                            (double)c->beta1, (double)c->beta2);
-    if (!(c->shampoo_beta < 1.0f) || isnan(c->shampoo_beta))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: shampoo_beta %g must be < 1",
-                            (double)c->shampoo_beta);
-    if (!(c->eps >= 0.0f) || !(c->weight_decay >= 0.0f) || !isfinite(c->lr))
-        return strata_error(STRATA_ERR_INVALID_ARG, "soap: lr, eps or weight_decay out of range");
-    return STRATA_OK;
+    return strata_soap_config_check(c);
 }
 
 static strata_status soap_create(const strata_soap_config *c, strata_backend *be, int64_t rows,
@@ -280,6 +285,27 @@ static const float *rotate(strata_soap_state *s, const float *x, bool back, stra
     return cur;
 }
 
+/* The overflow rule (optim_internal.h) for one step: M (EMA of G) stays
+ * below sqrt(gamma), V (EMA of G'^2, ||G'||_F = ||G||_F) and the factors
+ * (EMAs: shampoo_beta and beta2 < 1) below gamma = ||G||_F^2. Refuses a
+ * non-finite gradient. Sets s->skip. */
+static strata_status decide(strata_soap_state *s, const float *g, strata_optim_counters *cnt,
+                            const char *who)
+{
+    double gamma = 0.0;
+    bool finite = false;
+    strata_status st = optim_gamma(s->be, g, (size_t)s->rows * (size_t)s->cols, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite)
+        return strata_error(STRATA_ERR_NONFINITE, "%s: non-finite gradient", who);
+    s->skip = !optim_state_absorbs(gamma, cnt);
+    return STRATA_OK;
+}
+
+static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt);
+
 strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t, float *w,
                                 const float *g, strata_optim_counters *cnt)
 {
@@ -288,13 +314,19 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
         return st_args;
     if (!s->has_basis)
         return strata_error(STRATA_ERR_STATE, "soap_apply: no eigenbasis yet (first step)");
+    strata_status st = decide(s, g, cnt, "soap_apply");
+    if (st != STRATA_OK || s->skip)
+        return st; /* skipped: update_factors consumes the decision */
+    return apply_core(s, lr_scale, t, w, g, cnt);
+}
+
+static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt)
+{
+    (void)t;
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     bool finite = false;
-    strata_status st = optim_finite(s->be, g, n, &finite);
-    if (st != STRATA_OK)
-        return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "soap_apply: non-finite gradient");
+    strata_status st = STRATA_OK;
     double t0 = strata_now_seconds();
     const strata_soap_config *c = &s->cfg;
     const float b1 = c->beta1, b2 = c->beta2;
@@ -333,9 +365,12 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
     st = optim_finite(s->be, dir, n, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite || !isfinite(step))
+    if (!finite || !isfinite(step)) {
+        if (cnt)
+            cnt->nonfinite_directions++;
         return strata_error(STRATA_ERR_NONFINITE,
                             "soap_apply: non-finite direction (weights kept)");
+    }
     st = strata_backend_apply_update(s->be, NULL, n, w, dir, step, -lr * c->weight_decay,
                                      STRATA_APPLY_STEP_SHRINK);
     if (st != STRATA_OK)
@@ -350,6 +385,10 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
 {
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_update_factors: NULL argument");
+    if (s->skip) { /* apply skipped this step's gradient */
+        s->skip = false;
+        return STRATA_OK;
+    }
     bool finite = false;
     strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
     if (st != STRATA_OK)
@@ -487,14 +526,15 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
     strata_status st_args = optim_check_step("soap_step", s, w, g, t);
     if (st_args != STRATA_OK)
         return st_args;
-    bool finite = false;
-    strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
+    strata_status st = decide(s, g, cnt, "soap_step");
     if (st != STRATA_OK)
         return st;
-    if (!finite)
-        return strata_error(STRATA_ERR_NONFINITE, "soap_step: non-finite gradient");
+    if (s->skip) {
+        s->skip = false;
+        return STRATA_OK;
+    }
     if (s->has_basis)
-        st = strata_soap_apply(s, lr_scale, t, w, g, cnt);
+        st = apply_core(s, lr_scale, t, w, g, cnt);
     /* A non-finite direction left w alone but advanced M and V: the factors
      * still absorb g, as the reference would. */
     strata_status st_apply = st;
@@ -704,7 +744,8 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
-    return strata_soap_apply(state, lr_scale, t, w, g, cnt);
+    const int64_t n0 = cnt ? cnt->nonfinite_directions : 0;
+    return optim_direction_skipped(strata_soap_apply(state, lr_scale, t, w, g, cnt), n0, cnt);
 }
 
 static strata_status fam_after(void *state, const float *g, strata_optim_counters *cnt)

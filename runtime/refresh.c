@@ -314,7 +314,7 @@ static strata_status make_groups(strata_refresh *e)
 /* Placement (Asteria's asymmetric policy): results in the host tier; when
  * the host budget cannot hold a block's K slots, that block's slots go to the
  * nvme tier and the host keeps only its two resident buffers (and every
- * worker a scratch buffer). Decided up front so that the blocks placed later
+ * worker a scratch buffer, and the engine one staging buffer). Decided up front so that the blocks placed later
  * still find room for their resident buffers. Inline blocks stay on host. */
 static strata_status place(strata_refresh *e)
 {
@@ -328,7 +328,9 @@ static strata_status place(strata_refresh *e)
                 max_slot = blk->info.slot_bytes;
         }
     }
-    const size_t scratch = (size_t)e->n_workers * align4k(max_slot);
+    /* Once any block is on nvme: every worker's scratch and the staging
+     * buffer of snapshots bound for nvme, one largest slot each. */
+    const size_t scratch = ((size_t)e->n_workers + 1) * align4k(max_slot);
     const size_t budget = e->cfg.host_budget;
     size_t planned = 0;
     bool any_nvme = false;
@@ -466,6 +468,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
         nc.dir = e->cfg.nvme_dir;
         nc.budget = e->cfg.nvme_budget;
         nc.queue_depth = e->cfg.nvme_queue_depth;
+        if (e->cfg.nvme_chunk_bytes)
+            nc.chunk_bytes = e->cfg.nvme_chunk_bytes;
         nc.log = e->cfg.log;
         st = strata_tier_nvme_create(&nc, &e->nvme);
         if (st != STRATA_OK)

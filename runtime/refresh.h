@@ -48,6 +48,7 @@ typedef struct strata_refresh_config {
     const char *nvme_dir;    /* nvme tier directory, NULL = none */
     size_t nvme_budget;      /* nvme tier bytes, 0 = unlimited */
     int nvme_queue_depth;    /* >= 8 */
+    size_t nvme_chunk_bytes; /* staging chunk (strata_nvme_config.chunk_bytes); 0 = its default */
     const strata_logger *log; /* must outlive the engine */
 } strata_refresh_config;
 

@@ -77,6 +77,7 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->nvme_dir = NULL;
     cfg->nvme_budget = 0;
     cfg->nvme_queue_depth = 16;
+    cfg->nvme_chunk_bytes = (size_t)1 << 20;
     cfg->sharding = STRATA_SHARD_OWNER;
     cfg->average_gradients = true;
     cfg->log_level = STRATA_LOG_WARN;
@@ -86,42 +87,90 @@ strata_status strata_config_default(strata_config *cfg)
     return STRATA_OK;
 }
 
+/* The runtime's own fields, checked as the optimizers check theirs
+ * (optim/optim_internal.h): the message names "strata_config.<field>". */
+static strata_status cfg_int(const char *field, long long x, long long lo, long long hi)
+{
+    if (x >= lo && x <= hi)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "strata_config.%s = %lld: must lie in [%lld, %lld]",
+                        field, x, lo, hi);
+}
+
+/* finite, and >= 0 (positive = false) or > 0 (positive = true) */
+static strata_status cfg_real(const char *field, double x, bool positive)
+{
+    if (isfinite(x) && (positive ? x > 0.0 : x >= 0.0))
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "strata_config.%s = %g: must be a finite number %s",
+                        field, x, positive ? "> 0" : ">= 0");
+}
+
+#define CFG_CHECK(st, expr)                                                                    \
+    do {                                                                                       \
+        if ((st) == STRATA_OK)                                                                 \
+            (st) = (expr);                                                                     \
+    } while (0)
+
+/* Every field of the configuration, each optimizer's included (a parameter
+ * may ask for any optimizer), before anything is created: NaN and +-inf are
+ * refused everywhere; the message names the field ("strata_config.<field>",
+ * or "<optimizer>.<field>"). */
+static strata_status check_config(const strata_config *c)
+{
+    strata_status st = cfg_int("matrix_optimizer", (long long)c->matrix_optimizer,
+                               STRATA_OPTIM_ADAMW, STRATA_OPTIM_KL_SHAMPOO);
+    CFG_CHECK(st, strata_adamw_config_check(&c->adamw));
+    CFG_CHECK(st, strata_shampoo_config_check(&c->shampoo));
+    CFG_CHECK(st, strata_muon_config_check(&c->muon));
+    CFG_CHECK(st, strata_soap_config_check(&c->soap));
+    CFG_CHECK(st, strata_kl_shampoo_config_check(&c->kl_shampoo));
+    CFG_CHECK(st, cfg_real("max_grad_norm", c->max_grad_norm, false));
+    CFG_CHECK(st, cfg_int("backend", (long long)c->backend, STRATA_BACKEND_CPU,
+                          STRATA_BACKEND_CUDA));
+    CFG_CHECK(st, cfg_int("blas_threads", c->blas_threads, 0, 4096));
+    CFG_CHECK(st, cfg_int("staleness", c->staleness, 0, INT32_MAX));
+    CFG_CHECK(st, cfg_int("install_mode", (long long)c->install_mode, STRATA_COH_FIXED,
+                          STRATA_COH_EAGER));
+    CFG_CHECK(st, cfg_int("workers", c->workers, 0, 4096));
+    CFG_CHECK(st, cfg_real("wait_timeout_s", c->wait_timeout_s, true));
+    CFG_CHECK(st, cfg_int("roots_tier", (long long)c->roots_tier, STRATA_TIER_HOST,
+                          STRATA_TIER_NVME));
+    CFG_CHECK(st, cfg_int("nvme_queue_depth", c->nvme_queue_depth, 8, 4096));
+    if (st == STRATA_OK && (c->nvme_chunk_bytes < 4096 || c->nvme_chunk_bytes > ((size_t)1 << 30) ||
+                            c->nvme_chunk_bytes % 4096))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "strata_config.nvme_chunk_bytes = %zu: must be a multiple of 4096 in "
+                          "[4096, 1 GiB]",
+                          c->nvme_chunk_bytes);
+    CFG_CHECK(st, cfg_int("sharding", (long long)c->sharding, STRATA_SHARD_OWNER,
+                          STRATA_SHARD_ZERO1));
+    CFG_CHECK(st, cfg_int("shard_group_size", c->shard_group_size, 0, INT32_MAX));
+    CFG_CHECK(st, cfg_int("log_level", (long long)c->log_level, STRATA_LOG_ERROR,
+                          STRATA_LOG_DEBUG));
+    if (st == STRATA_OK && c->async && c->roots_tier == STRATA_TIER_NVME && !c->nvme_dir)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "strata_config.roots_tier = nvme needs strata_config.nvme_dir");
+    if (st != STRATA_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "strata_create: %s", why);
+    }
+    return STRATA_OK;
+}
+
 strata_status strata_create(const strata_config *cfg, strata_runtime **out)
 {
     if (!cfg || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: NULL argument");
     *out = NULL;
     if (cfg->version != STRATA_CONFIG_VERSION)
-        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: config version %d, expected %d "
-                            "(call strata_config_default first)", cfg->version,
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: strata_config.version = %d, "
+                            "expected %d (call strata_config_default first)", cfg->version,
                             STRATA_CONFIG_VERSION);
-    if (cfg->matrix_optimizer < STRATA_OPTIM_ADAMW || cfg->matrix_optimizer > STRATA_OPTIM_KL_SHAMPOO)
-        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: matrix_optimizer %d unknown",
-                            (int)cfg->matrix_optimizer);
-    if (cfg->sharding < STRATA_SHARD_OWNER || cfg->sharding > STRATA_SHARD_ZERO1)
-        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: sharding %d unknown",
-                            (int)cfg->sharding);
-    if (!(cfg->max_grad_norm >= 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: max_grad_norm must be >= 0");
-    if (!(cfg->adamw.lr >= 0.0f) || !(cfg->shampoo.lr >= 0.0f) || !(cfg->muon.lr >= 0.0f) ||
-        !(cfg->soap.lr >= 0.0f) || !(cfg->kl_shampoo.lr >= 0.0f))
-        return strata_error(STRATA_ERR_INVALID_ARG, "strata_create: learning rates must be >= 0");
-    if (cfg->async) {
-        if (cfg->staleness < 0 || cfg->workers < 0 || !(cfg->wait_timeout_s > 0.0) ||            (cfg->install_mode != STRATA_COH_FIXED && cfg->install_mode != STRATA_COH_EAGER))
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "strata_create: async needs staleness >= 0, workers >= 0, "
-                                "wait_timeout_s > 0 and a known install mode");
-        if (cfg->roots_tier != STRATA_TIER_HOST && cfg->roots_tier != STRATA_TIER_NVME)
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "strata_create: roots_tier must be host or nvme");
-        if (cfg->roots_tier == STRATA_TIER_NVME && !cfg->nvme_dir)
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "strata_create: the nvme roots tier needs nvme_dir");
-        if (cfg->nvme_dir && cfg->nvme_queue_depth < 8)
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "strata_create: nvme_queue_depth %d must be >= 8",
-                                cfg->nvme_queue_depth);
-    }
+    strata_status st = check_config(cfg);
+    if (st != STRATA_OK)
+        return st;
     strata_runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
@@ -140,7 +189,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         blas = 1; /* the training thread keeps one core, the workers the rest */
     rt->lr_scale = 1.0f;
     rt->max_layer = -1;
-    strata_status st = strata_backend_create_kind(cfg->backend, blas, &rt->be);
+    st = strata_backend_create_kind(cfg->backend, blas, &rt->be);
     if (st == STRATA_OK && !cfg->comm) {
         st = strata_comm_self_create(&rt->comm);
         rt->own_comm = st == STRATA_OK;
@@ -521,6 +570,7 @@ static strata_status create_engine(strata_runtime *rt)
         .nvme_dir = nvme,
         .nvme_budget = c->nvme_budget,
         .nvme_queue_depth = c->nvme_queue_depth,
+        .nvme_chunk_bytes = c->nvme_chunk_bytes,
         .log = &rt->log,
     };
     return strata_refresh_create(&rc, &rt->engine);
@@ -862,15 +912,69 @@ strata_status strata_step(strata_runtime *rt)
     const int64_t t = ++rt->t;
     strata_optim_counters cnt = {0};
     double tail_seconds = 0.0, wait = 0.0;
+    strata_refresh_stats es0;
+    if (!rt->warned_root_failure) {
+        strata_refresh_stats_get(rt->engine, &es0);
+        strata_error_clear(); /* a synchronous refresh's failure leaves its detail here */
+    }
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         if (p->owner != rank && p->owner >= 0)
             continue;
         const double t0 = strata_now_seconds();
+        const int64_t skipped0 = cnt.overflow_skipped, dirs0 = cnt.nonfinite_directions;
         st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad, &cnt,
                                  &wait);
         if (p->routed == STRATA_OPTIM_ADAMW)
             tail_seconds += strata_now_seconds() - t0;
+        /* The numerical events of one parameter (optim/optim_internal.h):
+         * counted in the stats, the first of each kind logged. */
+        if (cnt.overflow_skipped > skipped0 && !rt->warned_overflow) {
+            rt->warned_overflow = true;
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: '%s' was not updated: its gradient (norm %.3g) could overflow "
+                       "its float32 %s state (factors, moments, estimates); its weights and "
+                       "state were kept. Later ones are counted in stats.overflow_skipped",
+                       (long long)t, p->name, sqrt(parts[2 * i]),
+                       strata_optimizer_name(p->routed));
+        }
+        if (cnt.nonfinite_directions > dirs0 && !rt->warned_direction) {
+            rt->warned_direction = true;
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: '%s': the %s update direction came out NaN/Inf from finite "
+                       "state and was not applied (its weights were kept; its moments and "
+                       "factors absorbed the gradient). Later ones are counted in "
+                       "stats.nonfinite_directions",
+                       (long long)t, p->name, strata_optimizer_name(p->routed));
+        }
+    }
+    if (!rt->warned_root_failure) {
+        strata_refresh_stats es1;
+        strata_refresh_stats_get(rt->engine, &es1);
+        if (es1.refresh_failures > es0.refresh_failures) {
+            rt->warned_root_failure = true;
+            const strata_shampoo_config *sc = &rt->cfg.shampoo;
+            const char *why = strata_last_error();
+            char reason[512];
+            if (rt->cfg.matrix_optimizer == STRATA_OPTIM_SHAMPOO && !sc->use_pseudo_inverse &&
+                sc->epsilon == 0.0f && sc->epsilon_rel == 0.0f)
+                snprintf(reason, sizeof reason,
+                         "shampoo.epsilon = shampoo.epsilon_rel = 0, so a factor with a zero "
+                         "eigenvalue (a rank-deficient gradient history: the first steps, or "
+                         "a block wider than the data behind it) has no inverse root "
+                         "((0 + 0)^(-1/4)); set epsilon > 0 (default 1e-12), epsilon_rel > 0 "
+                         "or use_pseudo_inverse%s%s",
+                         why[0] ? "; " : "", why);
+            else
+                snprintf(reason, sizeof reason, "%s",
+                         why[0] ? why : "the decomposition failed on a worker thread (LAPACK "
+                                        "error, non-finite values or non-orthonormal vectors)");
+            strata_log(rt, STRATA_LOG_WARN, "optim",
+                       "step %lld: %lld refresh%s failed (each keeps its previous result; "
+                       "later ones are counted in stats.root_failures): %s",
+                       (long long)t, (long long)(es1.refresh_failures - es0.refresh_failures),
+                       es1.refresh_failures - es0.refresh_failures == 1 ? "" : "es", reason);
+        }
     }
     /* ZeRO-1 baseline: the owners broadcast the new weights now, inside the
      * optimizer step. */
@@ -890,6 +994,8 @@ strata_status strata_step(strata_runtime *rt)
     s->root_refreshes += cnt.root_refreshes;
     s->root_failures += cnt.root_failures;
     s->root_retries += cnt.root_retries;
+    s->overflow_skipped += cnt.overflow_skipped;
+    s->nonfinite_directions += cnt.nonfinite_directions;
     s->last_seconds_factors = cnt.seconds_factors;
     s->last_seconds_roots = cnt.seconds_roots;
     s->last_seconds_precondition = cnt.seconds_precondition;

@@ -48,6 +48,7 @@ struct strata_runtime {
     float lr_scale;
     unsigned char *layer_reduced; /* per layer: backward hook seen since the last step */
     bool warned_missing_hook;
+    bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */
     strata_stats stats;
     strata_refresh *engine;
     int rank, world;

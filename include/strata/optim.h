@@ -54,11 +54,30 @@ typedef struct strata_adamw_config {
     float weight_decay; /* decoupled; default 0.01 (PyTorch AdamW) */
 } strata_adamw_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_ADAMW_CONFIG_FIELDS 5
+
 STRATA_API void strata_adamw_config_default(strata_adamw_config *c);
+
+/* Validate every field (the same checks strata_adamw_update and
+ * strata_create run): lr and weight_decay finite and >= 0, beta1 and beta2
+ * in [0, 1), eps finite and > 0 (it divides: eps = 0 with a zero gradient
+ * is 0/0). NaN and +-inf are refused everywhere. Errors:
+ * STRATA_ERR_INVALID_ARG with the field named ("adamw.eps = 0: ...") in
+ * strata_last_error(). */
+STRATA_API strata_status strata_adamw_config_check(const strata_adamw_config *c);
 
 /* One AdamW update of `n` elements in place. `w`, `m`, `v` are updated;
  * `g` is read. `lr_scale` multiplies c->lr (schedules). `t` >= 1.
- * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, beta out of [0,1)). */
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, any field that
+ * strata_adamw_config_check refuses; nothing is touched). Through the
+ * runtime (the AdamW tail) a gradient with ||g||^2 > FLT_MAX/4, which could
+ * overflow v, skips that tensor's step (the overflow rule every family
+ * follows; strata_stats.overflow_skipped); this host call, which has no
+ * counters, applies what it is given. */
 STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale,
                                              int64_t t, size_t n, float *w, const float *g,
                                              float *m, float *v);
@@ -97,10 +116,18 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *   momentum  if mu > 0: B = mu B + P; P = nesterov ? P + mu B : B
  *   apply     W -= lr * P + lr * wd * W  (decoupled weight decay)
  * An update happens at every step t >= 1. A gradient with a NaN or Inf is
- * refused (STRATA_ERR_NONFINITE) before any state is touched. A zero
- * gradient history gives P = 0 exactly (only weight decay moves W). A failed
- * or non-finite root keeps the previous root and is counted in
- * strata_optim_counters.root_failures.
+ * refused (STRATA_ERR_NONFINITE) before any state is touched. A finite
+ * gradient that could overflow the float32 state (||G||_F^2 and, with
+ * beta2 = 1 or AdaGrad grafting, the running sums' size, against FLT_MAX/4;
+ * the rule of every family, optim/optim_internal.h) skips the whole step:
+ * nothing changes, strata_optim_counters.overflow_skipped counts it, the
+ * call returns STRATA_OK. A zero gradient history gives P = 0 exactly (only
+ * weight decay moves W). A failed or non-finite root keeps the previous
+ * root and is counted in strata_optim_counters.root_failures. A
+ * preconditioned direction that is not finite is not applied: momentum and
+ * W keep their values (M and the grafting state absorbed G), it is counted
+ * in nonfinite_directions and the step returns STRATA_ERR_NONFINITE (the
+ * runtime counts it and goes on).
  *
  * Refresh points. With F = precondition_frequency and s =
  * start_preconditioning_step (-1 means s = F), roots are computed at
@@ -176,7 +203,24 @@ typedef struct strata_shampoo_config {
                                       0 = that side not preconditioned (identity) */
 } strata_shampoo_config;
 
+/* Fields of the struct above (an array counts one per element). Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_SHAMPOO_CONFIG_FIELDS 20
+
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
+
+/* Validate every field (as strata_shampoo_state_create and strata_create):
+ * lr, weight_decay, epsilon, epsilon_rel, pseudo_inverse_atol finite and
+ * >= 0; beta1, momentum in [0, 1); beta2 in (0, 1]; grafting_beta2 in
+ * (0, 1); grafting_epsilon finite and > 0; precondition_frequency >= 1;
+ * start_preconditioning_step >= -1; refresh_offset in [0, F);
+ * max_preconditioner_dim >= 1; grafting known; pseudo_inverse_rtol and
+ * inverse_exponent_override finite; use_pseudo_inverse only with
+ * epsilon = epsilon_rel = 0. Errors: STRATA_ERR_INVALID_ARG naming the
+ * field ("shampoo.<field>"). */
+STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);
 
 /* Counters an optimizer state adds to (the runtime sums them into strata_stats). */
 typedef struct strata_optim_counters {
@@ -187,6 +231,14 @@ typedef struct strata_optim_counters {
                                   (a retry that succeeds also counts in root_refreshes) */
     int64_t nonfinite_rejected; /* calls refused with STRATA_ERR_NONFINITE: the gradient
                                   held a NaN or Inf; no state was touched */
+    int64_t overflow_skipped;  /* steps skipped because a finite gradient could overflow the
+                                  float32 state (factors, second moments, eigenvalue
+                                  estimates, momentum sums): nothing was touched (the rule
+                                  in optim/optim_internal.h, the same for every family) */
+    int64_t nonfinite_directions; /* update directions that came out NaN/Inf from finite
+                                  state and were not applied: the weights (and Shampoo's
+                                  momentum) kept their values; moments and factors had
+                                  absorbed the gradient, as the reference code's would */
     double seconds_factors;    /* time spent updating factor matrices */
     double seconds_roots;      /* time spent computing inverse roots */
     double seconds_precondition; /* grafting + preconditioning + momentum + apply */
@@ -337,9 +389,22 @@ typedef struct strata_ns_config {
                                      with single-threaded BLAS (below) */
 } strata_ns_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_NS_CONFIG_FIELDS 7
+
 #define STRATA_NS_MAX_BATCH_THREADS 64
 
 STRATA_API void strata_ns_config_default(strata_ns_config *c);
+
+/* Validate every field: steps in [0, 100000], schedule and method known,
+ * gram_min_aspect finite and >= 1, gram_restarts in [0, 63],
+ * gram_restart_mask only bits 1 .. min(steps, 64) - 1, batch_threads in
+ * [1, STRATA_NS_MAX_BATCH_THREADS]. Errors: STRATA_ERR_INVALID_ARG naming
+ * the field ("ns.<field>"). */
+STRATA_API strata_status strata_ns_config_check(const strata_ns_config *c);
 
 typedef struct strata_muon_config {
     float lr;           /* default 0.02 */
@@ -357,7 +422,19 @@ typedef struct strata_muon_config {
     int ns_batch_threads;                    /* default 1; see strata_ns_run */
 } strata_muon_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_MUON_CONFIG_FIELDS 13
+
 STRATA_API void strata_muon_config_default(strata_muon_config *c);
+
+/* Validate every field (as strata_muon_state_create and strata_create): lr
+ * and weight_decay finite and >= 0, momentum in [0, 1), scale and
+ * momentum_form known, the ns_* fields as strata_ns_config_check. Errors:
+ * STRATA_ERR_INVALID_ARG naming the field ("muon.<field>"). */
+STRATA_API strata_status strata_muon_config_check(const strata_muon_config *c);
 
 typedef struct strata_muon_state strata_muon_state;
 
@@ -380,7 +457,10 @@ STRATA_API size_t strata_muon_state_bytes(const strata_muon_state *s);
 /* One Muon update at step t (1-based) of w and g (batch x rows x cols, as
  * created); updates w and the momentum buffer. `lr_scale` multiplies c->lr.
  * A NaN/Inf anywhere in g returns STRATA_ERR_NONFINITE with w and the
- * momentum untouched (counted in cnt->nonfinite_rejected). An all-zero G'
+ * momentum untouched (counted in cnt->nonfinite_rejected). A finite g that
+ * could overflow the momentum or the Nesterov step (mu ||B||_F + 2 gw
+ * ||G||_F > FLT_MAX/4) skips the step: nothing changes, counted in
+ * cnt->overflow_skipped, STRATA_OK. An all-zero G'
  * gives a zero orthogonalized update (only weight decay moves w). Counters:
  * seconds_precondition, nonfinite_rejected.
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
@@ -424,12 +504,16 @@ STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, 
  * not offered (matrices only; a >2-D tensor is flattened by the runtime);
  * ties in the eigenvalue sort keep their order (torch.argsort: unspecified).
  * Robustness: a non-finite gradient is rejected (STRATA_ERR_NONFINITE, no
- * state or weight changed); a failed or non-finite eigendecomposition/QR
+ * state or weight changed); a finite gradient that could overflow the
+ * float32 state (||G||_F^2 > FLT_MAX/4 bounds M, V and the factors, all
+ * EMAs) skips the step (nothing changes; counted in overflow_skipped;
+ * STRATA_OK); a failed or non-finite eigendecomposition/QR
  * keeps the previous eigenbasis (the identity before the first) and V's
  * order, and is counted in strata_optim_counters.root_failures; a zero
  * gradient gives exactly a zero update apart from weight decay; a
  * non-finite update direction is never applied (STRATA_ERR_NONFINITE, W
- * unchanged). */
+ * unchanged, M and V have absorbed G; counted in nonfinite_directions; the
+ * runtime counts it and goes on). */
 typedef struct strata_soap_config {
     float lr;                   /* default 3e-3 */
     float beta1;                /* first-moment EMA; default 0.95 */
@@ -447,7 +531,21 @@ typedef struct strata_soap_config {
     bool correct_bias;          /* Adam bias correction; default true */
 } strata_soap_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_SOAP_CONFIG_FIELDS 12
+
 STRATA_API void strata_soap_config_default(strata_soap_config *c);
+
+/* Validate every field (as strata_soap_state_create and strata_create): lr
+ * and weight_decay finite and >= 0, beta1 and beta2 in [0, 1), shampoo_beta
+ * finite and < 1 (negative: use beta2), eps finite and > 0 (it divides: 0
+ * with a zero gradient is 0/0), precondition_frequency >= 1,
+ * refresh_offset in [0, F), max_precond_dim >= 0. Errors:
+ * STRATA_ERR_INVALID_ARG naming the field ("soap.<field>"). */
+STRATA_API strata_status strata_soap_config_check(const strata_soap_config *c);
 
 typedef struct strata_soap_state strata_soap_state;
 
@@ -540,7 +638,9 @@ STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, 
  * estimates wait (s = 0, so updates are 0) until the factors absorb the
  * first nonzero gradient; in the eigenbasis form the step that brings it
  * still preconditions with s = 0 (P is formed before the factors absorb G).
- * Robustness as SOAP: non-finite gradients rejected, failed decompositions
+ * Robustness as SOAP: non-finite gradients rejected, gradients that could
+ * overflow the state skipped (||G||_F^2 max(1, ||s_a||^2, ||s_b||^2) bounds
+ * the factors' and the estimates' increments), failed decompositions
  * keep the previous basis and eigenvalues and are counted, zero gradients
  * give zero updates apart from weight decay, non-finite directions are not
  * applied. */
@@ -568,7 +668,22 @@ typedef struct strata_kl_shampoo_config {
     bool normalize_grads;       /* RMS-normalize P; default false */
 } strata_kl_shampoo_config;
 
+/* Fields of the struct above. Every field is checked by its
+ * _config_check(); tests/unit/test_validation.c walks each one with a table
+ * row and fails when this count, the rows and the struct's layout
+ * disagree: adding a field means adding its check, its row and 1 here. */
+#define STRATA_KL_SHAMPOO_CONFIG_FIELDS 12
+
 STRATA_API void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c);
+
+/* Validate every field (as strata_kl_shampoo_state_create and
+ * strata_create): form known, lr, eps and weight_decay finite and >= 0,
+ * beta1 and beta2 in [0, 1), shampoo_beta finite and < 1 (negative: use
+ * beta2), precondition_frequency >= 1, refresh_offset in [0, F),
+ * init_factor finite and not 0 (its inverse square root is the first
+ * estimate; negative: auto). Errors: STRATA_ERR_INVALID_ARG naming the
+ * field ("kl_shampoo.<field>"). */
+STRATA_API strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c);
 
 typedef struct strata_kl_shampoo_state strata_kl_shampoo_state;
 

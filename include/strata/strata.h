@@ -113,7 +113,12 @@ typedef struct strata_config {
     size_t host_budget;       /* host tier bytes; 0 = unlimited */
     const char *nvme_dir;     /* nvme tier directory (copied); NULL = no nvme tier */
     size_t nvme_budget;       /* nvme tier bytes; 0 = unlimited */
-    int nvme_queue_depth;     /* io_uring depth, >= 8; default 16 */
+    int nvme_queue_depth;     /* io_uring depth (chunks in flight, one staging buffer each),
+                                 8..4096; default 16 */
+    size_t nvme_chunk_bytes;  /* nvme staging chunk: the largest single transfer and the size
+                                 of each of the nvme_queue_depth staging buffers, a multiple
+                                 of 4096 in [4096, 1 GiB]; default 1 MiB. Smaller chunks fit
+                                 a low RLIMIT_MEMLOCK (queue depth x chunk is registered) */
     strata_comm *comm;        /* ranks and collectives (strata/comm.h); NULL = this process
                                  alone (a self communicator). Not owned: it must outlive
                                  the runtime. Every parameter's owner is rank 0 in this
@@ -137,6 +142,13 @@ typedef struct strata_config {
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
 } strata_config;
+
+/* Fields of strata_config (the nested optimizer configurations count one
+ * each). strata_create checks every one (below); tests/unit/test_validation.c
+ * walks each with a table row and fails when this count, the rows and the
+ * struct's layout disagree: adding a field means adding its check, its row
+ * and 1 here. */
+#define STRATA_CONFIG_FIELDS 31
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -180,10 +192,20 @@ typedef int32_t strata_param_id;
 
 typedef struct strata_runtime strata_runtime;
 
-/* Create a runtime on cfg.backend. `cfg` is copied. Errors:
- * STRATA_ERR_INVALID_ARG (NULL, wrong version, a hyperparameter out of
- * range, with the field named), STRATA_ERR_UNSUPPORTED (the backend is not
- * built in or has no device), STRATA_ERR_NOMEM. */
+/* Create a runtime on cfg.backend. `cfg` is copied. Every field is checked
+ * here, before anything is created, each optimizer's configuration included
+ * (strata_<optimizer>_config_check: a parameter may ask for any optimizer):
+ * NaN and +-inf are refused everywhere, then each field's range (version,
+ * known enums, max_grad_norm >= 0, blas_threads and workers in [0, 4096],
+ * staleness and shard_group_size >= 0, wait_timeout_s > 0,
+ * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
+ * [4096, 1 GiB], roots_tier host or nvme, the nvme roots tier with an
+ * nvme_dir when async). Errors: STRATA_ERR_INVALID_ARG (NULL, a field out of
+ * range: strata_last_error() names it, "strata_config.<field> = ..." or
+ * "<optimizer>.<field> = ..."; shard_group_size not dividing the world),
+ * STRATA_ERR_UNSUPPORTED (the backend is not built in or has no device;
+ * shard_group_size with gather sharding), STRATA_ERR_NOMEM, the
+ * communicator's errors (splitting it into groups). */
 STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
 
 /* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE
@@ -194,8 +216,16 @@ STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param
 
 /* Route parameters to optimizers and allocate all optimizer state in the
  * device tier. After commit no allocation happens on the step path.
- * Errors: STRATA_ERR_STATE (no parameters, or committed twice),
- * STRATA_ERR_NOMEM, STRATA_ERR_INVALID_ARG. */
+ * On error the optimizer state, the engine and the workers commit made are
+ * freed again.
+ * Errors: STRATA_ERR_INVALID_ARG (rt NULL; S too large for an optimizer,
+ * e.g. SOAP and KL-Shampoo's eigenbasis form need staleness < F; results
+ * placed on nvme without an nvme tier), STRATA_ERR_STATE (no parameters, or
+ * committed twice), STRATA_ERR_UNSUPPORTED (a stacked parameter routed to a
+ * matrix optimizer other than Muon), STRATA_ERR_NOMEM (the device memory, or
+ * a host budget that cannot hold the refresh slots, with the sizes),
+ * STRATA_ERR_IO (the nvme tier: directory, file or io_uring), STRATA_ERR_INTERNAL
+ * (the owner planner), a communicator status (the owner plan is broadcast). */
 STRATA_API strata_status strata_commit(strata_runtime *rt);
 
 /* Before layer `layer`'s forward: materialize its parameters on this rank.
@@ -218,12 +248,52 @@ STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
  * warm-up and decay schedules. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
 
-/* One optimizer step over every registered parameter. The gradients are
- * checked first: if any is NaN/Inf, STRATA_ERR_NONFINITE is returned and no
- * weight or optimizer state changes (the step counter does not advance; the
- * stats count the rejection). Then the gradient is clipped (max_grad_norm),
- * and each parameter is updated by its optimizer. Gradients are not zeroed.
- * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_NONFINITE. */
+/* One optimizer step over every registered parameter.
+ *
+ * Order: every reduced gradient is checked first (all ranks agree through
+ * the communicator): if any holds a NaN/Inf, STRATA_ERR_NONFINITE is
+ * returned and nothing changed, no weight, moment, factor or counter (the
+ * step counter does not advance; only stats.nonfinite_rejected counts the
+ * refusal), so the same step may be retried with other gradients. Then the
+ * gradients are clipped (max_grad_norm, in place), the step counter
+ * advances and each parameter this rank owns is updated by its optimizer,
+ * in registration order. Gradients are not zeroed.
+ *
+ * Numerical events of one parameter are not errors of the step: the step
+ * returns STRATA_OK, the other parameters are updated, and each event is
+ * counted and its first occurrence logged at WARN with the parameter's name:
+ *   - a finite gradient that could overflow the parameter's float32 state
+ *     (optim/optim_internal.h): that parameter keeps its weights and its
+ *     whole state (stats.overflow_skipped);
+ *   - an update direction that came out NaN/Inf from finite state: its
+ *     weights (and Shampoo's momentum) are kept, its moments and factors
+ *     absorbed the gradient, as the reference implementations' would
+ *     (stats.nonfinite_directions);
+ *   - a refresh (inverse root, eigenbasis) that failed: the previous result
+ *     is kept (stats.root_failures; the warning gives the reason).
+ *
+ * Errors:
+ *   STRATA_ERR_INVALID_ARG  rt is NULL; nothing changed.
+ *   STRATA_ERR_STATE        before strata_commit; nothing changed.
+ *   STRATA_ERR_NONFINITE    a gradient holds NaN/Inf; nothing changed (above;
+ *                           gather sharding's byte counters count the gather).
+ *   STRATA_ERR_NOMEM        gather sharding could not allocate its transfer
+ *                           table; nothing changed.
+ *   STRATA_ERR_TIMEOUT      a bounded wait for a refresh result (async,
+ *                           wait_timeout_s) ran out;
+ *   STRATA_ERR_IO           the nvme tier failed to take a snapshot;
+ *   STRATA_ERR_INTERNAL, STRATA_ERR_UNSUPPORTED, or another backend or
+ *                           communicator status: a backend op or a
+ *                           collective failed.
+ * These last three happen after the step began, and the step is then
+ * partial, by this rule: the step counter has advanced; the parameters
+ * before the failing one (registration order) took step t; the failing one
+ * may have absorbed its gradient into its factors (Shampoo and KL-Shampoo's
+ * exact form update them before waiting for a refresh result) but its
+ * weights did not change; the parameters after it did not take step t.
+ * The runtime stays usable: the next call is step t + 1 (a TIMEOUT's job may
+ * still complete and install later). A collective that fails on one rank
+ * fails on all. */
 STRATA_API strata_status strata_step(strata_runtime *rt);
 
 typedef struct strata_stats {
@@ -248,6 +318,17 @@ typedef struct strata_stats {
     int64_t root_retries;       /* decompositions redone in float64 with a second LAPACK
                                    driver after a failure or non-orthonormal eigenvectors */
     int64_t nonfinite_rejected; /* steps refused for NaN/Inf gradients */
+    int64_t overflow_skipped;   /* parameter steps skipped because a finite gradient could
+                                   overflow that parameter's float32 optimizer state
+                                   (Kronecker factors, second moments, eigenvalue estimates,
+                                   momentum sums): the parameter kept its weights and state,
+                                   the rest of the step ran; the first is logged at WARN with
+                                   the parameter's name */
+    int64_t nonfinite_directions; /* parameter steps whose update direction came out NaN/Inf
+                                   (from finite state: e.g. a tiny epsilon, an enormous
+                                   learning rate) and was not applied: its weights kept their
+                                   values, its moments and factors absorbed the gradient; the
+                                   first is logged at WARN with the parameter's name */
     int64_t forward_hooks, backward_hooks;
     int64_t missing_backward_hooks; /* parameters stepped without their layer's backward hook */
     /* asynchronous runtime (zero when cfg.async is false) */

@@ -323,6 +323,21 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = False
     print(f"{'PASS' if ok else 'FAIL'}: --nvme-queue-depth 8 run")
     failures += not ok
+    # The staging chunk: a multiple of 4 KiB (the config check names the field), and a run
+    # with 64 KiB chunks moves roots through the nvme tier.
+    run("train", *tiny, "--steps", "1", "--nvme-staging-kib", "6", expect_rc=1,
+        expect_text="strata_config.nvme_chunk_bytes")
+    run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
+        "device,nvme", "--nvme-dir", nvme_dir, "--nvme-staging-kib", "64", "--metrics", metrics,
+        "--no-progress", expect_rc=0, expect_text="nvme tier", stream="stdout")
+    try:
+        recs = [json.loads(line) for line in open(metrics)]
+        ok = recs[-2]["nvme_bytes_written"] > 0
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: --nvme-staging-kib 64 run")
+    failures += not ok
     # The sweep's plot names the optimizer it swept.
     sweep_soap = os.path.join(tmp, "sweep-soap")
     run("sweep-staleness", *tiny, "--optimizer", "soap", "--steps", "2", "--eval-every", "1",

@@ -146,9 +146,10 @@ static void print_tail(strata_backend *be)
 static void print_counters(const run_ctx *r, size_t state_bytes, int64_t steps)
 {
     printf("{\"state_bytes\": %zu, \"steps\": %lld, \"root_refreshes\": %lld, "
-           "\"root_failures\": %lld, \"nonfinite_steps\": %lld, ",
+           "\"root_failures\": %lld, \"nonfinite_steps\": %lld, \"overflow_skipped\": %lld, ",
            state_bytes, (long long)steps, (long long)r->cnt.root_refreshes,
-           (long long)r->cnt.root_failures, (long long)r->nonfinite_steps);
+           (long long)r->cnt.root_failures, (long long)r->nonfinite_steps,
+           (long long)r->cnt.overflow_skipped);
 }
 
 static strata_status soap_split_step(strata_soap_state *s, float lr_scale, int64_t t, float *w,

@@ -379,6 +379,61 @@ static void test_staleness_bound(void **state)
     }
 }
 
+/* Placement counts every host buffer it will allocate: the resident
+ * buffers, each worker's scratch and the staging buffer of snapshots bound
+ * for nvme. Over a sweep of host budgets, a plan that accepts must allocate
+ * (commit OK, some blocks spilled to nvme at the tight end), and a refusal
+ * must be the plan's own message, never an allocation failing after the plan
+ * accepted (issue #12 follow-up: the staging buffer was not counted). */
+static void test_placement_counts_staging(void **state)
+{
+    (void)state;
+    diag_config dc = {.F = 3, .start = 2, .lag = 0, .lr = 0.05f, .eps = 1e-3};
+    int ok = 0, refused = 0, spilled = 0, late = 0;
+    for (size_t budget = 24 * 1024; budget <= 160 * 1024; budget += 1024) {
+        strata_backend *be;
+        assert_int_equal(strata_backend_cpu_create(1, &be), STRATA_OK);
+        strata_refresh_config rc = {.async = true, .staleness = 1, .mode = STRATA_COH_FIXED,
+                                    .workers = 2, .wait_timeout_s = 60.0,
+                                    .results_tier = STRATA_TIER_HOST, .host_budget = budget,
+                                    .nvme_dir = nvme_dir, .nvme_queue_depth = 8};
+        strata_refresh *e;
+        assert_int_equal(strata_refresh_create(&rc, &e), STRATA_OK);
+        void *st[NPARAM];
+        for (int p = 0; p < NPARAM; p++) {
+            diag_config c = dc;
+            c.offset = p % dc.F;
+            strata_precond_shape sh = {.batch = 1, .rows = 1, .cols = (int64_t)sizes[p],
+                                       .numel = sizes[p]};
+            assert_int_equal(diag_family.create(&c, be, &sh, true, &st[p]), STRATA_OK);
+            assert_int_equal(strata_refresh_add(e, &diag_family, st[p], &c, c.offset, 0, "p",
+                                                NULL),
+                             STRATA_OK);
+        }
+        const strata_status s = strata_refresh_commit(e);
+        if (s == STRATA_OK) {
+            strata_refresh_stats rs;
+            strata_refresh_stats_get(e, &rs);
+            ok++;
+            spilled += rs.blocks_on_nvme > 0;
+        } else if (s == STRATA_ERR_NOMEM && strstr(strata_last_error(), "cannot hold")) {
+            refused++;
+        } else {
+            print_message("budget %zu KiB: the plan accepted, then %s: %s\n", budget / 1024,
+                          strata_status_str(s), strata_last_error());
+            late++;
+        }
+        strata_refresh_destroy(e);
+        for (int p = 0; p < NPARAM; p++)
+            diag_family.destroy(st[p]);
+        strata_backend_destroy(be);
+    }
+    print_message("budgets: %d committed (%d with blocks on nvme), %d refused by the plan, %d "
+                  "failed after it\n", ok, spilled, refused, late);
+    assert_int_equal(late, 0);
+    assert_true(refused > 0 && spilled > 0);
+}
+
 /* Every real family enumerates its persistent tensors: unique names, sizes
  * that fit in the state's bytes, non-NULL data. */
 static void test_state_enumeration(void **state)
@@ -460,6 +515,7 @@ int main(void)
         cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c4),
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_state_enumeration),
+        cmocka_unit_test(test_placement_counts_staging),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
