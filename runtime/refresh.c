@@ -318,25 +318,30 @@ static strata_status make_groups(strata_refresh *e)
  * still find room for their resident buffers. Inline blocks stay on host. */
 static strata_status place(strata_refresh *e)
 {
+    /* Host bytes as the host tier charges them (whole pages: 64 KiB on a
+     * 64 KiB-page arm64 kernel), so that a plan that fits the budget never
+     * fails at allocation. */
     size_t nvme_need = 0; /* host bytes if every remaining async block went to nvme */
     size_t max_slot = 0;
     for (int i = 0; i < e->n_blocks; i++) {
         const eng_block *blk = &e->blocks[i];
         if (!blk->grp->inline_) {
-            nvme_need += 2 * align4k(blk->info.slot_bytes);
+            nvme_need += 2 * strata_tier_charge_size(e->host, blk->info.slot_bytes);
             if (blk->info.slot_bytes > max_slot)
                 max_slot = blk->info.slot_bytes;
         }
     }
     /* Once any block is on nvme: every worker's scratch and the staging
-     * buffer of snapshots bound for nvme, one largest slot each. */
-    const size_t scratch = ((size_t)e->n_workers + 1) * align4k(max_slot);
+     * buffer of snapshots bound for nvme, one largest slot each, charged in
+     * the host tier's pages. */
+    const size_t scratch =
+        ((size_t)e->n_workers + 1) * strata_tier_charge_size(e->host, max_slot);
     const size_t budget = e->cfg.host_budget;
     size_t planned = 0;
     bool any_nvme = false;
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
-        const size_t one = align4k(blk->info.slot_bytes);
+        const size_t one = strata_tier_charge_size(e->host, blk->info.slot_bytes);
         const size_t k_slots = (size_t)blk->grp->n_slots * one;
         if (blk->grp->inline_) {
             planned += k_slots;

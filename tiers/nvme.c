@@ -738,7 +738,12 @@ static void nvme_destroy(strata_tier *t)
     t->impl = NULL;
 }
 
-static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy};
+static size_t nvme_charge_size(size_t bytes)
+{
+    return (size_t)round_up(bytes);
+}
+
+static const tier_ops nvme_ops = {nvme_alloc, nvme_free, nvme_destroy, nvme_charge_size};
 
 /* mkdir -p: create `dir` and its missing parents. Returns 0 or -1 with errno. */
 static int mkdir_parents(const char *dir)

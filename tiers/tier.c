@@ -57,6 +57,11 @@ strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out)
     return t->ops->alloc(t, bytes, out);
 }
 
+size_t strata_tier_charge_size(const strata_tier *t, size_t bytes)
+{
+    return t && bytes ? t->ops->charge_size(bytes) : 0;
+}
+
 void strata_tier_free(strata_tier *t, void *p, size_t bytes)
 {
     if (t && p)
@@ -102,7 +107,7 @@ static void host_free(strata_tier *t, void *p, size_t bytes)
     strata_tier_uncharge(t, page_round(bytes));
 }
 
-static const tier_ops host_ops = {host_alloc, host_free, NULL};
+static const tier_ops host_ops = {host_alloc, host_free, NULL, page_round};
 
 strata_status strata_tier_host_create(size_t budget, strata_tier **out)
 {

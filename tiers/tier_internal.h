@@ -10,6 +10,7 @@ typedef struct tier_ops {
     strata_status (*alloc)(strata_tier *t, size_t bytes, void **out);
     void (*free)(strata_tier *t, void *p, size_t bytes);
     void (*destroy)(strata_tier *t);
+    size_t (*charge_size)(size_t bytes); /* what alloc(bytes) charges the budget */
 } tier_ops;
 
 struct strata_tier {

@@ -79,6 +79,13 @@ void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
  * STRATA_ERR_IO (fallocate failed otherwise), STRATA_ERR_INVALID_ARG. */
 strata_status strata_tier_alloc(strata_tier *t, size_t bytes, void **out);
 
+/* Bytes that strata_tier_alloc(t, bytes) charges against t's budget, for
+ * planning placement against a budget: the host tier allocates whole pages of
+ * the system's page size (sysconf(_SC_PAGESIZE): 4 KiB on x86-64; 4, 16 or
+ * 64 KiB on arm64, 64 KiB on many Grace kernels), the nvme tier 4096-byte
+ * blocks. t NULL or bytes 0: 0. Thread-safe. */
+size_t strata_tier_charge_size(const strata_tier *t, size_t bytes);
+
 /* Release what strata_tier_alloc returned (same `bytes`). NULL is a no-op. */
 void strata_tier_free(strata_tier *t, void *p, size_t bytes);
 

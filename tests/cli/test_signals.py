@@ -52,12 +52,23 @@ with tempfile.TemporaryDirectory() as tmp:
             "--batch", "4", "--precondition-frequency", "2", "--eval-batches", "1",
             "--eval-every", "0", "--no-progress"]
 
+    # Without io_uring (qemu-user, a seccomp profile, io_uring_disabled) the
+    # nvme tier cannot open: the signals are checked on the host tier and the
+    # tier file checks are skipped, saying why.
+    probe = subprocess.run([STRATA, "train", *tiny, "--steps", "1", "--async", "--tiers",
+                            "device,nvme", "--nvme-dir", os.path.join(tmp, "nvme-probe")],
+                           capture_output=True, text=True, timeout=120)
+    nvme_skip = next((ln for ln in probe.stderr.splitlines() if "io_uring unavailable" in ln), "")
+    if nvme_skip:
+        print(f"SKIP: the nvme tier file checks (signals on the host tier): {nvme_skip}")
+    tiers = ["--tiers", "device,host"] if nvme_skip else ["--tiers", "device,nvme"]
+
     for sig, rc_want in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         name = signal.Signals(sig).name
         nvme = os.path.join(tmp, f"nvme-{name}")
         metrics = os.path.join(tmp, f"{name}.jsonl")
-        p = start(["train", *tiny, "--steps", "1000000", "--async", "--staleness", "1",
-                   "--tiers", "device,nvme", "--nvme-dir", nvme, "--metrics", metrics])
+        p = start(["train", *tiny, "--steps", "1000000", "--async", "--staleness", "1", *tiers,
+                   "--nvme-dir", nvme, "--metrics", metrics])
         head = wait_for_line(p, "step 3/")
         inflight = os.listdir(nvme) if os.path.isdir(nvme) else None
         p.send_signal(sig)
@@ -77,20 +88,22 @@ with tempfile.TemporaryDirectory() as tmp:
         except Exception as e:  # noqa: BLE001 - any parse problem is a failure
             ok, err = False, f"{e}\n{err}"
         check(ok, f"{name}: JSONL ends with the summary record", err)
-        check(inflight == [], f"{name}: the nvme tier file has no name while the run is on",
-              repr(inflight))
-        check(os.path.isdir(nvme) and os.listdir(nvme) == [],
-              f"{name}: nothing left in the nvme directory", repr(os.listdir(nvme)))
+        if not nvme_skip:
+            check(inflight == [], f"{name}: the nvme tier file has no name while the run is on",
+                  repr(inflight))
+            check(os.path.isdir(nvme) and os.listdir(nvme) == [],
+                  f"{name}: nothing left in the nvme directory", repr(os.listdir(nvme)))
 
     # SIGKILL: no handler runs, and still nothing is left behind.
-    nvme = os.path.join(tmp, "nvme-kill")
-    p = start(["train", *tiny, "--steps", "1000000", "--async", "--tiers", "device,nvme",
-               "--nvme-dir", nvme])
-    wait_for_line(p, "step 3/")
-    p.kill()
-    p.communicate()
-    check(p.returncode == -signal.SIGKILL and os.listdir(nvme) == [],
-          "SIGKILL: nothing left in the nvme directory", repr(os.listdir(nvme)))
+    if not nvme_skip:
+        nvme = os.path.join(tmp, "nvme-kill")
+        p = start(["train", *tiny, "--steps", "1000000", "--async", "--tiers", "device,nvme",
+                   "--nvme-dir", nvme])
+        wait_for_line(p, "step 3/")
+        p.kill()
+        p.communicate()
+        check(p.returncode == -signal.SIGKILL and os.listdir(nvme) == [],
+              "SIGKILL: nothing left in the nvme directory", repr(os.listdir(nvme)))
 
     # The sweep stops too, with the same exit status and no table.
     sweep = os.path.join(tmp, "sweep")

@@ -28,25 +28,34 @@
 
 static char tmpdir[256];
 
+/* The host tier charges whole pages of the system's page size (4 KiB on
+ * x86-64, 64 KiB on many arm64/Grace kernels: scripts/arm64-test.sh runs this
+ * under qemu with QEMU_PAGESIZE=65536), page-aligned, and says so through
+ * strata_tier_charge_size. */
 static void test_host_budget(void **state)
 {
     (void)state;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     strata_tier *t;
-    assert_int_equal(strata_tier_host_create(3 * 4096, &t), STRATA_OK);
+    assert_int_equal(strata_tier_host_create(3 * page, &t), STRATA_OK);
     assert_int_equal(strata_tier_kind_of(t), STRATA_TIER_HOST);
+    assert_int_equal(strata_tier_charge_size(t, page + 1), 2 * page);
+    assert_int_equal(strata_tier_charge_size(t, 1), page);
+    assert_int_equal(strata_tier_charge_size(t, 0), 0);
     void *a, *b, *c;
-    assert_int_equal(strata_tier_alloc(t, 5000, &a), STRATA_OK); /* 2 pages */
-    assert_int_equal((uintptr_t)a % 4096, 0);
-    assert_int_equal(strata_tier_alloc(t, 4096, &b), STRATA_OK);
+    assert_int_equal(strata_tier_alloc(t, page + 1, &a), STRATA_OK); /* 2 pages */
+    assert_int_equal((uintptr_t)a % page, 0);
+    assert_int_equal(strata_tier_alloc(t, page, &b), STRATA_OK);
+    assert_int_equal((uintptr_t)b % page, 0);
     assert_int_equal(strata_tier_alloc(t, 1, &c), STRATA_ERR_NOMEM);
     size_t use, peak;
     strata_tier_bytes(t, &use, &peak);
-    assert_int_equal(use, 3 * 4096);
-    strata_tier_free(t, a, 5000);
+    assert_int_equal(use, 3 * page);
+    strata_tier_free(t, a, page + 1);
     strata_tier_bytes(t, &use, &peak);
-    assert_int_equal(use, 4096);
-    assert_int_equal(peak, 3 * 4096);
-    strata_tier_free(t, b, 4096);
+    assert_int_equal(use, page);
+    assert_int_equal(peak, 3 * page);
+    strata_tier_free(t, b, page);
     strata_tier_destroy(t);
 }
 
@@ -538,12 +547,20 @@ int main(void)
     strata_nvme_config c;
     strata_nvme_config_default(&c);
     c.dir = tmpdir;
+    const struct CMUnitTest host_tests[] = {
+        cmocka_unit_test(test_host_budget),
+    };
     strata_tier *probe;
     if (strata_tier_nvme_create(&c, &probe) != STRATA_OK &&
         strstr(strata_last_error(), "io_uring")) {
-        printf("SKIP: %s\n", strata_last_error());
+        /* No io_uring (qemu-user, a seccomp profile, io_uring_disabled): the
+         * host tier is still checked; a pass reports the skip (77). */
+        char why[512];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        int rc = cmocka_run_group_tests_name("host", host_tests, NULL, NULL);
+        printf("SKIP: the nvme cases: %s\n", why);
         rmdir(tmpdir);
-        return 77;
+        return rc ? 1 : 77;
     }
     strata_tier_destroy(probe);
     const struct CMUnitTest tests[] = {
