@@ -11,6 +11,7 @@
  * stream. The elementwise ops live in ops.c.
  */
 #include "backend_internal.h"
+#include "ops.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

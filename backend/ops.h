@@ -12,6 +12,109 @@
 
 #include "strata/backend.h"
 
+/* ---- memory kinds, streams, events, asynchronous copies, products (the
+ * runtime's and the optimizers' machinery; a backend author fills the
+ * matching slots of strata_backend_iface) */
+
+/* Row-major SGEMM: C(m x n) = alpha op(A) op(B) + beta C. trans_* are 0/1.
+ * Errors: STRATA_ERR_INVALID_ARG for negative sizes or NULL operands. */
+strata_status strata_backend_sgemm(strata_backend *be, int trans_a, int trans_b,
+                                              int m, int n, int k, float alpha, const float *a,
+                                              int lda, const float *b, int ldb, float beta,
+                                              float *c, int ldc);
+
+/* Row-major symmetric rank-k update, full n x n result written:
+ * trans=0: C = alpha A A^T + beta C with A n x k; trans=1: C = alpha A^T A + beta C
+ * with A k x n. Falls back to sgemm when the backend has no ssyrk. */
+strata_status strata_backend_ssyrk(strata_backend *be, int trans, int n, int k,
+                                              float alpha, const float *a, int lda, float beta,
+                                              float *c, int ldc);
+
+/* Wait until all queued work on the backend has finished. */
+strata_status strata_backend_synchronize(strata_backend *be);
+
+/* Allocate `bytes` (> 0) of memory of `kind`, 64-byte aligned, zero-filled;
+ * kind DEVICE is strata_backend_alloc. Counts toward that kind's bytes in use
+ * and peak. Errors: STRATA_ERR_INVALID_ARG (NULL, 0 bytes, unknown kind),
+ * STRATA_ERR_NOMEM (allocation failed or the kind's budget would be
+ * exceeded), STRATA_ERR_UNSUPPORTED (the backend has no such memory). */
+strata_status strata_backend_alloc_kind(strata_backend *be, strata_mem_kind kind,
+                                                   size_t bytes, void **out);
+
+/* Free memory from strata_backend_alloc_kind with the same kind and size.
+ * NULL ptr is a no-op. */
+void strata_backend_free_kind(strata_backend *be, strata_mem_kind kind, void *ptr,
+                                         size_t bytes);
+
+/* Bytes of `kind` in use and their high-water mark (0 for an unknown kind). */
+void strata_backend_bytes_kind(const strata_backend *be, strata_mem_kind kind,
+                                          size_t *in_use, size_t *peak);
+
+/* Budget for `kind` in bytes (0 = unlimited); applies to later allocations.
+ * The DEVICE budget starts as strata_backend_create's bytes_budget.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, unknown kind). */
+strata_status strata_backend_set_budget(strata_backend *be, strata_mem_kind kind,
+                                                   size_t bytes);
+
+/* Create a stream. On a synchronous backend (cpu) its work runs inline in
+ * the calling thread. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM, or
+ * the backend's error. */
+strata_status strata_backend_stream_create(strata_backend *be,
+                                                      strata_stream_priority prio,
+                                                      strata_stream **out);
+
+/* Destroy a stream after its queued work finishes (NULL is a no-op). */
+void strata_backend_stream_destroy(strata_stream *s);
+
+/* Priority the stream was created with. */
+strata_stream_priority strata_backend_stream_priority(const strata_stream *s);
+
+/* Wait until all work queued on `s` (NULL = default stream) has finished. */
+strata_status strata_backend_stream_synchronize(strata_backend *be, strata_stream *s);
+
+/* Create an event (complete until first recorded). Errors as stream_create. */
+strata_status strata_backend_event_create(strata_backend *be, strata_event **out);
+
+/* Destroy an event (NULL is a no-op). */
+void strata_backend_event_destroy(strata_event *e);
+
+/* Record `e` on `s` (NULL = default stream): it completes when all work
+ * queued on `s` before this call has. Synchronous backend: complete now.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL event, stream of another backend). */
+strata_status strata_backend_event_record(strata_event *e, strata_stream *s);
+
+/* *done = true when `e` is complete; never blocks. Errors: INVALID_ARG. */
+strata_status strata_backend_event_query(strata_event *e, bool *done);
+
+/* Block until `e` is complete. Errors: INVALID_ARG or the backend's error. */
+strata_status strata_backend_event_synchronize(strata_event *e);
+
+/* Work queued on `s` after this call starts only once `e` is complete;
+ * does not block the host. Errors: INVALID_ARG (other backend). */
+strata_status strata_backend_stream_wait_event(strata_stream *s, strata_event *e);
+
+/* Queue a copy of `bytes` from src to dst on `s` (NULL = default stream) in
+ * direction `dir` (host memory is any non-DEVICE kind; pinned memory makes
+ * it truly asynchronous on CUDA). Completion: an event recorded on `s`
+ * afterwards, or stream_synchronize. Synchronous backend: done on return.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL buffer with bytes > 0, unknown
+ * direction, stream of another backend). */
+strata_status strata_backend_copy_async(strata_backend *be, void *dst, const void *src,
+                                                   size_t bytes, strata_copy_dir dir,
+                                                   strata_stream *s);
+
+/* Strided batched row-major SGEMM on `s`: for i in [0, batch)
+ * C_i(m x n) = alpha op(A_i) op(B_i) + beta C_i, X_i = X + i * stride_x
+ * (elements). Same per-product result as strata_backend_sgemm. Falls back to
+ * a loop over sgemm. Errors: STRATA_ERR_INVALID_ARG (negative sizes, NULL
+ * operands, stream of another backend). */
+strata_status strata_backend_sgemm_strided_batched(
+    strata_backend *be, strata_stream *s, int trans_a, int trans_b, int m, int n, int k,
+    float alpha, const float *a, int lda, int64_t stride_a, const float *b, int ldb,
+    int64_t stride_b, float beta, float *c, int ldc, int64_t stride_c, int batch);
+
+/* ---- elementwise and reduction ops */
+
 /* ---- elementwise and reduction ops --------------------------------------
  *
  * All buffers are backend (DEVICE or MANAGED) memory holding float32 unless

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/ops.h"
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "optim/phases.h"

@@ -187,6 +187,15 @@ def main():
                             args + ["--resume", os.path.join(ck, "step-00000006")])
                 check(bool(got) and got["final_val_loss"] == got["final_val_loss"],
                       f"{name}: 4 ranks' checkpoint resumed on {m} ranks and trained on")
+        # The reassembled weights: resumed on 1, 2, 3 ranks with no step left,
+        # the weights hash equals the one at the save.
+        ck6 = os.path.join(tmp, "rs-6")
+        six = ["--optimizer", "shampoo", "--steps", "6"]
+        at6 = train(tmp, "rs-at6", 4, six + ["--save-every", "6", "--save-dir", ck6])
+        for m in (1, 2, 3):
+            got = train(tmp, f"rs-re6-{m}", m, six + ["--resume", os.path.join(ck6, "step-00000006")])
+            check(bool(at6 and got and got["weights_hash"] == at6["weights_hash"]),
+                  f"4 ranks' checkpoint loaded on {m} rank(s): the same weights hash")
         ck3 = os.path.join(tmp, "rs-3to4")
         got3 = train(tmp, "rs-3", 3, ["--optimizer", "muon", "--save-every", "6", "--save-dir", ck3])
         got4 = train(tmp, "rs-4", 4, ["--optimizer", "muon", "--resume",

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "backend/ops.h"
 #include "strata/backend.h"
 
 static strata_status min_alloc(void *ctx, size_t bytes, void **out)

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "backend/ops.h"
 #include "strata/strata.h"
 
 typedef struct tensor {
