@@ -23,7 +23,7 @@ t0=$(date +%s)
 HOST_PKGS=(crossbuild-essential-arm64 qemu-user-static meson ninja-build pkg-config python3
            fortunes)
 ARM_PKGS=(libopenblas-dev:arm64 liblapacke-dev:arm64 libjson-c-dev:arm64 libcmocka-dev:arm64
-          liburing-dev:arm64 libhwloc-dev:arm64)
+          liburing-dev:arm64 libhwloc-dev:arm64 libssl-dev:arm64)
 missing=()
 for p in "${HOST_PKGS[@]}" "${ARM_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

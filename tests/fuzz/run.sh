@@ -10,6 +10,7 @@ out=${2:-$src/build-fuzz}
 CC=${CLANG:-clang}
 command -v "$CC" >/dev/null 2>&1 || { echo "skip: $CC not found (apt-get install clang)"; exit 77; }
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 inc="-I$src -I$src/include $(pkg-config --cflags json-c)"
 if ! $CC $cflags $inc -o "$out/fuzz_ckpt" "$src/tests/fuzz/fuzz_ckpt.c" \
