@@ -32,10 +32,37 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(corpus, "a.txt"), "w") as f:
         for i in range(3000):
             f.write(f"Line {i}: a corpus of plain text for the README's example, {i % 17}.\n")
+    def newest_checkpoint(path):
+        """A README checkpoint path (runs/ckpt/step-...) -> the newest one the
+        earlier, shortened commands really wrote under its folder."""
+        folder = os.path.join(tmp, path if os.path.basename(path).startswith("step-") is False
+                              else os.path.dirname(path))
+        steps = sorted(d for d in os.listdir(folder) if d.startswith("step-")) \
+            if os.path.isdir(folder) else []
+        return os.path.join(folder, steps[-1]) if steps else path
+
     for cmd in commands:
         args = shlex.split(cmd)[1:]
         args = [a.replace("/scratch/", os.path.join(tmp, "scratch", "deep") + "/")
                 for a in args]
+        # Checkpoints: save after every (shortened) step; resume, inspect and
+        # verify the newest one written.
+        for i, a in enumerate(args):
+            if a == "--save-every" and i + 1 < len(args):
+                args[i + 1] = "1"
+            if (a == "--resume" or (args[0] == "ckpt" and i == 2)) and i + 1 < len(args) + 1:
+                j = i + 1 if a == "--resume" else i
+                args[j] = newest_checkpoint(args[j])
+        if args[0] == "ckpt":
+            p = subprocess.run([strata, *args], cwd=tmp, capture_output=True, text=True,
+                               timeout=600)
+            ok = p.returncode == 0
+            print(f"{'PASS' if ok else 'FAIL'}: {cmd}")
+            if not ok:
+                failures += 1
+                print("  rc", p.returncode, "\n  stdout:", p.stdout[-600:], "\n  stderr:",
+                      p.stderr[-600:])
+            continue
         if "--help" not in args:
             args += ["--steps", "3", "--eval-batches", "1", "--no-progress"]
             if args[0] == "sweep-staleness":
