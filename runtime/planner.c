@@ -100,6 +100,13 @@ strata_status strata_plan_owners(const double *cost, const double *bytes, int n,
         fill[best] += bytes[i];
     }
     out->lower_bound = total / bins > biggest ? total / bins : biggest;
+    /* With more items than bins, two of the bins + 1 largest share a bin:
+     * the bins-th and (bins+1)-th largest costs together bound the makespan
+     * too (the standard bound for identical machines). */
+    if (n > bins) {
+        const double pair = cost[order[bins - 1]] + cost[order[bins]];
+        out->lower_bound = pair > out->lower_bound ? pair : out->lower_bound;
+    }
     out->makespan = makespan_of(cost, n, bins, assign, load);
     if (n > 0 && bins > 1 && (size_t)n * (size_t)bins <= 2048 &&
         out->makespan > out->lower_bound * (1.0 + 1e-12)) {

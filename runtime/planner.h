@@ -21,7 +21,8 @@ strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, 
 
 typedef struct strata_plan_result {
     double makespan;     /* the largest bin load of the chosen assignment */
-    double lower_bound;  /* max(total / bins, the largest item): no assignment does better */
+    double lower_bound;  /* max(total / bins, the largest item, the bins-th plus the
+                            (bins+1)-th largest items): no assignment does better */
     bool milp;           /* the exact MILP's answer was taken (else greedy LPT) */
     bool milp_optimal;   /* ... and GLPK proved it optimal within the time limit */
     double milp_seconds; /* time spent in the MILP */

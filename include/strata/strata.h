@@ -352,7 +352,8 @@ typedef struct strata_stats {
                                    optimizer step), cumulative; 0 for owner sharding */
     uint64_t comm_bytes_intra_node, comm_bytes_inter_node; /* sent + received, cumulative */
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
-    double planned_lower_bound; /* its lower bound max(total / N, largest item) (cost units) */
+    double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
+                                   plus the (N+1)-th largest item) (seconds) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
