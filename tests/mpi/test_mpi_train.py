@@ -31,7 +31,7 @@ import time
 EXE = os.path.abspath(sys.argv[1])
 QUICK = "--quick" in sys.argv
 TINY = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32", "--batch", "4",
-        "--steps", "12", "--eval-every", "0", "--eval-batches", "2", "--threads", "1",
+        "--steps", "20", "--eval-every", "0", "--eval-batches", "2", "--threads", "1",
         "--precondition-frequency", "3", "--quiet"]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
@@ -162,11 +162,11 @@ def main():
                                ("muon", ["--optimizer", "muon"])):
                 ck = os.path.join(tmp, f"ck-{name}-{n}")
                 full = train(tmp, f"ck-full-{name}-{n}", n,
-                             args + ["--save-every", "6", "--save-dir", ck])
+                             args + ["--save-every", "10", "--save-dir", ck])
                 res = train(tmp, f"ck-res-{name}-{n}", n,
-                            args + ["--resume", os.path.join(ck, "step-00000006")])
+                            args + ["--resume", os.path.join(ck, "step-00000010")])
                 ok = full and res and full["weights_hash"] == res["weights_hash"]
-                check(bool(ok), f"{name} -np {n}: resume from step 6 bit-identical to the "
+                check(bool(ok), f"{name} -np {n}: resume from step 10 bit-identical to the "
                                 f"uninterrupted run")
         # Resharding: 4 ranks' checkpoint on 1 rank with --grad-accum 4 (the
         # same numbers as 4 ranks) continues bit-identically; on 2 and 3 ranks,
@@ -176,15 +176,16 @@ def main():
                            ("shampoo-async-S2", ["--optimizer", "shampoo", "--async",
                                                  "--staleness", "2", "--workers", "1"])):
             ck = os.path.join(tmp, f"rs-{name}")
-            full = train(tmp, f"rs-full-{name}", 4, args + ["--save-every", "6", "--save-dir", ck])
+            full = train(tmp, f"rs-full-{name}", 4, args + ["--save-every", "10", "--save-dir", ck])
             one = train(tmp, f"rs-one-{name}", 1,
-                        args + ["--grad-accum", "4", "--resume", os.path.join(ck, "step-00000006")])
+                        args + ["--grad-accum", "4", "--resume",
+                                os.path.join(ck, "step-00000010")])
             check(bool(full and one and full["weights_hash"] == one["weights_hash"]),
                   f"{name}: 4 ranks' checkpoint resumed on 1 rank with --grad-accum 4, "
                   f"bit-identical")
             for m in (2, 3):
                 got = train(tmp, f"rs-{m}-{name}", m,
-                            args + ["--resume", os.path.join(ck, "step-00000006")])
+                            args + ["--resume", os.path.join(ck, "step-00000010")])
                 check(bool(got) and got["final_val_loss"] == got["final_val_loss"],
                       f"{name}: 4 ranks' checkpoint resumed on {m} ranks and trained on")
         # The reassembled weights: resumed on 1, 2, 3 ranks with no step left,
@@ -193,13 +194,15 @@ def main():
         six = ["--optimizer", "shampoo", "--steps", "6"]
         at6 = train(tmp, "rs-at6", 4, six + ["--save-every", "6", "--save-dir", ck6])
         for m in (1, 2, 3):
-            got = train(tmp, f"rs-re6-{m}", m, six + ["--resume", os.path.join(ck6, "step-00000006")])
+            got = train(tmp, f"rs-re6-{m}", m,
+                        six + ["--resume", os.path.join(ck6, "step-00000006")])
             check(bool(at6 and got and got["weights_hash"] == at6["weights_hash"]),
                   f"4 ranks' checkpoint loaded on {m} rank(s): the same weights hash")
         ck3 = os.path.join(tmp, "rs-3to4")
-        got3 = train(tmp, "rs-3", 3, ["--optimizer", "muon", "--save-every", "6", "--save-dir", ck3])
+        got3 = train(tmp, "rs-3", 3, ["--optimizer", "muon", "--save-every", "10", "--save-dir",
+                                      ck3])
         got4 = train(tmp, "rs-4", 4, ["--optimizer", "muon", "--resume",
-                                      os.path.join(ck3, "step-00000006")])
+                                      os.path.join(ck3, "step-00000010")])
         check(bool(got3 and got4), "muon: 3 ranks' checkpoint resumed on 4 ranks")
         # A failing rank ends the job with its message, never a hang.
         wrapper = os.path.join(tmp, "one_bad_rank.sh")
@@ -217,6 +220,23 @@ def main():
                   f"one failing rank: exit {p.returncode} after {dt:.1f} s with its message")
         except subprocess.TimeoutExpired:
             check(False, "one failing rank: the job hung (killed after 60 s)")
+        # A rank killed outright (SIGKILL in the middle of training): the
+        # launcher ends the others, never a hang.
+        killer = os.path.join(tmp, "one_killed_rank.sh")
+        with open(killer, "w") as f:
+            f.write('#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then\n'
+                    f'  "{EXE}" train "$@" & pid=$!; sleep 2; kill -9 $pid; wait $pid; exit 137\n'
+                    f'fi\nexec "{EXE}" train "$@"\n')
+        os.chmod(killer, 0o755)
+        t0 = time.monotonic()
+        try:
+            p = mpirun(3, [killer] + TINY + ["--steps", "100000"], timeout=90)
+            dt = time.monotonic() - t0
+            check(p.returncode != 0 and dt < 60,
+                  f"one rank killed (SIGKILL): the job ended, exit {p.returncode}, "
+                  f"after {dt:.1f} s")
+        except subprocess.TimeoutExpired:
+            check(False, "one rank killed: the job hung (killed after 90 s)")
     print(f"{failures} failed")
     return 1 if failures else 0
 
