@@ -659,7 +659,8 @@ strata_status strata_commit(strata_runtime *rt)
     s->world_size = rt->world;
     s->rank = rank;
     rt->norm_parts = calloc(2 * (size_t)rt->n_params, sizeof *rt->norm_parts);
-    if (!rt->norm_parts) {
+    rt->shard_counts = calloc(2 * (size_t)rt->world, sizeof *rt->shard_counts);
+    if (!rt->norm_parts || !rt->shard_counts) {
         uncommit(rt);
         return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     }
@@ -763,10 +764,7 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
     if (rt->world == 1)
         return STRATA_OK;
     const int N = rt->world;
-    size_t *counts = malloc(2 * (size_t)N * sizeof *counts);
-    if (!counts)
-        return strata_error(STRATA_ERR_NOMEM, "hook_backward: out of memory");
-    size_t *displs = counts + N;
+    size_t *counts = rt->shard_counts, *displs = rt->shard_counts + N;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         if (p->layer != layer)
@@ -794,7 +792,6 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
                 st = average(rt, p->grad, p->view.numel);
         }
     }
-    free(counts);
     return st;
 }
 
@@ -821,10 +818,7 @@ strata_status strata_step(strata_runtime *rt)
     strata_status st = STRATA_OK;
     if (rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_GATHER) {
         const int N = rt->world;
-        size_t *counts = malloc(2 * (size_t)N * sizeof *counts);
-        if (!counts)
-            return strata_error(STRATA_ERR_NOMEM, "step: out of memory");
-        size_t *displs = counts + N;
+        size_t *counts = rt->shard_counts, *displs = rt->shard_counts + N;
         for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
             rt_param *p = &rt->params[i];
             for (int r = 0; r < N; r++)
@@ -836,7 +830,6 @@ strata_status strata_step(strata_runtime *rt)
                     (p->view.numel - counts[rt->rank]) * sizeof(float) +
                     (uint64_t)(N - 1) * counts[rt->rank] * sizeof(float);
         }
-        free(counts);
         if (st != STRATA_OK)
             return st;
     }
@@ -1081,6 +1074,7 @@ void strata_destroy(strata_runtime *rt)
     free(rt->params);
     free(rt->layer_reduced);
     free(rt->norm_parts);
+    free(rt->shard_counts);
     if (rt->gather_stage)
         for (int i = 0; i < rt->n_params; i++)
             free(rt->gather_stage[i]);

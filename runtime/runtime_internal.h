@@ -56,6 +56,7 @@ struct strata_runtime {
     strata_comm *group;        /* this rank's group (the world when one group) */
     bool own_group;
     int *replicas;             /* scratch: the owners of one parameter in every group */
+    size_t *shard_counts;  /* 2 world: counts and displacements of one collective (commit) */
     double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
