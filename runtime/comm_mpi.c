@@ -225,18 +225,15 @@ static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
     } else {
         /* Every rank sends piece r to rank r (alltoallv), then sums its pieces
          * in rank order from +0. */
-        int *sc = calloc((size_t)c->size, sizeof *sc), *sd = calloc((size_t)c->size, sizeof *sd);
         int *rc = calloc((size_t)c->size, sizeof *rc), *rd = calloc((size_t)c->size, sizeof *rd);
-        st = sc && sd && rc && rd ? stage_reserve(c, mine * (size_t)c->size + 1)
-                                  : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+        st = rc && rd ? stage_reserve(c, mine * (size_t)c->size + 1)
+                      : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
         if (st == STRATA_OK) {
             for (int r = 0; r < c->size; r++) {
-                sc[r] = ic[r];
-                sd[r] = id[r];
                 rc[r] = (int)mine;
                 rd[r] = (int)(mine * (size_t)r);
             }
-            st = MPI_TRY(MPI_Alltoallv(send, sc, sd, MPI_FLOAT, c->stage, rc, rd, MPI_FLOAT,
+            st = MPI_TRY(MPI_Alltoallv(send, ic, id, MPI_FLOAT, c->stage, rc, rd, MPI_FLOAT,
                                        c->comm));
         }
         if (st == STRATA_OK)
@@ -246,8 +243,6 @@ static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
                     s += c->stage[mine * (size_t)r + i];
                 recv[i] = s;
             }
-        free(sc);
-        free(sd);
         free(rc);
         free(rd);
     }

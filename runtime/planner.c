@@ -6,19 +6,15 @@
 
 #include "base/clock.h"
 
-strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, double *load)
+/* Longest-processing-time first: items by cost descending (index ascending
+ * among equals), each to the least-loaded bin that has room under `cap`
+ * (cap <= 0: every bin has room), else to the bin with the fewest bytes.
+ * order[] is n ints of scratch; load and fill are `bins` doubles, zeroed here. */
+static void lpt_greedy(const double *cost, const double *bytes, int n, int bins, double cap,
+                       int *assign, int *order, double *load, double *fill)
 {
-    if (n < 0 || bins < 1 || (n > 0 && (!cost || !assign)))
-        return strata_error(STRATA_ERR_INVALID_ARG, "plan_lpt: bad arguments (n %d, bins %d)", n,
-                            bins);
-    int *order = malloc(((size_t)n + 1) * sizeof *order);
-    double *acc = calloc((size_t)bins, sizeof *acc);
-    if (!order || !acc) {
-        free(order);
-        free(acc);
-        return strata_error(STRATA_ERR_NOMEM, "plan_lpt: out of memory");
-    }
-    /* Insertion sort, cost descending, index ascending among equals (stable). */
+    for (int b = 0; b < bins; b++)
+        load[b] = fill[b] = 0.0;
     for (int i = 0; i < n; i++) {
         int k = i;
         while (k > 0 && cost[order[k - 1]] < cost[i]) {
@@ -28,13 +24,35 @@ strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, 
         order[k] = i;
     }
     for (int k = 0; k < n; k++) {
-        int best = 0;
-        for (int f = 1; f < bins; f++)
-            if (acc[f] < acc[best])
-                best = f;
-        assign[order[k]] = best;
-        acc[best] += cost[order[k]];
+        const int i = order[k];
+        const double b_i = bytes ? bytes[i] : 0.0;
+        int best = -1;
+        for (int b = 0; b < bins; b++)
+            if ((cap <= 0 || fill[b] + b_i <= cap) && (best < 0 || load[b] < load[best]))
+                best = b;
+        if (best < 0) /* nobody has room: the least-filled bin */
+            for (int b = 0; b < bins; b++)
+                if (best < 0 || fill[b] < fill[best])
+                    best = b;
+        assign[i] = best;
+        load[best] += cost[i];
+        fill[best] += b_i;
     }
+}
+
+strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, double *load)
+{
+    if (n < 0 || bins < 1 || (n > 0 && (!cost || !assign)))
+        return strata_error(STRATA_ERR_INVALID_ARG, "plan_lpt: bad arguments (n %d, bins %d)", n,
+                            bins);
+    int *order = malloc(((size_t)n + 1) * sizeof *order);
+    double *acc = calloc(2 * (size_t)bins, sizeof *acc);
+    if (!order || !acc) {
+        free(order);
+        free(acc);
+        return strata_error(STRATA_ERR_NOMEM, "plan_lpt: out of memory");
+    }
+    lpt_greedy(cost, NULL, n, bins, 0.0, assign, order, acc, acc + bins);
     if (load)
         for (int f = 0; f < bins; f++)
             load[f] = acc[f];
@@ -78,27 +96,8 @@ strata_status strata_plan_owners(const double *cost, const double *bytes, int n,
     for (int i = 0; i < n; i++) {
         total += cost[i];
         biggest = cost[i] > biggest ? cost[i] : biggest;
-        int k = i; /* cost descending, index ascending among equals */
-        while (k > 0 && cost[order[k - 1]] < cost[i]) {
-            order[k] = order[k - 1];
-            k--;
-        }
-        order[k] = i;
     }
-    for (int k = 0; k < n; k++) {
-        const int i = order[k];
-        int best = -1;
-        for (int b = 0; b < bins; b++)
-            if ((cap <= 0 || fill[b] + bytes[i] <= cap) && (best < 0 || load[b] < load[best]))
-                best = b;
-        if (best < 0) /* nobody has room: the least-filled bin */
-            for (int b = 0; b < bins; b++)
-                if (best < 0 || fill[b] < fill[best])
-                    best = b;
-        assign[i] = best;
-        load[best] += cost[i];
-        fill[best] += bytes[i];
-    }
+    lpt_greedy(cost, bytes, n, bins, cap, assign, order, load, fill);
     out->lower_bound = total / bins > biggest ? total / bins : biggest;
     /* With more items than bins, two of the bins + 1 largest share a bin:
      * the bins-th and (bins+1)-th largest costs together bound the makespan
