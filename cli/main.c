@@ -787,6 +787,10 @@ static int cmd_train(int argc, char **argv)
             return 1;
         }
         a.o.strata.comm = comm;
+        /* mpirun hands ranks a pseudo-terminal even when its own output goes
+         * to a file: plain lines unless --progress asks for the bar. */
+        if (strata_comm_size(comm) > 1 && a.o.progress < 0)
+            a.o.progress = 0;
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
     catch_stop_signals(&a.o);
