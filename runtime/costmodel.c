@@ -16,6 +16,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,14 @@
 
 #include "base/clock.h"
 
-static void cpu_model(char *out, size_t n)
+/* The CPU model, read from /proc/cpuinfo once per process. */
+static char g_cpu_model[256];
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static void read_cpu_model(void)
 {
+    char *out = g_cpu_model;
+    const size_t n = sizeof g_cpu_model;
     snprintf(out, n, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f)
@@ -44,6 +51,12 @@ static void cpu_model(char *out, size_t n)
         }
     }
     fclose(f);
+}
+
+static const char *cpu_model(void)
+{
+    pthread_once(&g_cpu_once, read_cpu_model);
+    return g_cpu_model;
 }
 
 static bool cache_path(char *out, size_t n)
@@ -75,11 +88,65 @@ static bool cache_path(char *out, size_t n)
 static void key_of(const strata_precond_family *f, const strata_precond_shape *sh, int F,
                    char *out, size_t n)
 {
-    char cpu[256];
-    cpu_model(cpu, sizeof cpu);
-    snprintf(out, n, "%s\t%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu, openblas_get_corename(),
+    snprintf(out, n, "%s\t%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu_model(), openblas_get_corename(),
              openblas_get_num_threads(), f->name, (long long)sh->batch, (long long)sh->rows,
              (long long)sh->cols, F);
+}
+
+/* The cache file, read once per process into memory (the planner asks for
+ * every parameter; a commit should not rescan the file each time). Guarded
+ * by g_cache_mu: runtimes may commit from several threads. */
+typedef struct cost_entry {
+    char *key;
+    double seconds;
+} cost_entry;
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static cost_entry *g_cache;
+static size_t g_cache_n, g_cache_cap;
+static bool g_cache_loaded;
+
+/* Caller holds g_cache_mu. A later line for the same key wins (as before). */
+static void cache_remember(const char *key, size_t kl, double seconds)
+{
+    for (size_t i = 0; i < g_cache_n; i++)
+        if (strlen(g_cache[i].key) == kl && memcmp(g_cache[i].key, key, kl) == 0) {
+            g_cache[i].seconds = seconds;
+            return;
+        }
+    if (g_cache_n == g_cache_cap) {
+        size_t cap = g_cache_cap ? 2 * g_cache_cap : 64;
+        cost_entry *grown = realloc(g_cache, cap * sizeof *grown);
+        if (!grown)
+            return; /* a cache miss later: measured again */
+        g_cache = grown;
+        g_cache_cap = cap;
+    }
+    char *k = malloc(kl + 1);
+    if (!k)
+        return;
+    memcpy(k, key, kl);
+    k[kl] = '\0';
+    g_cache[g_cache_n++] = (cost_entry){k, seconds};
+}
+
+/* Caller holds g_cache_mu. */
+static void cache_load(const char *path)
+{
+    g_cache_loaded = true;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *tab = strrchr(line, '\t');
+        if (!tab)
+            continue;
+        char *end;
+        double v = strtod(tab + 1, &end);
+        if (end != tab + 1 && v > 0)
+            cache_remember(line, (size_t)(tab - line), v);
+    }
+    fclose(f);
 }
 
 static bool cache_get(const char *key, double *seconds)
@@ -87,22 +154,16 @@ static bool cache_get(const char *key, double *seconds)
     char path[4200];
     if (!cache_path(path, sizeof path))
         return false;
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char line[1024];
-    const size_t kl = strlen(key);
     bool found = false;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == '\t') {
-            char *end;
-            double v = strtod(line + kl + 1, &end);
-            if (end != line + kl + 1 && v > 0) {
-                *seconds = v;
-                found = true;
-            }
+    pthread_mutex_lock(&g_cache_mu);
+    if (!g_cache_loaded)
+        cache_load(path);
+    for (size_t i = 0; i < g_cache_n && !found; i++)
+        if (strcmp(g_cache[i].key, key) == 0) {
+            *seconds = g_cache[i].seconds;
+            found = true;
         }
-    fclose(f);
+    pthread_mutex_unlock(&g_cache_mu);
     return found;
 }
 
@@ -111,11 +172,14 @@ static void cache_put(const char *key, double seconds)
     char path[4200];
     if (!cache_path(path, sizeof path))
         return;
+    pthread_mutex_lock(&g_cache_mu);
+    cache_remember(key, strlen(key), seconds);
     FILE *f = fopen(path, "a");
-    if (!f)
-        return;
-    fprintf(f, "%s\t%.9g\n", key, seconds);
-    fclose(f);
+    if (f) {
+        fprintf(f, "%s\t%.9g\n", key, seconds);
+        fclose(f);
+    }
+    pthread_mutex_unlock(&g_cache_mu);
 }
 
 static int cmp_double(const void *a, const void *b)
