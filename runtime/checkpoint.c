@@ -145,18 +145,34 @@ static void config_compare(const strata_runtime *rt, json_object *saved, const c
 
 /* ---- files: write with a digest, read whole */
 
+/* Test fault injection (runtime/testing.h): counts one file-system call of a
+ * save; true (errno set) when it is the call armed to fail. */
+static bool io_fault(strata_runtime *rt)
+{
+    if (!rt)
+        return false;
+    rt->testing_ckpt_calls++;
+    if (rt->testing_ckpt_fail_at > 0 && rt->testing_ckpt_calls == rt->testing_ckpt_fail_at) {
+        errno = rt->testing_ckpt_errno;
+        return true;
+    }
+    return false;
+}
+
 typedef struct wfile {
+    strata_runtime *rt; /* fault injection */
     int fd;
     const char *path;
     EVP_MD_CTX *md;
     uint64_t bytes;
 } wfile;
 
-static strata_status wfile_open(wfile *w, const char *path)
+static strata_status wfile_open(strata_runtime *rt, wfile *w, const char *path)
 {
     memset(w, 0, sizeof *w);
+    w->rt = rt;
     w->path = path;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    w->fd = io_fault(rt) ? -1 : open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0)
         return strata_error(STRATA_ERR_IO, "checkpoint: cannot create %s: %s", path,
                             strerror(errno));
@@ -175,7 +191,7 @@ static strata_status wfile_write(wfile *w, const void *buf, size_t n)
     EVP_DigestUpdate(w->md, buf, n);
     w->bytes += n;
     while (n > 0) {
-        ssize_t k = write(w->fd, p, n);
+        ssize_t k = io_fault(w->rt) ? -1 : write(w->fd, p, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -190,10 +206,14 @@ static strata_status wfile_write(wfile *w, const void *buf, size_t n)
 /* fsync, close, digest; on st != OK only releases. */
 static strata_status wfile_close(wfile *w, strata_status st, uint8_t digest[32])
 {
-    if (st == STRATA_OK && fsync(w->fd) != 0)
+    if (st == STRATA_OK && (io_fault(w->rt) || fsync(w->fd) != 0))
         st = strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", w->path, strerror(errno));
-    if (close(w->fd) != 0 && st == STRATA_OK)
-        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path, strerror(errno));
+    /* The descriptor is released even when the injected close "fails". */
+    const bool fail_close = st == STRATA_OK && io_fault(w->rt);
+    const int e = errno;
+    if ((close(w->fd) != 0 || fail_close) && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path,
+                          strerror(fail_close ? e : errno));
     unsigned len = 0;
     if (st == STRATA_OK && digest)
         EVP_DigestFinal_ex(w->md, digest, &len);
@@ -213,13 +233,13 @@ static void hex32(const uint8_t d[32], char out[65])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static strata_status fsync_dir(const char *path)
+static strata_status fsync_dir(strata_runtime *rt, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = io_fault(rt) ? -1 : open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return strata_error(STRATA_ERR_IO, "checkpoint: open directory %s: %s", path,
                             strerror(errno));
-    int rc = fsync(fd);
+    int rc = io_fault(rt) ? -1 : fsync(fd);
     int e = errno;
     close(fd);
     return rc == 0 ? STRATA_OK
@@ -386,7 +406,7 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
             hdr[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);
         memcpy(hdr + 8, txt, hl);
         memset(hdr + 8 + hl, ' ', padded - hl);
-        st = wfile_open(&w, path);
+        st = wfile_open(rt, &w, path);
         if (st == STRATA_OK) {
             st = wfile_write(&w, hdr, 8 + padded);
             for (int i = 0; i < l->n && st == STRATA_OK; i++) {
@@ -413,15 +433,15 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
     return st;
 }
 
-static strata_status json_write(const char *path, json_object *o, uint64_t *bytes,
-                                uint8_t digest[32])
+static strata_status json_write(strata_runtime *rt, const char *path, json_object *o,
+                                uint64_t *bytes, uint8_t digest[32])
 {
     const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
     if (!txt)
         return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     wfile w;
-    strata_status st = wfile_open(&w, path);
+    strata_status st = wfile_open(rt, &w, path);
     if (st != STRATA_OK)
         return st;
     st = wfile_write(&w, txt, strlen(txt));
@@ -655,32 +675,55 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
     }
     json_object_object_add(m, "user", user ? user : json_object_new_object());
     char *path = joinf(tmp, "manifest.json");
-    strata_status st = path ? json_write(path, m, bytes, NULL)
+    strata_status st = path ? json_write(rt, path, m, bytes, NULL)
                             : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     free(path);
     json_object_put(m);
     return st;
 }
 
-/* Move `tmp` to `dir` (exchanging with an existing one), fsync the parent. */
-static strata_status publish(const char *tmp, const char *dir)
+/* Move `tmp` to `dir` (exchanging with an existing one), fsync the parent.
+ * On failure `dir` is as it was (absent, or the previous checkpoint) and
+ * `tmp` holds the new files for the caller to remove: a rename whose parent
+ * fsync failed is undone, since an error must not leave a checkpoint the
+ * caller believes unsaved under the final name. */
+static strata_status publish(strata_runtime *rt, const char *tmp, const char *dir)
 {
-    if (rename(tmp, dir) != 0) {
+    bool exchanged = false;
+    if (io_fault(rt) || rename(tmp, dir) != 0) {
         if (errno != ENOTEMPTY && errno != EEXIST && errno != EISDIR)
             return strata_error(STRATA_ERR_IO, "checkpoint: rename %s -> %s: %s", tmp, dir,
                                 strerror(errno));
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
+        if (io_fault(rt) || renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
             return strata_error(STRATA_ERR_IO, "checkpoint: exchange %s <-> %s: %s", tmp, dir,
                                 strerror(errno));
-        remove_dir(tmp); /* now the old checkpoint */
+        exchanged = true; /* tmp is now the old checkpoint */
     }
     char *parent = strdup(dir);
-    if (!parent)
-        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    char *slash = strrchr(parent, '/');
-    const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
-    strata_status st = fsync_dir(pd);
+    strata_status st = parent ? STRATA_OK
+                              : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == STRATA_OK) {
+        char *slash = strrchr(parent, '/');
+        const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
+        st = fsync_dir(rt, pd);
+    }
     free(parent);
+    if (st == STRATA_OK) {
+        if (exchanged)
+            remove_dir(tmp);
+        return STRATA_OK;
+    }
+    const int undo = exchanged ? renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)
+                               : rename(dir, tmp);
+    if (undo != 0) {
+        /* Double fault: the new checkpoint, complete and fsynced, stays; the
+         * old one (tmp after an exchange) goes as on success. */
+        strata_log(rt, STRATA_LOG_ERROR, "ckpt", "%s: could not undo the rename after a failed "
+                   "fsync of its parent (%s); its files are complete and fsynced", dir,
+                   strerror(errno));
+        if (exchanged)
+            remove_dir(tmp);
+    }
     return st;
 }
 
@@ -718,7 +761,7 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     if (rt->rank == 0 && st == STRATA_OK) {
         snprintf(tmp, dl + 16, "%s.tmp-XXXXXX", dir);
-        if (!mkdtemp(tmp))
+        if (io_fault(rt) || !mkdtemp(tmp))
             st = strata_error(STRATA_ERR_IO, "strata_save: cannot create %s: %s", tmp,
                               strerror(errno));
         else
@@ -781,7 +824,7 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         char *path = joinf(tmp, fname);
         uint8_t dig[32];
         uint64_t nb = 0;
-        st = path ? json_write(path, rj, &nb, dig)
+        st = path ? json_write(rt, path, rj, &nb, dig)
                   : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         free(path);
         if (st == STRATA_OK) {
@@ -837,9 +880,9 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         st = write_manifest(rt, tmp, rows, user_json, all_jobs, model_bytes, model_digest, &mb);
         bytes += mb;
         if (st == STRATA_OK)
-            st = fsync_dir(tmp);
+            st = fsync_dir(rt, tmp);
         if (st == STRATA_OK)
-            st = publish(tmp, dir);
+            st = publish(rt, tmp, dir);
     }
     if (rt->rank == 0 && st != STRATA_OK && tmp && name[6] == 1.0)
         remove_dir(tmp);

@@ -1105,3 +1105,18 @@ strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int err
         return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");
     return strata_refresh_inject_io_errors(rt->engine, n, errno_value);
 }
+
+strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, int errno_value)
+{
+    if (!rt || nth < 0 || errno_value <= 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_inject_ckpt_fault: bad arguments");
+    rt->testing_ckpt_calls = 0;
+    rt->testing_ckpt_fail_at = nth;
+    rt->testing_ckpt_errno = errno_value;
+    return STRATA_OK;
+}
+
+int64_t strata_testing_ckpt_calls(const strata_runtime *rt)
+{
+    return rt ? rt->testing_ckpt_calls : -1;
+}

@@ -36,6 +36,11 @@ struct strata_runtime {
     strata_config cfg;
     strata_logger log;     /* from cfg: the sink every component writes through */
     int testing_worker_delay_us; /* runtime/testing.h */
+    /* runtime/testing.h: checkpoint I/O fault injection. Every file-system
+     * call of strata_save (mkdtemp, open, write, fsync, close, rename) counts
+     * one; call number ckpt_fail_at (1-based; 0: none) fails with ckpt_errno. */
+    int64_t testing_ckpt_calls, testing_ckpt_fail_at;
+    int testing_ckpt_errno;
     char *nvme_dir;
     strata_backend *be;
     strata_comm *comm;     /* cfg.comm, or an owned self communicator */
