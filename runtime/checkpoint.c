@@ -143,6 +143,136 @@ static void config_compare(const strata_runtime *rt, json_object *saved, const c
     json_object_put(now);
 }
 
+/* ---- the statistics counters a resumed run continues (strata_stats)
+ *
+ * Every rank's counters at the save go into the manifest ("rank_stats"). A
+ * load sets rt->stats_base so that strata_stats_get reads the saved totals
+ * right after strata_load and adds what happens from there (whatever the
+ * load itself did, e.g. replayed installs, is not counted). At the same world
+ * size each rank continues its own counters. At another world size, by kind:
+ * 'c' event counts go, summed over the old ranks, to rank 0 (the totals
+ * continue), 'm' maxima become the old ranks' maximum on every rank, 'r'
+ * per-rank resources (bytes moved, seconds) the old ranks' mean on every
+ * rank (per-step means stay per-rank figures). */
+
+typedef struct stat_field {
+    const char *name;
+    size_t off;
+    char type; /* 'i' int64_t, 'u' uint64_t, 'd' double */
+    char kind; /* 'c', 'm', 'r' */
+} stat_field;
+
+#define SF(m, t, k) {#m, offsetof(strata_stats, m), t, k}
+static const stat_field stat_fields[] = {
+    SF(root_refreshes, 'i', 'c'), SF(root_failures, 'i', 'c'), SF(root_retries, 'i', 'c'),
+    SF(nonfinite_rejected, 'i', 'c'), SF(overflow_skipped, 'i', 'c'),
+    SF(nonfinite_directions, 'i', 'c'), SF(forward_hooks, 'i', 'c'),
+    SF(backward_hooks, 'i', 'c'), SF(missing_backward_hooks, 'i', 'c'),
+    SF(coh_installs, 'i', 'c'), SF(coh_waits, 'i', 'c'), SF(coh_dropped, 'i', 'c'),
+    SF(coh_failed, 'i', 'c'), SF(coh_bound_exceeded, 'i', 'c'), SF(jobs_submitted, 'i', 'c'),
+    SF(jobs_cancelled, 'i', 'c'), SF(io_errors, 'i', 'c'), SF(max_staleness, 'i', 'm'),
+    SF(coh_wait_seconds, 'd', 'r'), SF(seconds_steps, 'd', 'r'), SF(seconds_factors, 'd', 'r'),
+    SF(seconds_roots, 'd', 'r'), SF(seconds_precondition, 'd', 'r'), SF(seconds_tail, 'd', 'r'),
+    SF(bytes_device_to_host, 'u', 'r'), SF(nvme_bytes_written, 'u', 'r'),
+    SF(nvme_bytes_read, 'u', 'r'), SF(step_matrix_bytes, 'u', 'r'),
+    SF(comm_bytes_intra_node, 'u', 'r'), SF(comm_bytes_inter_node, 'u', 'r'),
+};
+#undef SF
+enum { N_STATS = sizeof stat_fields / sizeof stat_fields[0] };
+
+static double stat_read(const strata_stats *s, const stat_field *f)
+{
+    const char *p = (const char *)s + f->off;
+    int64_t i;
+    uint64_t u;
+    double d;
+    switch (f->type) {
+    case 'i': memcpy(&i, p, sizeof i); return (double)i;
+    case 'u': memcpy(&u, p, sizeof u); return (double)u;
+    default: memcpy(&d, p, sizeof d); return d;
+    }
+}
+
+/* base = saved - now (integers wrap consistently: adding it back gives
+ * saved + what came after); maxima are kept as they are. */
+static void stat_set_base(strata_stats *base, const stat_field *f, double saved, double now)
+{
+    char *p = (char *)base + f->off;
+    if (f->type == 'd') {
+        const double d = f->kind == 'm' ? saved : saved - now;
+        memcpy(p, &d, sizeof d);
+    } else if (f->type == 'i') {
+        const int64_t i = f->kind == 'm' ? (int64_t)saved : (int64_t)saved - (int64_t)now;
+        memcpy(p, &i, sizeof i);
+    } else {
+        const uint64_t u = (uint64_t)saved - (uint64_t)now;
+        memcpy(p, &u, sizeof u);
+    }
+}
+
+void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out)
+{
+    for (int k = 0; k < N_STATS; k++) {
+        const stat_field *f = &stat_fields[k];
+        char *o = (char *)out + f->off;
+        const char *b = (const char *)&rt->stats_base + f->off;
+        if (f->type == 'd') {
+            double x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x = f->kind == 'm' ? (x > y ? x : y) : x + y;
+            memcpy(o, &x, sizeof x);
+        } else if (f->type == 'i') {
+            int64_t x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x = f->kind == 'm' ? (x > y ? x : y) : (int64_t)((uint64_t)x + (uint64_t)y);
+            memcpy(o, &x, sizeof x);
+        } else {
+            uint64_t x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x += y;
+            memcpy(o, &x, sizeof x);
+        }
+    }
+}
+
+/* The counters a load restores on this rank (see above). */
+static strata_status stats_restore(strata_runtime *rt, const strata_ckpt_manifest *m)
+{
+    if (!m->rank_stats)
+        return STRATA_OK; /* an older checkpoint: counters start from zero */
+    memset(&rt->stats_base, 0, sizeof rt->stats_base);
+    strata_stats now;
+    strata_status st = strata_stats_get(rt, &now);
+    if (st != STRATA_OK)
+        return st;
+    json_object *arr = m->rank_stats;
+    const bool same = m->world_size == rt->world;
+    for (int k = 0; k < N_STATS; k++) {
+        const stat_field *f = &stat_fields[k];
+        double v = 0.0;
+        for (int r = 0; r < m->world_size; r++) {
+            if (same && r != rt->rank)
+                continue;
+            json_object *x = NULL;
+            json_object_object_get_ex(json_object_array_get_idx(arr, (size_t)r), f->name, &x);
+            const double y = !x ? 0.0 : f->type == 'd' ? json_object_get_double(x)
+                                                       : (double)json_object_get_int64(x);
+            v = f->kind == 'm' ? (y > v ? y : v) : v + y;
+        }
+        if (!same && f->kind == 'c' && rt->rank != 0)
+            v = 0.0;
+        if (!same && f->kind == 'r')
+            v /= m->world_size;
+        if (f->type == 'i' || f->type == 'u')
+            v = (double)(int64_t)v; /* a mean of integers: truncated */
+        stat_set_base(&rt->stats_base, f, v, stat_read(&now, f));
+    }
+    return STRATA_OK;
+}
+
 /* ---- files: write with a digest, read whole */
 
 /* Test fault injection (runtime/testing.h): counts one file-system call of a
@@ -594,9 +724,10 @@ static strata_status rank_items(strata_runtime *rt, item_list *l, json_object *t
     return st;
 }
 
-/* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs] */
+/* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs,
+ * the statistics counters (N_STATS)] */
 enum { ROW_OK, ROW_BYTES_ST, ROW_BYTES_JSON, ROW_DIG_ST, ROW_DIG_JSON = ROW_DIG_ST + 32,
-       ROW_JOBS = ROW_DIG_JSON + 32, ROW_N };
+       ROW_JOBS = ROW_DIG_JSON + 32, ROW_STATS, ROW_N = ROW_STATS + N_STATS };
 
 static void rank_file(char *buf, size_t n, int rank, const char *ext)
 {
@@ -663,6 +794,18 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
         }
     }
     json_object_object_add(m, "files", files);
+    json_object *rank_stats = json_object_new_array();
+    for (int r = 0; r < rt->world; r++) {
+        const double *row = rows + (size_t)r * ROW_N;
+        json_object *o = json_object_new_object();
+        for (int k = 0; k < N_STATS; k++)
+            json_object_object_add(o, stat_fields[k].name,
+                                   stat_fields[k].type == 'd'
+                                       ? json_object_new_double(row[ROW_STATS + k])
+                                       : json_object_new_int64((int64_t)row[ROW_STATS + k]));
+        json_object_array_add(rank_stats, o);
+    }
+    json_object_object_add(m, "rank_stats", rank_stats);
     json_object *user = NULL;
     if (user_json) {
         user = json_tokener_parse(user_json);
@@ -862,6 +1005,10 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         double *row = rows + (size_t)rt->rank * ROW_N;
         row[ROW_OK] = st == STRATA_OK ? 1.0 : 0.0;
         row[ROW_JOBS] = (double)jobs;
+        strata_stats s;
+        if (strata_stats_get(rt, &s) == STRATA_OK)
+            for (int k = 0; k < N_STATS; k++)
+                row[ROW_STATS + k] = stat_read(&s, &stat_fields[k]);
         if (rt->world > 1) {
             strata_status sc =
                 strata_comm_allreduce_f64(rt->comm, rows, rt->world * ROW_N, STRATA_REDUCE_SUM);
@@ -1275,6 +1422,8 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     rt->lr_scale = (float)m->lr_scale;
     for (int i = 0; i < rt->n_params; i++)
         rt->params[i].materialized_at = m->step; /* every rank read every weight */
+    if (st == STRATA_OK)
+        st = stats_restore(rt, m);
     if (user_json && !(*user_json = strdup(m->user_json)))
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     size_t bytes = fm.len;

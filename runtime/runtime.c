@@ -1034,6 +1034,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
     }
+    strata_ckpt_stats_add(rt, out);
     return STRATA_OK;
 }
 

@@ -55,6 +55,8 @@ struct strata_runtime {
     bool warned_missing_hook;
     bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */
     strata_stats stats;
+    strata_stats stats_base;   /* checkpoint.c: counters restored by strata_load, added by
+                                  strata_stats_get (strata_ckpt_stats_add) */
     strata_refresh *engine;
     int rank, world;
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */
@@ -66,5 +68,9 @@ struct strata_runtime {
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
 };
+
+/* checkpoint.c: add the counters a checkpoint restored (rt->stats_base) to
+ * `out`, a strata_stats_get result. */
+void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out);
 
 #endif

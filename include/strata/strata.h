@@ -448,7 +448,8 @@ typedef struct strata_save_info {
  * each rank its own shard. Call between steps, after commit.
  * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
  * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
- * or rename failed, with the path and errno text), STRATA_ERR_TIMEOUT (the
+ * or rename failed, with the path and errno text; `dir` is left as it
+ * was and no "*.tmp-*" directory remains), STRATA_ERR_TIMEOUT (the
  * drain), STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
                                      strata_save_info *info);
@@ -485,6 +486,15 @@ typedef struct strata_load_info {
  * logical tensor whole: shards are tensor-granular), its refresh blocks and
  * their registry state likewise. Each rank reads the weights file and the
  * files of the ranks whose parameters it now owns.
+ * Statistics: strata_stats_get's cumulative counters continue from the
+ * save (right after the load they read what they read at the save; what the
+ * load itself did is not counted): refreshes, failures, retries, installs,
+ * waits, dropped, jobs, hooks, non-finite and overflow counts, I/O errors,
+ * max staleness, seconds and bytes moved. At the same world size each rank
+ * continues its own; at another, event counts summed over the old ranks go
+ * to rank 0, max staleness is the old maximum on every rank, seconds and
+ * bytes the old ranks' mean (so per-step means stay per-rank figures).
+ * Checkpoints written before the counters were recorded restore none.
  * After a validation error nothing changed; after any other the runtime's
  * state is unspecified (destroy it). */
 STRATA_API strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,

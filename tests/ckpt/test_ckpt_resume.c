@@ -7,7 +7,8 @@
  * is exercised; one parameter gets a zero gradient until after the save.
  * Fault injection (runtime/testing.h): each file-system call of a save
  * (mkdtemp, open, write, fsync, close, rename, directory fsync) fails once,
- * with EIO and ENOSPC, into a new name and over an existing checkpoint. */
+ * with EIO and ENOSPC, into a new name and over an existing checkpoint.
+ * The statistics counters (strata_stats) continue across a resume. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -250,6 +251,81 @@ static void test_mismatch(void **state)
     model_free(&a);
 }
 
+/* ---- the statistics counters continue across a resume */
+
+static void test_stats_resume(void **state)
+{
+    (void)state;
+    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1},
+                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1},
+                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1}};
+    enum { K = 4 };
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+        const variant *v = &vs[vi];
+        model a, b;
+        model_init(&a);
+        model_init(&b);
+        strata_runtime *rt = make(v, &a, 2000);
+        run_steps(rt, &a, 0, STEPS, 0);
+        strata_stats whole, at_save, loaded, resumed;
+        assert_int_equal(strata_stats_get(rt, &whole), STRATA_OK);
+        strata_destroy(rt);
+
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s", ckpt_root, v->name);
+        rt = make(v, &b, 2000);
+        run_steps(rt, &b, 0, K, 0);
+        assert_int_equal(strata_save(rt, dir, NULL, NULL), STRATA_OK);
+        assert_int_equal(strata_stats_get(rt, &at_save), STRATA_OK);
+        strata_destroy(rt);
+        model_free(&b);
+        model_init(&b);
+        rt = make(v, &b, 2000);
+        assert_int_equal(strata_load(rt, dir, NULL, NULL), STRATA_OK);
+        assert_int_equal(strata_stats_get(rt, &loaded), STRATA_OK);
+        run_steps(rt, &b, K, STEPS, 0);
+        assert_int_equal(strata_stats_get(rt, &resumed), STRATA_OK);
+        strata_destroy(rt);
+        print_message("%s: refreshes %lld at the save, %lld loaded, %lld resumed vs %lld whole; "
+                      "installs %lld vs %lld, jobs %lld vs %lld, hooks %lld vs %lld\n", v->name,
+                      (long long)at_save.root_refreshes, (long long)loaded.root_refreshes,
+                      (long long)resumed.root_refreshes, (long long)whole.root_refreshes,
+                      (long long)resumed.coh_installs, (long long)whole.coh_installs,
+                      (long long)resumed.jobs_submitted, (long long)whole.jobs_submitted,
+                      (long long)resumed.forward_hooks, (long long)whole.forward_hooks);
+        /* Right after the load: the totals at the save, exactly. */
+        assert_true(at_save.root_refreshes > 0);
+        assert_int_equal(loaded.step, K);
+        assert_int_equal(loaded.root_refreshes, at_save.root_refreshes);
+        assert_int_equal(loaded.root_failures, at_save.root_failures);
+        assert_int_equal(loaded.coh_installs, at_save.coh_installs);
+        assert_int_equal(loaded.coh_dropped, at_save.coh_dropped);
+        assert_int_equal(loaded.coh_waits, at_save.coh_waits);
+        assert_int_equal(loaded.jobs_submitted, at_save.jobs_submitted);
+        assert_int_equal(loaded.max_staleness, at_save.max_staleness);
+        assert_int_equal(loaded.forward_hooks, at_save.forward_hooks);
+        assert_int_equal(loaded.backward_hooks, at_save.backward_hooks);
+        assert_true(loaded.seconds_steps == at_save.seconds_steps);
+        assert_true(loaded.bytes_device_to_host == at_save.bytes_device_to_host);
+        /* At the end: the uninterrupted run's totals (those the schedule
+         * fixes; waits, seconds and async refreshes depend on the workers'
+         * speed). */
+        assert_int_equal(resumed.step, whole.step);
+        if (!v->async) /* async: jobs still on the workers at the end are racy */
+            assert_int_equal(resumed.root_refreshes, whole.root_refreshes);
+        assert_int_equal(resumed.root_failures, whole.root_failures);
+        assert_int_equal(resumed.coh_installs, whole.coh_installs);
+        assert_int_equal(resumed.jobs_submitted, whole.jobs_submitted);
+        assert_int_equal(resumed.forward_hooks, whole.forward_hooks);
+        assert_int_equal(resumed.backward_hooks, whole.backward_hooks);
+        assert_int_equal(resumed.max_staleness, whole.max_staleness);
+        assert_true(resumed.bytes_device_to_host == whole.bytes_device_to_host);
+        assert_true(resumed.seconds_steps > at_save.seconds_steps);
+        model_free(&a);
+        model_free(&b);
+    }
+}
+
 /* ---- fault injection: every file-system call of a save fails once */
 
 static bool weights_equal(const model *a, const float *const *w)
@@ -406,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_resume_every_optimizer),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_save_faults),
+        cmocka_unit_test(test_stats_resume),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
