@@ -1226,7 +1226,12 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     }
     /* Resharding: a parameter this runtime owns is read from whichever rank
      * owned it at save (the same one when the layout did not change). */
-    const bool same_layout = m->world_size == rt->world;
+    /* The same layout: the same ranks and every parameter with the same
+     * owner (a change of shard group size or sharding, or another plan,
+     * moves parameters between the rank files). */
+    bool same_layout = m->world_size == rt->world;
+    for (int i = 0; i < rt->n_params && same_layout; i++)
+        same_layout = m->params[i].owner == rt->params[i].owner;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         const strata_ckpt_param *q = &m->params[i];
@@ -1469,7 +1474,7 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
         if (fn) {
             strata_ckpt_entry e = {.file = "manifest.json", .tensor = "", .dtype = "",
                                    .owner = -1, .tier = "", .step = -1, .status = st,
-                                   .message = strata_last_error()};
+                                   .message = strata_last_error(), .sha256 = "", .shape = ""};
             fn(user, &e);
         }
         return st;
@@ -1519,16 +1524,24 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
             if (fn && (fst != STRATA_OK || !is_st)) {
                 strata_ckpt_entry e = {.file = name, .tensor = "", .dtype = "", .owner = rank,
                                        .tier = "", .step = m->step, .bytes = m->files[fi].bytes,
-                                       .status = fst, .message = msg};
+                                       .status = fst, .message = msg, .sha256 = "", .shape = ""};
                 fn(user, &e);
             }
         }
         for (int i = 0; fst == STRATA_OK && i < h.n; i++) {
+            uint8_t dig[32];
+            char hex[65], shape[160] = "[";
+            sha256(f.buf + h.data_start + h.t[i].begin, h.t[i].end - h.t[i].begin, dig);
+            hex32(dig, hex);
+            for (int d = 0; d < h.t[i].ndim; d++)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld",
+                         d ? "," : "", (long long)h.t[i].shape[d]);
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "]");
             strata_ckpt_entry e = {.file = name, .tensor = h.t[i].name,
                                    .dtype = strata_st_dtype_name(h.t[i].dtype), .owner = rank,
                                    .tier = "device", .step = m->step,
                                    .bytes = h.t[i].end - h.t[i].begin, .status = STRATA_OK,
-                                   .message = ""};
+                                   .message = "", .sha256 = hex, .shape = shape};
             if (rank < 0) {
                 for (int k = 0; k < m->n_params; k++)
                     if (strcmp(m->params[k].name, h.t[i].name) == 0)
@@ -1564,7 +1577,8 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
                     strata_ckpt_entry e = {.file = name, .tensor = rk->tensors[k].name,
                                            .dtype = "", .owner = rank, .tier = rk->tensors[k].tier,
                                            .step = rk->tensors[k].step,
-                                           .status = STRATA_ERR_DATA, .message = "missing"};
+                                           .status = STRATA_ERR_DATA, .message = "missing",
+                                           .sha256 = "", .shape = ""};
                     fn(user, &e);
                 }
             }

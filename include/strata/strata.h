@@ -512,6 +512,10 @@ typedef struct strata_ckpt_entry {
     uint64_t bytes;        /* its data bytes */
     strata_status status;  /* STRATA_OK, or what is wrong with it or its file */
     const char *message;   /* "" or the detail of status */
+    const char *sha256;    /* the tensor's data bytes' SHA-256, 64 lowercase hex digits
+                              ("" for a file-level entry): equal tensors of two checkpoints
+                              have equal digests, whichever rank's file holds them */
+    const char *shape;     /* its shape as "[d0,d1,...]" ("" for a file-level entry) */
 } strata_ckpt_entry;
 
 typedef void (*strata_ckpt_visit_fn)(void *user, const strata_ckpt_entry *e);
@@ -519,7 +523,8 @@ typedef void (*strata_ckpt_visit_fn)(void *user, const strata_ckpt_entry *e);
 /* Check a checkpoint without a runtime: the manifest parses, every file it
  * lists exists with its size and SHA-256, every safetensors header parses
  * and covers its file, every tensor the rank tables list is present. `fn`
- * (may be NULL) is called once per tensor, and once per file-level problem.
+ * (may be NULL) is called once per tensor (with its SHA-256), and once per
+ * file-level problem. The strings of an entry live until `fn` returns.
  * Returns STRATA_OK only when everything is sound, else the first error
  * (STRATA_ERR_DATA, STRATA_ERR_IO, STRATA_ERR_NOMEM) with its detail. */
 STRATA_API strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void *user);
