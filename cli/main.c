@@ -906,7 +906,8 @@ static int hash_cmp(const void *a, const void *b)
 static int hash_print(ckpt_view *v)
 {
     int bad = 0;
-    qsort(v->lines, (size_t)v->n_lines, sizeof *v->lines, hash_cmp);
+    if (v->n_lines > 0) /* lines is NULL when nothing was read */
+        qsort(v->lines, (size_t)v->n_lines, sizeof *v->lines, hash_cmp);
     for (int i = 0; i < v->n_lines; i++) {
         const bool dup = i > 0 && strcmp(v->lines[i].key, v->lines[i - 1].key) == 0;
         if (dup && strcmp(v->lines[i].rest, v->lines[i - 1].rest) != 0) {
