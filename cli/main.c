@@ -386,6 +386,10 @@ static const train_flag train_flags[] = {
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
              "options every later step is bit-identical"},
+    {.name = "save-after-load", .type = FT_TRUE, .off = OFF(o.save_after_load),
+     .group = G_CKPT,
+     .help = "with --resume: save into --save-dir right after the load,\nbefore any step (a "
+             "checkpoint resharded to this run's\nranks and layout)"},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
@@ -848,11 +852,78 @@ static int cmd_sweep(int argc, char **argv)
 
 /* ---- strata ckpt inspect|verify DIR */
 
+/* --hash: one line per logical tensor, "weights NAME" from model.safetensors
+ * and "state NAME" from whichever rank's file holds it (replicas of shard
+ * groups must agree), sorted by name: two checkpoints of the same state,
+ * written by different numbers of ranks or layouts, print the same lines. */
+typedef struct hash_line {
+    char *key;  /* "weights NAME" or "state NAME" */
+    char *rest; /* dtype, shape, step, digest */
+} hash_line;
+
 typedef struct ckpt_view {
-    bool table;
+    bool table, hash;
     int tensors, bad;
     uint64_t bytes;
+    hash_line *lines;
+    int n_lines, cap_lines;
+    bool oom;
 } ckpt_view;
+
+static void hash_add(ckpt_view *v, const strata_ckpt_entry *e)
+{
+    if (v->n_lines == v->cap_lines) {
+        const int cap = v->cap_lines ? 2 * v->cap_lines : 256;
+        hash_line *nl = realloc(v->lines, (size_t)cap * sizeof *nl);
+        if (!nl) {
+            v->oom = true;
+            return;
+        }
+        v->lines = nl;
+        v->cap_lines = cap;
+    }
+    const bool weights = strcmp(e->file, "model.safetensors") == 0;
+    char *key = malloc(strlen(e->tensor) + 9), *rest = malloc(strlen(e->shape) + 128);
+    if (!key || !rest) {
+        free(key);
+        free(rest);
+        v->oom = true;
+        return;
+    }
+    sprintf(key, "%s %s", weights ? "weights" : "state", e->tensor);
+    sprintf(rest, "%s %s step %lld %s", e->dtype, e->shape, (long long)e->step, e->sha256);
+    v->lines[v->n_lines++] = (hash_line){key, rest};
+}
+
+static int hash_cmp(const void *a, const void *b)
+{
+    const hash_line *x = a, *y = b;
+    const int c = strcmp(x->key, y->key);
+    return c ? c : strcmp(x->rest, y->rest);
+}
+
+/* Print the sorted lines; 1 when two replicas of one tensor differ. */
+static int hash_print(ckpt_view *v)
+{
+    int bad = 0;
+    if (v->n_lines > 0) /* lines is NULL when nothing was read */
+        qsort(v->lines, (size_t)v->n_lines, sizeof *v->lines, hash_cmp);
+    for (int i = 0; i < v->n_lines; i++) {
+        const bool dup = i > 0 && strcmp(v->lines[i].key, v->lines[i - 1].key) == 0;
+        if (dup && strcmp(v->lines[i].rest, v->lines[i - 1].rest) != 0) {
+            fprintf(stderr, "strata ckpt inspect: the replicas of %s differ\n", v->lines[i].key);
+            bad = 1;
+        }
+        if (!dup)
+            printf("%s %s\n", v->lines[i].key, v->lines[i].rest);
+    }
+    for (int i = 0; i < v->n_lines; i++) {
+        free(v->lines[i].key);
+        free(v->lines[i].rest);
+    }
+    free(v->lines);
+    return bad;
+}
 
 static void ckpt_row(void *user, const strata_ckpt_entry *e)
 {
@@ -860,7 +931,14 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
     v->tensors += e->tensor[0] != '\0';
     v->bad += e->status != STRATA_OK;
     v->bytes += e->bytes;
-    if (v->table) {
+    if (v->hash) {
+        if (e->status == STRATA_OK && e->tensor[0])
+            hash_add(v, e);
+        else if (e->status != STRATA_OK)
+            fprintf(stderr, "strata ckpt inspect: %s%s%s: %s: %s\n", e->file,
+                    e->tensor[0] ? " tensor " : "", e->tensor, strata_status_str(e->status),
+                    e->message);
+    } else if (v->table) {
         char owner[16];
         snprintf(owner, sizeof owner, "%d", e->owner);
         printf("%-44s %-24s %-5s %5s %-6s %8lld %12llu  %s%s%s\n",
@@ -877,13 +955,37 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
 
 static int cmd_ckpt(int argc, char **argv)
 {
-    if (argc != 3 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
+    /* inspect --hash DIR, or inspect DIR --hash */
+    const bool hash = argc == 4 && strcmp(argv[1], "inspect") == 0 &&
+                      (strcmp(argv[2], "--hash") == 0 || strcmp(argv[3], "--hash") == 0);
+    const char *hash_dir = hash ? argv[strcmp(argv[2], "--hash") == 0 ? 3 : 2] : NULL;
+    if ((argc != 3 && !hash) ||
+        (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
         fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
                 "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
                 "checksum status\n"
+                "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
+                "                                 one line per logical tensor (weights, and "
+                "optimizer\n"
+                "                                 state from whichever rank holds it): dtype, "
+                "shape,\n"
+                "                                 step, SHA-256; sorted by name, the same for "
+                "any\n"
+                "                                 number of ranks or layout that saved it\n"
                 "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
                 "sound\n");
         return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    if (hash) {
+        ckpt_view v = {.hash = true};
+        strata_status st = strata_ckpt_verify(hash_dir, ckpt_row, &v);
+        const int bad = hash_print(&v);
+        if (st != STRATA_OK || v.oom) {
+            fprintf(stderr, "strata ckpt inspect: %s: %s\n", strata_status_str(st),
+                    v.oom ? "out of memory" : strata_last_error());
+            return 1;
+        }
+        return bad;
     }
     ckpt_view v = {.table = strcmp(argv[1], "inspect") == 0};
     if (v.table)

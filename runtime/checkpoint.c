@@ -143,20 +143,166 @@ static void config_compare(const strata_runtime *rt, json_object *saved, const c
     json_object_put(now);
 }
 
+/* ---- the statistics counters a resumed run continues (strata_stats)
+ *
+ * Every rank's counters at the save go into the manifest ("rank_stats"). A
+ * load sets rt->stats_base so that strata_stats_get reads the saved totals
+ * right after strata_load and adds what happens from there (whatever the
+ * load itself did, e.g. replayed installs, is not counted). At the same world
+ * size each rank continues its own counters. At another world size, by kind:
+ * 'c' event counts go, summed over the old ranks, to rank 0 (the totals
+ * continue), 'm' maxima become the old ranks' maximum on every rank, 'r'
+ * per-rank resources (bytes moved, seconds) the old ranks' mean on every
+ * rank (per-step means stay per-rank figures). */
+
+typedef struct stat_field {
+    const char *name;
+    size_t off;
+    char type; /* 'i' int64_t, 'u' uint64_t, 'd' double */
+    char kind; /* 'c', 'm', 'r' */
+} stat_field;
+
+#define SF(m, t, k) {#m, offsetof(strata_stats, m), t, k}
+static const stat_field stat_fields[] = {
+    SF(root_refreshes, 'i', 'c'), SF(root_failures, 'i', 'c'), SF(root_retries, 'i', 'c'),
+    SF(nonfinite_rejected, 'i', 'c'), SF(overflow_skipped, 'i', 'c'),
+    SF(nonfinite_directions, 'i', 'c'), SF(forward_hooks, 'i', 'c'),
+    SF(backward_hooks, 'i', 'c'), SF(missing_backward_hooks, 'i', 'c'),
+    SF(coh_installs, 'i', 'c'), SF(coh_waits, 'i', 'c'), SF(coh_dropped, 'i', 'c'),
+    SF(coh_failed, 'i', 'c'), SF(coh_bound_exceeded, 'i', 'c'), SF(jobs_submitted, 'i', 'c'),
+    SF(jobs_cancelled, 'i', 'c'), SF(io_errors, 'i', 'c'), SF(max_staleness, 'i', 'm'),
+    SF(coh_wait_seconds, 'd', 'r'), SF(seconds_steps, 'd', 'r'), SF(seconds_factors, 'd', 'r'),
+    SF(seconds_roots, 'd', 'r'), SF(seconds_precondition, 'd', 'r'), SF(seconds_tail, 'd', 'r'),
+    SF(bytes_device_to_host, 'u', 'r'), SF(nvme_bytes_written, 'u', 'r'),
+    SF(nvme_bytes_read, 'u', 'r'), SF(step_matrix_bytes, 'u', 'r'),
+    SF(comm_bytes_intra_node, 'u', 'r'), SF(comm_bytes_inter_node, 'u', 'r'),
+};
+#undef SF
+enum { N_STATS = sizeof stat_fields / sizeof stat_fields[0] };
+
+static double stat_read(const strata_stats *s, const stat_field *f)
+{
+    const char *p = (const char *)s + f->off;
+    int64_t i;
+    uint64_t u;
+    double d;
+    switch (f->type) {
+    case 'i': memcpy(&i, p, sizeof i); return (double)i;
+    case 'u': memcpy(&u, p, sizeof u); return (double)u;
+    default: memcpy(&d, p, sizeof d); return d;
+    }
+}
+
+/* base = saved - now (integers wrap consistently: adding it back gives
+ * saved + what came after); maxima are kept as they are. */
+static void stat_set_base(strata_stats *base, const stat_field *f, double saved, double now)
+{
+    char *p = (char *)base + f->off;
+    if (f->type == 'd') {
+        const double d = f->kind == 'm' ? saved : saved - now;
+        memcpy(p, &d, sizeof d);
+    } else if (f->type == 'i') {
+        const int64_t i = f->kind == 'm' ? (int64_t)saved : (int64_t)saved - (int64_t)now;
+        memcpy(p, &i, sizeof i);
+    } else {
+        const uint64_t u = (uint64_t)saved - (uint64_t)now;
+        memcpy(p, &u, sizeof u);
+    }
+}
+
+void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out)
+{
+    for (int k = 0; k < N_STATS; k++) {
+        const stat_field *f = &stat_fields[k];
+        char *o = (char *)out + f->off;
+        const char *b = (const char *)&rt->stats_base + f->off;
+        if (f->type == 'd') {
+            double x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x = f->kind == 'm' ? (x > y ? x : y) : x + y;
+            memcpy(o, &x, sizeof x);
+        } else if (f->type == 'i') {
+            int64_t x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x = f->kind == 'm' ? (x > y ? x : y) : (int64_t)((uint64_t)x + (uint64_t)y);
+            memcpy(o, &x, sizeof x);
+        } else {
+            uint64_t x, y;
+            memcpy(&x, o, sizeof x);
+            memcpy(&y, b, sizeof y);
+            x += y;
+            memcpy(o, &x, sizeof x);
+        }
+    }
+}
+
+/* The counters a load restores on this rank (see above). */
+static strata_status stats_restore(strata_runtime *rt, const strata_ckpt_manifest *m)
+{
+    if (!m->rank_stats)
+        return STRATA_OK; /* an older checkpoint: counters start from zero */
+    memset(&rt->stats_base, 0, sizeof rt->stats_base);
+    strata_stats now;
+    strata_status st = strata_stats_get(rt, &now);
+    if (st != STRATA_OK)
+        return st;
+    json_object *arr = m->rank_stats;
+    const bool same = m->world_size == rt->world;
+    for (int k = 0; k < N_STATS; k++) {
+        const stat_field *f = &stat_fields[k];
+        double v = 0.0;
+        for (int r = 0; r < m->world_size; r++) {
+            if (same && r != rt->rank)
+                continue;
+            json_object *x = NULL;
+            json_object_object_get_ex(json_object_array_get_idx(arr, (size_t)r), f->name, &x);
+            const double y = !x ? 0.0 : f->type == 'd' ? json_object_get_double(x)
+                                                       : (double)json_object_get_int64(x);
+            v = f->kind == 'm' ? (y > v ? y : v) : v + y;
+        }
+        if (!same && f->kind == 'c' && rt->rank != 0)
+            v = 0.0;
+        if (!same && f->kind == 'r')
+            v /= m->world_size;
+        if (f->type == 'i' || f->type == 'u')
+            v = (double)(int64_t)v; /* a mean of integers: truncated */
+        stat_set_base(&rt->stats_base, f, v, stat_read(&now, f));
+    }
+    return STRATA_OK;
+}
+
 /* ---- files: write with a digest, read whole */
 
+/* Test fault injection (runtime/testing.h): counts one file-system call of a
+ * save; true (errno set) when it is the call armed to fail. */
+static bool io_fault(strata_runtime *rt)
+{
+    if (!rt)
+        return false;
+    rt->testing_ckpt_calls++;
+    if (rt->testing_ckpt_fail_at > 0 && rt->testing_ckpt_calls == rt->testing_ckpt_fail_at) {
+        errno = rt->testing_ckpt_errno;
+        return true;
+    }
+    return false;
+}
+
 typedef struct wfile {
+    strata_runtime *rt; /* fault injection */
     int fd;
     const char *path;
     EVP_MD_CTX *md;
     uint64_t bytes;
 } wfile;
 
-static strata_status wfile_open(wfile *w, const char *path)
+static strata_status wfile_open(strata_runtime *rt, wfile *w, const char *path)
 {
     memset(w, 0, sizeof *w);
+    w->rt = rt;
     w->path = path;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    w->fd = io_fault(rt) ? -1 : open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0)
         return strata_error(STRATA_ERR_IO, "checkpoint: cannot create %s: %s", path,
                             strerror(errno));
@@ -175,7 +321,7 @@ static strata_status wfile_write(wfile *w, const void *buf, size_t n)
     EVP_DigestUpdate(w->md, buf, n);
     w->bytes += n;
     while (n > 0) {
-        ssize_t k = write(w->fd, p, n);
+        ssize_t k = io_fault(w->rt) ? -1 : write(w->fd, p, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -190,10 +336,14 @@ static strata_status wfile_write(wfile *w, const void *buf, size_t n)
 /* fsync, close, digest; on st != OK only releases. */
 static strata_status wfile_close(wfile *w, strata_status st, uint8_t digest[32])
 {
-    if (st == STRATA_OK && fsync(w->fd) != 0)
+    if (st == STRATA_OK && (io_fault(w->rt) || fsync(w->fd) != 0))
         st = strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", w->path, strerror(errno));
-    if (close(w->fd) != 0 && st == STRATA_OK)
-        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path, strerror(errno));
+    /* The descriptor is released even when the injected close "fails". */
+    const bool fail_close = st == STRATA_OK && io_fault(w->rt);
+    const int e = errno;
+    if ((close(w->fd) != 0 || fail_close) && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path,
+                          strerror(fail_close ? e : errno));
     unsigned len = 0;
     if (st == STRATA_OK && digest)
         EVP_DigestFinal_ex(w->md, digest, &len);
@@ -213,13 +363,13 @@ static void hex32(const uint8_t d[32], char out[65])
         snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static strata_status fsync_dir(const char *path)
+static strata_status fsync_dir(strata_runtime *rt, const char *path)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = io_fault(rt) ? -1 : open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return strata_error(STRATA_ERR_IO, "checkpoint: open directory %s: %s", path,
                             strerror(errno));
-    int rc = fsync(fd);
+    int rc = io_fault(rt) ? -1 : fsync(fd);
     int e = errno;
     close(fd);
     return rc == 0 ? STRATA_OK
@@ -386,7 +536,7 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
             hdr[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);
         memcpy(hdr + 8, txt, hl);
         memset(hdr + 8 + hl, ' ', padded - hl);
-        st = wfile_open(&w, path);
+        st = wfile_open(rt, &w, path);
         if (st == STRATA_OK) {
             st = wfile_write(&w, hdr, 8 + padded);
             for (int i = 0; i < l->n && st == STRATA_OK; i++) {
@@ -413,15 +563,15 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
     return st;
 }
 
-static strata_status json_write(const char *path, json_object *o, uint64_t *bytes,
-                                uint8_t digest[32])
+static strata_status json_write(strata_runtime *rt, const char *path, json_object *o,
+                                uint64_t *bytes, uint8_t digest[32])
 {
     const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
     if (!txt)
         return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     wfile w;
-    strata_status st = wfile_open(&w, path);
+    strata_status st = wfile_open(rt, &w, path);
     if (st != STRATA_OK)
         return st;
     st = wfile_write(&w, txt, strlen(txt));
@@ -574,9 +724,10 @@ static strata_status rank_items(strata_runtime *rt, item_list *l, json_object *t
     return st;
 }
 
-/* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs] */
+/* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs,
+ * the statistics counters (N_STATS)] */
 enum { ROW_OK, ROW_BYTES_ST, ROW_BYTES_JSON, ROW_DIG_ST, ROW_DIG_JSON = ROW_DIG_ST + 32,
-       ROW_JOBS = ROW_DIG_JSON + 32, ROW_N };
+       ROW_JOBS = ROW_DIG_JSON + 32, ROW_STATS, ROW_N = ROW_STATS + N_STATS };
 
 static void rank_file(char *buf, size_t n, int rank, const char *ext)
 {
@@ -643,6 +794,18 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
         }
     }
     json_object_object_add(m, "files", files);
+    json_object *rank_stats = json_object_new_array();
+    for (int r = 0; r < rt->world; r++) {
+        const double *row = rows + (size_t)r * ROW_N;
+        json_object *o = json_object_new_object();
+        for (int k = 0; k < N_STATS; k++)
+            json_object_object_add(o, stat_fields[k].name,
+                                   stat_fields[k].type == 'd'
+                                       ? json_object_new_double(row[ROW_STATS + k])
+                                       : json_object_new_int64((int64_t)row[ROW_STATS + k]));
+        json_object_array_add(rank_stats, o);
+    }
+    json_object_object_add(m, "rank_stats", rank_stats);
     json_object *user = NULL;
     if (user_json) {
         user = json_tokener_parse(user_json);
@@ -655,32 +818,55 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
     }
     json_object_object_add(m, "user", user ? user : json_object_new_object());
     char *path = joinf(tmp, "manifest.json");
-    strata_status st = path ? json_write(path, m, bytes, NULL)
+    strata_status st = path ? json_write(rt, path, m, bytes, NULL)
                             : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     free(path);
     json_object_put(m);
     return st;
 }
 
-/* Move `tmp` to `dir` (exchanging with an existing one), fsync the parent. */
-static strata_status publish(const char *tmp, const char *dir)
+/* Move `tmp` to `dir` (exchanging with an existing one), fsync the parent.
+ * On failure `dir` is as it was (absent, or the previous checkpoint) and
+ * `tmp` holds the new files for the caller to remove: a rename whose parent
+ * fsync failed is undone, since an error must not leave a checkpoint the
+ * caller believes unsaved under the final name. */
+static strata_status publish(strata_runtime *rt, const char *tmp, const char *dir)
 {
-    if (rename(tmp, dir) != 0) {
+    bool exchanged = false;
+    if (io_fault(rt) || rename(tmp, dir) != 0) {
         if (errno != ENOTEMPTY && errno != EEXIST && errno != EISDIR)
             return strata_error(STRATA_ERR_IO, "checkpoint: rename %s -> %s: %s", tmp, dir,
                                 strerror(errno));
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
+        if (io_fault(rt) || renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
             return strata_error(STRATA_ERR_IO, "checkpoint: exchange %s <-> %s: %s", tmp, dir,
                                 strerror(errno));
-        remove_dir(tmp); /* now the old checkpoint */
+        exchanged = true; /* tmp is now the old checkpoint */
     }
     char *parent = strdup(dir);
-    if (!parent)
-        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    char *slash = strrchr(parent, '/');
-    const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
-    strata_status st = fsync_dir(pd);
+    strata_status st = parent ? STRATA_OK
+                              : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == STRATA_OK) {
+        char *slash = strrchr(parent, '/');
+        const char *pd = slash ? (slash == parent ? "/" : (*slash = '\0', parent)) : ".";
+        st = fsync_dir(rt, pd);
+    }
     free(parent);
+    if (st == STRATA_OK) {
+        if (exchanged)
+            remove_dir(tmp);
+        return STRATA_OK;
+    }
+    const int undo = exchanged ? renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE)
+                               : rename(dir, tmp);
+    if (undo != 0) {
+        /* Double fault: the new checkpoint, complete and fsynced, stays; the
+         * old one (tmp after an exchange) goes as on success. */
+        strata_log(rt, STRATA_LOG_ERROR, "ckpt", "%s: could not undo the rename after a failed "
+                   "fsync of its parent (%s); its files are complete and fsynced", dir,
+                   strerror(errno));
+        if (exchanged)
+            remove_dir(tmp);
+    }
     return st;
 }
 
@@ -718,7 +904,7 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     if (rt->rank == 0 && st == STRATA_OK) {
         snprintf(tmp, dl + 16, "%s.tmp-XXXXXX", dir);
-        if (!mkdtemp(tmp))
+        if (io_fault(rt) || !mkdtemp(tmp))
             st = strata_error(STRATA_ERR_IO, "strata_save: cannot create %s: %s", tmp,
                               strerror(errno));
         else
@@ -781,7 +967,7 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         char *path = joinf(tmp, fname);
         uint8_t dig[32];
         uint64_t nb = 0;
-        st = path ? json_write(path, rj, &nb, dig)
+        st = path ? json_write(rt, path, rj, &nb, dig)
                   : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         free(path);
         if (st == STRATA_OK) {
@@ -819,6 +1005,10 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         double *row = rows + (size_t)rt->rank * ROW_N;
         row[ROW_OK] = st == STRATA_OK ? 1.0 : 0.0;
         row[ROW_JOBS] = (double)jobs;
+        strata_stats s;
+        if (strata_stats_get(rt, &s) == STRATA_OK)
+            for (int k = 0; k < N_STATS; k++)
+                row[ROW_STATS + k] = stat_read(&s, &stat_fields[k]);
         if (rt->world > 1) {
             strata_status sc =
                 strata_comm_allreduce_f64(rt->comm, rows, rt->world * ROW_N, STRATA_REDUCE_SUM);
@@ -837,9 +1027,9 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         st = write_manifest(rt, tmp, rows, user_json, all_jobs, model_bytes, model_digest, &mb);
         bytes += mb;
         if (st == STRATA_OK)
-            st = fsync_dir(tmp);
+            st = fsync_dir(rt, tmp);
         if (st == STRATA_OK)
-            st = publish(tmp, dir);
+            st = publish(rt, tmp, dir);
     }
     if (rt->rank == 0 && st != STRATA_OK && tmp && name[6] == 1.0)
         remove_dir(tmp);
@@ -1036,7 +1226,12 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     }
     /* Resharding: a parameter this runtime owns is read from whichever rank
      * owned it at save (the same one when the layout did not change). */
-    const bool same_layout = m->world_size == rt->world;
+    /* The same layout: the same ranks and every parameter with the same
+     * owner (a change of shard group size or sharding, or another plan,
+     * moves parameters between the rank files). */
+    bool same_layout = m->world_size == rt->world;
+    for (int i = 0; i < rt->n_params && same_layout; i++)
+        same_layout = m->params[i].owner == rt->params[i].owner;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         const strata_ckpt_param *q = &m->params[i];
@@ -1232,6 +1427,8 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     rt->lr_scale = (float)m->lr_scale;
     for (int i = 0; i < rt->n_params; i++)
         rt->params[i].materialized_at = m->step; /* every rank read every weight */
+    if (st == STRATA_OK)
+        st = stats_restore(rt, m);
     if (user_json && !(*user_json = strdup(m->user_json)))
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     size_t bytes = fm.len;
@@ -1277,7 +1474,7 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
         if (fn) {
             strata_ckpt_entry e = {.file = "manifest.json", .tensor = "", .dtype = "",
                                    .owner = -1, .tier = "", .step = -1, .status = st,
-                                   .message = strata_last_error()};
+                                   .message = strata_last_error(), .sha256 = "", .shape = ""};
             fn(user, &e);
         }
         return st;
@@ -1327,16 +1524,24 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
             if (fn && (fst != STRATA_OK || !is_st)) {
                 strata_ckpt_entry e = {.file = name, .tensor = "", .dtype = "", .owner = rank,
                                        .tier = "", .step = m->step, .bytes = m->files[fi].bytes,
-                                       .status = fst, .message = msg};
+                                       .status = fst, .message = msg, .sha256 = "", .shape = ""};
                 fn(user, &e);
             }
         }
         for (int i = 0; fst == STRATA_OK && i < h.n; i++) {
+            uint8_t dig[32];
+            char hex[65], shape[160] = "[";
+            sha256(f.buf + h.data_start + h.t[i].begin, h.t[i].end - h.t[i].begin, dig);
+            hex32(dig, hex);
+            for (int d = 0; d < h.t[i].ndim; d++)
+                snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%lld",
+                         d ? "," : "", (long long)h.t[i].shape[d]);
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "]");
             strata_ckpt_entry e = {.file = name, .tensor = h.t[i].name,
                                    .dtype = strata_st_dtype_name(h.t[i].dtype), .owner = rank,
                                    .tier = "device", .step = m->step,
                                    .bytes = h.t[i].end - h.t[i].begin, .status = STRATA_OK,
-                                   .message = ""};
+                                   .message = "", .sha256 = hex, .shape = shape};
             if (rank < 0) {
                 for (int k = 0; k < m->n_params; k++)
                     if (strcmp(m->params[k].name, h.t[i].name) == 0)
@@ -1372,7 +1577,8 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
                     strata_ckpt_entry e = {.file = name, .tensor = rk->tensors[k].name,
                                            .dtype = "", .owner = rank, .tier = rk->tensors[k].tier,
                                            .step = rk->tensors[k].step,
-                                           .status = STRATA_ERR_DATA, .message = "missing"};
+                                           .status = STRATA_ERR_DATA, .message = "missing",
+                                           .sha256 = "", .shape = ""};
                     fn(user, &e);
                 }
             }

@@ -117,6 +117,9 @@ typedef struct strata_ckpt_manifest {
     strata_ckpt_file *files;
     const char *user_json; /* the caller's object, re-serialized (owned by root) */
     void *config;          /* the "config" object (json_object *) */
+    void *rank_stats;      /* "rank_stats": NULL, or an array of world_size objects of
+                              finite numbers >= 0 (json_object *): each rank's
+                              strata_stats counters at the save, by field name */
 } strata_ckpt_manifest;
 
 typedef struct strata_ckpt_slot {

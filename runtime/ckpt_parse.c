@@ -358,6 +358,35 @@ strata_status strata_ckpt_manifest_parse(const char *what, const char *text, siz
         goto out;
     }
     m->user_json = user ? json_object_to_json_string_ext(user, JSON_C_TO_STRING_PLAIN) : "{}";
+    /* Optional (older checkpoints lack it): the ranks' statistics counters. */
+    json_object *rs = get(root, "rank_stats");
+    if (rs) {
+        if (!json_object_is_type(rs, json_type_array) ||
+            json_object_array_length(rs) != (size_t)m->world_size) {
+            st = strata_error(STRATA_ERR_DATA, "%s: 'rank_stats' is not an array of %d objects",
+                              what, m->world_size);
+            goto out;
+        }
+        for (int r = 0; r < m->world_size; r++) {
+            json_object *o = json_object_array_get_idx(rs, (size_t)r);
+            if (!json_object_is_type(o, json_type_object)) {
+                st = strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d] is not an object", what, r);
+                goto out;
+            }
+            json_object_object_foreach(o, key, val)
+            {
+                const bool num = json_object_is_type(val, json_type_int) ||
+                                 json_object_is_type(val, json_type_double);
+                const double v = num ? json_object_get_double(val) : -1.0;
+                if (!(v >= 0.0 && v < 1e300)) {
+                    st = strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d].%.64s is not a finite "
+                                      "number >= 0", what, r, key);
+                    goto out;
+                }
+            }
+        }
+        m->rank_stats = rs;
+    }
 
     json_object *arr;
     size_t n;

@@ -1034,6 +1034,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
     }
+    strata_ckpt_stats_add(rt, out);
     return STRATA_OK;
 }
 
@@ -1104,4 +1105,19 @@ strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int err
     if (!rt || !rt->engine)
         return strata_error(STRATA_ERR_STATE, "inject_io_errors: the runtime has no nvme tier");
     return strata_refresh_inject_io_errors(rt->engine, n, errno_value);
+}
+
+strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, int errno_value)
+{
+    if (!rt || nth < 0 || errno_value <= 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_inject_ckpt_fault: bad arguments");
+    rt->testing_ckpt_calls = 0;
+    rt->testing_ckpt_fail_at = nth;
+    rt->testing_ckpt_errno = errno_value;
+    return STRATA_OK;
+}
+
+int64_t strata_testing_ckpt_calls(const strata_runtime *rt)
+{
+    return rt ? rt->testing_ckpt_calls : -1;
 }

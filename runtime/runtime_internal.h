@@ -36,6 +36,11 @@ struct strata_runtime {
     strata_config cfg;
     strata_logger log;     /* from cfg: the sink every component writes through */
     int testing_worker_delay_us; /* runtime/testing.h */
+    /* runtime/testing.h: checkpoint I/O fault injection. Every file-system
+     * call of strata_save (mkdtemp, open, write, fsync, close, rename) counts
+     * one; call number ckpt_fail_at (1-based; 0: none) fails with ckpt_errno. */
+    int64_t testing_ckpt_calls, testing_ckpt_fail_at;
+    int testing_ckpt_errno;
     char *nvme_dir;
     strata_backend *be;
     strata_comm *comm;     /* cfg.comm, or an owned self communicator */
@@ -50,6 +55,8 @@ struct strata_runtime {
     bool warned_missing_hook;
     bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */
     strata_stats stats;
+    strata_stats stats_base;   /* checkpoint.c: counters restored by strata_load, added by
+                                  strata_stats_get (strata_ckpt_stats_add) */
     strata_refresh *engine;
     int rank, world;
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */
@@ -61,5 +68,9 @@ struct strata_runtime {
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
 };
+
+/* checkpoint.c: add the counters a checkpoint restored (rt->stats_base) to
+ * `out`, a strata_stats_get result. */
+void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out);
 
 #endif

@@ -16,4 +16,20 @@ strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us);
  * `errno_value`. Errors: STRATA_ERR_STATE (the runtime has no nvme tier). */
 strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int errno_value);
 
+/* Make call number `nth` (1-based, counted from this call) among the
+ * file-system calls of this runtime's strata_save fail with errno
+ * `errno_value` (EIO, ENOSPC, ...). Counted calls, in the order a save makes
+ * them: mkdtemp of the temporary directory, and per file open, every
+ * write(2), fsync, close; then the directory's open and fsync, the rename
+ * (and the exchange with an existing checkpoint), the parent's open and
+ * fsync. nth = 0 disarms and only resets the count. The call stays armed
+ * until it is reached (a later save may hit it). Single-threaded, like
+ * strata_save. Errors: STRATA_ERR_INVALID_ARG (NULL, nth < 0, errno_value <= 0). */
+strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, int errno_value);
+
+/* The number of counted checkpoint file-system calls since the last
+ * strata_testing_inject_ckpt_fault (or since create): a clean save's count
+ * bounds the `nth` worth trying. -1 for NULL. */
+int64_t strata_testing_ckpt_calls(const strata_runtime *rt);
+
 #endif

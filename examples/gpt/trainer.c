@@ -618,6 +618,9 @@ static strata_status validate(const gpt_train_options *o)
         return strata_error(STRATA_ERR_INVALID_ARG, "save-every and keep must be >= 0");
     if (o->save_every > 0 && (!o->save_dir || !o->save_dir[0]))
         return strata_error(STRATA_ERR_INVALID_ARG, "--save-every needs --save-dir");
+    if (o->save_after_load && (!o->resume || !o->save_dir || !o->save_dir[0]))
+        return strata_error(STRATA_ERR_INVALID_ARG, "--save-after-load needs --resume and "
+                            "--save-dir");
     return STRATA_OK;
 }
 
@@ -805,8 +808,15 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", dir, ls.step,
                     li.bytes / 1048576.0, 1e3 * li.seconds);
     }
-    if (o.save_every > 0 && (st = prepare_save_dir(o.save_dir, rank0)) != STRATA_OK)
+    if ((o.save_every > 0 || o.save_after_load) &&
+        (st = prepare_save_dir(o.save_dir, rank0)) != STRATA_OK)
         goto out;
+    if (o.save_after_load) {
+        /* ls holds what the checkpoint's user object gave back. */
+        st = save_checkpoint(rt, &o, &ls, rank0, out, res);
+        if (st != STRATA_OK)
+            goto out;
+    }
     for (int step = first_step; step < o.steps; step++) {
         /* A signal: stop between steps, never inside one; with several ranks
          * all of them stop at the same step (a signal to any rank counts). */

@@ -68,6 +68,9 @@ typedef struct gpt_train_options {
     const char *resume;      /* a checkpoint directory, or a save_dir (its newest complete
                                 step-* checkpoint): continue from it. With the same options
                                 every later step is bit-identical to the uninterrupted run. */
+    bool save_after_load;    /* with resume: save into save_dir/step-NNNNNNNN right after the
+                                load, before any step: the checkpoint as this run's ranks,
+                                owners and shard groups hold it (a resharded copy) */
 } gpt_train_options;
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */

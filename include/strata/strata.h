@@ -448,7 +448,8 @@ typedef struct strata_save_info {
  * each rank its own shard. Call between steps, after commit.
  * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
  * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
- * or rename failed, with the path and errno text), STRATA_ERR_TIMEOUT (the
+ * or rename failed, with the path and errno text; `dir` is left as it
+ * was and no "*.tmp-*" directory remains), STRATA_ERR_TIMEOUT (the
  * drain), STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
                                      strata_save_info *info);
@@ -485,6 +486,15 @@ typedef struct strata_load_info {
  * logical tensor whole: shards are tensor-granular), its refresh blocks and
  * their registry state likewise. Each rank reads the weights file and the
  * files of the ranks whose parameters it now owns.
+ * Statistics: strata_stats_get's cumulative counters continue from the
+ * save (right after the load they read what they read at the save; what the
+ * load itself did is not counted): refreshes, failures, retries, installs,
+ * waits, dropped, jobs, hooks, non-finite and overflow counts, I/O errors,
+ * max staleness, seconds and bytes moved. At the same world size each rank
+ * continues its own; at another, event counts summed over the old ranks go
+ * to rank 0, max staleness is the old maximum on every rank, seconds and
+ * bytes the old ranks' mean (so per-step means stay per-rank figures).
+ * Checkpoints written before the counters were recorded restore none.
  * After a validation error nothing changed; after any other the runtime's
  * state is unspecified (destroy it). */
 STRATA_API strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
@@ -502,6 +512,10 @@ typedef struct strata_ckpt_entry {
     uint64_t bytes;        /* its data bytes */
     strata_status status;  /* STRATA_OK, or what is wrong with it or its file */
     const char *message;   /* "" or the detail of status */
+    const char *sha256;    /* the tensor's data bytes' SHA-256, 64 lowercase hex digits
+                              ("" for a file-level entry): equal tensors of two checkpoints
+                              have equal digests, whichever rank's file holds them */
+    const char *shape;     /* its shape as "[d0,d1,...]" ("" for a file-level entry) */
 } strata_ckpt_entry;
 
 typedef void (*strata_ckpt_visit_fn)(void *user, const strata_ckpt_entry *e);
@@ -509,7 +523,8 @@ typedef void (*strata_ckpt_visit_fn)(void *user, const strata_ckpt_entry *e);
 /* Check a checkpoint without a runtime: the manifest parses, every file it
  * lists exists with its size and SHA-256, every safetensors header parses
  * and covers its file, every tensor the rank tables list is present. `fn`
- * (may be NULL) is called once per tensor, and once per file-level problem.
+ * (may be NULL) is called once per tensor (with its SHA-256), and once per
+ * file-level problem. The strings of an entry live until `fn` returns.
  * Returns STRATA_OK only when everything is sound, else the first error
  * (STRATA_ERR_DATA, STRATA_ERR_IO, STRATA_ERR_NOMEM) with its detail. */
 STRATA_API strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void *user);

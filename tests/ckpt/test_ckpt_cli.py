@@ -7,11 +7,13 @@
    deleted before the resume).
 2. Hostile checkpoints: truncated, corrupted (one flipped byte), missing
    file, bad manifest, mismatched model: strata ckpt verify exits 1 and
-   strata train --resume exits 1 naming the status, the file and the tensor.
+   strata train --resume exits 1 naming the status, the file and the tensor;
+   strata ckpt inspect --hash gives each tensor's SHA-256 as hashlib does.
 3. SIGKILL during saves, >= 20 trials at random points: the newest complete
    checkpoint always verifies and resumes; --keep rotation holds.
 Exit 0 pass, 1 fail.
 """
+import hashlib
 import json
 import os
 import random
@@ -91,6 +93,27 @@ def hostile(tmp):
     ins = subprocess.run([STRATA, "ckpt", "inspect", good], capture_output=True, text=True)
     check(ins.returncode == 0 and "engine." in ins.stdout and " ok" in ins.stdout,
           "inspect lists engine results: " + ins.stdout[-400:])
+    # inspect --hash: every tensor's SHA-256, against Python's own reading of
+    # the safetensors files (hashlib over each tensor's byte range).
+    hs = subprocess.run([STRATA, "ckpt", "inspect", good, "--hash"], capture_output=True,
+                        text=True)
+    lines = hs.stdout.splitlines()
+    expect = []
+    for fname, kind in (("model.safetensors", "weights"), ("rank-00000.safetensors", "state")):
+        with open(os.path.join(good, fname), "rb") as f:
+            blob = f.read()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8:8 + n])
+        for name, t in header.items():
+            if name == "__metadata__":
+                continue
+            b0, b1 = t["data_offsets"]
+            digest = hashlib.sha256(blob[8 + n + b0:8 + n + b1]).hexdigest()
+            expect.append((f"{kind} {name}", digest))
+    got = {" ".join(line.split()[:2]): line.split()[-1] for line in lines}
+    check(hs.returncode == 0 and len(got) == len(expect) == len(lines) and
+          all(got.get(k) == d for k, d in expect),
+          f"inspect --hash: {len(lines)} lines, each tensor's SHA-256 as hashlib computes it")
 
     def case(name, mutate, status, words, resume_opts=None):
         d = os.path.join(tmp, "case-" + name)

@@ -4,7 +4,12 @@
  * destroyed, and continues in a freshly created runtime that never stepped
  * (strata_load) end with bit-identical weights. Workers are slowed
  * (testing knob) so that refreshes are in flight at the save and the drain
- * is exercised; one parameter gets a zero gradient until after the save. */
+ * is exercised; one parameter gets a zero gradient until after the save.
+ * Fault injection (runtime/testing.h): each file-system call of a save
+ * (mkdtemp, open, write, fsync, close, rename, directory fsync) fails once,
+ * with EIO and ENOSPC, into a new name and over an existing checkpoint.
+ * The statistics counters (strata_stats) continue across a resume. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -246,6 +251,199 @@ static void test_mismatch(void **state)
     model_free(&a);
 }
 
+/* ---- the statistics counters continue across a resume */
+
+static void test_stats_resume(void **state)
+{
+    (void)state;
+    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1},
+                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1},
+                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1}};
+    enum { K = 4 };
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+        const variant *v = &vs[vi];
+        model a, b;
+        model_init(&a);
+        model_init(&b);
+        strata_runtime *rt = make(v, &a, 2000);
+        run_steps(rt, &a, 0, STEPS, 0);
+        strata_stats whole, at_save, loaded, resumed;
+        assert_int_equal(strata_stats_get(rt, &whole), STRATA_OK);
+        strata_destroy(rt);
+
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/%s", ckpt_root, v->name);
+        rt = make(v, &b, 2000);
+        run_steps(rt, &b, 0, K, 0);
+        assert_int_equal(strata_save(rt, dir, NULL, NULL), STRATA_OK);
+        assert_int_equal(strata_stats_get(rt, &at_save), STRATA_OK);
+        strata_destroy(rt);
+        model_free(&b);
+        model_init(&b);
+        rt = make(v, &b, 2000);
+        assert_int_equal(strata_load(rt, dir, NULL, NULL), STRATA_OK);
+        assert_int_equal(strata_stats_get(rt, &loaded), STRATA_OK);
+        run_steps(rt, &b, K, STEPS, 0);
+        assert_int_equal(strata_stats_get(rt, &resumed), STRATA_OK);
+        strata_destroy(rt);
+        print_message("%s: refreshes %lld at the save, %lld loaded, %lld resumed vs %lld whole; "
+                      "installs %lld vs %lld, jobs %lld vs %lld, hooks %lld vs %lld\n", v->name,
+                      (long long)at_save.root_refreshes, (long long)loaded.root_refreshes,
+                      (long long)resumed.root_refreshes, (long long)whole.root_refreshes,
+                      (long long)resumed.coh_installs, (long long)whole.coh_installs,
+                      (long long)resumed.jobs_submitted, (long long)whole.jobs_submitted,
+                      (long long)resumed.forward_hooks, (long long)whole.forward_hooks);
+        /* Right after the load: the totals at the save, exactly. */
+        assert_true(at_save.root_refreshes > 0);
+        assert_int_equal(loaded.step, K);
+        assert_int_equal(loaded.root_refreshes, at_save.root_refreshes);
+        assert_int_equal(loaded.root_failures, at_save.root_failures);
+        assert_int_equal(loaded.coh_installs, at_save.coh_installs);
+        assert_int_equal(loaded.coh_dropped, at_save.coh_dropped);
+        assert_int_equal(loaded.coh_waits, at_save.coh_waits);
+        assert_int_equal(loaded.jobs_submitted, at_save.jobs_submitted);
+        assert_int_equal(loaded.max_staleness, at_save.max_staleness);
+        assert_int_equal(loaded.forward_hooks, at_save.forward_hooks);
+        assert_int_equal(loaded.backward_hooks, at_save.backward_hooks);
+        assert_true(loaded.seconds_steps == at_save.seconds_steps);
+        assert_true(loaded.bytes_device_to_host == at_save.bytes_device_to_host);
+        /* At the end: the uninterrupted run's totals (those the schedule
+         * fixes; waits, seconds and async refreshes depend on the workers'
+         * speed). */
+        assert_int_equal(resumed.step, whole.step);
+        if (!v->async) /* async: jobs still on the workers at the end are racy */
+            assert_int_equal(resumed.root_refreshes, whole.root_refreshes);
+        assert_int_equal(resumed.root_failures, whole.root_failures);
+        assert_int_equal(resumed.coh_installs, whole.coh_installs);
+        assert_int_equal(resumed.jobs_submitted, whole.jobs_submitted);
+        assert_int_equal(resumed.forward_hooks, whole.forward_hooks);
+        assert_int_equal(resumed.backward_hooks, whole.backward_hooks);
+        assert_int_equal(resumed.max_staleness, whole.max_staleness);
+        assert_true(resumed.bytes_device_to_host == whole.bytes_device_to_host);
+        assert_true(resumed.seconds_steps > at_save.seconds_steps);
+        model_free(&a);
+        model_free(&b);
+    }
+}
+
+/* ---- fault injection: every file-system call of a save fails once */
+
+static bool weights_equal(const model *a, const float *const *w)
+{
+    for (int i = 0; i < NP; i++)
+        if (memcmp(a->w[i], w[i], numel(i) * sizeof(float)) != 0)
+            return false;
+    return true;
+}
+
+/* `path` loads into a fresh runtime (of variant v) with exactly the weights `w`. */
+static void check_loads(const variant *v, const char *path, const float *const *w, int64_t step)
+{
+    model b;
+    model_init(&b);
+    strata_runtime *rt = make(v, &b, 0);
+    strata_load_info li;
+    strata_status st = strata_load(rt, path, NULL, &li);
+    if (st != STRATA_OK)
+        fail_msg("%s does not load: %s", path, strata_last_error());
+    assert_int_equal(li.step, step);
+    assert_true(weights_equal(&b, w));
+    strata_destroy(rt);
+    model_free(&b);
+}
+
+/* Nothing named `base` or `base.tmp-*` in the checkpoint root. */
+static int leftovers(const char *base, bool tmp_only)
+{
+    char cmd[768];
+    snprintf(cmd, sizeof cmd, "ls -d '%s/%s'%s 2>/dev/null | grep -q .", ckpt_root, base,
+             tmp_only ? ".tmp-*" : "*");
+    return system(cmd) == 0;
+}
+
+/* Save into `base` (a new name, or over the checkpoint already there) with
+ * call 1, 2, ... of the save failing with `err`, until a save makes fewer
+ * calls than the armed number and succeeds: every call was made to fail once.
+ * After each failure: STRATA_ERR_IO, a message naming the checkpoint's path
+ * and the error, nothing under the final name (or the previous checkpoint
+ * there, intact), no temporary directory left, the previous checkpoint
+ * `prev` verifies and loads with its weights. */
+static void fault_loop(const variant *v, strata_runtime *rt, const model *m, const char *base,
+                       const char *prev, const float *const *prev_w, int64_t prev_step, int err)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", ckpt_root, base);
+    const bool overwrite = strcmp(dir, prev) == 0;
+    char errtext[128];
+    snprintf(errtext, sizeof errtext, "%s", strerror(err));
+    int64_t nth = 1;
+    for (;; nth++) {
+        assert_int_equal(strata_testing_inject_ckpt_fault(rt, nth, err), STRATA_OK);
+        strata_status st = strata_save(rt, dir, NULL, NULL);
+        if (st == STRATA_OK)
+            break;
+        const char *msg = strata_last_error();
+        if (st != STRATA_ERR_IO || !strstr(msg, ckpt_root) || !strstr(msg, errtext))
+            fail_msg("%s, call %lld failing with %s: %s: %s", base, (long long)nth, errtext,
+                     strata_status_str(st), msg);
+        if (nth <= 3 || getenv("CKPT_DEBUG"))
+            print_message("  call %lld: %s\n", (long long)nth, msg);
+        if (leftovers(base, true))
+            fail_msg("%s, call %lld: a temporary directory is left", base, (long long)nth);
+        if (!overwrite && leftovers(base, false))
+            fail_msg("%s, call %lld: something is left under the final name", base,
+                     (long long)nth);
+        if (strata_ckpt_verify(prev, NULL, NULL) != STRATA_OK)
+            fail_msg("%s, call %lld: the previous checkpoint no longer verifies: %s", base,
+                     (long long)nth, strata_last_error());
+        check_loads(v, prev, prev_w, prev_step);
+    }
+    /* The save that succeeded made nth - 1 calls: each failed once before. */
+    const int64_t calls = strata_testing_ckpt_calls(rt);
+    print_message("%s (%s): %lld file-system calls, each failed once\n", base, errtext,
+                  (long long)calls);
+    assert_int_equal(calls, nth - 1);
+    assert_true(calls >= 10);
+    assert_int_equal(strata_testing_inject_ckpt_fault(rt, 0, err), STRATA_OK);
+    assert_int_equal(strata_ckpt_verify(dir, NULL, NULL), STRATA_OK);
+    const float *w[NP];
+    for (int i = 0; i < NP; i++)
+        w[i] = m->w[i];
+    strata_stats s;
+    assert_int_equal(strata_stats_get(rt, &s), STRATA_OK);
+    check_loads(v, dir, w, s.step);
+}
+
+static void test_save_faults(void **state)
+{
+    (void)state;
+    const variant v = {"faults", STRATA_OPTIM_SHAMPOO, true, 2, false, -1};
+    model a;
+    model_init(&a);
+    strata_runtime *rt = make(&v, &a, 0);
+    run_steps(rt, &a, 0, 3, 0);
+    char prev[512];
+    snprintf(prev, sizeof prev, "%s/faults-prev", ckpt_root);
+    assert_int_equal(strata_save(rt, prev, NULL, NULL), STRATA_OK);
+    float *w3[NP];
+    for (int i = 0; i < NP; i++) {
+        w3[i] = malloc(numel(i) * sizeof(float));
+        memcpy(w3[i], a.w[i], numel(i) * sizeof(float));
+    }
+    run_steps(rt, &a, 3, 5, 0);
+    /* A new name, then over the previous checkpoint itself (the exchange). */
+    fault_loop(&v, rt, &a, "faults-next", prev, (const float *const *)w3, 3, EIO);
+    run_steps(rt, &a, 5, 6, 0);
+    fault_loop(&v, rt, &a, "faults-next2", prev, (const float *const *)w3, 3, ENOSPC);
+    fault_loop(&v, rt, &a, "faults-prev", prev, (const float *const *)w3, 3, EIO);
+    /* The runtime trains on after all that. */
+    run_steps(rt, &a, 6, 7, 0);
+    strata_destroy(rt);
+    for (int i = 0; i < NP; i++)
+        free(w3[i]);
+    model_free(&a);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -283,6 +481,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_every_optimizer),
         cmocka_unit_test(test_mismatch),
+        cmocka_unit_test(test_save_faults),
+        cmocka_unit_test(test_stats_resume),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

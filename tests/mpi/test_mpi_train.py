@@ -13,7 +13,13 @@ Checks (issue #9's acceptance):
     1.1 x total / N + the largest matrix's state;
   * a checkpoint saved by N ranks resumes bit-identically on N ranks, and
     reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
-    and 3 ranks, and 3 ranks' on 4;
+    and 3 ranks, and 3 ranks' on 4; saved again right after the resharding
+    load (--save-after-load), every logical tensor (weights and optimizer
+    state, reassembled by name across the rank files: `strata ckpt inspect
+    --hash`) has the SHA-256 it had in the original;
+  * a checkpoint saved with --shard-group-size 2 resumes flat and with
+    --shard-group-size 4: the same per-tensor hashes, and the run continues
+    bit-identically to the uninterrupted one;
   * a rank that fails (a bad --data path on one rank only) makes the whole job
     exit non-zero with that rank's message, within seconds.
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or strata built without MPI).
@@ -71,6 +77,29 @@ def train(tmp, tag, n, args, env=None):
         print(p.stdout[-2000:], p.stderr[-2000:])
         return None
     return summary(metrics)
+
+
+def ckpt_hashes(path):
+    """`strata ckpt inspect --hash`: one line per logical tensor."""
+    p = subprocess.run([EXE, "ckpt", "inspect", "--hash", path], capture_output=True, text=True,
+                       timeout=120)
+    if p.returncode != 0:
+        print(p.stdout[-1000:], p.stderr[-2000:])
+        return None
+    return p.stdout.splitlines()
+
+
+def same_hashes(orig, copy, what):
+    """The copy (saved right after a resharding load) holds every tensor of
+    the original, bit for bit."""
+    a, b = ckpt_hashes(orig), ckpt_hashes(copy)
+    state = sum(1 for line in (a or []) if line.startswith("state "))
+    ok = bool(a) and a == b and state > 0
+    if a and b and a != b:
+        diff = sorted(set(a) ^ set(b))
+        print("  differing lines:", *diff[:6], sep="\n    ")
+    check(ok, f"{what}: per-tensor hashes equal ({len(a or [])} tensors, {state} of optimizer "
+              f"state)")
 
 
 def main():
@@ -184,26 +213,58 @@ def main():
                   f"{name}: 4 ranks' checkpoint resumed on 1 rank with --grad-accum 4, "
                   f"bit-identical")
             for m in (2, 3):
+                again = os.path.join(tmp, f"rs-{m}-{name}-again")
                 got = train(tmp, f"rs-{m}-{name}", m,
-                            args + ["--resume", os.path.join(ck, "step-00000010")])
+                            args + ["--resume", os.path.join(ck, "step-00000010"),
+                                    "--save-after-load", "--save-dir", again])
                 check(bool(got) and got["final_val_loss"] == got["final_val_loss"],
                       f"{name}: 4 ranks' checkpoint resumed on {m} ranks and trained on")
+                same_hashes(os.path.join(ck, "step-00000010"),
+                            os.path.join(again, "step-00000010"),
+                            f"{name}: 4 ranks' checkpoint saved again on {m} ranks")
         # The reassembled weights: resumed on 1, 2, 3 ranks with no step left,
         # the weights hash equals the one at the save.
         ck6 = os.path.join(tmp, "rs-6")
         six = ["--optimizer", "shampoo", "--steps", "6"]
         at6 = train(tmp, "rs-at6", 4, six + ["--save-every", "6", "--save-dir", ck6])
         for m in (1, 2, 3):
+            again = os.path.join(tmp, f"rs-re6-{m}-again")
             got = train(tmp, f"rs-re6-{m}", m,
-                        six + ["--resume", os.path.join(ck6, "step-00000006")])
+                        six + ["--resume", os.path.join(ck6, "step-00000006"),
+                               "--save-after-load", "--save-dir", again])
             check(bool(at6 and got and got["weights_hash"] == at6["weights_hash"]),
                   f"4 ranks' checkpoint loaded on {m} rank(s): the same weights hash")
+            same_hashes(os.path.join(ck6, "step-00000006"), os.path.join(again, "step-00000006"),
+                        f"shampoo: 4 ranks' checkpoint saved again on {m} rank(s)")
         ck3 = os.path.join(tmp, "rs-3to4")
         got3 = train(tmp, "rs-3", 3, ["--optimizer", "muon", "--save-every", "10", "--save-dir",
                                       ck3])
+        again = os.path.join(tmp, "rs-3to4-again")
         got4 = train(tmp, "rs-4", 4, ["--optimizer", "muon", "--resume",
-                                      os.path.join(ck3, "step-00000010")])
+                                      os.path.join(ck3, "step-00000010"), "--save-after-load",
+                                      "--save-dir", again])
         check(bool(got3 and got4), "muon: 3 ranks' checkpoint resumed on 4 ranks")
+        same_hashes(os.path.join(ck3, "step-00000010"), os.path.join(again, "step-00000010"),
+                    "muon: 3 ranks' checkpoint saved again on 4 ranks")
+        # A change of --shard-group-size across a resume: saved by 4 ranks in
+        # shard groups of 2 (2 emulated nodes), resumed flat and in one group
+        # of 4; the same tensors, and the same weights as the uninterrupted run.
+        env2 = {"STRATA_RANKS_PER_NODE": "2"}
+        sg = ["--optimizer", "shampoo", "--async", "--staleness", "2", "--workers", "1",
+              "--steps", "12"]
+        ck_sg = os.path.join(tmp, "sg2")
+        full_sg = train(tmp, "sg2-full", 4, sg + ["--shard-group-size", "2", "--save-every", "6",
+                                                  "--save-dir", ck_sg], env2)
+        for label, extra in (("flat", []), ("--shard-group-size 4", ["--shard-group-size", "4"])):
+            again = os.path.join(tmp, f"sg2-to-{len(extra)}")
+            got = train(tmp, f"sg2-to-{len(extra)}", 4,
+                        sg + extra + ["--resume", os.path.join(ck_sg, "step-00000006"),
+                                      "--save-after-load", "--save-dir", again], env2)
+            check(bool(full_sg and got and got["weights_hash"] == full_sg["weights_hash"]),
+                  f"--shard-group-size 2 checkpoint resumed {label}: trained on, bit-identical "
+                  f"to the uninterrupted run")
+            same_hashes(os.path.join(ck_sg, "step-00000006"), os.path.join(again, "step-00000006"),
+                        f"--shard-group-size 2 checkpoint saved again {label}")
         # A failing rank ends the job with its message, never a hang.
         wrapper = os.path.join(tmp, "one_bad_rank.sh")
         with open(wrapper, "w") as f:
