@@ -354,6 +354,14 @@ typedef struct strata_stats {
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
     double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
                                    plus the (N+1)-th largest item) (seconds) */
+    /* HSDP (shard_group_size < world): each preconditioner block is refreshed by one of
+     * its replicas (one owner per shard group) and its result (the family's slot: roots
+     * or eigenbases) shipped to the others through the node leaders when due */
+    int64_t refresh_blocks_computed; /* block refreshes this rank ran (every layout) */
+    int64_t refresh_blocks_received; /* block results received from another replica */
+    uint64_t refresh_ship_bytes_intra_node, refresh_ship_bytes_inter_node; /* of those
+                                   shipments, sent + received, cumulative (also counted in
+                                   comm_bytes_*) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
