@@ -126,6 +126,8 @@ struct strata_refresh {
     _Atomic int64_t io_errors;
     int64_t blocks_computed, blocks_received; /* training thread */
     uint64_t ship_intra, ship_inter;
+    void *ship_buf;        /* HSDP: one block's shipped result, header first (host tier) */
+    size_t ship_bytes;
 };
 
 static size_t align4k(size_t x)
@@ -284,10 +286,31 @@ static bool receives(const strata_refresh *e, const eng_block *blk)
     return blk->computer >= 0 && blk->computer != strata_replicas_index(e->cfg.replicas);
 }
 
+/* The byte ranges of a block's installed result (parts, then aux) and
+ * their total; *n gets the count. */
+static size_t ship_ranges(const strata_precond_block *bi, size_t off[], size_t len[], int *n)
+{
+    size_t total = 0;
+    int m = 0;
+    for (int p = 0; p < bi->n_parts; p++)
+        if (bi->part_bytes[p]) {
+            off[m] = bi->part_offset[p];
+            len[m] = bi->part_bytes[p];
+            total += len[m++];
+        }
+    if (bi->aux_bytes) {
+        off[m] = bi->aux_offset;
+        len[m] = bi->aux_bytes;
+        total += len[m++];
+    }
+    *n = m;
+    return total;
+}
+
 /* The computing replica of every block: greedy LPT over the G replicas on
  * slot_bytes^1.5 (the refresh is O(n^3) in a side of n, the slot O(n^2)).
  * Every replica has the same blocks in the same order, so every replica
- * computes the same assignment. A block whose slot the transport cannot
+ * computes the same assignment. A block whose result the transport cannot
  * move as float32 words, or that needs more than SHIP_MAX slots, keeps
  * being refreshed by every replica. */
 static strata_status assign_computers(strata_refresh *e)
@@ -306,8 +329,12 @@ static strata_status assign_computers(strata_refresh *e)
     int n = 0;
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
         const eng_block *blk = &e->blocks[i];
-        if (blk->info.slot_bytes % 4 != 0 || blk->grp->n_slots > SHIP_MAX)
+        size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+        int nr;
+        const size_t ship = 16 + ship_ranges(&blk->info, off, len, &nr);
+        if (ship % 4 != 0 || blk->grp->n_slots > SHIP_MAX)
             continue;
+        e->ship_bytes = ship > e->ship_bytes ? ship : e->ship_bytes;
         idx[n] = i;
         cost[n] = pow((double)blk->info.slot_bytes, 1.5);
         n++;
@@ -316,6 +343,8 @@ static strata_status assign_computers(strata_refresh *e)
         st = strata_plan_lpt(cost, n, G, assign, NULL);
     for (int j = 0; j < n && st == STRATA_OK; j++)
         e->blocks[idx[j]].computer = assign[j];
+    if (st == STRATA_OK && n > 0) /* the broadcast buffer of one block's result */
+        st = strata_tier_alloc(e->host, e->ship_bytes, &e->ship_buf);
     free(cost);
     free(idx);
     free(assign);
@@ -338,11 +367,11 @@ static strata_status ship_note(strata_refresh *e, eng_block *blk, int64_t versio
 }
 
 /* Ship the oldest unshipped refresh of `blk` (collective of the replica
- * set). The computing replica waits for its job, then sends a header
- * (refresh point, ok, failed-part bits) and, when ok, the slot's bytes; a
- * receiver fills its reserved slot and completes it as the job completed
- * (READY or FAILED), so the next acquire does the same on every replica.
- * The computing replica sends the header even after its own wait failed
+ * set): one broadcast of [refresh point (lo, hi), ok, failed-part bits |
+ * the installed result's ranges]. The computing replica waits for its job
+ * first; a receiver fills its reserved slot and completes it as the job
+ * completed (READY or FAILED), so the next acquire does the same on every
+ * replica. The computing replica broadcasts even after its own wait failed
  * (ok = 0), so that no receiver waits forever; it returns that error. */
 static strata_status ship_one(strata_refresh *e, eng_block *blk)
 {
@@ -350,19 +379,23 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
     blk->n_unshipped--;
     memmove(blk->unshipped, blk->unshipped + 1, (size_t)blk->n_unshipped * sizeof *blk->unshipped);
     strata_coh_registry *reg = blk->grp->reg;
-    const size_t bytes = blk->info.slot_bytes;
+    const strata_precond_block *bi = &blk->info;
+    size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+    int nr;
+    const size_t bytes = 16 + ship_ranges(bi, off, len, &nr);
+    uint32_t *hdr = e->ship_buf;
+    char *payload = (char *)e->ship_buf + 16;
     strata_coh_slot_state state = STRATA_SLOT_FREE;
     const int k = strata_coh_find(reg, blk->rb, v, &state);
-    uint32_t hdr[4] = {0}; /* refresh point (lo, hi), ok, failed bits */
     strata_status st = STRATA_OK;
     if (!receives(e, blk)) {
         if (k >= 0)
             st = strata_coh_wait_slot(reg, blk->rb, k, &state);
         bool ok = st == STRATA_OK && k >= 0 && state == STRATA_SLOT_READY;
-        void *src = ok ? blk->slots[k].buf : NULL;
+        const char *src = ok ? blk->slots[k].buf : NULL;
         if (ok && blk->on_nvme) {
             src = e->staging;
-            st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, src, bytes);
+            st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, e->staging, bi->slot_bytes);
             if (st != STRATA_OK) {
                 atomic_fetch_add(&e->io_errors, 1);
                 ok = false;
@@ -372,15 +405,19 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
         hdr[1] = (uint32_t)((uint64_t)v >> 32);
         hdr[2] = ok;
         hdr[3] = k >= 0 ? blk->slots[k].failed : 0;
-        strata_status sb = strata_replicas_broadcast(e->cfg.replicas, hdr, sizeof hdr,
-                                                     blk->computer, &e->ship_intra,
-                                                     &e->ship_inter);
-        if (sb == STRATA_OK && ok)
-            sb = strata_replicas_broadcast(e->cfg.replicas, src, bytes, blk->computer,
-                                           &e->ship_intra, &e->ship_inter);
+        size_t at = 0;
+        for (int r = 0; r < nr; r++) {
+            if (ok)
+                memcpy(payload + at, src + off[r], len[r]);
+            else
+                memset(payload + at, 0, len[r]);
+            at += len[r];
+        }
+        const strata_status sb = strata_replicas_broadcast(
+            e->cfg.replicas, e->ship_buf, bytes, blk->computer, &e->ship_intra, &e->ship_inter);
         return st != STRATA_OK ? st : sb;
     }
-    st = strata_replicas_broadcast(e->cfg.replicas, hdr, sizeof hdr, blk->computer,
+    st = strata_replicas_broadcast(e->cfg.replicas, e->ship_buf, bytes, blk->computer,
                                    &e->ship_intra, &e->ship_inter);
     if (st != STRATA_OK)
         return st;
@@ -392,15 +429,15 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
                             blk->ent->name, blk->b, (long long)got, (long long)v, k);
     bool ok = hdr[2] != 0;
     if (ok) {
-        void *dst = blk->on_nvme ? e->staging : blk->slots[k].buf;
-        st = strata_replicas_broadcast(e->cfg.replicas, dst, bytes, blk->computer,
-                                       &e->ship_intra, &e->ship_inter);
-        if (st != STRATA_OK) {
-            strata_coh_abort_refresh(reg, blk->rb, k);
-            return st;
+        char *dst = blk->on_nvme ? e->staging : blk->slots[k].buf;
+        size_t at = 0;
+        for (int r = 0; r < nr; r++) {
+            memcpy(dst + off[r], payload + at, len[r]);
+            at += len[r];
         }
-        if (blk->on_nvme && strata_tier_write(e->nvme, blk->slots[k].nvme, 0, dst, bytes) !=
-                                STRATA_OK) {
+        /* The rest of an nvme slot image is never read (install reads the ranges). */
+        if (blk->on_nvme &&
+            strata_tier_write(e->nvme, blk->slots[k].nvme, 0, dst, bi->slot_bytes) != STRATA_OK) {
             atomic_fetch_add(&e->io_errors, 1); /* counted as a failed refresh: previous kept */
             ok = false;
         }
@@ -1163,6 +1200,7 @@ void strata_refresh_destroy(strata_refresh *e)
         free(e->worker_scratch);
     }
     strata_tier_free(e->host, e->staging, e->scratch_bytes);
+    strata_tier_free(e->host, e->ship_buf, e->ship_bytes);
     free(e->blocks);
     strata_tier_destroy(e->nvme);
     strata_tier_destroy(e->host);

@@ -23,7 +23,8 @@
  * becomes due (the step whose acquire must install it: r + S in fixed mode,
  * r itself inline and for S = 0) the computing replica waits for its job,
  * and broadcasts on the training thread, before that step's acquire, the
- * slot's bytes with the refresh point and the failed-part bits; every
+ * installed result (the block's parts and aux range, precond.h) with the
+ * refresh point and the failed-part bits, in one message; every
  * replica then completes the slot the way the job completed it, and the
  * same acquire installs the same bytes at the same step on every replica. So
  * results travel only when the receivers' staleness budget needs them, and
