@@ -353,7 +353,7 @@ static strata_status assign_computers(strata_refresh *e)
 
 /* Refresh point `version` of a shipped block began (slot reserved): it is
  * shipped when due. */
-static strata_status ship_note(strata_refresh *e, eng_block *blk, int64_t version, int k)
+static strata_status ship_note(eng_block *blk, int64_t version, int k)
 {
     if (blk->n_unshipped == SHIP_MAX) {
         strata_coh_abort_refresh(blk->grp->reg, blk->rb, k);
@@ -361,7 +361,6 @@ static strata_status ship_note(strata_refresh *e, eng_block *blk, int64_t versio
                             "'%s' block %d: %d refreshes in flight, none shipped",
                             blk->ent->name, blk->b, SHIP_MAX);
     }
-    (void)e;
     blk->unshipped[blk->n_unshipped++] = version;
     return STRATA_OK;
 }
@@ -803,7 +802,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     int k;
     strata_status st = strata_coh_begin_refresh(g->reg, blk->rb, version, &k);
     if (st == STRATA_OK && blk->computer >= 0) {
-        st = ship_note(e, blk, version, k);
+        st = ship_note(blk, version, k);
         if (st == STRATA_OK && receives(e, blk))
             return STRATA_OK; /* no snapshot, no job: the result is shipped when due */
     }

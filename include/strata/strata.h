@@ -133,7 +133,12 @@ typedef struct strata_config {
                                  whole world, one group). A replicated matrix's gradient is
                                  reduced within each node, then along the node leaders,
                                  then shipped to its owner in every group; weights are
-                                 materialized within the group. Owner/zero1 sharding. */
+                                 materialized within the group. Each preconditioner
+                                 block is refreshed by one of its owners (spread over
+                                 the groups) and its result shipped to the others
+                                 through the node leaders when it is due, so that all
+                                 install it at the same step (install_mode EAGER then
+                                 runs as FIXED). Owner/zero1 sharding. */
     bool average_gradients;   /* the reduced gradient is the mean over the ranks (true,
                                  DDP's convention: sum in rank order, then times
                                  (float)(1.0 / world_size)) or the sum (false); no effect

@@ -143,6 +143,27 @@ def main():
                 check(hi < fi, f"{name}: HSDP inter-node bytes per step {hi:.0f} < flat {fi:.0f}")
             if hsdp and flat and name != "muon":
                 check_shipped(name, hsdp, flat)
+        # Four replicas per matrix, two on each of 2 nodes (8 ranks, groups of
+        # 2): a result crosses to the other node once, to its node leader,
+        # which hands it on inside its node.
+        short = ["--optimizer", "shampoo", "--steps", "6"]
+        ref = train(tmp, "shampoo-ga8", 1, short + ["--grad-accum", "8"])
+        got = train(tmp, "shampoo-hsdp8", 8, short + ["--shard-group-size", "2"],
+                    {"STRATA_RANKS_PER_NODE": "4"})
+        check(bool(ref and got and got["weights_hash"] == ref["weights_hash"]),
+              "shampoo: -np 8 --shard-group-size 2 (2 nodes of 4) bit-identical to "
+              "--grad-accum 8")
+        if got:
+            inter = [r["refresh_ship_inter_node_bytes"] for r in got["ranks"]]
+            leaders = [0, 1, 4, 5]  # group 0 and 2: the first replica on each node
+            check(all((inter[r] > 0) == (r in leaders) for r in range(8)),
+                  f"shipped roots cross nodes only between node leaders (inter-node bytes "
+                  f"per rank {', '.join(f'{b:.0f}' for b in inter)})")
+            comp = sum(r["refreshes_computed"] for r in got["ranks"])
+            recv = sum(r["refreshes_received"] for r in got["ranks"])
+            check(comp > 0 and recv == 3 * comp,
+                  f"4 replicas: each result computed once ({comp:.0f}) and received by the 3 "
+                  f"others ({recv:.0f})")
         # Baselines: same numbers, but matrix bytes move at the optimizer step.
         for mode in ("gather", "zero1"):
             ref = train(tmp, f"muon-ga4-{mode}", 1, ["--optimizer", "muon", "--grad-accum", "4"])
