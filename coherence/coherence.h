@@ -121,6 +121,16 @@ void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok);
 strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
                                             int64_t *version, bool *installed_now);
 
+/* Training thread: wait (bounded by timeout_s) until the job of slot `slot`
+ * of block b has finished (the slot is no longer PENDING or COMPUTING),
+ * without installing anything; counted as a wait, as acquire's are. *state
+ * gets the slot's state then (READY, FAILED, or FREE when the result was
+ * dropped). Used where a finished result must be read before acquire (an
+ * HSDP replica set ships it to the other replicas). Errors:
+ * STRATA_ERR_INVALID_ARG, STRATA_ERR_TIMEOUT (*state: still in flight). */
+strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,
+                                   strata_coh_slot_state *state);
+
 /* The refresh point whose result step t must use: the latest refresh point
  * <= t - S, or -1 when there is none yet (a block with offset 0). */
 int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);

@@ -344,6 +344,34 @@ out:
     return st;
 }
 
+strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,
+                                   strata_coh_slot_state *state)
+{
+    if (!reg || !state || b < 0 || b >= reg->n_blocks || slot < 0 || slot >= reg->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_wait_slot: bad block %d slot %d", b,
+                            slot);
+    strata_status st = STRATA_OK;
+    pthread_mutex_lock(&reg->mu);
+    coh_slot *s = slot_at(reg, b, slot);
+    if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
+        struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
+        const double t0 = strata_now_seconds();
+        reg->stats.waits++;
+        int rc = 0;
+        while ((s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) &&
+               rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
+        reg->stats.wait_seconds += strata_now_seconds() - t0;
+        if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING)
+            st = strata_error(STRATA_ERR_TIMEOUT,
+                              "coherence: block %d waited %.1f s for the refresh of step %lld",
+                              b, reg->cfg.timeout_s, (long long)s->version);
+    }
+    *state = s->state;
+    pthread_mutex_unlock(&reg->mu);
+    return st;
+}
+
 int strata_coh_find(strata_coh_registry *reg, int b, int64_t version, strata_coh_slot_state *state)
 {
     pthread_mutex_lock(&reg->mu);

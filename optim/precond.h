@@ -60,6 +60,11 @@ typedef struct strata_precond_block {
     int n_parts;        /* result parts (<= STRATA_PRECOND_MAX_PARTS) */
     size_t part_offset[STRATA_PRECOND_MAX_PARTS]; /* byte range of each part in the slot */
     size_t part_bytes[STRATA_PRECOND_MAX_PARTS];
+    /* Bytes of the slot besides the parts that install reads (SOAP: the
+     * permutations its refresh writes after the bases); aux_bytes = 0: none.
+     * The parts and this range are the installed result: what an HSDP
+     * replica set ships from the replica that refreshed the block. */
+    size_t aux_offset, aux_bytes;
 } strata_precond_block;
 
 /* Refresh schedule in runtime steps: refresh points are

@@ -632,8 +632,10 @@ static void fam_block(const void *state, int b, strata_precond_block *out)
         if (d > out->max_dim)
             out->max_dim = d;
     }
+    out->aux_offset = off; /* the permutations (slot_perms) */
     for (int k = 0; k < 2; k++)
         off += s->side[k].rotated ? (size_t)s->side[k].dim * sizeof(int) : 0;
+    out->aux_bytes = off - out->aux_offset;
     out->slot_bytes = off;
 }
 

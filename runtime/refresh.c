@@ -27,6 +27,7 @@
  */
 #include "refresh.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,11 +35,14 @@
 
 #include "base/clock.h"
 #include "coherence/coherence.h"
+#include "planner.h"
 #include "tiers/tiers.h"
 #include "workers/workers.h"
 
 struct strata_refresh;
 struct eng_block;
+
+#define SHIP_MAX 16 /* slots per block a shipped block may have */
 
 typedef struct eng_job {
     strata_job job;
@@ -93,6 +97,9 @@ typedef struct eng_block {
     strata_io io;      /* prefetch into resident[1 - cur] */
     bool io_pending;
     int64_t io_version;
+    int computer;      /* HSDP: the replica that refreshes it; -1: every replica its own */
+    int n_unshipped;   /* HSDP: refresh points begun and not yet shipped, ascending */
+    int64_t unshipped[SHIP_MAX];
 } eng_block;
 
 struct strata_refresh {
@@ -117,6 +124,10 @@ struct strata_refresh {
     _Atomic int64_t refreshes, refresh_failures, refresh_retries;
     _Atomic uint64_t snapshot_bytes;
     _Atomic int64_t io_errors;
+    int64_t blocks_computed, blocks_received; /* training thread */
+    uint64_t ship_intra, ship_inter;
+    void *ship_buf;        /* HSDP: one block's shipped result, header first (host tier) */
+    size_t ship_bytes;
 };
 
 static size_t align4k(size_t x)
@@ -268,6 +279,201 @@ static void job_done(strata_job *j, strata_status st)
     strata_coh_complete(job->blk->grp->reg, job->blk->rb, job->slot, st == STRATA_OK);
 }
 
+/* ---- HSDP: one refresh per replica set, shipped (refresh.h) */
+
+static bool receives(const strata_refresh *e, const eng_block *blk)
+{
+    return blk->computer >= 0 && blk->computer != strata_replicas_index(e->cfg.replicas);
+}
+
+/* The byte ranges of a block's installed result (parts, then aux) and
+ * their total; *n gets the count. */
+static size_t ship_ranges(const strata_precond_block *bi, size_t off[], size_t len[], int *n)
+{
+    size_t total = 0;
+    int m = 0;
+    for (int p = 0; p < bi->n_parts; p++)
+        if (bi->part_bytes[p]) {
+            off[m] = bi->part_offset[p];
+            len[m] = bi->part_bytes[p];
+            total += len[m++];
+        }
+    if (bi->aux_bytes) {
+        off[m] = bi->aux_offset;
+        len[m] = bi->aux_bytes;
+        total += len[m++];
+    }
+    *n = m;
+    return total;
+}
+
+/* The computing replica of every block: greedy LPT over the G replicas on
+ * slot_bytes^1.5 (the refresh is O(n^3) in a side of n, the slot O(n^2)).
+ * Every replica has the same blocks in the same order, so every replica
+ * computes the same assignment. A block whose result the transport cannot
+ * move as float32 words, or that needs more than SHIP_MAX slots, keeps
+ * being refreshed by every replica. */
+static strata_status assign_computers(strata_refresh *e)
+{
+    const int G = strata_replicas_count(e->cfg.replicas);
+    for (int i = 0; i < e->n_blocks; i++)
+        e->blocks[i].computer = -1;
+    if (!e->cfg.replicas || G < 2 || e->n_blocks == 0)
+        return STRATA_OK;
+    double *cost = malloc((size_t)e->n_blocks * sizeof *cost);
+    int *idx = malloc((size_t)e->n_blocks * sizeof *idx);
+    int *assign = malloc((size_t)e->n_blocks * sizeof *assign);
+    strata_status st = cost && idx && assign
+                           ? STRATA_OK
+                           : strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    int n = 0;
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
+        const eng_block *blk = &e->blocks[i];
+        size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+        int nr;
+        const size_t ship = 16 + ship_ranges(&blk->info, off, len, &nr);
+        if (ship % 4 != 0 || blk->grp->n_slots > SHIP_MAX)
+            continue;
+        e->ship_bytes = ship > e->ship_bytes ? ship : e->ship_bytes;
+        idx[n] = i;
+        cost[n] = pow((double)blk->info.slot_bytes, 1.5);
+        n++;
+    }
+    if (st == STRATA_OK && n > 0)
+        st = strata_plan_lpt(cost, n, G, assign, NULL);
+    for (int j = 0; j < n && st == STRATA_OK; j++)
+        e->blocks[idx[j]].computer = assign[j];
+    if (st == STRATA_OK && n > 0) /* the broadcast buffer of one block's result */
+        st = strata_tier_alloc(e->host, e->ship_bytes, &e->ship_buf);
+    free(cost);
+    free(idx);
+    free(assign);
+    return st;
+}
+
+/* Refresh point `version` of a shipped block began (slot reserved): it is
+ * shipped when due. */
+static strata_status ship_note(eng_block *blk, int64_t version, int k)
+{
+    if (blk->n_unshipped == SHIP_MAX) {
+        strata_coh_abort_refresh(blk->grp->reg, blk->rb, k);
+        return strata_error(STRATA_ERR_INTERNAL,
+                            "'%s' block %d: %d refreshes in flight, none shipped",
+                            blk->ent->name, blk->b, SHIP_MAX);
+    }
+    blk->unshipped[blk->n_unshipped++] = version;
+    return STRATA_OK;
+}
+
+/* Ship the oldest unshipped refresh of `blk` (collective of the replica
+ * set): one broadcast of [refresh point (lo, hi), ok, failed-part bits |
+ * the installed result's ranges]. The computing replica waits for its job
+ * first; a receiver fills its reserved slot and completes it as the job
+ * completed (READY or FAILED), so the next acquire does the same on every
+ * replica. The computing replica broadcasts even after its own wait failed
+ * (ok = 0), so that no receiver waits forever; it returns that error. */
+static strata_status ship_one(strata_refresh *e, eng_block *blk)
+{
+    const int64_t v = blk->unshipped[0];
+    blk->n_unshipped--;
+    memmove(blk->unshipped, blk->unshipped + 1, (size_t)blk->n_unshipped * sizeof *blk->unshipped);
+    strata_coh_registry *reg = blk->grp->reg;
+    const strata_precond_block *bi = &blk->info;
+    size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+    int nr;
+    const size_t bytes = 16 + ship_ranges(bi, off, len, &nr);
+    uint32_t *hdr = e->ship_buf;
+    char *payload = (char *)e->ship_buf + 16;
+    strata_coh_slot_state state = STRATA_SLOT_FREE;
+    const int k = strata_coh_find(reg, blk->rb, v, &state);
+    strata_status st = STRATA_OK;
+    if (!receives(e, blk)) {
+        if (k >= 0)
+            st = strata_coh_wait_slot(reg, blk->rb, k, &state);
+        bool ok = st == STRATA_OK && k >= 0 && state == STRATA_SLOT_READY;
+        const char *src = ok ? blk->slots[k].buf : NULL;
+        if (ok && blk->on_nvme) {
+            src = e->staging;
+            st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, e->staging, bi->slot_bytes);
+            if (st != STRATA_OK) {
+                atomic_fetch_add(&e->io_errors, 1);
+                ok = false;
+            }
+        }
+        hdr[0] = (uint32_t)((uint64_t)v & 0xffffffffu);
+        hdr[1] = (uint32_t)((uint64_t)v >> 32);
+        hdr[2] = ok;
+        hdr[3] = k >= 0 ? blk->slots[k].failed : 0;
+        size_t at = 0;
+        for (int r = 0; r < nr; r++) {
+            if (ok)
+                memcpy(payload + at, src + off[r], len[r]);
+            else
+                memset(payload + at, 0, len[r]);
+            at += len[r];
+        }
+        const strata_status sb = strata_replicas_broadcast(
+            e->cfg.replicas, e->ship_buf, bytes, blk->computer, &e->ship_intra, &e->ship_inter);
+        return st != STRATA_OK ? st : sb;
+    }
+    st = strata_replicas_broadcast(e->cfg.replicas, e->ship_buf, bytes, blk->computer,
+                                   &e->ship_intra, &e->ship_inter);
+    if (st != STRATA_OK)
+        return st;
+    const int64_t got = (int64_t)((uint64_t)hdr[0] | (uint64_t)hdr[1] << 32);
+    if (k < 0 || state != STRATA_SLOT_PENDING || got != v)
+        return strata_error(STRATA_ERR_INTERNAL,
+                            "'%s' block %d: shipped refresh %lld, this replica expected %lld "
+                            "(slot %d)",
+                            blk->ent->name, blk->b, (long long)got, (long long)v, k);
+    bool ok = hdr[2] != 0;
+    if (ok) {
+        char *dst = blk->on_nvme ? e->staging : blk->slots[k].buf;
+        size_t at = 0;
+        for (int r = 0; r < nr; r++) {
+            memcpy(dst + off[r], payload + at, len[r]);
+            at += len[r];
+        }
+        /* The rest of an nvme slot image is never read (install reads the ranges). */
+        if (blk->on_nvme &&
+            strata_tier_write(e->nvme, blk->slots[k].nvme, 0, dst, bi->slot_bytes) != STRATA_OK) {
+            atomic_fetch_add(&e->io_errors, 1); /* counted as a failed refresh: previous kept */
+            ok = false;
+        }
+    }
+    blk->slots[k].failed = hdr[3];
+    strata_coh_mark_computing(reg, blk->rb, k);
+    strata_coh_complete(reg, blk->rb, k, ok);
+    e->blocks_received += ok;
+    return STRATA_OK;
+}
+
+/* Before the acquire of step t: ship every refresh of the entry's blocks
+ * that step t's acquire may install (refresh points up to the due one). */
+static strata_status ship_due(strata_refresh *e, eng_entry *en, int64_t t)
+{
+    strata_status st = STRATA_OK;
+    for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
+        eng_block *blk = &e->blocks[en->first_block + b];
+        if (blk->computer < 0 || blk->n_unshipped == 0)
+            continue;
+        const int64_t due = strata_coh_block_due_version(blk->grp->reg, blk->rb, t);
+        while (st == STRATA_OK && blk->n_unshipped > 0 && blk->unshipped[0] <= due)
+            st = ship_one(e, blk);
+    }
+    return st;
+}
+
+/* Every refresh still unshipped (a drain): in block order, oldest first. */
+static strata_status ship_all(strata_refresh *e)
+{
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++)
+        while (st == STRATA_OK && e->blocks[i].computer >= 0 && e->blocks[i].n_unshipped > 0)
+            st = ship_one(e, &e->blocks[i]);
+    return st;
+}
+
 /* ---- commit */
 
 static strata_status make_groups(strata_refresh *e)
@@ -412,7 +618,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
             .precondition_frequency = g->sch.frequency,
             .start = g->sch.start < 1 ? 1 : g->sch.start,
             .staleness = S,
-            .mode = g->inline_ ? STRATA_COH_FIXED : e->cfg.mode,
+            .mode = g->inline_ || e->cfg.replicas ? STRATA_COH_FIXED : e->cfg.mode,
             .timeout_s = e->cfg.wait_timeout_s,
         };
         g->n_slots = strata_coh_slots_needed(g->sch.frequency, S);
@@ -486,6 +692,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
         wc.n_workers = e->cfg.workers;
     e->n_workers = any_async ? wc.n_workers : 0;
     st = place(e);
+    if (st == STRATA_OK)
+        st = assign_computers(e);
     if (st != STRATA_OK)
         return st;
     if (wd_inline > 0 || wi_inline > 0) {
@@ -511,7 +719,21 @@ strata_status strata_refresh_commit(strata_refresh *e)
     strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
                 "%d blocks in %d groups, %d workers, S=%d (%s), %d blocks on nvme", e->n_blocks,
                 e->n_groups, e->n_workers, e->cfg.staleness,
-                e->cfg.mode == STRATA_COH_FIXED ? "fixed" : "eager", on_nvme);
+                e->cfg.mode == STRATA_COH_FIXED || e->cfg.replicas ? "fixed" : "eager", on_nvme);
+    if (e->cfg.replicas) {
+        int mine = 0, shipped = 0;
+        for (int i = 0; i < e->n_blocks; i++) {
+            shipped += e->blocks[i].computer >= 0;
+            mine += e->blocks[i].computer == strata_replicas_index(e->cfg.replicas);
+        }
+        strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
+                    "replica %d of %d refreshes %d of %d shipped blocks%s",
+                    strata_replicas_index(e->cfg.replicas), strata_replicas_count(e->cfg.replicas),
+                    mine, shipped,
+                    e->cfg.async && e->cfg.mode == STRATA_COH_EAGER
+                        ? " (eager install mode runs as fixed: replicas install together)"
+                        : "");
+    }
     return STRATA_OK;
 }
 
@@ -579,8 +801,14 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     eng_group *g = blk->grp;
     int k;
     strata_status st = strata_coh_begin_refresh(g->reg, blk->rb, version, &k);
+    if (st == STRATA_OK && blk->computer >= 0) {
+        st = ship_note(blk, version, k);
+        if (st == STRATA_OK && receives(e, blk))
+            return STRATA_OK; /* no snapshot, no job: the result is shipped when due */
+    }
     if (st != STRATA_OK)
         return st;
+    e->blocks_computed++;
     eng_slot *slot = &blk->slots[k];
     const strata_precond_family *f = blk->ent->fam;
     if (blk->on_nvme) {
@@ -647,6 +875,8 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
         if (grp->sch.lag == 0)
             st = refresh_point(e, en, t);
         const double t1 = strata_now_seconds();
+        if (st == STRATA_OK)
+            st = ship_due(e, en, t);
         for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
             eng_block *blk = &e->blocks[en->first_block + b];
             int slot;
@@ -739,6 +969,10 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->refresh_retries = atomic_load(&e->refresh_retries);
     s->snapshot_bytes = atomic_load(&e->snapshot_bytes);
     s->io_errors = atomic_load(&e->io_errors);
+    s->blocks_computed = e->blocks_computed;
+    s->blocks_received = e->blocks_received;
+    s->ship_bytes_intra_node = e->ship_intra;
+    s->ship_bytes_inter_node = e->ship_inter;
     s->blocks = e->n_blocks;
     for (int i = 0; i < e->n_blocks; i++)
         s->blocks_on_nvme += e->blocks[i].on_nvme;
@@ -812,7 +1046,10 @@ strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
     }
     if (in_flight)
         *in_flight = busy;
-    strata_status st = STRATA_OK;
+    /* HSDP: every result in flight reaches every replica first (a receiver's
+     * reserved slot completes only so); shipped even after an error, so that
+     * no replica waits for another. */
+    strata_status st = ship_all(e);
     for (int k = 0; k < e->n_groups && st == STRATA_OK; k++)
         if (!e->groups[k].inline_ && e->groups[k].reg)
             st = strata_coh_quiesce(e->groups[k].reg, e->cfg.wait_timeout_s);
@@ -910,6 +1147,7 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
     blk->installed_slot = installed;
     blk->have = installed >= 0 ? have : 0;
     blk->io_pending = false;
+    blk->n_unshipped = 0; /* restored slots are complete on every replica */
     if (installed < 0)
         return STRATA_OK;
     void *dst = blk->slots[installed].buf;
@@ -961,6 +1199,7 @@ void strata_refresh_destroy(strata_refresh *e)
         free(e->worker_scratch);
     }
     strata_tier_free(e->host, e->staging, e->scratch_bytes);
+    strata_tier_free(e->host, e->ship_buf, e->ship_bytes);
     free(e->blocks);
     strata_tier_destroy(e->nvme);
     strata_tier_destroy(e->host);

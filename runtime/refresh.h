@@ -15,6 +15,25 @@
  * the asynchronous one. So an asynchronous run with S = 0 computes exactly
  * what a synchronous one does (bit-identical), whatever the workers' speed.
  *
+ * HSDP (cfg.replicas): the G owners of a matrix (one per shard group) hold
+ * bit-identical state, so each block's refresh runs on one of them, its
+ * *computing replica* (blocks spread over the G replicas by the greedy LPT
+ * rule on slot_bytes^1.5, about n^3), and the others take no snapshot and
+ * run no job: at refresh point r they only reserve the slot. When a result
+ * becomes due (the step whose acquire must install it: r + S in fixed mode,
+ * r itself inline and for S = 0) the computing replica waits for its job,
+ * and broadcasts on the training thread, before that step's acquire, the
+ * installed result (the block's parts and aux range, precond.h) with the
+ * refresh point and the failed-part bits, in one message; every
+ * replica then completes the slot the way the job completed it, and the
+ * same acquire installs the same bytes at the same step on every replica. So
+ * results travel only when the receivers' staleness budget needs them, and
+ * a receiver never installs anything the computing replica did not. Install
+ * mode is FIXED for every group then (eager installs would depend on each
+ * replica's own timing). A drain (checkpoints) ships every result still in
+ * flight. Every replica must call step, drain and the checkpoint seams at
+ * the same points (they are collectives of the replica set).
+ *
  * Life: create, add every parameter (its family state already created with
  * external results), commit (registries, slots, placement, pool), then per
  * step strata_refresh_step per parameter, strata_refresh_prefetch from the
@@ -33,6 +52,7 @@
 #include "base/log.h"
 #include "coherence/coherence.h"
 #include "optim/precond.h"
+#include "replicas.h"
 
 typedef struct strata_refresh_config {
     bool async;              /* refreshes of async-capable families on worker threads */
@@ -50,6 +70,11 @@ typedef struct strata_refresh_config {
     int nvme_queue_depth;    /* >= 8 */
     size_t nvme_chunk_bytes; /* staging chunk (strata_nvme_config.chunk_bytes); 0 = its default */
     const strata_logger *log; /* must outlive the engine */
+    strata_replicas *replicas; /* HSDP: this rank's replica set (must outlive the engine;
+                                  every replica registers the same parameters in the same
+                                  order): each block is refreshed by one replica and its
+                                  result shipped to the others; NULL = every owner refreshes
+                                  its own blocks */
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;
@@ -66,6 +91,10 @@ typedef struct strata_refresh_stats {
     int32_t blocks, blocks_on_nvme;
     size_t host_bytes, host_bytes_peak, nvme_bytes, nvme_bytes_peak;
     uint64_t nvme_bytes_written, nvme_bytes_read;
+    /* refreshes (per block) this rank ran, and (HSDP) results it received from the
+     * replica that ran them; the shipped results' bytes, sent + received */
+    int64_t blocks_computed, blocks_received;
+    uint64_t ship_bytes_intra_node, ship_bytes_inter_node;
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */

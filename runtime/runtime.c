@@ -212,10 +212,14 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         st = strata_comm_split(rt->comm, rt->rank / rt->group_size, rt->rank, &rt->group);
         rt->own_group = st == STRATA_OK;
     }
+    /* Replicated across groups: each refresh runs once per replica set. */
+    if (st == STRATA_OK && rt->n_groups > 1)
+        st = strata_replicas_create(rt->comm, rt->group_size, &rt->replica_set);
     rt->replicas = st == STRATA_OK ? malloc((size_t)rt->n_groups * sizeof *rt->replicas) : NULL;
     if (st == STRATA_OK && !rt->replicas)
         st = strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     if (st != STRATA_OK) {
+        strata_replicas_destroy(rt->replica_set);
         if (rt->own_group)
             strata_comm_destroy(rt->group);
         if (rt->own_comm)
@@ -572,6 +576,7 @@ static strata_status create_engine(strata_runtime *rt)
         .nvme_queue_depth = c->nvme_queue_depth,
         .nvme_chunk_bytes = c->nvme_chunk_bytes,
         .log = &rt->log,
+        .replicas = rt->replica_set,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
@@ -1033,6 +1038,10 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_written = e.nvme_bytes_written;
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
+        out->refresh_blocks_computed = e.blocks_computed;
+        out->refresh_blocks_received = e.blocks_received;
+        out->refresh_ship_bytes_intra_node = e.ship_bytes_intra_node;
+        out->refresh_ship_bytes_inter_node = e.ship_bytes_inter_node;
     }
     strata_ckpt_stats_add(rt, out);
     return STRATA_OK;
@@ -1081,6 +1090,7 @@ void strata_destroy(strata_runtime *rt)
             free(rt->gather_stage[i]);
     free(rt->gather_stage);
     strata_backend_destroy(rt->be);
+    strata_replicas_destroy(rt->replica_set);
     if (rt->own_group)
         strata_comm_destroy(rt->group);
     free(rt->replicas);

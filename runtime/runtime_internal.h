@@ -62,6 +62,8 @@ struct strata_runtime {
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */
     strata_comm *group;        /* this rank's group (the world when one group) */
     bool own_group;
+    strata_replicas *replica_set; /* HSDP (n_groups > 1): this rank's replica set, over which
+                                  the refresh engine ships each block's result */
     int *replicas;             /* scratch: the owners of one parameter in every group */
     size_t *shard_counts;  /* 2 world: counts and displacements of one collective (commit) */
     double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */

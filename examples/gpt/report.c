@@ -590,9 +590,11 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             const gpt_rank_figures *g = &res->ranks[r];
             fprintf(f,
                     "  rank %d: %.0f params, resident %.2f MiB | per step: optimizer %.1f ms, "
-                    "matrix bytes at the step %.0f, intra-node %.0f, inter-node %.0f\n",
+                    "matrix bytes at the step %.0f, intra-node %.0f, inter-node %.0f | "
+                    "refreshes computed %.0f, received %.0f\n",
                     r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean,
-                    g->step_matrix_bytes, g->intra_node_bytes, g->inter_node_bytes);
+                    g->step_matrix_bytes, g->intra_node_bytes, g->inter_node_bytes,
+                    g->refreshes_computed, g->refreshes_received);
         }
     }
 }
@@ -671,6 +673,10 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
             json_add_double(o, "max_staleness", g->max_staleness);
             json_add_double(o, "staleness_bound_exceeded", g->staleness_bound_exceeded);
+            json_add_double(o, "refreshes_computed", g->refreshes_computed);
+            json_add_double(o, "refreshes_received", g->refreshes_received);
+            json_add_double(o, "refresh_ship_intra_node_bytes", g->refresh_ship_intra_bytes);
+            json_add_double(o, "refresh_ship_inter_node_bytes", g->refresh_ship_inter_bytes);
             json_object_array_add(ranks, o);
         }
         json_object_object_add(j, "ranks", ranks);

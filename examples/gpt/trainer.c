@@ -266,7 +266,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 9 };
+    enum { K = 13 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->owned_param_bytes + s->device_bytes);
@@ -278,6 +278,10 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[6] = (double)s->max_staleness;
     m[7] = (double)s->coh_bound_exceeded;
     m[8] = (double)s->largest_owned_bytes;
+    m[9] = (double)s->refresh_blocks_computed;
+    m[10] = (double)s->refresh_blocks_received;
+    m[11] = (double)s->refresh_ship_bytes_intra_node / steps;
+    m[12] = (double)s->refresh_ship_bytes_inter_node / steps;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -289,7 +293,11 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .opt_ms_mean = v[4], .owned_params = v[5],
                                            .max_staleness = v[6],
                                            .staleness_bound_exceeded = v[7],
-                                           .largest_item_bytes = v[8]};
+                                           .largest_item_bytes = v[8],
+                                           .refreshes_computed = v[9],
+                                           .refreshes_received = v[10],
+                                           .refresh_ship_intra_bytes = v[11],
+                                           .refresh_ship_inter_bytes = v[12]};
     }
     return st;
 }

@@ -83,6 +83,10 @@ typedef struct gpt_rank_figures {
     double largest_item_bytes; /* the largest owned parameter's weights + state */
     double max_staleness;      /* largest staleness of this rank's owned blocks (async) */
     double staleness_bound_exceeded; /* coherence: times the bound F-1+S was exceeded */
+    double refreshes_computed; /* preconditioner block refreshes this rank ran (whole run) */
+    double refreshes_received; /* HSDP: block results shipped to it by another replica */
+    double refresh_ship_intra_bytes, refresh_ship_inter_bytes; /* those shipments, sent +
+                                  received, per step (part of intra/inter_node_bytes) */
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64

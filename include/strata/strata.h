@@ -133,7 +133,12 @@ typedef struct strata_config {
                                  whole world, one group). A replicated matrix's gradient is
                                  reduced within each node, then along the node leaders,
                                  then shipped to its owner in every group; weights are
-                                 materialized within the group. Owner/zero1 sharding. */
+                                 materialized within the group. Each preconditioner
+                                 block is refreshed by one of its owners (spread over
+                                 the groups) and its result shipped to the others
+                                 through the node leaders when it is due, so that all
+                                 install it at the same step (install_mode EAGER then
+                                 runs as FIXED). Owner/zero1 sharding. */
     bool average_gradients;   /* the reduced gradient is the mean over the ranks (true,
                                  DDP's convention: sum in rank order, then times
                                  (float)(1.0 / world_size)) or the sum (false); no effect
@@ -354,6 +359,14 @@ typedef struct strata_stats {
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
     double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
                                    plus the (N+1)-th largest item) (seconds) */
+    /* HSDP (shard_group_size < world): each preconditioner block is refreshed by one of
+     * its replicas (one owner per shard group) and its result (the family's slot: roots
+     * or eigenbases) shipped to the others through the node leaders when due */
+    int64_t refresh_blocks_computed; /* block refreshes this rank ran (every layout) */
+    int64_t refresh_blocks_received; /* block results received from another replica */
+    uint64_t refresh_ship_bytes_intra_node, refresh_ship_bytes_inter_node; /* of those
+                                   shipments, sent + received, cumulative (also counted in
+                                   comm_bytes_*) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

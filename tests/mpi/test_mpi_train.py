@@ -6,7 +6,12 @@ Checks (issue #9's acceptance):
     with --grad-accum N: Muon, sync Shampoo, async Shampoo (S = 0), for N in
     2, 3 (uneven) and 4; plus the gather and zero1 baselines;
   * -np 4 --shard-group-size 2 with STRATA_RANKS_PER_NODE=2 is bit-identical
-    too, and moves fewer inter-node bytes per step than the flat layout;
+    too (sync and async S = 0 Shampoo, SOAP, and async S = 2 against the flat
+    4-rank run), and moves fewer inter-node bytes per step than the flat
+    layout; each refresh runs once per replica set (the ranks' computed
+    refreshes add up to the flat layout's, each rank computes about half of
+    what its replica set refreshes and receives the rest), and async S = 2
+    keeps every owner's staleness within F - 1 + S;
   * async S = 2 on 4 ranks keeps every owner's staleness within F - 1 + S;
   * owner sharding moves 0 matrix bytes at the optimizer step, the baselines
     do; each rank's resident parameter + optimizer bytes stay within
@@ -102,6 +107,25 @@ def same_hashes(orig, copy, what):
               f"state)")
 
 
+def check_shipped(name, hsdp, flat):
+    """HSDP ships refreshes: every block refresh runs once per replica set (as
+    many as the flat layout, where each matrix has one owner), each rank runs
+    about half of its replica set's (2 groups) and receives the rest."""
+    comp = [r["refreshes_computed"] for r in hsdp["ranks"]]
+    recv = [r["refreshes_received"] for r in hsdp["ranks"]]
+    flat_total = sum(r["refreshes_computed"] for r in flat["ranks"])
+    check(sum(comp) == flat_total and flat_total > 0,
+          f"{name}: HSDP computes each refresh once per replica set ({sum(comp):.0f} block "
+          f"refreshes over the ranks, flat layout {flat_total:.0f})")
+    check(all(0 < c <= 0.75 * (c + r) and r > 0 for c, r in zip(comp, recv)),
+          f"{name}: each rank computes about half its replica set's refreshes and receives "
+          f"the rest (computed {', '.join(f'{c:.0f}' for c in comp)}; received "
+          f"{', '.join(f'{r:.0f}' for r in recv)})")
+    shipped = sum(r["refresh_ship_inter_node_bytes"] for r in hsdp["ranks"])
+    check(shipped > 0, f"{name}: shipped roots counted as inter-node bytes "
+                       f"({shipped:.0f} per step, all ranks)")
+
+
 def main():
     if not shutil.which("mpirun"):
         print("SKIP: no mpirun")
@@ -133,7 +157,7 @@ def main():
                     check(all(r["step_matrix_bytes"] == 0 for r in ranks),
                           f"{name} -np {n}: owner sharding moves 0 matrix bytes at the step")
         # Hierarchical sync: 2 emulated nodes of 2 ranks, owner groups of 2.
-        for name, args in cases:
+        for name, args in cases + [("soap", ["--optimizer", "soap"])]:
             ref = train(tmp, f"{name}-ga4-hsdp", 1, args + ["--grad-accum", "4"])
             env = {"STRATA_RANKS_PER_NODE": "2"}
             hsdp = train(tmp, f"{name}-hsdp", 4, args + ["--shard-group-size", "2"], env)
@@ -146,6 +170,29 @@ def main():
                 hi = sum(r["inter_node_bytes"] for r in hsdp["ranks"])
                 fi = sum(r["inter_node_bytes"] for r in flat["ranks"])
                 check(hi < fi, f"{name}: HSDP inter-node bytes per step {hi:.0f} < flat {fi:.0f}")
+            if hsdp and flat and name != "muon":
+                check_shipped(name, hsdp, flat)
+        # Four replicas per matrix, two on each of 2 nodes (8 ranks, groups of
+        # 2): a result crosses to the other node once, to its node leader,
+        # which hands it on inside its node.
+        short = ["--optimizer", "shampoo", "--steps", "6"]
+        ref = train(tmp, "shampoo-ga8", 1, short + ["--grad-accum", "8"])
+        got = train(tmp, "shampoo-hsdp8", 8, short + ["--shard-group-size", "2"],
+                    {"STRATA_RANKS_PER_NODE": "4"})
+        check(bool(ref and got and got["weights_hash"] == ref["weights_hash"]),
+              "shampoo: -np 8 --shard-group-size 2 (2 nodes of 4) bit-identical to "
+              "--grad-accum 8")
+        if got:
+            inter = [r["refresh_ship_inter_node_bytes"] for r in got["ranks"]]
+            leaders = [0, 1, 4, 5]  # group 0 and 2: the first replica on each node
+            check(all((inter[r] > 0) == (r in leaders) for r in range(8)),
+                  f"shipped roots cross nodes only between node leaders (inter-node bytes "
+                  f"per rank {', '.join(f'{b:.0f}' for b in inter)})")
+            comp = sum(r["refreshes_computed"] for r in got["ranks"])
+            recv = sum(r["refreshes_received"] for r in got["ranks"])
+            check(comp > 0 and recv == 3 * comp,
+                  f"4 replicas: each result computed once ({comp:.0f}) and received by the 3 "
+                  f"others ({recv:.0f})")
         # Baselines: same numbers, but matrix bytes move at the optimizer step.
         for mode in ("gather", "zero1"):
             ref = train(tmp, f"muon-ga4-{mode}", 1, ["--optimizer", "muon", "--grad-accum", "4"])
@@ -172,17 +219,39 @@ def main():
                       f"{opt} -np {n}: resident {', '.join(f'{b / 1024:.0f}' for b in res)} KiB "
                       f"<= {bound / 1024:.0f} KiB (1.1 x total/N + largest item); planned "
                       f"makespan / lower bound {got['planned_makespan'] / got['planned_lower_bound']:.3f}")
-        # Async S = 2 on 4 ranks: every owner's staleness within F - 1 + S.
-        got = train(tmp, "async-S2-np4", 4, ["--optimizer", "shampoo", "--async", "--staleness",
-                                              "2", "--workers", "1"])
-        if got:
-            worst = max(r["max_staleness"] for r in got["ranks"])
-            exceeded = sum(r["staleness_bound_exceeded"] for r in got["ranks"])
-            check(worst <= 3 - 1 + 2 and exceeded == 0,
-                  f"async S=2 on 4 ranks: max staleness {worst:.0f} (bound 4), "
-                  f"{exceeded:.0f} exceeded")
-        else:
-            check(False, "async S=2 on 4 ranks ran")
+        # Async S = 2 on 4 ranks: every owner's staleness within F - 1 + S;
+        # with HSDP (results shipped when due) too, and fixed install makes it
+        # bit-identical to the flat layout.
+        s2 = ["--optimizer", "shampoo", "--async", "--staleness", "2", "--workers", "1"]
+        got = train(tmp, "async-S2-np4", 4, s2)
+        hsdp = train(tmp, "async-S2-hsdp", 4, s2 + ["--shard-group-size", "2"],
+                     {"STRATA_RANKS_PER_NODE": "2"})
+        for what, run in (("4 ranks", got), ("4 ranks, HSDP", hsdp)):
+            if run:
+                worst = max(r["max_staleness"] for r in run["ranks"])
+                exceeded = sum(r["staleness_bound_exceeded"] for r in run["ranks"])
+                check(worst <= 3 - 1 + 2 and exceeded == 0,
+                      f"async S=2 on {what}: max staleness {worst:.0f} (bound 4), "
+                      f"{exceeded:.0f} exceeded")
+            else:
+                check(False, f"async S=2 on {what} ran")
+        if got and hsdp:
+            check(hsdp["weights_hash"] == got["weights_hash"],
+                  "async S=2: -np 4 --shard-group-size 2 bit-identical to the flat layout")
+            check_shipped("async S=2", hsdp, got)
+        # A checkpoint of the HSDP run while refreshes are in flight (the save
+        # ships them to every replica) resumes bit-identically.
+        ck = os.path.join(tmp, "ck-hsdp")
+        env = {"STRATA_RANKS_PER_NODE": "2"}
+        hs = ["--shard-group-size", "2"]
+        saved = train(tmp, "ck-hsdp-full", 4, s2 + hs + ["--save-every", "10", "--save-dir", ck],
+                      env)
+        res = train(tmp, "ck-hsdp-res", 4, s2 + hs + ["--resume",
+                                                      os.path.join(ck, "step-00000010")], env)
+        check(bool(hsdp and saved and res and saved["weights_hash"] == hsdp["weights_hash"] ==
+                   res["weights_hash"]),
+              "async S=2 HSDP: saving at step 10 changes nothing, resuming from it is "
+              "bit-identical")
         # Checkpoints across ranks: save at step 6 of 12, resume, same weights.
         for n in (2, 4):
             for name, args in (("shampoo", ["--optimizer", "shampoo"]),

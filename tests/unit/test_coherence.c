@@ -3,6 +3,7 @@
  * exceeds F-1+S after the first install, versions never go backwards, and
  * nothing deadlocks. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -166,6 +167,74 @@ static void test_failure_and_drop(void **state)
     strata_coh_destroy(r);
 }
 
+/* wait_slot (HSDP's computing replica before it ships): waits for the job,
+ * installs nothing, times out as an error, and reports FAILED and dropped
+ * results as they are. */
+typedef struct late_job {
+    strata_coh_registry *r;
+    int slot;
+    bool ok;
+} late_job;
+
+static void *complete_late(void *arg)
+{
+    late_job *j = arg;
+    usleep(50000);
+    strata_coh_mark_computing(j->r, 0, j->slot);
+    strata_coh_complete(j->r, 0, j->slot, j->ok);
+    return NULL;
+}
+
+static void test_wait_slot(void **state)
+{
+    (void)state;
+    strata_coh_config c = {.precondition_frequency = 1, .start = 1, .staleness = 1,
+                           .mode = STRATA_COH_FIXED, .timeout_s = 0.02};
+    strata_coh_registry *r;
+    assert_int_equal(strata_coh_create(&c, 1, &r), STRATA_OK);
+    int s1, s2, slot;
+    int64_t v;
+    strata_coh_slot_state st;
+    assert_int_equal(strata_coh_begin_refresh(r, 0, 1, &s1), STRATA_OK);
+    assert_int_equal(strata_coh_wait_slot(r, 0, s1, &st), STRATA_ERR_TIMEOUT);
+    assert_int_equal(st, STRATA_SLOT_PENDING);
+    strata_coh_destroy(r);
+
+    c.timeout_s = 5.0;
+    assert_int_equal(strata_coh_create(&c, 1, &r), STRATA_OK);
+    assert_int_equal(strata_coh_begin_refresh(r, 0, 1, &s1), STRATA_OK);
+    late_job j = {r, s1, true};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, complete_late, &j), 0);
+    assert_int_equal(strata_coh_wait_slot(r, 0, s1, &st), STRATA_OK);
+    assert_int_equal(st, STRATA_SLOT_READY);
+    pthread_join(th, NULL);
+    /* Nothing installed by the wait: fixed mode installs version 1 at step 2,
+     * without waiting again. */
+    strata_coh_stats cs0, cs;
+    strata_coh_stats_get(r, &cs0);
+    assert_int_equal(strata_coh_acquire(r, 0, 1, &slot, &v, NULL), STRATA_OK);
+    assert_int_equal(slot, -1);
+    assert_int_equal(strata_coh_acquire(r, 0, 2, &slot, &v, NULL), STRATA_OK);
+    assert_int_equal(v, 1);
+    strata_coh_stats_get(r, &cs);
+    assert_int_equal(cs.waits, cs0.waits);
+    assert_int_equal(cs.installs, 1);
+    /* A failed job: FAILED, and the installed version stays. */
+    assert_int_equal(strata_coh_begin_refresh(r, 0, 2, &s2), STRATA_OK);
+    j = (late_job){r, s2, false};
+    assert_int_equal(pthread_create(&th, NULL, complete_late, &j), 0);
+    assert_int_equal(strata_coh_wait_slot(r, 0, s2, &st), STRATA_OK);
+    assert_int_equal(st, STRATA_SLOT_FAILED);
+    pthread_join(th, NULL);
+    assert_int_equal(strata_coh_acquire(r, 0, 3, &slot, &v, NULL), STRATA_OK);
+    assert_int_equal(v, 1);
+    strata_coh_stats_get(r, &cs);
+    assert_int_equal(cs.failed, 1);
+    assert_int_equal(strata_coh_wait_slot(r, 0, 99, &st), STRATA_ERR_INVALID_ARG);
+    strata_coh_destroy(r);
+}
+
 static void test_timeout_is_an_error(void **state)
 {
     (void)state;
@@ -320,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_eager_installs_early),
         cmocka_unit_test(test_failure_and_drop),
         cmocka_unit_test(test_timeout_is_an_error),
+        cmocka_unit_test(test_wait_slot),
         cmocka_unit_test(test_stress_random_delays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
