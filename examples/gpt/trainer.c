@@ -707,6 +707,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_status st = validate(&o);
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
+    /* A bad --resume path fails before anything is loaded or printed. */
+    char resume_dir[4096];
+    if (st == STRATA_OK && o.resume)
+        st = resolve_resume(o.resume, resume_dir, sizeof resume_dir);
     if (st != STRATA_OK)
         return st;
     const int B = o.batch, T = o.seq_len;
@@ -776,12 +780,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     int first_step = 0;
     if (o.resume) {
         /* Everything the runtime holds, then the loop's own state. */
-        char dir[4096];
+        const char *dir = resume_dir;
         char *user = NULL;
         strata_load_info li;
-        st = resolve_resume(o.resume, dir, sizeof dir);
-        if (st == STRATA_OK)
-            st = strata_load(rt, dir, &user, &li);
+        st = strata_load(rt, dir, &user, &li);
         if (st == STRATA_OK)
             st = loop_state_parse(dir, user, &o, &ls);
         free(user);
