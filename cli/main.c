@@ -651,7 +651,13 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == ':') { /* a known flag at the end of the line, without its value */
+            const bool known = optopt >= 256 && optopt < 256 + (int)N_FLAGS;
+            fprintf(stderr, "strata: %s%s needs a value (see strata train --help)\n",
+                    known ? "--" : "", known ? train_flags[optopt - 256].name : argv[optind - 1]);
+            return 2;
+        }
         const train_flag *f = c >= 256 && c < 256 + (int)N_FLAGS ? &train_flags[c - 256] : NULL;
         if (f && f->type == FT_HELP && f->value == 1) {
             printf("strata %s\n", strata_version());
@@ -992,6 +998,8 @@ static int cmd_ckpt(int argc, char **argv)
         printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
                "tier", "step", "bytes", "checksum");
     strata_status st = strata_ckpt_verify(argv[2], ckpt_row, &v);
+    if (st != STRATA_OK && !v.table && v.bad > 0)
+        return 1; /* each problem was reported once, by ckpt_row */
     if (st != STRATA_OK) {
         fprintf(stderr, "strata ckpt %s: %s: %s\n", argv[1], strata_status_str(st),
                 strata_last_error());

@@ -560,6 +560,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             res->tokens_per_second, refreshes, s->device_bytes / 1048576.0);
+    /* The numerical guards (strata_stats): said only when they acted. */
+    if (s->overflow_skipped > 0 || s->nonfinite_directions > 0)
+        fprintf(f,
+                "numerics: %lld parameter step%s skipped (the gradient could overflow the "
+                "float32 optimizer state) | %lld non-finite direction%s not applied\n",
+                (long long)s->overflow_skipped, s->overflow_skipped == 1 ? "" : "s",
+                (long long)s->nonfinite_directions, s->nonfinite_directions == 1 ? "" : "s");
     if (res->interrupted)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
@@ -621,6 +628,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "tokens_per_s", res->tokens_per_second);
     json_add_int64(j, "root_refreshes", s->root_refreshes);
     json_add_int64(j, "root_failures", s->root_failures);
+    json_add_int64(j, "overflow_skipped", s->overflow_skipped);
+    json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
     json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
     if (res->interrupted)
         json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));

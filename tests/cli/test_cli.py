@@ -117,6 +117,29 @@ with tempfile.TemporaryDirectory() as tmp:
         failures += not ok
     run("sweep-staleness", "--help", expect_rc=0,
         expect_text="Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.", stream="stdout")
+    # A flag at the end of the line without its value names itself (#12).
+    run("train", "--steps", expect_rc=2, expect_text="strata: --steps needs a value",
+        reject_text="unknown")
+    run("train", "--steps", "3", "--lr", expect_rc=2, expect_text="--lr needs a value")
+    # strata ckpt verify on a missing directory says so once.
+    p = run("ckpt", "verify", os.path.join(tmp, "no-ckpt"), expect_rc=1,
+            expect_text="missing file")
+    ok = p is not None and p.stderr.count("missing file") == 1
+    print(f"{'PASS' if ok else 'FAIL'}: ckpt verify of a missing directory reports it once")
+    failures += not ok
+    # The README: --device in the main flag table, --metrics creates parent
+    # folders, oversubscribed ranks are slower per step.
+    readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "README.md")).read()
+    main_table = readme.split("| flag | meaning | default |")[1].split("\n\n")[0]
+    for what, ok in (("--device in the main flag table", "| `--device cpu\\|cuda` |" in main_table),
+                     ("--metrics creates parent folders",
+                      "| `--metrics FILE` | JSONL metrics (missing parent folders are created)"
+                      in main_table),
+                     ("oversubscribed ranks are slower", "time-share them" in readme
+                      and "3.5x" in readme)):
+        print(f"{'PASS' if ok else 'FAIL'}: README: {what}")
+        failures += not ok
     run("train", "--ns-method", "fast", expect_rc=2,
         expect_text="--ns-method expects auto, standard or gram, got 'fast'")
     run("train", "--muon-scale", "x", expect_rc=2,
@@ -143,7 +166,6 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
     run("train", "--optimizer", "sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
     run("train", "--bogus", expect_rc=2, expect_text="unknown or incomplete option")
-    run("train", "--steps", expect_rc=2, expect_text="unknown or incomplete option")
     run("train", "extra", expect_rc=2, expect_text="unexpected argument")
     run("train", "--d-model", "30", "--heads", "4", expect_rc=1,
         expect_text="divisible")
@@ -304,6 +326,18 @@ with tempfile.TemporaryDirectory() as tmp:
     run("sweep-staleness", "--values", "1,x", expect_rc=2, expect_text="--values expects")
     tiny = ["--data", text, "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16",
             "--batch", "4", "--precondition-frequency", "2", "--eval-batches", "2"]
+    # A bad --resume path fails before the run header; --metrics creates its
+    # missing parent folders.
+    run("train", *tiny, "--steps", "1", "--resume", os.path.join(tmp, "no-ckpt"),
+        expect_rc=1, expect_text="--resume", stream="stderr")
+    p = run("train", *tiny, "--steps", "1", "--resume", os.path.join(tmp, "no-ckpt"),
+            expect_rc=1, reject_text="strata train:", stream="stdout")
+    deep = os.path.join(tmp, "made", "by", "metrics", "m.jsonl")
+    run("train", *tiny, "--steps", "1", "--eval-every", "0", "--metrics", deep, "--quiet",
+        expect_rc=0)
+    ok = os.path.exists(deep) and json.loads(open(deep).read().splitlines()[-1])["type"] == "summary"
+    print(f"{'PASS' if ok else 'FAIL'}: --metrics creates its parent folders")
+    failures += not ok
     nvme_dir = os.path.join(tmp, "nvme")
     # Without io_uring (qemu-user, a seccomp profile, io_uring_disabled) the
     # nvme tier cannot open: its runs are skipped, saying why.

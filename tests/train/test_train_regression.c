@@ -1,7 +1,7 @@
 /* Fixed points of the tiny GPT run (issue #8, "identical behaviour"):
  *
  *   strata train --layers 2 --d-model 64 --heads 2 --seq-len 64 --batch 8
- *                --steps 60 --eval-every 0 --threads 1
+ *                --steps 60 --warmup 6 --eval-every 0 --threads 1
  *                --precondition-frequency 5 --optimizer X [--stagger-refresh]
  *
  * must end at exactly the validation loss recorded below for every matrix
@@ -127,6 +127,11 @@ static void tiny_options(gpt_train_options *o, const run_case *c)
     o->model.max_seq = 64;
     o->batch = 8;
     o->steps = 60;
+    /* The schedule the table was measured with (the trainer's default was
+     * steps/10 then; it is now at least 20 steps, issue #12 item 9): the fixed
+     * points pin the optimizers' arithmetic, not the default schedule.
+     * tests/train/regen_regression.sh prints the table's rows. */
+    o->warmup = 6;
     o->eval_every = 0;
     o->quiet = true;
     o->progress = 0;
