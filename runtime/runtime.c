@@ -683,7 +683,8 @@ static strata_status managed_setup(strata_runtime *rt)
 
 void strata_rt_layer_release(strata_runtime *rt, int layer)
 {
-    if (!rt->managed || layer > rt->max_layer || rt->layer_held_at[layer] < 0)
+    if (!rt->managed || layer > rt->max_layer ||
+        (rt->layer_held_at[layer] < 0 && !rt->layer_buf[layer]))
         return;
     if (rt->layer_buf[layer]) {
         free(rt->layer_buf[layer]);
@@ -733,8 +734,9 @@ strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer)
         st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
                                               p->owner % rt->group_size);
     }
-    rt->layer_held_at[layer] = st == STRATA_OK ? rt->t : -1;
-    if (st != STRATA_OK)
+    if (st == STRATA_OK)
+        rt->layer_held_at[layer] = rt->t;
+    else
         strata_rt_layer_release(rt, layer);
     return st;
 }

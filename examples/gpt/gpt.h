@@ -52,7 +52,9 @@
  * (after before_layer(n_layer + 1)) reads wte, and its backward adds into
  * wte's gradient before after_layer(n_layer + 1); wte's gradient is complete
  * only at after_layer(0). A runtime that materializes parameters per layer
- * must therefore keep wte resident from layer 0 to the head.
+ * must therefore make wte available again for the head: the forward reads
+ * wte's `data` anew after before_layer(n_layer + 1), and the backward reads
+ * it before after_layer(n_layer + 1).
  *
  * Errors. Functions that can fail return 0 on success or a strata_status
  * (include/strata/status.h), with a detail message recorded by
