@@ -10,6 +10,11 @@
  *
  * With gradient accumulation the hooks run per micro-batch and strata_step
  * once per optimizer step (the caller accumulates into the gradient buffers).
+ * With managed weights (strata_param_desc.managed: several ranks, owner
+ * sharding) a rank keeps only the weights it owns; the loop reads a layer's
+ * weights through strata_param_data between strata_hook_forward (or
+ * strata_layer_materialize before its backward) and the layer's release
+ * point ("managed weights" below).
  *
  * Routing (which optimizer updates a parameter) — one rule, printed at commit
  * when verbose:
