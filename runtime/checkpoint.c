@@ -2,7 +2,8 @@
  * layout in checkpoint.h).
  *
  * Save, per rank: drain the refresh engine (strata_refresh_drain), bring
- * every rank the current weights (strata_sync_weights), then write into a
+ * every rank the current weights (strata_sync_weights; managed weights
+ * layer by layer, kept whole on rank 0 only), then write into a
  * temporary sibling directory created by rank 0: rank-R.safetensors and
  * rank-R.json by every rank, model.safetensors by rank 0; each file is
  * hashed (SHA-256, OpenSSL's libcrypto) while it is written and fsynced.
@@ -894,6 +895,16 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
     strata_status sw = strata_sync_weights(rt);
     if (st == STRATA_OK)
         st = sw;
+    /* Managed weights: rank 0 holds every layer until the model file is
+     * written; the other ranks take part in each broadcast and drop the
+     * layer at once. */
+    for (int l = 0; rt->managed && l <= rt->max_layer; l++) {
+        sw = strata_rt_layer_materialize(rt, l);
+        if (st == STRATA_OK)
+            st = sw;
+        if (rt->rank != 0)
+            strata_rt_layer_release(rt, l);
+    }
 
     /* Rank 0 creates the temporary directory; its 6-letter suffix reaches
      * the others as numbers. */
@@ -1001,6 +1012,8 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         items_free(&items);
         bytes += model_bytes;
     }
+    for (int l = 0; rt->managed && l <= rt->max_layer; l++)
+        strata_rt_layer_release(rt, l);
     if (rows) {
         double *row = rows + (size_t)rt->rank * ROW_N;
         row[ROW_OK] = st == STRATA_OK ? 1.0 : 0.0;
@@ -1288,8 +1301,9 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         st = expect(what_m, &hm, p->name, STRATA_ST_F32, p->ndim, p->shape, &t);
         if (st != STRATA_OK)
             goto out;
-        copies[n_copies++] = (pending_copy){p->data, fm.buf + hm.data_start + t->begin,
-                                            t->end - t->begin, true};
+        if (!p->managed || p->owner == rt->rank) /* others materialize it from the owner */
+            copies[n_copies++] = (pending_copy){p->data, fm.buf + hm.data_start + t->begin,
+                                                t->end - t->begin, true};
         if (!owns(rt, p))
             continue;
         const int src = m->params[i].owner < 0 ? 0 : m->params[i].owner;
@@ -1406,7 +1420,10 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     }
 
     /* Apply: engine blocks (registry, slots, replayed install), then the
-     * family tensors and the weights over them. */
+     * family tensors and the weights over them. Materialized managed layers
+     * are stale from here on. */
+    for (int l = 0; rt->managed && l <= rt->max_layer; l++)
+        strata_rt_layer_release(rt, l);
     st = strata_refresh_drain(rt->engine, NULL);
     for (int i = 0; i < nb && st == STRATA_OK; i++) {
         const strata_ckpt_block *b = &old[block_rank[i]].rk->blocks[block_src[i]];

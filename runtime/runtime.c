@@ -292,6 +292,8 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
     p->role = d->role;
     p->requested = d->optimizer;
     p->data = d->data;
+    p->user_data = d->data;
+    p->managed = d->managed;
     p->grad = d->grad;
     if (d->layer > rt->max_layer)
         rt->max_layer = d->layer;
@@ -581,15 +583,167 @@ static strata_status create_engine(strata_runtime *rt)
     return strata_refresh_create(&rc, &rt->engine);
 }
 
+static void managed_free(strata_runtime *rt);
+
 static void uncommit(strata_runtime *rt)
 {
     strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
     rt->engine = NULL;
+    managed_free(rt);
     for (int i = 0; i < rt->n_params; i++)
         free_state(&rt->params[i]);
     free(rt->layer_reduced);
     rt->layer_reduced = NULL;
     memset(&rt->stats, 0, sizeof rt->stats);
+}
+
+/* Managed weights (strata.h, "managed weights"). Invariants: a managed
+ * parameter's `data` is strata's own buffer on its owner, a slice of its
+ * layer's buffer on the other ranks while layer_held_at[layer] >= 0, else
+ * NULL; layer_held_at is the same on every rank of a shard group (every rank
+ * makes the same materialize/release calls), so every rank agrees on which
+ * materialize broadcasts; param_bytes_now counts the buffers that exist. */
+static size_t round64(size_t b) { return (b + 63) / 64 * 64; }
+
+static void note_param_bytes(strata_runtime *rt)
+{
+    rt->stats.param_bytes = rt->param_bytes_now;
+    if (rt->param_bytes_now > rt->stats.param_bytes_peak)
+        rt->stats.param_bytes_peak = rt->param_bytes_now;
+}
+
+static void managed_free(strata_runtime *rt)
+{
+    for (int l = 0; rt->layer_buf && l <= rt->max_layer; l++)
+        free(rt->layer_buf[l]);
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (rt->managed && p->managed && p->owner == rt->rank && p->data != p->user_data)
+            free(p->data);
+        p->data = p->user_data;
+    }
+    free(rt->layer_buf);
+    free(rt->layer_held_at);
+    free(rt->layer_bytes);
+    rt->layer_buf = NULL;
+    rt->layer_held_at = NULL;
+    rt->layer_bytes = NULL;
+    rt->managed = false;
+}
+
+/* At commit, after planning: copy each managed parameter's initial values
+ * into a buffer on its owner; the other ranks drop the caller's pointer. */
+static strata_status managed_setup(strata_runtime *rt)
+{
+    const bool active = rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_OWNER;
+    rt->param_bytes_now = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        p->managed = p->managed && active;
+        rt->managed = rt->managed || p->managed;
+        if (!p->managed)
+            rt->param_bytes_now += p->view.numel * sizeof(float);
+    }
+    if (!rt->managed) {
+        note_param_bytes(rt);
+        return STRATA_OK;
+    }
+    if (rt->cfg.backend != STRATA_BACKEND_CPU)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "commit: managed weights need the CPU "
+                            "backend in this version");
+    const size_t L = (size_t)rt->max_layer + 1;
+    rt->layer_buf = calloc(L, sizeof *rt->layer_buf);
+    rt->layer_held_at = malloc(L * sizeof *rt->layer_held_at);
+    rt->layer_bytes = calloc(L, sizeof *rt->layer_bytes);
+    if (!rt->layer_buf || !rt->layer_held_at || !rt->layer_bytes)
+        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    for (size_t l = 0; l < L; l++)
+        rt->layer_held_at[l] = -1;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (!p->managed)
+            continue;
+        const size_t b = p->view.numel * sizeof(float);
+        if (p->owner != rt->rank) {
+            p->data = NULL;
+            rt->layer_bytes[p->layer] += b;
+            continue;
+        }
+        float *w = aligned_alloc(64, round64(b));
+        if (!w) {
+            p->data = p->user_data;
+            return strata_error(STRATA_ERR_NOMEM, "commit: cannot allocate %zu bytes for '%s'",
+                                b, p->name);
+        }
+        memcpy(w, p->user_data, b);
+        p->data = w;
+        rt->param_bytes_now += b;
+    }
+    for (size_t l = 0; l < L; l++)
+        if (rt->layer_bytes[l] > rt->stats.largest_layer_bytes)
+            rt->stats.largest_layer_bytes = rt->layer_bytes[l];
+    note_param_bytes(rt);
+    return STRATA_OK;
+}
+
+void strata_rt_layer_release(strata_runtime *rt, int layer)
+{
+    if (!rt->managed || layer > rt->max_layer ||
+        (rt->layer_held_at[layer] < 0 && !rt->layer_buf[layer]))
+        return;
+    if (rt->layer_buf[layer]) {
+        free(rt->layer_buf[layer]);
+        rt->layer_buf[layer] = NULL;
+        rt->param_bytes_now -= rt->layer_bytes[layer];
+        note_param_bytes(rt);
+    }
+    rt->layer_held_at[layer] = -1;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->managed && p->layer == layer && p->owner != rt->rank)
+            p->data = NULL;
+    }
+}
+
+static void release_all(strata_runtime *rt)
+{
+    for (int l = 0; rt->managed && l <= rt->max_layer; l++)
+        strata_rt_layer_release(rt, l);
+}
+
+/* Collective in the shard group: every rank holds the same layers. The
+ * broadcasts go in registration order, as materialize's do. */
+strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer)
+{
+    if (!rt->managed || layer > rt->max_layer || rt->layer_held_at[layer] == rt->t)
+        return STRATA_OK;
+    const size_t need = rt->layer_bytes[layer];
+    if (need && !rt->layer_buf[layer]) {
+        rt->layer_buf[layer] = aligned_alloc(64, round64(need));
+        if (!rt->layer_buf[layer])
+            return strata_error(STRATA_ERR_NOMEM, "materialize: cannot allocate %zu bytes for "
+                                "layer %d's weights", need, layer);
+        rt->param_bytes_now += need;
+        note_param_bytes(rt);
+    }
+    strata_status st = STRATA_OK;
+    size_t off = 0;
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        if (!p->managed || p->layer != layer)
+            continue;
+        if (p->owner != rt->rank) {
+            p->data = rt->layer_buf[layer] + off;
+            off += p->view.numel;
+        }
+        st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
+                                              p->owner % rt->group_size);
+    }
+    if (st == STRATA_OK)
+        rt->layer_held_at[layer] = rt->t;
+    else
+        strata_rt_layer_release(rt, layer);
+    return st;
 }
 
 strata_status strata_commit(strata_runtime *rt)
@@ -684,6 +838,11 @@ strata_status strata_commit(strata_runtime *rt)
             return st;
         }
     }
+    st = managed_setup(rt);
+    if (st != STRATA_OK) {
+        uncommit(rt);
+        return st;
+    }
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         if (p->owner == rank || p->owner < 0) {
@@ -717,7 +876,7 @@ static strata_status materialize(strata_runtime *rt, int layer)
     strata_status st = STRATA_OK;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        if ((layer >= 0 && p->layer != layer) || p->materialized_at >= rt->t)
+        if (p->managed || (layer >= 0 && p->layer != layer) || p->materialized_at >= rt->t)
             continue;
         st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
                                               p->owner % rt->group_size);
@@ -733,9 +892,46 @@ strata_status strata_hook_forward(strata_runtime *rt, int layer)
         return st;
     rt->stats.forward_hooks++;
     st = materialize(rt, layer);
+    if (st == STRATA_OK)
+        st = strata_rt_layer_materialize(rt, layer);
     if (st != STRATA_OK)
         return st;
     strata_refresh_prefetch(rt->engine, layer, rt->t + 1);
+    return STRATA_OK;
+}
+
+strata_status strata_layer_materialize(strata_runtime *rt, int layer)
+{
+    strata_status st = check_hook(rt, layer, "layer_materialize");
+    if (st == STRATA_OK)
+        st = materialize(rt, layer);
+    if (st == STRATA_OK)
+        st = strata_rt_layer_materialize(rt, layer);
+    return st;
+}
+
+strata_status strata_layer_release(strata_runtime *rt, int layer)
+{
+    strata_status st = check_hook(rt, layer, "layer_release");
+    if (st == STRATA_OK)
+        strata_rt_layer_release(rt, layer);
+    return st;
+}
+
+strata_status strata_param_data(const strata_runtime *rt, strata_param_id id, float **out)
+{
+    if (out)
+        *out = NULL;
+    if (!rt || !out || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_data: bad id %d", (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_data: call strata_commit first");
+    const rt_param *p = &rt->params[id];
+    if (!p->data)
+        return strata_error(STRATA_ERR_STATE, "param_data('%s'): layer %d is not materialized "
+                            "on rank %d (strata_hook_forward or strata_layer_materialize first)",
+                            p->name, p->layer, rt->rank);
+    *out = p->data;
     return STRATA_OK;
 }
 
@@ -762,6 +958,7 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
     if (st != STRATA_OK)
         return st;
     rt->stats.backward_hooks++;
+    strata_rt_layer_release(rt, layer); /* its weights are done with for this pass */
     /* Record that this layer's gradients are final for the step, and reduce
      * them: to their owner (owner, zero1), or to even element shards (gather). */
     if (layer <= rt->max_layer)
@@ -816,6 +1013,7 @@ strata_status strata_step(strata_runtime *rt)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
     const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
+    release_all(rt); /* the weights are about to change (strata.h, managed weights) */
     const int rank = rt->rank;
 
     /* Gather sharding: every rank assembles every full reduced gradient now
@@ -1077,6 +1275,7 @@ void strata_destroy(strata_runtime *rt)
     if (!rt)
         return;
     strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
+    managed_free(rt);
     for (int i = 0; i < rt->n_params; i++) {
         free_state(&rt->params[i]);
         free(rt->params[i].name);

@@ -25,7 +25,11 @@ typedef struct rt_param {
                                (gather sharding) */
     size_t shard_offset, tail_offset; /* strata_param_layout */
     int64_t materialized_at; /* step whose weights this rank holds (non-owners) */
-    float *data, *grad;
+    float *data, *grad;     /* data: the weights this rank uses now (managed: strata's
+                               owned buffer, a layer buffer while materialized, else NULL) */
+    float *user_data;       /* the caller's strata_param_desc.data */
+    bool managed;           /* strata manages the weights (strata_param_desc.managed, active
+                               with owner sharding over several ranks) */
     const strata_precond_family *fam;
     void *state;            /* the family's state (owner only) */
     int entry;              /* its handle in the refresh engine */
@@ -67,6 +71,17 @@ struct strata_runtime {
     int *replicas;             /* scratch: the owners of one parameter in every group */
     size_t *shard_counts;  /* 2 world: counts and displacements of one collective (commit) */
     double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */
+    /* Managed weights (strata_param_desc.managed): per layer, the step whose
+       weights this rank's layer buffer holds (-1: released; the same on every
+       rank), the buffer (NULL when released or when this rank owns all of the
+       layer), and its bytes (the layer's managed parameters this rank does not
+       own). */
+    bool managed;
+    int64_t *layer_held_at;
+    float **layer_buf;
+    size_t *layer_bytes;
+    size_t param_bytes_now; /* weights resident on this rank: owned or caller-held + layer
+                               buffers */
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
 };
@@ -74,5 +89,11 @@ struct strata_runtime {
 /* checkpoint.c: add the counters a checkpoint restored (rt->stats_base) to
  * `out`, a strata_stats_get result. */
 void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out);
+
+/* Managed weights (runtime.c): make layer `layer`'s managed weights
+ * available on this rank (the owners broadcast; a no-op while held for this
+ * step), and release a layer's buffer (local). Checkpoints use them. */
+strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer);
+void strata_rt_layer_release(strata_runtime *rt, int layer);
 
 #endif

@@ -52,7 +52,9 @@
  * (after before_layer(n_layer + 1)) reads wte, and its backward adds into
  * wte's gradient before after_layer(n_layer + 1); wte's gradient is complete
  * only at after_layer(0). A runtime that materializes parameters per layer
- * must therefore keep wte resident from layer 0 to the head.
+ * must therefore make wte available again for the head: the forward reads
+ * wte's `data` anew after before_layer(n_layer + 1), and the backward reads
+ * it before after_layer(n_layer + 1).
  *
  * Errors. Functions that can fail return 0 on success or a strata_status
  * (include/strata/status.h), with a detail message recorded by
@@ -124,6 +126,23 @@ int gpt_create(const gpt_config *cfg, uint64_t seed, gpt_model **out);
 
 /* Free the model and everything it owns. NULL is a no-op. */
 void gpt_destroy(gpt_model *m);
+
+/* Give up the model's parameter allocation (a runtime that manages the
+ * weights holds them instead, e.g. strata's managed parameters): it is
+ * freed and every tensor's `data` becomes NULL. From then on the caller
+ * points each tensor at its weights with gpt_tensor_bind before a pass reads
+ * them: a layer's tensors before its forward (the before_layer callback is
+ * the place) and again before its backward (the after_layer callback of the
+ * layer above; the tied LM head reads wte in the forward and the backward of
+ * layer n_layer + 1); wte and wpe are not read by layer 0's backward.
+ * Gradients stay the model's. NULL is a no-op. */
+void gpt_params_release(gpt_model *m);
+
+/* Point tensor i's `data` at `data` (prod(shape) floats that stay valid
+ * while a pass reads them; not owned). Only after gpt_params_release.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL model, i out of range, the model
+ * still owns its parameters). */
+int gpt_tensor_bind(gpt_model *m, int i, float *data);
 
 /* The model's configuration (never NULL for a valid model). */
 const gpt_config *gpt_get_config(const gpt_model *m);

@@ -680,6 +680,9 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_double(o, "inter_node_bytes", g->inter_node_bytes);
             json_add_double(o, "opt_ms", g->opt_ms_mean);
             json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
+            json_add_double(o, "owned_param_bytes", g->owned_param_bytes);
+            json_add_double(o, "param_bytes_peak", g->param_bytes_peak);
+            json_add_double(o, "largest_layer_bytes", g->largest_layer_bytes);
             json_add_double(o, "max_staleness", g->max_staleness);
             json_add_double(o, "staleness_bound_exceeded", g->staleness_bound_exceeded);
             json_add_double(o, "refreshes_computed", g->refreshes_computed);

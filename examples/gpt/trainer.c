@@ -186,18 +186,87 @@ static strata_status check_divergence(int step, double loss, double grad_norm,
     return STRATA_OK;
 }
 
+/* What the layer callbacks need. With managed weights (several ranks, owner
+ * sharding, the CPU model) the model holds no weights of its own: each hook
+ * layer's tensors are bound to strata's pointers (strata_param_data) while
+ * strata holds the layer, so a rank keeps its owned weights plus about one
+ * layer (strata.h, "managed weights"). Parameter ids are the tensor indices
+ * (register_params adds them in order). */
 typedef struct hook_ctx {
     strata_runtime *rt;
+    gpt_model *model;  /* non-NULL: managed weights */
+    int head_layer;    /* n_layer + 1: lnf, and the LM head tied to wte (layer 0) */
 } hook_ctx;
+
+/* Point layer `layer`'s tensors at strata's weights (bind) or at nothing. */
+static strata_status layer_bind(const hook_ctx *h, int layer, bool bind)
+{
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < gpt_num_tensors(h->model) && st == STRATA_OK; i++) {
+        if (gpt_tensor_at(h->model, i)->layer != layer)
+            continue;
+        float *w = NULL;
+        if (bind)
+            st = strata_param_data(h->rt, i, &w);
+        if (st == STRATA_OK)
+            st = (strata_status)gpt_tensor_bind(h->model, i, w);
+    }
+    return st;
+}
+
+static strata_status layer_materialize(const hook_ctx *h, int layer, bool forward_hook)
+{
+    strata_status st = forward_hook ? strata_hook_forward(h->rt, layer)
+                                    : strata_layer_materialize(h->rt, layer);
+    return st == STRATA_OK ? layer_bind(h, layer, true) : st;
+}
+
+static strata_status layer_release(const hook_ctx *h, int layer)
+{
+    strata_status st = strata_layer_release(h->rt, layer);
+    return st == STRATA_OK ? layer_bind(h, layer, false) : st;
+}
+
+/* Before layer `layer`'s forward: the layer before it is done (the embedding
+ * too: the head materializes wte again), this one is materialized; the head
+ * also needs wte. */
+static strata_status forward_enter(const hook_ctx *h, int layer, bool forward_hook)
+{
+    if (!h->model)
+        return forward_hook ? strata_hook_forward(h->rt, layer) : STRATA_OK;
+    strata_status st = layer > 0 ? layer_release(h, layer - 1) : STRATA_OK;
+    if (st == STRATA_OK)
+        st = layer_materialize(h, layer, forward_hook);
+    if (st == STRATA_OK && layer == h->head_layer)
+        st = layer_materialize(h, 0, false);
+    return st;
+}
 
 static int hook_fwd(void *ctx, int layer)
 {
-    return (int)strata_hook_forward(((hook_ctx *)ctx)->rt, layer);
+    return (int)forward_enter(ctx, layer, true);
 }
 
+static int hook_eval(void *ctx, int layer)
+{
+    return (int)forward_enter(ctx, layer, false);
+}
+
+/* After layer `layer`'s backward: reduce its gradients (strata releases its
+ * weights); the head was the last reader of wte (layer 0's backward reads
+ * only gradients); materialize the layer below for its backward. */
 static int hook_bwd(void *ctx, int layer)
 {
-    return (int)strata_hook_backward(((hook_ctx *)ctx)->rt, layer);
+    const hook_ctx *h = ctx;
+    strata_status st = strata_hook_backward(h->rt, layer);
+    if (!h->model || st != STRATA_OK)
+        return (int)st;
+    st = layer_bind(h, layer, false);
+    if (st == STRATA_OK && layer == h->head_layer)
+        st = layer_release(h, 0);
+    if (st == STRATA_OK && layer - 1 > 0)
+        st = layer_materialize(h, layer - 1, false);
+    return (int)st;
 }
 
 /* The model the loop trains: the CPU GPT (gpt.h) or the GPU GPT
@@ -257,8 +326,9 @@ static int model_zero_grad(train_model *m)
 /* Validation loss over `batches` fixed batches. With several ranks the owners
  * first send every rank the current weights (every rank evaluates the same
  * batches, so every rank reports the same loss). */
-static strata_status evaluate(strata_runtime *rt, train_model *m, const gpt_data *d, int batches,
-                              int B, int T, uint8_t *x, uint8_t *y, double *loss_out)
+static strata_status evaluate(strata_runtime *rt, const hook_ctx *h, train_model *m,
+                              const gpt_data *d, int batches, int B, int T, uint8_t *x,
+                              uint8_t *y, double *loss_out)
 {
     strata_status st = strata_sync_weights(rt);
     if (st != STRATA_OK)
@@ -267,7 +337,12 @@ static strata_status evaluate(strata_runtime *rt, train_model *m, const gpt_data
     for (int k = 0; k < batches; k++) {
         gpt_data_eval_batch(d, k, B, T, x, y);
         float loss;
-        int rc = model_forward(m, x, y, B, T, NULL, NULL, &loss);
+        int rc = h->model ? model_forward(m, x, y, B, T, hook_eval, (void *)h, &loss)
+                          : model_forward(m, x, y, B, T, NULL, NULL, &loss);
+        if (!rc && h->model) /* the head held lnf and wte */
+            rc = (int)layer_release(h, h->head_layer);
+        if (!rc && h->model)
+            rc = (int)layer_release(h, 0);
         if (rc)
             return (strata_status)rc;
         acc += loss;
@@ -286,10 +361,10 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 13 };
+    enum { K = 16 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
-    m[0] = (double)(s->owned_param_bytes + s->device_bytes);
+    m[0] = (double)(s->param_bytes_peak + s->device_bytes);
     m[1] = (double)s->step_matrix_bytes / steps;
     m[2] = (double)s->comm_bytes_intra_node / steps;
     m[3] = (double)s->comm_bytes_inter_node / steps;
@@ -302,6 +377,9 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[10] = (double)s->refresh_blocks_received;
     m[11] = (double)s->refresh_ship_bytes_intra_node / steps;
     m[12] = (double)s->refresh_ship_bytes_inter_node / steps;
+    m[13] = (double)s->param_bytes_peak;
+    m[14] = (double)s->largest_layer_bytes;
+    m[15] = (double)s->owned_param_bytes;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -317,7 +395,10 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .refreshes_computed = v[9],
                                            .refreshes_received = v[10],
                                            .refresh_ship_intra_bytes = v[11],
-                                           .refresh_ship_inter_bytes = v[12]};
+                                           .refresh_ship_inter_bytes = v[12],
+                                           .param_bytes_peak = v[13],
+                                           .largest_layer_bytes = v[14],
+                                           .owned_param_bytes = v[15]};
     }
     return st;
 }
@@ -698,7 +779,8 @@ static strata_status check_fits(const gpt_train_options *o, size_t *corpus_cap)
 
 /* Register every model tensor with the runtime; its routing rule sends
  * embeddings and 1-D tensors to AdamW and the matrices to the matrix optimizer. */
-static strata_status register_params(strata_runtime *rt, const train_model *model)
+static strata_status register_params(strata_runtime *rt, const train_model *model,
+                                     bool managed)
 {
     for (int i = 0; i < model_num_tensors(model); i++) {
         const gpt_tensor *t = model_tensor_at(model, i);
@@ -714,6 +796,7 @@ static strata_status register_params(strata_runtime *rt, const train_model *mode
             .memory = model->gpu ? STRATA_MEM_MANAGED : STRATA_MEM_DEVICE,
             .data = t->data,
             .grad = t->grad,
+            .managed = managed,
         };
         strata_status st = strata_param_add(rt, &d, NULL);
         if (st != STRATA_OK)
@@ -768,12 +851,18 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = strata_create(&o.strata, &rt);
     if (st != STRATA_OK)
         goto out;
-    st = register_params(rt, &model);
+    /* Several ranks with owner sharding (CPU): strata manages the weights,
+     * the model gives up its copy once strata has the initial values. */
+    const bool managed = !model.gpu && o.strata.comm && strata_comm_size(o.strata.comm) > 1 &&
+                         o.strata.sharding == STRATA_SHARD_OWNER;
+    st = register_params(rt, &model, managed);
     if (st != STRATA_OK)
         goto out;
     st = strata_commit(rt);
     if (st != STRATA_OK)
         goto out;
+    if (managed)
+        gpt_params_release(model.cpu);
 
     /* One batch of inputs and targets, reused by every step and evaluation;
      * the gradient accumulator of grad_accum > 1. */
@@ -801,7 +890,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                           .blas_threads = openblas_get_num_threads(),
                                           .workers = async_workers(&o.strata)});
 
-    hook_ctx hctx = {rt};
+    hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1};
     double loss_ref = log((double)o.model.vocab), grad_ref = 0.0;
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
     strata_comm *comm = o.strata.comm;
@@ -895,7 +984,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                            step + 1 == o.steps);
         double val_loss = NAN;
         if (do_eval) {
-            st = evaluate(rt, &model, &data, o.eval_batches, B, T, x, y, &val_loss);
+            st = evaluate(rt, &hctx, &model, &data, o.eval_batches, B, T, x, y, &val_loss);
             if (st != STRATA_OK)
                 goto out;
         }
@@ -928,14 +1017,26 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = strata_sync_weights(rt); /* every rank holds the final weights */
     if (st != STRATA_OK)
         goto out;
+    /* Managed weights: one layer at a time (tensors lie in layer order). */
     res->weights_hash = 1469598103934665603ull;
+    int held = -1;
     for (int i = 0; i < model_num_tensors(&model); i++) {
         const gpt_tensor *t = model_tensor_at(&model, i);
+        if (managed && t->layer != held) {
+            st = held >= 0 ? layer_release(&hctx, held) : STRATA_OK;
+            if (st == STRATA_OK)
+                st = layer_materialize(&hctx, t->layer, false);
+            if (st != STRATA_OK)
+                goto out;
+            held = t->layer;
+        }
         const size_t n = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
         const unsigned char *b = (const unsigned char *)t->data;
         for (size_t k = 0; k < n * sizeof(float); k++)
             res->weights_hash = (res->weights_hash ^ b[k]) * 1099511628211ull;
     }
+    if (held >= 0 && (st = layer_release(&hctx, held)) != STRATA_OK)
+        goto out;
     st = rank_figures(&o, rt, res);
     if (st != STRATA_OK)
         goto out;

@@ -76,7 +76,13 @@ typedef struct gpt_train_options {
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
 typedef struct gpt_rank_figures {
-    double resident_bytes;     /* owned parameter bytes + optimizer state (device tier) */
+    double resident_bytes;     /* param_bytes_peak + optimizer state (device tier) */
+    double param_bytes_peak;   /* peak float32 weights resident on the rank: its owned
+                                  ones plus the layers it held at once (managed weights,
+                                  several ranks with owner sharding), else every weight
+                                  (strata_stats.param_bytes_peak) */
+    double largest_layer_bytes; /* the largest layer's weights it materializes (not owned) */
+    double owned_param_bytes;  /* weights of the parameters it owns */
     double step_matrix_bytes;  /* matrix bytes moved inside strata_step, per step */
     double intra_node_bytes, inter_node_bytes; /* sent + received, per step */
     double opt_ms_mean;        /* strata_step wall time */

@@ -10,6 +10,11 @@
  *
  * With gradient accumulation the hooks run per micro-batch and strata_step
  * once per optimizer step (the caller accumulates into the gradient buffers).
+ * With managed weights (strata_param_desc.managed: several ranks, owner
+ * sharding) a rank keeps only the weights it owns; the loop reads a layer's
+ * weights through strata_param_data between strata_hook_forward (or
+ * strata_layer_materialize before its backward) and the layer's release
+ * point ("managed weights" below).
  *
  * Routing (which optimizer updates a parameter) — one rule, printed at commit
  * when verbose:
@@ -189,8 +194,21 @@ typedef struct strata_param_desc {
                                 the backend's memory; on the CPU backend ordinary host
                                 memory), STRATA_MEM_HOST, HOST_PINNED or MANAGED. The CPU
                                 backend reads all of them in place. */
-    float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place */
+    float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place
+                     (unless `managed` is in effect: then only the initial values) */
     float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
+    bool managed; /* strata manages the weights (ZeRO-3 resident memory). In effect only
+                     with STRATA_SHARD_OWNER over several ranks on the CPU backend (the
+                     same ranks on every rank); otherwise ignored: `data` stays the weights,
+                     as without the flag. In effect: `data` holds the initial values (the
+                     same on every rank) and is read by strata_commit, never after (the
+                     caller may free it once commit returns OK). The owner keeps the
+                     weights in a buffer strata allocates; the other ranks hold them only
+                     while the parameter's layer is materialized: from
+                     strata_hook_forward(layer) or strata_layer_materialize(layer) until the
+                     release point (strata_layer_release(layer), strata_hook_backward(layer),
+                     or the next strata_step). Find the current weights with
+                     strata_param_data. Default false. */
 } strata_param_desc;
 
 typedef int32_t strata_param_id;
@@ -233,19 +251,84 @@ STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param
  * (the owner planner), a communicator status (the owner plan is broadcast). */
 STRATA_API strata_status strata_commit(strata_runtime *rt);
 
-/* Before layer `layer`'s forward: materialize its parameters on this rank.
+/* Before layer `layer`'s forward: materialize its parameters on this rank
+ * (managed ones into a layer buffer until its release point, below).
  * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_INVALID_ARG (a layer
- * no parameter declared is fine; a negative one is not). */
+ * no parameter declared is fine; a negative one is not), STRATA_ERR_NOMEM
+ * (a managed layer's buffer), the communicator's. */
 STRATA_API strata_status strata_hook_forward(strata_runtime *rt, int layer);
 
 /* Materialize every parameter on this rank now (the owners broadcast what
  * changed since each rank last received it): call before using the weights
- * outside a forward pass's hooks (evaluation, saving). Collective: every rank
- * calls it. Errors: STRATA_ERR_STATE (before commit), the communicator's. */
+ * outside a forward pass's hooks (evaluation, saving). Managed parameters
+ * (strata_param_desc.managed) are left alone: they are materialized per layer
+ * (strata_layer_materialize). Collective: every rank calls it.
+ * Errors: STRATA_ERR_STATE (before commit), the communicator's. */
 STRATA_API strata_status strata_sync_weights(strata_runtime *rt);
+
+/* ---- managed weights (strata_param_desc.managed; ZeRO-3, DESIGN.md
+ * "Distributed", MatrixFSDP's owner-shaped shards)
+ *
+ * Lifetime of a managed parameter's weights on a rank that does not own it:
+ *
+ *   strata_hook_forward(rt, l) or strata_layer_materialize(rt, l)
+ *       the owners broadcast layer l's managed weights into one buffer per
+ *       layer on every other rank of the shard group (no broadcast when the
+ *       layer is still held from earlier in the same step);
+ *   strata_param_data(rt, id, &w)      w is valid from here ...
+ *   ... until the layer's release point, whichever comes first:
+ *       strata_layer_release(rt, l)    (the caller is done with the layer:
+ *                                       e.g. after its forward, or after the
+ *                                       tied LM head that reads the embedding)
+ *       strata_hook_backward(rt, l)    (its backward is done)
+ *       strata_step(rt)                (the weights change)
+ *       strata_load(rt, ...)           (the weights change)
+ *
+ * A backward pass re-materializes a layer released after its forward:
+ * strata_layer_materialize(rt, l) before the layer's backward (the backward
+ * pre-hook). The owner's pointer stays valid from strata_commit to
+ * strata_destroy and is updated in place by strata_step. Per-layer buffers
+ * are allocated at materialize and freed at release, so a rank holds its
+ * owned weights plus the layers it holds at once; stats.param_bytes_peak
+ * measures exactly that. Gradient buffers stay the caller's (full size).
+ * Unmanaged parameters (and every parameter with one rank, gather or zero1
+ * sharding) keep the caller's `data`: strata_param_data returns it. */
+
+/* Before layer `layer`'s backward (or whenever its weights are needed
+ * again): materialize its managed weights on this rank, as
+ * strata_hook_forward does (unmanaged ones are brought up to date too), but
+ * counts no forward hook and prefetches nothing. Collective within the shard
+ * group: every rank calls it for the same layers in the same order. A layer
+ * no parameter declared is fine. Errors: STRATA_ERR_INVALID_ARG (NULL rt,
+ * layer < 0), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM (the layer
+ * buffer, with its size), the communicator's. */
+STRATA_API strata_status strata_layer_materialize(strata_runtime *rt, int layer);
+
+/* Release layer `layer`'s materialized weights on this rank: its buffer is
+ * freed and the pointers strata_param_data gave for its managed parameters
+ * that this rank does not own become invalid. Local (no communication); a
+ * layer not held is fine; unmanaged parameters are unaffected. Every rank
+ * must release the same layers at the same points (the broadcasts of the
+ * next materialize depend on it). Errors: STRATA_ERR_INVALID_ARG (NULL rt,
+ * layer < 0), STRATA_ERR_STATE (before commit). */
+STRATA_API strata_status strata_layer_release(strata_runtime *rt, int layer);
+
+/* The float32 weights of parameter `id` on this rank now (prod(shape)
+ * elements, row-major): for a managed parameter that this rank does not own,
+ * the layer buffer of the last materialize, valid until the release point
+ * above; for one it owns, strata's buffer (strata_commit to strata_destroy);
+ * otherwise the caller's strata_param_desc.data. The pointer is strata's:
+ * read it (and for the owner, nothing else writes it but strata_step and
+ * strata_load); never free it. Thread: the runtime's thread.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, bad id), STRATA_ERR_STATE (before
+ * commit; a managed parameter whose layer is not materialized on this rank,
+ * *out = NULL). */
+STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_param_id id,
+                                           float **out);
 
 /* After layer `layer`'s backward: its gradients are final for this
  * micro-batch; reduce them to their owners and record their squared norm.
+ * Releases the layer's managed weights on this rank first (above).
  * Errors: as strata_hook_forward. */
 STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
 
@@ -356,6 +439,14 @@ typedef struct strata_stats {
     uint64_t step_matrix_bytes; /* matrix bytes this rank moved inside strata_step (the
                                    optimizer step), cumulative; 0 for owner sharding */
     uint64_t comm_bytes_intra_node, comm_bytes_inter_node; /* sent + received, cumulative */
+    size_t param_bytes;         /* float32 weights resident on this rank now: the
+                                   caller's buffers of unmanaged parameters (all of them,
+                                   on every rank), strata's buffers of the managed ones it
+                                   owns, and the layer buffers it holds */
+    size_t param_bytes_peak;    /* the largest param_bytes since commit (the initial values
+                                   the caller passed to a managed parameter not counted) */
+    size_t largest_layer_bytes; /* the largest layer buffer this rank can hold (a layer's
+                                   managed weights it does not own); 0 unmanaged */
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
     double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
                                    plus the (N+1)-th largest item) (seconds) */
@@ -458,7 +549,11 @@ typedef struct strata_save_info {
  * NULL; it comes back from strata_load. `info` may be NULL.
  * Collective: with several ranks every rank calls it with the same `dir`
  * (a file system they share); rank 0 writes the manifest and the weights,
- * each rank its own shard. Call between steps, after commit.
+ * each rank its own shard. Call between steps, after commit. Managed
+ * weights (strata_param_desc.managed): every layer is materialized for the
+ * save; rank 0 holds the whole model until the weights file is written (its
+ * stats.param_bytes_peak counts it), the other ranks one layer at a time;
+ * afterwards no layer is held.
  * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
  * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
  * or rename failed, with the path and errno text; `dir` is left as it
@@ -478,7 +573,8 @@ typedef struct strata_load_info {
  * optimizers with the same refresh phases, the same world size and owners,
  * and the same refresh engine configuration: async, S, install mode). A
  * runtime that never stepped gets every state back: weights (into each
- * parameter's data buffer), optimizer state, engine results and their
+ * parameter's data buffer; a managed parameter's into its owner's buffer,
+ * and every materialized layer is released), optimizer state, engine results and their
  * versions, the step counter and the learning-rate scale; the nvme tier's
  * results are written back into this runtime's nvme files, so the old
  * scratch directory is not needed. Files are hostile input: every size is

@@ -15,7 +15,14 @@ Checks (issue #9's acceptance):
   * async S = 2 on 4 ranks keeps every owner's staleness within F - 1 + S;
   * owner sharding moves 0 matrix bytes at the optimizer step, the baselines
     do; each rank's resident parameter + optimizer bytes stay within
-    1.1 x total / N + the largest matrix's state;
+    1.1 x total / N + the largest matrix's state + the largest layer's
+    materialized weights;
+  * managed weights (ZeRO-3): each rank's peak resident weights (its owned
+    ones plus the layers it materialized at once, measured by strata) stay
+    within its owned bytes + the largest layer's materialized bytes (+ the
+    final layernorm, held together with the tied embedding at the LM head),
+    and within 1.1 x total weights / N + the largest tensor + the largest
+    layer's materialized bytes; zero1 keeps every weight on every rank;
   * a checkpoint saved by N ranks resumes bit-identically on N ranks, and
     reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
     and 3 ranks, and 3 ranks' on 4; saved again right after the resharding
@@ -203,22 +210,51 @@ def main():
                 moved = [r["step_matrix_bytes"] for r in got["ranks"]]
                 check(all(m > 0 for m in moved), f"--sharding {mode}: matrix bytes move at the "
                       f"optimizer step ({', '.join(f'{m:.0f}' for m in moved)} per rank)")
-        # Resident bytes within 1.1 x total / N + the largest matrix's state:
-        # every tensor and its state live on exactly one owner, so the ranks'
-        # resident bytes add up to the total.
+        # Resident bytes within 1.1 x total / N + the largest matrix's state
+        # (+ the largest layer's materialized weights): every tensor and its
+        # state live on exactly one owner, so the ranks' owned weights and
+        # optimizer state add up to the total.
+        C = 32                                   # TINY's --d-model
+        weights = 4 * (256 * C + 32 * C + 2 * (12 * C * C + 13 * C) + 2 * C)
+        largest_tensor = 4 * max(256 * C, 32 * C, 4 * C * C)
+        head_lnf = 4 * 2 * C                     # lnf, held with wte at the head
         for opt in ("shampoo", "muon"):
             for n in worlds:
                 got = train(tmp, f"{opt}-resident-np{n}", n, ["--optimizer", opt])
                 if not got:
                     check(False, f"{opt} -np {n} ran")
                     continue
-                res = [r["resident_bytes"] for r in got["ranks"]]
-                total = sum(res)
-                bound = 1.1 * total / n + max(r["largest_item_bytes"] for r in got["ranks"])
+                ranks = got["ranks"]
+                res = [r["resident_bytes"] for r in ranks]
+                owned = [r["owned_param_bytes"] + r["resident_bytes"] - r["param_bytes_peak"]
+                         for r in ranks]          # owned weights + optimizer state
+                layer = max(r["largest_layer_bytes"] for r in ranks)
+                total = sum(owned)
+                bound = 1.1 * total / n + max(r["largest_item_bytes"] for r in ranks) + layer
                 check(max(res) <= bound,
                       f"{opt} -np {n}: resident {', '.join(f'{b / 1024:.0f}' for b in res)} KiB "
-                      f"<= {bound / 1024:.0f} KiB (1.1 x total/N + largest item); planned "
-                      f"makespan / lower bound {got['planned_makespan'] / got['planned_lower_bound']:.3f}")
+                      f"<= {bound / 1024:.0f} KiB (1.1 x total/N + largest item + largest "
+                      f"layer); planned makespan / lower bound "
+                      f"{got['planned_makespan'] / got['planned_lower_bound']:.3f}")
+                # The weights alone (ZeRO-3): strata's measured peak.
+                check(sum(r["owned_param_bytes"] for r in ranks) == weights,
+                      f"{opt} -np {n}: owned weights add up to the model's {weights} B")
+                peak = [r["param_bytes_peak"] for r in ranks]
+                parts = ", ".join("%.0f+%.0f" % (r["owned_param_bytes"], r["largest_layer_bytes"])
+                                  for r in ranks)
+                check(all(0 < r["largest_layer_bytes"] and r["param_bytes_peak"] <=
+                          r["owned_param_bytes"] + r["largest_layer_bytes"] + head_lnf
+                          for r in ranks),
+                      f"{opt} -np {n}: peak weights {', '.join(f'{b:.0f}' for b in peak)} B "
+                      f"<= owned + one layer ({parts})")
+                wbound = 1.1 * weights / n + largest_tensor + layer
+                check(max(peak) <= wbound and max(peak) < weights,
+                      f"{opt} -np {n}: peak weights {max(peak):.0f} B <= {wbound:.0f} B "
+                      f"(1.1 x {weights}/{n} + largest tensor {largest_tensor} + largest layer "
+                      f"{layer:.0f}), < the whole model")
+        got = train(tmp, "muon-zero1-resident", 2, ["--optimizer", "muon", "--sharding", "zero1"])
+        check(bool(got) and all(r["param_bytes_peak"] == weights for r in got["ranks"]),
+              "--sharding zero1: every rank keeps every weight (param_bytes_peak = the model)")
         # Async S = 2 on 4 ranks: every owner's staleness within F - 1 + S;
         # with HSDP (results shipped when due) too, and fixed install makes it
         # bit-identical to the flat layout.
