@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "coherence/coherence.h"
 #include "optim/precond.h"
+#include "strata/backend.h"
 
 typedef struct strata_refresh_config {
     bool async;              /* refreshes of async-capable families on worker threads */
@@ -50,6 +51,23 @@ typedef struct strata_refresh_config {
     int nvme_queue_depth;    /* >= 8 */
     size_t nvme_chunk_bytes; /* staging chunk (strata_nvme_config.chunk_bytes); 0 = its default */
     const strata_logger *log; /* must outlive the engine */
+    /* The stream seam (NULL: none; every copy is the families' synchronous
+     * one). With a backend, snapshots of families with snapshot_async are
+     * queued on the backend's shadow stream (low priority) after an event
+     * on the training stream (the default stream), a job waits for its
+     * snapshot's event before it reads the slot, and the training stream
+     * waits for it before the factors change again. Must outlive the
+     * engine. */
+    strata_backend *be;
+    /* With `be`: results of families with install_device are installed from
+     * device memory: two device buffers per block, the due result copied
+     * host -> device on the shadow stream (staged early by
+     * strata_refresh_prefetch once it is READY, else at its install), an
+     * event recorded per copy; at install the training stream waits on that
+     * event only when it has not completed (counted: stream_waits). The
+     * runtime sets it for backends whose memory the host cannot address
+     * (CUDA). Host-placed blocks are staged early; nvme blocks at install. */
+    bool device_roots;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;
@@ -66,6 +84,15 @@ typedef struct strata_refresh_stats {
     int32_t blocks, blocks_on_nvme;
     size_t host_bytes, host_bytes_peak, nvme_bytes, nvme_bytes_peak;
     uint64_t nvme_bytes_written, nvme_bytes_read;
+    /* the stream seam (config.be): copies queued on the shadow stream, and
+     * installs whose staged result was not complete, so that the training
+     * stream waited on its event (device_roots) */
+    int64_t stream_snapshots;     /* snapshots queued on the shadow stream */
+    int64_t stream_stages;        /* results copied host -> device on the shadow stream */
+    int64_t stream_stages_early;  /* of those, staged before their install step */
+    int64_t stream_installs;      /* installs from device memory */
+    int64_t stream_waits;         /* installs where the training stream waited on the event */
+    uint64_t stream_wait_bytes;   /* bytes of those results */
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */

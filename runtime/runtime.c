@@ -572,6 +572,11 @@ static strata_status create_engine(strata_runtime *rt)
         .nvme_queue_depth = c->nvme_queue_depth,
         .nvme_chunk_bytes = c->nvme_chunk_bytes,
         .log = &rt->log,
+        /* The stream seam: snapshots on the shadow stream always (inline on
+         * the CPU backend); results into device memory where the host
+         * cannot address it. */
+        .be = rt->be,
+        .device_roots = c->backend == STRATA_BACKEND_CUDA,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
