@@ -842,7 +842,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
-    if (f->after)
+    if (f->after && grp && e->shadow) /* after may change what a snapshot copies */
+        st = seam_wait_snapshots(e, en);
+    if (f->after && st == STRATA_OK)
         st = f->after(en->state, g, cnt);
     if (st == STRATA_OK && grp && grp->sch.lag == 1) {
         const double t0 = strata_now_seconds();
