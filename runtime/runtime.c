@@ -1038,6 +1038,12 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_written = e.nvme_bytes_written;
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
+        out->stream_snapshots = e.stream_snapshots;
+        out->stream_stages = e.stream_stages;
+        out->stream_stages_early = e.stream_stages_early;
+        out->stream_installs = e.stream_installs;
+        out->stream_waits = e.stream_waits;
+        out->stream_wait_bytes = e.stream_wait_bytes;
     }
     return STRATA_OK;
 }

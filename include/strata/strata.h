@@ -354,6 +354,17 @@ typedef struct strata_stats {
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
     double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
                                    plus the (N+1)-th largest item) (seconds) */
+    /* the stream seam: factor snapshots (device -> host) and results (host ->
+     * device) copied on the backend's low-priority shadow stream; results are
+     * installed from device memory on the CUDA backend (the CPU backend's
+     * streams are inline: stages and installs stay 0 there) */
+    int64_t stream_snapshots;    /* snapshots queued on the shadow stream */
+    int64_t stream_stages;       /* results copied host -> device */
+    int64_t stream_stages_early; /* ... of them before the step that installs them */
+    int64_t stream_installs;     /* installs from device memory */
+    int64_t stream_waits;        /* installs whose copy had not completed, so the training
+                                    stream waited on its event */
+    uint64_t stream_wait_bytes;  /* bytes of those copies */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
