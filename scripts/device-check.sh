@@ -7,8 +7,14 @@
 #
 # Checks:
 #   build            configure + compile with CUDA (and NCCL/MPI when found)
+#   cpu_refs         the CPU side the GPU checks stand on (runs anywhere): the
+#                    backend ops vs their C references, streams/events, the
+#                    refresh engine's stream seam through a deferred-shadow
+#                    test backend, the NCCL schedule with emulated ranks
 #   cuda_ops         every backend op, CUDA vs the C reference (tests/cuda)
-#   backend_unit     the backend/stream unit tests with a GPU present
+#   backend_unit     the CUDA unit tests under meson, none skipped
+# Without a GPU (nvidia-smi lists none) the GPU checks are not started and
+# count as failed ("no GPU"): the script's pass means a GPU ran them all.
 #   gpt_cuda         GPU GPT vs CPU GPT: loss, gradients, 20-step SGD curve
 #   comm_nccl        NCCL collectives, one rank per GPU under mpirun
 #   gpt_curve        strata train --device cuda vs --device cpu, Shampoo,
@@ -67,6 +73,10 @@ result() { # name ok|fail detail
 run() {
     local name=$1 t=$2
     shift 2
+    if [ "$name" != build ] && [ "$name" != cpu_refs ] && [ "$NGPU" -eq 0 ]; then
+        result "$name" fail "skipped: no GPU (nvidia-smi lists none)"
+        return 77
+    fi
     local left=$((BUDGET - ($(date +%s) - START)))
     if [ "$left" -lt 15 ]; then
         result "$name" fail "no time left of the ${BUDGET} s budget"
@@ -109,11 +119,20 @@ fi
 STRATA=$BUILD/cli/strata
 export STRATA
 
+# ---- the CPU references (no GPU needed)
+cpu_refs() {
+    meson test -C "$BUILD" --no-rebuild backend_ops backend_streams refresh_engine \
+        comm_nccl_plan --print-errorlogs | tee /dev/stderr | grep -Eq '^Fail: +0 *$' &&
+    echo "backend ops, streams, refresh engine (stream seam), nccl schedule: OK"
+}
+export -f cpu_refs
+run cpu_refs 120 cpu_refs
+
 # ---- correctness on the GPU
 run cuda_ops 120 "$BUILD/tests/cuda/test_cuda_ops"
-backend_unit() { # the unit tests of the backend, with no test skipped
-    meson test -C "$BUILD" --no-rebuild backend_ops backend_streams refresh_engine \
-        comm_nccl_plan cuda_ops gpt_cuda --print-errorlogs | tee /dev/stderr | grep -q '^Skipped: *0$'
+backend_unit() { # the CUDA unit tests, with no test skipped
+    meson test -C "$BUILD" --no-rebuild cuda_ops gpt_cuda --print-errorlogs |
+        tee /dev/stderr | grep -Eq '^Skipped: +0 *$'
 }
 export -f backend_unit
 run backend_unit 120 backend_unit
@@ -146,8 +165,8 @@ GPT="--data $DATA --layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16 --
 py_losses='import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if json.loads(l).get("type")=="step"))'
 
 curve() {
-    "$STRATA" train $GPT --steps 20 --eval-every 0 --device cpu --metrics "$OUT/curve_cpu.jsonl" &&
     "$STRATA" train $GPT --steps 20 --eval-every 0 --device cuda --metrics "$OUT/curve_gpu.jsonl" &&
+    "$STRATA" train $GPT --steps 20 --eval-every 0 --device cpu --metrics "$OUT/curve_cpu.jsonl" &&
     python3 - "$OUT/curve_cpu.jsonl" "$OUT/curve_gpu.jsonl" <<'EOF'
 import json, sys
 def losses(p):
@@ -201,6 +220,7 @@ run async_stagger 300 stagger
 
 # ---- throughput and bandwidth
 ns() {
+    set -o pipefail # the bench's 77 (no GPU) survives tee
     "$BUILD/tests/cuda/bench_cuda_device" ns | tee "$OUT/ns.txt" &&
     python3 - "$OUT/ns.txt" <<'EOF'
 import sys
@@ -214,6 +234,7 @@ export -f ns
 run ns_vs_sgemm 180 ns
 
 tiers() {
+    set -o pipefail
     mkdir -p "$OUT/nvme"
     "$BUILD/tests/cuda/bench_cuda_device" tiers "${STRATA_NVME_DIR:-$OUT/nvme}" |
         tee "$OUT/tiers.txt" &&
