@@ -576,7 +576,7 @@ static strata_status create_engine(strata_runtime *rt)
          * the CPU backend); results into device memory where the host
          * cannot address it. */
         .be = rt->be,
-        .device_roots = c->backend == STRATA_BACKEND_CUDA,
+        .device_roots = c->backend == STRATA_BACKEND_CUDA || rt->testing_device_roots,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
@@ -1107,6 +1107,16 @@ strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us)
     if (rt->committed)
         return strata_error(STRATA_ERR_STATE, "testing_set_worker_delay: call before commit");
     rt->testing_worker_delay_us = max_us;
+    return STRATA_OK;
+}
+
+strata_status strata_testing_set_device_roots(strata_runtime *rt, bool on)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_set_device_roots: NULL runtime");
+    if (rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_set_device_roots: call before commit");
+    rt->testing_device_roots = on;
     return STRATA_OK;
 }
 

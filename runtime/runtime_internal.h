@@ -36,6 +36,7 @@ struct strata_runtime {
     strata_config cfg;
     strata_logger log;     /* from cfg: the sink every component writes through */
     int testing_worker_delay_us; /* runtime/testing.h */
+    bool testing_device_roots;   /* runtime/testing.h */
     char *nvme_dir;
     strata_backend *be;
     strata_comm *comm;     /* cfg.comm, or an owned self communicator */

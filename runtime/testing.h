@@ -16,4 +16,11 @@ strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us);
  * `errno_value`. Errors: STRATA_ERR_STATE (the runtime has no nvme tier). */
 strata_status strata_testing_inject_io_errors(strata_runtime *rt, int n, int errno_value);
 
+/* Install results from device memory through the stream seam
+ * (strata_refresh_config.device_roots) whatever the backend, as the CUDA
+ * backend does: on the CPU backend the copies are inline, so the path is
+ * exercised without a GPU. Call before strata_commit. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_STATE (after commit). */
+strata_status strata_testing_set_device_roots(strata_runtime *rt, bool on);
+
 #endif
