@@ -14,7 +14,17 @@
  *        snapshot into its worker's scratch buffer, refreshes there and
  *        writes the result back;
  *  - the worker pool (async groups), an inline workspace (inline groups),
- *    one host staging buffer for snapshots bound for nvme.
+ *    one host staging buffer for snapshots bound for nvme;
+ *  - the stream seam (cfg.be): the backend's shadow stream; per slot the
+ *    event of its queued snapshot (a job, or the inline refresh, waits on it
+ *    before it reads the slot; the training stream waits on it before the
+ *    factors change: before `after`, or the parameter's next step); per
+ *    device_roots block two device buffers, the result installed from
+ *    dev[dev_cur], the next one staged into the other on the shadow stream
+ *    (by the forward hook once READY, else at install) with a stage event,
+ *    and a release event the training stream records when it stops reading
+ *    a buffer (the next stage into it waits on that). At install the
+ *    training stream waits on the stage event only if it has not completed.
  *
  * Invariants: a block's installed slot (or resident buffer) is never written
  * until the next install of that block (the registry keeps it INSTALLED);
