@@ -134,6 +134,12 @@ typedef struct strata_precond_family {
     strata_status (*before)(void *state, float lr_scale, int64_t t, float *w, const float *g,
                             strata_optim_counters *cnt, bool *done);
     strata_status (*snapshot)(const void *state, int b, void *slot);
+    /* Optional (NULL: the engine calls `snapshot`). The same bytes as
+     * snapshot, queued as copies (device -> host slot) on stream `s`: the
+     * slot holds the snapshot once an event recorded on `s` after the call
+     * has completed, and the state's factors must not change before then
+     * (the engine orders both; runtime/refresh.c "stream seam"). */
+    strata_status (*snapshot_async)(const void *state, int b, void *slot, strata_stream *s);
     /* Any thread; reads the slot, writes the result in place. `*failed` gets a
      * bit per failed part; counts refreshes/failures/retries in *cnt. Returns
      * STRATA_ERR_LINALG when every part failed. */
@@ -146,6 +152,12 @@ typedef struct strata_precond_family {
      * result; the slot stays untouched until the next install of the block. */
     strata_status (*install)(void *state, int b, const void *slot, unsigned failed,
                              unsigned have);
+    /* true: install only hands the slot to backend operations (copies,
+     * products) and never reads it on the host, so the engine may pass a
+     * device-memory copy of the result (staged on the shadow stream) instead
+     * of the host slot. false: install gets the host slot (SOAP's and
+     * KL-Shampoo's permutations are read on the host). */
+    bool install_device;
     strata_status (*apply)(void *state, float lr_scale, int64_t t, float *w, const float *g,
                            strata_optim_counters *cnt);
     strata_status (*after)(void *state, const float *g, strata_optim_counters *cnt);

@@ -758,6 +758,22 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
     return st;
 }
 
+/* fam_snapshot's copies, queued on stream `st` (device factors -> host slot). */
+static strata_status fam_snapshot_async(const void *state, int b, void *slot, strata_stream *st)
+{
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const size_t nl = (size_t)blk->rows * blk->rows;
+    float *dst = slot;
+    strata_status r =
+        strata_backend_copy_async(s->be, dst, blk->L, nl * sizeof(float), STRATA_COPY_D2H, st);
+    if (r == STRATA_OK)
+        r = strata_backend_copy_async(s->be, dst + nl, blk->R,
+                                      (size_t)blk->cols * blk->cols * sizeof(float),
+                                      STRATA_COPY_D2H, st);
+    return r;
+}
+
 static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
                                  unsigned *failed, strata_optim_counters *cnt)
 {
@@ -870,10 +886,12 @@ const strata_precond_family strata_family_shampoo = {
     .block = fam_block,
     .before = fam_before,
     .snapshot = fam_snapshot,
+    .snapshot_async = fam_snapshot_async,
     .refresh = fam_refresh,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
+    .install_device = true, /* lends the roots to products, or copies them with the backend */
     .apply = fam_apply,
     .after = NULL,
     .tensors = fam_tensors,

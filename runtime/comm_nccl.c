@@ -11,6 +11,7 @@
  * top, which record the expression, file and line.
  */
 #include "comm_nccl.h"
+#include "comm_nccl_plan.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -70,10 +71,17 @@ static strata_status mpi_status(int rc, const char *expr, const char *file, int 
     } while (0)
 
 typedef struct nccl_ctx {
-    MPI_Comm world, node;
+    MPI_Comm world;
     int rank, size, node_rank, node_size;
     bool deterministic;
+    int *node_of;           /* node id of every rank */
+    strata_nccl_topo topo;
+    strata_nccl_r2o plan;   /* reduce_to_owners' schedule (rebuilt per call) */
+    uint64_t *intra, *inter; /* byte counters, shared with the communicators split from it */
+    uint64_t counts[2];     /* the counters of a root communicator */
     ncclComm_t comm;
+    ncclComm_t node_comm;   /* the ranks of my node (ncclCommSplit by node index) */
+    ncclComm_t cross_comm;  /* the ranks with my node rank (node_rank 0: the node leaders) */
     cudaStream_t stream;
     void *d_send, *d_recv;  /* device staging */
     size_t cap_send, cap_recv;
@@ -164,8 +172,8 @@ static strata_status n_allreduce_f64(void *ctx, double *vals, int n, strata_redu
         return st;
     const double *all = c->h_tmp;
     for (int i = 0; i < n; i++) {
-        double acc = all[i];
-        for (int r = 1; r < c->size; r++)
+        double acc = 0.0; /* rank order from +0 */
+        for (int r = 0; r < c->size; r++)
             acc += all[(size_t)r * n + i];
         vals[i] = acc;
     }
@@ -197,8 +205,8 @@ static strata_status gather_sum_f32(nccl_ctx *c, int root, size_t n, float *out)
         return st;
     const float *all = c->h_tmp;
     for (size_t i = 0; i < n; i++) {
-        float acc = all[i];
-        for (int r = 1; r < c->size; r++)
+        float acc = 0.0f; /* rank order from +0 */
+        for (int r = 0; r < c->size; r++)
             acc += all[(size_t)r * n + i];
         out[i] = acc;
     }
@@ -317,12 +325,182 @@ static strata_status n_reduce_scatter_f32(void *ctx, const float *send, float *r
         return st;
     const float *all = c->h_tmp;
     for (size_t i = 0; i < mine; i++) {
-        float acc = all[i];
-        for (int q = 1; q < c->size; q++)
+        float acc = 0.0f; /* rank order from +0 */
+        for (int q = 0; q < c->size; q++)
             acc += all[(size_t)q * mine + i];
         recv[i] = acc;
     }
     return STRATA_OK;
+}
+
+/* Logical bytes of one message of `bytes` with `peer` (what the schedule
+ * moves, not NCCL's wire traffic: a ring or tree moves its own chunks). */
+static void count(nccl_ctx *c, int peer, size_t bytes)
+{
+    strata_nccl_count(c->node_of, c->rank, peer, bytes, c->intra, c->inter);
+}
+
+/* Deterministic reduce_to_owners: the schedule of comm_nccl_plan.h with NCCL
+ * point-to-point messages, the sums on the host in rank order. */
+static strata_status r2o_deterministic(nccl_ctx *c, float *buf, size_t n)
+{
+    const strata_nccl_r2o *p = &c->plan;
+    const size_t bytes = n * sizeof(float);
+    const int me = c->rank;
+    strata_status st = STRATA_OK;
+    if (p->send_to >= 0) {
+        st = staging(c, bytes, 0);
+        if (st == STRATA_OK)
+            st = to_dev(c, c->d_send, buf, bytes);
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclSend(c->d_send, n, ncclFloat, p->send_to, c->comm, c->stream));
+        count(c, p->send_to, bytes);
+        st = to_host(c, NULL, NULL, 0);
+    } else if (p->gatherer == me) {
+        const int k = p->block_b - p->block_a;
+        const size_t slots = (size_t)k + 1; /* the block, then the running sum */
+        st = staging(c, bytes, bytes * slots);
+        if (st == STRATA_OK)
+            st = grow_host(c, bytes * slots);
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclGroupStart());
+        for (int j = 0; j < p->n_gather; j++) {
+            const int q = p->gather_from[j];
+            NC(ncclRecv((float *)c->d_recv + (size_t)(q - p->block_a) * n, n, ncclFloat, q,
+                        c->comm, c->stream));
+            count(c, q, bytes);
+        }
+        if (p->recv_prev >= 0) {
+            NC(ncclRecv((float *)c->d_recv + (size_t)k * n, n, ncclFloat, p->recv_prev, c->comm,
+                        c->stream));
+            count(c, p->recv_prev, bytes);
+        }
+        NC(ncclGroupEnd());
+        st = to_host(c, c->h_tmp, c->d_recv, bytes * slots);
+        if (st != STRATA_OK)
+            return st;
+        const float *all = c->h_tmp;
+        const float *contrib[STRATA_NCCL_MAX_GATHER + 1];
+        for (int j = 0; j < k; j++)
+            contrib[j] = p->block_a + j == me ? buf : all + (size_t)j * n;
+        strata_nccl_sum_block(buf, n, p->recv_prev >= 0 ? all + (size_t)k * n : NULL, contrib, k);
+        if (p->send_next >= 0) {
+            st = to_dev(c, c->d_send, buf, bytes);
+            if (st != STRATA_OK)
+                return st;
+            NC(ncclSend(c->d_send, n, ncclFloat, p->send_next, c->comm, c->stream));
+            count(c, p->send_next, bytes);
+            st = to_host(c, NULL, NULL, 0);
+        }
+    }
+    return st;
+}
+
+/* NCCL-ordered reduce_to_owners: nodes as consecutive blocks: ncclReduce to
+ * the node leader on the node communicator, then among the leaders to the
+ * last one on the cross-node communicator; otherwise one ncclReduce to the
+ * holder. The sum order is NCCL's (see comm_nccl.h). */
+static strata_status r2o_nccl(nccl_ctx *c, float *buf, size_t n)
+{
+    const strata_nccl_r2o *p = &c->plan;
+    const size_t bytes = n * sizeof(float);
+    const int me = c->rank;
+    strata_status st = staging(c, bytes, bytes);
+    if (st == STRATA_OK)
+        st = to_dev(c, c->d_send, buf, bytes);
+    if (st != STRATA_OK)
+        return st;
+    const bool hier = c->topo.contiguous && c->topo.n_nodes > 1;
+    if (!hier) {
+        NC(ncclReduce(c->d_send, c->d_recv, n, ncclFloat, ncclSum, p->holder, c->comm,
+                      c->stream));
+        if (me == p->holder) {
+            for (int r = 0; r < c->size; r++)
+                if (r != me)
+                    count(c, r, bytes);
+        } else {
+            count(c, p->holder, bytes);
+        }
+    } else {
+        NC(ncclReduce(c->d_send, c->d_recv, n, ncclFloat, ncclSum, 0, c->node_comm, c->stream));
+        if (me == p->gatherer) {
+            for (int j = 0; j < p->n_gather; j++)
+                count(c, p->gather_from[j], bytes);
+            /* leaders: the cross communicator of node rank 0, ordered by rank,
+             * so leader i is node i and the holder (the last leader) is root */
+            NC(ncclReduce(c->d_recv, c->d_recv, n, ncclFloat, ncclSum, c->topo.n_nodes - 1,
+                          c->cross_comm, c->stream));
+            if (me == p->holder) {
+                for (int r = 0; r < c->size; r++)
+                    if (r != me && c->node_of[r] != c->node_of[me] &&
+                        (r == 0 || c->node_of[r - 1] != c->node_of[r]))
+                        count(c, r, bytes);
+            } else {
+                count(c, p->holder, bytes);
+            }
+        } else {
+            count(c, p->gatherer, bytes);
+        }
+    }
+    if (me == p->holder)
+        return to_host(c, buf, c->d_recv, bytes);
+    return to_host(c, NULL, NULL, 0);
+}
+
+/* The holder ships the total to the other owners (point-to-point). */
+static strata_status r2o_ship(nccl_ctx *c, float *buf, size_t n)
+{
+    const strata_nccl_r2o *p = &c->plan;
+    const size_t bytes = n * sizeof(float);
+    if (p->n_ship == 0 && p->ship_from < 0)
+        return STRATA_OK;
+    strata_status st = staging(c, bytes, bytes);
+    if (st != STRATA_OK)
+        return st;
+    if (p->n_ship > 0) {
+        st = to_dev(c, c->d_send, buf, bytes);
+        if (st != STRATA_OK)
+            return st;
+        NC(ncclGroupStart());
+        for (int k = 0; k < p->n_ship; k++) {
+            NC(ncclSend(c->d_send, n, ncclFloat, p->ship_to[k], c->comm, c->stream));
+            count(c, p->ship_to[k], bytes);
+        }
+        NC(ncclGroupEnd());
+        return to_host(c, NULL, NULL, 0);
+    }
+    NC(ncclRecv(c->d_recv, n, ncclFloat, p->ship_from, c->comm, c->stream));
+    count(c, p->ship_from, bytes);
+    return to_host(c, buf, c->d_recv, bytes);
+}
+
+static strata_status n_reduce_to_owners(void *ctx, float *buf, size_t n, const int *owners,
+                                        int n_owners)
+{
+    nccl_ctx *c = ctx;
+    if (n == 0 || c->size == 1)
+        return STRATA_OK;
+    strata_status st = strata_nccl_r2o_plan(&c->topo, c->node_of, owners, n_owners, &c->plan);
+    if (st == STRATA_OK)
+        st = c->deterministic ? r2o_deterministic(c, buf, n) : r2o_nccl(c, buf, n);
+    if (st == STRATA_OK)
+        st = r2o_ship(c, buf, n);
+    return st;
+}
+
+static strata_status n_bytes(void *ctx, uint64_t *intra, uint64_t *inter)
+{
+    nccl_ctx *c = ctx;
+    *intra = *c->intra;
+    *inter = *c->inter;
+    return STRATA_OK;
+}
+
+static void n_abort(void *ctx, int code)
+{
+    MPI_Abort(((nccl_ctx *)ctx)->world, code);
 }
 
 static strata_status n_barrier(void *ctx)
@@ -340,6 +518,10 @@ static void n_destroy(void *ctx)
         return;
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->cross_comm)
+        ncclCommDestroy(c->cross_comm);
+    if (c->node_comm)
+        ncclCommDestroy(c->node_comm);
     if (c->comm)
         ncclCommDestroy(c->comm);
     if (c->stream)
@@ -347,12 +529,13 @@ static void n_destroy(void *ctx)
     cudaFree(c->d_send);
     cudaFree(c->d_recv);
     free(c->h_tmp);
-    if (c->node != MPI_COMM_NULL)
-        MPI_Comm_free(&c->node);
+    free(c->node_of);
     if (c->world != MPI_COMM_NULL)
         MPI_Comm_free(&c->world);
     free(c);
 }
+
+static strata_status n_split(void *ctx, int color, int key, strata_comm **out);
 
 static const strata_comm_iface nccl_iface = {
     .version = STRATA_COMM_IFACE_VERSION,
@@ -367,11 +550,38 @@ static const strata_comm_iface nccl_iface = {
     .allgatherv_f32 = n_allgatherv_f32,
     .reduce_scatter_f32 = n_reduce_scatter_f32,
     .barrier = n_barrier,
+    .reduce_to_owners = n_reduce_to_owners,
+    .split = n_split,
+    .bytes = n_bytes,
+    .abort = n_abort,
     .destroy = n_destroy,
 };
 
-/* MPI world dup, node split (STRATA_RANKS_PER_NODE overrides the shared-
- * memory grouping), GPU choice, NCCL bootstrap. */
+/* Every rank's node id over c->world (a collective): `my_node`
+ * allgathered; then the topology, node rank and size. */
+static strata_status learn_nodes(nccl_ctx *c, int my_node)
+{
+    c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
+    if (!c->node_of)
+        return strata_error(STRATA_ERR_NOMEM, "nccl comm: out of memory");
+    MP(MPI_Allgather(&my_node, 1, MPI_INT, c->node_of, 1, MPI_INT, c->world));
+    strata_status st = strata_nccl_topo_init(c->rank, c->size, c->node_of, &c->topo);
+    c->node_rank = c->topo.node_rank;
+    c->node_size = c->topo.node_size;
+    return st;
+}
+
+/* The node-local and cross-node NCCL communicators of c->comm (collective):
+ * node_comm by node index, cross_comm by node rank, both ordered by rank. */
+static strata_status split_levels(nccl_ctx *c)
+{
+    NC(ncclCommSplit(c->comm, c->topo.node_index, c->rank, &c->node_comm, NULL));
+    NC(ncclCommSplit(c->comm, c->topo.node_rank, c->rank, &c->cross_comm, NULL));
+    return STRATA_OK;
+}
+
+/* MPI world dup, node ids (STRATA_RANKS_PER_NODE overrides the shared-
+ * memory grouping), GPU choice, NCCL bootstrap, the two level communicators. */
 static strata_status bootstrap(nccl_ctx *c, MPI_Comm user)
 {
     MP(MPI_Comm_dup(user, &c->world));
@@ -379,12 +589,17 @@ static strata_status bootstrap(nccl_ctx *c, MPI_Comm user)
     MP(MPI_Comm_size(c->world, &c->size));
     const char *rpn = getenv("STRATA_RANKS_PER_NODE");
     const int per_node = rpn ? atoi(rpn) : 0;
-    if (per_node > 0)
-        MP(MPI_Comm_split(c->world, c->rank / per_node, c->rank, &c->node));
-    else
-        MP(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->node));
-    MP(MPI_Comm_rank(c->node, &c->node_rank));
-    MP(MPI_Comm_size(c->node, &c->node_size));
+    int my_node = per_node > 0 ? c->rank / per_node : 0;
+    if (per_node <= 0) { /* the node's lowest world rank names it */
+        MPI_Comm node = MPI_COMM_NULL;
+        MP(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+        const int rc = MPI_Allreduce(&c->rank, &my_node, 1, MPI_INT, MPI_MIN, node);
+        MPI_Comm_free(&node);
+        MP(rc);
+    }
+    strata_status st = learn_nodes(c, my_node);
+    if (st != STRATA_OK)
+        return st;
 
     int ndev = 0;
     const cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -400,7 +615,45 @@ static strata_status bootstrap(nccl_ctx *c, MPI_Comm user)
         NC(ncclGetUniqueId(&id));
     MP(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->world));
     NC(ncclCommInitRank(&c->comm, c->size, id, c->rank));
-    return STRATA_OK;
+    return split_levels(c);
+}
+
+/* A communicator over the ranks with `color`, ordered by (key, rank): MPI's
+ * split for the bootstrap side, ncclCommSplit for NCCL (both collective over
+ * the parent), the members' node ids carried over, the byte counters shared
+ * with the parent (which must outlive it). */
+static strata_status n_split(void *ctx, int color, int key, strata_comm **out)
+{
+    nccl_ctx *p = ctx;
+    if (color < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "nccl split: color %d < 0", color);
+    nccl_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return strata_error(STRATA_ERR_NOMEM, "nccl comm: out of memory");
+    c->world = MPI_COMM_NULL;
+    c->deterministic = p->deterministic;
+    c->intra = p->intra;
+    c->inter = p->inter;
+    strata_status st = mpi_status(MPI_Comm_split(p->world, color, key, &c->world),
+                                  "MPI_Comm_split", __FILE__, __LINE__);
+    if (st == STRATA_OK) {
+        MPI_Comm_rank(c->world, &c->rank);
+        MPI_Comm_size(c->world, &c->size);
+        st = learn_nodes(c, p->node_of[p->rank]);
+    }
+    if (st == STRATA_OK)
+        st = cuda_status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
+                         "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+    if (st == STRATA_OK)
+        st = nccl_status(ncclCommSplit(p->comm, color, key, &c->comm, NULL), "ncclCommSplit",
+                         __FILE__, __LINE__);
+    if (st == STRATA_OK)
+        st = split_levels(c);
+    if (st == STRATA_OK)
+        st = strata_comm_create(&nccl_iface, c, out);
+    if (st != STRATA_OK)
+        n_destroy(c);
+    return st;
 }
 
 strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic, strata_comm **out)
@@ -412,8 +665,9 @@ strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic, 
     if (!c)
         return strata_error(STRATA_ERR_NOMEM, "comm_nccl_create: out of memory");
     c->world = MPI_COMM_NULL;
-    c->node = MPI_COMM_NULL;
     c->deterministic = deterministic;
+    c->intra = &c->counts[0];
+    c->inter = &c->counts[1];
     strata_status st = bootstrap(c, *(const MPI_Comm *)mpi_comm);
     if (st == STRATA_OK)
         st = strata_comm_create(&nccl_iface, c, out);

@@ -14,7 +14,17 @@
  *        snapshot into its worker's scratch buffer, refreshes there and
  *        writes the result back;
  *  - the worker pool (async groups), an inline workspace (inline groups),
- *    one host staging buffer for snapshots bound for nvme.
+ *    one host staging buffer for snapshots bound for nvme;
+ *  - the stream seam (cfg.be): the backend's shadow stream; per slot the
+ *    event of its queued snapshot (a job, or the inline refresh, waits on it
+ *    before it reads the slot; the training stream waits on it before the
+ *    factors change: before `after`, or the parameter's next step); per
+ *    device_roots block two device buffers, the result installed from
+ *    dev[dev_cur], the next one staged into the other on the shadow stream
+ *    (by the forward hook once READY, else at install) with a stage event,
+ *    and a release event the training stream records when it stops reading
+ *    a buffer (the next stage into it waits on that). At install the
+ *    training stream waits on the stage event only if it has not completed.
  *
  * Invariants: a block's installed slot (or resident buffer) is never written
  * until the next install of that block (the registry keeps it INSTALLED);
@@ -33,6 +43,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/ops.h"
 #include "base/clock.h"
 #include "coherence/coherence.h"
 #include "planner.h"
@@ -57,6 +68,8 @@ typedef struct eng_slot {
     strata_io io;   /* nvme placement: the snapshot write */
     unsigned failed; /* parts whose refresh failed; set by the job */
     eng_job job;
+    strata_event *ev_snap; /* stream seam: recorded after the snapshot's copies */
+    bool snap_queued;      /* the snapshot went on the shadow stream (a job waits on ev_snap) */
 } eng_slot;
 
 typedef struct eng_group {
@@ -100,6 +113,16 @@ typedef struct eng_block {
     int computer;      /* HSDP: the replica that refreshes it; -1: every replica its own */
     int n_unshipped;   /* HSDP: refresh points begun and not yet shipped, ascending */
     int64_t unshipped[SHIP_MAX];
+    /* stream seam, device_roots: the installed result in dev[dev_cur]; a
+     * result staged (or being staged) in dev[1 - dev_cur] */
+    bool on_device;
+    void *dev[2];
+    int dev_cur;
+    int64_t dev_version[2];        /* version staged into dev[i], -1: none */
+    int dev_slot[2];               /* the slot it was copied from */
+    strata_event *ev_stage[2];     /* shadow: the copy into dev[i] is done */
+    strata_event *ev_release[2];   /* training: dev[i] is no longer read */
+    strata_event *snap_wait;       /* training must wait on it before the factors change */
 } eng_block;
 
 struct strata_refresh {
@@ -128,6 +151,12 @@ struct strata_refresh {
     uint64_t ship_intra, ship_inter;
     void *ship_buf;        /* HSDP: one block's shipped result, header first (host tier) */
     size_t ship_bytes;
+    /* stream seam (cfg.be) */
+    strata_stream *shadow;
+    strata_event *ev_factors; /* training: the factors a snapshot copies are final */
+    int64_t stream_snapshots, stream_stages, stream_stages_early, stream_installs,
+        stream_waits;
+    uint64_t stream_wait_bytes;
 };
 
 static size_t align4k(size_t x)
@@ -269,6 +298,12 @@ static strata_status job_run(strata_job *j, strata_worker_ctx *w)
     eng_job *job = j->user;
     strata_refresh *e = job->e;
     strata_coh_mark_computing(job->blk->grp->reg, job->blk->rb, job->slot);
+    eng_slot *slot = &job->blk->slots[job->slot];
+    if (slot->snap_queued) { /* the snapshot's copies on the shadow stream */
+        strata_status st = strata_backend_event_synchronize(slot->ev_snap);
+        if (st != STRATA_OK)
+            return st;
+    }
     return job_compute(e, job->blk, job->slot, w->work, w->iwork,
                        e->worker_scratch ? e->worker_scratch[w->index] : NULL);
 }
@@ -599,6 +634,114 @@ static strata_status place(strata_refresh *e)
     return st;
 }
 
+/* The stream seam (cfg.be): the shadow stream, the training stream's
+ * factors event, a snapshot event per slot, and for device_roots blocks two
+ * device result buffers with their stage/release events. */
+static strata_status seam_create(strata_refresh *e)
+{
+    strata_backend *be = e->cfg.be;
+    if (!be)
+        return STRATA_OK;
+    strata_status st = strata_backend_stream_create(be, STRATA_STREAM_SHADOW, &e->shadow);
+    if (st == STRATA_OK)
+        st = strata_backend_event_create(be, &e->ev_factors);
+    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
+        eng_block *blk = &e->blocks[i];
+        for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
+            st = strata_backend_event_create(be, &blk->slots[k].ev_snap);
+        blk->on_device = e->cfg.device_roots && blk->ent->fam->install_device;
+        blk->dev_version[0] = blk->dev_version[1] = -1;
+        blk->dev_slot[0] = blk->dev_slot[1] = -1;
+        for (int d = 0; d < 2 && st == STRATA_OK && blk->on_device; d++) {
+            st = strata_backend_alloc(be, blk->info.slot_bytes, &blk->dev[d]);
+            if (st == STRATA_OK)
+                st = strata_backend_event_create(be, &blk->ev_stage[d]);
+            if (st == STRATA_OK)
+                st = strata_backend_event_create(be, &blk->ev_release[d]);
+        }
+    }
+    return st;
+}
+
+/* Before the training stream changes a block's factors again: the
+ * snapshot's copies of them on the shadow stream come first. */
+static strata_status seam_wait_snapshots(strata_refresh *e, eng_entry *en)
+{
+    strata_status st = STRATA_OK;
+    for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
+        eng_block *blk = &e->blocks[en->first_block + b];
+        if (blk->snap_wait) {
+            st = strata_backend_stream_wait_event(NULL, blk->snap_wait);
+            blk->snap_wait = NULL;
+        }
+    }
+    return st;
+}
+
+/* Queue the copy of a result (host memory `src`, version, slot k) into the
+ * spare device buffer on the shadow stream, after the training stream has
+ * released that buffer; record its event. */
+static strata_status seam_stage(strata_refresh *e, eng_block *blk, int k, const void *src,
+                                int64_t version, bool early)
+{
+    const int d = 1 - blk->dev_cur;
+    strata_status st = strata_backend_stream_wait_event(e->shadow, blk->ev_release[d]);
+    if (st == STRATA_OK)
+        st = strata_backend_copy_async(e->cfg.be, blk->dev[d], src, blk->info.slot_bytes,
+                                       STRATA_COPY_H2D, e->shadow);
+    if (st == STRATA_OK)
+        st = strata_backend_event_record(blk->ev_stage[d], e->shadow);
+    blk->dev_version[d] = st == STRATA_OK ? version : -1;
+    blk->dev_slot[d] = k;
+    if (st == STRATA_OK) {
+        e->stream_stages++;
+        e->stream_stages_early += early;
+    }
+    return st;
+}
+
+/* A host slot about to be written again (a new snapshot into slot k): a
+ * stage still copying from it must finish first. */
+static strata_status seam_slot_reused(eng_block *blk, int k)
+{
+    strata_status st = STRATA_OK;
+    for (int d = 0; d < 2 && blk->on_device && st == STRATA_OK; d++)
+        if (blk->dev_slot[d] == k && blk->dev_version[d] >= 0)
+            st = strata_backend_event_synchronize(blk->ev_stage[d]);
+    return st;
+}
+
+/* Install from device memory: the staged copy of (slot k, version) in the
+ * spare buffer, staged now when it was not staged early; the training
+ * stream waits on its event only when the copy has not completed. The
+ * buffer left is released after the work queued so far. *out: the device
+ * result to hand to the family. */
+static strata_status seam_install(strata_refresh *e, eng_block *blk, int k, const void *src,
+                                  int64_t version, const void **out)
+{
+    const int d = 1 - blk->dev_cur;
+    strata_status st = STRATA_OK;
+    if (blk->dev_version[d] != version || blk->dev_slot[d] != k)
+        st = seam_stage(e, blk, k, src, version, false);
+    bool done = false;
+    if (st == STRATA_OK)
+        st = strata_backend_event_query(blk->ev_stage[d], &done);
+    if (st == STRATA_OK && !done) {
+        st = strata_backend_stream_wait_event(NULL, blk->ev_stage[d]);
+        e->stream_waits++;
+        e->stream_wait_bytes += blk->info.slot_bytes;
+    }
+    if (st == STRATA_OK && blk->installed_slot >= 0)
+        st = strata_backend_event_record(blk->ev_release[blk->dev_cur], NULL);
+    if (st != STRATA_OK)
+        return st;
+    blk->dev_version[blk->dev_cur] = -1;
+    blk->dev_cur = d;
+    e->stream_installs++;
+    *out = blk->dev[d];
+    return STRATA_OK;
+}
+
 strata_status strata_refresh_commit(strata_refresh *e)
 {
     if (!e)
@@ -694,6 +837,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
     st = place(e);
     if (st == STRATA_OK)
         st = assign_computers(e);
+    if (st == STRATA_OK)
+        st = seam_create(e);
     if (st != STRATA_OK)
         return st;
     if (wd_inline > 0 || wi_inline > 0) {
@@ -789,9 +934,21 @@ static strata_status install(strata_refresh *e, eng_block *blk, int k)
             have |= bit;
         }
     }
+    const void *res = dst;
+    if (blk->on_device) {
+        /* The device copy must hold the result as completed above. */
+        int64_t version = -1;
+        strata_coh_slot_get(blk->grp->reg, blk->rb, k, &version);
+        const int d = 1 - blk->dev_cur;
+        if (failed)
+            blk->dev_version[d] = -1; /* staged (if at all) before the fill */
+        strata_status st = seam_install(e, blk, k, dst, version, &res);
+        if (st != STRATA_OK)
+            return st;
+    }
     blk->have = have;
     blk->installed_slot = k;
-    return blk->ent->fam->install(blk->ent->state, blk->b, dst, failed, have);
+    return blk->ent->fam->install(blk->ent->state, blk->b, res, failed, have);
 }
 
 /* Refresh point `version` of `blk`: reserve a slot, snapshot into it, then
@@ -811,14 +968,32 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     e->blocks_computed++;
     eng_slot *slot = &blk->slots[k];
     const strata_precond_family *f = blk->ent->fam;
-    if (blk->on_nvme) {
+    slot->snap_queued = false;
+    st = seam_slot_reused(blk, k);
+    if (st == STRATA_OK && e->shadow && f->snapshot_async && !blk->on_nvme) {
+        /* The stream seam: after the training stream's factor updates, on
+         * the shadow stream; the job (or the inline refresh) waits on
+         * ev_snap, the training stream before it changes the factors. */
+        st = strata_backend_event_record(e->ev_factors, NULL);
+        if (st == STRATA_OK)
+            st = strata_backend_stream_wait_event(e->shadow, e->ev_factors);
+        if (st == STRATA_OK)
+            st = f->snapshot_async(blk->ent->state, blk->b, slot->buf, e->shadow);
+        if (st == STRATA_OK)
+            st = strata_backend_event_record(slot->ev_snap, e->shadow);
+        if (st == STRATA_OK) {
+            slot->snap_queued = true;
+            blk->snap_wait = slot->ev_snap;
+            e->stream_snapshots++;
+        }
+    } else if (st == STRATA_OK && blk->on_nvme) {
         /* write_async copies into registered staging before it returns, so the
          * staging buffer may be packed again at once; the job waits. */
         st = f->snapshot(blk->ent->state, blk->b, e->staging);
         if (st == STRATA_OK)
             st = strata_tier_write_async(e->nvme, slot->nvme, 0, e->staging,
                                          blk->info.slot_bytes, &slot->io);
-    } else {
+    } else if (st == STRATA_OK) {
         st = f->snapshot(blk->ent->state, blk->b, slot->buf);
     }
     if (st == STRATA_OK)
@@ -826,7 +1001,10 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     slot->failed = 0;
     if (st == STRATA_OK && g->inline_) {
         strata_coh_mark_computing(g->reg, blk->rb, k);
-        st = job_compute(e, blk, k, e->inline_work, e->inline_iwork, NULL);
+        if (slot->snap_queued)
+            st = strata_backend_event_synchronize(slot->ev_snap);
+        if (st == STRATA_OK)
+            st = job_compute(e, blk, k, e->inline_work, e->inline_iwork, NULL);
         strata_coh_complete(g->reg, blk->rb, k, st == STRATA_OK);
         return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
     }
@@ -863,6 +1041,11 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     eng_entry *en = &e->entries[id];
     const strata_precond_family *f = en->fam;
     strata_status st = STRATA_OK;
+    if (en->grp && e->shadow) {
+        st = seam_wait_snapshots(e, en);
+        if (st != STRATA_OK)
+            return st;
+    }
     if (f->before) {
         bool done = false;
         st = f->before(en->state, lr_scale, t, w, g, cnt, &done);
@@ -899,7 +1082,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
-    if (f->after)
+    if (f->after && grp && e->shadow) /* after may change what a snapshot copies */
+        st = seam_wait_snapshots(e, en);
+    if (f->after && st == STRATA_OK)
         st = f->after(en->state, g, cnt);
     if (st == STRATA_OK && grp && grp->sch.lag == 1) {
         const double t0 = strata_now_seconds();
@@ -910,8 +1095,37 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     return st != STRATA_OK ? st : st_apply;
 }
 
+/* Stream seam: stage the due results of `layer` that are READY (and
+ * complete: no failed part to fill at install) into the spare device
+ * buffer, so that the copy overlaps the forward and backward passes. A
+ * failed stage is retried at install. */
+static void seam_prefetch(strata_refresh *e, int layer, int64_t t)
+{
+    for (int i = 0; i < e->n_blocks; i++) {
+        eng_block *blk = &e->blocks[i];
+        if (!blk->on_device || blk->on_nvme || blk->ent->layer != layer)
+            continue;
+        strata_coh_registry *reg = blk->grp->reg;
+        const int64_t due = strata_coh_block_due_version(reg, blk->rb, t);
+        if (due < 0 || blk->dev_version[1 - blk->dev_cur] == due)
+            continue;
+        int64_t installed = -1;
+        if (blk->installed_slot >= 0)
+            strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
+        if (installed >= due)
+            continue;
+        strata_coh_slot_state state;
+        const int k = strata_coh_find(reg, blk->rb, due, &state);
+        if (k < 0 || state != STRATA_SLOT_READY || blk->slots[k].failed)
+            continue;
+        (void)seam_stage(e, blk, k, blk->slots[k].buf, due, true);
+    }
+}
+
 void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
 {
+    if (e && e->shadow && e->cfg.device_roots)
+        seam_prefetch(e, layer, t);
     if (!e || !e->nvme)
         return;
     for (int i = 0; i < e->n_blocks; i++) {
@@ -973,6 +1187,12 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->blocks_received = e->blocks_received;
     s->ship_bytes_intra_node = e->ship_intra;
     s->ship_bytes_inter_node = e->ship_inter;
+    s->stream_snapshots = e->stream_snapshots;
+    s->stream_stages = e->stream_stages;
+    s->stream_stages_early = e->stream_stages_early;
+    s->stream_installs = e->stream_installs;
+    s->stream_waits = e->stream_waits;
+    s->stream_wait_bytes = e->stream_wait_bytes;
     s->blocks = e->n_blocks;
     for (int i = 0; i < e->n_blocks; i++)
         s->blocks_on_nvme += e->blocks[i].on_nvme;
@@ -1053,6 +1273,8 @@ strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
     for (int k = 0; k < e->n_groups && st == STRATA_OK; k++)
         if (!e->groups[k].inline_ && e->groups[k].reg)
             st = strata_coh_quiesce(e->groups[k].reg, e->cfg.wait_timeout_s);
+    if (st == STRATA_OK && e->shadow) /* snapshots and stages in flight */
+        st = strata_backend_stream_synchronize(e->cfg.be, e->shadow);
     /* A prefetch lands in the spare resident buffer, which install reuses;
      * finish it so that nothing writes host memory while it is saved. */
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
@@ -1156,7 +1378,21 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
         dst = blk->resident[0];
         memcpy(dst, slots[installed].data, bytes);
     }
-    return blk->ent->fam->install(blk->ent->state, blk->b, dst, slots[installed].failed,
+    const void *res = dst;
+    if (blk->on_device) { /* the result in device memory before install */
+        blk->dev_version[0] = blk->dev_version[1] = -1;
+        blk->dev_slot[0] = blk->dev_slot[1] = -1;
+        st = strata_backend_stream_synchronize(e->cfg.be, e->shadow);
+        if (st == STRATA_OK)
+            st = seam_stage(e, blk, installed, dst, versions[installed], false);
+        if (st == STRATA_OK)
+            st = strata_backend_event_synchronize(blk->ev_stage[1 - blk->dev_cur]);
+        if (st != STRATA_OK)
+            return st;
+        blk->dev_cur = 1 - blk->dev_cur;
+        res = blk->dev[blk->dev_cur];
+    }
+    return blk->ent->fam->install(blk->ent->state, blk->b, res, slots[installed].failed,
                                   blk->have);
 }
 
@@ -1164,6 +1400,11 @@ void strata_refresh_destroy(strata_refresh *e)
 {
     if (!e)
         return;
+    /* The shadow stream's copies land first (they read and write the slots
+     * and device buffers freed below). */
+    if (e->shadow && strata_backend_stream_synchronize(e->cfg.be, e->shadow) != STRATA_OK)
+        strata_logf(e->cfg.log, STRATA_LOG_WARN, "async", "shadow stream: %s",
+                    strata_last_error());
     /* Workers first: after this no job touches a buffer. Every submitted job
      * either ran (completed or failed) or was cancelled: say so. */
     if (e->pool) {
@@ -1191,6 +1432,14 @@ void strata_refresh_destroy(strata_refresh *e)
         }
         for (int r = 0; r < 2; r++)
             strata_tier_free(e->host, blk->resident[r], blk->info.slot_bytes);
+        for (int k = 0; blk->slots && k < blk->grp->n_slots; k++)
+            strata_backend_event_destroy(blk->slots[k].ev_snap);
+        for (int d = 0; d < 2; d++) {
+            strata_backend_event_destroy(blk->ev_stage[d]);
+            strata_backend_event_destroy(blk->ev_release[d]);
+            if (blk->dev[d])
+                strata_backend_free(e->cfg.be, blk->dev[d], blk->info.slot_bytes);
+        }
         free(blk->slots);
     }
     if (e->worker_scratch) {
@@ -1201,6 +1450,8 @@ void strata_refresh_destroy(strata_refresh *e)
     strata_tier_free(e->host, e->staging, e->scratch_bytes);
     strata_tier_free(e->host, e->ship_buf, e->ship_bytes);
     free(e->blocks);
+    strata_backend_event_destroy(e->ev_factors);
+    strata_backend_stream_destroy(e->shadow);
     strata_tier_destroy(e->nvme);
     strata_tier_destroy(e->host);
     for (int k = 0; k < e->n_groups; k++)

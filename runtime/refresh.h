@@ -53,6 +53,7 @@
 #include "coherence/coherence.h"
 #include "optim/precond.h"
 #include "replicas.h"
+#include "strata/backend.h"
 
 typedef struct strata_refresh_config {
     bool async;              /* refreshes of async-capable families on worker threads */
@@ -75,6 +76,23 @@ typedef struct strata_refresh_config {
                                   order): each block is refreshed by one replica and its
                                   result shipped to the others; NULL = every owner refreshes
                                   its own blocks */
+    /* The stream seam (NULL: none; every copy is the families' synchronous
+     * one). With a backend, snapshots of families with snapshot_async are
+     * queued on the backend's shadow stream (low priority) after an event
+     * on the training stream (the default stream), a job waits for its
+     * snapshot's event before it reads the slot, and the training stream
+     * waits for it before the factors change again. Must outlive the
+     * engine. */
+    strata_backend *be;
+    /* With `be`: results of families with install_device are installed from
+     * device memory: two device buffers per block, the due result copied
+     * host -> device on the shadow stream (staged early by
+     * strata_refresh_prefetch once it is READY, else at its install), an
+     * event recorded per copy; at install the training stream waits on that
+     * event only when it has not completed (counted: stream_waits). The
+     * runtime sets it for backends whose memory the host cannot address
+     * (CUDA). Host-placed blocks are staged early; nvme blocks at install. */
+    bool device_roots;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;
@@ -95,6 +113,15 @@ typedef struct strata_refresh_stats {
      * replica that ran them; the shipped results' bytes, sent + received */
     int64_t blocks_computed, blocks_received;
     uint64_t ship_bytes_intra_node, ship_bytes_inter_node;
+    /* the stream seam (config.be): copies queued on the shadow stream, and
+     * installs whose staged result was not complete, so that the training
+     * stream waited on its event (device_roots) */
+    int64_t stream_snapshots;     /* snapshots queued on the shadow stream */
+    int64_t stream_stages;        /* results copied host -> device on the shadow stream */
+    int64_t stream_stages_early;  /* of those, staged before their install step */
+    int64_t stream_installs;      /* installs from device memory */
+    int64_t stream_waits;         /* installs where the training stream waited on the event */
+    uint64_t stream_wait_bytes;   /* bytes of those results */
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */

@@ -579,6 +579,11 @@ static strata_status create_engine(strata_runtime *rt)
         .nvme_chunk_bytes = c->nvme_chunk_bytes,
         .log = &rt->log,
         .replicas = rt->replica_set,
+        /* The stream seam: snapshots on the shadow stream always (inline on
+         * the CPU backend); results into device memory where the host
+         * cannot address it. */
+        .be = rt->be,
+        .device_roots = c->backend == STRATA_BACKEND_CUDA || rt->testing_device_roots,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
@@ -1240,6 +1245,12 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->refresh_blocks_received = e.blocks_received;
         out->refresh_ship_bytes_intra_node = e.ship_bytes_intra_node;
         out->refresh_ship_bytes_inter_node = e.ship_bytes_inter_node;
+        out->stream_snapshots = e.stream_snapshots;
+        out->stream_stages = e.stream_stages;
+        out->stream_stages_early = e.stream_stages_early;
+        out->stream_installs = e.stream_installs;
+        out->stream_waits = e.stream_waits;
+        out->stream_wait_bytes = e.stream_wait_bytes;
     }
     strata_ckpt_stats_add(rt, out);
     return STRATA_OK;
@@ -1306,6 +1317,16 @@ strata_status strata_testing_set_worker_delay(strata_runtime *rt, int max_us)
     if (rt->committed)
         return strata_error(STRATA_ERR_STATE, "testing_set_worker_delay: call before commit");
     rt->testing_worker_delay_us = max_us;
+    return STRATA_OK;
+}
+
+strata_status strata_testing_set_device_roots(strata_runtime *rt, bool on)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_set_device_roots: NULL runtime");
+    if (rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_set_device_roots: call before commit");
+    rt->testing_device_roots = on;
     return STRATA_OK;
 }
 

@@ -45,6 +45,7 @@ struct strata_runtime {
      * one; call number ckpt_fail_at (1-based; 0: none) fails with ckpt_errno. */
     int64_t testing_ckpt_calls, testing_ckpt_fail_at;
     int testing_ckpt_errno;
+    bool testing_device_roots;   /* runtime/testing.h */
     char *nvme_dir;
     strata_backend *be;
     strata_comm *comm;     /* cfg.comm, or an owned self communicator */

@@ -32,4 +32,11 @@ strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, 
  * bounds the `nth` worth trying. -1 for NULL. */
 int64_t strata_testing_ckpt_calls(const strata_runtime *rt);
 
+/* Install results from device memory through the stream seam
+ * (strata_refresh_config.device_roots) whatever the backend, as the CUDA
+ * backend does: on the CPU backend the copies are inline, so the path is
+ * exercised without a GPU. Call before strata_commit. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_STATE (after commit). */
+strata_status strata_testing_set_device_roots(strata_runtime *rt, bool on);
+
 #endif

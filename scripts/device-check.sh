@@ -7,8 +7,14 @@
 #
 # Checks:
 #   build            configure + compile with CUDA (and NCCL/MPI when found)
+#   cpu_refs         the CPU side the GPU checks stand on (runs anywhere): the
+#                    backend ops vs their C references, streams/events, the
+#                    refresh engine's stream seam through a deferred-shadow
+#                    test backend, the NCCL schedule with emulated ranks
 #   cuda_ops         every backend op, CUDA vs the C reference (tests/cuda)
-#   backend_unit     the backend/stream unit tests with a GPU present
+#   backend_unit     the CUDA unit tests under meson, none skipped
+# Without a GPU (nvidia-smi lists none) the GPU checks are not started and
+# count as failed ("no GPU"): the script's pass means a GPU ran them all.
 #   gpt_cuda         GPU GPT vs CPU GPT: loss, gradients, 20-step SGD curve
 #   comm_nccl        NCCL collectives, one rank per GPU under mpirun
 #   gpt_curve        strata train --device cuda vs --device cpu, Shampoo,
@@ -23,6 +29,19 @@
 #                    run, same shapes); target NS >= 0.7 of SGEMM
 #   tiers            pinned/pageable/managed/nvme bandwidth vs cudaMemcpy peak;
 #                    target pinned >= 0.8 of peak
+#   stream_seam      GPU run, async Shampoo S=2 --stagger-refresh: the engine's
+#                    stream seam (runtime/refresh.c): snapshots and root
+#                    stages on the shadow stream, installs from device
+#                    memory; how often and how long the training stream
+#                    waited on a root's copy event. Target: stages early
+#                    (in the forward hook) >= 90%, time waited < 1% of the run
+#                    (upper bound: the waited bytes at the pinned H2D rate of
+#                    the tiers check, since a wait never outlasts its copy)
+#
+# Time: every check gets at most its own limit and what is left of the
+# budget (STRATA_DEVICE_BUDGET_S, default 450 s: under 8 minutes with the
+# machine's start); a check with less than 15 s left fails as "no time".
+# Binaries built elsewhere: point STRATA_DEVICE_BUILD at that build folder.
 set -u
 if [ $# -ne 1 ]; then
     echo "usage: $0 OUT_DIR" >&2
@@ -35,6 +54,7 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 PASS=0
 FAIL=0
 START=$(date +%s)
+BUDGET=${STRATA_DEVICE_BUDGET_S:-450}
 export OUT ROOT BUILD JOBS
 
 result() { # name ok|fail detail
@@ -53,6 +73,16 @@ result() { # name ok|fail detail
 run() {
     local name=$1 t=$2
     shift 2
+    if [ "$name" != build ] && [ "$name" != cpu_refs ] && [ "$NGPU" -eq 0 ]; then
+        result "$name" fail "skipped: no GPU (nvidia-smi lists none)"
+        return 77
+    fi
+    local left=$((BUDGET - ($(date +%s) - START)))
+    if [ "$left" -lt 15 ]; then
+        result "$name" fail "no time left of the ${BUDGET} s budget"
+        return 124
+    fi
+    [ "$t" -gt "$left" ] && t=$left
     if declare -F "$1" >/dev/null; then
         timeout "$t" bash -c "$1" >"$OUT/$name.log" 2>&1
     else
@@ -89,11 +119,20 @@ fi
 STRATA=$BUILD/cli/strata
 export STRATA
 
+# ---- the CPU references (no GPU needed)
+cpu_refs() {
+    meson test -C "$BUILD" --no-rebuild backend_ops backend_streams refresh_engine \
+        comm_nccl_plan --print-errorlogs | tee /dev/stderr | grep -Eq '^Fail: +0 *$' &&
+    echo "backend ops, streams, refresh engine (stream seam), nccl schedule: OK"
+}
+export -f cpu_refs
+run cpu_refs 120 cpu_refs
+
 # ---- correctness on the GPU
 run cuda_ops 120 "$BUILD/tests/cuda/test_cuda_ops"
-backend_unit() { # the unit tests of the backend, with no test skipped
-    meson test -C "$BUILD" --no-rebuild backend_ops backend_streams cuda_ops gpt_cuda \
-        --print-errorlogs | tee /dev/stderr | grep -q '^Skipped: *0$'
+backend_unit() { # the CUDA unit tests, with no test skipped
+    meson test -C "$BUILD" --no-rebuild cuda_ops gpt_cuda --print-errorlogs |
+        tee /dev/stderr | grep -Eq '^Skipped: +0 *$'
 }
 export -f backend_unit
 run backend_unit 120 backend_unit
@@ -126,8 +165,8 @@ GPT="--data $DATA --layers 4 --d-model 256 --heads 4 --seq-len 128 --batch 16 --
 py_losses='import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if json.loads(l).get("type")=="step"))'
 
 curve() {
-    "$STRATA" train $GPT --steps 20 --eval-every 0 --device cpu --metrics "$OUT/curve_cpu.jsonl" &&
     "$STRATA" train $GPT --steps 20 --eval-every 0 --device cuda --metrics "$OUT/curve_gpu.jsonl" &&
+    "$STRATA" train $GPT --steps 20 --eval-every 0 --device cpu --metrics "$OUT/curve_cpu.jsonl" &&
     python3 - "$OUT/curve_cpu.jsonl" "$OUT/curve_gpu.jsonl" <<'EOF'
 import json, sys
 def losses(p):
@@ -181,6 +220,7 @@ run async_stagger 300 stagger
 
 # ---- throughput and bandwidth
 ns() {
+    set -o pipefail # the bench's 77 (no GPU) survives tee
     "$BUILD/tests/cuda/bench_cuda_device" ns | tee "$OUT/ns.txt" &&
     python3 - "$OUT/ns.txt" <<'EOF'
 import sys
@@ -194,6 +234,7 @@ export -f ns
 run ns_vs_sgemm 180 ns
 
 tiers() {
+    set -o pipefail
     mkdir -p "$OUT/nvme"
     "$BUILD/tests/cuda/bench_cuda_device" tiers "${STRATA_NVME_DIR:-$OUT/nvme}" |
         tee "$OUT/tiers.txt" &&
@@ -208,6 +249,34 @@ EOF
 export -f tiers
 run tiers 120 tiers
 rm -rf "$OUT/nvme"
+
+# ---- the engine's stream seam on the GPU
+seam() {
+    "$STRATA" train $GPT --steps 60 --eval-every 0 --device cuda --precondition-frequency 10 \
+        --async --staleness 2 --stagger-refresh --metrics "$OUT/seam.jsonl" &&
+    python3 - "$OUT/seam.jsonl" "$OUT/tiers.txt" <<'EOF'
+import json, os, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l).get("type") == "summary"][-1]
+g = lambda k: s.get(k, 0)
+h2d = None
+if os.path.exists(sys.argv[2]):
+    v = dict(l.split()[:2] for l in open(sys.argv[2]) if len(l.split()) >= 2)
+    h2d = float(v["pinned_h2d_gbps"]) if "pinned_h2d_gbps" in v else None
+rate = h2d if h2d else 1.0  # GB/s; 1 GB/s when the tiers check gave nothing (pessimistic)
+waited = g("stream_wait_bytes") / (rate * 1e9)
+early = g("stream_stages_early") / max(1, g("stream_stages"))
+print(f"shadow stream: {g('stream_snapshots')} snapshots, {g('stream_stages')} root stages "
+      f"({100 * early:.1f}% early); {g('stream_installs')} device installs, "
+      f"{g('stream_waits')} training-stream waits ({g('stream_wait_bytes')} B)")
+print(f"training stream waited on roots <= {1e3 * waited:.3f} ms of {s['wall_s']:.1f} s "
+      f"({100 * waited / s['wall_s']:.4f}%, at {rate:.1f} GB/s); host waits on workers "
+      f"{g('wait_s'):.3f} s; step ms p50 {s['step_ms_p50']:.2f} max {s['step_ms_max']:.2f}")
+ok = g("stream_installs") > 0 and early >= 0.9 and waited < 0.01 * s["wall_s"]
+sys.exit(0 if ok else 1)
+EOF
+}
+export -f seam
+run stream_seam 120 seam
 
 echo "elapsed $(( $(date +%s) - START )) s" >>"$OUT/summary.txt"
 echo "$PASS passed, $FAIL failed"

@@ -645,6 +645,14 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         json_add_int64(j, "host_bytes_peak", (int64_t)s->host_bytes_peak);
         json_add_int64(j, "nvme_bytes_peak", (int64_t)s->nvme_bytes_peak);
     }
+    if (s->stream_installs > 0) { /* results installed from device memory (CUDA) */
+        json_add_int64(j, "stream_snapshots", s->stream_snapshots);
+        json_add_int64(j, "stream_stages", s->stream_stages);
+        json_add_int64(j, "stream_stages_early", s->stream_stages_early);
+        json_add_int64(j, "stream_installs", s->stream_installs);
+        json_add_int64(j, "stream_waits", s->stream_waits);
+        json_add_int64(j, "stream_wait_bytes", (int64_t)s->stream_wait_bytes);
+    }
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)res->weights_hash);
     json_object_object_add(j, "weights_hash", json_object_new_string(hash));

@@ -458,6 +458,17 @@ typedef struct strata_stats {
     uint64_t refresh_ship_bytes_intra_node, refresh_ship_bytes_inter_node; /* of those
                                    shipments, sent + received, cumulative (also counted in
                                    comm_bytes_*) */
+    /* the stream seam: factor snapshots (device -> host) and results (host ->
+     * device) copied on the backend's low-priority shadow stream; results are
+     * installed from device memory on the CUDA backend (the CPU backend's
+     * streams are inline: stages and installs stay 0 there) */
+    int64_t stream_snapshots;    /* snapshots queued on the shadow stream */
+    int64_t stream_stages;       /* results copied host -> device */
+    int64_t stream_stages_early; /* ... of them before the step that installs them */
+    int64_t stream_installs;     /* installs from device memory */
+    int64_t stream_waits;        /* installs whose copy had not completed, so the training
+                                    stream waited on its event */
+    uint64_t stream_wait_bytes;  /* bytes of those copies */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

@@ -6,6 +6,7 @@
  * a CUDA device. Run on a multi-GPU machine as
  * `mpirun -np <gpus> build/tests/cuda/test_comm_nccl`. */
 #include <math.h>
+#include <stdint.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,47 @@ static void run(strata_comm *c, bool det)
             acc += val(r, displs[rank] + i);
         CHECK(det ? mine[i] == acc : fabsf(mine[i] - acc) <= 1e-5f * fabsf(acc),
               "reduce_scatter[%zu]", i);
+    }
+    /* reduce_to_owners (owners 0 and size-1): the rank-order sum from +0 on
+     * both; hierarchical when STRATA_RANKS_PER_NODE makes nodes */
+    const int owners[2] = {0, size - 1};
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = val(rank, i);
+        float acc = 0.0f;
+        for (int r = 0; r < size; r++)
+            acc += val(r, i);
+        want[i] = acc;
+    }
+    uint64_t intra0, inter0, intra1, inter1;
+    strata_comm_bytes(c, &intra0, &inter0);
+    CHECK(strata_comm_reduce_to_owners(c, buf, n, owners, 2) == STRATA_OK, "%s",
+          strata_last_error());
+    strata_comm_bytes(c, &intra1, &inter1);
+    if (rank == owners[0] || rank == owners[1])
+        for (size_t i = 0; i < n; i++)
+            CHECK(det ? buf[i] == want[i] : fabsf(buf[i] - want[i]) <= 1e-5f * fabsf(want[i]),
+                  "reduce_to_owners[%zu] %g vs %g", i, (double)buf[i], (double)want[i]);
+    CHECK(size == 1 || intra1 + inter1 > intra0 + inter0, "reduce_to_owners counted no bytes");
+    /* split by parity: a communicator of its own that reduces too */
+    strata_comm *half = NULL;
+    CHECK(strata_comm_split(c, rank % 2, rank, &half) == STRATA_OK, "%s", strata_last_error());
+    if (half) {
+        const int hs = strata_comm_size(half), hr = strata_comm_rank(half);
+        CHECK(hs == (size + 1 - rank % 2) / 2 && hr == rank / 2, "split: rank %d of %d", hr, hs);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = val(rank, i);
+        const int o = 0;
+        CHECK(strata_comm_reduce_to_owners(half, buf, n, &o, 1) == STRATA_OK, "%s",
+              strata_last_error());
+        if (hr == 0)
+            for (size_t i = 0; i < n; i++) {
+                float acc = 0.0f;
+                for (int r = rank % 2; r < size; r += 2)
+                    acc += val(r, i);
+                CHECK(det ? buf[i] == acc : fabsf(buf[i] - acc) <= 1e-5f * fabsf(acc),
+                      "split reduce[%zu]", i);
+            }
+        strata_comm_destroy(half);
     }
     CHECK(strata_comm_barrier(c) == STRATA_OK, "%s", strata_last_error());
     free(all), free(mine), free(buf), free(want);

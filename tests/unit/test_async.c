@@ -47,8 +47,10 @@ typedef struct run {
 static int fwd(void *ctx, int l) { return (int)strata_hook_forward(ctx, l); }
 static int bwd(void *ctx, int l) { return (int)strata_hook_backward(ctx, l); }
 
-/* Worker delay for the next run_open (runtime/testing.h), then reset. */
+/* Worker delay and device roots for the next run_open (runtime/testing.h),
+ * then reset. */
 static int next_delay_us;
+static bool next_device_roots;
 
 static strata_status run_open(run *r, const strata_config *cfg)
 {
@@ -59,7 +61,10 @@ static strata_status run_open(run *r, const strata_config *cfg)
     if (st != STRATA_OK)
         return st;
     st = strata_testing_set_worker_delay(r->rt, next_delay_us);
+    if (st == STRATA_OK)
+        st = strata_testing_set_device_roots(r->rt, next_device_roots);
     next_delay_us = 0;
+    next_device_roots = false;
     if (st != STRATA_OK)
         return st;
     for (int i = 0; i < gpt_num_tensors(r->m); i++) {
@@ -210,6 +215,68 @@ static void test_s0_bit_identical(void **state)
           sb.device_bytes, sa.host_bytes, sb.host_bytes);
     run_close(&a);
     run_close(&b);
+}
+
+/* The stream seam through the runtime with the real Shampoo: roots installed
+ * from device memory (two device buffers per block, staged on the shadow
+ * stream: the CUDA path, run here on the CPU backend's inline streams) give
+ * exactly the weights of host-installed roots: sync, async S = 0 with slow
+ * workers, async S = 2 (fixed install: staged early by the forward hook),
+ * and nvme roots. The device tier grows by the two buffers per block. */
+static void test_device_roots(void **state)
+{
+    (void)state;
+    const gpt_data *d = &corpus;
+    const struct {
+        bool async;
+        int S, delay_us;
+        strata_tier_kind tier;
+        const char *name;
+    } v[] = {{false, 0, 0, STRATA_TIER_HOST, "sync"},
+             {true, 0, 2000, STRATA_TIER_HOST, "async S=0"},
+             {true, 2, 0, STRATA_TIER_HOST, "async S=2"},
+             {true, 0, 0, STRATA_TIER_NVME, "async S=0 nvme"}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        strata_config c = base_config();
+        c.async = v[i].async;
+        c.staleness = v[i].S;
+        c.workers = 1;
+        c.roots_tier = v[i].tier;
+        c.nvme_dir = v[i].tier == STRATA_TIER_NVME ? tmpdir : NULL;
+        run a = {0}, b = {0};
+        next_delay_us = v[i].delay_us;
+        CHECK(run_open(&a, &c) == STRATA_OK, "open: %s", strata_last_error());
+        next_delay_us = v[i].delay_us;
+        next_device_roots = true;
+        CHECK(run_open(&b, &c) == STRATA_OK, "open (device roots): %s", strata_last_error());
+        double la = 0, lb = 0;
+        CHECK(run_steps(&a, d, 30, 5, &la) == STRATA_OK, "steps: %s", strata_last_error());
+        CHECK(run_steps(&b, d, 30, 5, &lb) == STRATA_OK, "steps: %s", strata_last_error());
+        strata_stats sa, sb;
+        strata_stats_get(a.rt, &sa);
+        strata_stats_get(b.rt, &sb);
+        const int eq = weights_equal(&a, &b);
+        print_message("%s: device roots %s (loss %.6f vs %.6f); %lld snapshots on the shadow "
+                      "stream, %lld stages (%lld early), %lld device installs, %lld waits; "
+                      "device bytes %zu vs %zu\n",
+                      v[i].name, eq ? "bit-identical" : "DIFFERENT", la, lb,
+                      (long long)sb.stream_snapshots, (long long)sb.stream_stages,
+                      (long long)sb.stream_stages_early, (long long)sb.stream_installs,
+                      (long long)sb.stream_waits, sa.device_bytes, sb.device_bytes);
+        CHECK(eq, "%s: device roots must give the host roots' weights", v[i].name);
+        /* snapshots bound for nvme go through the staging buffer, not the stream */
+        CHECK(sa.stream_installs == 0 &&
+                  (sa.stream_snapshots > 0) == (v[i].tier == STRATA_TIER_HOST),
+              "host roots: %lld device installs, %lld stream snapshots",
+              (long long)sa.stream_installs, (long long)sa.stream_snapshots);
+        CHECK(sb.stream_installs > 0 && sb.stream_stages >= sb.stream_installs,
+              "device roots: %lld installs", (long long)sb.stream_installs);
+        CHECK(sb.device_bytes > sa.device_bytes, "device roots take device memory");
+        if (v[i].S == 2) /* results ready a step ahead: staged by the forward hook */
+            CHECK(sb.stream_stages_early > 0, "S=2: no early stage");
+        run_close(&a);
+        run_close(&b);
+    }
 }
 
 typedef struct bound_case {
@@ -526,6 +593,7 @@ int main(void)
         CASE("s0_kl_shampoo_host", test_s0_bit_identical, &s0_cases[7]),
         CASE("s0_kl_shampoo_host_delay", test_s0_bit_identical, &s0_cases[8]),
         CASE("stagger_spreads_shampoo", test_stagger_spreads, &opt_shampoo),
+        CASE("device_roots_shampoo", test_device_roots, NULL),
         CASE("stagger_spreads_soap", test_stagger_spreads, &opt_soap),
         CASE("stagger_spreads_kl_shampoo", test_stagger_spreads, &opt_kl),
         CASE("s0_soap_host_delay_stagger", test_s0_bit_identical, &s0_cases[9]),

@@ -4,9 +4,14 @@
  * It proves the engine runs any family through optim/precond.h: synchronous
  * (inline) and asynchronous with S = 0 give bit-identical weights, for both
  * lags, with failing refreshes, on the host and nvme tiers; S > 0 keeps the
- * staleness within F - 1 + S. Also: every real family's state enumeration.
+ * staleness within F - 1 + S. Also: every real family's state enumeration,
+ * and the stream seam (snapshots and installs on the shadow stream, the
+ * training stream waiting on an install only when its copy has not
+ * completed) through a test backend whose shadow stream really defers its
+ * work (below: a missing wait shows up as wrong weights).
  */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "backend/ops.h"
 #include "optim/precond.h"
 #include "runtime/refresh.h"
 #include "tiers/tiers.h"
@@ -155,6 +161,18 @@ static strata_status d_snapshot(const void *state, int b, void *slot)
     return STRATA_OK;
 }
 
+/* d_snapshot's bytes, the acc half as a copy queued on `st` (the marker is
+ * the test's own bookkeeping, written at once). */
+static strata_status d_snapshot_async(const void *state, int b, void *slot, strata_stream *st)
+{
+    diag_state *s = (diag_state *)state;
+    float *p = slot;
+    s->snapshots++;
+    p[0] = s->cfg.fail_every > 0 && s->snapshots % s->cfg.fail_every == 0 ? -1.0f : 1.0f;
+    return strata_backend_copy_async(s->be, p + 1, s->acc + (b == 0 ? 0 : s->n / 2),
+                                     half(s, b) * sizeof(float), STRATA_COPY_D2H, st);
+}
+
 static strata_status d_refresh(const void *state, int b, void *slot, double *work, int *iwork,
                                unsigned *failed, strata_optim_counters *cnt)
 {
@@ -237,6 +255,282 @@ static const strata_precond_family diag_family = {
     .tensors = d_tensors,
 };
 
+/* The same family, using the stream seam's slots (queued snapshots,
+ * installs from device memory). */
+static strata_precond_family diag_family_seam;
+
+/* ---- a backend with a deferred shadow stream
+ *
+ * Memory is host memory (so the family and the C reference ops work). The
+ * default (training) stream runs inline. A SHADOW stream only queues its
+ * copies and event records; they run, in order, when something waits for
+ * them: event_synchronize, stream_synchronize, the training stream's
+ * stream_wait_event on one of its events, or tb_advance() (the test's "the
+ * GPU got there"). So a copy the engine forgot to order lands late and the
+ * weights differ. Every call is counted by stream. */
+
+enum { TB_COPY, TB_RECORD };
+typedef struct tb_op {
+    int kind;
+    void *dst;
+    const void *src;
+    size_t bytes;
+    struct tb_event *ev;
+} tb_op;
+
+typedef struct tb_event {
+    bool done;
+    uint64_t seq; /* shadow queue position of its record; 0: recorded on the training stream */
+} tb_event;
+
+typedef struct tb_stream {
+    strata_stream_priority prio;
+} tb_stream;
+
+typedef struct tb_counts {
+    int64_t copies_shadow_d2h, copies_shadow_h2d, copies_training, copies_sync;
+    int64_t records_shadow, records_training;
+    int64_t training_waits, training_waits_pending, shadow_waits;
+    int64_t syncs;
+} tb_counts;
+
+typedef struct tb_ctx {
+    pthread_mutex_t mu;
+    tb_op q[4096];
+    uint64_t head, tail; /* ops [head, tail) are queued */
+    tb_counts n;
+} tb_ctx;
+
+static tb_ctx *tb_the; /* one at a time */
+
+static void tb_run_to(tb_ctx *c, uint64_t upto) /* caller holds mu */
+{
+    while (c->head < c->tail && c->head < upto) {
+        tb_op *o = &c->q[c->head % 4096];
+        if (o->kind == TB_COPY)
+            memcpy(o->dst, o->src, o->bytes);
+        else
+            o->ev->done = true;
+        c->head++;
+    }
+}
+
+static void tb_push(tb_ctx *c, tb_op op)
+{
+    assert_true(c->tail - c->head < 4096);
+    c->q[c->tail % 4096] = op;
+    c->tail++;
+}
+
+static strata_status tb_alloc(void *ctx, size_t bytes, void **out)
+{
+    (void)ctx;
+    *out = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!*out)
+        return STRATA_ERR_NOMEM;
+    memset(*out, 0, bytes);
+    return STRATA_OK;
+}
+
+static void tb_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static strata_status tb_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    tb_ctx *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->n.copies_sync++;
+    pthread_mutex_unlock(&c->mu);
+    memcpy(dst, src, bytes);
+    return STRATA_OK;
+}
+
+static strata_status tb_sgemm(void *ctx, int ta, int tb, int m, int n, int k, float alpha,
+                              const float *a, int lda, const float *b, int ldb, float beta,
+                              float *cc, int ldc)
+{
+    (void)ctx;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int l = 0; l < k; l++)
+                acc += (ta ? a[l * lda + i] : a[i * lda + l]) *
+                       (tb ? b[j * ldb + l] : b[l * ldb + j]);
+            cc[i * ldc + j] = alpha * acc + (beta != 0.0f ? beta * cc[i * ldc + j] : 0.0f);
+        }
+    return STRATA_OK;
+}
+
+static strata_status tb_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
+                                   strata_copy_dir dir, void *stream)
+{
+    tb_ctx *c = ctx;
+    tb_stream *s = stream;
+    pthread_mutex_lock(&c->mu);
+    if (s && s->prio == STRATA_STREAM_SHADOW) {
+        c->n.copies_shadow_d2h += dir == STRATA_COPY_D2H;
+        c->n.copies_shadow_h2d += dir == STRATA_COPY_H2D;
+        tb_push(c, (tb_op){.kind = TB_COPY, .dst = dst, .src = src, .bytes = bytes});
+    } else {
+        c->n.copies_training++;
+        memcpy(dst, src, bytes);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_stream_create(void *ctx, strata_stream_priority prio, void **out)
+{
+    (void)ctx;
+    tb_stream *s = calloc(1, sizeof *s);
+    s->prio = prio;
+    *out = s;
+    return STRATA_OK;
+}
+
+static void tb_stream_destroy(void *ctx, void *s)
+{
+    (void)ctx;
+    free(s);
+}
+
+static strata_status tb_stream_sync(void *ctx, void *stream)
+{
+    tb_ctx *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    c->n.syncs++;
+    if (stream && ((tb_stream *)stream)->prio == STRATA_STREAM_SHADOW)
+        tb_run_to(c, c->tail);
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_event_create(void *ctx, void **out)
+{
+    (void)ctx;
+    tb_event *e = calloc(1, sizeof *e);
+    e->done = true;
+    *out = e;
+    return STRATA_OK;
+}
+
+static void tb_event_destroy(void *ctx, void *e)
+{
+    (void)ctx;
+    free(e);
+}
+
+static strata_status tb_event_record(void *ctx, void *event, void *stream)
+{
+    tb_ctx *c = ctx;
+    tb_event *e = event;
+    tb_stream *s = stream;
+    pthread_mutex_lock(&c->mu);
+    if (s && s->prio == STRATA_STREAM_SHADOW) {
+        c->n.records_shadow++;
+        e->done = false;
+        tb_push(c, (tb_op){.kind = TB_RECORD, .ev = e});
+        e->seq = c->tail;
+    } else {
+        c->n.records_training++;
+        e->done = true; /* the training stream runs inline */
+        e->seq = 0;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_event_query(void *ctx, void *event, int *done)
+{
+    tb_ctx *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    *done = ((tb_event *)event)->done;
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_event_sync(void *ctx, void *event)
+{
+    tb_ctx *c = ctx;
+    tb_event *e = event;
+    pthread_mutex_lock(&c->mu);
+    c->n.syncs++;
+    if (!e->done)
+        tb_run_to(c, e->seq);
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_wait_event(void *ctx, void *stream, void *event)
+{
+    tb_ctx *c = ctx;
+    tb_stream *s = stream;
+    tb_event *e = event;
+    pthread_mutex_lock(&c->mu);
+    if (s && s->prio == STRATA_STREAM_SHADOW) {
+        c->n.shadow_waits++; /* on a training event: complete, nothing to order */
+        assert_true(e->seq == 0 || e->done);
+    } else {
+        c->n.training_waits++;
+        c->n.training_waits_pending += !e->done;
+        if (!e->done)
+            tb_run_to(c, e->seq); /* the training stream waits for the shadow stream */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static void tb_destroy(void *ctx)
+{
+    tb_ctx *c = ctx;
+    pthread_mutex_destroy(&c->mu);
+    if (tb_the == c)
+        tb_the = NULL;
+    free(c);
+}
+
+static const strata_backend_iface tb_iface = {
+    .version = STRATA_BACKEND_IFACE_VERSION,
+    .name = "test-deferred-shadow",
+    .alloc = tb_alloc,
+    .free = tb_free,
+    .copy = tb_copy,
+    .sgemm = tb_sgemm,
+    .destroy = tb_destroy,
+    .copy_async = tb_copy_async,
+    .stream_create = tb_stream_create,
+    .stream_destroy = tb_stream_destroy,
+    .stream_synchronize = tb_stream_sync,
+    .event_create = tb_event_create,
+    .event_destroy = tb_event_destroy,
+    .event_record = tb_event_record,
+    .event_query = tb_event_query,
+    .event_synchronize = tb_event_sync,
+    .stream_wait_event = tb_wait_event,
+};
+
+static strata_backend *tb_create(void)
+{
+    tb_ctx *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    pthread_mutex_init(&c->mu, NULL);
+    strata_backend *be = NULL;
+    assert_int_equal(strata_backend_create(&tb_iface, c, 0, &be), STRATA_OK);
+    tb_the = c;
+    return be;
+}
+
+/* The shadow stream catches up with everything queued so far. */
+static void tb_advance(void)
+{
+    pthread_mutex_lock(&tb_the->mu);
+    tb_run_to(tb_the, tb_the->tail);
+    pthread_mutex_unlock(&tb_the->mu);
+}
+
 /* ---- driving the engine */
 
 enum { NPARAM = 3, STEPS = 40 };
@@ -255,26 +549,34 @@ static char nvme_dir[] = "/tmp/strata-test-engine-XXXXXX";
  * io_uring_disabled), "" when they run. */
 static char nvme_skip[512];
 
-static void run_open(run *r, const diag_config *dc, bool async, int S, int delay_us,
-                     strata_tier_kind tier)
+/* seam_be: NULL: the CPU backend, no stream seam; else the engine's
+ * backend for the seam (the run owns it), results on the device when
+ * device_roots. */
+static void run_open_be(run *r, const diag_config *dc, bool async, int S, int delay_us,
+                        strata_tier_kind tier, strata_backend *seam_be, bool device_roots)
 {
     memset(r, 0, sizeof *r);
-    assert_int_equal(strata_backend_cpu_create(1, &r->be), STRATA_OK);
+    if (seam_be)
+        r->be = seam_be;
+    else
+        assert_int_equal(strata_backend_cpu_create(1, &r->be), STRATA_OK);
     strata_refresh_config rc = {.async = async, .staleness = S, .mode = STRATA_COH_FIXED,
                                 .workers = 1, .worker_delay_us = delay_us,
                                 .wait_timeout_s = 60.0, .results_tier = tier,
                                 .nvme_dir = tier == STRATA_TIER_NVME ? nvme_dir : NULL,
-                                .nvme_queue_depth = 8};
+                                .nvme_queue_depth = 8, .be = seam_be,
+                                .device_roots = device_roots};
+    const strata_precond_family *fam = seam_be ? &diag_family_seam : &diag_family;
     assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
     for (int p = 0; p < NPARAM; p++) {
         diag_config c = *dc;
         c.offset = p % dc->F; /* staggered phases */
         strata_precond_shape sh = {.batch = 1, .rows = 1, .cols = (int64_t)sizes[p],
                                    .numel = sizes[p]};
-        assert_int_equal(diag_family.create(&c, r->be, &sh, true, &r->state[p]), STRATA_OK);
+        assert_int_equal(fam->create(&c, r->be, &sh, true, &r->state[p]), STRATA_OK);
         char name[16];
         snprintf(name, sizeof name, "p%d", p);
-        assert_int_equal(strata_refresh_add(r->e, &diag_family, r->state[p], &c, c.offset, 0,
+        assert_int_equal(strata_refresh_add(r->e, fam, r->state[p], &c, c.offset, 0,
                                             name, &r->id[p]),
                          STRATA_OK);
         r->w[p] = malloc(sizes[p] * sizeof(float));
@@ -282,6 +584,12 @@ static void run_open(run *r, const diag_config *dc, bool async, int S, int delay
             r->w[p][i] = 0.01f * (float)i;
     }
     assert_int_equal(strata_refresh_commit(r->e), STRATA_OK);
+}
+
+static void run_open(run *r, const diag_config *dc, bool async, int S, int delay_us,
+                     strata_tier_kind tier)
+{
+    run_open_be(r, dc, async, S, delay_us, tier, NULL, false);
 }
 
 static void run_steps(run *r, int steps)
@@ -367,6 +675,151 @@ static void test_s0_bit_identical(void **state)
     run_close(&a);
     run_close(&b);
     run_close(&c);
+}
+
+static void print_seam(const char *what, const strata_refresh_stats *s, const tb_counts *n)
+{
+    print_message("%s: %lld snapshots and %lld stages on the shadow stream (%lld early), %lld "
+                  "device installs, %lld training-stream waits (%llu bytes); backend: "
+                  "%lld D2H + %lld H2D shadow copies, %lld training copies, %lld training waits "
+                  "(%lld on incomplete work)\n",
+                  what, (long long)s->stream_snapshots, (long long)s->stream_stages,
+                  (long long)s->stream_stages_early, (long long)s->stream_installs,
+                  (long long)s->stream_waits, (unsigned long long)s->stream_wait_bytes,
+                  (long long)n->copies_shadow_d2h, (long long)n->copies_shadow_h2d,
+                  (long long)n->copies_training, (long long)n->training_waits,
+                  (long long)n->training_waits_pending);
+}
+
+/* Which stream each copy went on: snapshots (D2H) and stages (H2D) only on
+ * the shadow stream, each followed by its event; the shadow stream waits on
+ * the training stream before every snapshot and every stage. */
+static void check_seam_streams(const strata_refresh_stats *s, const tb_counts *n,
+                               bool device_roots)
+{
+    assert_int_equal(n->copies_training, 0);
+    assert_true(s->stream_snapshots > 0);
+    assert_int_equal(n->copies_shadow_d2h, s->stream_snapshots);
+    assert_int_equal(n->copies_shadow_h2d, s->stream_stages);
+    assert_int_equal(n->records_shadow, s->stream_snapshots + s->stream_stages);
+    assert_int_equal(n->shadow_waits, s->stream_snapshots + s->stream_stages);
+    assert_true(n->training_waits_pending >= s->stream_waits);
+    if (device_roots) {
+        assert_true(s->stream_installs > 0);
+        assert_true(s->stream_stages >= s->stream_installs);
+    } else {
+        assert_int_equal(s->stream_stages + s->stream_installs + s->stream_waits, 0);
+    }
+}
+
+/* The stream seam with S = 0: synchronous and asynchronous runs, snapshots
+ * queued on a shadow stream that defers them, results installed from
+ * device memory, give exactly the weights of the plain synchronous run;
+ * every install waits (its result is computed in the step that uses it),
+ * and the deferral was real (the training stream had to pull pending
+ * shadow work, so without its waits the weights would differ). */
+static void test_seam_s0_bit_identical(void **state)
+{
+    const s0_case *k = *state;
+    diag_config dc = {.F = 3, .start = 2, .lag = k->lag, .lr = 0.05f, .eps = 1e-3,
+                      .fail_every = k->fail_every};
+    run ref;
+    run_open(&ref, &dc, false, 0, 0, STRATA_TIER_HOST);
+    run_steps(&ref, STEPS);
+    const struct {
+        bool async, device_roots;
+        int delay_us;
+        const char *name;
+    } v[] = {{false, true, 0, "sync, device roots"},
+             {true, true, 2000, "async S=0, device roots"},
+             {true, false, 2000, "async S=0, host roots"}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        strata_backend *be = tb_create();
+        tb_ctx *ctx = tb_the;
+        run r;
+        run_open_be(&r, &dc, v[i].async, 0, v[i].delay_us, k->tier, be, v[i].device_roots);
+        run_steps(&r, STEPS);
+        strata_refresh_stats s;
+        strata_refresh_stats_get(r.e, &s);
+        char what[96];
+        snprintf(what, sizeof what, "lag %d, fail every %d, %s", k->lag, k->fail_every,
+                 v[i].name);
+        print_seam(what, &s, &ctx->n);
+        check_seam_streams(&s, &ctx->n, v[i].device_roots);
+        if (v[i].device_roots)
+            assert_true(ctx->n.training_waits_pending > 0);
+        if (v[i].device_roots && k->lag == 0) {
+            /* the result is computed in the step that installs it */
+            assert_int_equal(s.stream_stages_early, 0);
+            assert_int_equal(s.stream_waits, s.stream_installs);
+        }
+        if (v[i].device_roots && k->lag == 1 && !v[i].async) /* ready a step ahead */
+            assert_int_equal(s.stream_stages_early, s.stream_installs);
+        assert_true(weights_equal(&ref, &r));
+        run_close(&r);
+    }
+    run_close(&ref);
+}
+
+/* S = 2, fixed install, the refreshes done well before they are due (the
+ * engine drained after every step): the forward hook stages each due result
+ * on the shadow stream, and when the shadow stream got there before the step
+ * (tb_advance, "the copy overlapped the forward pass") the training stream
+ * never waits; when it did not, the installs whose copy is still pending
+ * wait (not all: a snapshot queued behind a stage and waited for by its job
+ * completes the stage too; p0's installs, first in the step and never at
+ * its own refresh point, always wait), and the weights are the same both
+ * ways and equal the run without the seam. */
+static void test_seam_waits_only_when_needed(void **state)
+{
+    (void)state;
+    diag_config dc = {.F = 3, .start = 2, .lag = 0, .lr = 0.05f, .eps = 1e-3};
+    float g[64];
+    run ref, r[2];
+    strata_refresh_stats s[2];
+    tb_counts n[2];
+    run_open(&ref, &dc, true, 2, 0, STRATA_TIER_HOST);
+    for (int v = 0; v < 2; v++) {
+        strata_backend *be = tb_create();
+        tb_ctx *ctx = tb_the;
+        run_open_be(&r[v], &dc, true, 2, 0, STRATA_TIER_HOST, be, true);
+        for (int t = 1; t <= STEPS; t++) {
+            strata_refresh_prefetch(r[v].e, 0, t);
+            if (v == 0)
+                tb_advance();
+            if (v == 0) /* the reference follows the same schedule of drains */
+                strata_refresh_prefetch(ref.e, 0, t);
+            for (int p = 0; p < NPARAM; p++) {
+                for (size_t i = 0; i < sizes[p]; i++)
+                    g[i] = (float)sin(0.7 * t + 1.3 * (double)i + p);
+                strata_optim_counters cnt = {0};
+                double wait = 0.0;
+                assert_int_equal(strata_refresh_step(r[v].e, r[v].id[p], t, 1.0f, r[v].w[p], g,
+                                                     &cnt, &wait),
+                                 STRATA_OK);
+                if (v == 0)
+                    assert_int_equal(strata_refresh_step(ref.e, ref.id[p], t, 1.0f, ref.w[p], g,
+                                                         &cnt, &wait),
+                                     STRATA_OK);
+            }
+            assert_int_equal(strata_refresh_drain(r[v].e, NULL), STRATA_OK);
+            if (v == 0)
+                assert_int_equal(strata_refresh_drain(ref.e, NULL), STRATA_OK);
+        }
+        strata_refresh_stats_get(r[v].e, &s[v]);
+        n[v] = ctx->n;
+        print_seam(v == 0 ? "S=2, stages overlapped" : "S=2, stages not yet done", &s[v], &n[v]);
+        check_seam_streams(&s[v], &n[v], true);
+        assert_true(s[v].stream_installs > 3);
+        assert_int_equal(s[v].stream_stages_early, s[v].stream_installs);
+    }
+    assert_int_equal(s[0].stream_waits, 0);
+    assert_true(s[1].stream_waits > 0);
+    assert_true(weights_equal(&r[0], &r[1]));
+    assert_true(weights_equal(&ref, &r[0]));
+    run_close(&r[0]);
+    run_close(&r[1]);
+    run_close(&ref);
 }
 
 /* S > 0 with slow workers: the staleness bound F - 1 + S holds. */
@@ -589,6 +1042,10 @@ static int teardown(void **state)
 
 int main(void)
 {
+    diag_family_seam = diag_family;
+    diag_family_seam.name = "test-diagonal-seam";
+    diag_family_seam.snapshot_async = d_snapshot_async;
+    diag_family_seam.install_device = true;
     static const s0_case c0 = {0, STRATA_TIER_HOST, 0}, c1 = {1, STRATA_TIER_HOST, 0},
                          c2 = {0, STRATA_TIER_HOST, 4}, c3 = {1, STRATA_TIER_NVME, 5},
                          c4 = {0, STRATA_TIER_NVME, 3};
@@ -598,6 +1055,10 @@ int main(void)
         cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c2),
         cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c3),
         cmocka_unit_test_prestate(test_s0_bit_identical, (void *)&c4),
+        cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c0),
+        cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c1),
+        cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c2),
+        cmocka_unit_test(test_seam_waits_only_when_needed),
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),
