@@ -117,6 +117,7 @@ struct strata_refresh {
     _Atomic int64_t refreshes, refresh_failures, refresh_retries;
     _Atomic uint64_t snapshot_bytes;
     _Atomic int64_t io_errors;
+    double critical_seconds; /* training thread only (strata_refresh_critical_seconds) */
 };
 
 static size_t align4k(size_t x)
@@ -141,6 +142,15 @@ static void add_counters(strata_refresh *e, const strata_optim_counters *c)
     atomic_fetch_add(&e->refreshes, c->root_refreshes);
     atomic_fetch_add(&e->refresh_failures, c->root_failures);
     atomic_fetch_add(&e->refresh_retries, c->root_retries);
+}
+
+/* The training thread spent [since, now) on second-order state: add it to
+ * the critical path. Returns now. */
+static double critical_add(strata_refresh *e, double since)
+{
+    const double now = strata_now_seconds();
+    e->critical_seconds += now - since;
+    return now;
 }
 
 /* ---- create / add */
@@ -656,7 +666,7 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
             if (st == STRATA_OK && now && slot >= 0)
                 st = install(e, blk, slot);
         }
-        const double t2 = strata_now_seconds();
+        const double t2 = critical_add(e, t0);
         if (!grp->inline_ && wait_seconds)
             *wait_seconds += t2 - t1;
         if (cnt)
@@ -674,8 +684,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     if (st == STRATA_OK && grp && grp->sch.lag == 1) {
         const double t0 = strata_now_seconds();
         st = refresh_point(e, en, t + 1);
+        const double t1 = critical_add(e, t0);
         if (cnt)
-            cnt->seconds_roots += strata_now_seconds() - t0;
+            cnt->seconds_roots += t1 - t0;
     }
     return st != STRATA_OK ? st : st_apply;
 }
@@ -684,6 +695,7 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
 {
     if (!e || !e->nvme)
         return;
+    const double t0 = strata_now_seconds();
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (!blk->on_nvme || blk->ent->layer != layer || blk->io_pending)
@@ -707,6 +719,12 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
             blk->io_version = due;
         }
     }
+    critical_add(e, t0);
+}
+
+double strata_refresh_critical_seconds(const strata_refresh *e)
+{
+    return e ? e->critical_seconds : 0.0;
 }
 
 void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
@@ -739,6 +757,7 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->refresh_retries = atomic_load(&e->refresh_retries);
     s->snapshot_bytes = atomic_load(&e->snapshot_bytes);
     s->io_errors = atomic_load(&e->io_errors);
+    s->critical_seconds = e->critical_seconds;
     s->blocks = e->n_blocks;
     for (int i = 0; i < e->n_blocks; i++)
         s->blocks_on_nvme += e->blocks[i].on_nvme;

@@ -50,6 +50,7 @@ struct strata_runtime {
     bool warned_missing_hook;
     bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */
     strata_stats stats;
+    double critical_mark;   /* the engine's critical path at the end of the last step */
     strata_refresh *engine;
     int rank, world;
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */

@@ -353,6 +353,36 @@ with tempfile.TemporaryDirectory() as tmp:
             ok = False
         print(f"{'PASS' if ok else 'FAIL'}: --nvme-staging-kib 64 run")
         failures += not ok
+    # The critical path (the training thread's time on second-order state): the
+    # steps' critical_ms sum to the summary's critical_path_s, which is that
+    # fraction of the steps' time; synchronous Shampoo's holds its inline roots
+    # (> 0), AdamW has none (0), and the summary prints it beside max/median.
+    def critical(*extra):
+        p = run("train", *tiny, "--steps", "8", "--eval-every", "4", "--metrics", metrics,
+                "--no-progress", *extra, expect_rc=0, stream="stdout")
+        recs = [json.loads(line) for line in open(metrics)]
+        steps = [r for r in recs if r["type"] == "step"]
+        summ = recs[-1]
+        total = sum(r["critical_ms"] for r in steps) / 1e3
+        wall = sum(r["step_ms"] for r in steps) / 1e3
+        consistent = (abs(total - summ["critical_path_s"]) <= 1e-9 + 1e-9 * total
+                      and abs(summ["critical_path_fraction"] - total / wall) <= 1e-6
+                      and abs(summ["wall_s"] - wall) <= 1e-6)
+        return p, steps, summ, consistent
+    try:
+        p, steps, summ, ok = critical()
+        ok = ok and summ["critical_path_s"] > 0 and p is not None and "critical path: " in p.stdout
+        refresh_steps = [r for r in steps if r["roots_ms"] > 0]
+        ok = ok and all(r["critical_ms"] >= r["roots_ms"] - 1e-9 for r in refresh_steps)
+        p, steps, summ, ok2 = critical("--async", "--stagger-refresh")
+        ok = ok and ok2 and "critical path: " in p.stdout
+        p, steps, summ, ok3 = critical("--optimizer", "adamw")
+        ok = ok and ok3 and summ["critical_path_s"] == 0 and "critical path" not in p.stdout
+    except Exception as e:  # noqa: BLE001
+        print("  critical path error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: critical path in the JSONL and the summary")
+    failures += not ok
     # The sweep's plot names the optimizer it swept.
     sweep_soap = os.path.join(tmp, "sweep-soap")
     run("sweep-staleness", *tiny, "--optimizer", "soap", "--steps", "2", "--eval-every", "1",
