@@ -1,6 +1,6 @@
-/* The `strata` command: strata train | strata sweep-staleness | strata help.
+/* The `strata` command: strata train | sweep-staleness | race | ckpt | help.
  *
- * train's flags, which sweep-staleness shares, are described once, in
+ * train's flags, which sweep-staleness and race share, are described once, in
  * train_flags: each flag's name, its argument and where the value goes, the
  * range or names it accepts, its --help group and text. parse_train (strict:
  * a malformed or unknown flag is an error naming it, exit status 2) and
@@ -23,6 +23,7 @@
 
 #include "settings.h"
 #include "strata/strata.h"
+#include "race.h"
 #include "sweep.h"
 #include "trainer.h"
 
@@ -36,37 +37,51 @@ static void usage_main(FILE *f)
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
+          "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
           "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
           "  help             show this help (or `strata train --help`)\n"
           "  --version        print the library's version\n",
           f);
 }
 
+/* The commands that parse the train flags. */
+typedef enum train_cmd { CMD_TRAIN, CMD_SWEEP, CMD_RACE } train_cmd;
+
 /* What the train flags fill in: the training options, plus the flags that
- * fan out to several options after parsing, plus sweep-staleness's own. */
+ * fan out to several options after parsing, plus sweep-staleness's and
+ * race's own. */
 typedef struct train_args {
     gpt_train_options o;
     float lr, wd;        /* --lr, --weight-decay for every matrix optimizer; < 0: each its own */
     bool nvme_wanted;    /* --tiers names the nvme tier */
-    bool sweep;          /* parsing for sweep-staleness: --values and --out are allowed */
-    int values[SWEEP_MAX_VALUES]; /* sweep-staleness: staleness budgets */
+    train_cmd cmd;       /* the command parsing: its own flags are allowed */
+    int values[SWEEP_MAX_VALUES]; /* sweep-staleness --values, race --staleness: budgets */
     int n_values;
-    const char *out_dir; /* sweep-staleness: output directory */
+    const char *out_dir; /* sweep-staleness, race: output directory */
+    const char *runs;    /* race: the run list (NULL: race.h's default) */
     bool deterministic;  /* --deterministic (the default) */
     int nondeterministic; /* --no-deterministic */
 } train_args;
 
-static void train_args_default(train_args *a, bool sweep)
+static void train_args_default(train_args *a, train_cmd cmd)
 {
     memset(a, 0, sizeof *a);
     gpt_train_options_default(&a->o);
     a->lr = -1.0f;
     a->wd = -1.0f;
-    a->sweep = sweep;
+    a->cmd = cmd;
     static const int values[] = {0, 1, 2, 5, 10};
     a->n_values = (int)(sizeof values / sizeof values[0]);
     memcpy(a->values, values, sizeof values);
     a->out_dir = "runs/sweep";
+    if (cmd == CMD_RACE) {
+        /* One async run at the default budget; validation often enough to
+         * time when each run reaches AdamW's final loss. */
+        a->values[0] = a->o.strata.staleness;
+        a->n_values = 1;
+        a->out_dir = "runs/race";
+        a->o.eval_every = 10;
+    }
 }
 
 /* ---- the flag table */
@@ -98,7 +113,7 @@ struct train_flag {
     int (*set)(train_args *a, const train_flag *f, const char *arg); /* FT_CUSTOM: 0 or -1
                                                                          (reported) */
     void (*then)(train_args *a);  /* after a successful parse: fan the value out */
-    bool sweep_only;   /* belongs to sweep-staleness */
+    unsigned only;     /* 0: every command; else the commands (1u << CMD_*) it belongs to */
     /* --help */
     const char *group; /* heading; NULL: not listed */
     const char *arg;   /* metavar; NULL: none (FT_NAME: the names joined by '|') */
@@ -178,14 +193,27 @@ static int set_values(train_args *a, const train_flag *f, const char *arg)
         long val = strtol(tok, &end, 10);
         if (end == tok || (*end && *end != ',') || val < (long)f->lo || val > (long)f->hi ||
             a->n_values == SWEEP_MAX_VALUES) {
-            fprintf(stderr, "strata: --values expects up to %d comma-separated staleness "
-                            "budgets >= 0, got '%s'\n", SWEEP_MAX_VALUES, arg);
+            fprintf(stderr, "strata: --%s expects up to %d comma-separated staleness "
+                            "budgets >= 0, got '%s'\n", f->name, SWEEP_MAX_VALUES, arg);
             return -1;
         }
         a->values[a->n_values++] = (int)val;
         tok = *end ? end + 1 : end;
     }
     return 0;
+}
+
+/* --staleness: one budget for train and sweep-staleness, a list for race. */
+static int set_staleness(train_args *a, const train_flag *f, const char *arg)
+{
+    if (a->cmd == CMD_RACE)
+        return set_values(a, f, arg);
+    return parse_int("--staleness", arg, (long)f->lo, (long)f->hi, &a->o.strata.staleness);
+}
+
+static void dflt_staleness(const train_args *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%d", d->o.strata.staleness);
 }
 
 static void dflt_lr(const train_args *d, char *buf, size_t n)
@@ -332,8 +360,8 @@ static const train_flag train_flags[] = {
     {.name = "async", .type = FT_TRUE, .off = OFF(o.strata.async), .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads (kl-shampoo: "
              "eigenbasis form only)"},
-    {.name = "staleness", .type = FT_INT, .off = OFF(o.strata.staleness), .lo = 0, .hi = 1000000,
-     .group = G_ASYNC, .arg = "S",
+    {.name = "staleness", .type = FT_CUSTOM, .set = set_staleness, .lo = 0, .hi = 1000000,
+     .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
              "precondition-frequency - 1 + S"},
     {.name = "workers", .type = FT_INT, .off = OFF(o.strata.workers), .lo = 1, .hi = 1024,
@@ -412,10 +440,12 @@ static const train_flag train_flags[] = {
 
     {.name = "help", .type = FT_HELP},
     {.name = "version", .type = FT_HELP, .value = 1},
-    /* sweep-staleness only (its usage line lists them) */
+    /* sweep-staleness and race only (their usage lines list them) */
     {.name = "values", .type = FT_CUSTOM, .set = set_values, .lo = 0, .hi = 100000,
-     .sweep_only = true},
-    {.name = "out", .type = FT_STRING, .off = OFF(out_dir), .sweep_only = true},
+     .only = 1u << CMD_SWEEP},
+    {.name = "out", .type = FT_STRING, .off = OFF(out_dir),
+     .only = 1u << CMD_SWEEP | 1u << CMD_RACE},
+    {.name = "runs", .type = FT_STRING, .off = OFF(runs), .only = 1u << CMD_RACE},
 };
 
 #define N_FLAGS (sizeof train_flags / sizeof train_flags[0])
@@ -591,11 +621,42 @@ static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
     fputc('\n', out);
 }
 
-static void print_train_help(FILE *out, bool sweep)
+static void print_race_help(FILE *out, const train_args *d)
+{
+    char values[160] = "";
+    size_t used = 0;
+    for (int i = 0; i < d->n_values && used < sizeof values; i++)
+        used += (size_t)snprintf(values + used, sizeof values - used, "%s%d", i ? "," : "",
+                                 d->values[i]);
+    fprintf(out,
+            "usage: strata race [--runs LIST] [--staleness S,S,...] [--out DIR] [train options]\n"
+            "\n"
+            "Train the GPT once per run of LIST, one run after another, with the same model,\n"
+            "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
+            "thread unless --threads says otherwise (the async runs' workers take the other\n"
+            "cores). A run is an optimizer name (adamw, muon, shampoo, soap, kl-shampoo:\n"
+            "synchronous, as `strata train` runs it) or NAME-async (its refreshes on worker\n"
+            "threads, staggered over the period: one run per staleness budget in --staleness).\n"
+            "AdamW runs first: its final validation loss is the target. Then write\n"
+            "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s, val_loss\n"
+            "  DIR/ratios.tsv      per run: the wall time at which its validation loss first\n"
+            "                      reached AdamW's final one, as a ratio of AdamW's wall time;\n"
+            "                      its critical-path fraction and step time max/median\n"
+            "  DIR/loss_vs_time.png  validation loss against wall time (gnuplot), and\n"
+            "  DIR/<run>.jsonl     each run's metrics,\n"
+            "and print the ratios. Wall time is the steps' time (validation excluded).\n"
+            "Defaults: --runs %s\n"
+            "          --staleness %s --out %s --eval-every %d --steps %d.\n\n",
+            STRATA_RACE_DEFAULT_RUNS, values, d->out_dir, d->o.eval_every, d->o.steps);
+}
+
+static void print_train_help(FILE *out, train_cmd cmd)
 {
     train_args d;
-    train_args_default(&d, sweep);
-    if (sweep) {
+    train_args_default(&d, cmd);
+    if (cmd == CMD_RACE)
+        print_race_help(out, &d);
+    if (cmd == CMD_SWEEP) {
         char values[160] = "";
         size_t used = 0;
         for (int i = 0; i < d.n_values && used < sizeof values; i++)
@@ -630,12 +691,12 @@ static void print_train_help(FILE *out, bool sweep)
 
 /* ---- train's options */
 
-/* Parse the training flags (train and sweep-staleness) into *a. Returns 0 to
- * go on, 2 for a usage error (already reported), 100 when help was printed.
- * With sweep false the sweep's own flags are refused. */
-static int parse_train(int argc, char **argv, bool sweep, train_args *a)
+/* Parse the training flags (train, sweep-staleness, race) into *a. Returns
+ * 0 to go on, 2 for a usage error (already reported), 100 when help was
+ * printed. Another command's own flags are refused. */
+static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
 {
-    train_args_default(a, sweep);
+    train_args_default(a, cmd);
     struct option longopts[N_FLAGS + 1];
     for (size_t i = 0; i < N_FLAGS; i++) {
         const flag_type t = train_flags[i].type;
@@ -664,7 +725,7 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
             return 100;
         }
         if (c == 'h' || (f && f->type == FT_HELP)) {
-            print_train_help(stdout, sweep);
+            print_train_help(stdout, cmd);
             return 100;
         }
         if (!f) {
@@ -672,8 +733,11 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
                     argv[optind - 1]);
             return 2;
         }
-        if (f->sweep_only && !sweep) {
-            fprintf(stderr, "strata: --values and --out belong to sweep-staleness\n");
+        if (f->only && !(f->only & 1u << cmd)) {
+            fprintf(stderr, "strata: --%s belongs to %s\n", f->name,
+                    f->only == 1u << CMD_RACE    ? "race"
+                    : f->only == 1u << CMD_SWEEP ? "sweep-staleness"
+                                                 : "sweep-staleness and race");
             return 2;
         }
         if (set_flag(a, f, optarg))
@@ -714,7 +778,7 @@ static int parse_train(int argc, char **argv, bool sweep, train_args *a)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
     if ((o->strata.staleness != 1 || o->strata.workers || a->nvme_wanted ||
-         o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async)
+         o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async && cmd != CMD_RACE)
         fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
                         "effect with --async\n");
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -786,7 +850,7 @@ static void catch_stop_signals(gpt_train_options *o)
 static int cmd_train(int argc, char **argv)
 {
     train_args a;
-    int rc = parse_train(argc, argv, false, &a);
+    int rc = parse_train(argc, argv, CMD_TRAIN, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
     strata_comm *comm = NULL;
@@ -825,7 +889,7 @@ static int cmd_train(int argc, char **argv)
 static int cmd_sweep(int argc, char **argv)
 {
     train_args a;
-    int rc = parse_train(argc, argv, true, &a);
+    int rc = parse_train(argc, argv, CMD_SWEEP, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
     const strata_optimizer mopt = a.o.strata.matrix_optimizer;
@@ -851,6 +915,38 @@ static int cmd_sweep(int argc, char **argv)
         fflush(stdout);
         fprintf(stderr, "strata sweep-staleness: %s: %s\n", strata_status_str(st),
                 strata_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+/* Every run of the race one after another (race.h); a usage error in the
+ * run list is reported before any training starts. */
+static int cmd_race(int argc, char **argv)
+{
+    train_args a;
+    int rc = parse_train(argc, argv, CMD_RACE, &a);
+    if (rc)
+        return rc == 100 ? 0 : rc;
+    if (a.o.strata.async)
+        fprintf(stderr, "strata race: note: each run sets --async itself (NAME-async runs are "
+                        "asynchronous and staggered)\n");
+    strata_race_options ro = {.train = a.o, .runs = a.runs, .staleness = a.values,
+                              .n_staleness = a.n_values, .out_dir = a.out_dir};
+    strata_race_run plan[STRATA_RACE_MAX_RUNS];
+    int n_plan;
+    if (strata_race_plan(&ro, plan, &n_plan) != STRATA_OK) {
+        fprintf(stderr, "strata %s\n", strata_last_error());
+        return 2;
+    }
+    catch_stop_signals(&a.o);
+    ro.train = a.o;
+    strata_status st = strata_race(&ro, stdout);
+    if (st == STRATA_OK && stop_signal)
+        return 128 + stop_signal;
+    if (st != STRATA_OK) {
+        fflush(stdout);
+        fprintf(stderr, "strata race: %s: %s\n", strata_status_str(st), strata_last_error());
         return 1;
     }
     return 0;
@@ -1020,6 +1116,8 @@ int main(int argc, char **argv)
         return cmd_train(argc - 1, argv + 1);
     if (strcmp(argv[1], "sweep-staleness") == 0)
         return cmd_sweep(argc - 1, argv + 1);
+    if (strcmp(argv[1], "race") == 0)
+        return cmd_race(argc - 1, argv + 1);
     if (strcmp(argv[1], "ckpt") == 0)
         return cmd_ckpt(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {

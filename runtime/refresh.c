@@ -157,6 +157,7 @@ struct strata_refresh {
     int64_t stream_snapshots, stream_stages, stream_stages_early, stream_installs,
         stream_waits;
     uint64_t stream_wait_bytes;
+    double critical_seconds; /* training thread only (strata_refresh_critical_seconds) */
 };
 
 static size_t align4k(size_t x)
@@ -181,6 +182,15 @@ static void add_counters(strata_refresh *e, const strata_optim_counters *c)
     atomic_fetch_add(&e->refreshes, c->root_refreshes);
     atomic_fetch_add(&e->refresh_failures, c->root_failures);
     atomic_fetch_add(&e->refresh_retries, c->root_retries);
+}
+
+/* The training thread spent [since, now) on second-order state: add it to
+ * the critical path. Returns now. */
+static double critical_add(strata_refresh *e, double since)
+{
+    const double now = strata_now_seconds();
+    e->critical_seconds += now - since;
+    return now;
 }
 
 /* ---- create / add */
@@ -1042,7 +1052,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     const strata_precond_family *f = en->fam;
     strata_status st = STRATA_OK;
     if (en->grp && e->shadow) {
-        st = seam_wait_snapshots(e, en);
+        const double t0 = strata_now_seconds();
+        st = seam_wait_snapshots(e, en); /* the training stream waits: critical path */
+        critical_add(e, t0);
         if (st != STRATA_OK)
             return st;
     }
@@ -1069,7 +1081,7 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
             if (st == STRATA_OK && now && slot >= 0)
                 st = install(e, blk, slot);
         }
-        const double t2 = strata_now_seconds();
+        const double t2 = critical_add(e, t0);
         if (!grp->inline_ && wait_seconds)
             *wait_seconds += t2 - t1;
         if (cnt)
@@ -1082,15 +1094,19 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
-    if (f->after && grp && e->shadow) /* after may change what a snapshot copies */
+    if (f->after && grp && e->shadow) { /* after may change what a snapshot copies */
+        const double t0 = strata_now_seconds();
         st = seam_wait_snapshots(e, en);
+        critical_add(e, t0);
+    }
     if (f->after && st == STRATA_OK)
         st = f->after(en->state, g, cnt);
     if (st == STRATA_OK && grp && grp->sch.lag == 1) {
         const double t0 = strata_now_seconds();
         st = refresh_point(e, en, t + 1);
+        const double t1 = critical_add(e, t0);
         if (cnt)
-            cnt->seconds_roots += strata_now_seconds() - t0;
+            cnt->seconds_roots += t1 - t0;
     }
     return st != STRATA_OK ? st : st_apply;
 }
@@ -1128,6 +1144,7 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
         seam_prefetch(e, layer, t);
     if (!e || !e->nvme)
         return;
+    const double t0 = strata_now_seconds();
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (!blk->on_nvme || blk->ent->layer != layer || blk->io_pending)
@@ -1151,6 +1168,12 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
             blk->io_version = due;
         }
     }
+    critical_add(e, t0);
+}
+
+double strata_refresh_critical_seconds(const strata_refresh *e)
+{
+    return e ? e->critical_seconds : 0.0;
 }
 
 void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
@@ -1193,6 +1216,7 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->stream_installs = e->stream_installs;
     s->stream_waits = e->stream_waits;
     s->stream_wait_bytes = e->stream_wait_bytes;
+    s->critical_seconds = e->critical_seconds;
     s->blocks = e->n_blocks;
     for (int i = 0; i < e->n_blocks; i++)
         s->blocks_on_nvme += e->blocks[i].on_nvme;

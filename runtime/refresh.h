@@ -122,6 +122,7 @@ typedef struct strata_refresh_stats {
     int64_t stream_installs;      /* installs from device memory */
     int64_t stream_waits;         /* installs where the training stream waited on the event */
     uint64_t stream_wait_bytes;   /* bytes of those results */
+    double critical_seconds;  /* the critical path, cumulative (strata_refresh_critical_seconds) */
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
@@ -160,6 +161,17 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
 void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t);
 
 void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *out);
+
+/* The critical path of second-order state, cumulative, in seconds: the time
+ * the training thread has spent inside this engine on anything but the
+ * family's own step math (before / apply / after), that is taking
+ * snapshots, submitting jobs, running inline refreshes (the whole refresh of
+ * a synchronous run), acquiring results (the bounded waits included),
+ * installing them (nvme tier reads included) and starting nvme prefetches.
+ * Measured on the training thread only, so the workers' time never counts
+ * and a busy machine stretches it only as much as it stretches the step
+ * itself. Cheap (one load); 0 for NULL. Training thread only. */
+double strata_refresh_critical_seconds(const strata_refresh *e);
 
 /* Testing: the next `n` nvme transfers fail with errno_value.
  * Errors: STRATA_ERR_STATE (no nvme tier). */

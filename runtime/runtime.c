@@ -1010,6 +1010,17 @@ strata_status strata_set_lr_scale(strata_runtime *rt, float scale)
     return STRATA_OK;
 }
 
+/* The engine's critical path since the last step ended (this step's forward
+ * hooks' prefetches included) becomes the step's; the cumulative figure is
+ * the sum of the steps' figures. */
+static void step_critical_path(strata_runtime *rt)
+{
+    const double now = strata_refresh_critical_seconds(rt->engine);
+    rt->stats.last_seconds_critical = now - rt->critical_mark;
+    rt->stats.seconds_critical += rt->stats.last_seconds_critical;
+    rt->critical_mark = now;
+}
+
 strata_status strata_step(strata_runtime *rt)
 {
     if (!rt)
@@ -1205,6 +1216,7 @@ strata_status strata_step(strata_runtime *rt)
     s->seconds_roots += cnt.seconds_roots;
     s->seconds_precondition += cnt.seconds_precondition;
     s->seconds_tail += tail_seconds;
+    step_critical_path(rt);
     s->last_step_seconds = strata_now_seconds() - t_start;
     s->seconds_steps += s->last_step_seconds;
     return st;

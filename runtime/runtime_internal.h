@@ -62,6 +62,7 @@ struct strata_runtime {
     strata_stats stats;
     strata_stats stats_base;   /* checkpoint.c: counters restored by strata_load, added by
                                   strata_stats_get (strata_ckpt_stats_add) */
+    double critical_mark;   /* the engine's critical path at the end of the last step */
     strata_refresh *engine;
     int rank, world;
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */

@@ -32,6 +32,7 @@ struct gpt_report {
     float prior[10];         /* losses of the steps before a resume, oldest first */
     int n_prior;
     double wall_seconds;     /* sum of the recorded steps' times */
+    double critical_seconds; /* sum of the recorded steps' critical paths */
     double val_loss;         /* the last validation loss, NaN before the first */
 };
 
@@ -434,6 +435,7 @@ static void write_step(const gpt_report *rep, const gpt_step_record *r, double s
     json_add_double(j, "roots_ms", 1e3 * s->last_seconds_roots);
     json_add_double(j, "precondition_ms", 1e3 * s->last_seconds_precondition);
     json_add_double(j, "tail_ms", 1e3 * s->last_seconds_tail);
+    json_add_double(j, "critical_ms", 1e3 * s->last_seconds_critical);
     json_add_double(j, "tokens_per_s", tps);
     json_add_double(j, "lr_scale", r->lr_scale);
     json_add_double(j, "grad_norm", s->grad_norm);
@@ -469,6 +471,7 @@ void gpt_report_step(gpt_report *rep, const gpt_step_record *r)
 {
     const int i = rep->n++;
     rep->wall_seconds += r->step_seconds;
+    rep->critical_seconds += r->stats->last_seconds_critical;
     rep->step_ms[i] = 1e3 * r->step_seconds;
     rep->opt_ms[i] = 1e3 * r->opt_seconds;
     rep->losses[i] = r->loss;
@@ -503,6 +506,9 @@ static void summarize(gpt_report *rep, gpt_train_result *res)
     const int n = rep->n;
     res->final_val_loss = rep->val_loss;
     res->wall_seconds = rep->wall_seconds;
+    res->critical_path_seconds = rep->critical_seconds;
+    res->critical_path_fraction =
+        rep->wall_seconds > 0.0 ? rep->critical_seconds / rep->wall_seconds : 0.0;
     if (n == 0) { /* stopped before the first step: nothing to summarize */
         res->final_train_loss = NAN;
         return;
@@ -567,6 +573,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 "float32 optimizer state) | %lld non-finite direction%s not applied\n",
                 (long long)s->overflow_skipped, s->overflow_skipped == 1 ? "" : "s",
                 (long long)s->nonfinite_directions, s->nonfinite_directions == 1 ? "" : "s");
+    if (rep->refresh.refreshes && rep->n > 0)
+        fprintf(f, "critical path: %.2f%% of step time (%.3f s of %.*f s on the training "
+                "thread: snapshots, waits, installs%s) | step time max/median %.2f\n",
+                100.0 * res->critical_path_fraction, res->critical_path_seconds,
+                res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds,
+                o->strata.async && rep->refresh.async ? "" : ", inline refreshes",
+                res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
     if (res->interrupted)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
@@ -626,6 +639,10 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "opt_ms_p50", res->opt_ms_p50);
     json_add_double(j, "opt_ms_max", res->opt_ms_max);
     json_add_double(j, "tokens_per_s", res->tokens_per_second);
+    json_add_double(j, "critical_path_s", res->critical_path_seconds);
+    json_add_double(j, "critical_path_fraction", res->critical_path_fraction);
+    json_add_double(j, "step_max_over_median",
+                    res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
     json_add_int64(j, "root_refreshes", s->root_refreshes);
     json_add_int64(j, "root_failures", s->root_failures);
     json_add_int64(j, "overflow_skipped", s->overflow_skipped);

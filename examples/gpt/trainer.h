@@ -111,6 +111,10 @@ typedef struct gpt_train_result {
     double step_ms_p50, step_ms_p99, step_ms_max, step_ms_mean; /* whole step: fwd+bwd+opt */
     double opt_ms_p50, opt_ms_max; /* strata_step alone */
     double tokens_per_second;
+    double critical_path_seconds;  /* the training thread's time on second-order state
+                                      (strata_stats.last_seconds_critical summed over the
+                                      recorded steps) */
+    double critical_path_fraction; /* ... as a fraction of wall_seconds (the steps' time) */
     strata_stats stats;       /* the runtime's counters at the end */
     int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */
     int resumed_from;         /* the step of the checkpoint the run resumed from (0 = none) */

@@ -2,11 +2,10 @@
 #include "sweep.h"
 
 #include <errno.h>
-#include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "plot.h"
 #include "settings.h"
 
 typedef struct sweep_row {
@@ -15,95 +14,31 @@ typedef struct sweep_row {
     gpt_train_result r;
 } sweep_row;
 
-/* <run>.jsonl -> <run>.dat: "wall_s train_loss val_loss" (val "NaN" off-eval). */
-static strata_status jsonl_to_dat(const char *jsonl, const char *dat)
-{
-    FILE *in = fopen(jsonl, "r");
-    if (!in)
-        return strata_error(STRATA_ERR_IO, "cannot read %s: %s", jsonl, strerror(errno));
-    FILE *out = fopen(dat, "w");
-    if (!out) {
-        fclose(in);
-        return strata_error(STRATA_ERR_IO, "cannot write %s: %s", dat, strerror(errno));
-    }
-    char line[8192];
-    while (fgets(line, sizeof line, in)) {
-        json_object *j = json_tokener_parse(line), *v;
-        if (!j)
-            continue;
-        if (json_object_object_get_ex(j, "type", &v) &&
-            strcmp(json_object_get_string(v), "step") == 0) {
-            json_object *w, *l, *vl;
-            json_object_object_get_ex(j, "wall_s", &w);
-            json_object_object_get_ex(j, "loss", &l);
-            bool has_val = json_object_object_get_ex(j, "val_loss", &vl);
-            if (has_val)
-                fprintf(out, "%.6f %.6f %.6f\n", json_object_get_double(w), json_object_get_double(l),
-                        json_object_get_double(vl));
-            else
-                fprintf(out, "%.6f %.6f NaN\n", json_object_get_double(w), json_object_get_double(l));
-        }
-        json_object_put(j);
-    }
-    fclose(in);
-    return fclose(out) == 0 ? STRATA_OK : strata_error(STRATA_ERR_IO, "writing %s failed", dat);
-}
-
 static strata_status write_plot(const char *dir, const char *optimizer, const sweep_row *rows,
                                 int n, FILE *out)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/loss_vs_time.gp", dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    fprintf(f,
-            "set terminal pngcairo size 1000,650\n"
-            "set output '%s/loss_vs_time.png'\n"
-            "set title 'GPT on the corpus: validation loss vs wall time, %s sync and async "
-            "(staleness budget S)'\n"
-            "set xlabel 'wall time (s)'\nset ylabel 'loss (nats/byte)'\nset grid\n"
-            "set key top right\nset datafile missing 'NaN'\n"
-            "plot ",
-            dir, optimizer);
+    char title[160];
+    snprintf(title, sizeof title,
+             "GPT on the corpus: validation loss vs wall time, %s sync and async (staleness "
+             "budget S)", optimizer);
+    strata_plot_curve curves[65];
     for (int i = 0; i < n; i++)
-        fprintf(f, "%s'%s/%s.dat' using 1:3 with linespoints lw 2 title '%s'", i ? ", \\\n     " : "",
-                dir, rows[i].name, rows[i].staleness < 0 ? "sync" : rows[i].name);
-    fprintf(f, "\n");
-    if (fclose(f) != 0)
-        return strata_error(STRATA_ERR_IO, "writing %s failed", path);
-    char cmd[8300];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>/dev/null", path);
-    int rc = system(cmd);
-    if (rc != 0 && out)
-        fprintf(out, "warning: gnuplot failed or is not installed (exit %d); the plot script is %s\n",
-                rc, path);
-    return STRATA_OK;
+        curves[i] = (strata_plot_curve){.file = rows[i].name,
+                                        .title = rows[i].staleness < 0 ? "sync" : rows[i].name};
+    return strata_plot_loss_vs_time(dir, title, curves, n, out);
 }
 
 strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
 {
     if (!o || !o->values || o->n_values < 1 || o->n_values > 64 || !o->out_dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "sweep: need 1..64 staleness values and out_dir");
-    {
-        /* mkdir -p: the default runs/sweep, or any --out with missing parents. */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", o->out_dir);
-        for (char *p = dir + 1; *p; p++)
-            if (*p == '/') {
-                *p = '\0';
-                mkdir(dir, 0755);
-                *p = '/';
-            }
-        if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST)
-            return strata_error(STRATA_ERR_IO, "sweep: cannot create %s: %s", o->out_dir,
-                                strerror(errno));
-    }
+    strata_status st = strata_plot_make_dir(o->out_dir);
+    if (st != STRATA_OK)
+        return st;
     const int n = o->n_values + 1;
     sweep_row *rows = calloc((size_t)n, sizeof *rows);
     if (!rows)
         return strata_error(STRATA_ERR_NOMEM, "sweep: out of memory");
-    strata_status st = STRATA_OK;
     char path[4096], dat[4096];
     /* The optimizer every run uses: the one asked for when it has a staleness
      * budget to sweep, else Shampoo. */
@@ -154,7 +89,7 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
             return STRATA_OK;
         }
         snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, row->name);
-        st = jsonl_to_dat(path, dat);
+        st = strata_plot_jsonl_to_dat(path, dat);
         if (out && st == STRATA_OK)
             fprintf(out, "sweep: %s done: val loss %.4f in %.1f s\n", row->name,
                     row->r.final_val_loss, row->r.wall_seconds);

@@ -401,6 +401,17 @@ typedef struct strata_stats {
     double last_seconds_factors, last_seconds_roots, last_seconds_precondition,
         last_seconds_tail;      /* its split */
     double seconds_factors, seconds_roots, seconds_precondition, seconds_tail; /* cumulative */
+    double last_seconds_critical; /* the critical path of second-order state in the last step
+                                   (seconds, measured on the training thread only): time the
+                                   training thread spent on snapshots, job submission, inline
+                                   refreshes (a synchronous run's whole inverse-root /
+                                   eigenbasis computation), waits for results, installs and
+                                   tier reads, from the end of the previous strata_step to the
+                                   end of this one (so the forward hooks' nvme prefetches
+                                   count); factor updates and preconditioning do not count.
+                                   Asynchronous runs hide their refreshes when it stays a small
+                                   fraction of the step time (Asteria) */
+    double seconds_critical;    /* cumulative: the sum of every step's last_seconds_critical */
     int64_t root_refreshes;     /* successful inverse-root computations (per factor) */
     int64_t root_failures;      /* failed ones (previous root kept) */
     int64_t root_retries;       /* decompositions redone in float64 with a second LAPACK

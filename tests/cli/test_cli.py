@@ -322,7 +322,7 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", "--tiers", "gpu", expect_rc=2, expect_text="--tiers expects")
     run("train", "--install-mode", "lazy", expect_rc=2, expect_text="--install-mode expects")
     run("train", "--staleness", "-1", expect_rc=2, expect_text="--staleness")
-    run("train", "--values", "1,2", expect_rc=2, expect_text="belong to sweep-staleness")
+    run("train", "--values", "1,2", expect_rc=2, expect_text="--values belongs to sweep-staleness")
     run("sweep-staleness", "--values", "1,x", expect_rc=2, expect_text="--values expects")
     tiny = ["--data", text, "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16",
             "--batch", "4", "--precondition-frequency", "2", "--eval-batches", "2"]
@@ -387,6 +387,36 @@ with tempfile.TemporaryDirectory() as tmp:
             ok = False
         print(f"{'PASS' if ok else 'FAIL'}: --nvme-staging-kib 64 run")
         failures += not ok
+    # The critical path (the training thread's time on second-order state): the
+    # steps' critical_ms sum to the summary's critical_path_s, which is that
+    # fraction of the steps' time; synchronous Shampoo's holds its inline roots
+    # (> 0), AdamW has none (0), and the summary prints it beside max/median.
+    def critical(*extra):
+        p = run("train", *tiny, "--steps", "8", "--eval-every", "4", "--metrics", metrics,
+                "--no-progress", *extra, expect_rc=0, stream="stdout")
+        recs = [json.loads(line) for line in open(metrics)]
+        steps = [r for r in recs if r["type"] == "step"]
+        summ = recs[-1]
+        total = sum(r["critical_ms"] for r in steps) / 1e3
+        wall = sum(r["step_ms"] for r in steps) / 1e3
+        consistent = (abs(total - summ["critical_path_s"]) <= 1e-9 + 1e-9 * total
+                      and abs(summ["critical_path_fraction"] - total / wall) <= 1e-6
+                      and abs(summ["wall_s"] - wall) <= 1e-6)
+        return p, steps, summ, consistent
+    try:
+        p, steps, summ, ok = critical()
+        ok = ok and summ["critical_path_s"] > 0 and p is not None and "critical path: " in p.stdout
+        refresh_steps = [r for r in steps if r["roots_ms"] > 0]
+        ok = ok and all(r["critical_ms"] >= r["roots_ms"] - 1e-9 for r in refresh_steps)
+        p, steps, summ, ok2 = critical("--async", "--stagger-refresh")
+        ok = ok and ok2 and "critical path: " in p.stdout
+        p, steps, summ, ok3 = critical("--optimizer", "adamw")
+        ok = ok and ok3 and summ["critical_path_s"] == 0 and "critical path" not in p.stdout
+    except Exception as e:  # noqa: BLE001
+        print("  critical path error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: critical path in the JSONL and the summary")
+    failures += not ok
     # The sweep's plot names the optimizer it swept.
     sweep_soap = os.path.join(tmp, "sweep-soap")
     run("sweep-staleness", *tiny, "--optimizer", "soap", "--steps", "2", "--eval-every", "1",
@@ -415,6 +445,59 @@ with tempfile.TemporaryDirectory() as tmp:
         print("  sweep error:", e)
         ok = False
     print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness table and plot")
+    failures += not ok
+
+    # strata race: run-list errors come before any training; a tiny race writes the
+    # curves (race.tsv), the per-run ratios (ratios.tsv, AdamW first whatever the
+    # list's order) and the plot, and every ratio follows from the curves.
+    run("race", "--runs", "muon,shampoo", expect_rc=2, expect_text="must include adamw")
+    run("race", "--runs", "adamw,muon-async", expect_rc=2, expect_text="'muon-async'")
+    run("race", "--runs", "adamw,sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
+    run("race", "--runs", "adamw,muon,muon", expect_rc=2, expect_text="listed twice")
+    run("race", "--staleness", "1,x", expect_rc=2, expect_text="--staleness expects")
+    run("race", "--values", "1", expect_rc=2, expect_text="belongs to sweep-staleness")
+    run("train", "--runs", "adamw", expect_rc=2, expect_text="belongs to race")
+    run("race", "--help", expect_rc=0, expect_text="usage: strata race", stream="stdout")
+    race_dir = os.path.join(tmp, "race")
+    p = run("race", *tiny, "--steps", "6", "--eval-every", "2", "--runs",
+            "shampoo,adamw,shampoo-async", "--staleness", "0,3", "--out", race_dir, expect_rc=0,
+            expect_text="target: AdamW's final validation loss", stream="stdout")
+    try:
+        rows = [r.split("\t") for r in open(os.path.join(race_dir, "race.tsv")).read().splitlines()]
+        ok = rows[0] == ["optimizer", "variant", "step", "wall_s", "val_loss"]
+        curves = {}
+        for opt, variant, step, wall, val in rows[1:]:
+            curves.setdefault((opt, variant), []).append((int(step), float(wall), float(val)))
+        runs = [("adamw", "-"), ("shampoo", "sync"), ("shampoo", "async-S0-staggered"),
+                ("shampoo", "async-S3-staggered")]
+        ok = ok and sorted(curves) == sorted(runs)
+        ok = ok and all([s for s, _, _ in c] == [2, 4, 6] for c in curves.values())
+        ok = ok and all(c[0][1] <= c[1][1] <= c[2][1] for c in curves.values())
+        ratios = [r.split("\t") for r in open(os.path.join(race_dir, "ratios.tsv")).read().splitlines()]
+        ok = ok and ratios[0][:6] == ["optimizer", "variant", "final_val_loss", "wall_s", "reach_s",
+                                      "ratio_to_adamw"]
+        ok = ok and [tuple(r[:2]) for r in ratios[1:]] == [runs[0], runs[1], runs[2], runs[3]]
+        target = curves[("adamw", "-")][-1][2]
+        base = float(ratios[1][3])
+        ok = ok and float(ratios[1][2]) == target and abs(base - curves[("adamw", "-")][-1][1]) < 1e-5
+        for r in ratios[1:]:
+            c = curves[(r[0], r[1])]
+            ok = ok and float(r[2]) == c[-1][2]  # final validation loss: the last row
+            reach = next((w for _, w, v in c if v <= target), None)
+            if reach is None:
+                ok = ok and r[4] == "-" and r[5] == "-"
+            else:
+                ok = ok and abs(float(r[4]) - reach) < 1e-5 and abs(float(r[5]) - reach / base) < 1e-4
+            name = r[0] if r[1] in ("-", "sync") else f"{r[0]}-async-{r[1].split('-')[1]}"
+            ok = ok and name in p.stdout and os.path.exists(os.path.join(race_dir, name + ".jsonl"))
+        ok = ok and ratios[1][4] != "-"  # AdamW reaches its own final loss
+        if os.path.exists("/usr/bin/gnuplot"):
+            png = os.path.join(race_dir, "loss_vs_time.png")
+            ok = ok and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    except Exception as e:  # noqa: BLE001
+        print("  race error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: race table, ratios and plot")
     failures += not ok
 
 print(f"{failures} failed")

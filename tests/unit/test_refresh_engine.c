@@ -38,6 +38,7 @@ typedef struct diag_config {
     float lr;
     double eps;
     int fail_every; /* the k-th snapshot's part 1 fails when k % fail_every == 0 (0: never) */
+    int refresh_sleep_us; /* each refresh sleeps this long first (a slow decomposition) */
 } diag_config;
 
 typedef struct diag_state {
@@ -181,6 +182,8 @@ static strata_status d_refresh(const void *state, int b, void *slot, double *wor
     const diag_state *s = state;
     float *p = slot;
     *failed = 0;
+    if (s->cfg.refresh_sleep_us > 0)
+        usleep((useconds_t)s->cfg.refresh_sleep_us);
     if (p[0] < 0.0f) {
         *failed = 2u; /* part 1 failed: the engine must keep the previous half */
         cnt->root_failures++;
@@ -841,6 +844,71 @@ static void test_staleness_bound(void **state)
     }
 }
 
+/* Steps with the training thread's own work (forward and backward) standing
+ * in as a sleep of step_us before each; *roots gets the sum of every call's
+ * cnt.seconds_roots, summed in call order. */
+static void run_steps_slow(run *r, int steps, int step_us, double *roots)
+{
+    float g[64];
+    *roots = 0.0;
+    for (int t = 1; t <= steps; t++) {
+        usleep((useconds_t)step_us);
+        strata_refresh_prefetch(r->e, 0, t);
+        for (int p = 0; p < NPARAM; p++) {
+            for (size_t i = 0; i < sizes[p]; i++)
+                g[i] = (float)sin(0.7 * t + 1.3 * (double)i + p);
+            strata_optim_counters cnt = {0};
+            double wait = 0.0;
+            assert_int_equal(strata_refresh_step(r->e, r->id[p], t, 1.0f, r->w[p], g, &cnt,
+                                                 &wait),
+                             STRATA_OK);
+            *roots += cnt.seconds_roots;
+        }
+    }
+}
+
+/* The critical path (strata_refresh_critical_seconds) counts what the
+ * training thread spends on second-order state and nothing the workers do.
+ * Each refresh sleeps 1 ms. Synchronous: every refresh runs inline, so the
+ * critical path holds at least refreshes x 1 ms. Asynchronous (S = F - 1,
+ * a step's own work far longer than the refreshes due in it): the workers
+ * keep up, no step waits, and the critical path is snapshots and installs
+ * only, far below the synchronous one. Both: the stats report the same
+ * figure, and on the host tier (no prefetch) it is exactly the sum of the
+ * steps' seconds_roots, the same intervals. */
+static void test_critical_path(void **state)
+{
+    (void)state;
+    enum { SLEEP_US = 1000, STEP_US = 4000, N = 24 };
+    diag_config dc = {.F = 4, .start = 1, .lag = 0, .lr = 0.05f, .eps = 1e-3,
+                      .refresh_sleep_us = SLEEP_US};
+    run a, b;
+    double roots_a, roots_b;
+    run_open(&a, &dc, false, 0, 0, STRATA_TIER_HOST);
+    assert_true(strata_refresh_critical_seconds(a.e) == 0.0);
+    run_steps_slow(&a, N, STEP_US, &roots_a);
+    run_open(&b, &dc, true, dc.F - 1, 0, STRATA_TIER_HOST);
+    run_steps_slow(&b, N, STEP_US, &roots_b);
+    strata_refresh_stats sa, sb;
+    strata_refresh_stats_get(a.e, &sa);
+    strata_refresh_stats_get(b.e, &sb);
+    const double ca = strata_refresh_critical_seconds(a.e);
+    const double cb = strata_refresh_critical_seconds(b.e);
+    print_message("critical path: sync %.2f ms (%lld refreshes x %d us inline), async S=%d "
+                  "%.3f ms (%lld jobs, %lld waits, %.3f ms waiting)\n",
+                  1e3 * ca, (long long)sa.refreshes, SLEEP_US, dc.F - 1, 1e3 * cb,
+                  (long long)sb.jobs_submitted, (long long)sb.waits, 1e3 * sb.wait_seconds);
+    assert_true(sa.refreshes > 0 && sb.jobs_submitted > 0);
+    assert_true(sa.critical_seconds == ca && sb.critical_seconds == cb);
+    assert_true(fabs(ca - roots_a) <= 1e-9 && fabs(cb - roots_b) <= 1e-9);
+    assert_true(ca >= 1e-6 * SLEEP_US * (double)sa.refreshes);
+    assert_true(cb >= sb.wait_seconds); /* waits are on the critical path */
+    if (sb.waits == 0)
+        assert_true(cb < 0.5 * ca);
+    run_close(&a);
+    run_close(&b);
+}
+
 /* Placement counts every host buffer it will allocate: the resident
  * buffers, each worker's scratch and the staging buffer of snapshots bound
  * for nvme. Over a sweep of host budgets, a plan that accepts must allocate
@@ -1063,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),
         cmocka_unit_test(test_host_budget_plan),
+        cmocka_unit_test(test_critical_path),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

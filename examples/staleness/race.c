@@ -1,0 +1,282 @@
+/* The optimizer race over the GPT main job (see race.h). */
+#include "race.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plot.h"
+#include "settings.h"
+
+typedef struct race_row {
+    strata_race_run run;
+    gpt_train_result r;
+    double reach_s;  /* wall time of the first validation at or below the target; NaN: never */
+} race_row;
+
+/* Append one run to runs[*n] unless the list is full or names it twice. */
+static strata_status plan_add(strata_race_run *runs, int *n, const strata_race_run *r)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(runs[i].name, r->name) == 0)
+            return strata_error(STRATA_ERR_INVALID_ARG, "race: run '%s' is listed twice",
+                                r->name);
+    if (*n == STRATA_RACE_MAX_RUNS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "race: more than %d runs",
+                            STRATA_RACE_MAX_RUNS);
+    runs[(*n)++] = *r;
+    return STRATA_OK;
+}
+
+/* One entry of the list: NAME or NAME-async, expanded into runs. */
+static strata_status plan_entry(const strata_race_options *o, const char *tok, size_t len,
+                                strata_race_run *runs, int *n)
+{
+    static const char suffix[] = "-async";
+    const size_t sl = sizeof suffix - 1;
+    char name[40];
+    if (len == 0 || len >= sizeof name)
+        return strata_error(STRATA_ERR_INVALID_ARG, "race: bad run '%.*s' in the list",
+                            (int)len, tok);
+    memcpy(name, tok, len);
+    name[len] = '\0';
+    const bool async = len > sl && strcmp(name + len - sl, suffix) == 0;
+    if (async)
+        name[len - sl] = '\0';
+    strata_race_run r = {.staleness = -1, .async = async};
+    if (strata_optimizer_parse(name, &r.optimizer) != STRATA_OK)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "race: unknown optimizer '%s' in the run list (adamw, muon, "
+                            "shampoo, soap, kl-shampoo, each optionally NAME-async)",
+                            name);
+    strata_config c = o->train.strata;
+    c.matrix_optimizer = r.optimizer;
+    c.async = async;
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&c, &refresh);
+    const char *oname = strata_optimizer_name(r.optimizer);
+    if (!async) {
+        snprintf(r.name, sizeof r.name, "%s", oname);
+        snprintf(r.variant, sizeof r.variant, "%s",
+                 !refresh.refreshes                             ? "-"
+                 : c.stagger_refresh && refresh.stagger        ? "sync-staggered"
+                                                               : "sync");
+        return plan_add(runs, n, &r);
+    }
+    if (!refresh.async)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "race: '%s-async': %s has no refreshes that can run on workers "
+                            "(shampoo, soap and kl-shampoo's eigenbasis form have)",
+                            name, oname);
+    for (int k = 0; k < o->n_staleness; k++) {
+        r.staleness = o->staleness[k];
+        snprintf(r.name, sizeof r.name, "%s-async-S%d", oname, r.staleness);
+        snprintf(r.variant, sizeof r.variant, "async-S%d-staggered", r.staleness);
+        strata_status st = plan_add(runs, n, &r);
+        if (st != STRATA_OK)
+            return st;
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_race_plan(const strata_race_options *o, strata_race_run *runs, int *n)
+{
+    if (!o || !runs || !n || !o->staleness || o->n_staleness < 1)
+        return strata_error(STRATA_ERR_INVALID_ARG, "race: need a staleness list");
+    for (int k = 0; k < o->n_staleness; k++)
+        if (o->staleness[k] < 0)
+            return strata_error(STRATA_ERR_INVALID_ARG, "race: staleness %d < 0",
+                                o->staleness[k]);
+    *n = 0;
+    const char *spec = o->runs ? o->runs : STRATA_RACE_DEFAULT_RUNS;
+    for (const char *tok = spec;;) {
+        const char *end = strchr(tok, ',');
+        const size_t len = end ? (size_t)(end - tok) : strlen(tok);
+        strata_status st = plan_entry(o, tok, len, runs, n);
+        if (st != STRATA_OK)
+            return st;
+        if (!end)
+            break;
+        tok = end + 1;
+    }
+    /* AdamW is the reference: it runs first. */
+    for (int i = 0; i < *n; i++)
+        if (runs[i].optimizer == STRATA_OPTIM_ADAMW && !runs[i].async) {
+            const strata_race_run a = runs[i];
+            memmove(runs + 1, runs, (size_t)i * sizeof *runs);
+            runs[0] = a;
+            return STRATA_OK;
+        }
+    return strata_error(STRATA_ERR_INVALID_ARG,
+                        "race: the run list must include adamw (the reference whose final "
+                        "validation loss the others race to)");
+}
+
+/* Train one run into DIR/<name>.jsonl and DIR/<name>.dat. */
+static strata_status race_one(const strata_race_options *o, race_row *row, FILE *out)
+{
+    const strata_race_run *run = &row->run;
+    gpt_train_options t = o->train;
+    t.strata.matrix_optimizer = run->optimizer;
+    t.strata.async = run->async;
+    if (run->async) {
+        t.strata.staleness = run->staleness;
+        t.strata.stagger_refresh = true;
+    }
+    t.quiet = true;
+    /* As in the staleness sweep: every run trains on one thread (it stands in
+     * for the GPU); the async runs' workers take the other cores. */
+    if (t.strata.blas_threads == 0)
+        t.strata.blas_threads = 1;
+    char path[4096], dat[4096];
+    snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, run->name);
+    snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, run->name);
+    t.metrics_path = path;
+    if (out) {
+        const bool plain = strcmp(run->variant, "-") == 0;
+        fprintf(out, "race: running %s (%s%s%d steps)...\n", run->name,
+                plain ? "" : run->variant, plain ? "" : ", ", t.steps);
+        fflush(out);
+    }
+    strata_status st = gpt_train(&t, NULL, &row->r);
+    if (st != STRATA_OK) {
+        char why[512]; /* strata_error must not format its own buffer into itself */
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "race run %s: %s", run->name, why);
+    }
+    if (row->r.interrupted)
+        return STRATA_OK;
+    st = strata_plot_jsonl_to_dat(path, dat);
+    if (out && st == STRATA_OK)
+        fprintf(out, "race: %s done: val loss %.4f in %.*f s\n", run->name,
+                row->r.final_val_loss, row->r.wall_seconds < 1.0 ? 3 : 1, row->r.wall_seconds);
+    return st;
+}
+
+/* race.tsv (every validation of every run) and each run's reach_s. */
+static strata_status write_curves(const strata_race_options *o, race_row *rows, int n,
+                                  double target)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/race.tsv", o->out_dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    fputs("optimizer\tvariant\tstep\twall_s\tval_loss\n", f);
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        race_row *row = &rows[i];
+        row->reach_s = NAN;
+        snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, row->run.name);
+        strata_plot_point *pts;
+        int np;
+        st = strata_plot_read(path, &pts, &np);
+        for (int k = 0; st == STRATA_OK && k < np; k++) {
+            if (isnan(pts[k].val_loss))
+                continue;
+            fprintf(f, "%s\t%s\t%d\t%.6f\t%.17g\n", strata_optimizer_name(row->run.optimizer),
+                    row->run.variant, pts[k].step, pts[k].wall_s, pts[k].val_loss);
+            if (isnan(row->reach_s) && pts[k].val_loss <= target)
+                row->reach_s = pts[k].wall_s;
+        }
+        free(pts);
+    }
+    if (fclose(f) != 0 && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "writing %s/race.tsv failed", o->out_dir);
+    return st;
+}
+
+/* ratios.tsv and the table on `out`. */
+static strata_status write_ratios(const strata_race_options *o, const race_row *rows, int n,
+                                  FILE *out)
+{
+    const double target = rows[0].r.final_val_loss, base = rows[0].r.wall_seconds;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ratios.tsv", o->out_dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    fputs("optimizer\tvariant\tfinal_val_loss\twall_s\treach_s\tratio_to_adamw\t"
+          "critical_path_fraction\tstep_max_over_median\n",
+          f);
+    if (out)
+        fprintf(out,
+                "\ntarget: AdamW's final validation loss %.4f, reached in %.2f s of training\n"
+                "%-22s %-20s %9s %8s %8s %7s %7s %8s\n",
+                target, base, "run", "variant", "val_loss", "wall_s", "reach_s", "ratio",
+                "crit%", "max/p50");
+    for (int i = 0; i < n; i++) {
+        const race_row *row = &rows[i];
+        const gpt_train_result *r = &row->r;
+        const double spike = r->step_ms_p50 > 0.0 ? r->step_ms_max / r->step_ms_p50 : 0.0;
+        char reach[32] = "-", ratio[32] = "-";
+        if (!isnan(row->reach_s)) {
+            snprintf(reach, sizeof reach, "%.6f", row->reach_s);
+            snprintf(ratio, sizeof ratio, "%.6f", row->reach_s / base);
+        }
+        fprintf(f, "%s\t%s\t%.17g\t%.6f\t%s\t%s\t%.6f\t%.4f\n",
+                strata_optimizer_name(row->run.optimizer), row->run.variant, r->final_val_loss,
+                r->wall_seconds, reach, ratio, r->critical_path_fraction, spike);
+        if (out) {
+            if (!isnan(row->reach_s)) {
+                snprintf(reach, sizeof reach, "%.2f", row->reach_s);
+                snprintf(ratio, sizeof ratio, "%.3f", row->reach_s / base);
+            } else {
+                snprintf(reach, sizeof reach, "never");
+            }
+            fprintf(out, "%-22s %-20s %9.4f %8.2f %8s %7s %7.2f %8.2f\n", row->run.name,
+                    row->run.variant, r->final_val_loss, r->wall_seconds, reach, ratio,
+                    100.0 * r->critical_path_fraction, spike);
+        }
+    }
+    if (fclose(f) != 0)
+        return strata_error(STRATA_ERR_IO, "writing %s failed", path);
+    return STRATA_OK;
+}
+
+strata_status strata_race(const strata_race_options *o, FILE *out)
+{
+    if (!o || !o->out_dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "race: need options and out_dir");
+    strata_race_run runs[STRATA_RACE_MAX_RUNS];
+    int n = 0;
+    strata_status st = strata_race_plan(o, runs, &n);
+    if (st != STRATA_OK)
+        return st;
+    st = strata_plot_make_dir(o->out_dir);
+    if (st != STRATA_OK)
+        return st;
+    race_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows)
+        return strata_error(STRATA_ERR_NOMEM, "race: out of memory");
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        rows[i].run = runs[i];
+        st = race_one(o, &rows[i], out);
+        if (st == STRATA_OK && rows[i].r.interrupted) { /* a signal: no tables from part of a race */
+            if (out)
+                fprintf(out, "race: interrupted during run %s; %s/race.tsv not written\n",
+                        runs[i].name, o->out_dir);
+            free(rows);
+            return STRATA_OK;
+        }
+    }
+    if (st == STRATA_OK)
+        st = write_curves(o, rows, n, rows[0].r.final_val_loss);
+    if (st == STRATA_OK)
+        st = write_ratios(o, rows, n, out);
+    if (st == STRATA_OK) {
+        strata_plot_curve curves[STRATA_RACE_MAX_RUNS];
+        for (int i = 0; i < n; i++)
+            curves[i] = (strata_plot_curve){.file = rows[i].run.name, .title = rows[i].run.name};
+        st = strata_plot_loss_vs_time(o->out_dir,
+                                      "GPT on the corpus: validation loss vs wall time per "
+                                      "optimizer (same steps)",
+                                      curves, n, out);
+    }
+    if (st == STRATA_OK && out)
+        fprintf(out, "\nwrote %s/race.tsv, %s/ratios.tsv and %s/loss_vs_time.png\n", o->out_dir,
+                o->out_dir, o->out_dir);
+    free(rows);
+    return st;
+}
