@@ -8,6 +8,7 @@
 #include "optim/precond.h"
 #include "refresh.h"
 #include "comm_ops.h"
+#include "grad_bucket.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 
@@ -60,6 +61,10 @@ struct strata_runtime {
     double *norm_parts;    /* per parameter: [sum of squares, non-finite] (2 n_params) */
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
+    strata_grad_buckets *buckets; /* non-blocking bucketed reduce-to-owner (grad_bucket.h);
+                              NULL: the blocking per-tensor path (one rank, gather
+                              sharding, a transport without the non-blocking slots, a
+                              non-CPU backend) */
 };
 
 #endif

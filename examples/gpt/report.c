@@ -668,6 +668,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_double(o, "intra_node_bytes", g->intra_node_bytes);
             json_add_double(o, "inter_node_bytes", g->inter_node_bytes);
             json_add_double(o, "opt_ms", g->opt_ms_mean);
+            json_add_double(o, "bwd_hook_ms", g->bwd_hook_ms);
+            json_add_double(o, "grad_wait_ms", g->grad_wait_ms);
             json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
             json_add_double(o, "max_staleness", g->max_staleness);
             json_add_double(o, "staleness_bound_exceeded", g->staleness_bound_exceeded);

@@ -266,7 +266,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 9 };
+    enum { K = 11 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->owned_param_bytes + s->device_bytes);
@@ -278,6 +278,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[6] = (double)s->max_staleness;
     m[7] = (double)s->coh_bound_exceeded;
     m[8] = (double)s->largest_owned_bytes;
+    m[9] = 1e3 * s->seconds_backward_hooks / steps;
+    m[10] = 1e3 * s->seconds_grad_wait / steps;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -289,7 +291,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .opt_ms_mean = v[4], .owned_params = v[5],
                                            .max_staleness = v[6],
                                            .staleness_bound_exceeded = v[7],
-                                           .largest_item_bytes = v[8]};
+                                           .largest_item_bytes = v[8],
+                                           .bwd_hook_ms = v[9], .grad_wait_ms = v[10]};
     }
     return st;
 }

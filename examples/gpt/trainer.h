@@ -80,6 +80,8 @@ typedef struct gpt_rank_figures {
     double largest_item_bytes; /* the largest owned parameter's weights + state */
     double max_staleness;      /* largest staleness of this rank's owned blocks (async) */
     double staleness_bound_exceeded; /* coherence: times the bound F-1+S was exceeded */
+    double bwd_hook_ms;        /* per step: time inside strata_hook_backward (reductions) */
+    double grad_wait_ms;       /* per step: time strata_step waited for gradient reductions */
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64

@@ -138,6 +138,16 @@ typedef struct strata_config {
                                  DDP's convention: sum in rank order, then times
                                  (float)(1.0 / world_size)) or the sum (false); no effect
                                  on one rank */
+    size_t grad_bucket_bytes; /* cap of one gradient bucket, bytes: after a layer's
+                                 backward, its gradients going to the same owner(s) travel
+                                 as one non-blocking message of at most this size (a larger
+                                 tensor travels alone), overlapped with the rest of the
+                                 backward; strata_step waits for what is still in flight.
+                                 Staging per rank: 2 x max(largest bucket, min(all
+                                 gradients, 4 x this)). A multiple of 4 in [4, 1 GiB];
+                                 default 4 MiB. Used with several ranks on a transport with
+                                 the non-blocking slots (MPI) and the CPU backend; otherwise
+                                 each tensor is reduced by a blocking call in the hook */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
@@ -148,7 +158,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 31
+#define STRATA_CONFIG_FIELDS 32
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -354,6 +364,17 @@ typedef struct strata_stats {
     double planned_makespan;    /* the planner's predicted per-rank optimizer work, and */
     double planned_lower_bound; /* its lower bound: max(total / N, the largest item, the N-th
                                    plus the (N+1)-th largest item) (seconds) */
+    /* gradient reductions (several ranks) */
+    double seconds_backward_hooks; /* wall time inside strata_hook_backward, cumulative: the
+                                   blocking reductions, or packing and posting the buckets
+                                   and advancing those in flight */
+    double seconds_grad_wait;   /* wall time strata_step waited for gradient reductions
+                                   still in flight (included in seconds_steps), cumulative */
+    double last_grad_wait_seconds; /* ... in the last step */
+    int64_t grad_buckets;       /* gradient buckets posted (non-blocking messages), cumulative */
+    int64_t grad_bucket_ring_waits; /* posts that first waited for an older bucket because
+                                   the staging was full */
+    size_t grad_staging_bytes;  /* this rank's bucket staging (0: blocking per tensor) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
