@@ -10,8 +10,11 @@
  * every rank takes the same decision.
  *
  * Interface rules:
- *  - `iface->version` must equal STRATA_COMM_IFACE_VERSION; every slot is
- *    required (the self backend shows the trivial forms).
+ *  - `iface->version` must equal STRATA_COMM_IFACE_VERSION; every slot not
+ *    marked optional below is required (the self backend shows the trivial
+ *    forms). The optional slots were appended at the end of the struct, so a
+ *    table written with designated initializers before they existed leaves
+ *    them NULL (the interface version is unchanged).
  *  - Buffers are host float32 (double for scalars); counts in elements.
  *  - Collectives are blocking and called by every rank in the same order
  *    (MPI's rule); a failure on any rank surfaces as an error on every rank.

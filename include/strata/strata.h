@@ -251,7 +251,16 @@ STRATA_API strata_status strata_sync_weights(strata_runtime *rt);
 
 /* After layer `layer`'s backward: its gradients are final for this
  * micro-batch; reduce them to their owners and record their squared norm.
- * Errors: as strata_hook_forward. */
+ * With several ranks on a transport with non-blocking reductions (MPI) and
+ * the CPU backend, the layer's gradients going to the same owner(s) are
+ * packed into buckets of at most cfg.grad_bucket_bytes and posted without
+ * waiting (earlier buckets advance at each hook); strata_step waits for what
+ * is still in flight (stats.seconds_grad_wait) before reading any gradient.
+ * The hook copies the gradients it posts; an owner's buffers receive the sum
+ * (the mean) at the latest when strata_step starts, overwriting anything
+ * written to them after the hook. Otherwise each tensor is
+ * reduced here by a blocking call. Collective: every rank calls the hooks in
+ * the same order. Errors: as strata_hook_forward, the communicator's. */
 STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
 
 /* Scale every learning rate by `scale` (>= 0) from the next step on; for
