@@ -9,6 +9,10 @@ each it reports, from the runs' JSONL summaries (per-rank figures):
     median over rounds) and its ratio to owner sharding;
   * matrix bytes moved inside the optimizer step per rank and step;
   * intra-node and inter-node bytes per rank and step (all collectives);
+  * the whole step (forward + backward + optimizer step, rank 0's mean), the
+    time inside the backward hooks (the gradient reductions: blocking, or
+    posting buckets) and the time strata_step waited for gradient reductions
+    still in flight (means over ranks; '-' from a build without them);
 and the planner's predicted makespan / lower bound on the GPT's parameters at
 4 and 8 ranks (from the owner runs' summaries).
 Every run must end with the same weights hash as the single-rank
@@ -68,7 +72,8 @@ def main():
             print(f"\n{opt} (weights identical to one rank with --grad-accum {a.ranks}: "
                   f"{ref['weights_hash']})")
             print(f"{'sharding':8} {'opt ms':>8} {'vs owner':>8} {'step MiB/rank':>14} "
-                  f"{'intra MiB':>10} {'inter MiB':>10} {'resident MiB max':>16}")
+                  f"{'intra MiB':>10} {'inter MiB':>10} {'resident MiB max':>16} "
+                  f"{'step ms':>8} {'bwd hook ms':>11} {'grad wait ms':>12}")
             owner_ms = None
             for mode, runs in res.items():
                 ms = statistics.median(statistics.mean(r["opt_ms"] for r in s["ranks"])
@@ -78,8 +83,16 @@ def main():
                 inter = statistics.mean(r["inter_node_bytes"] for r in runs[0]["ranks"])
                 resident = max(r["resident_bytes"] for r in runs[0]["ranks"])
                 owner_ms = owner_ms or ms
+                step_ms = statistics.median(s["step_ms_mean"] for s in runs)
+
+                def per_rank(key):
+                    if key not in runs[0]["ranks"][0]:
+                        return f"{'-':>{len(key) - 1}}"
+                    return f"{statistics.median(statistics.mean(r[key] for r in s['ranks']) for s in runs):.2f}"
                 print(f"{mode:8} {ms:8.2f} {ms / owner_ms:8.2f} {step_b / 2**20:14.3f} "
-                      f"{intra / 2**20:10.3f} {inter / 2**20:10.3f} {resident / 2**20:16.2f}")
+                      f"{intra / 2**20:10.3f} {inter / 2**20:10.3f} {resident / 2**20:16.2f} "
+                      f"{step_ms:8.2f} {per_rank('bwd_hook_ms'):>11} "
+                      f"{per_rank('grad_wait_ms'):>12}")
         print("\nplanner (owner sharding, shampoo): predicted makespan / lower bound")
         for n in (4, 8):
             s = run(a.exe, n, base[:0] + ["--steps", "1", "--eval-every", "0", "--eval-batches",

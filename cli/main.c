@@ -399,6 +399,9 @@ static const train_flag train_flags[] = {
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
              "groups (default: all ranks)"},
+    {.name = "grad-bucket-kib", .type = FT_KIB, .off = OFF(o.strata.grad_bucket_bytes), .lo = 1,
+     .hi = 1 << 20, .group = G_RANKS, .arg = "N",
+     .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})"},
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
      .group = G_RANKS, .arg = "N",
      .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},

@@ -18,6 +18,23 @@
  * communicator is set to MPI_ERRORS_RETURN so that an error comes back here.
  * Counters: bytes this rank sent and received, split by whether the peer is
  * on the same node.
+ *
+ * Non-blocking reductions (ireduce_start/ireduce_test, strata_comm_request):
+ * deterministic mode, and any request with several owners, runs a chain in
+ * rank order: rank 0 sends 0 + x_0 to rank 1, rank r adds its x_r to the
+ * partial it received from r - 1 and sends the result to r + 1, and the last
+ * rank ships the total to every owner. The sums are exactly the blocking
+ * ones (((0 + x_0) + x_1) + ..., IEEE addition being commutative), each
+ * rank holds one extra buffer per request (the caller's scratch, n floats)
+ * instead of the owner gathering N - 1 contributions, and with nodes that
+ * are blocks of consecutive ranks exactly one hop crosses each node
+ * boundary, as in the hierarchical reduce_to_owners. A rank's add-and-forward
+ * runs inside ireduce_test, so the chain advances when ranks call the
+ * communicator (progress at each backward hook, the wait at the step).
+ * Fast mode with one owner uses MPI_Ireduce. Each request gets the next tag
+ * of a sequence that every rank advances alike (they start requests in the
+ * same order), so concurrent requests between the same two ranks never
+ * match each other's messages.
  */
 #include "strata/comm.h"
 
@@ -36,6 +53,7 @@ typedef struct mpi_ctx {
     float *stage;       /* gathered contributions (size - 1 buffers) */
     size_t stage_floats;
     bool contiguous;    /* every node is a block of consecutive ranks */
+    unsigned seq;       /* non-blocking requests started (tags) */
     uint64_t intra_own, inter_own;
     uint64_t *intra, *inter; /* bytes received + sent, by peer's node (a sub-communicator
                                 counts into its parent's) */
@@ -383,6 +401,136 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
     return st;
 }
 
+/* ---- non-blocking reduce-to-owners (see the top of the file) */
+
+enum { NB_RECV = 1, NB_SEND, NB_SHIP, NB_FAST };
+enum { NB_TAG0 = 1000, NB_TAGS = 30000 }; /* tags 1000..30999 <= MPI_TAG_UB (>= 32767) */
+
+_Static_assert(2 * sizeof(MPI_Request) <= sizeof(((strata_comm_request *)0)->impl),
+               "strata_comm_request.impl holds two MPI requests");
+
+static MPI_Request *nb_mpi(strata_comm_request *q)
+{
+    return (MPI_Request *)(void *)q->impl;
+}
+
+static bool nb_is_owner(const strata_comm_request *q, int rank)
+{
+    for (int k = 0; k < q->n_owners; k++)
+        if (q->owners[k] == rank)
+            return true;
+    return false;
+}
+
+/* After the add: forward the partial, and an owner that is not the last rank
+ * posts the receive of the total into its (now free) scratch. */
+static strata_status nb_forward(mpi_ctx *c, strata_comm_request *q)
+{
+    MPI_Request *mr = nb_mpi(q);
+    const int n = (int)q->n, last = c->size - 1;
+    const size_t bytes = q->n * sizeof(float);
+    count(c, c->rank + 1, bytes);
+    strata_status st = MPI_TRY(MPI_Isend(q->buf, n, MPI_FLOAT, c->rank + 1, q->tag, c->comm,
+                                         &mr[0]));
+    if (st == STRATA_OK && nb_is_owner(q, c->rank)) {
+        count(c, last, bytes);
+        st = MPI_TRY(MPI_Irecv(q->scratch, n, MPI_FLOAT, last, q->tag, c->comm, &mr[1]));
+    }
+    q->phase = NB_SEND;
+    return st;
+}
+
+static strata_status m_ireduce_start(void *ctx, strata_comm_request *q)
+{
+    mpi_ctx *c = ctx;
+    MPI_Request *mr = nb_mpi(q);
+    mr[0] = mr[1] = MPI_REQUEST_NULL;
+    if (q->n > INT32_MAX)
+        return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", q->n);
+    q->tag = NB_TAG0 + (int)(c->seq++ % NB_TAGS);
+    if (c->size == 1) {
+        q->done = true;
+        return STRATA_OK;
+    }
+    const int n = (int)q->n, me = c->rank;
+    if (!c->deterministic && q->n_owners == 1) {
+        const int owner = q->owners[0];
+        if (me != owner)
+            count(c, owner, q->n * sizeof(float));
+        q->phase = NB_FAST;
+        return MPI_TRY(MPI_Ireduce(me == owner ? MPI_IN_PLACE : q->buf, me == owner ? q->buf : NULL,
+                                   n, MPI_FLOAT, MPI_SUM, owner, c->comm, &mr[0]));
+    }
+    if (me == 0) {
+        for (size_t i = 0; i < q->n; i++)
+            q->buf[i] = 0.0f + q->buf[i]; /* the sum starts from +0, as the blocking one */
+        return nb_forward(c, q);
+    }
+    count(c, me - 1, q->n * sizeof(float));
+    q->phase = NB_RECV;
+    return MPI_TRY(MPI_Irecv(q->scratch, n, MPI_FLOAT, me - 1, q->tag, c->comm, &mr[0]));
+}
+
+static strata_status m_ireduce_test(void *ctx, strata_comm_request *q)
+{
+    mpi_ctx *c = ctx;
+    MPI_Request *mr = nb_mpi(q);
+    const int last = c->size - 1;
+    strata_status st = STRATA_OK;
+    int flag = 0;
+    while (!q->done && st == STRATA_OK) {
+        switch (q->phase) {
+        case NB_RECV: /* the partial sum of ranks 0..me-1 */
+            st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
+            if (st != STRATA_OK || !flag)
+                return st;
+            for (size_t i = 0; i < q->n; i++)
+                q->buf[i] = q->scratch[i] + q->buf[i];
+            if (c->rank < last) {
+                st = nb_forward(c, q);
+            } else {
+                q->phase = NB_SHIP;
+                q->next_owner = 0;
+            }
+            break;
+        case NB_SEND: /* the forward, and an owner's total */
+            st = MPI_TRY(MPI_Testall(2, mr, &flag, MPI_STATUSES_IGNORE));
+            if (st != STRATA_OK || !flag)
+                return st;
+            if (nb_is_owner(q, c->rank))
+                memcpy(q->buf, q->scratch, q->n * sizeof(float));
+            q->done = true;
+            break;
+        case NB_SHIP: /* the last rank: the total to each owner, one at a time */
+            st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
+            if (st != STRATA_OK || !flag)
+                return st;
+            while (q->next_owner < q->n_owners && q->owners[q->next_owner] == c->rank)
+                q->next_owner++;
+            if (q->next_owner == q->n_owners) {
+                q->done = true;
+                break;
+            }
+            {
+                const int o = q->owners[q->next_owner++];
+                count(c, o, q->n * sizeof(float));
+                st = MPI_TRY(MPI_Isend(q->buf, (int)q->n, MPI_FLOAT, o, q->tag, c->comm,
+                                       &mr[0]));
+            }
+            break;
+        case NB_FAST:
+            st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
+            if (st != STRATA_OK || !flag)
+                return st;
+            q->done = true;
+            break;
+        default:
+            return strata_error(STRATA_ERR_INTERNAL, "mpi comm: request in phase %d", q->phase);
+        }
+    }
+    return st;
+}
+
 static strata_status ctx_finish(mpi_ctx *c)
 {
     c->contiguous = true;
@@ -455,6 +603,8 @@ static const strata_comm_iface mpi_iface = {
     .bytes = m_bytes,
     .abort = m_abort,
     .destroy = m_destroy,
+    .ireduce_start = m_ireduce_start,
+    .ireduce_test = m_ireduce_test,
 };
 
 strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, strata_comm **out)

@@ -27,4 +27,35 @@ strata_status strata_comm_reduce_scatter_f32(strata_comm *c, const float *send,
                                                         float *recv, const size_t *counts,
                                                         const size_t *displs);
 
+/* ---- non-blocking reductions (strata_comm_request). Every rank starts the
+ * same requests in the same order (with its collectives); a communicator
+ * and those split from it keep one in-flight list, and every blocking
+ * collective above first completes it (comm.c explains why). */
+
+/* True when the transport has the non-blocking slots. */
+bool strata_comm_has_ireduce(const strata_comm *c);
+
+/* Start `req` (its caller block filled: buf, scratch, n, owners, n_owners;
+ * every owner a rank). Without the transport's slots it runs the blocking
+ * reduce_to_owner(s) now and returns with req->done set. Errors:
+ * STRATA_ERR_INVALID_ARG, the transport's. */
+strata_status strata_comm_ireduce_start(strata_comm *c, strata_comm_request *req);
+
+/* Advance every in-flight request without blocking. */
+strata_status strata_comm_progress(strata_comm *c);
+
+/* Block until `req` completed, advancing every in-flight request meanwhile
+ * (requests started before it usually finish first). */
+strata_status strata_comm_request_wait(strata_comm *c, strata_comm_request *req);
+
+/* Block until no request is in flight. */
+strata_status strata_comm_drain(strata_comm *c);
+
+/* Requests in flight on c's list. */
+int strata_comm_in_flight(const strata_comm *c);
+
+/* Forget an in-flight request without completing it (error paths, before
+ * its memory goes: the job is ending; its transport state is not freed). */
+void strata_comm_request_abandon(strata_comm *c, strata_comm_request *req);
+
 #endif

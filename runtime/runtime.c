@@ -80,6 +80,7 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->nvme_chunk_bytes = (size_t)1 << 20;
     cfg->sharding = STRATA_SHARD_OWNER;
     cfg->average_gradients = true;
+    cfg->grad_bucket_bytes = (size_t)4 << 20;
     cfg->log_level = STRATA_LOG_WARN;
     const char *env = getenv("STRATA_LOG_LEVEL");
     if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
@@ -146,6 +147,12 @@ static strata_status check_config(const strata_config *c)
     CFG_CHECK(st, cfg_int("sharding", (long long)c->sharding, STRATA_SHARD_OWNER,
                           STRATA_SHARD_ZERO1));
     CFG_CHECK(st, cfg_int("shard_group_size", c->shard_group_size, 0, INT32_MAX));
+    if (st == STRATA_OK && (c->grad_bucket_bytes < 4 || c->grad_bucket_bytes > ((size_t)1 << 30) ||
+                            c->grad_bucket_bytes % 4))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "strata_config.grad_bucket_bytes = %zu: must be a multiple of 4 in "
+                          "[4, 1 GiB]",
+                          c->grad_bucket_bytes);
     CFG_CHECK(st, cfg_int("log_level", (long long)c->log_level, STRATA_LOG_ERROR,
                           STRATA_LOG_DEBUG));
     if (st == STRATA_OK && c->async && c->roots_tier == STRATA_TIER_NVME && !c->nvme_dir)
@@ -590,8 +597,61 @@ static strata_status create_engine(strata_runtime *rt)
 
 static void managed_free(strata_runtime *rt);
 
+/* The gradient buckets (grad_bucket.h), when the transport can reduce
+ * without blocking: every parameter with its owners (its owner; with HSDP
+ * its replica's owner in every group) and whether this rank gets the sum
+ * back and takes the mean, exactly as the blocking path below decides.
+ * The CPU backend only: packing reads the gradients on the host. */
+static strata_status create_buckets(strata_runtime *rt)
+{
+    if (rt->world == 1 || rt->cfg.sharding == STRATA_SHARD_GATHER ||
+        !strata_comm_has_ireduce(rt->comm) || rt->cfg.backend != STRATA_BACKEND_CPU)
+        return STRATA_OK;
+    const int G = rt->n_groups > 1 ? rt->n_groups : 1;
+    strata_gb_item *items = calloc((size_t)rt->n_params, sizeof *items);
+    int *owners = calloc((size_t)rt->n_params * (size_t)G, sizeof *owners);
+    strata_status st = items && owners ? STRATA_OK
+                                       : strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        const rt_param *p = &rt->params[i];
+        int *o = owners + (size_t)i * G;
+        bool receives = false;
+        if (rt->n_groups > 1)
+            for (int g = 0; g < G; g++) {
+                o[g] = g * rt->group_size + p->owner % rt->group_size;
+                receives |= o[g] == rt->rank;
+            }
+        else
+            receives = (o[0] = p->owner) == rt->rank;
+        items[i] = (strata_gb_item){.layer = p->layer, .grad = p->grad, .n = p->view.numel,
+                                    .owners = o, .n_owners = G, .receives = receives,
+                                    .average = p->owner == rt->rank &&
+                                               rt->cfg.average_gradients};
+    }
+    const strata_gb_config gc = {.comm = rt->comm, .be = rt->be,
+                                 .bucket_bytes = rt->cfg.grad_bucket_bytes,
+                                 .scale = (float)(1.0 / rt->world)};
+    if (st == STRATA_OK)
+        st = strata_gb_create(&gc, items, rt->n_params, &rt->buckets);
+    free(items);
+    free(owners);
+    if (st == STRATA_OK) {
+        strata_gb_stats gs;
+        strata_gb_stats_get(rt->buckets, &gs);
+        rt->stats.grad_staging_bytes = gs.staging_bytes;
+        strata_log(rt, STRATA_LOG_INFO, "comm",
+                   "gradients: %d buckets per backward (cap %zu bytes), %zu bytes of staging, "
+                   "non-blocking reduce to owners over '%s'",
+                   gs.n_buckets, rt->cfg.grad_bucket_bytes, gs.staging_bytes,
+                   strata_comm_name(rt->comm));
+    }
+    return st;
+}
+
 static void uncommit(strata_runtime *rt)
 {
+    strata_gb_destroy(rt->buckets);
+    rt->buckets = NULL;
     strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
     rt->engine = NULL;
     managed_free(rt);
@@ -844,6 +904,8 @@ strata_status strata_commit(strata_runtime *rt)
         }
     }
     st = managed_setup(rt);
+    if (st == STRATA_OK)
+        st = create_buckets(rt);
     if (st != STRATA_OK) {
         uncommit(rt);
         return st;
@@ -970,6 +1032,14 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
         rt->layer_reduced[layer] = 1;
     if (rt->world == 1)
         return STRATA_OK;
+    const double t0 = strata_now_seconds();
+    if (rt->buckets) {
+        /* Bucketed and non-blocking: post this layer's buckets and advance
+         * the ones in flight; strata_step waits for the rest. */
+        st = strata_gb_post_layer(rt->buckets, layer);
+        rt->stats.seconds_backward_hooks += strata_now_seconds() - t0;
+        return st;
+    }
     const int N = rt->world;
     size_t *counts = rt->shard_counts, *displs = rt->shard_counts + N;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
@@ -999,6 +1069,7 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
                 st = average(rt, p->grad, p->view.numel);
         }
     }
+    rt->stats.seconds_backward_hooks += strata_now_seconds() - t0;
     return st;
 }
 
@@ -1031,6 +1102,21 @@ strata_status strata_step(strata_runtime *rt)
     rt->stats.last_wait_seconds = 0.0;
     release_all(rt); /* the weights are about to change (strata.h, managed weights) */
     const int rank = rt->rank;
+
+    /* Gradient reductions still in flight complete first: the owners' sums
+     * land (and are scaled to the mean) before anything reads them. */
+    if (rt->buckets) {
+        double waited = 0.0;
+        strata_status sw = strata_gb_finish_all(rt->buckets, &waited);
+        rt->stats.last_grad_wait_seconds = waited;
+        rt->stats.seconds_grad_wait += waited;
+        strata_gb_stats gs;
+        strata_gb_stats_get(rt->buckets, &gs);
+        rt->stats.grad_buckets = gs.posted;
+        rt->stats.grad_bucket_ring_waits = gs.ring_waits;
+        if (sw != STRATA_OK)
+            return sw;
+    }
 
     /* Gather sharding: every rank assembles every full reduced gradient now
      * (the gather-then-compute baseline moves them at the optimizer step). */
@@ -1311,6 +1397,7 @@ void strata_destroy(strata_runtime *rt)
         for (int i = 0; i < rt->n_params; i++)
             free(rt->gather_stage[i]);
     free(rt->gather_stage);
+    strata_gb_destroy(rt->buckets);
     strata_backend_destroy(rt->be);
     strata_replicas_destroy(rt->replica_set);
     if (rt->own_group)

@@ -8,6 +8,7 @@
 #include "optim/precond.h"
 #include "refresh.h"
 #include "comm_ops.h"
+#include "grad_bucket.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 
@@ -86,6 +87,10 @@ struct strata_runtime {
                                buffers */
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
+    strata_grad_buckets *buckets; /* non-blocking bucketed reduce-to-owner (grad_bucket.h);
+                              NULL: the blocking per-tensor path (one rank, gather
+                              sharding, a transport without the non-blocking slots, a
+                              non-CPU backend) */
 };
 
 /* checkpoint.c: add the counters a checkpoint restored (rt->stats_base) to

@@ -704,6 +704,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_double(o, "intra_node_bytes", g->intra_node_bytes);
             json_add_double(o, "inter_node_bytes", g->inter_node_bytes);
             json_add_double(o, "opt_ms", g->opt_ms_mean);
+            json_add_double(o, "bwd_hook_ms", g->bwd_hook_ms);
+            json_add_double(o, "grad_wait_ms", g->grad_wait_ms);
             json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
             json_add_double(o, "owned_param_bytes", g->owned_param_bytes);
             json_add_double(o, "param_bytes_peak", g->param_bytes_peak);

@@ -361,7 +361,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 16 };
+    enum { K = 18 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -380,6 +380,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[13] = (double)s->param_bytes_peak;
     m[14] = (double)s->largest_layer_bytes;
     m[15] = (double)s->owned_param_bytes;
+    m[16] = 1e3 * s->seconds_backward_hooks / steps;
+    m[17] = 1e3 * s->seconds_grad_wait / steps;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -398,7 +400,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .refresh_ship_inter_bytes = v[12],
                                            .param_bytes_peak = v[13],
                                            .largest_layer_bytes = v[14],
-                                           .owned_param_bytes = v[15]};
+                                           .owned_param_bytes = v[15],
+                                           .bwd_hook_ms = v[16], .grad_wait_ms = v[17]};
     }
     return st;
 }

@@ -94,6 +94,8 @@ typedef struct gpt_rank_figures {
     double refreshes_received; /* HSDP: block results shipped to it by another replica */
     double refresh_ship_intra_bytes, refresh_ship_inter_bytes; /* those shipments, sent +
                                   received, per step (part of intra/inter_node_bytes) */
+    double bwd_hook_ms;        /* per step: time inside strata_hook_backward (reductions) */
+    double grad_wait_ms;       /* per step: time strata_step waited for gradient reductions */
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64

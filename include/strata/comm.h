@@ -10,11 +10,22 @@
  * every rank takes the same decision.
  *
  * Interface rules:
- *  - `iface->version` must equal STRATA_COMM_IFACE_VERSION; every slot is
- *    required (the self backend shows the trivial forms).
+ *  - `iface->version` must equal STRATA_COMM_IFACE_VERSION; every slot not
+ *    marked optional below is required (the self backend shows the trivial
+ *    forms). The optional slots were appended at the end of the struct, so a
+ *    table written with designated initializers before they existed leaves
+ *    them NULL (the interface version is unchanged).
  *  - Buffers are host float32 (double for scalars); counts in elements.
  *  - Collectives are blocking and called by every rank in the same order
  *    (MPI's rule); a failure on any rank surfaces as an error on every rank.
+ *  - Optional slots (NULL = absent, documented fallback): bytes, abort,
+ *    destroy, and the non-blocking reduction ireduce_start/ireduce_test
+ *    (both or neither; absent, the runtime reduces with the blocking
+ *    reduce_to_owner / reduce_to_owners, as before these slots existed).
+ *    A non-blocking reduction is posted by every rank in the same order as
+ *    every other collective; a blocking collective on a communicator (or on
+ *    one split from it) first completes every reduction still in flight, so
+ *    no rank can sit in a blocking call while another waits for its part.
  *
  * Thread-safety: one thread per communicator at a time (the training thread).
  */
@@ -39,6 +50,29 @@ typedef enum strata_reduce_op {
 } strata_reduce_op;
 
 typedef struct strata_comm strata_comm;
+
+/* One non-blocking reduction (a caller-visible descriptor, so the hot path
+ * never allocates): the sum over all ranks of buf[0..n), in the same order
+ * as the blocking reduce_to_owners (deterministic transports: rank order
+ * from +0), delivered into the buf of every rank listed in owners. The
+ * caller fills the first block, hands the descriptor to
+ * strata_comm_ireduce_start and must not touch buf, scratch, owners or the
+ * descriptor until `done` (or strata_comm_request_wait) says it completed;
+ * then the owners' buf holds the sum, other ranks' buf is unspecified. */
+typedef struct strata_comm_request {
+    /* caller */
+    float *buf;          /* n floats: this rank's contribution; the owners' result */
+    float *scratch;      /* n floats the transport may use until completion */
+    size_t n;
+    const int *owners;   /* n_owners >= 1 ranks that receive the sum */
+    int n_owners;
+    /* transport and communicator (read `done`; leave the rest alone) */
+    bool done;
+    int phase, tag, next_owner;
+    void *impl[4];       /* transport state (e.g. two MPI requests) */
+    strata_comm *comm;   /* the communicator it was started on */
+    struct strata_comm_request *next; /* the communicator's in-flight list */
+} strata_comm_request;
 
 typedef struct strata_comm_iface {
     int version;      /* STRATA_COMM_IFACE_VERSION */
@@ -78,6 +112,16 @@ typedef struct strata_comm_iface {
      * error on this rank, so that no rank waits forever in a collective). */
     void (*abort)(void *ctx, int code);
     void (*destroy)(void *ctx);   /* may be NULL */
+    /* Optional, both or neither: a non-blocking reduce_to_owners (see
+     * strata_comm_request). ireduce_start posts `req` (req->done false, or
+     * true when it completed at once) and never waits for another rank;
+     * ireduce_test advances it as far as it can without blocking (the
+     * communicator calls it from every progress and wait) and sets
+     * req->done when this rank's part is complete: its buffers are free and,
+     * on an owner, buf holds the sum. n > 0, owners valid (checked by the
+     * caller). Errors: the transport's (STRATA_ERR_IO), STRATA_ERR_INVALID_ARG. */
+    strata_status (*ireduce_start)(void *ctx, strata_comm_request *req);
+    strata_status (*ireduce_test)(void *ctx, strata_comm_request *req);
 } strata_comm_iface;
 
 /* Wrap an implementation (backend authors). `iface` must outlive the handle;

@@ -148,6 +148,16 @@ typedef struct strata_config {
                                  DDP's convention: sum in rank order, then times
                                  (float)(1.0 / world_size)) or the sum (false); no effect
                                  on one rank */
+    size_t grad_bucket_bytes; /* cap of one gradient bucket, bytes: after a layer's
+                                 backward, its gradients going to the same owner(s) travel
+                                 as one non-blocking message of at most this size (a larger
+                                 tensor travels alone), overlapped with the rest of the
+                                 backward; strata_step waits for what is still in flight.
+                                 Staging per rank: 2 x max(largest bucket, min(all
+                                 gradients, 4 x this)). A multiple of 4 in [4, 1 GiB];
+                                 default 4 MiB. Used with several ranks on a transport with
+                                 the non-blocking slots (MPI) and the CPU backend; otherwise
+                                 each tensor is reduced by a blocking call in the hook */
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
@@ -158,7 +168,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 31
+#define STRATA_CONFIG_FIELDS 32
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -329,7 +339,16 @@ STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_para
 /* After layer `layer`'s backward: its gradients are final for this
  * micro-batch; reduce them to their owners and record their squared norm.
  * Releases the layer's managed weights on this rank first (above).
- * Errors: as strata_hook_forward. */
+ * With several ranks on a transport with non-blocking reductions (MPI) and
+ * the CPU backend, the layer's gradients going to the same owner(s) are
+ * packed into buckets of at most cfg.grad_bucket_bytes and posted without
+ * waiting (earlier buckets advance at each hook); strata_step waits for what
+ * is still in flight (stats.seconds_grad_wait) before reading any gradient.
+ * The hook copies the gradients it posts; an owner's buffers receive the sum
+ * (the mean) at the latest when strata_step starts, overwriting anything
+ * written to them after the hook. Otherwise each tensor is
+ * reduced here by a blocking call. Collective: every rank calls the hooks in
+ * the same order. Errors: as strata_hook_forward, the communicator's. */
 STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
 
 /* Scale every learning rate by `scale` (>= 0) from the next step on; for
@@ -480,6 +499,17 @@ typedef struct strata_stats {
     int64_t stream_waits;        /* installs whose copy had not completed, so the training
                                     stream waited on its event */
     uint64_t stream_wait_bytes;  /* bytes of those copies */
+    /* gradient reductions (several ranks) */
+    double seconds_backward_hooks; /* wall time inside strata_hook_backward, cumulative: the
+                                   blocking reductions, or packing and posting the buckets
+                                   and advancing those in flight */
+    double seconds_grad_wait;   /* wall time strata_step waited for gradient reductions
+                                   still in flight (included in seconds_steps), cumulative */
+    double last_grad_wait_seconds; /* ... in the last step */
+    int64_t grad_buckets;       /* gradient buckets posted (non-blocking messages), cumulative */
+    int64_t grad_bucket_ring_waits; /* posts that first waited for an older bucket because
+                                   the staging was full */
+    size_t grad_staging_bytes;  /* this rank's bucket staging (0: blocking per tensor) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

@@ -185,6 +185,7 @@ static const row config_rows[] = {
     ROW(C, sharding, strata_sharding, K_ENUM, -1, 3, END),
     ROW(C, shard_group_size, int, K_INT, -1, END),
     ROW(C, average_gradients, bool, K_BOOL, END),
+    ROW(C, grad_bucket_bytes, size_t, K_SIZE, 0, 2, 5, 2147483648.0, END),
     ROW(C, log_level, strata_log_level, K_ENUM, -1, 4, END),
     ROW(C, log_fn, strata_log_fn, K_PTR, END),
     ROW(C, log_user, void *, K_PTR, END),
