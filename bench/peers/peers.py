@@ -450,7 +450,7 @@ def torch_gpt_worker(threads, steps, layers, d_model, heads, seq, batch):
             for b in s.h:
                 x = b(x)
             logits = s.lnf(x) @ s.wte.weight.t()
-            return F.cross_entropy(logits.view(-1, 256), tgt.view(-1))
+            return F.cross_entropy(logits.reshape(-1, 256), tgt.reshape(-1))
 
     m = GPT()
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
@@ -542,7 +542,7 @@ def main():
     # internal: the worker processes
     ap.add_argument("--worker")
     ap.add_argument("--dir")
-    ap.add_argument("--torch-gpt", nargs=6, metavar="N")
+    ap.add_argument("--torch-gpt", nargs=5, metavar="N")
     args, extra = ap.parse_known_args()
     if args.torch_gpt:
         t, steps, layers, dm, heads = (int(x) for x in args.torch_gpt[:5])
