@@ -779,13 +779,14 @@ static char **main_argv;
  * forever in a collective. */
 static int cmd_train(int argc, char **argv)
 {
+    /* OpenBLAS's generic fallback core on a CPU with faster kernels: run
+     * again with them (never when the user set OPENBLAS_CORETYPE), before
+     * anything is parsed or printed. */
+    gpt_blas_core_reexec(main_argv);
     train_args a;
     int rc = parse_train(argc, argv, false, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
-    /* OpenBLAS's generic fallback core on a CPU with faster kernels: run
-     * again with them (never when the user set OPENBLAS_CORETYPE). */
-    gpt_blas_core_reexec(main_argv);
     strata_comm *comm = NULL;
     if (strata_comm_mpi_launched()) {
         strata_status st = strata_comm_mpi_create(NULL, !a.nondeterministic, &comm);
