@@ -257,10 +257,24 @@ class Proc:
         self.banner = self._read()
 
     def _read(self):
-        ln = self.p.stdout.readline()
-        if not ln or ln.startswith("error"):
-            raise RuntimeError(f"{self.p.args[:3]}: {ln.strip() or 'exited'}")
-        return ln.strip()
+        """The next answer line. Other lines on the worker's stdout are
+        passed on as notes: LAPACK's xerbla prints there (Debian's torch
+        1.13: "** On entry to SSYEVD parameter number 8 had an illegal
+        value" for SOAP's 3072 x 3072 factor, after which the reference
+        retries eigh in float64)."""
+        while True:
+            ln = self.p.stdout.readline()
+            if not ln or ln.startswith("error"):
+                raise RuntimeError(f"{self.p.args[:3]}: {ln.strip() or 'exited'}")
+            t = ln.strip()
+            if t == "ok" or t.startswith("ready"):
+                return t
+            try:
+                float(t)
+                return t
+            except ValueError:
+                side = "strata" if any("peer_step" in a for a in self.p.args) else "peer"
+                print(f"    note ({side}): {t}", file=sys.stderr, flush=True)
 
     def cmd(self, s):
         self.p.stdin.write(s + "\n")
