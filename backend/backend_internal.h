@@ -21,6 +21,11 @@ strata_status backend_stream_impl(const strata_backend *be, const strata_stream 
  * errors: STRATA_ERR_UNSUPPORTED (not built, no device, no memory pools),
  * STRATA_ERR_NOMEM, or a converted CUDA/cuBLAS error. */
 strata_status strata_backend_cuda_available(int *count);
+
+/* The CPU backend's SSYRK mirror (backend/cpu.c): copy the strict lower
+ * triangle of the n x n row-major matrix c (leading dimension ldc) onto its
+ * upper triangle, tile by tile. Shared for bench/bench_syrk.c. */
+void strata_cpu_mirror_lower(int n, float *c, int ldc);
 strata_status strata_backend_cuda_create(strata_backend **out);
 
 #endif

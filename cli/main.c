@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blas_core.h"
 #include "settings.h"
 #include "strata/strata.h"
 #include "race.h"
@@ -846,12 +847,19 @@ static void catch_stop_signals(gpt_train_options *o)
     o->stop = &stop_signal;
 }
 
+/* main's argv, for the re-execution with a better OpenBLAS core. */
+static char **main_argv;
+
 /* Under an MPI launcher every process is a rank: the communicator spans
  * them, rank 0 prints and writes the metrics, and an error on any rank ends
  * every rank (MPI_Abort) after printing its message, so that none waits
  * forever in a collective. */
 static int cmd_train(int argc, char **argv)
 {
+    /* OpenBLAS's generic fallback core on a CPU with faster kernels: run
+     * again with them (never when the user set OPENBLAS_CORETYPE), before
+     * anything is parsed or printed. */
+    gpt_blas_core_reexec(main_argv);
     train_args a;
     int rc = parse_train(argc, argv, CMD_TRAIN, &a);
     if (rc)
@@ -870,6 +878,11 @@ static int cmd_train(int argc, char **argv)
             a.o.progress = 0;
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
+    if (rank == 0) {
+        gpt_blas_core bc;
+        gpt_blas_core_get(&bc);
+        gpt_blas_core_warn(&bc, stderr);
+    }
     catch_stop_signals(&a.o);
     gpt_train_result r;
     strata_status st = gpt_train(&a.o, rank == 0 ? stdout : NULL, &r);
@@ -1111,6 +1124,7 @@ static int cmd_ckpt(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    main_argv = argv;
     if (argc < 2) {
         usage_main(stderr);
         return 2;

@@ -8,6 +8,8 @@
  */
 #include "report.h"
 
+#include "blas_core.h"
+
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -34,6 +36,8 @@ struct gpt_report {
     double wall_seconds;     /* sum of the recorded steps' times */
     double critical_seconds; /* sum of the recorded steps' critical paths */
     double val_loss;         /* the last validation loss, NaN before the first */
+    gpt_blas_core blas;      /* the OpenBLAS core the products run on, and why */
+    int blas_threads;        /* OpenBLAS threads (the actual count) */
 };
 
 /* ---- JSON helpers */
@@ -181,6 +185,32 @@ static json_object *get_blas_threads(const config_ctx *c)
     return json_object_new_int(c->info->blas_threads);
 }
 
+/* The OpenBLAS core ("Cooperlake", "Prescott", ...) and how it was chosen. */
+static json_object *get_blas_core(const config_ctx *c)
+{
+    (void)c;
+    gpt_blas_core b;
+    gpt_blas_core_get(&b);
+    return json_object_new_string(b.core);
+}
+
+static json_object *get_blas_core_source(const config_ctx *c)
+{
+    (void)c;
+    gpt_blas_core b;
+    gpt_blas_core_get(&b);
+    return json_object_new_string(b.source);
+}
+
+/* The generic core OpenBLAS picked before strata re-executed (null otherwise). */
+static json_object *get_blas_core_from(const config_ctx *c)
+{
+    (void)c;
+    gpt_blas_core b;
+    gpt_blas_core_get(&b);
+    return b.from ? json_object_new_string(b.from) : json_object_new_null();
+}
+
 static json_object *get_workers(const config_ctx *c)
 {
     return json_object_new_int(c->info->workers);
@@ -224,6 +254,9 @@ static const config_key config_keys[] = {
     {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
     {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
     {"blas_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_threads},
+    {"blas_core", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core},
+    {"blas_core_source", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_source},
+    {"blas_core_from", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_from},
     /* the matrix optimizer's settings */
     {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL},
     {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL},
@@ -367,11 +400,29 @@ out_free:
     return st;
 }
 
+/* "blas: OpenBLAS core X (how it was chosen), N threads" */
+static void blas_line(const gpt_report *rep, char *buf, size_t n)
+{
+    const gpt_blas_core *b = &rep->blas;
+    char how[96];
+    if (b->from)
+        snprintf(how, sizeof how, "chosen by strata over OpenBLAS's generic %s", b->from);
+    else if (strcmp(b->source, "user") == 0)
+        snprintf(how, sizeof how, "OPENBLAS_CORETYPE");
+    else
+        snprintf(how, sizeof how, "detected by OpenBLAS");
+    snprintf(buf, n, "blas: OpenBLAS core %s (%s%s%s), %d thread%s", b->core ? b->core : "?", how,
+             b->better ? "; generic, this CPU supports " : "", b->better ? b->better : "",
+             rep->blas_threads, rep->blas_threads == 1 ? "" : "s");
+}
+
 void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
 {
     const gpt_train_options *o = &rep->o;
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     const char *name = strata_optimizer_name(mopt);
+    gpt_blas_core_get(&rep->blas);
+    rep->blas_threads = info->blas_threads;
     if (rep->out) {
         char async_note[64] = "";
         if (o->strata.async && rep->refresh.async)
@@ -392,6 +443,9 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
                 o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
                 o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
                 info->n_matrix, name, info->n_tail, name, info->unigram_val_loss, async_note);
+        char blas[160];
+        blas_line(rep, blas, sizeof blas);
+        fprintf(rep->out, "%s\n", blas);
         fflush(rep->out);
     }
     if (rep->metrics)
@@ -580,6 +634,9 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds,
                 o->strata.async && rep->refresh.async ? "" : ", inline refreshes",
                 res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
+    char blas[160];
+    blas_line(rep, blas, sizeof blas);
+    fprintf(f, "%s\n", blas);
     if (res->interrupted)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
@@ -648,6 +705,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "overflow_skipped", s->overflow_skipped);
     json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
     json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
+    json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));
     if (res->interrupted)
         json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
     json_object_object_add(j, "async", json_object_new_boolean(async));

@@ -1,0 +1,67 @@
+/* blas_core.h — which OpenBLAS kernel set ("core") runs the products, and the
+ * CLI's start-up fix for OpenBLAS's generic fallback (issue #13 item 4).
+ *
+ * OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from the CPU
+ * it recognises. Version 0.3.21 falls back to the slowest generic kernels
+ * ("Prescott" on x86-64, "armv8" on arm64) on CPUs newer than its tables,
+ * about half the GEMM throughput; OPENBLAS_CORETYPE=<core> overrides the
+ * choice. */
+#ifndef GPT_BLAS_CORE_H
+#define GPT_BLAS_CORE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The environment variable strata sets, beside OPENBLAS_CORETYPE, when it
+ * re-executes itself with a better core: its value is the generic core
+ * OpenBLAS had picked. Its presence also stops a second re-execution. */
+#define GPT_BLAS_CORE_FROM_ENV "STRATA_BLAS_CORE_FROM"
+/* Test knob: treat a set OPENBLAS_CORETYPE as OpenBLAS's own detection (not
+ * the user's choice), so that tests can make the generic fallback happen on a
+ * CPU that OpenBLAS recognises. */
+#define GPT_BLAS_CORE_TEST_ENV "STRATA_TEST_BLAS_CORETYPE_AS_DETECTED"
+
+typedef struct gpt_blas_core {
+    const char *core;   /* openblas_get_corename() of this process */
+    const char *source; /* "openblas" (detected), "user" (OPENBLAS_CORETYPE given), or
+                           "strata" (strata re-executed itself with a better core) */
+    const char *from;   /* source "strata": the generic core OpenBLAS had picked; else NULL */
+    const char *better; /* core is generic and this CPU supports faster kernels: their
+                           OPENBLAS_CORETYPE name ("SkylakeX", "Haswell", ...); else NULL */
+} gpt_blas_core;
+
+/* True for OpenBLAS's generic fallback cores (Prescott, Core2, Katmai, ...,
+ * armv8), compared without case. */
+bool gpt_blas_core_is_generic(const char *core);
+
+/* The best OPENBLAS_CORETYPE name this CPU's features allow (x86-64:
+ * AVX-512F/BW/DQ/VL -> SkylakeX, AVX2+FMA -> Haswell, AVX -> Sandybridge;
+ * arm64: SVE -> NeoverseV1, Advanced SIMD -> NeoverseN1), or NULL when
+ * there is none better than the generic kernels. */
+const char *gpt_blas_core_better(void);
+
+/* What runs now, and why (see the struct). */
+void gpt_blas_core_get(gpt_blas_core *out);
+
+/* The CLI's start-up step, before any other work: when OPENBLAS_CORETYPE is
+ * unset (never when the user set it, whatever its value), OpenBLAS picked a
+ * generic core and the CPU supports a better one, set OPENBLAS_CORETYPE to
+ * it and GPT_BLAS_CORE_FROM_ENV to the generic name, and execv
+ * /proc/self/exe with argv (argv[argc] == NULL). Returns only when it does
+ * not re-execute; if execv fails it prints a warning with the remedy to
+ * stderr and the run goes on with the generic core. */
+void gpt_blas_core_reexec(char **argv);
+
+/* Print the warning with the remedy to `f` when the core is generic and the
+ * CPU supports a better one (the user chose the core, or the re-execution
+ * did not happen); nothing otherwise. */
+void gpt_blas_core_warn(const gpt_blas_core *c, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
