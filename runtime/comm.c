@@ -5,7 +5,8 @@
  * In-flight list: a communicator and every communicator split from it share
  * one FIFO of started, not yet completed non-blocking reductions (kept by the
  * root, the communicator nobody split). Progress and waits test them in
- * start order; every blocking collective first drains the list. Since every
+ * start order; every blocking collective but the broadcast first drains the
+ * list (the broadcast advances it: see strata_comm_broadcast_from_owner). Since every
  * rank starts the same requests and calls the same collectives in the same
  * order, a rank inside a blocking collective has finished its part of every
  * request started before it, so no rank waits for one that sits in a
@@ -29,6 +30,7 @@ struct strata_comm {
 };
 
 static strata_status drain(strata_comm *c);
+static strata_status progress_root(strata_comm *root);
 
 strata_status strata_comm_create(const strata_comm_iface *iface, void *ctx, strata_comm **out)
 {
@@ -174,8 +176,16 @@ strata_status strata_comm_broadcast_from_owner(strata_comm *c, float *buf, size_
     strata_status st = check_owner(c, owner, "comm_broadcast_from_owner");
     if (st == STRATA_OK && n > 0 && !buf)
         st = strata_error(STRATA_ERR_INVALID_ARG, "comm_broadcast_from_owner: NULL buffer");
-    if (st == STRATA_OK)
-        st = drain(c);
+    /* The one collective that only advances what is in flight instead of
+     * draining it: managed weights are broadcast between backward hooks (the
+     * next layer's backward needs them), and a drain there would end the
+     * overlap of the reductions with the rest of the backward. No rank waits
+     * on a reduction while inside a broadcast (the waits are in drains and in
+     * strata_comm_request_wait), and the transport progresses its own
+     * messages inside the broadcast, so nobody waits for a rank that sits in
+     * one. */
+    if (st == STRATA_OK && c->root->head)
+        st = progress_root(c->root);
     return st == STRATA_OK && n > 0 ? c->iface->broadcast_from_owner(c->ctx, buf, n, owner) : st;
 }
 

@@ -270,7 +270,8 @@ static void test_buckets_module(void **state)
     strata_comm_destroy(c);
 }
 
-/* The seam: a blocking collective completes what is in flight first; the
+/* The seam: a blocking collective completes what is in flight first (the
+ * broadcast only advances it); the
  * fallback without the slots is the blocking reduction; half the slots is
  * refused. */
 static void test_seam(void **state)
@@ -296,6 +297,17 @@ static void test_seam(void **state)
     assert_true(ra.done && rb.done);
     assert_int_equal(strata_comm_in_flight(c), 0);
     assert_true(a[0] == 2.5f && a[3] == 5.5f);
+    /* The broadcast (managed weights between backward hooks) advances what is
+     * in flight but does not drain it: the overlap goes on. */
+    a[0] = 1.0f, a[3] = 4.0f;
+    assert_int_equal(strata_comm_ireduce_start(c, &ra), STRATA_OK);
+    float w[2] = {0};
+    assert_int_equal(strata_comm_broadcast_from_owner(c, w, 2, 0), STRATA_OK);
+    assert_int_equal(f.collectives_with_in_flight, 1);
+    assert_int_equal(strata_comm_in_flight(c), 1);
+    assert_int_equal(strata_comm_drain(c), STRATA_OK);
+    assert_true(ra.done && a[0] == 2.5f && a[3] == 5.5f);
+    f.collectives_with_in_flight = 0;
     const int bad_owner = 2;
     strata_comm_request rc = {.buf = a, .scratch = sa, .n = 4, .owners = &bad_owner,
                               .n_owners = 1};
