@@ -39,6 +39,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1166,6 +1167,11 @@ static strata_status prepare_block(strata_refresh *e, eng_block *blk, int64_t t)
     strata_status st = STRATA_OK;
     if (state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING)
         st = strata_coh_wait_slot(reg, blk->rb, k, &state);
+    if (st != STRATA_OK) {
+        char why[256]; /* the detail lives in the buffer strata_error writes */
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "'%s': %s", blk->ent->name, why);
+    }
     if (st == STRATA_OK && state == STRATA_SLOT_READY && blk->on_nvme &&
         nvme_stage(e, blk, k, due) != STRATA_OK)
         strata_logf(e->cfg.log, STRATA_LOG_DEBUG, "tiers",

@@ -1296,6 +1296,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_written = e.nvme_bytes_written;
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
+        out->snapshot_failures = e.snapshot_failures;
         out->refresh_blocks_computed = e.blocks_computed;
         out->refresh_blocks_received = e.blocks_received;
         out->refresh_ship_bytes_intra_node = e.ship_bytes_intra_node;
@@ -1405,4 +1406,22 @@ strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, 
 int64_t strata_testing_ckpt_calls(const strata_runtime *rt)
 {
     return rt ? rt->testing_ckpt_calls : -1;
+}
+
+strata_status strata_testing_hold_refreshes(strata_runtime *rt, strata_param_id id)
+{
+    if (!rt || id < -2 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_hold_refreshes: bad arguments");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_hold_refreshes: call after commit");
+    return strata_refresh_hold_jobs(rt->engine, id >= 0 ? rt->params[id].entry : id);
+}
+
+strata_status strata_testing_inject_snapshot_errors(strata_runtime *rt, int n)
+{
+    if (!rt || n < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_inject_snapshot_errors: bad arguments");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_inject_snapshot_errors: call after commit");
+    return strata_refresh_inject_snapshot_errors(rt->engine, n);
 }
