@@ -16,7 +16,11 @@
  *    is kept, counted, and the step still completes;
  *  - a snapshot that cannot be stored at a refresh point (after the factor
  *    update, so by design not an error): the step returns STRATA_OK and is
- *    whole, the refresh point is counted and the previous root kept.
+ *    whole, the refresh point is counted and the previous root kept;
+ *  - ranks (a two-rank communicator faked in one process, owner and gather
+ *    sharding): another rank's first pass timing out makes this rank give
+ *    up too (the agreement), and a failing collective: nothing changed,
+ *    and the retried steps are the fault-free run bit for bit.
  */
 #include <errno.h>
 #include <math.h>
@@ -133,6 +137,8 @@ static void image_take(const model *m, image *im)
     strata_tensor_info ti[32];
     for (int i = 0; i < m->rt->n_params; i++) {
         const rt_param *p = &m->rt->params[i];
+        if (!p->state)
+            continue; /* another rank owns it */
         const int n = p->fam->tensors(p->state, ti, 32);
         assert_true(n > 0 && n <= 32);
         for (int k = 0; k < n; k++) {
@@ -339,6 +345,128 @@ static void test_snapshot_error(void **state)
     free(got.b);
 }
 
+/* ---- a communicator of two ranks in one process: this is rank 0, and
+ * rank 1 contributes nothing (zeros to sums, its own pieces untouched), so
+ * the step runs as it would on rank 0. A call can be made to fail, and
+ * rank 1 can report that its first pass failed. */
+typedef struct fake2 {
+    int calls;        /* allreduce calls so far */
+    int fail_at;      /* that call fails with STRATA_ERR_IO (0: none) */
+    int other_status; /* rank 1's first pass failed with it (0: it did not) */
+} fake2;
+
+/* The first pass's outcome travels as a count per status after the
+ * gradient sums of strata_step's reduction (runtime.c, PREP_KINDS). */
+enum { PREP_KINDS_SEEN = (int)STRATA_ERR_INTERNAL + 1 };
+
+static int f_rank(void *ctx) { (void)ctx; return 0; }
+static int f_size(void *ctx) { (void)ctx; return 2; }
+static strata_status f_allreduce(void *ctx, double *vals, int n, strata_reduce_op op)
+{
+    (void)op;
+    fake2 *f = ctx;
+    if (++f->calls == f->fail_at)
+        return strata_error(STRATA_ERR_IO, "fake comm: allreduce %d failed (injected)", f->calls);
+    if (f->other_status && n >= PREP_KINDS_SEEN) {
+        vals[n - PREP_KINDS_SEEN + f->other_status] += 1.0;
+        f->other_status = 0;
+    }
+    return STRATA_OK;
+}
+static strata_status f_to_owner(void *ctx, float *buf, size_t n, int owner)
+{
+    (void)ctx, (void)buf, (void)n, (void)owner;
+    return STRATA_OK;
+}
+static strata_status f_allgatherv(void *ctx, const float *send, float *recv,
+                                  const size_t *counts, const size_t *displs)
+{
+    (void)ctx;
+    memset(recv, 0, (displs[1] + counts[1]) * sizeof *recv);
+    memcpy(recv + displs[0], send, counts[0] * sizeof *recv);
+    return STRATA_OK;
+}
+static strata_status f_reduce_scatter(void *ctx, const float *send, float *recv,
+                                      const size_t *counts, const size_t *displs)
+{
+    (void)ctx;
+    memcpy(recv, send + displs[0], counts[0] * sizeof *recv);
+    return STRATA_OK;
+}
+static strata_status f_barrier(void *ctx) { (void)ctx; return STRATA_OK; }
+static strata_status f_to_owners(void *ctx, float *buf, size_t n, const int *owners, int k)
+{
+    (void)ctx, (void)buf, (void)n, (void)owners, (void)k;
+    return STRATA_OK;
+}
+static strata_status f_split(void *ctx, int color, int key, strata_comm **out)
+{
+    (void)ctx, (void)color, (void)key;
+    return strata_comm_self_create(out);
+}
+static const strata_comm_iface fake2_iface = {
+    .version = STRATA_COMM_IFACE_VERSION, .name = "fake2", .rank = f_rank, .size = f_size,
+    .node_rank = f_rank, .node_size = f_size, .allreduce_f64 = f_allreduce,
+    .reduce_to_owner = f_to_owner, .broadcast_from_owner = f_to_owner,
+    .allgatherv_f32 = f_allgatherv, .reduce_scatter_f32 = f_reduce_scatter,
+    .barrier = f_barrier, .reduce_to_owners = f_to_owners, .split = f_split,
+};
+
+/* Rank 0 of two: rank 1's first pass times out (the agreement makes this
+ * rank give up too), then the step's collective fails: each changes
+ * nothing, and the retried steps give the fault-free run bit for bit. */
+static void test_comm_failures(void **state)
+{
+    const strata_sharding *sharding = *state;
+    fake2 f = {0};
+    strata_comm *comm = NULL;
+    assert_int_equal(strata_comm_create(&fake2_iface, &f, &comm), STRATA_OK);
+    strata_config c;
+    base_config(&c, STRATA_OPTIM_SHAMPOO, true);
+    c.comm = comm;
+    c.sharding = *sharding;
+    image ref = {0}, before = {0}, after = {0};
+    reference(&c, &ref);
+
+    model m;
+    assert_int_equal(model_open(&m, &c), STRATA_OK);
+    int owned = 0;
+    for (int i = 0; i < m.rt->n_params; i++)
+        owned += m.rt->params[i].state != NULL;
+    assert_true(owned > 0); /* this rank updates something */
+    int faults = 0;
+    for (int t = 1; t <= NSTEPS; t++) {
+        if (t == 5)
+            f.other_status = STRATA_ERR_TIMEOUT;
+        if (t == 7)
+            f.fail_at = f.calls + 1;
+        image_take(&m, &before);
+        const strata_status st = model_step(&m, t);
+        if (t != 5 && t != 7) {
+            assert_int_equal(st, STRATA_OK);
+            continue;
+        }
+        print_message("%s sharding, step %d: %s: %s\n",
+                      *sharding == STRATA_SHARD_GATHER ? "gather" : "owner", t,
+                      strata_status_str(st), strata_last_error());
+        assert_int_equal(st, t == 5 ? STRATA_ERR_TIMEOUT : STRATA_ERR_IO);
+        image_take(&m, &after);
+        assert_true(image_equal(&before, &after));
+        faults++;
+        assert_int_equal(model_step(&m, t), STRATA_OK);
+    }
+    assert_int_equal(faults, 2);
+    image_take(&m, &after);
+    assert_true(image_equal(&ref, &after));
+    strata_destroy(m.rt);
+    strata_comm_destroy(comm);
+    free(ref.b);
+    free(before.b);
+    free(after.b);
+}
+
+static const strata_sharding shard_owner = STRATA_SHARD_OWNER, shard_gather = STRATA_SHARD_GATHER;
+
 static const pos_case timeout_cases[] = {
     {STRATA_OPTIM_SHAMPOO, 0, STRATA_TIER_HOST, true},
     {STRATA_OPTIM_SHAMPOO, 1, STRATA_TIER_HOST, true},
@@ -385,6 +513,8 @@ int main(void)
         CASE("snapshot_shampoo_nvme_3", test_snapshot_error, &snap_cases[2]),
         CASE("snapshot_soap_async_1", test_snapshot_error, &snap_cases[3]),
         CASE("snapshot_soap_sync_2", test_snapshot_error, &snap_cases[4]),
+        CASE("comm_owner", test_comm_failures, &shard_owner),
+        CASE("comm_gather", test_comm_failures, &shard_gather),
     };
     const int failed = cmocka_run_group_tests_name("step_atomic", tests, NULL, NULL);
     rmdir(tmpdir);
