@@ -214,35 +214,38 @@ static void test_timeout_changes_nothing(void **state)
     const pos_case *k = *state;
     strata_config c;
     base_config(&c, k->opt, true);
-    c.wait_timeout_s = 0.5;
+    c.wait_timeout_s = 1.0;
     image ref = {0}, before = {0}, after = {0};
     reference(&c, &ref);
 
     model m;
     assert_int_equal(model_open(&m, &c), STRATA_OK);
-    int timeouts = 0;
+    int held_timeouts = 0;
     for (int t = 1; t <= NSTEPS; t++) {
         if (t == 3) /* from here on, this matrix's refreshes never finish */
             assert_int_equal(strata_testing_hold_refreshes(m.rt, m.mid[k->pos]), STRATA_OK);
         image_take(&m, &before);
-        const strata_status st = model_step(&m, t);
-        if (st == STRATA_OK)
-            continue;
-        print_message("%s, %s held: step %d: %s: %s\n", strata_optimizer_name(k->opt),
-                      mname[k->pos], t, strata_status_str(st), strata_last_error());
-        assert_int_equal(st, STRATA_ERR_TIMEOUT);
-        assert_non_null(strstr(strata_last_error(), mname[k->pos]));
-        image_take(&m, &after);
-        assert_true(image_equal(&before, &after)); /* nothing changed */
-        strata_stats s;
-        assert_int_equal(strata_stats_get(m.rt, &s), STRATA_OK);
-        assert_int_equal(s.step, t - 1);
-        timeouts++;
-        /* The fault goes; the same step (same gradients) now succeeds. */
-        assert_int_equal(strata_testing_hold_refreshes(m.rt, -2), STRATA_OK);
-        assert_int_equal(model_step(&m, t), STRATA_OK);
+        strata_status st = model_step(&m, t);
+        /* A timeout changes nothing, whichever job it waited for (a slow
+         * machine may time out on one that is not held: the same holds). */
+        while (st == STRATA_ERR_TIMEOUT) {
+            print_message("%s, %s held: step %d: %s: %s\n", strata_optimizer_name(k->opt),
+                          mname[k->pos], t, strata_status_str(st), strata_last_error());
+            const bool named = strstr(strata_last_error(), mname[k->pos]) != NULL;
+            image_take(&m, &after);
+            assert_true(image_equal(&before, &after)); /* nothing changed */
+            strata_stats s;
+            assert_int_equal(strata_stats_get(m.rt, &s), STRATA_OK);
+            assert_int_equal(s.step, t - 1);
+            if (named) { /* the fault goes; the same step (same gradients) succeeds */
+                held_timeouts++;
+                assert_int_equal(strata_testing_hold_refreshes(m.rt, -2), STRATA_OK);
+            }
+            st = model_step(&m, t);
+        }
+        assert_int_equal(st, STRATA_OK);
     }
-    assert_int_equal(timeouts, 1);
+    assert_int_equal(held_timeouts, 1);
     image_take(&m, &after);
     assert_true(image_equal(&ref, &after)); /* bit for bit the fault-free run */
     strata_destroy(m.rt);
