@@ -36,8 +36,10 @@
  *
  * Life: create, add every parameter (its family state already created with
  * external results), commit (registries, slots, placement, pool), then per
- * step strata_refresh_step per parameter, strata_refresh_prefetch from the
- * forward hook; destroy stops the workers first, then frees every buffer.
+ * step two passes: strata_refresh_prepare for every parameter (all that can
+ * fail for a reason outside the program, changing nothing), then
+ * strata_refresh_step for every parameter (which then fails only for a
+ * broken program or device); strata_refresh_prefetch from the forward hook; destroy stops the workers first, then frees every buffer.
  * Nothing is allocated after commit.
  *
  * Threading: every call from the training thread; workers only run jobs.

@@ -338,7 +338,8 @@ STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
 
 /* One optimizer step over every registered parameter. All or nothing: when
  * it returns an error, nothing changed (no weight, moment, factor,
- * installed root or step counter) and the same step may be called again.
+ * installed root or step counter; diagnostic counters such as coh_waits and
+ * io_errors record what happened) and the same step may be called again.
  *
  * Order, in two passes:
  *  1. Everything that can fail for a reason outside the program, before
