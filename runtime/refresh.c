@@ -39,6 +39,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -110,6 +111,8 @@ typedef struct eng_block {
     strata_io io;      /* prefetch into resident[1 - cur] */
     bool io_pending;
     int64_t io_version;
+    int64_t staged_version; /* nvme placement: the result resident[1 - cur] holds (read by
+                               the step's first pass or a landed prefetch), -1: none */
     int computer;      /* HSDP: the replica that refreshes it; -1: every replica its own */
     int n_unshipped;   /* HSDP: refresh points begun and not yet shipped, ascending */
     int64_t unshipped[SHIP_MAX];
@@ -158,7 +161,18 @@ struct strata_refresh {
         stream_waits;
     uint64_t stream_wait_bytes;
     double critical_seconds; /* training thread only (strata_refresh_critical_seconds) */
+    /* failed snapshots at refresh points (previous result kept), and whether
+     * the first was logged */
+    int64_t snapshot_failures;
+    bool warned_snapshot;
+    /* testing: the next inject_snapshot refresh points fail as a failed nvme
+     * write would (training thread); jobs of entry `hold` (-1: every entry,
+     * HOLD_NONE: none) wait before they run */
+    int inject_snapshot;
+    _Atomic int hold;
 };
+
+#define HOLD_NONE (-2)
 
 static size_t align4k(size_t x)
 {
@@ -216,6 +230,7 @@ strata_status strata_refresh_create(const strata_refresh_config *c, strata_refre
     if (!e)
         return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
     e->cfg = *c;
+    atomic_init(&e->hold, HOLD_NONE);
     if (c->nvme_dir) {
         e->nvme_dir = strdup(c->nvme_dir);
         if (!e->nvme_dir) {
@@ -303,10 +318,19 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
     return STRATA_OK;
 }
 
+/* Testing (strata_refresh_hold_jobs): is this block's job held? */
+static bool job_held(strata_refresh *e, const eng_block *blk)
+{
+    const int h = atomic_load_explicit(&e->hold, memory_order_acquire);
+    return h == -1 || (h >= 0 && h == (int)(blk->ent - e->entries));
+}
+
 static strata_status job_run(strata_job *j, strata_worker_ctx *w)
 {
     eng_job *job = j->user;
     strata_refresh *e = job->e;
+    while (job_held(e, job->blk))
+        usleep(500);
     strata_coh_mark_computing(job->blk->grp->reg, job->blk->rb, job->slot);
     eng_slot *slot = &job->blk->slots[job->slot];
     if (slot->snap_queued) { /* the snapshot's copies on the shadow stream */
@@ -415,9 +439,25 @@ static strata_status ship_note(eng_block *blk, int64_t version, int k)
  * the installed result's ranges]. The computing replica waits for its job
  * first; a receiver fills its reserved slot and completes it as the job
  * completed (READY or FAILED), so the next acquire does the same on every
- * replica. The computing replica broadcasts even after its own wait failed
- * (ok = 0), so that no receiver waits forever; it returns that error. */
-static strata_status ship_one(strata_refresh *e, eng_block *blk)
+ * replica. The computing replica broadcasts even after its own wait failed,
+ * so that no receiver waits forever: a wait that ran out (or, not patient,
+ * a failed nvme read) puts the refresh back on every replica's unshipped
+ * list and every replica returns that error; any other failure ships
+ * ok = 0 (every replica keeps its previous result).
+ * `patient` (a result the step's second pass needs, refreshed in this very
+ * step: the factors already absorbed G) waits on past wait_timeout_s, with
+ * a warning each time, as io_wait_landed does. */
+#define SHIP_LATER 100u /* hdr[2]: not shipped now (plus the computing replica's status) */
+
+/* Put refresh point v back at the head of the block's unshipped list. */
+static void ship_requeue(eng_block *blk, int64_t v)
+{
+    memmove(blk->unshipped + 1, blk->unshipped, (size_t)blk->n_unshipped * sizeof *blk->unshipped);
+    blk->unshipped[0] = v;
+    blk->n_unshipped++;
+}
+
+static strata_status ship_one(strata_refresh *e, eng_block *blk, bool patient)
 {
     const int64_t v = blk->unshipped[0];
     blk->n_unshipped--;
@@ -433,8 +473,15 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
     const int k = strata_coh_find(reg, blk->rb, v, &state);
     strata_status st = STRATA_OK;
     if (!receives(e, blk)) {
-        if (k >= 0)
-            st = strata_coh_wait_slot(reg, blk->rb, k, &state);
+        while (k >= 0 && (st = strata_coh_wait_slot(reg, blk->rb, k, &state)) ==
+                             STRATA_ERR_TIMEOUT &&
+               patient)
+            strata_logf(e->cfg.log, STRATA_LOG_WARN, "async", "%s; still waiting",
+                        strata_last_error());
+        /* Not patient (a step's first pass, a drain): a result not ready in
+         * time, or not readable, is shipped again later, on every replica
+         * alike (hdr[2] = SHIP_LATER + the status), and nothing changes. */
+        bool later = st == STRATA_ERR_TIMEOUT;
         bool ok = st == STRATA_OK && k >= 0 && state == STRATA_SLOT_READY;
         const char *src = ok ? blk->slots[k].buf : NULL;
         if (ok && blk->on_nvme) {
@@ -443,11 +490,16 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
             if (st != STRATA_OK) {
                 atomic_fetch_add(&e->io_errors, 1);
                 ok = false;
+                later = !patient;
+                if (patient) { /* every replica keeps its previous result, this one too */
+                    strata_coh_complete(reg, blk->rb, k, false);
+                    st = STRATA_OK;
+                }
             }
         }
         hdr[0] = (uint32_t)((uint64_t)v & 0xffffffffu);
         hdr[1] = (uint32_t)((uint64_t)v >> 32);
-        hdr[2] = ok;
+        hdr[2] = later ? SHIP_LATER + (uint32_t)st : ok;
         hdr[3] = k >= 0 ? blk->slots[k].failed : 0;
         size_t at = 0;
         for (int r = 0; r < nr; r++) {
@@ -459,6 +511,8 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
         }
         const strata_status sb = strata_replicas_broadcast(
             e->cfg.replicas, e->ship_buf, bytes, blk->computer, &e->ship_intra, &e->ship_inter);
+        if (later)
+            ship_requeue(blk, v);
         return st != STRATA_OK ? st : sb;
     }
     st = strata_replicas_broadcast(e->cfg.replicas, e->ship_buf, bytes, blk->computer,
@@ -471,6 +525,14 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
                             "'%s' block %d: shipped refresh %lld, this replica expected %lld "
                             "(slot %d)",
                             blk->ent->name, blk->b, (long long)got, (long long)v, k);
+    if (hdr[2] >= SHIP_LATER) {
+        ship_requeue(blk, v);
+        return strata_error((strata_status)(hdr[2] - SHIP_LATER),
+                            "'%s' block %d: replica %d, which refreshes it, could not ship "
+                            "refresh %lld in time (%s); shipped later",
+                            blk->ent->name, blk->b, blk->computer, (long long)v,
+                            strata_status_str((strata_status)(hdr[2] - SHIP_LATER)));
+    }
     bool ok = hdr[2] != 0;
     if (ok) {
         char *dst = blk->on_nvme ? e->staging : blk->slots[k].buf;
@@ -494,8 +556,10 @@ static strata_status ship_one(strata_refresh *e, eng_block *blk)
 }
 
 /* Before the acquire of step t: ship every refresh of the entry's blocks
- * that step t's acquire may install (refresh points up to the due one). */
-static strata_status ship_due(strata_refresh *e, eng_entry *en, int64_t t)
+ * that step t's acquire may install (refresh points up to the due one; only
+ * those already begun: the step's first pass ships all but the one that
+ * step t itself begins, which the second pass ships, `patient`). */
+static strata_status ship_due(strata_refresh *e, eng_entry *en, int64_t t, bool patient)
 {
     strata_status st = STRATA_OK;
     for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
@@ -504,7 +568,7 @@ static strata_status ship_due(strata_refresh *e, eng_entry *en, int64_t t)
             continue;
         const int64_t due = strata_coh_block_due_version(blk->grp->reg, blk->rb, t);
         while (st == STRATA_OK && blk->n_unshipped > 0 && blk->unshipped[0] <= due)
-            st = ship_one(e, blk);
+            st = ship_one(e, blk, patient);
     }
     return st;
 }
@@ -515,7 +579,7 @@ static strata_status ship_all(strata_refresh *e)
     strata_status st = STRATA_OK;
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++)
         while (st == STRATA_OK && e->blocks[i].computer >= 0 && e->blocks[i].n_unshipped > 0)
-            st = ship_one(e, &e->blocks[i]);
+            st = ship_one(e, &e->blocks[i], false);
     return st;
 }
 
@@ -795,6 +859,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
             blk->b = b;
             blk->rb = en->grp->filled++;
             blk->installed_slot = -1;
+            blk->staged_version = -1;
             en->fam->block(en->state, b, &blk->info);
             blk->slots = calloc((size_t)en->grp->n_slots, sizeof *blk->slots);
             if (!blk->slots)
@@ -894,6 +959,34 @@ strata_status strata_refresh_commit(strata_refresh *e)
 
 /* ---- the step */
 
+/* nvme placement: make the spare resident buffer hold the result of slot k
+ * (refresh point `want`): a landed prefetch of it, an earlier read of it
+ * (the step's first pass), or a read now. Errors: STRATA_ERR_IO (counted in
+ * io_errors; the caller keeps the previous result). */
+static strata_status nvme_stage(strata_refresh *e, eng_block *blk, int k, int64_t want)
+{
+    strata_status st;
+    if (blk->io_pending) {
+        st = io_wait_landed(e, &blk->io); /* resident[spare] may be read again below */
+        blk->io_pending = false;
+        if (st == STRATA_OK)
+            blk->staged_version = blk->io_version;
+        else /* the prefetch failed: counted, then read again below */
+            atomic_fetch_add(&e->io_errors, 1);
+    }
+    if (blk->staged_version == want)
+        return STRATA_OK;
+    blk->staged_version = -1;
+    st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
+                          blk->info.slot_bytes);
+    if (st != STRATA_OK) {
+        atomic_fetch_add(&e->io_errors, 1);
+        return st;
+    }
+    blk->staged_version = want;
+    return STRATA_OK;
+}
+
 /* Install the result in slot k of `blk` (acquire said it is due now). */
 static strata_status install(strata_refresh *e, eng_block *blk, int k)
 {
@@ -904,21 +997,8 @@ static strata_status install(strata_refresh *e, eng_block *blk, int k)
         const int spare = 1 - blk->cur;
         int64_t want = -1;
         strata_coh_slot_get(blk->grp->reg, blk->rb, k, &want);
-        strata_status st = STRATA_OK;
-        bool have_it = false;
-        if (blk->io_pending) {
-            st = io_wait_landed(e, &blk->io); /* resident[spare] is reused below */
-            blk->io_pending = false;
-            if (st != STRATA_OK) /* the prefetch failed: counted, then read again below */
-                atomic_fetch_add(&e->io_errors, 1);
-            have_it = st == STRATA_OK && blk->io_version == want;
-        }
-        if (!have_it)
-            st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, blk->resident[spare],
-                                  bi->slot_bytes);
-        if (st != STRATA_OK) {
+        if (nvme_stage(e, blk, k, want) != STRATA_OK) {
             /* Keep using the previous result: stale but intact. */
-            atomic_fetch_add(&e->io_errors, 1);
             strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
                         "'%s' block %d: reading its result failed (%s); keeping the previous one",
                         blk->ent->name, blk->b, strata_last_error());
@@ -927,6 +1007,7 @@ static strata_status install(strata_refresh *e, eng_block *blk, int k)
         prev = blk->installed_slot >= 0 ? blk->resident[blk->cur] : NULL;
         dst = blk->resident[spare];
         blk->cur = spare;
+        blk->staged_version = -1; /* the new spare holds the previous result */
     } else {
         if (blk->installed_slot >= 0)
             prev = blk->slots[blk->installed_slot].buf;
@@ -980,7 +1061,11 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     const strata_precond_family *f = blk->ent->fam;
     slot->snap_queued = false;
     st = seam_slot_reused(blk, k);
-    if (st == STRATA_OK && e->shadow && f->snapshot_async && !blk->on_nvme) {
+    if (st == STRATA_OK && e->inject_snapshot > 0) { /* testing: as a failed nvme write */
+        e->inject_snapshot--;
+        st = strata_error(STRATA_ERR_IO, "'%s' block %d: snapshot of refresh %lld failed "
+                          "(injected)", blk->ent->name, blk->b, (long long)version);
+    } else if (st == STRATA_OK && e->shadow && f->snapshot_async && !blk->on_nvme) {
         /* The stream seam: after the training stream's factor updates, on
          * the shadow stream; the job (or the inline refresh) waits on
          * ev_snap, the training stream before it changes the factors. */
@@ -1009,7 +1094,12 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
     if (st == STRATA_OK)
         atomic_fetch_add(&e->snapshot_bytes, blk->info.slot_bytes);
     slot->failed = 0;
-    if (st == STRATA_OK && g->inline_) {
+    if (st != STRATA_OK) { /* the refresh of `version` failed: FAILED, counted */
+        strata_coh_mark_computing(g->reg, blk->rb, k);
+        strata_coh_complete(g->reg, blk->rb, k, false);
+        return st;
+    }
+    if (g->inline_) {
         strata_coh_mark_computing(g->reg, blk->rb, k);
         if (slot->snap_queued)
             st = strata_backend_event_synchronize(slot->ev_snap);
@@ -1018,18 +1108,25 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         strata_coh_complete(g->reg, blk->rb, k, st == STRATA_OK);
         return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
     }
-    if (st == STRATA_OK) {
-        slot->job.job.deadline = version + g->cc.staleness;
-        st = strata_worker_submit(e->pool, &slot->job.job);
-    }
-    if (st != STRATA_OK) {
-        strata_coh_abort_refresh(g->reg, blk->rb, k);
+    slot->job.job.deadline = version + g->cc.staleness;
+    st = strata_worker_submit(e->pool, &slot->job.job);
+    if (st != STRATA_OK) { /* no callback fires: the refresh of `version` failed */
+        strata_coh_mark_computing(g->reg, blk->rb, k);
+        strata_coh_complete(g->reg, blk->rb, k, false);
         return st;
     }
     e->jobs_submitted++;
     return STRATA_OK;
 }
 
+/* Refresh point `version` of every block of `en`. It comes after the
+ * step's factor update (lag 0) or its whole update (lag 1), so a snapshot
+ * that cannot be taken or stored (an nvme write, no free slot in time, the
+ * job not accepted) is not an error of the step: the refresh point counts
+ * as failed (stats coh_failed for async groups; io_errors for nvme writes;
+ * snapshot_failures), the block keeps its previous result, as when its
+ * decomposition fails (STRATA_ERR_LINALG), and the first is logged at
+ * WARN. Other errors (a backend's, a broken invariant) are returned. */
 static strata_status refresh_point(strata_refresh *e, eng_entry *en, int64_t version)
 {
     eng_block *first = &e->blocks[en->first_block];
@@ -1037,8 +1134,76 @@ static strata_status refresh_point(strata_refresh *e, eng_entry *en, int64_t ver
     if (!strata_coh_block_is_refresh(en->grp->reg, first->rb, version))
         return STRATA_OK;
     strata_status st = STRATA_OK;
+    for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
+        eng_block *blk = &e->blocks[en->first_block + b];
+        st = snapshot_submit(e, blk, version);
+        if (st != STRATA_ERR_IO && st != STRATA_ERR_TIMEOUT && st != STRATA_ERR_NOMEM)
+            continue;
+        if (st == STRATA_ERR_IO && blk->on_nvme)
+            atomic_fetch_add(&e->io_errors, 1);
+        e->snapshot_failures++;
+        strata_logf(e->cfg.log, e->warned_snapshot ? STRATA_LOG_DEBUG : STRATA_LOG_WARN,
+                    "async",
+                    "'%s' block %d: refresh %lld could not start (%s: %s); it keeps its "
+                    "previous result%s",
+                    en->name, blk->b, (long long)version, strata_status_str(st),
+                    strata_last_error(),
+                    e->warned_snapshot ? "" : " (later ones are logged at DEBUG)");
+        e->warned_snapshot = true;
+        st = STRATA_OK;
+    }
+    return st;
+}
+
+/* The first pass of one block: wait for its due result if it was begun
+ * before step t, and read it from the nvme tier into the spare resident
+ * buffer (a failed read is counted and retried at install, which then keeps
+ * the previous result). */
+static strata_status prepare_block(strata_refresh *e, eng_block *blk, int64_t t)
+{
+    strata_coh_registry *reg = blk->grp->reg;
+    const int64_t due = strata_coh_block_due_version(reg, blk->rb, t);
+    if (due < 0)
+        return STRATA_OK;
+    int64_t installed = -1;
+    if (blk->installed_slot >= 0)
+        strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
+    if (installed >= due)
+        return STRATA_OK;
+    strata_coh_slot_state state;
+    const int k = strata_coh_find(reg, blk->rb, due, &state);
+    if (k < 0)
+        return STRATA_OK; /* begun by step t itself (lag 0), or dropped/failed: no wait */
+    strata_status st = STRATA_OK;
+    if (state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING)
+        st = strata_coh_wait_slot(reg, blk->rb, k, &state);
+    if (st != STRATA_OK) {
+        char why[256]; /* the detail lives in the buffer strata_error writes */
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "'%s': %s", blk->ent->name, why);
+    }
+    if (st == STRATA_OK && state == STRATA_SLOT_READY && blk->on_nvme &&
+        nvme_stage(e, blk, k, due) != STRATA_OK)
+        strata_logf(e->cfg.log, STRATA_LOG_DEBUG, "tiers",
+                    "'%s' block %d: reading result %lld failed (%s); read again at install",
+                    blk->ent->name, blk->b, (long long)due, strata_last_error());
+    return st;
+}
+
+strata_status strata_refresh_prepare(strata_refresh *e, int id, int64_t t, double *wait_seconds)
+{
+    if (!e || id < 0 || id >= e->n_entries || !e->committed)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_prepare: bad parameter %d", id);
+    eng_entry *en = &e->entries[id];
+    if (!en->grp)
+        return STRATA_OK;
+    const double t0 = strata_now_seconds();
+    strata_status st = ship_due(e, en, t, false);
     for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++)
-        st = snapshot_submit(e, &e->blocks[en->first_block + b], version);
+        st = prepare_block(e, &e->blocks[en->first_block + b], t);
+    const double t1 = critical_add(e, t0); /* waits and reads on the training thread */
+    if (!en->grp->inline_ && wait_seconds)
+        *wait_seconds += t1 - t0;
     return st;
 }
 
@@ -1071,13 +1236,20 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
             st = refresh_point(e, en, t);
         const double t1 = strata_now_seconds();
         if (st == STRATA_OK)
-            st = ship_due(e, en, t);
+            st = ship_due(e, en, t, true);
         for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
             eng_block *blk = &e->blocks[en->first_block + b];
             int slot;
             int64_t version;
             bool now;
-            st = strata_coh_acquire(grp->reg, blk->rb, t, &slot, &version, &now);
+            /* The first pass (strata_refresh_prepare) waited for every due
+             * result begun before this step; only one begun in this step
+             * (lag 0, S = 0 on workers) is left, and the factors already
+             * absorbed G: wait on, warning each wait_timeout_s. */
+            while ((st = strata_coh_acquire(grp->reg, blk->rb, t, &slot, &version, &now)) ==
+                   STRATA_ERR_TIMEOUT)
+                strata_logf(e->cfg.log, STRATA_LOG_WARN, "async", "'%s': %s; still waiting",
+                            en->name, strata_last_error());
             if (st == STRATA_OK && now && slot >= 0)
                 st = install(e, blk, slot);
         }
@@ -1162,6 +1334,9 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
         const int k = strata_coh_find(reg, blk->rb, due, &state);
         if (k < 0 || state != STRATA_SLOT_READY)
             continue; /* not ready yet: acquire will wait and read */
+        if (blk->staged_version == due)
+            continue; /* already read (the first pass of a step that failed later) */
+        blk->staged_version = -1; /* the spare buffer is being overwritten */
         if (strata_tier_read_async(e->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
                                    blk->info.slot_bytes, &blk->io) == STRATA_OK) {
             blk->io_pending = true;
@@ -1217,6 +1392,7 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->stream_waits = e->stream_waits;
     s->stream_wait_bytes = e->stream_wait_bytes;
     s->critical_seconds = e->critical_seconds;
+    s->snapshot_failures = e->snapshot_failures;
     s->blocks = e->n_blocks;
     for (int i = 0; i < e->n_blocks; i++)
         s->blocks_on_nvme += e->blocks[i].on_nvme;
@@ -1228,6 +1404,22 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
         s->nvme_bytes_written = io.bytes_written;
         s->nvme_bytes_read = io.bytes_read;
     }
+}
+
+strata_status strata_refresh_inject_snapshot_errors(strata_refresh *e, int n)
+{
+    if (!e || n < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "inject_snapshot_errors: bad argument");
+    e->inject_snapshot = n;
+    return STRATA_OK;
+}
+
+strata_status strata_refresh_hold_jobs(strata_refresh *e, int id)
+{
+    if (!e || id < -2 || id >= e->n_entries)
+        return strata_error(STRATA_ERR_INVALID_ARG, "hold_jobs: bad parameter %d", id);
+    atomic_store_explicit(&e->hold, id, memory_order_release);
+    return STRATA_OK;
 }
 
 strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errno_value)
@@ -1306,7 +1498,9 @@ strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
         if (!blk->io_pending)
             continue;
         blk->io_pending = false;
-        if (io_wait_landed(e, &blk->io) != STRATA_OK)
+        if (io_wait_landed(e, &blk->io) == STRATA_OK)
+            blk->staged_version = blk->io_version;
+        else
             atomic_fetch_add(&e->io_errors, 1); /* install reads the result again */
     }
     return st;
@@ -1393,6 +1587,7 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
     blk->installed_slot = installed;
     blk->have = installed >= 0 ? have : 0;
     blk->io_pending = false;
+    blk->staged_version = -1;
     blk->n_unshipped = 0; /* restored slots are complete on every replica */
     if (installed < 0)
         return STRATA_OK;
@@ -1431,6 +1626,7 @@ void strata_refresh_destroy(strata_refresh *e)
                     strata_last_error());
     /* Workers first: after this no job touches a buffer. Every submitted job
      * either ran (completed or failed) or was cancelled: say so. */
+    atomic_store_explicit(&e->hold, HOLD_NONE, memory_order_release);
     if (e->pool) {
         strata_worker_pool_stop(e->pool);
         strata_worker_stats w;

@@ -36,8 +36,10 @@
  *
  * Life: create, add every parameter (its family state already created with
  * external results), commit (registries, slots, placement, pool), then per
- * step strata_refresh_step per parameter, strata_refresh_prefetch from the
- * forward hook; destroy stops the workers first, then frees every buffer.
+ * step two passes: strata_refresh_prepare for every parameter (all that can
+ * fail for a reason outside the program, changing nothing), then
+ * strata_refresh_step for every parameter (which then fails only for a
+ * broken program or device); strata_refresh_prefetch from the forward hook; destroy stops the workers first, then frees every buffer.
  * Nothing is allocated after commit.
  *
  * Threading: every call from the training thread; workers only run jobs.
@@ -123,6 +125,9 @@ typedef struct strata_refresh_stats {
     int64_t stream_waits;         /* installs where the training stream waited on the event */
     uint64_t stream_wait_bytes;   /* bytes of those results */
     double critical_seconds;  /* the critical path, cumulative (strata_refresh_critical_seconds) */
+    /* refresh points whose snapshot could not be taken or stored (an nvme
+     * write, no free slot, a job not accepted): previous result kept */
+    int64_t snapshot_failures;
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
@@ -144,13 +149,47 @@ strata_status strata_refresh_add(strata_refresh *e, const strata_precond_family 
  * (destroy it). */
 strata_status strata_refresh_commit(strata_refresh *e);
 
-/* One optimizer step (1-based t) of parameter `id`: before, snapshot (lag
+/* The first pass of step t (1-based) of parameter `id`, before anything of
+ * the step changes: everything of the step that can fail for a reason
+ * outside the program. For each block whose due result (the one step t's
+ * acquire installs) was begun before step t: HSDP, ship it from the
+ * replica that refreshed it (a collective of the replica set); wait for
+ * its job (bounded by wait_timeout_s); nvme placement, read it into the
+ * spare resident buffer (a failed read is counted in io_errors and retried
+ * at install, which keeps the previous result if it fails again: not an
+ * error). It changes no weight, moment, factor or installed result, only
+ * what the next call of the step would otherwise do itself (a wait, a read,
+ * a shipped result's slot), so a failed first pass may be retried, and
+ * strata_refresh_step for the same t then finds nothing left to wait for
+ * but a result begun in step t itself (lag 0 with S = 0 on workers). Adds
+ * the time spent to *wait_seconds (async groups). Errors: STRATA_ERR_TIMEOUT
+ * (a wait ran out; HSDP: on every replica of the block, the result stays
+ * unshipped), STRATA_ERR_IO (HSDP: the refreshing replica could not read
+ * it), a communicator's status (HSDP), STRATA_ERR_INVALID_ARG. Every
+ * replica of an HSDP set must call it for the same parameters in the same
+ * order, whatever an earlier call returned. */
+strata_status strata_refresh_prepare(strata_refresh *e, int id, int64_t t, double *wait_seconds);
+
+/* One optimizer step (1-based t) of parameter `id`, after
+ * strata_refresh_prepare(id, t) returned STRATA_OK: before, snapshot (lag
  * 0), acquire + install, apply, after, snapshot (lag 1). Adds the phase
  * timings to *cnt (the refresh's share, snapshot + wait + inline compute,
  * to cnt->seconds_roots) and the time spent waiting on workers to
- * *wait_seconds. Errors: the family's (STRATA_ERR_NONFINITE: a non-finite
- * direction left the weights untouched, the rest of the step ran),
- * STRATA_ERR_TIMEOUT (a bounded wait ran out), STRATA_ERR_IO. */
+ * *wait_seconds. Nothing here fails for a reason outside the program:
+ *  - a refresh point whose snapshot cannot be taken or stored (an nvme
+ *    write, no free slot in time, the job refused) keeps the previous
+ *    result, counted (snapshot_failures, io_errors, the registry's failed)
+ *    and logged once at WARN, as a failed decomposition is;
+ *  - an nvme read of the due result that fails keeps the previous result
+ *    (io_errors);
+ *  - the wait for a result begun in this very step (lag 0, S = 0 on
+ *    workers; HSDP: its shipping) is not bounded: the factors have already
+ *    absorbed G and S = 0 promises the synchronous root, so it waits on,
+ *    logging a WARN each wait_timeout_s.
+ * Errors: the family's (STRATA_ERR_NONFINITE: a non-finite direction left
+ * the weights untouched, the rest of the step ran), a backend's or
+ * communicator's status (HSDP shipping of a result begun in this step),
+ * STRATA_ERR_INTERNAL, STRATA_ERR_INVALID_ARG. */
 strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
                                   const float *g, strata_optim_counters *cnt,
                                   double *wait_seconds);
@@ -176,6 +215,17 @@ double strata_refresh_critical_seconds(const strata_refresh *e);
 /* Testing: the next `n` nvme transfers fail with errno_value.
  * Errors: STRATA_ERR_STATE (no nvme tier). */
 strata_status strata_refresh_inject_io_errors(strata_refresh *e, int n, int errno_value);
+
+/* Testing: the snapshots of the next `n` refresh points (per block, any
+ * parameter, training thread) fail as a failed nvme write would
+ * (STRATA_ERR_IO inside the step: counted, previous result kept).
+ * Errors: STRATA_ERR_INVALID_ARG. */
+strata_status strata_refresh_inject_snapshot_errors(strata_refresh *e, int n);
+
+/* Testing: refresh jobs of parameter `id` (-1: every parameter; -2: none,
+ * the default) wait on their worker before they run, until released by
+ * another call; destroy releases them. Errors: STRATA_ERR_INVALID_ARG. */
+strata_status strata_refresh_hold_jobs(strata_refresh *e, int id);
 
 /* ---- checkpoint seams (runtime/checkpoint.c): enumerate and restore the
  * engine's state. Blocks are numbered 0..strata_refresh_block_count()-1 in

@@ -32,6 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Statuses the first pass of a step may report over the ranks (strata_step). */
+#define PREP_KINDS ((int)STRATA_ERR_INTERNAL + 1)
+
 void strata_log(const strata_runtime *rt, strata_log_level level, const char *subsystem,
                 const char *fmt, ...)
 {
@@ -882,7 +885,7 @@ strata_status strata_commit(strata_runtime *rt)
     s->n_params = rt->n_params;
     s->world_size = rt->world;
     s->rank = rank;
-    rt->norm_parts = calloc(2 * (size_t)rt->n_params, sizeof *rt->norm_parts);
+    rt->norm_parts = calloc(2 * (size_t)rt->n_params + PREP_KINDS, sizeof *rt->norm_parts);
     rt->shard_counts = calloc(2 * (size_t)rt->world, sizeof *rt->shard_counts);
     if (!rt->norm_parts || !rt->shard_counts) {
         uncommit(rt);
@@ -1092,6 +1095,32 @@ static void step_critical_path(strata_runtime *rt)
     rt->critical_mark = now;
 }
 
+/* The first pass of step t (strata_refresh_prepare per parameter this rank
+ * owns, in registration order): everything of the step that can fail for
+ * a reason outside the program (a bounded wait for a due refresh result,
+ * HSDP shipping, nvme reads) runs here, before any weight, moment, factor
+ * or counter changes. It goes through every parameter even after a
+ * failure (HSDP shipping is a collective of each replica set: every rank
+ * makes the same calls) and returns the first failure, with its message. */
+static strata_status step_prepare(strata_runtime *rt, int64_t t, double *wait)
+{
+    strata_status first = STRATA_OK;
+    char why[256] = "";
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        if (p->owner != rt->rank && p->owner >= 0)
+            continue;
+        const strata_status st = strata_refresh_prepare(rt->engine, p->entry, t, wait);
+        if (st != STRATA_OK && first == STRATA_OK) {
+            first = st;
+            snprintf(why, sizeof why, "%s", strata_last_error());
+        }
+    }
+    if (first != STRATA_OK)
+        return strata_error(first, "step %lld: %s; nothing changed", (long long)t, why);
+    return STRATA_OK;
+}
+
 strata_status strata_step(strata_runtime *rt)
 {
     if (!rt)
@@ -1139,13 +1168,22 @@ strata_status strata_step(strata_runtime *rt)
             return st;
     }
 
+    /* The first pass: nothing after it fails for a reason outside the
+     * program (strata_refresh_step). */
+    double wait = 0.0;
+    const strata_status st_prep = step_prepare(rt, rt->t + 1, &wait);
+
     /* Validate every reduced gradient before touching any state: each rank
      * scans the ones it holds (its owned parameters), and the per-parameter
      * sums of squares and non-finite flags are summed over the ranks (one
      * nonzero contribution per parameter, so exactly), so that every rank
-     * sees the single-rank norm and takes the same decision. */
+     * sees the single-rank norm and takes the same decision. The first
+     * pass's outcome travels in the same reduction (a count per status
+     * after the 2 n_params sums), so that every rank gives up together. */
     double *parts = rt->norm_parts;
-    memset(parts, 0, 2 * (size_t)rt->n_params * sizeof *parts);
+    memset(parts, 0, (2 * (size_t)rt->n_params + PREP_KINDS) * sizeof *parts);
+    if (st_prep != STRATA_OK)
+        parts[2 * rt->n_params + ((int)st_prep < PREP_KINDS ? (int)st_prep : PREP_KINDS - 1)] = 1.0;
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         if (!((p->owner == rank && rank < rt->group_size) || (p->owner < 0 && rank == 0)))
@@ -1160,10 +1198,27 @@ strata_status strata_step(strata_runtime *rt)
         else
             parts[2 * i + 1] = 1.0;
     }
-    if (rt->world > 1)
-        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params, STRATA_REDUCE_SUM);
+    if (rt->world > 1 && st_prep == STRATA_OK) {
+        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params + PREP_KINDS,
+                                       STRATA_REDUCE_SUM);
+    } else if (rt->world > 1) { /* keep this rank's first-pass message */
+        char why[512];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params + PREP_KINDS,
+                                       STRATA_REDUCE_SUM);
+        strata_error(st_prep, "%s", why);
+    }
+    if (st_prep != STRATA_OK)
+        return st_prep; /* nothing changed (step_prepare) */
     if (st != STRATA_OK)
         return st;
+    for (int k = 1; k < PREP_KINDS; k++)
+        if (parts[2 * rt->n_params + k] > 0.0)
+            return strata_error((strata_status)k,
+                                "step %lld: the first pass failed on %.0f other rank(s) (%s); "
+                                "nothing changed",
+                                (long long)rt->t + 1, parts[2 * rt->n_params + k],
+                                strata_status_str((strata_status)k));
     double norm_sq = 0.0;
     int bad = -1;
     for (int i = 0; i < rt->n_params; i++) {
@@ -1209,7 +1264,7 @@ strata_status strata_step(strata_runtime *rt)
 
     const int64_t t = ++rt->t;
     strata_optim_counters cnt = {0};
-    double tail_seconds = 0.0, wait = 0.0;
+    double tail_seconds = 0.0;
     strata_refresh_stats es0;
     if (!rt->warned_root_failure) {
         strata_refresh_stats_get(rt->engine, &es0);
@@ -1339,6 +1394,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_written = e.nvme_bytes_written;
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
+        out->snapshot_failures = e.snapshot_failures;
         out->refresh_blocks_computed = e.blocks_computed;
         out->refresh_blocks_received = e.blocks_received;
         out->refresh_ship_bytes_intra_node = e.ship_bytes_intra_node;
@@ -1449,4 +1505,22 @@ strata_status strata_testing_inject_ckpt_fault(strata_runtime *rt, int64_t nth, 
 int64_t strata_testing_ckpt_calls(const strata_runtime *rt)
 {
     return rt ? rt->testing_ckpt_calls : -1;
+}
+
+strata_status strata_testing_hold_refreshes(strata_runtime *rt, strata_param_id id)
+{
+    if (!rt || id < -2 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_hold_refreshes: bad arguments");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_hold_refreshes: call after commit");
+    return strata_refresh_hold_jobs(rt->engine, id >= 0 ? rt->params[id].entry : id);
+}
+
+strata_status strata_testing_inject_snapshot_errors(strata_runtime *rt, int n)
+{
+    if (!rt || n < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "testing_inject_snapshot_errors: bad arguments");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "testing_inject_snapshot_errors: call after commit");
+    return strata_refresh_inject_snapshot_errors(rt->engine, n);
 }

@@ -39,4 +39,22 @@ int64_t strata_testing_ckpt_calls(const strata_runtime *rt);
  * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_STATE (after commit). */
 strata_status strata_testing_set_device_roots(strata_runtime *rt, bool on);
 
+/* Hold the refresh jobs of parameter `id` (-1: of every parameter) on their
+ * worker threads until released (id = -2), so that a step that needs one of
+ * their results waits for it and, with a small wait_timeout_s, times out
+ * (strata_step's first pass: STRATA_ERR_TIMEOUT, nothing changed).
+ * Synchronous refreshes are not affected. strata_destroy releases them.
+ * Call after strata_commit. Errors: STRATA_ERR_INVALID_ARG (NULL, id out of
+ * range), STRATA_ERR_STATE (before commit). */
+strata_status strata_testing_hold_refreshes(strata_runtime *rt, strata_param_id id);
+
+/* Make the snapshots of the next `n` refresh points (counted per block, in
+ * the order the step reaches them) fail as a failed nvme write would, inside
+ * the step after the factor update: each such refresh point keeps the
+ * previous result and is counted (stats.snapshot_failures; also
+ * stats.coh_failed for asynchronous blocks, stats.io_errors for nvme blocks); the step returns STRATA_OK. Call after
+ * strata_commit. Errors: STRATA_ERR_INVALID_ARG (NULL, n < 0),
+ * STRATA_ERR_STATE (before commit). */
+strata_status strata_testing_inject_snapshot_errors(strata_runtime *rt, int n);
+
 #endif

@@ -355,20 +355,27 @@ STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
  * warm-up and decay schedules. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
 
-/* One optimizer step over every registered parameter.
+/* One optimizer step over every registered parameter. All or nothing: when
+ * it returns an error, nothing changed (no weight, moment, factor,
+ * installed root or step counter; diagnostic counters such as coh_waits and
+ * io_errors record what happened) and the same step may be called again.
  *
- * Order: every reduced gradient is checked first (all ranks agree through
- * the communicator): if any holds a NaN/Inf, STRATA_ERR_NONFINITE is
- * returned and nothing changed, no weight, moment, factor or counter (the
- * step counter does not advance; only stats.nonfinite_rejected counts the
- * refusal), so the same step may be retried with other gradients. Then the
- * gradients are clipped (max_grad_norm, in place), the step counter
- * advances and each parameter this rank owns is updated by its optimizer,
- * in registration order. Gradients are not zeroed.
+ * Order, in two passes:
+ *  1. Everything that can fail for a reason outside the program, before
+ *     anything changes: the bounded waits (wait_timeout_s) for the refresh
+ *     results this step installs (those begun in earlier steps), reading
+ *     them from the nvme tier, HSDP shipping them between replicas; then
+ *     every reduced gradient is checked for NaN/Inf. All ranks agree on the
+ *     outcome through the communicator (one reduction), so every rank
+ *     returns an error together.
+ *  2. The gradients are clipped (max_grad_norm, in place), the step counter
+ *     advances and each parameter this rank owns is updated by its
+ *     optimizer, in registration order. Gradients are not zeroed. Nothing
+ *     in this pass fails but a broken program or device (below).
  *
- * Numerical events of one parameter are not errors of the step: the step
- * returns STRATA_OK, the other parameters are updated, and each event is
- * counted and its first occurrence logged at WARN with the parameter's name:
+ * Events of one parameter are not errors of the step: the step returns
+ * STRATA_OK, the other parameters are updated, and each event is counted
+ * and its first occurrence logged at WARN with the parameter's name:
  *   - a finite gradient that could overflow the parameter's float32 state
  *     (optim/optim_internal.h): that parameter keeps its weights and its
  *     whole state (stats.overflow_skipped);
@@ -377,30 +384,43 @@ STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
  *     absorbed the gradient, as the reference implementations' would
  *     (stats.nonfinite_directions);
  *   - a refresh (inverse root, eigenbasis) that failed: the previous result
- *     is kept (stats.root_failures; the warning gives the reason).
+ *     is kept (stats.root_failures; the warning gives the reason);
+ *   - a refresh point whose snapshot could not be stored (an nvme write,
+ *     no free slot within wait_timeout_s): it comes after the factor
+ *     update, so the block keeps its previous result
+ *     (stats.snapshot_failures, stats.coh_failed, stats.io_errors);
+ *   - an nvme read of a due root that fails twice (first pass, install):
+ *     the previous root is kept (stats.io_errors).
+ * With staleness S = 0 on workers (async) a root refreshed at this very
+ * step is due at this very step: pass 1 cannot wait for it (its factors
+ * absorb this step's gradient first), so pass 2 waits for it past
+ * wait_timeout_s, logging a WARN each wait_timeout_s (S = 0 promises the
+ * synchronous root, bit for bit).
  *
- * Errors:
- *   STRATA_ERR_INVALID_ARG  rt is NULL; nothing changed.
- *   STRATA_ERR_STATE        before strata_commit; nothing changed.
- *   STRATA_ERR_NONFINITE    a gradient holds NaN/Inf; nothing changed (above;
- *                           gather sharding's byte counters count the gather).
+ * Errors (each: nothing changed):
+ *   STRATA_ERR_INVALID_ARG  rt is NULL.
+ *   STRATA_ERR_STATE        before strata_commit.
+ *   STRATA_ERR_NONFINITE    a gradient holds NaN/Inf (only
+ *                           stats.nonfinite_rejected counts the refusal;
+ *                           gather sharding's byte counters count the
+ *                           gather).
+ *   STRATA_ERR_TIMEOUT      a refresh result this step installs did not
+ *                           come within wait_timeout_s (async; on this or
+ *                           another rank); its job goes on, and a later
+ *                           call waits for it again.
+ *   STRATA_ERR_IO           HSDP: the replica that refreshed a root could
+ *                           not read it from its nvme tier to ship it.
  *   STRATA_ERR_NOMEM        gather sharding could not allocate its transfer
- *                           table; nothing changed.
- *   STRATA_ERR_TIMEOUT      a bounded wait for a refresh result (async,
- *                           wait_timeout_s) ran out;
- *   STRATA_ERR_IO           the nvme tier failed to take a snapshot;
- *   STRATA_ERR_INTERNAL, STRATA_ERR_UNSUPPORTED, or another backend or
- *                           communicator status: a backend op or a
- *                           collective failed.
- * These last three happen after the step began, and the step is then
- * partial, by this rule: the step counter has advanced; the parameters
- * before the failing one (registration order) took step t; the failing one
- * may have absorbed its gradient into its factors (Shampoo and KL-Shampoo's
- * exact form update them before waiting for a refresh result) but its
- * weights did not change; the parameters after it did not take step t.
- * The runtime stays usable: the next call is step t + 1 (a TIMEOUT's job may
- * still complete and install later). A collective that fails on one rank
- * fails on all. */
+ *                           table.
+ *   a communicator's status a collective of pass 1 failed (the gather, the
+ *                           agreement, HSDP shipping).
+ * Programming or device errors (STRATA_ERR_INTERNAL, a backend op that
+ * fails, STRATA_ERR_UNSUPPORTED) may still stop pass 2 part-way: the
+ * parameters before the failing one (registration order) took the step and
+ * the counter advanced. So may a collective of pass 2, which exists only in
+ * two baselines: ZeRO-1's broadcast of the new weights, and HSDP shipping
+ * with S = 0 of a root refreshed at this step. A collective that fails on
+ * one rank fails on all; restore from a checkpoint then. */
 STRATA_API strata_status strata_step(strata_runtime *rt);
 
 typedef struct strata_stats {
@@ -461,6 +481,10 @@ typedef struct strata_stats {
     uint64_t bytes_device_to_host;      /* factor snapshots copied to host staging */
     uint64_t nvme_bytes_written, nvme_bytes_read;
     int64_t io_errors;          /* nvme transfers that failed (previous root kept) */
+    int64_t snapshot_failures;  /* refresh points whose snapshot could not be taken or
+                                   stored (an nvme write, no free slot in time): that
+                                   block kept its previous root; not an error of the
+                                   step (also in coh_failed when asynchronous) */
     /* ranks (strata/comm.h) */
     int32_t world_size, rank;
     int32_t owned_params;       /* parameters whose optimizer runs on this rank */
