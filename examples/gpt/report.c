@@ -704,6 +704,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "root_failures", s->root_failures);
     json_add_int64(j, "overflow_skipped", s->overflow_skipped);
     json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
+    json_add_int64(j, "snapshot_failures", s->snapshot_failures);
     json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
     json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));

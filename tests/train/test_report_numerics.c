@@ -59,6 +59,7 @@ static void report_once(int64_t skipped, int64_t dirs, char **text, char **jsonl
     memset(&st, 0, sizeof st);
     st.overflow_skipped = skipped;
     st.nonfinite_directions = dirs;
+    st.snapshot_failures = skipped + dirs;
     gpt_report_begin(rep, &(gpt_run_info){.n_files = 1, .n_train = 1000, .n_val = 100,
                                           .params = 10, .n_matrix = 1, .n_tail = 1,
                                           .unigram_val_loss = 3.0});
@@ -93,7 +94,8 @@ int main(void)
           "printed summary lacks the counters:\n%s", text ? text : "");
     CHECK(jsonl && strstr(jsonl, "\"type\":\"summary\"") &&
               strstr(jsonl, "\"overflow_skipped\":3") &&
-              strstr(jsonl, "\"nonfinite_directions\":2"),
+              strstr(jsonl, "\"nonfinite_directions\":2") &&
+              strstr(jsonl, "\"snapshot_failures\":5"),
           "JSONL summary lacks the counters: %s", jsonl ? jsonl : "");
     free(text);
     free(jsonl);
