@@ -207,6 +207,17 @@ static double critical_add(strata_refresh *e, double since)
     return now;
 }
 
+/* A family's own second-order work inside before/apply/after on the
+ * training thread (SOAP's and KL-Shampoo's first eigenbasis, computed
+ * synchronously at step 1, counted by the family in seconds_roots since
+ * `roots_before`) is on the critical path too. */
+static void family_roots_critical(strata_refresh *e, const strata_optim_counters *cnt,
+                                  double roots_before)
+{
+    if (cnt && cnt->seconds_roots > roots_before)
+        e->critical_seconds += cnt->seconds_roots - roots_before;
+}
+
 /* ---- create / add */
 
 strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out)
@@ -1225,7 +1236,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     }
     if (f->before) {
         bool done = false;
+        const double r0 = cnt ? cnt->seconds_roots : 0.0;
         st = f->before(en->state, lr_scale, t, w, g, cnt, &done);
+        family_roots_critical(e, cnt, r0);
         if (st != STRATA_OK || done)
             return st;
     }
@@ -1263,7 +1276,9 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
     }
     /* A non-finite direction (STRATA_ERR_NONFINITE from apply) left the
      * weights alone; the rest of the step still runs, as the reference does. */
+    const double r_apply = cnt ? cnt->seconds_roots : 0.0;
     const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
+    family_roots_critical(e, cnt, r_apply);
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
     if (f->after && grp && e->shadow) { /* after may change what a snapshot copies */
@@ -1271,8 +1286,11 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
         st = seam_wait_snapshots(e, en);
         critical_add(e, t0);
     }
-    if (f->after && st == STRATA_OK)
+    if (f->after && st == STRATA_OK) {
+        const double r0 = cnt ? cnt->seconds_roots : 0.0;
         st = f->after(en->state, g, cnt);
+        family_roots_critical(e, cnt, r0);
+    }
     if (st == STRATA_OK && grp && grp->sch.lag == 1) {
         const double t0 = strata_now_seconds();
         st = refresh_point(e, en, t + 1);

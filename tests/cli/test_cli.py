@@ -455,6 +455,15 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = ok and ok2 and "critical path: " in p.stdout
         p, steps, summ, ok3 = critical("--optimizer", "adamw")
         ok = ok and ok3 and summ["critical_path_s"] == 0 and "critical path" not in p.stdout
+        # SOAP's and KL-Shampoo's first eigenbasis is computed inside the
+        # family's step 1 on the training thread: on the critical path too.
+        for opt in ("soap", "kl-shampoo"):
+            p, steps, summ, ok4 = critical("--optimizer", opt)
+            ok = (ok and ok4 and steps[0]["roots_ms"] > 0 and
+                  all(r["critical_ms"] >= r["roots_ms"] - 1e-9 for r in steps))
+            if not ok:
+                print(f"  {opt}: step 1 roots_ms {steps[0]['roots_ms']:.3f} critical_ms "
+                      f"{steps[0]['critical_ms']:.3f}")
     except Exception as e:  # noqa: BLE001
         print("  critical path error:", e)
         ok = False
