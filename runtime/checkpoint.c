@@ -1481,6 +1481,15 @@ static strata_status first_err(strata_status a, strata_status b)
     return a != STRATA_OK ? a : b;
 }
 
+/* Whether the manifest lists a file named `name`. */
+static bool manifest_lists(const strata_ckpt_manifest *m, const char *name)
+{
+    for (int i = 0; i < m->n_files; i++)
+        if (strcmp(m->files[i].name, name) == 0)
+            return true;
+    return false;
+}
+
 strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void *user)
 {
     if (!dir)
@@ -1518,11 +1527,17 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
         /* The rank table of a rank's state file (for owner, tier and step). */
         strata_ckpt_rank *rk = NULL;
         int rank = -1;
+        const char *bad_file = name; /* the file an error entry names */
+        bool reported = false;       /* its error is another entry's to report */
+        char jn[64] = "";
         if (is_st && sscanf(name, "rank-%d.safetensors", &rank) == 1) {
-            char jn[64];
             rank_file(jn, sizeof jn, rank, "json");
             loaded_file fj;
             strata_status jst = load_file(dir, m, jn, &fj);
+            /* A listed table that cannot be read is reported by its own entry
+             * (once); a table that does not parse, or is not listed, here. */
+            if (jst != STRATA_OK && fst == STRATA_OK && manifest_lists(m, jn))
+                reported = true;
             if (jst == STRATA_OK) {
                 char what[4200];
                 snprintf(what, sizeof what, "%s/%s", dir, jn);
@@ -1531,6 +1546,7 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
             }
             if (jst != STRATA_OK && fst == STRATA_OK) {
                 fst = jst;
+                bad_file = jn; /* the rank's table, not its state file, is at fault */
                 snprintf(msg, sizeof msg, "%s", strata_last_error());
             }
         }
@@ -1538,8 +1554,8 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
             snprintf(first_msg, sizeof first_msg, "%s", msg);
         result = first_err(result, fst);
         if (!is_st || h.n == 0 || fst != STRATA_OK) {
-            if (fn && (fst != STRATA_OK || !is_st)) {
-                strata_ckpt_entry e = {.file = name, .tensor = "", .dtype = "", .owner = rank,
+            if (fn && (fst != STRATA_OK || !is_st) && !reported) {
+                strata_ckpt_entry e = {.file = bad_file, .tensor = "", .dtype = "", .owner = rank,
                                        .tier = "", .step = m->step, .bytes = m->files[fi].bytes,
                                        .status = fst, .message = msg, .sha256 = "", .shape = ""};
                 fn(user, &e);

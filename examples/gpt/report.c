@@ -599,27 +599,44 @@ static const char *signal_name(int sig)
     }
 }
 
+/* A byte count with its unit: "0 B", "512 B", "2.84 MiB" (binary units). */
+static void human_bytes(double b, char *buf, size_t n)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 4) {
+        b /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
+}
+
 static void print_summary(const gpt_report *rep, const gpt_train_result *res)
 {
     FILE *f = rep->summary_out;
     const gpt_train_options *o = &rep->o;
     const strata_stats *s = &res->stats;
+    const gpt_run_totals *t = &res->totals;
+    /* Several ranks: the counters and bytes are summed over them (said). */
+    char over[48] = "";
+    if (t->ranks > 1)
+        snprintf(over, sizeof over, " (sum over %d ranks)", t->ranks);
     /* Muon and AdamW compute neither roots nor eigenbases: no count. */
     char refreshes[96] = "";
     if (rep->refresh.refreshes)
         snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
-                 (long long)s->root_refreshes, rep->refresh.what, (long long)s->root_failures);
+                 (long long)t->root_refreshes, rep->refresh.what, (long long)t->root_failures);
     fprintf(f,
             "summary: %s | %d step%s in %.*f s | train loss %.4f | val loss %.4f "
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
             "max %.1f | %.0f tok/s\n"
-            "optimizer: %s%.1f MiB state in the device tier\n",
+            "optimizer: %s%.1f MiB state in the device tier%s\n",
             strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
             res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
-            res->tokens_per_second, refreshes, s->device_bytes / 1048576.0);
+            res->tokens_per_second, refreshes, t->device_bytes / 1048576.0, over);
     /* The numerical guards (strata_stats): said only when they acted. */
     if (s->overflow_skipped > 0 || s->nonfinite_directions > 0)
         fprintf(f,
@@ -651,13 +668,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     if (o->strata.async && rep->refresh.async)
         fprintf(f,
                 "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
-                "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB\n",
+                "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB%s\n",
                 o->strata.staleness,
                 gpt_enum_name_of(gpt_install_mode_names, (int)o->strata.install_mode, "eager"),
-                (long long)s->coh_waits, s->coh_waits == 1 ? "" : "s", s->coh_wait_seconds,
-                (long long)s->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
-                (long long)s->coh_installs, (long long)s->coh_dropped,
-                s->host_bytes_peak / 1048576.0, s->nvme_bytes_peak / 1048576.0);
+                (long long)t->coh_waits, t->coh_waits == 1 ? "" : "s", t->coh_wait_seconds,
+                (long long)t->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
+                (long long)t->coh_installs, (long long)t->coh_dropped,
+                t->host_bytes_peak / 1048576.0, t->nvme_bytes_peak / 1048576.0, over);
     if (res->world_size > 1) {
         fprintf(f, "ranks: %d, sharding %s (planned makespan / lower bound %.3f)\n",
                 res->world_size,
@@ -665,13 +682,16 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1.0);
         for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
             const gpt_rank_figures *g = &res->ranks[r];
+            char matrix[32], intra[32], inter[32];
+            human_bytes(g->step_matrix_bytes, matrix, sizeof matrix);
+            human_bytes(g->intra_node_bytes, intra, sizeof intra);
+            human_bytes(g->inter_node_bytes, inter, sizeof inter);
             fprintf(f,
                     "  rank %d: %.0f params, resident %.2f MiB | per step: optimizer %.1f ms, "
-                    "matrix bytes at the step %.0f, intra-node %.0f, inter-node %.0f | "
+                    "matrix bytes at the step %s, intra-node %s, inter-node %s | "
                     "refreshes computed %.0f, received %.0f\n",
-                    r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean,
-                    g->step_matrix_bytes, g->intra_node_bytes, g->inter_node_bytes,
-                    g->refreshes_computed, g->refreshes_received);
+                    r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean, matrix,
+                    intra, inter, g->refreshes_computed, g->refreshes_received);
         }
     }
 }
@@ -680,6 +700,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
 {
     const bool async = rep->o.strata.async;
     const strata_stats *s = &res->stats;
+    const gpt_run_totals *t = &res->totals;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "type", json_object_new_string("summary"));
     const char *name = strata_optimizer_name(rep->o.strata.matrix_optimizer);
@@ -700,12 +721,16 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "critical_path_fraction", res->critical_path_fraction);
     json_add_double(j, "step_max_over_median",
                     res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
-    json_add_int64(j, "root_refreshes", s->root_refreshes);
-    json_add_int64(j, "root_failures", s->root_failures);
+    if (res->diverged)
+        json_object_object_add(j, "diverged", json_object_new_boolean(true));
+    /* Counters and bytes below: summed over totals_ranks ranks (max_staleness the largest). */
+    json_object_object_add(j, "totals_ranks", json_object_new_int(t->ranks));
+    json_add_int64(j, "root_refreshes", t->root_refreshes);
+    json_add_int64(j, "root_failures", t->root_failures);
     json_add_int64(j, "overflow_skipped", s->overflow_skipped);
     json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
     json_add_int64(j, "snapshot_failures", s->snapshot_failures);
-    json_add_int64(j, "device_bytes", (int64_t)s->device_bytes);
+    json_add_int64(j, "device_bytes", (int64_t)t->device_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
     json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));
     if (res->interrupted)
@@ -713,14 +738,14 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_object_object_add(j, "async", json_object_new_boolean(async));
     if (async) {
         json_object_object_add(j, "staleness", json_object_new_int(rep->o.strata.staleness));
-        json_add_int64(j, "waits", s->coh_waits);
-        json_add_double(j, "wait_s", s->coh_wait_seconds);
-        json_add_int64(j, "max_staleness", s->max_staleness);
+        json_add_int64(j, "waits", t->coh_waits);
+        json_add_double(j, "wait_s", t->coh_wait_seconds);
+        json_add_int64(j, "max_staleness", t->max_staleness);
         json_add_int64(j, "staleness_bound", rep->refresh.frequency - 1 + rep->o.strata.staleness);
-        json_add_int64(j, "installs", s->coh_installs);
-        json_add_int64(j, "dropped", s->coh_dropped);
-        json_add_int64(j, "host_bytes_peak", (int64_t)s->host_bytes_peak);
-        json_add_int64(j, "nvme_bytes_peak", (int64_t)s->nvme_bytes_peak);
+        json_add_int64(j, "installs", t->coh_installs);
+        json_add_int64(j, "dropped", t->coh_dropped);
+        json_add_int64(j, "host_bytes_peak", (int64_t)t->host_bytes_peak);
+        json_add_int64(j, "nvme_bytes_peak", (int64_t)t->nvme_bytes_peak);
     }
     if (s->stream_installs > 0) { /* results installed from device memory (CUDA) */
         json_add_int64(j, "stream_snapshots", s->stream_snapshots);
@@ -758,22 +783,22 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             const gpt_rank_figures *g = &res->ranks[r];
             json_object *o = json_object_new_object();
             json_object_object_add(o, "rank", json_object_new_int(r));
-            json_add_double(o, "owned_params", g->owned_params);
-            json_add_double(o, "resident_bytes", g->resident_bytes);
+            json_add_int64(o, "owned_params", (int64_t)g->owned_params);
+            json_add_int64(o, "resident_bytes", (int64_t)g->resident_bytes);
             json_add_double(o, "step_matrix_bytes", g->step_matrix_bytes);
             json_add_double(o, "intra_node_bytes", g->intra_node_bytes);
             json_add_double(o, "inter_node_bytes", g->inter_node_bytes);
             json_add_double(o, "opt_ms", g->opt_ms_mean);
             json_add_double(o, "bwd_hook_ms", g->bwd_hook_ms);
             json_add_double(o, "grad_wait_ms", g->grad_wait_ms);
-            json_add_double(o, "largest_item_bytes", g->largest_item_bytes);
-            json_add_double(o, "owned_param_bytes", g->owned_param_bytes);
-            json_add_double(o, "param_bytes_peak", g->param_bytes_peak);
-            json_add_double(o, "largest_layer_bytes", g->largest_layer_bytes);
-            json_add_double(o, "max_staleness", g->max_staleness);
-            json_add_double(o, "staleness_bound_exceeded", g->staleness_bound_exceeded);
-            json_add_double(o, "refreshes_computed", g->refreshes_computed);
-            json_add_double(o, "refreshes_received", g->refreshes_received);
+            json_add_int64(o, "largest_item_bytes", (int64_t)g->largest_item_bytes);
+            json_add_int64(o, "owned_param_bytes", (int64_t)g->owned_param_bytes);
+            json_add_int64(o, "param_bytes_peak", (int64_t)g->param_bytes_peak);
+            json_add_int64(o, "largest_layer_bytes", (int64_t)g->largest_layer_bytes);
+            json_add_int64(o, "max_staleness", (int64_t)g->max_staleness);
+            json_add_int64(o, "staleness_bound_exceeded", (int64_t)g->staleness_bound_exceeded);
+            json_add_int64(o, "refreshes_computed", (int64_t)g->refreshes_computed);
+            json_add_int64(o, "refreshes_received", (int64_t)g->refreshes_received);
             json_add_double(o, "refresh_ship_intra_node_bytes", g->refresh_ship_intra_bytes);
             json_add_double(o, "refresh_ship_inter_node_bytes", g->refresh_ship_inter_bytes);
             json_object_array_add(ranks, o);
@@ -788,6 +813,14 @@ void gpt_report_summary(gpt_report *rep, gpt_train_result *res)
     summarize(rep, res);
     if (rep->summary_out)
         print_summary(rep, res);
+    if (rep->metrics)
+        write_summary(rep, res);
+}
+
+void gpt_report_diverged(gpt_report *rep, gpt_train_result *res)
+{
+    res->diverged = true;
+    summarize(rep, res);
     if (rep->metrics)
         write_summary(rep, res);
 }

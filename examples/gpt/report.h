@@ -9,8 +9,8 @@
  *     by one table in report.c), one "step" record per step, one "summary".
  * The life of a report: gpt_report_open (allocates, opens the metrics file),
  * gpt_report_begin once, gpt_report_step once per finished step,
- * gpt_report_summary once at the end of a successful run, gpt_report_close
- * always. One thread; not reentrant across reports sharing a FILE.
+ * gpt_report_summary once at the end of a successful run (or
+ * gpt_report_diverged once when training diverged), gpt_report_close always. One thread; not reentrant across reports sharing a FILE.
  */
 #ifndef STRATA_EXAMPLES_GPT_REPORT_H
 #define STRATA_EXAMPLES_GPT_REPORT_H
@@ -75,6 +75,13 @@ void gpt_report_seed_losses(gpt_report *rep, const float *losses, int n);
  * steps (at least one), then print the summary and write the summary record.
  * res->stats and res->unigram_val_loss must already hold the run's values. */
 void gpt_report_summary(gpt_report *rep, gpt_train_result *res);
+
+/* A run that diverged (STRATA_ERR_NONFINITE): fill res like
+ * gpt_report_summary (from the steps recorded so far, possibly none) and
+ * write the summary record with "diverged": true to the metrics file; no
+ * summary lines are printed (the error says what happened). res->stats,
+ * res->totals and res->unigram_val_loss must already hold the run's values. */
+void gpt_report_diverged(gpt_report *rep, gpt_train_result *res);
 
 /* End the report: after a failed run (st != STRATA_OK) end a progress bar's
  * line; close the metrics file. Returns st, or STRATA_ERR_IO when st was OK

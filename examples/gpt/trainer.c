@@ -361,7 +361,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 18 };
+    enum { K = 27 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -382,6 +382,15 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[15] = (double)s->owned_param_bytes;
     m[16] = 1e3 * s->seconds_backward_hooks / steps;
     m[17] = 1e3 * s->seconds_grad_wait / steps;
+    m[18] = (double)s->root_refreshes;
+    m[19] = (double)s->root_failures;
+    m[20] = (double)s->coh_waits;
+    m[21] = (double)s->coh_installs;
+    m[22] = (double)s->coh_dropped;
+    m[23] = s->coh_wait_seconds;
+    m[24] = (double)s->device_bytes;
+    m[25] = (double)s->host_bytes_peak;
+    m[26] = (double)s->nvme_bytes_peak;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -403,7 +412,43 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .owned_param_bytes = v[15],
                                            .bwd_hook_ms = v[16], .grad_wait_ms = v[17]};
     }
-    return st;
+    if (st != STRATA_OK)
+        return st;
+    /* The totals: counts below 2^53, so the double sums are exact. */
+    gpt_run_totals *t = &res->totals;
+    *t = (gpt_run_totals){.ranks = world};
+    for (int r = 0; r < world; r++) {
+        const double *v = rows + (size_t)r * K;
+        t->root_refreshes += (int64_t)v[18];
+        t->root_failures += (int64_t)v[19];
+        t->coh_waits += (int64_t)v[20];
+        t->coh_installs += (int64_t)v[21];
+        t->coh_dropped += (int64_t)v[22];
+        t->coh_wait_seconds += v[23];
+        t->max_staleness = (int64_t)fmax((double)t->max_staleness, v[6]);
+        t->device_bytes += v[24];
+        t->host_bytes_peak += v[25];
+        t->nvme_bytes_peak += v[26];
+    }
+    return STRATA_OK;
+}
+
+/* The totals of this rank alone (no collective: a run that diverged may have
+ * done so on one rank only). */
+static void local_totals(gpt_train_result *res)
+{
+    const strata_stats *s = &res->stats;
+    res->totals = (gpt_run_totals){.ranks = 1,
+                                   .root_refreshes = s->root_refreshes,
+                                   .root_failures = s->root_failures,
+                                   .coh_waits = s->coh_waits,
+                                   .coh_installs = s->coh_installs,
+                                   .coh_dropped = s->coh_dropped,
+                                   .coh_wait_seconds = s->coh_wait_seconds,
+                                   .max_staleness = s->max_staleness,
+                                   .device_bytes = (double)s->device_bytes,
+                                   .host_bytes_peak = (double)s->host_bytes_peak,
+                                   .nvme_bytes_peak = (double)s->nvme_bytes_peak};
 }
 
 /* One step's forward and backward passes. One rank, grad_accum = 1: the
@@ -966,6 +1011,11 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             strata_error(st, "training diverged at step %d (loss %g): %s", step + 1, (double)loss,
                          why);
         }
+        if (st == STRATA_ERR_NONFINITE) {
+            strata_stats_get(rt, &res->stats);
+            local_totals(res);
+            gpt_report_diverged(rep, res);
+        }
         if (st != STRATA_OK)
             goto out;
         const double t2 = now_seconds();
@@ -1000,6 +1050,9 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                                 .val_loss = val_loss,
                                                 .stats = &s});
         if (diverged != STRATA_OK) {
+            res->stats = s;
+            local_totals(res);
+            gpt_report_diverged(rep, res);
             st = diverged;
             goto out;
         }

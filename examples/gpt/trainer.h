@@ -100,6 +100,20 @@ typedef struct gpt_rank_figures {
 
 #define GPT_MAX_RANKS 64
 
+/* The run's totals over its ranks (gpt_train_result.totals): counters summed
+ * over the `ranks` ranks, byte figures the sum of each rank's, staleness the
+ * largest. One rank: its own strata_stats figures. */
+typedef struct gpt_run_totals {
+    int ranks;                      /* ranks summed: world_size, or 1 (this rank's alone,
+                                       e.g. a run that diverged on one rank) */
+    int64_t root_refreshes, root_failures; /* strata_stats, summed */
+    int64_t coh_waits, coh_installs, coh_dropped; /* async coherence counters, summed */
+    double coh_wait_seconds;        /* the ranks' waits for roots, summed (s) */
+    int64_t max_staleness;          /* the largest over the ranks (steps) */
+    double device_bytes;            /* optimizer state in the device tier at the end, summed */
+    double host_bytes_peak, nvme_bytes_peak; /* each rank's peak, summed (bytes) */
+} gpt_run_totals;
+
 typedef struct gpt_train_result {
     int world_size;           /* ranks of the run (1 without MPI) */
     uint64_t weights_hash;    /* FNV-1a 64 over every tensor's float32 bytes after the last
@@ -117,7 +131,10 @@ typedef struct gpt_train_result {
                                       (strata_stats.last_seconds_critical summed over the
                                       recorded steps) */
     double critical_path_fraction; /* ... as a fraction of wall_seconds (the steps' time) */
-    strata_stats stats;       /* the runtime's counters at the end */
+    strata_stats stats;       /* the runtime's counters at the end (this rank's) */
+    gpt_run_totals totals;    /* the counters of `stats` the summary reports, over all ranks */
+    bool diverged;            /* the run stopped because training diverged (its summary
+                                 record says so; the run returns STRATA_ERR_NONFINITE) */
     int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */
     int resumed_from;         /* the step of the checkpoint the run resumed from (0 = none) */
     int ckpt_saves;           /* checkpoints written */

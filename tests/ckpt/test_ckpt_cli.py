@@ -167,6 +167,12 @@ def hostile(tmp):
     case("truncated", truncate, "STRATA_ERR_DATA", ["rank-00000.safetensors", "truncated"])
     case("corrupt", flip, "STRATA_ERR_DATA", ["model.safetensors", "SHA-256"])
     case("missing", missing, "STRATA_ERR_IO", ["rank-00000.json", "missing"])
+    # verify names the missing file itself, not the state file it belongs to.
+    v = subprocess.run([STRATA, "ckpt", "verify", os.path.join(tmp, "case-missing")],
+                       capture_output=True, text=True)
+    check(v.returncode == 1 and v.stderr.startswith("strata ckpt verify: rank-00000.json") and
+          "rank-00000.safetensors" not in v.stderr,
+          f"missing: verify names rank-00000.json: {v.stderr.strip()[-300:]}")
     case("bad-manifest", bad_manifest, "STRATA_ERR_DATA", ["manifest.json"])
     case("header-length", header_lie, "STRATA_ERR_DATA", ["rank-00000.safetensors", "header length"])
     case("other-S", lambda d: None, "STRATA_ERR_INVALID_ARG", ["staleness", "block"],

@@ -338,11 +338,25 @@ with tempfile.TemporaryDirectory() as tmp:
         failures += not ok
 
     # A finite blow-up is divergence: exit 1 with the step named, whatever the optimizer.
+    # The metrics still end with the summary record, which says it diverged.
     for opt in ("adamw", "shampoo", "muon", "soap", "kl-shampoo"):
+        if os.path.exists(metrics):
+            os.remove(metrics)
         run("train", "--data", text, "--optimizer", opt, "--layers", "1", "--d-model", "16",
             "--heads", "2", "--seq-len", "16", "--batch", "4", "--steps", "8", "--eval-batches",
-            "1", "--lr", "100", "--adamw-lr", "100", "--no-progress", expect_rc=1,
-            expect_text="STRATA_ERR_NONFINITE: training diverged at step ")
+            "1", "--lr", "100", "--adamw-lr", "100", "--no-progress", "--metrics", metrics,
+            expect_rc=1, expect_text="STRATA_ERR_NONFINITE: training diverged at step ")
+        try:
+            recs = [json.loads(line) for line in open(metrics)]
+            last = recs[-1]
+            ok = (last["type"] == "summary" and last["diverged"] is True
+                  and last["steps"] == sum(r["type"] == "step" for r in recs) < 8)
+        except Exception as e:  # noqa: BLE001 - a missing file or record is a failure
+            print("  metrics error:", e)
+            ok = False
+        print(f"{'PASS' if ok else 'FAIL'}: {opt}: a diverged run's metrics end with a summary "
+              f"record marked diverged")
+        failures += not ok
 
     # KL-Shampoo's exact form refreshes eigenbases synchronously even with --async.
     p = run("train", "--data", text, "--optimizer", "kl-shampoo", "--kl-form", "exact", "--async",

@@ -159,6 +159,15 @@ def main():
                     got["final_train_loss"] == ref["final_train_loss"]
                 check(ok, f"{name}: -np {n} bit-identical to --grad-accum {n} "
                           f"({got and got['weights_hash']} vs {ref and ref['weights_hash']})")
+                if ref and got and name != "shampoo-async-S0":
+                    # The summary's counters are the ranks' sum (the trial saw rank 0's).
+                    check(got["totals_ranks"] == n and
+                          got["root_refreshes"] == ref["root_refreshes"] and
+                          got["device_bytes"] == ref["device_bytes"] and
+                          all(isinstance(r["owned_params"], int) for r in got["ranks"]),
+                          f"{name} -np {n}: summary root_refreshes {got['root_refreshes']} and "
+                          f"device_bytes {got['device_bytes']} summed over the ranks equal "
+                          f"--grad-accum {n}'s ({ref['root_refreshes']}, {ref['device_bytes']})")
                 if got and name != "shampoo-async-S0":
                     ranks = got["ranks"]
                     check(all(r["step_matrix_bytes"] == 0 for r in ranks),
