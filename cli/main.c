@@ -288,7 +288,9 @@ static const train_flag train_flags[] = {
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
      .help = "decoupled weight decay for matrices (default {})"},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
-     .group = G_TRAIN, .arg = "N", .help = "linear warm-up steps (default steps/10)"},
+     .group = G_TRAIN, .arg = "N",
+     .help = "linear warm-up steps (default max(steps/10,\nmin(20, steps/2)): 20 is AdamW's "
+             "second-moment\nhorizon 1/(1 - 0.95))"},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
      .help = "cosine floor, fraction of peak (default {})"},
@@ -769,6 +771,13 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "with --optimizer %s%s\n",
                 strata_optimizer_name(mopt),
                 mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
+    if (cmd == CMD_TRAIN && o->strata.async && refresh.async && refresh.max_staleness >= 0 &&
+        o->strata.staleness > refresh.max_staleness) {
+        fprintf(stderr, "strata: --staleness %d: async %s needs staleness < "
+                        "--precondition-frequency (%d)\n",
+                o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
+        return 2;
+    }
     if (o->strata.async && o->strata.staleness >= o->steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
@@ -794,21 +803,40 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         fprintf(stderr, "strata: warning: --threads %d exceeds the %ld online cores\n",
                 o->strata.blas_threads, cores);
     o->model.max_seq = o->seq_len; /* the model's context is the training context */
-    if (a->lr >= 0.0f) {
-        o->strata.shampoo.lr = a->lr;
-        o->strata.muon.lr = a->lr;
-        o->strata.soap.lr = a->lr;
-        o->strata.kl_shampoo.lr = a->lr;
-        if (mopt == STRATA_OPTIM_ADAMW)
-            o->strata.adamw.lr = a->lr;
+    /* --lr and --weight-decay set the matrix optimizer's own values only (the
+     * others are not used by this run; a resumed checkpoint compares them). */
+    float *lr = NULL, *wd = NULL;
+    switch (mopt) {
+    case STRATA_OPTIM_SHAMPOO:
+        lr = &o->strata.shampoo.lr;
+        wd = &o->strata.shampoo.weight_decay;
+        break;
+    case STRATA_OPTIM_MUON: lr = &o->strata.muon.lr; wd = &o->strata.muon.weight_decay; break;
+    case STRATA_OPTIM_SOAP: lr = &o->strata.soap.lr; wd = &o->strata.soap.weight_decay; break;
+    case STRATA_OPTIM_KL_SHAMPOO:
+        lr = &o->strata.kl_shampoo.lr;
+        wd = &o->strata.kl_shampoo.weight_decay;
+        break;
+    case STRATA_OPTIM_ADAMW: lr = &o->strata.adamw.lr; wd = &o->strata.adamw.weight_decay; break;
+    default: break;
     }
-    if (a->wd >= 0.0f) {
-        o->strata.shampoo.weight_decay = a->wd;
-        o->strata.muon.weight_decay = a->wd;
-        o->strata.soap.weight_decay = a->wd;
-        o->strata.kl_shampoo.weight_decay = a->wd;
-        if (mopt == STRATA_OPTIM_ADAMW)
-            o->strata.adamw.weight_decay = a->wd;
+    if (a->lr >= 0.0f && lr)
+        *lr = a->lr;
+    if (a->wd >= 0.0f && wd)
+        *wd = a->wd;
+    if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */
+        if (a->lr >= 0.0f) {
+            o->strata.shampoo.lr = a->lr;
+            o->strata.muon.lr = a->lr;
+            o->strata.soap.lr = a->lr;
+            o->strata.kl_shampoo.lr = a->lr;
+        }
+        if (a->wd >= 0.0f) {
+            o->strata.shampoo.weight_decay = a->wd;
+            o->strata.muon.weight_decay = a->wd;
+            o->strata.soap.weight_decay = a->wd;
+            o->strata.kl_shampoo.weight_decay = a->wd;
+        }
     }
     return 0;
 }
@@ -921,9 +949,14 @@ static int cmd_sweep(int argc, char **argv)
     if (a.o.strata.async)
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
                         "itself\n");
-    catch_stop_signals(&a.o);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
+    if (strata_sweep_check(&so) != STRATA_OK) { /* before the synchronous run */
+        fprintf(stderr, "strata %s\n", strata_last_error());
+        return 2;
+    }
+    catch_stop_signals(&a.o);
+    so.train = a.o;
     strata_status st = strata_sweep_staleness(&so, stdout);
     if (st == STRATA_OK && stop_signal)
         return 128 + stop_signal;

@@ -114,7 +114,9 @@ with tempfile.TemporaryDirectory() as tmp:
                  "  --grafting adam|adagrad|none  (default adam)\n",
                  "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
                  "                              nonzero gradient (default auto)\n",
-                 "  --progress / --no-progress  progress bar"):
+                 "  --progress / --no-progress  progress bar",
+                 "  --warmup N                  linear warm-up steps (default max(steps/10,\n"
+                 "                              min(20, steps/2))"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
@@ -375,6 +377,12 @@ with tempfile.TemporaryDirectory() as tmp:
         expect_rc=1, expect_text="--resume", stream="stderr")
     p = run("train", *tiny, "--steps", "1", "--resume", os.path.join(tmp, "no-ckpt"),
             expect_rc=1, reject_text="strata train:", stream="stdout")
+    # A changed --lr on resume is compared for the optimizer the run uses only.
+    ck_lr = os.path.join(tmp, "ck-lr")
+    run("train", *tiny, "--steps", "2", "--eval-every", "0", "--save-every", "2", "--save-dir",
+        ck_lr, "--quiet", expect_rc=0)
+    run("train", *tiny, "--steps", "3", "--eval-every", "0", "--resume", ck_lr, "--lr", "0.01",
+        "--quiet", expect_rc=0, expect_text="config 'shampoo.lr' was", reject_text="muon.lr")
     deep = os.path.join(tmp, "made", "by", "metrics", "m.jsonl")
     run("train", *tiny, "--steps", "1", "--eval-every", "0", "--metrics", deep, "--quiet",
         expect_rc=0)
@@ -498,6 +506,24 @@ with tempfile.TemporaryDirectory() as tmp:
     run("race", "--runs", "adamw,sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
     run("race", "--runs", "adamw,muon,muon", expect_rc=2, expect_text="listed twice")
     run("race", "--staleness", "1,x", expect_rc=2, expect_text="--staleness expects")
+    # A staleness budget the async optimizer refuses (SOAP: S < F) is a usage
+    # error at start-up, before AdamW's or the synchronous run trains.
+    p = run("race", *tiny, "--steps", "2", "--runs", "adamw,soap-async", "--staleness", "12",
+            "--out", os.path.join(tmp, "race-bad"), expect_rc=2,
+            expect_text="'soap-async' at staleness 12: async soap needs staleness < precondition "
+            "frequency (2)")
+    ok = p is not None and "running" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: race refuses soap-async S=12 before any run")
+    failures += not ok
+    p = run("sweep-staleness", *tiny, "--steps", "2", "--optimizer", "soap", "--values", "0,12",
+            "--out", os.path.join(tmp, "sweep-bad"), expect_rc=2,
+            expect_text="staleness 12: async soap needs 0 <= staleness < precondition frequency")
+    ok = p is not None and "running" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness refuses soap S=12 before any run")
+    failures += not ok
+    run("train", *tiny, "--steps", "2", "--optimizer", "soap", "--async", "--staleness", "2",
+        expect_rc=2, expect_text="--staleness 2: async soap needs staleness < "
+        "--precondition-frequency (2)")
     run("race", "--values", "1", expect_rc=2, expect_text="belongs to sweep-staleness")
     run("train", "--runs", "adamw", expect_rc=2, expect_text="belongs to race")
     run("race", "--help", expect_rc=0, expect_text="usage: strata race", stream="stdout")
