@@ -40,7 +40,7 @@ static void usage_main(FILE *f)
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
           "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
           "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
-          "  help             show this help (or `strata train --help`)\n"
+          "  help [COMMAND]   show this help, or COMMAND's (as `strata COMMAND --help`)\n"
           "  --version        print the library's version\n",
           f);
 }
@@ -1110,9 +1110,14 @@ static int cmd_ckpt(int argc, char **argv)
     const bool hash = argc == 4 && strcmp(argv[1], "inspect") == 0 &&
                       (strcmp(argv[2], "--hash") == 0 || strcmp(argv[3], "--hash") == 0);
     const char *hash_dir = hash ? argv[strcmp(argv[2], "--hash") == 0 ? 3 : 2] : NULL;
-    if ((argc != 3 && !hash) ||
+    /* --help (or -h, or help) anywhere asks for the usage, never names a directory. */
+    bool help = false;
+    for (int i = 1; i < argc; i++)
+        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
+               (i == 1 && strcmp(argv[i], "help") == 0);
+    if (help || (argc != 3 && !hash) ||
         (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
-        fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+        fprintf(help ? stdout : stderr,
                 "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
                 "checksum status\n"
                 "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
@@ -1125,7 +1130,7 @@ static int cmd_ckpt(int argc, char **argv)
                 "                                 number of ranks or layout that saved it\n"
                 "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
                 "sound\n");
-        return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+        return help ? 0 : 2;
     }
     if (hash) {
         ckpt_view v = {.hash = true};
@@ -1173,6 +1178,23 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("strata %s\n", strata_version());
         return 0;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc >= 3) { /* strata help COMMAND */
+        char help_flag[] = "--help";
+        char *hargv[] = {argv[2], help_flag, NULL};
+        if (strcmp(argv[2], "train") == 0)
+            return cmd_train(2, hargv);
+        if (strcmp(argv[2], "sweep-staleness") == 0)
+            return cmd_sweep(2, hargv);
+        if (strcmp(argv[2], "race") == 0)
+            return cmd_race(2, hargv);
+        if (strcmp(argv[2], "ckpt") == 0)
+            return cmd_ckpt(2, hargv);
+        if (strcmp(argv[2], "help") != 0) {
+            fprintf(stderr, "strata: unknown command '%s'\n", argv[2]);
+            usage_main(stderr);
+            return 2;
+        }
     }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {

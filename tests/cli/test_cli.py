@@ -104,6 +104,15 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'}: scripts/setup.sh keeps its meson log in the build folder")
     failures += not ok
     run(expect_rc=2, expect_text="usage")
+    # strata help COMMAND prints that command's help; ckpt's subcommands take --help.
+    run("help", "train", expect_rc=0, expect_text="usage: strata train", stream="stdout")
+    run("help", "race", expect_rc=0, expect_text="usage: strata race", stream="stdout")
+    run("help", "ckpt", expect_rc=0, expect_text="strata ckpt verify DIR", stream="stdout")
+    run("help", "fly", expect_rc=2, expect_text="unknown command 'fly'")
+    for sub in ("inspect", "verify"):
+        run("ckpt", sub, "--help", expect_rc=0, expect_text="usage: strata ckpt inspect DIR",
+            stream="stdout")
+        run("ckpt", sub, "--help", expect_rc=0, reject_text="missing file")
     run("fly", expect_rc=2, expect_text="unknown command")
     run("train", "--help", expect_rc=0, expect_text="--optimizer", stream="stdout")
     # --help comes from the flag table: groups, derived defaults, choices.
