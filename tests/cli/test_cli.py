@@ -392,6 +392,13 @@ with tempfile.TemporaryDirectory() as tmp:
         ck_lr, "--quiet", expect_rc=0)
     run("train", *tiny, "--steps", "3", "--eval-every", "0", "--resume", ck_lr, "--lr", "0.01",
         "--quiet", expect_rc=0, expect_text="config 'shampoo.lr' was", reject_text="muon.lr")
+    # Resuming a checkpoint already at --steps says there is nothing to train
+    # (no summary of zero steps with NaN losses).
+    p = run("train", *tiny, "--steps", "2", "--resume", ck_lr, "--no-progress", expect_rc=0,
+            expect_text="the checkpoint is at step 2 and --steps is 2: nothing to train")
+    ok = p is not None and "nan" not in p.stdout and "0 steps" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: resume at --steps prints no NaN summary")
+    failures += not ok
     deep = os.path.join(tmp, "made", "by", "metrics", "m.jsonl")
     run("train", *tiny, "--steps", "1", "--eval-every", "0", "--metrics", deep, "--quiet",
         expect_rc=0)
