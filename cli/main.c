@@ -762,6 +762,11 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
+    if (o->strata.nvme_chunk_bytes % 4096) {
+        fprintf(stderr, "strata: --nvme-staging-kib expects a multiple of 4, got %zu\n",
+                o->strata.nvme_chunk_bytes >> 10);
+        return 2;
+    }
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);
@@ -921,6 +926,10 @@ static int cmd_train(int argc, char **argv)
                     strata_last_error());
         else
             fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        if (st == STRATA_ERR_NOMEM && a.o.strata.host_budget && !a.nvme_wanted && rank == 0 &&
+            strstr(strata_last_error(), "no nvme tier"))
+            fprintf(stderr, "strata: raise --host-budget-mib, or spill to nvme with --tiers "
+                            "device,host,nvme\n");
         fflush(stderr);
         strata_comm_abort(comm, 1); /* ends every rank; returns with one process */
         strata_comm_destroy(comm);

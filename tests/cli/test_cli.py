@@ -399,6 +399,14 @@ with tempfile.TemporaryDirectory() as tmp:
     ok = p is not None and "nan" not in p.stdout and "0 steps" not in p.stdout
     print(f"{'PASS' if ok else 'FAIL'}: resume at --steps prints no NaN summary")
     failures += not ok
+    # A host budget too small for the roots without an nvme tier does not
+    # speak of nvme as if it were enabled, and names the way out.
+    run("train", *tiny, "--layers", "2", "--d-model", "64", "--steps", "2", "--async",
+        "--host-budget-mib", "1", "--quiet", expect_rc=1,
+        expect_text="there is no nvme tier to spill them to", reject_text="every spillable")
+    run("train", *tiny, "--layers", "2", "--d-model", "64", "--steps", "2", "--async",
+        "--host-budget-mib", "1", "--quiet", expect_rc=1,
+        expect_text="--tiers device,host,nvme")
     deep = os.path.join(tmp, "made", "by", "metrics", "m.jsonl")
     run("train", *tiny, "--steps", "1", "--eval-every", "0", "--metrics", deep, "--quiet",
         expect_rc=0)
@@ -427,6 +435,8 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{'PASS' if ok else 'FAIL'}: async nvme metrics")
         failures += not ok
     run("train", "--nvme-queue-depth", "4", expect_rc=2, expect_text="--nvme-queue-depth")
+    run("train", "--nvme-staging-kib", "6", expect_rc=2,
+        expect_text="--nvme-staging-kib expects a multiple of 4, got 6")
     if not nvme_skip:
         run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
             "device,nvme", "--nvme-dir", nvme_dir, "--nvme-queue-depth", "8", "--metrics", metrics,
@@ -439,10 +449,8 @@ with tempfile.TemporaryDirectory() as tmp:
             ok = False
         print(f"{'PASS' if ok else 'FAIL'}: --nvme-queue-depth 8 run")
         failures += not ok
-        # The staging chunk: a multiple of 4 KiB (the config check names the field), and a run
-        # with 64 KiB chunks moves roots through the nvme tier.
-        run("train", *tiny, "--steps", "1", "--nvme-staging-kib", "6", expect_rc=1,
-            expect_text="strata_config.nvme_chunk_bytes")
+        # The staging chunk: a multiple of 4 KiB, a usage error naming the flag (exit 2), and a
+        # run with 64 KiB chunks moves roots through the nvme tier.
         run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
             "device,nvme", "--nvme-dir", nvme_dir, "--nvme-staging-kib", "64", "--metrics", metrics,
             "--no-progress", expect_rc=0, expect_text="nvme tier", stream="stdout")
