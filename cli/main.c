@@ -416,7 +416,9 @@ static const train_flag train_flags[] = {
     {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
      .arg = "DIR", .help = "where --save-every writes (created)"},
     {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
-     .group = G_CKPT, .arg = "K", .help = "keep the newest K checkpoints (default 0: all)"},
+     .group = G_CKPT, .arg = "K",
+     .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
+             "--save-after-load"},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
              "options every later step is bit-identical"},
@@ -783,7 +785,12 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
         return 2;
     }
-    if (o->strata.async && o->strata.staleness >= o->steps)
+    if (o->keep > 0 && o->save_every == 0 && !o->save_after_load) {
+        fprintf(stderr, "strata: --keep %d prunes the checkpoints that --save-every (or "
+                        "--save-after-load) writes; give one of them\n", o->keep);
+        return 2;
+    }
+    if (o->strata.async && refresh.async && o->strata.staleness >= o->steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
                 o->strata.staleness, o->steps);

@@ -175,6 +175,13 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", *nodata, "--async", "--staleness", "20", "--steps", "20", expect_rc=1,
         expect_text="--staleness 20 >= --steps 20: no asynchronous root")
     run("train", *nodata, "--workers", "2", expect_rc=1, expect_text="take effect with --async")
+    # One note, not two contradictory ones: --async with Muon has no effect, so
+    # nothing is said about its asynchronous roots.
+    run("train", *nodata, "--optimizer", "muon", "--async", "--staleness", "3", "--steps", "3",
+        expect_rc=1, expect_text="no effect with --optimizer muon",
+        reject_text="no asynchronous root")
+    # --keep without --save-every (or --save-after-load) is a usage error.
+    run("train", "--keep", "2", expect_rc=2, expect_text="--keep 2 prunes the checkpoints")
     run("train", "--layers", "abc", expect_rc=2, expect_text="--layers expects an integer")
     run("train", "--layers", "0", expect_rc=2, expect_text="--layers")
     run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
