@@ -40,7 +40,7 @@ static void usage_main(FILE *f)
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
           "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
           "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
-          "  help             show this help (or `strata train --help`)\n"
+          "  help [COMMAND]   show this help, or COMMAND's (as `strata COMMAND --help`)\n"
           "  --version        print the library's version\n",
           f);
 }
@@ -288,7 +288,9 @@ static const train_flag train_flags[] = {
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
      .help = "decoupled weight decay for matrices (default {})"},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
-     .group = G_TRAIN, .arg = "N", .help = "linear warm-up steps (default steps/10)"},
+     .group = G_TRAIN, .arg = "N",
+     .help = "linear warm-up steps (default max(steps/10,\nmin(20, steps/2)): 20 is AdamW's "
+             "second-moment\nhorizon 1/(1 - 0.95))"},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
      .help = "cosine floor, fraction of peak (default {})"},
@@ -414,7 +416,9 @@ static const train_flag train_flags[] = {
     {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
      .arg = "DIR", .help = "where --save-every writes (created)"},
     {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
-     .group = G_CKPT, .arg = "K", .help = "keep the newest K checkpoints (default 0: all)"},
+     .group = G_CKPT, .arg = "K",
+     .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
+             "--save-after-load"},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
              "options every later step is bit-identical"},
@@ -760,6 +764,11 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
+    if (o->strata.nvme_chunk_bytes % 4096) {
+        fprintf(stderr, "strata: --nvme-staging-kib expects a multiple of 4, got %zu\n",
+                o->strata.nvme_chunk_bytes >> 10);
+        return 2;
+    }
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);
@@ -769,7 +778,19 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "with --optimizer %s%s\n",
                 strata_optimizer_name(mopt),
                 mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
-    if (o->strata.async && o->strata.staleness >= o->steps)
+    if (cmd == CMD_TRAIN && o->strata.async && refresh.async && refresh.max_staleness >= 0 &&
+        o->strata.staleness > refresh.max_staleness) {
+        fprintf(stderr, "strata: --staleness %d: async %s needs staleness < "
+                        "--precondition-frequency (%d)\n",
+                o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
+        return 2;
+    }
+    if (o->keep > 0 && o->save_every == 0 && !o->save_after_load) {
+        fprintf(stderr, "strata: --keep %d prunes the checkpoints that --save-every (or "
+                        "--save-after-load) writes; give one of them\n", o->keep);
+        return 2;
+    }
+    if (o->strata.async && refresh.async && o->strata.staleness >= o->steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
                         "installed in this run\n",
                 o->strata.staleness, o->steps);
@@ -794,21 +815,40 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         fprintf(stderr, "strata: warning: --threads %d exceeds the %ld online cores\n",
                 o->strata.blas_threads, cores);
     o->model.max_seq = o->seq_len; /* the model's context is the training context */
-    if (a->lr >= 0.0f) {
-        o->strata.shampoo.lr = a->lr;
-        o->strata.muon.lr = a->lr;
-        o->strata.soap.lr = a->lr;
-        o->strata.kl_shampoo.lr = a->lr;
-        if (mopt == STRATA_OPTIM_ADAMW)
-            o->strata.adamw.lr = a->lr;
+    /* --lr and --weight-decay set the matrix optimizer's own values only (the
+     * others are not used by this run; a resumed checkpoint compares them). */
+    float *lr = NULL, *wd = NULL;
+    switch (mopt) {
+    case STRATA_OPTIM_SHAMPOO:
+        lr = &o->strata.shampoo.lr;
+        wd = &o->strata.shampoo.weight_decay;
+        break;
+    case STRATA_OPTIM_MUON: lr = &o->strata.muon.lr; wd = &o->strata.muon.weight_decay; break;
+    case STRATA_OPTIM_SOAP: lr = &o->strata.soap.lr; wd = &o->strata.soap.weight_decay; break;
+    case STRATA_OPTIM_KL_SHAMPOO:
+        lr = &o->strata.kl_shampoo.lr;
+        wd = &o->strata.kl_shampoo.weight_decay;
+        break;
+    case STRATA_OPTIM_ADAMW: lr = &o->strata.adamw.lr; wd = &o->strata.adamw.weight_decay; break;
+    default: break;
     }
-    if (a->wd >= 0.0f) {
-        o->strata.shampoo.weight_decay = a->wd;
-        o->strata.muon.weight_decay = a->wd;
-        o->strata.soap.weight_decay = a->wd;
-        o->strata.kl_shampoo.weight_decay = a->wd;
-        if (mopt == STRATA_OPTIM_ADAMW)
-            o->strata.adamw.weight_decay = a->wd;
+    if (a->lr >= 0.0f && lr)
+        *lr = a->lr;
+    if (a->wd >= 0.0f && wd)
+        *wd = a->wd;
+    if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */
+        if (a->lr >= 0.0f) {
+            o->strata.shampoo.lr = a->lr;
+            o->strata.muon.lr = a->lr;
+            o->strata.soap.lr = a->lr;
+            o->strata.kl_shampoo.lr = a->lr;
+        }
+        if (a->wd >= 0.0f) {
+            o->strata.shampoo.weight_decay = a->wd;
+            o->strata.muon.weight_decay = a->wd;
+            o->strata.soap.weight_decay = a->wd;
+            o->strata.kl_shampoo.weight_decay = a->wd;
+        }
     }
     return 0;
 }
@@ -893,6 +933,10 @@ static int cmd_train(int argc, char **argv)
                     strata_last_error());
         else
             fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        if (st == STRATA_ERR_NOMEM && a.o.strata.host_budget && !a.nvme_wanted && rank == 0 &&
+            strstr(strata_last_error(), "no nvme tier"))
+            fprintf(stderr, "strata: raise --host-budget-mib, or spill to nvme with --tiers "
+                            "device,host,nvme\n");
         fflush(stderr);
         strata_comm_abort(comm, 1); /* ends every rank; returns with one process */
         strata_comm_destroy(comm);
@@ -921,9 +965,14 @@ static int cmd_sweep(int argc, char **argv)
     if (a.o.strata.async)
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
                         "itself\n");
-    catch_stop_signals(&a.o);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
+    if (strata_sweep_check(&so) != STRATA_OK) { /* before the synchronous run */
+        fprintf(stderr, "strata %s\n", strata_last_error());
+        return 2;
+    }
+    catch_stop_signals(&a.o);
+    so.train = a.o;
     strata_status st = strata_sweep_staleness(&so, stdout);
     if (st == STRATA_OK && stop_signal)
         return 128 + stop_signal;
@@ -1077,9 +1126,14 @@ static int cmd_ckpt(int argc, char **argv)
     const bool hash = argc == 4 && strcmp(argv[1], "inspect") == 0 &&
                       (strcmp(argv[2], "--hash") == 0 || strcmp(argv[3], "--hash") == 0);
     const char *hash_dir = hash ? argv[strcmp(argv[2], "--hash") == 0 ? 3 : 2] : NULL;
-    if ((argc != 3 && !hash) ||
+    /* --help (or -h, or help) anywhere asks for the usage, never names a directory. */
+    bool help = false;
+    for (int i = 1; i < argc; i++)
+        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
+               (i == 1 && strcmp(argv[i], "help") == 0);
+    if (help || (argc != 3 && !hash) ||
         (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
-        fprintf(argc >= 2 && strcmp(argv[1], "--help") == 0 ? stdout : stderr,
+        fprintf(help ? stdout : stderr,
                 "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
                 "checksum status\n"
                 "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
@@ -1092,7 +1146,7 @@ static int cmd_ckpt(int argc, char **argv)
                 "                                 number of ranks or layout that saved it\n"
                 "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
                 "sound\n");
-        return argc >= 2 && strcmp(argv[1], "--help") == 0 ? 0 : 2;
+        return help ? 0 : 2;
     }
     if (hash) {
         ckpt_view v = {.hash = true};
@@ -1140,6 +1194,23 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("strata %s\n", strata_version());
         return 0;
+    }
+    if (strcmp(argv[1], "help") == 0 && argc >= 3) { /* strata help COMMAND */
+        char help_flag[] = "--help";
+        char *hargv[] = {argv[2], help_flag, NULL};
+        if (strcmp(argv[2], "train") == 0)
+            return cmd_train(2, hargv);
+        if (strcmp(argv[2], "sweep-staleness") == 0)
+            return cmd_sweep(2, hargv);
+        if (strcmp(argv[2], "race") == 0)
+            return cmd_race(2, hargv);
+        if (strcmp(argv[2], "ckpt") == 0)
+            return cmd_ckpt(2, hargv);
+        if (strcmp(argv[2], "help") != 0) {
+            fprintf(stderr, "strata: unknown command '%s'\n", argv[2]);
+            usage_main(stderr);
+            return 2;
+        }
     }
     if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
         strcmp(argv[1], "-h") == 0) {

@@ -686,6 +686,12 @@ static strata_status place(strata_refresh *e)
     }
     if (any_nvme)
         planned += scratch;
+    if (budget && planned > budget && !e->nvme)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB, and there is no nvme tier to spill them to "
+                            "(strata_config.nvme_dir unset)",
+                            budget / 1048576.0, planned / 1048576.0);
     if (budget && planned > budget)
         return strata_error(STRATA_ERR_NOMEM,
                             "host budget of %.1f MiB cannot hold the preconditioner roots: they "

@@ -62,12 +62,13 @@ bool gpt_enum_parse(const gpt_enum_name *names, const char *name, int *value)
 void gpt_optimizer_refresh_info(const strata_config *c, gpt_refresh_info *out)
 {
     /* The library's families answer it (strata_optimizer_info_get). */
-    *out = (gpt_refresh_info){0};
+    *out = (gpt_refresh_info){.max_staleness = -1};
     strata_optimizer_info info;
     if (strata_optimizer_info_get(c, c->matrix_optimizer, &info) != STRATA_OK ||
         !info.has_refresh)
         return;
     *out = (gpt_refresh_info){.refreshes = true, .what = info.refresh_noun,
                               .async = info.async_capable, .stagger = true,
-                              .frequency = info.precondition_frequency};
+                              .frequency = info.precondition_frequency,
+                              .max_staleness = info.max_staleness};
 }

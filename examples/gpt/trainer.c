@@ -975,6 +975,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", dir, ls.step,
                     li.bytes / 1048576.0, 1e3 * li.seconds);
     }
+    /* A checkpoint already at (or past) --steps: nothing to train, and no
+     * summary of zero steps (its losses would be NaN). */
+    const bool nothing_to_do = o.resume && first_step >= o.steps && !o.save_after_load;
+    if (nothing_to_do && rank0)
+        fprintf(stderr, "strata: note: the checkpoint is at step %d and --steps is %d: nothing "
+                        "to train (raise --steps to continue the run)\n",
+                first_step, o.steps);
     if ((o.save_every > 0 || o.save_after_load) &&
         (st = prepare_save_dir(o.save_dir, rank0)) != STRATA_OK)
         goto out;
@@ -1096,7 +1103,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = rank_figures(&o, rt, res);
     if (st != STRATA_OK)
         goto out;
-    gpt_report_summary(rep, res);
+    if (!nothing_to_do)
+        gpt_report_summary(rep, res);
     st = STRATA_OK;
 
 out:

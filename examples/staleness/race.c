@@ -71,6 +71,11 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
                             name, oname);
     for (int k = 0; k < o->n_staleness; k++) {
         r.staleness = o->staleness[k];
+        if (refresh.max_staleness >= 0 && r.staleness > refresh.max_staleness)
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "race: '%s-async' at staleness %d: async %s needs staleness < "
+                                "precondition frequency (%d)",
+                                name, r.staleness, oname, refresh.frequency);
         snprintf(r.name, sizeof r.name, "%s-async-S%d", oname, r.staleness);
         snprintf(r.variant, sizeof r.variant, "async-S%d-staggered", r.staleness);
         strata_status st = plan_add(runs, n, &r);

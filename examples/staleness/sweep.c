@@ -28,11 +28,34 @@ static strata_status write_plot(const char *dir, const char *optimizer, const sw
     return strata_plot_loss_vs_time(dir, title, curves, n, out);
 }
 
+strata_status strata_sweep_check(const strata_sweep_options *o)
+{
+    if (!o || !o->values || o->n_values < 1 || o->n_values > 64 || !o->out_dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "sweep: need 1..64 staleness values and out_dir");
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&o->train.strata, &refresh);
+    if (!refresh.async)
+        return STRATA_OK; /* the sweep falls back to Shampoo, which accepts any budget */
+    for (int i = 0; i < o->n_values; i++)
+        if (o->values[i] < 0 ||
+            (refresh.max_staleness >= 0 && o->values[i] > refresh.max_staleness))
+            return strata_error(STRATA_ERR_INVALID_ARG,
+                                "sweep-staleness: staleness %d: async %s needs 0 <= staleness < "
+                                "precondition frequency (%d)",
+                                o->values[i],
+                                strata_optimizer_name(o->train.strata.matrix_optimizer),
+                                refresh.frequency);
+    return STRATA_OK;
+}
+
 strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
 {
     if (!o || !o->values || o->n_values < 1 || o->n_values > 64 || !o->out_dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "sweep: need 1..64 staleness values and out_dir");
-    strata_status st = strata_plot_make_dir(o->out_dir);
+    strata_status st = strata_sweep_check(o);
+    if (st != STRATA_OK)
+        return st;
+    st = strata_plot_make_dir(o->out_dir);
     if (st != STRATA_OK)
         return st;
     const int n = o->n_values + 1;

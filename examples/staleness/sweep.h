@@ -27,6 +27,14 @@ typedef struct strata_sweep_options {
     const char *out_dir;     /* created if missing */
 } strata_sweep_options;
 
+/* Check `o` before any run: 1..64 budgets, each S >= 0 and, for an
+ * optimizer whose asynchronous refreshes bound S (SOAP, KL-Shampoo's
+ * eigenbasis form: S < precondition_frequency, as strata_commit requires),
+ * within that bound. strata_sweep_staleness calls it first, so a bad budget
+ * fails before the synchronous run. Errors: STRATA_ERR_INVALID_ARG (the
+ * budget named). */
+strata_status strata_sweep_check(const strata_sweep_options *o);
+
 /* Run the sweep, printing one line per finished run and the table to `out`.
  * A run stopped by a signal (train.stop) ends the sweep without a table and
  * returns STRATA_OK; the caller knows from its flag. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (out_dir), and any status of

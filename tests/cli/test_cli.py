@@ -104,6 +104,15 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'}: scripts/setup.sh keeps its meson log in the build folder")
     failures += not ok
     run(expect_rc=2, expect_text="usage")
+    # strata help COMMAND prints that command's help; ckpt's subcommands take --help.
+    run("help", "train", expect_rc=0, expect_text="usage: strata train", stream="stdout")
+    run("help", "race", expect_rc=0, expect_text="usage: strata race", stream="stdout")
+    run("help", "ckpt", expect_rc=0, expect_text="strata ckpt verify DIR", stream="stdout")
+    run("help", "fly", expect_rc=2, expect_text="unknown command 'fly'")
+    for sub in ("inspect", "verify"):
+        run("ckpt", sub, "--help", expect_rc=0, expect_text="usage: strata ckpt inspect DIR",
+            stream="stdout")
+        run("ckpt", sub, "--help", expect_rc=0, reject_text="missing file")
     run("fly", expect_rc=2, expect_text="unknown command")
     run("train", "--help", expect_rc=0, expect_text="--optimizer", stream="stdout")
     # --help comes from the flag table: groups, derived defaults, choices.
@@ -114,7 +123,9 @@ with tempfile.TemporaryDirectory() as tmp:
                  "  --grafting adam|adagrad|none  (default adam)\n",
                  "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
                  "                              nonzero gradient (default auto)\n",
-                 "  --progress / --no-progress  progress bar"):
+                 "  --progress / --no-progress  progress bar",
+                 "  --warmup N                  linear warm-up steps (default max(steps/10,\n"
+                 "                              min(20, steps/2))"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
@@ -164,6 +175,13 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", *nodata, "--async", "--staleness", "20", "--steps", "20", expect_rc=1,
         expect_text="--staleness 20 >= --steps 20: no asynchronous root")
     run("train", *nodata, "--workers", "2", expect_rc=1, expect_text="take effect with --async")
+    # One note, not two contradictory ones: --async with Muon has no effect, so
+    # nothing is said about its asynchronous roots.
+    run("train", *nodata, "--optimizer", "muon", "--async", "--staleness", "3", "--steps", "3",
+        expect_rc=1, expect_text="no effect with --optimizer muon",
+        reject_text="no asynchronous root")
+    # --keep without --save-every (or --save-after-load) is a usage error.
+    run("train", "--keep", "2", expect_rc=2, expect_text="--keep 2 prunes the checkpoints")
     run("train", "--layers", "abc", expect_rc=2, expect_text="--layers expects an integer")
     run("train", "--layers", "0", expect_rc=2, expect_text="--layers")
     run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
@@ -389,6 +407,27 @@ with tempfile.TemporaryDirectory() as tmp:
         expect_rc=1, expect_text="--resume", stream="stderr")
     p = run("train", *tiny, "--steps", "1", "--resume", os.path.join(tmp, "no-ckpt"),
             expect_rc=1, reject_text="strata train:", stream="stdout")
+    # A changed --lr on resume is compared for the optimizer the run uses only.
+    ck_lr = os.path.join(tmp, "ck-lr")
+    run("train", *tiny, "--steps", "2", "--eval-every", "0", "--save-every", "2", "--save-dir",
+        ck_lr, "--quiet", expect_rc=0)
+    run("train", *tiny, "--steps", "3", "--eval-every", "0", "--resume", ck_lr, "--lr", "0.01",
+        "--quiet", expect_rc=0, expect_text="config 'shampoo.lr' was", reject_text="muon.lr")
+    # Resuming a checkpoint already at --steps says there is nothing to train
+    # (no summary of zero steps with NaN losses).
+    p = run("train", *tiny, "--steps", "2", "--resume", ck_lr, "--no-progress", expect_rc=0,
+            expect_text="the checkpoint is at step 2 and --steps is 2: nothing to train")
+    ok = p is not None and "nan" not in p.stdout and "0 steps" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: resume at --steps prints no NaN summary")
+    failures += not ok
+    # A host budget too small for the roots without an nvme tier does not
+    # speak of nvme as if it were enabled, and names the way out.
+    run("train", *tiny, "--layers", "2", "--d-model", "64", "--steps", "2", "--async",
+        "--host-budget-mib", "1", "--quiet", expect_rc=1,
+        expect_text="there is no nvme tier to spill them to", reject_text="every spillable")
+    run("train", *tiny, "--layers", "2", "--d-model", "64", "--steps", "2", "--async",
+        "--host-budget-mib", "1", "--quiet", expect_rc=1,
+        expect_text="--tiers device,host,nvme")
     deep = os.path.join(tmp, "made", "by", "metrics", "m.jsonl")
     run("train", *tiny, "--steps", "1", "--eval-every", "0", "--metrics", deep, "--quiet",
         expect_rc=0)
@@ -417,6 +456,8 @@ with tempfile.TemporaryDirectory() as tmp:
         print(f"{'PASS' if ok else 'FAIL'}: async nvme metrics")
         failures += not ok
     run("train", "--nvme-queue-depth", "4", expect_rc=2, expect_text="--nvme-queue-depth")
+    run("train", "--nvme-staging-kib", "6", expect_rc=2,
+        expect_text="--nvme-staging-kib expects a multiple of 4, got 6")
     if not nvme_skip:
         run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
             "device,nvme", "--nvme-dir", nvme_dir, "--nvme-queue-depth", "8", "--metrics", metrics,
@@ -429,10 +470,8 @@ with tempfile.TemporaryDirectory() as tmp:
             ok = False
         print(f"{'PASS' if ok else 'FAIL'}: --nvme-queue-depth 8 run")
         failures += not ok
-        # The staging chunk: a multiple of 4 KiB (the config check names the field), and a run
-        # with 64 KiB chunks moves roots through the nvme tier.
-        run("train", *tiny, "--steps", "1", "--nvme-staging-kib", "6", expect_rc=1,
-            expect_text="strata_config.nvme_chunk_bytes")
+        # The staging chunk: a multiple of 4 KiB, a usage error naming the flag (exit 2), and a
+        # run with 64 KiB chunks moves roots through the nvme tier.
         run("train", *tiny, "--steps", "4", "--eval-every", "0", "--async", "--tiers",
             "device,nvme", "--nvme-dir", nvme_dir, "--nvme-staging-kib", "64", "--metrics", metrics,
             "--no-progress", expect_rc=0, expect_text="nvme tier", stream="stdout")
@@ -521,6 +560,24 @@ with tempfile.TemporaryDirectory() as tmp:
     run("race", "--runs", "adamw,sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
     run("race", "--runs", "adamw,muon,muon", expect_rc=2, expect_text="listed twice")
     run("race", "--staleness", "1,x", expect_rc=2, expect_text="--staleness expects")
+    # A staleness budget the async optimizer refuses (SOAP: S < F) is a usage
+    # error at start-up, before AdamW's or the synchronous run trains.
+    p = run("race", *tiny, "--steps", "2", "--runs", "adamw,soap-async", "--staleness", "12",
+            "--out", os.path.join(tmp, "race-bad"), expect_rc=2,
+            expect_text="'soap-async' at staleness 12: async soap needs staleness < precondition "
+            "frequency (2)")
+    ok = p is not None and "running" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: race refuses soap-async S=12 before any run")
+    failures += not ok
+    p = run("sweep-staleness", *tiny, "--steps", "2", "--optimizer", "soap", "--values", "0,12",
+            "--out", os.path.join(tmp, "sweep-bad"), expect_rc=2,
+            expect_text="staleness 12: async soap needs 0 <= staleness < precondition frequency")
+    ok = p is not None and "running" not in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness refuses soap S=12 before any run")
+    failures += not ok
+    run("train", *tiny, "--steps", "2", "--optimizer", "soap", "--async", "--staleness", "2",
+        expect_rc=2, expect_text="--staleness 2: async soap needs staleness < "
+        "--precondition-frequency (2)")
     run("race", "--values", "1", expect_rc=2, expect_text="belongs to sweep-staleness")
     run("train", "--runs", "adamw", expect_rc=2, expect_text="belongs to race")
     run("race", "--help", expect_rc=0, expect_text="usage: strata race", stream="stdout")

@@ -64,7 +64,10 @@ with tempfile.TemporaryDirectory() as tmp:
                       p.stderr[-600:])
             continue
         if "--help" not in args:
-            args += ["--steps", "3", "--eval-batches", "1", "--no-progress"]
+            # A resume continues past the checkpoint (saved at step 3): one more step,
+            # since one already at --steps has nothing to train.
+            args += ["--steps", "4" if "--resume" in args else "3", "--eval-batches", "1",
+                     "--no-progress"]
             if args[0] == "sweep-staleness":
                 args += ["--eval-every", "1"]
         p = subprocess.run([strata, *args], cwd=tmp, capture_output=True, text=True,
