@@ -3,7 +3,6 @@
 run whose JSONL metrics parse. Usage: test_cli.py path/to/strata"""
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -261,7 +260,12 @@ with tempfile.TemporaryDirectory() as tmp:
     # OPENBLAS_CORETYPE count as OpenBLAS's own detection) makes the CLI run
     # again on the best core the CPU supports; a core the user set is kept,
     # with a warning that names the remedy.
-    generic = {"x86_64": "Prescott", "aarch64": "armv8"}.get(platform.machine())
+    # The binary's architecture, not this interpreter's: the arm64 suite runs
+    # an aarch64 strata under qemu from an x86_64 Python.
+    with open(STRATA, "rb") as exe:
+        elf = exe.read(20)
+    machine = int.from_bytes(elf[18:20], "little") if elf[:4] == b"\x7fELF" else None
+    generic = {0x3E: "Prescott", 0xB7: "armv8"}.get(machine)
     tiny1 = ["--data", text, "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len",
              "16", "--batch", "2", "--steps", "1", "--eval-batches", "1", "--no-progress"]
     if generic:
