@@ -262,6 +262,26 @@ static void install(strata_coh_registry *reg, int b, int i)
     }
 }
 
+static bool slot_busy(const coh_slot *s)
+{
+    return s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING;
+}
+
+/* Wait (caller holds reg->mu) until slot `s` is no longer PENDING/COMPUTING
+ * or reg->cfg.timeout_s passes; counted in stats.waits/wait_seconds. The slot
+ * cannot change hands while busy. False: still busy (timed out). */
+static bool wait_while_busy(strata_coh_registry *reg, const coh_slot *s)
+{
+    struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
+    const double t0 = strata_now_seconds();
+    reg->stats.waits++;
+    int rc = 0;
+    while (slot_busy(s) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
+    reg->stats.wait_seconds += strata_now_seconds() - t0;
+    return !slot_busy(s);
+}
+
 static int find_version(strata_coh_registry *reg, int b, int64_t v)
 {
     for (int k = 0; k < reg->n_slots; k++) {
@@ -302,17 +322,8 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
         int k = find_version(reg, b, due);
         if (k >= 0) {
             coh_slot *s = slot_at(reg, b, k);
-            if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
-                struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
-                double t0 = strata_now_seconds();
-                reg->stats.waits++;
-                int rc = 0;
-                /* The slot cannot change hands while PENDING/COMPUTING. */
-                while ((s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) &&
-                       rc != ETIMEDOUT)
-                    rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
-                reg->stats.wait_seconds += strata_now_seconds() - t0;
-                if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
+            if (slot_busy(s)) {
+                if (!wait_while_busy(reg, s)) {
                     st = strata_error(STRATA_ERR_TIMEOUT,
                                       "coherence: block %d waited %.1f s for the root of step "
                                       "%lld at step %lld",
@@ -353,16 +364,8 @@ strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,
     strata_status st = STRATA_OK;
     pthread_mutex_lock(&reg->mu);
     coh_slot *s = slot_at(reg, b, slot);
-    if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) {
-        struct timespec dl = strata_deadline_after(reg->cfg.timeout_s);
-        const double t0 = strata_now_seconds();
-        reg->stats.waits++;
-        int rc = 0;
-        while ((s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING) &&
-               rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
-        reg->stats.wait_seconds += strata_now_seconds() - t0;
-        if (s->state == STRATA_SLOT_PENDING || s->state == STRATA_SLOT_COMPUTING)
+    if (slot_busy(s)) {
+        if (!wait_while_busy(reg, s))
             st = strata_error(STRATA_ERR_TIMEOUT,
                               "coherence: block %d waited %.1f s for the refresh of step %lld",
                               b, reg->cfg.timeout_s, (long long)s->version);

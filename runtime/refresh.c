@@ -1311,24 +1311,34 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
  * complete: no failed part to fill at install) into the spare device
  * buffer, so that the copy overlaps the forward and backward passes. A
  * failed stage is retried at install. */
+/* The slot holding the result block `blk` must install at step t when it is
+ * READY and newer than the installed one (*due: its version), else -1: the
+ * prefetches (nvme read, device stage) start only for such results. */
+static int due_ready_slot(const eng_block *blk, int64_t t, int64_t *due)
+{
+    strata_coh_registry *reg = blk->grp->reg;
+    *due = strata_coh_block_due_version(reg, blk->rb, t);
+    if (*due < 0)
+        return -1;
+    int64_t installed = -1;
+    if (blk->installed_slot >= 0)
+        strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
+    if (installed >= *due)
+        return -1;
+    strata_coh_slot_state state;
+    const int k = strata_coh_find(reg, blk->rb, *due, &state);
+    return k >= 0 && state == STRATA_SLOT_READY ? k : -1;
+}
+
 static void seam_prefetch(strata_refresh *e, int layer, int64_t t)
 {
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (!blk->on_device || blk->on_nvme || blk->ent->layer != layer)
             continue;
-        strata_coh_registry *reg = blk->grp->reg;
-        const int64_t due = strata_coh_block_due_version(reg, blk->rb, t);
-        if (due < 0 || blk->dev_version[1 - blk->dev_cur] == due)
-            continue;
-        int64_t installed = -1;
-        if (blk->installed_slot >= 0)
-            strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
-        if (installed >= due)
-            continue;
-        strata_coh_slot_state state;
-        const int k = strata_coh_find(reg, blk->rb, due, &state);
-        if (k < 0 || state != STRATA_SLOT_READY || blk->slots[k].failed)
+        int64_t due;
+        const int k = due_ready_slot(blk, t, &due);
+        if (k < 0 || blk->dev_version[1 - blk->dev_cur] == due || blk->slots[k].failed)
             continue;
         (void)seam_stage(e, blk, k, blk->slots[k].buf, due, true);
     }
@@ -1345,19 +1355,10 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
         eng_block *blk = &e->blocks[i];
         if (!blk->on_nvme || blk->ent->layer != layer || blk->io_pending)
             continue;
-        strata_coh_registry *reg = blk->grp->reg;
-        const int64_t due = strata_coh_block_due_version(reg, blk->rb, t);
-        if (due < 0)
-            continue;
-        int64_t installed = -1;
-        if (blk->installed_slot >= 0)
-            strata_coh_slot_get(reg, blk->rb, blk->installed_slot, &installed);
-        if (installed >= due)
-            continue;
-        strata_coh_slot_state state;
-        const int k = strata_coh_find(reg, blk->rb, due, &state);
-        if (k < 0 || state != STRATA_SLOT_READY)
-            continue; /* not ready yet: acquire will wait and read */
+        int64_t due;
+        const int k = due_ready_slot(blk, t, &due);
+        if (k < 0)
+            continue; /* not due, installed, or not ready yet: acquire will wait and read */
         if (blk->staged_version == due)
             continue; /* already read (the first pass of a step that failed later) */
         blk->staged_version = -1; /* the spare buffer is being overwritten */
