@@ -74,7 +74,7 @@ struct strata_shampoo_state {
     float *filtered; /* M, rows x cols (NULL when beta1 == 0) */
     float *graft;    /* A, rows x cols (NULL when grafting == NONE) */
     float *mom;      /* B, rows x cols (NULL when momentum == 0) */
-    float *m_hat;    /* scratch rows x cols */
+    float *m_hat;    /* scratch rows x cols: the filtered gradient (used when beta1 > 0) */
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
@@ -731,14 +731,15 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     const int64_t ld = s->cols;
 
-    /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected). */
-    strata_status st;
+    /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected);
+     * without filtering (beta1 = 0) M_hat is g itself, read in place. */
+    strata_status st = STRATA_OK;
+    const float *m_hat = g;
     if (s->filtered) {
         const float b1 = c->beta1;
         const float inv_bc = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
         st = strata_backend_ema(s->be, NULL, n, s->filtered, g, b1, s->m_hat, inv_bc);
-    } else {
-        st = strata_backend_copy(s->be, s->m_hat, g, n * sizeof(float));
+        m_hat = s->m_hat;
     }
     if (st != STRATA_OK)
         return st;
@@ -748,13 +749,13 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     if (c->grafting == STRATA_GRAFT_ADAM) {
         const float bg = c->grafting_beta2;
         const float bc_sqrt = (float)sqrt(1.0 - pow((double)bg, (double)t));
-        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, bg, 1.0f - bg,
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, m_hat, s->dir, bg, 1.0f - bg,
                                   bc_sqrt, c->grafting_epsilon);
     } else if (c->grafting == STRATA_GRAFT_ADAGRAD) {
-        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, 1.0f, 1.0f, 1.0f,
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, m_hat, s->dir, 1.0f, 1.0f, 1.0f,
                                   c->grafting_epsilon);
     } else {
-        st = strata_backend_copy(s->be, s->dir, s->m_hat, n * sizeof(float));
+        st = strata_backend_copy(s->be, s->dir, m_hat, n * sizeof(float));
     }
     if (st != STRATA_OK)
         return st;
@@ -775,7 +776,7 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
                 return st;
             continue;
         }
-        const float *mb = s->m_hat + b->r0 * ld + b->c0;
+        const float *mb = m_hat + b->r0 * ld + b->c0;
         st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv, b->rows,
                                   mb, (int)ld, 0.0f, s->tmp, b->cols);
         if (st == STRATA_OK)
