@@ -18,6 +18,14 @@
  * factor); compute_roots and the asynchronous runtime's workers both call it,
  * so both compute bit-identical roots from the same factor.
  *
+ * Parallel roots (strata_shampoo_state_set_root_threads, T > 1): the
+ * factors of a refresh are jobs taken, largest first, from a shared counter
+ * by the calling thread and T - 1 threads started for the call, each with its
+ * own host workspace and staging matrix (allocated by set_root_threads).
+ * During the call OpenBLAS's process-wide thread count is 1 and then restored:
+ * every root comes from single-threaded LAPACK, so the result does not depend
+ * on T, on which thread took which job, or on the count the caller had set.
+ *
  * Invariant: a block's `has_root[f]` becomes true only after a successful,
  * finite root of factor f; failures leave the previous root in place.
  * Every public entry that takes a gradient scans it for NaN/Inf before it
@@ -31,7 +39,11 @@
 #include "optim_internal.h"
 #include "precond.h"
 
+#include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -45,6 +57,14 @@ typedef struct shampoo_block {
     bool has_root[2]; /* L_inv, R_inv computed at least once */
 } shampoo_block;
 
+/* Host scratch of one root thread: float64 eigen workspace and a float32
+ * staging matrix (maxdim x maxdim: a factor, then its root). */
+typedef struct root_ws {
+    double *work;
+    int *iwork;
+    float *stage;
+} root_ws;
+
 struct strata_shampoo_state {
     strata_shampoo_config cfg;
     strata_backend *be;
@@ -54,16 +74,18 @@ struct strata_shampoo_state {
     float *filtered; /* M, rows x cols (NULL when beta1 == 0) */
     float *graft;    /* A, rows x cols (NULL when grafting == NONE) */
     float *mom;      /* B, rows x cols (NULL when momentum == 0) */
-    float *m_hat;    /* scratch rows x cols */
+    float *m_hat;    /* scratch rows x cols: the filtered gradient (used when beta1 > 0) */
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
     bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
-    double *eig_work; /* host float64 eigen workspace */
-    int *eig_iwork;
-    float *stage;     /* host maxdim x maxdim: a factor, then its root */
+    int maxdim;       /* largest factor dimension */
+    root_ws *ws;      /* root_threads workspaces; ws[0] is the calling thread's */
+    int root_threads; /* threads compute_roots uses (set_root_threads; default 1) */
+    int *root_order;  /* 2 * nblocks root jobs, largest factor first (root_threads > 1) */
+    strata_status *root_status; /* per root job, of the last parallel compute_roots */
     bool skip;        /* this step's gradient could overflow the state: the step is
                          skipped (set by `before`, consumed by apply; optim_internal.h) */
 };
@@ -258,6 +280,49 @@ strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int fac
     return st;
 }
 
+/* 64-byte aligned host memory, so that every root thread's LAPACK sees
+ * its workspace at the same alignment (NULL on failure). */
+static void *host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 64) == 0 ? p : NULL;
+}
+
+static void ws_free(root_ws *ws, int count)
+{
+    for (int i = 0; ws && i < count; i++) {
+        free(ws[i].stage);
+        free(ws[i].work);
+        free(ws[i].iwork);
+    }
+    free(ws);
+}
+
+/* Replace s->ws by `count` workspaces for factors up to s->maxdim. On
+ * failure the state keeps its old workspaces. */
+static strata_status ws_alloc(strata_shampoo_state *s, int count)
+{
+    root_ws *ws = calloc((size_t)count, sizeof *ws);
+    if (!ws)
+        return strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory");
+    const int d = s->maxdim;
+    for (int i = 0; i < count; i++) {
+        ws[i].work = host_alloc(strata_inv_root_work_doubles(d) * sizeof(double));
+        ws[i].iwork = host_alloc(strata_inv_root_work_ints(d) * sizeof(int));
+        ws[i].stage = host_alloc((size_t)d * d * sizeof(float));
+        if (!ws[i].work || !ws[i].iwork || !ws[i].stage) {
+            ws_free(ws, i + 1);
+            return strata_error(STRATA_ERR_NOMEM,
+                                "shampoo: cannot allocate eigen workspace %d of %d (dim %d)",
+                                i + 1, count, d);
+        }
+    }
+    ws_free(s->ws, s->root_threads);
+    s->ws = ws;
+    s->root_threads = count;
+    return STRATA_OK;
+}
+
 strata_status strata_shampoo_state_create(const strata_shampoo_config *c, strata_backend *be,
                                           int64_t rows, int64_t cols, strata_shampoo_state **out)
 {
@@ -353,23 +418,16 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     s->pre = optim_carve(&p, n);
     s->tmp = optim_carve(&p, tmp_floats);
 
+    s->maxdim = maxdim;
     if (!external_roots) {
-        s->eig_work = malloc(strata_inv_root_work_doubles(maxdim) * sizeof(double));
-        s->eig_iwork = malloc(strata_inv_root_work_ints(maxdim) * sizeof(int));
-        s->stage = malloc((size_t)maxdim * maxdim * sizeof(float));
-        if (!s->eig_work || !s->eig_iwork || !s->stage) {
-            st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate eigen workspace (dim %d)",
-                              maxdim);
-            goto out_free_work;
-        }
+        st = ws_alloc(s, 1);
+        if (st != STRATA_OK)
+            goto out_free_mem;
     }
     *out = s;
     return STRATA_OK;
 
-out_free_work:
-    free(s->stage);
-    free(s->eig_work);
-    free(s->eig_iwork);
+out_free_mem:
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_blocks:
     free(s->blocks);
@@ -382,9 +440,9 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
 {
     if (!s)
         return;
-    free(s->stage);
-    free(s->eig_work);
-    free(s->eig_iwork);
+    ws_free(s->ws, s->root_threads);
+    free(s->root_order);
+    free(s->root_status);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s->blocks);
     free(s);
@@ -437,6 +495,160 @@ static strata_status update_factors(strata_shampoo_state *s, const float *g,
     return STRATA_OK;
 }
 
+/* Root job j is factor j % 2 (0: L, 1: R) of block j / 2. */
+static int job_dim(const strata_shampoo_state *s, int job)
+{
+    const shampoo_block *b = &s->blocks[job / 2];
+    return job % 2 == 0 ? b->rows : b->cols;
+}
+
+strata_status strata_shampoo_state_set_root_threads(strata_shampoo_state *s, int threads)
+{
+    if (!s || threads < 1 || threads > STRATA_SHAMPOO_MAX_ROOT_THREADS)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo_state_set_root_threads: %s (threads %d, 1..%d)",
+                            s ? "threads out of range" : "NULL state", threads,
+                            STRATA_SHAMPOO_MAX_ROOT_THREADS);
+    if (s->external_roots)
+        return strata_error(STRATA_ERR_STATE, "shampoo_state_set_root_threads: roots are external");
+    /* More threads than factors would only hold idle workspaces. */
+    const int jobs = 2 * s->nblocks;
+    if (threads > jobs)
+        threads = jobs;
+    if (threads == s->root_threads)
+        return STRATA_OK;
+    if (!s->root_order) {
+        int *ord = malloc((size_t)jobs * sizeof *ord);
+        strata_status *status = malloc((size_t)jobs * sizeof *status);
+        if (!ord || !status) {
+            free(ord);
+            free(status);
+            return strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory");
+        }
+        /* Largest factor first (insertion sort, stable), so that the last
+         * job to start is a small one; results do not depend on the order. */
+        for (int i = 0; i < jobs; i++) {
+            const int dj = job_dim(s, i);
+            int k = i;
+            for (; k > 0 && job_dim(s, ord[k - 1]) < dj; k--)
+                ord[k] = ord[k - 1];
+            ord[k] = i;
+        }
+        s->root_order = ord;
+        s->root_status = status;
+    }
+    return ws_alloc(s, threads);
+}
+
+/* One factor's root on the host: factor -> staging matrix, root in place,
+ * root -> the state's buffer. LINALG failures are counted in `cnt` and leave
+ * the previous root (the caller keeps has_root as it was). */
+static strata_status root_job(strata_shampoo_state *s, int job, const root_ws *ws,
+                              strata_optim_counters *cnt)
+{
+    shampoo_block *b = &s->blocks[job / 2];
+    const int f = job % 2;
+    const int dim = f == 0 ? b->rows : b->cols;
+    const size_t bytes = (size_t)dim * dim * sizeof(float);
+    strata_status st = strata_backend_copy(s->be, ws->stage, f == 0 ? b->L : b->R, bytes);
+    if (st == STRATA_OK)
+        st = strata_shampoo_factor_root(&s->cfg, f, dim, ws->stage, ws->stage, ws->work,
+                                        ws->iwork, cnt);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, f == 0 ? b->L_inv_own : b->R_inv_own, ws->stage, bytes);
+    return st;
+}
+
+/* Shared by the threads of one parallel compute_roots. */
+typedef struct root_batch {
+    strata_shampoo_state *s;
+    const int *order;        /* jobs (2 * block + factor), largest factor first */
+    int n_jobs;
+    atomic_int next;         /* next index into order */
+    strata_status *status;   /* per job */
+} root_batch;
+
+typedef struct root_thread {
+    root_batch *batch;
+    const root_ws *ws;
+    strata_optim_counters cnt; /* this thread's counts, summed by the caller */
+    char error[256];           /* strata_last_error() of the first non-LINALG failure */
+} root_thread;
+
+static void *root_thread_main(void *arg)
+{
+    root_thread *t = arg;
+    root_batch *bt = t->batch;
+    for (;;) {
+        const int i = atomic_fetch_add_explicit(&bt->next, 1, memory_order_relaxed);
+        if (i >= bt->n_jobs)
+            break;
+        const int job = bt->order[i];
+        const strata_status st = root_job(bt->s, job, t->ws, &t->cnt);
+        bt->status[job] = st;
+        if (st != STRATA_OK && st != STRATA_ERR_LINALG && !t->error[0])
+            snprintf(t->error, sizeof t->error, "%s", strata_last_error());
+    }
+    return NULL;
+}
+
+static void counters_add(strata_optim_counters *to, const strata_optim_counters *from)
+{
+    to->root_refreshes += from->root_refreshes;
+    to->root_failures += from->root_failures;
+    to->root_retries += from->root_retries;
+}
+
+/* compute_roots with root_threads > 1 (see the prose block at the top). */
+static strata_status compute_roots_parallel(strata_shampoo_state *s, strata_optim_counters *cnt)
+{
+    const int n_jobs = 2 * s->nblocks;
+    int *ord = s->root_order;
+    strata_status *status = s->root_status;
+    root_batch bt = {.s = s, .order = ord, .n_jobs = n_jobs, .status = status};
+    atomic_init(&bt.next, 0);
+    root_thread th[STRATA_SHAMPOO_MAX_ROOT_THREADS];
+    pthread_t tid[STRATA_SHAMPOO_MAX_ROOT_THREADS];
+    bool started[STRATA_SHAMPOO_MAX_ROOT_THREADS] = {false};
+    const int T = s->root_threads < n_jobs ? s->root_threads : n_jobs;
+    /* OpenBLAS's thread count is process-wide: one thread per root while the
+     * roots run, the caller's count afterwards. */
+    const int blas = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    for (int k = 0; k < T; k++) {
+        th[k] = (root_thread){.batch = &bt, .ws = &s->ws[k]};
+        /* A thread that cannot start leaves its share to the others. */
+        if (k > 0)
+            started[k] = pthread_create(&tid[k], NULL, root_thread_main, &th[k]) == 0;
+    }
+    root_thread_main(&th[0]);
+    for (int k = 1; k < T; k++)
+        if (started[k])
+            pthread_join(tid[k], NULL);
+    openblas_set_num_threads(blas);
+
+    strata_status st = STRATA_OK;
+    for (int k = 0; k < T; k++)
+        if (cnt)
+            counters_add(cnt, &th[k].cnt);
+    for (int job = 0; job < n_jobs; job++) {
+        shampoo_block *b = &s->blocks[job / 2];
+        if (status[job] == STRATA_OK)
+            b->has_root[job % 2] = true;
+        else if (status[job] != STRATA_ERR_LINALG && st == STRATA_OK)
+            st = status[job];
+    }
+    if (st != STRATA_OK) {
+        /* Name the failure on the caller's thread (the first thread's note). */
+        for (int k = 0; k < T; k++)
+            if (th[k].error[0]) {
+                st = strata_error(st, "%s", th[k].error);
+                break;
+            }
+    }
+    return st;
+}
+
 strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim_counters *cnt)
 {
     if (!s)
@@ -444,22 +656,17 @@ strata_status strata_shampoo_compute_roots(strata_shampoo_state *s, strata_optim
     if (s->external_roots)
         return strata_error(STRATA_ERR_STATE, "shampoo_compute_roots: roots are external");
     double t0 = strata_now_seconds();
-    for (int i = 0; i < s->nblocks; i++) {
-        shampoo_block *b = &s->blocks[i];
-        for (int f = 0; f < 2; f++) {
-            const int dim = f == 0 ? b->rows : b->cols;
-            const size_t bytes = (size_t)dim * dim * sizeof(float);
+    if (s->root_threads > 1) {
+        strata_status st = compute_roots_parallel(s, cnt);
+        if (st != STRATA_OK)
+            return st;
+    } else {
+        for (int job = 0; job < 2 * s->nblocks; job++) {
             /* The root runs on the host in float64: the factor goes to the
              * staging matrix, the root (written in place) comes back. */
-            strata_status st = strata_backend_copy(s->be, s->stage, f == 0 ? b->L : b->R, bytes);
+            strata_status st = root_job(s, job, &s->ws[0], cnt);
             if (st == STRATA_OK)
-                st = strata_shampoo_factor_root(&s->cfg, f, dim, s->stage, s->stage, s->eig_work,
-                                                s->eig_iwork, cnt);
-            if (st == STRATA_OK)
-                st = strata_backend_copy(s->be, f == 0 ? b->L_inv_own : b->R_inv_own, s->stage,
-                                         bytes);
-            if (st == STRATA_OK)
-                b->has_root[f] = true;
+                s->blocks[job / 2].has_root[job % 2] = true;
             else if (st != STRATA_ERR_LINALG)
                 return st; /* LINALG: counted, the previous root is kept */
         }
@@ -524,14 +731,15 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     const int64_t ld = s->cols;
 
-    /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected). */
-    strata_status st;
+    /* Filtered gradient M_hat (Distributed Shampoo's betas[0], bias-corrected);
+     * without filtering (beta1 = 0) M_hat is g itself, read in place. */
+    strata_status st = STRATA_OK;
+    const float *m_hat = g;
     if (s->filtered) {
         const float b1 = c->beta1;
         const float inv_bc = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
         st = strata_backend_ema(s->be, NULL, n, s->filtered, g, b1, s->m_hat, inv_bc);
-    } else {
-        st = strata_backend_copy(s->be, s->m_hat, g, n * sizeof(float));
+        m_hat = s->m_hat;
     }
     if (st != STRATA_OK)
         return st;
@@ -541,13 +749,13 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
     if (c->grafting == STRATA_GRAFT_ADAM) {
         const float bg = c->grafting_beta2;
         const float bc_sqrt = (float)sqrt(1.0 - pow((double)bg, (double)t));
-        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, bg, 1.0f - bg,
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, m_hat, s->dir, bg, 1.0f - bg,
                                   bc_sqrt, c->grafting_epsilon);
     } else if (c->grafting == STRATA_GRAFT_ADAGRAD) {
-        st = strata_backend_graft(s->be, NULL, n, s->graft, g, s->m_hat, s->dir, 1.0f, 1.0f, 1.0f,
+        st = strata_backend_graft(s->be, NULL, n, s->graft, g, m_hat, s->dir, 1.0f, 1.0f, 1.0f,
                                   c->grafting_epsilon);
     } else {
-        st = strata_backend_copy(s->be, s->dir, s->m_hat, n * sizeof(float));
+        st = strata_backend_copy(s->be, s->dir, m_hat, n * sizeof(float));
     }
     if (st != STRATA_OK)
         return st;
@@ -568,7 +776,7 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
                 return st;
             continue;
         }
-        const float *mb = s->m_hat + b->r0 * ld + b->c0;
+        const float *mb = m_hat + b->r0 * ld + b->c0;
         st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv, b->rows,
                                   mb, (int)ld, 0.0f, s->tmp, b->cols);
         if (st == STRATA_OK)

@@ -9,15 +9,19 @@
  *            float32), w.f32 (the matrices, concatenated), g.f32 (one or more
  *            gradient sets of the same layout, concatenated; step t uses set
  *            (t-1) mod n_sets)
- *   THREADS  OpenBLAS threads
+ *   THREADS  OpenBLAS threads; Shampoo also computes its roots on THREADS threads
+ *            (strata_shampoo_state_set_root_threads; key root_threads overrides)
  *   keys     lr, freq (precondition frequency), start (Shampoo's
  *            start_preconditioning_step), eps (Shampoo epsilon), block
  *            (Shampoo max_preconditioner_dim), graft_eps, ns (auto|standard|gram),
- *            mu (Muon momentum), b1, b2 (SOAP betas), wd
+ *            mu (Muon momentum), b1, b2 (SOAP betas), wd, root_threads
  * commands (one per line; each answers one line):
  *   reset        fresh state and the matrices of w.f32        -> "ok"
  *   step K       K optimizer steps over every matrix          -> "<seconds>"
  *   dump FILE    write the matrices to FILE (float32)         -> "ok"
+ *   split        seconds in factor updates, roots / eigenbasis refreshes and
+ *                preconditioning + grafting + update since the last reset
+ *                (strata_optim_counters)  -> "factors S roots S precondition S"
  *   quit
  * Errors print "error: ..." and exit 1. */
 #include "strata/optim.h"
@@ -42,6 +46,8 @@ typedef struct driver {
     int n_sets;
     void **states;
     int64_t t;
+    int root_threads;          /* Shampoo: strata_shampoo_state_set_root_threads */
+    strata_optim_counters acc; /* summed over the steps since the last reset */
     strata_muon_config muon;
     strata_shampoo_config shampoo;
     strata_soap_config soap;
@@ -99,14 +105,18 @@ static void reset(driver *d)
     free_states(d);
     memcpy(d->w, d->w0, d->total * sizeof(float));
     d->t = 0;
+    memset(&d->acc, 0, sizeof d->acc);
     for (int i = 0; i < d->n; i++) {
         strata_status st;
         if (d->kind == OPT_MUON)
             st = strata_muon_state_create(&d->muon, d->be, d->rows[i], d->cols[i],
                                           (strata_muon_state **)&d->states[i]);
-        else if (d->kind == OPT_SHAMPOO)
+        else if (d->kind == OPT_SHAMPOO) {
             st = strata_shampoo_state_create(&d->shampoo, d->be, d->rows[i], d->cols[i],
                                              (strata_shampoo_state **)&d->states[i]);
+            if (st == STRATA_OK)
+                st = strata_shampoo_state_set_root_threads(d->states[i], d->root_threads);
+        }
         else
             st = strata_soap_state_create(&d->soap, d->be, d->rows[i], d->cols[i],
                                           (strata_soap_state **)&d->states[i]);
@@ -134,6 +144,9 @@ static void step(driver *d)
             die("step", st);
         off += (size_t)(d->rows[i] * d->cols[i]);
     }
+    d->acc.seconds_factors += cnt.seconds_factors;
+    d->acc.seconds_roots += cnt.seconds_roots;
+    d->acc.seconds_precondition += cnt.seconds_precondition;
     if (cnt.root_failures)
         fprintf(stderr, "peer_step: %lld root failures at step %lld\n",
                 (long long)cnt.root_failures, (long long)d->t);
@@ -168,6 +181,8 @@ static void set_key(driver *d, const char *kv)
         d->soap.beta1 = (float)x;
     else if (KEY("b2"))
         d->soap.beta2 = (float)x;
+    else if (KEY("root_threads"))
+        d->root_threads = atoi(v);
     else if (KEY("wd"))
         d->muon.weight_decay = d->shampoo.weight_decay = d->soap.weight_decay = (float)x;
     else if (KEY("ns"))
@@ -206,6 +221,7 @@ int main(int argc, char **argv)
     d.shampoo.grafting = STRATA_GRAFT_ADAGRAD;
     d.shampoo.grafting_epsilon = 1e-10f;
     strata_soap_config_default(&d.soap);
+    d.root_threads = atoi(argv[3]) > 0 ? atoi(argv[3]) : 1;
     for (int i = 4; i < argc; i++)
         set_key(&d, argv[i]);
     strata_status st = strata_backend_cpu_create(atoi(argv[3]), &d.be);
@@ -269,6 +285,9 @@ int main(int argc, char **argv)
             }
             fclose(o);
             printf("ok\n");
+        } else if (strcmp(cmd, "split") == 0) {
+            printf("factors %.6f roots %.6f precondition %.6f\n", d.acc.seconds_factors,
+                   d.acc.seconds_roots, d.acc.seconds_precondition);
         } else if (strcmp(cmd, "quit") == 0) {
             break;
         } else {

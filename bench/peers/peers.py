@@ -312,6 +312,13 @@ def compare(args, d, name, shapes, opt, peer_side, strata_keys, peer_opts, check
                               json.dumps(peer_opts), "--soap", args.soap or ""]
     s = Proc(s_cmd, env)
     p = Proc(p_cmd, env)
+    # --before BUILD: an earlier strata build timed in the same rounds (its
+    # peer_step gets the same keys; one it does not know fails the run)
+    o = None
+    if args.before:
+        o_cmd = list(s_cmd)
+        o_cmd[len(pin(all_cores))] = os.path.join(args.before, "bench", "peer_step")
+        o = Proc(o_cmd, env)
     try:
         # the same update on the same step(s), before any timing
         a, b = os.path.join(d, "strata.out"), os.path.join(d, "peer.out")
@@ -320,27 +327,39 @@ def compare(args, d, name, shapes, opt, peer_side, strata_keys, peer_opts, check
             proc.cmd(f"step {check_steps}")
             proc.cmd(f"dump {path}")
         err = rel_err(d, a, b, shapes, only_square)
-        for proc in (s, p):  # reset, then one warm-up round (jit compile, first refresh)
+        procs = (s, p) + ((o,) if o else ())
+        for proc in procs:  # reset, then one warm-up round (jit compile, first refresh)
             proc.cmd("reset")
             proc.cmd(f"step {steps_per_round}")
-        ts, tp = [], []
+        ts, tp, to = [], [], []
         for r in range(args.rounds):
-            order = ((s, ts), (p, tp)) if r % 2 == 0 else ((p, tp), (s, ts))
+            order = [(s, ts), (p, tp)] + ([(o, to)] if o else [])
+            if r % 2:
+                order.reverse()
             for proc, acc in order:
                 acc.append(1e3 * float(proc.cmd(f"step {steps_per_round}")) / steps_per_round)
     finally:
         s.close()
         p.close()
+        if o:
+            o.close()
     ms_s, ms_p = statistics.median(ts), statistics.median(tp)
     gf = ""
     if flops_per_step:
         gf = f" | GFLOP/s strata {flops_per_step / ms_s / 1e6:7.1f} peer {flops_per_step / ms_p / 1e6:7.1f}"
+    before = ""
+    if o:
+        ms_o = statistics.median(to)
+        before = f" | before {ms_o:9.2f} ms, peer/before {ms_p / ms_o:5.2f}x"
     print(f"  {name:<34} threads {'all' if all_cores else 1:>3} | rel err {err:9.2e}"
           f"{' (square)' if only_square else ''} | "
-          f"strata {ms_s:9.2f} ms  peer {ms_p:9.2f} ms | peer/strata {ms_p / ms_s:5.2f}x{gf}",
-          flush=True)
-    return dict(name=name, threads="all" if all_cores else 1, rel_err=err, strata_ms=ms_s,
-                peer_ms=ms_p, ratio=ms_p / ms_s)
+          f"strata {ms_s:9.2f} ms  peer {ms_p:9.2f} ms | peer/strata {ms_p / ms_s:5.2f}x{gf}"
+          f"{before}", flush=True)
+    res = dict(name=name, threads="all" if all_cores else 1, rel_err=err, strata_ms=ms_s,
+               peer_ms=ms_p, ratio=ms_p / ms_s)
+    if o:
+        res["before_ms"] = statistics.median(to)
+    return res
 
 
 def step_bench(args, results):
@@ -550,6 +569,8 @@ def train_bench(args, results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="meson build folder (peer_step, strata)")
+    ap.add_argument("--before", help="an earlier build folder whose peer_step is timed in the "
+                    "same rounds (before/after of a change; step part only)")
     ap.add_argument("--soap", help="path of the SOAP reference's soap.py (not vendored)")
     ap.add_argument("--sets", default="default,gpt2", help="default,gpt2")
     ap.add_argument("--gpt2-layers", type=int, default=12)

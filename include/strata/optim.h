@@ -258,6 +258,37 @@ STRATA_API void strata_shampoo_state_destroy(strata_shampoo_state *s);
 /* Bytes of device-tier state this object holds (factors, roots, buffers). */
 STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
 
+/* Most threads strata_shampoo_state_set_root_threads accepts. */
+#define STRATA_SHAMPOO_MAX_ROOT_THREADS 64
+
+/* Compute this state's inverse roots on `threads` threads (1 ..
+ * STRATA_SHAMPOO_MAX_ROOT_THREADS; capped at its 2 x blocks factors) at every
+ * refresh of strata_shampoo_step (and of the split API's compute_roots).
+ * 1 (the default): the factors one after another on the calling thread, each
+ * eigendecomposition with OpenBLAS's threads as the caller set them. T > 1:
+ * the factors, largest first, are shared by the calling thread and T - 1
+ * threads started for the call (a thread that fails to start leaves its share
+ * to the others), each with its own float64 workspace; the call returns when
+ * all are done. Small eigendecompositions (dsyevd's tridiagonalization is
+ * matrix-vector work) scale poorly over threads, so one factor per thread is
+ * faster on several cores (GPT-2-small layer, 2 cores: bench/peers/README.md).
+ *
+ * OpenBLAS's thread count is process-wide: during those refreshes it is set
+ * to 1 (so that the threads do not oversubscribe the cores) and restored to
+ * the caller's count afterwards (openblas_get/set_num_threads). Use T > 1
+ * only where no other thread of the process runs BLAS work during the step,
+ * which would run single-threaded meanwhile. Every root comes from
+ * single-threaded LAPACK, so a run's roots do not depend on T or on the
+ * scheduling, and they equal those of T = 1 under one OpenBLAS thread.
+ * Memory: T host workspaces of strata_inv_root_work_doubles(d) doubles and a
+ * d x d float32 staging matrix each (d = the largest factor dimension),
+ * allocated here, never per step.
+ * Thread: the thread that steps the state, between steps.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, threads out of range); STRATA_ERR_NOMEM
+ * (the state keeps its previous setting). */
+STRATA_API strata_status strata_shampoo_state_set_root_threads(strata_shampoo_state *s,
+                                                               int threads);
+
 /* The three steps in order (roots only at refresh steps): one synchronous
  * Shampoo update at step t. A non-finite g is refused before step 1
  * (STRATA_ERR_NONFINITE, nothing touched); the caller may retry step t. */

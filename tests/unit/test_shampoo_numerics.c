@@ -11,7 +11,11 @@
  *  - strata_inv_root_ex: a forced dsyev retry gives the same root (within
  *    float32 rounding) and is reported; the orthogonality check variants do
  *    not change the result; bad options are refused;
- *  - configuration validation of the new options. */
+ *  - configuration validation of the new options;
+ *  - roots on several threads (strata_shampoo_state_set_root_threads): the
+ *    same weights and roots, bit for bit, as one after another with one
+ *    OpenBLAS thread, whatever the caller's OpenBLAS thread count, which is
+ *    restored after each refresh. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,11 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
 #include <cmocka.h>
 
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "optim/phases.h"
+#include "optim/precond.h"
 
 static void fill(float *x, size_t n, uint32_t seed, float scale)
 {
@@ -497,6 +503,108 @@ static void test_kl_auto_init(void **state)
     assert_null(bad);
 }
 
+
+/* Every inverse root of a state ("L_inv", "R_inv" tensors), concatenated
+ * into dst (NULL: count only); returns the float count. */
+static size_t roots_of(const strata_shampoo_state *s, float *dst)
+{
+    strata_tensor_info ti[256];
+    const int n = strata_family_shampoo.tensors(s, ti, 256);
+    assert_true(n <= 256);
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (strncmp(ti[i].name, "L_inv", 5) != 0 && strncmp(ti[i].name, "R_inv", 5) != 0)
+            continue;
+        const size_t k = (size_t)ti[i].shape[0] * (size_t)ti[i].shape[1];
+        if (dst)
+            memcpy(dst + at, ti[i].data, k * sizeof(float)); /* cpu backend: host memory */
+        at += k;
+    }
+    return at;
+}
+
+/* `steps` steps of a rows x cols state with `threads` root threads under
+ * `blas` OpenBLAS threads; returns the weights and the roots (malloc'ed). */
+static void run_root_threads(fixture *f, const strata_shampoo_config *c, int rows, int cols,
+                             int threads, int blas, int steps, float **w_out, float **roots_out,
+                             strata_optim_counters *cnt)
+{
+    openblas_set_num_threads(blas);
+    strata_shampoo_state *s;
+    assert_int_equal(strata_shampoo_state_create(c, f->be, rows, cols, &s), STRATA_OK);
+    assert_int_equal(strata_shampoo_state_set_root_threads(s, threads), STRATA_OK);
+    const size_t n = (size_t)rows * cols;
+    float *w = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    assert_non_null(w);
+    assert_non_null(g);
+    fill(w, n, 3, 0.1f);
+    memset(cnt, 0, sizeof *cnt);
+    for (int64_t t = 1; t <= steps; t++) {
+        fill(g, n, 500 + (uint32_t)t, 1.0f);
+        assert_int_equal(strata_shampoo_step(s, 1.0f, t, w, g, cnt), STRATA_OK);
+        assert_int_equal(openblas_get_num_threads(), blas); /* restored */
+    }
+    float *r = malloc(roots_of(s, NULL) * sizeof(float));
+    assert_non_null(r);
+    roots_of(s, r);
+    strata_shampoo_state_destroy(s);
+    free(g);
+    *w_out = w;
+    *roots_out = r;
+}
+
+static void test_root_threads(void **state)
+{
+    fixture *f = *state;
+    strata_shampoo_config c;
+    strata_shampoo_config_default(&c);
+    c.max_preconditioner_dim = 160;
+    c.precondition_frequency = 2;
+    c.start_preconditioning_step = 1;
+    c.epsilon = 1e-6f;
+    /* 2 x 3 blocks: factors of 160 and 40 (L), 160 and 30 (R) */
+    enum { R = 200, C = 350, STEPS = 4 };
+    const size_t n = (size_t)R * C;
+    float *w1, *r1;
+    strata_optim_counters c1;
+    run_root_threads(f, &c, R, C, 1, 1, STEPS, &w1, &r1, &c1);
+    strata_shampoo_state *probe;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, R, C, &probe), STRATA_OK);
+    const size_t root_floats = roots_of(probe, NULL);
+    strata_shampoo_state_destroy(probe);
+    assert_int_equal(c1.root_refreshes, 2 * 6 * 2); /* 12 factors at steps 1 and 3 */
+    const int cases[][2] = {{2, 1}, {3, 2}, {64, 2}, {2, 2}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        float *w, *r;
+        strata_optim_counters ck;
+        run_root_threads(f, &c, R, C, cases[k][0], cases[k][1], STEPS, &w, &r, &ck);
+        assert_memory_equal(r, r1, root_floats * sizeof(float));
+        if (cases[k][1] == 1) /* the products too run under one OpenBLAS thread */
+            assert_memory_equal(w, w1, n * sizeof(float));
+        assert_int_equal(ck.root_refreshes, c1.root_refreshes);
+        assert_int_equal(ck.root_failures, 0);
+        free(w);
+        free(r);
+    }
+    openblas_set_num_threads(1);
+
+    /* Bad arguments; a state with external roots has none to compute. */
+    strata_shampoo_state *s, *ext;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, R, C, &s), STRATA_OK);
+    assert_int_equal(strata_shampoo_state_set_root_threads(NULL, 2), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_shampoo_state_set_root_threads(s, 0), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_shampoo_state_set_root_threads(s, STRATA_SHAMPOO_MAX_ROOT_THREADS + 1),
+                     STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_shampoo_state_set_root_threads(s, 4), STRATA_OK);
+    assert_int_equal(strata_shampoo_state_set_root_threads(s, 1), STRATA_OK); /* back */
+    assert_int_equal(strata_shampoo_state_create_ex(&c, f->be, R, C, true, &ext), STRATA_OK);
+    assert_int_equal(strata_shampoo_state_set_root_threads(ext, 2), STRATA_ERR_STATE);
+    strata_shampoo_state_destroy(ext);
+    strata_shampoo_state_destroy(s);
+    free(w1);
+    free(r1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -507,6 +615,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_config_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refresh_offset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kl_auto_init, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_root_threads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
