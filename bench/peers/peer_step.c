@@ -9,7 +9,7 @@
  *            float32), w.f32 (the matrices, concatenated), g.f32 (one or more
  *            gradient sets of the same layout, concatenated; step t uses set
  *            (t-1) mod n_sets)
- *   THREADS  OpenBLAS threads
+ *   THREADS  BLAS threads
  *   keys     lr, freq (precondition frequency), start (Shampoo's
  *            start_preconditioning_step), eps (Shampoo epsilon), block
  *            (Shampoo max_preconditioner_dim), graft_eps, ns (auto|standard|gram),
@@ -20,11 +20,11 @@
  *   dump FILE    write the matrices to FILE (float32)         -> "ok"
  *   quit
  * Errors print "error: ..." and exit 1. */
+#include "backend/blas.h"
 #include "strata/optim.h"
 #include "strata/status.h"
 #include "strata/strata.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,8 +244,8 @@ int main(int argc, char **argv)
         return 1;
     }
     reset(&d);
-    printf("ready %d matrices, %zu floats, %d gradient sets, OpenBLAS %s, %d threads\n", d.n,
-           d.total, d.n_sets, openblas_get_corename(), openblas_get_num_threads());
+    printf("ready %d matrices, %zu floats, %d gradient sets, %s %s, %d threads\n", d.n,
+           d.total, d.n_sets, strata_blas_name(), strata_blas_core(), strata_blas_threads());
     fflush(stdout);
     char line[4200];
     while (fgets(line, sizeof line, stdin)) {
