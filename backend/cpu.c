@@ -1,5 +1,5 @@
 /* CPU backend: device memory is 64-byte aligned host memory, products go to
- * OpenBLAS (CBLAS row-major). SYRK computes one triangle with cblas_ssyrk and
+ * the BLAS meson chose (CBLAS row-major; backend/blas.h). SYRK computes one triangle with cblas_ssyrk and
  * mirrors it, so callers always see a full symmetric matrix. Every memory
  * kind is the same aligned host memory. The backend is synchronous: it has
  * no stream or event slots, so streams run inline and events are complete
@@ -7,6 +7,7 @@
 #include "strata/backend.h"
 
 #include "backend_internal.h"
+#include "blas.h"
 #include "ops_ref.h"
 
 #include <cblas.h>
@@ -161,7 +162,6 @@ strata_status strata_backend_cpu_create(int blas_threads, strata_backend **out)
 {
     if (!out)
         return strata_error(STRATA_ERR_INVALID_ARG, "backend_cpu_create: out is NULL");
-    if (blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
+    strata_blas_threads_set(blas_threads);
     return strata_backend_create(&cpu_iface, NULL, 0, out);
 }

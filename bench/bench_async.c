@@ -25,10 +25,10 @@
  *
  * usage: bench_async [steps (default 100)] [rounds (default 3)] [corpus]
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/blas.h"
 #include "bench_util.h"
 #include "trainer.h"
 
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
     printf("default GPT, %d steps, precondition frequency 10, training on 1 thread, 1 worker;\n"
            "%d interleaved round%s, medians over rounds\n\n",
            steps, rounds, rounds == 1 ? "" : "s");
-    printf("OpenBLAS core: %s\n", openblas_get_corename());
+    printf("%s core: %s\n", strata_blas_name(), strata_blas_core());
     printf("%-19s %8s %8s %8s %8s %8s %9s %12s\n", "variant", "p50 ms", "p99 ms", "max ms",
            "mean ms", "max/p50", "val loss", "device MiB");
     for (int i = 0; i < nv; i++)

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/blas.h"
 #include "bench_util.h"
 #include "strata/optim.h"
 #include "optim/phases.h"
@@ -67,11 +68,11 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (threads > 0)
-        openblas_set_num_threads(threads);
-    printf("bench_inv_root: OpenBLAS %s, core %s, %d thread(s)%s\n", openblas_get_config(),
-           openblas_get_corename(), openblas_get_num_threads(),
-           getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE set)" : "");
+    strata_blas_threads_set(threads);
+    const char *core_env = strata_blas_core_env();
+    printf("bench_inv_root: %s %s, core %s, %d thread(s)%s%s\n", strata_blas_name(),
+           strata_blas_version(), strata_blas_core(), strata_blas_threads(),
+           core_env && getenv(core_env) ? " set by " : "", core_env && getenv(core_env) ? core_env : "");
     printf("matrix: A = G G^T / n, G n x n Gaussian, float32; interleaved rounds\n");
     printf("%6s %6s %10s %10s %7s %9s %12s %7s %12s %13s %11s\n", "n", "rounds", "dsyevd_ms",
            "strata_ms", "ratio", "ratio_min", "full_ms", "ratio", "rowmajor_ms", "ortho_err",

@@ -20,13 +20,13 @@
  * kernels by the detected core (printed); OPENBLAS_CORETYPE overrides it.
  * Exit status 0, or 1 when a call fails.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/blas.h"
 #include "backend/ops.h"
 #include "strata/backend.h"
 #include "strata/optim.h"
@@ -208,7 +208,7 @@ static double bench_shape(strata_backend *be, int rows, int cols, bool print_hea
 static void bench_batch(strata_backend *be, int batch, int dim)
 {
     const size_t n = (size_t)batch * dim * dim;
-    const int blas = openblas_get_num_threads();
+    const int blas = strata_blas_threads();
     const int threads = blas > 1 ? blas : 2;
     job loop = {.be = be, .batch = batch, .rows = dim, .cols = dim};
     strata_ns_config_default(&loop.cfg);
@@ -221,7 +221,7 @@ static void bench_batch(strata_backend *be, int batch, int dim)
     loop.work = split.work = alloc_random(be, nw, 9);
     const double f = batch * flops_standard(dim, dim, loop.cfg.steps);
 
-    /* OpenBLAS's thread count is process-wide: each setting is its own
+    /* the BLAS thread count is process-wide: each setting is its own
      * interleaved group, and the groups alternate twice (best of). */
     double best[5] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
     for (int round = 0; round < 2; round++) {
@@ -231,11 +231,11 @@ static void bench_batch(strata_backend *be, int batch, int dim)
         time_interleaved(3, f3, c3, t);
         for (int i = 0; i < 3; i++)
             best[i] = fmin(best[i], t[i]);
-        openblas_set_num_threads(1);
+        strata_blas_threads_set(1);
         bench_fn f2[2] = {run_ns, run_ns};
         void *c2[2] = {&loop, &split};
         time_interleaved(2, f2, c2, t);
-        openblas_set_num_threads(blas);
+        strata_blas_threads_set(blas);
         best[3] = fmin(best[3], t[0]);
         best[4] = fmin(best[4], t[1]);
     }
@@ -291,10 +291,11 @@ int main(int argc, char **argv)
     strata_ns_config d;
     strata_ns_config_default(&d);
     d.method = STRATA_NS_GRAM;
-    const char *env = getenv("OPENBLAS_CORETYPE");
-    printf("bench_ns: OpenBLAS %s\n  core %s (OPENBLAS_CORETYPE=%s), %d threads\n",
-           openblas_get_config(), openblas_get_corename(), env ? env : "unset",
-           openblas_get_num_threads());
+    const char *core_env = strata_blas_core_env();
+    const char *env = core_env ? getenv(core_env) : NULL;
+    printf("bench_ns: %s %s\n  core %s (%s=%s), %d threads\n", strata_blas_name(),
+           strata_blas_version(), strata_blas_core(), core_env ? core_env : "core override",
+           env ? env : "unset", strata_blas_threads());
     printf("  NS: %d quintic steps; Gram restart mask 0x%llx (default, one restart); "
            "AUTO gram_min_aspect %.2f\n",
            d.steps, (unsigned long long)strata_ns_restart_mask(&d), (double)d.gram_min_aspect);

@@ -9,10 +9,10 @@
  *
  * usage: bench_shampoo_step [steps (default 60)] [corpus path]
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/blas.h"
 #include "trainer.h"
 #include "bench_util.h"
 
@@ -54,7 +54,7 @@ int main(int argc, char **argv)
     const double opt_total = s->seconds_factors + s->seconds_roots + s->seconds_precondition +
                              s->seconds_tail;
     printf("synchronous Shampoo, precondition frequency 10, default GPT, %d steps\n", steps);
-    printf("OpenBLAS core: %s\n", openblas_get_corename());
+    printf("%s core: %s\n", strata_blas_name(), strata_blas_core());
     printf("%-34s %10s %8s\n", "optimizer phase", "ms/step", "share");
     printf("%-34s %10.2f %7.1f%%\n", "factor update (L,R += G G^T ...)", 1e3 * s->seconds_factors / n,
            100 * s->seconds_factors / opt_total);

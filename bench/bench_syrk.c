@@ -10,6 +10,7 @@
  * usage: bench_syrk [ROUNDS] [N...]   (default 15 rounds; n = 256 512 1024 2048,
  *        k = n, one BLAS thread unless OPENBLAS_NUM_THREADS says otherwise) */
 #include "backend/backend_internal.h"
+#include "backend/blas.h"
 #include "backend/ops.h"
 #include "bench_util.h"
 #include "strata/backend.h"
@@ -42,8 +43,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_syrk: %s\n", strata_last_error());
         return 1;
     }
-    printf("bench_syrk: OpenBLAS core %s, %d threads, %d rounds\n", openblas_get_corename(),
-           openblas_get_num_threads(), rounds);
+    printf("bench_syrk: %s core %s, %d threads, %d rounds\n", strata_blas_name(),
+           strata_blas_core(), strata_blas_threads(), rounds);
     printf("%6s %10s %14s %14s %8s %12s\n", "n", "syrk ms", "plain mirror", "tiled mirror",
            "speedup", "backend ms");
     int rc = 0;

@@ -435,7 +435,7 @@ static const train_flag train_flags[] = {
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
      .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
     {.name = "threads", .type = FT_INT, .off = OFF(o.strata.blas_threads), .lo = 1, .hi = 1024,
-     .group = G_OUTPUT, .arg = "N", .help = "OpenBLAS threads (default: all cores)"},
+     .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: all cores; BLIS: BLIS_NUM_THREADS or 1)"},
     {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
      .left = "--progress / --no-progress",
      .help = "progress bar (default: when stdout is a terminal)"},

@@ -33,6 +33,7 @@
  * or skipped with the state exactly as before.
  */
 #include "strata/optim.h"
+#include "backend/blas.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
 
@@ -611,10 +612,10 @@ static strata_status compute_roots_parallel(strata_shampoo_state *s, strata_opti
     pthread_t tid[STRATA_SHAMPOO_MAX_ROOT_THREADS];
     bool started[STRATA_SHAMPOO_MAX_ROOT_THREADS] = {false};
     const int T = s->root_threads < n_jobs ? s->root_threads : n_jobs;
-    /* OpenBLAS's thread count is process-wide: one thread per root while the
+    /* The BLAS thread count is process-wide: one thread per root while the
      * roots run, the caller's count afterwards. */
-    const int blas = openblas_get_num_threads();
-    openblas_set_num_threads(1);
+    const int blas = strata_blas_threads();
+    strata_blas_threads_set(1);
     for (int k = 0; k < T; k++) {
         th[k] = (root_thread){.batch = &bt, .ws = &s->ws[k]};
         /* A thread that cannot start leaves its share to the others. */
@@ -625,7 +626,7 @@ static strata_status compute_roots_parallel(strata_shampoo_state *s, strata_opti
     for (int k = 1; k < T; k++)
         if (started[k])
             pthread_join(tid[k], NULL);
-    openblas_set_num_threads(blas);
+    strata_blas_threads_set(blas);
 
     strata_status st = STRATA_OK;
     for (int k = 0; k < T; k++)

@@ -8,13 +8,13 @@
  * time divided by the precondition frequency.
  *
  * Cache: one line per measurement in $XDG_CACHE_HOME/strata/costs-v1.tsv
- * (default ~/.cache/strata/...): CPU model, OpenBLAS core, BLAS threads,
+ * (default ~/.cache/strata/...): CPU model, BLAS core (OpenBLAS's name, or
+ * "BLIS/<arch>"), BLAS threads,
  * family, batch, rows, cols, F, seconds. A machine measures a shape once;
  * STRATA_COST_CACHE=0 turns the cache off (measure every time).
  */
 #include "costmodel.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend/blas.h"
 #include "base/clock.h"
 
 /* The CPU model, read from /proc/cpuinfo once per process. */
@@ -88,8 +89,12 @@ static bool cache_path(char *out, size_t n)
 static void key_of(const strata_precond_family *f, const strata_precond_shape *sh, int F,
                    char *out, size_t n)
 {
-    snprintf(out, n, "%s\t%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu_model(), openblas_get_corename(),
-             openblas_get_num_threads(), f->name, (long long)sh->batch, (long long)sh->rows,
+    /* OpenBLAS's keys keep their old form (its core names alone); another
+     * BLAS's core is prefixed with the library's name, so that one cache
+     * file never mixes two libraries' timings */
+    const char *lib = strata_blas_core_env() ? "" : strata_blas_name();
+    snprintf(out, n, "%s\t%s%s%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu_model(), lib,
+             *lib ? "/" : "", strata_blas_core(), strata_blas_threads(), f->name, (long long)sh->batch, (long long)sh->rows,
              (long long)sh->cols, F);
 }
 

@@ -9,7 +9,10 @@ shift || true
 PKGS=(build-essential meson ninja-build pkg-config python3 python3-pip
       libopenblas-dev liblapacke-dev libjson-c-dev libcmocka-dev liburing-dev
       libhwloc-dev libopenmpi-dev openmpi-bin libglpk-dev libssl-dev fortunes fio
-      gnuplot-nox)
+      gnuplot-nox
+      # BLIS for the -Dblas=blis build (CI builds and tests it); its libblas.so.3
+      # alternative (priority 80) stays below OpenBLAS's (100)
+      libblis-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,7 +9,7 @@
  *            float32), w.f32 (the matrices, concatenated), g.f32 (one or more
  *            gradient sets of the same layout, concatenated; step t uses set
  *            (t-1) mod n_sets)
- *   THREADS  OpenBLAS threads; Shampoo also computes its roots on THREADS threads
+ *   THREADS  BLAS threads; Shampoo also computes its roots on THREADS threads
  *            (strata_shampoo_state_set_root_threads; key root_threads overrides)
  *   keys     lr, freq (precondition frequency), start (Shampoo's
  *            start_preconditioning_step), eps (Shampoo epsilon), block
@@ -24,11 +24,11 @@
  *                (strata_optim_counters)  -> "factors S roots S precondition S"
  *   quit
  * Errors print "error: ..." and exit 1. */
+#include "backend/blas.h"
 #include "strata/optim.h"
 #include "strata/status.h"
 #include "strata/strata.h"
 
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,8 +260,8 @@ int main(int argc, char **argv)
         return 1;
     }
     reset(&d);
-    printf("ready %d matrices, %zu floats, %d gradient sets, OpenBLAS %s, %d threads\n", d.n,
-           d.total, d.n_sets, openblas_get_corename(), openblas_get_num_threads());
+    printf("ready %d matrices, %zu floats, %d gradient sets, %s %s, %d threads\n", d.n,
+           d.total, d.n_sets, strata_blas_name(), strata_blas_core(), strata_blas_threads());
     fflush(stdout);
     char line[4200];
     while (fgets(line, sizeof line, stdin)) {

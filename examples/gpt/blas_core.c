@@ -1,8 +1,11 @@
 /* The OpenBLAS core in use and the re-execution that replaces a generic
- * fallback core (blas_core.h). */
+ * fallback core (blas_core.h). The library's calls go through
+ * backend/blas.h; on a BLAS without a core override (BLIS) the re-execution
+ * and the warning do nothing and the core is the library's arch. */
 #include "blas_core.h"
 
-#include <cblas.h>
+#include "backend/blas.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -56,7 +59,8 @@ const char *gpt_blas_core_better(void)
  * test knob says to treat it as detected. */
 static bool user_chose_core(void)
 {
-    const char *ct = getenv("OPENBLAS_CORETYPE");
+    const char *env = strata_blas_core_env();
+    const char *ct = env ? getenv(env) : NULL;
     if (!ct || !*ct)
         return false;
     return !getenv(GPT_BLAS_CORE_FROM_ENV) && !getenv(GPT_BLAS_CORE_TEST_ENV);
@@ -65,9 +69,14 @@ static bool user_chose_core(void)
 void gpt_blas_core_get(gpt_blas_core *out)
 {
     memset(out, 0, sizeof *out);
-    out->core = openblas_get_corename();
+    out->core = strata_blas_core();
+    const char *env = strata_blas_core_env();
+    if (!env) {
+        out->source = "blis";
+        return;
+    }
     const char *from = getenv(GPT_BLAS_CORE_FROM_ENV);
-    if (from && *from && getenv("OPENBLAS_CORETYPE")) {
+    if (from && *from && getenv(env)) {
         out->source = "strata";
         out->from = from;
     } else {
@@ -82,9 +91,9 @@ void gpt_blas_core_get(gpt_blas_core *out)
 
 void gpt_blas_core_reexec(char **argv)
 {
-    if (user_chose_core() || getenv(GPT_BLAS_CORE_FROM_ENV))
+    if (!strata_blas_core_env() || user_chose_core() || getenv(GPT_BLAS_CORE_FROM_ENV))
         return;
-    const char *core = openblas_get_corename();
+    const char *core = strata_blas_core();
     const char *better = gpt_blas_core_better();
     if (!gpt_blas_core_is_generic(core) || !better)
         return;

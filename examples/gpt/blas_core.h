@@ -26,9 +26,11 @@ extern "C" {
 #define GPT_BLAS_CORE_TEST_ENV "STRATA_TEST_BLAS_CORETYPE_AS_DETECTED"
 
 typedef struct gpt_blas_core {
-    const char *core;   /* openblas_get_corename() of this process */
-    const char *source; /* "openblas" (detected), "user" (OPENBLAS_CORETYPE given), or
-                           "strata" (strata re-executed itself with a better core) */
+    const char *core;   /* openblas_get_corename() of this process (a BLIS build:
+                           bli_arch_string of the arch BLIS picked, backend/blas.h) */
+    const char *source; /* "openblas" (detected), "user" (OPENBLAS_CORETYPE given),
+                           "strata" (strata re-executed itself with a better core), or
+                           "blis" (a BLIS build: detected by BLIS, never re-executed) */
     const char *from;   /* source "strata": the generic core OpenBLAS had picked; else NULL */
     const char *better; /* core is generic and this CPU supports faster kernels: their
                            OPENBLAS_CORETYPE name ("SkylakeX", "Haswell", ...); else NULL */

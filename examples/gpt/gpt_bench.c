@@ -10,13 +10,13 @@
  * "Prescott" (SSE3) kernels on CPUs it does not know (OpenBLAS issue 4267),
  * several times slower; OPENBLAS_CORETYPE=SkylakeX (or Haswell) fixes that.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "gpt.h"
 #include "gpt_rng.h"
+#include "backend/blas.h"
 #include "strata/status.h"
 
 static double now_s(void)
@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     const double flops = 6.0 * 12.0 * L * C * C * (double)BT          /* block matrices */
                        + 6.0 * 2.0 * L * (double)B * T * T * C        /* QK^T and att@V */
                        + 6.0 * (double)BT * C * cfg.vocab;            /* LM head */
-    printf("openblas %s, core %s\n", openblas_get_config(), openblas_get_corename());
+    printf("%s (%s), core %s\n", strata_blas_name(), strata_blas_version(), strata_blas_core());
     printf("L=%d d=%d h=%d T=%d B=%d params=%zu act_bytes=%zu loss=%.4f "
            "fwd+bwd median %.4f s mean %.4f s (%.1f GFLOP/s)\n",
            cfg.n_layer, cfg.d_model, cfg.n_head, T, B, gpt_num_params(m),

@@ -8,6 +8,7 @@
  */
 #include "report.h"
 
+#include "backend/blas.h"
 #include "blas_core.h"
 
 #include <errno.h>
@@ -36,8 +37,8 @@ struct gpt_report {
     double wall_seconds;     /* sum of the recorded steps' times */
     double critical_seconds; /* sum of the recorded steps' critical paths */
     double val_loss;         /* the last validation loss, NaN before the first */
-    gpt_blas_core blas;      /* the OpenBLAS core the products run on, and why */
-    int blas_threads;        /* OpenBLAS threads (the actual count) */
+    gpt_blas_core blas;      /* the BLAS core the products run on, and why */
+    int blas_threads;        /* BLAS threads (the actual count) */
 };
 
 /* ---- JSON helpers */
@@ -400,11 +401,18 @@ out_free:
     return st;
 }
 
-/* "blas: OpenBLAS core X (how it was chosen), N threads" */
+/* "blas: OpenBLAS core X (how it was chosen), N threads", or on a BLIS
+ * build "blas: BLIS 0.9.0 arch X (detected by BLIS), N threads" */
 static void blas_line(const gpt_report *rep, char *buf, size_t n)
 {
     const gpt_blas_core *b = &rep->blas;
     char how[96];
+    if (!strata_blas_core_env()) {
+        snprintf(buf, n, "blas: %s arch %s (detected by %s), %d thread%s", strata_blas_version(),
+                 b->core ? b->core : "?", strata_blas_name(), rep->blas_threads,
+                 rep->blas_threads == 1 ? "" : "s");
+        return;
+    }
     if (b->from)
         snprintf(how, sizeof how, "chosen by strata over OpenBLAS's generic %s", b->from);
     else if (strcmp(b->source, "user") == 0)

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/blas.h"
 #include "data.h"
 #include "gpt_cuda.h"
 #include "report.h"
@@ -935,7 +936,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                           .n_matrix = s0.n_matrix,
                                           .n_tail = s0.n_tail,
                                           .unigram_val_loss = res->unigram_val_loss,
-                                          .blas_threads = openblas_get_num_threads(),
+                                          .blas_threads = strata_blas_threads(),
                                           .workers = async_workers(&o.strata)});
 
     hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1};

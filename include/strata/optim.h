@@ -273,13 +273,13 @@ STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
  * matrix-vector work) scale poorly over threads, so one factor per thread is
  * faster on several cores (GPT-2-small layer, 2 cores: bench/peers/README.md).
  *
- * OpenBLAS's thread count is process-wide: during those refreshes it is set
- * to 1 (so that the threads do not oversubscribe the cores) and restored to
- * the caller's count afterwards (openblas_get/set_num_threads). Use T > 1
+ * The BLAS thread count (OpenBLAS's or BLIS's) is process-wide: during those
+ * refreshes it is set to 1 (so that the threads do not oversubscribe the
+ * cores) and restored to the caller's count afterwards. Use T > 1
  * only where no other thread of the process runs BLAS work during the step,
  * which would run single-threaded meanwhile. Every root comes from
  * single-threaded LAPACK, so a run's roots do not depend on T or on the
- * scheduling, and they equal those of T = 1 under one OpenBLAS thread.
+ * scheduling, and they equal those of T = 1 under one BLAS thread.
  * Memory: T host workspaces of strata_inv_root_work_doubles(d) doubles and a
  * d x d float32 staging matrix each (d = the largest factor dimension),
  * allocated here, never per step.

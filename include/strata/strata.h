@@ -100,8 +100,10 @@ typedef struct strata_config {
     strata_backend_kind backend; /* where optimizer state lives and runs: STRATA_BACKEND_CPU
                                  (default) or STRATA_BACKEND_CUDA (STRATA_ERR_UNSUPPORTED at
                                  create when not built or no GPU) */
-    int blas_threads;         /* OpenBLAS threads for the step; 0 = OpenBLAS default, or
-                                 1 in async mode (the workers take the other cores) */
+    int blas_threads;         /* BLAS threads for the step; 0 = the library's default
+                                 (OpenBLAS: all cores; a -Dblas=blis build: BLIS_NUM_THREADS
+                                 or OMP_NUM_THREADS, else 1), or 1 in async mode (the
+                                 workers take the other cores) */
 
     /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
        SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */

@@ -266,6 +266,19 @@ with tempfile.TemporaryDirectory() as tmp:
         elf = exe.read(20)
     machine = int.from_bytes(elf[18:20], "little") if elf[:4] == b"\x7fELF" else None
     generic = {0x3E: "Prescott", 0xB7: "armv8"}.get(machine)
+    # A -Dblas=blis build has no core to re-execute for: BLIS picks its arch
+    # itself (blas_core_source "blis", the arch in the summary's blas line).
+    try:
+        c = json.loads(open(metrics).readline())
+        if c["blas_core_source"] == "blis":
+            generic = None
+            ok = c["blas_core"] != "" and c["blas_core_from"] is None
+            print(f"{'PASS' if ok else 'FAIL'}: a BLIS build reports BLIS's arch "
+                  f"({c['blas_core']}) and skips the OpenBLAS core re-execution")
+            failures += not ok
+    except Exception as e:  # noqa: BLE001
+        print("  metrics error:", e)
+        failures += 1
     tiny1 = ["--data", text, "--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len",
              "16", "--batch", "2", "--steps", "1", "--eval-batches", "1", "--no-progress"]
     if generic:

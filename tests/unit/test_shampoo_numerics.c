@@ -29,6 +29,7 @@
 
 #include "strata/backend.h"
 #include "strata/optim.h"
+#include "backend/blas.h"
 #include "optim/phases.h"
 #include "optim/precond.h"
 
@@ -524,12 +525,12 @@ static size_t roots_of(const strata_shampoo_state *s, float *dst)
 }
 
 /* `steps` steps of a rows x cols state with `threads` root threads under
- * `blas` OpenBLAS threads; returns the weights and the roots (malloc'ed). */
+ * `blas` BLAS threads; returns the weights and the roots (malloc'ed). */
 static void run_root_threads(fixture *f, const strata_shampoo_config *c, int rows, int cols,
                              int threads, int blas, int steps, float **w_out, float **roots_out,
                              strata_optim_counters *cnt)
 {
-    openblas_set_num_threads(blas);
+    strata_blas_threads_set(blas);
     strata_shampoo_state *s;
     assert_int_equal(strata_shampoo_state_create(c, f->be, rows, cols, &s), STRATA_OK);
     assert_int_equal(strata_shampoo_state_set_root_threads(s, threads), STRATA_OK);
@@ -542,7 +543,7 @@ static void run_root_threads(fixture *f, const strata_shampoo_config *c, int row
     for (int64_t t = 1; t <= steps; t++) {
         fill(g, n, 500 + (uint32_t)t, 1.0f);
         assert_int_equal(strata_shampoo_step(s, 1.0f, t, w, g, cnt), STRATA_OK);
-        assert_int_equal(openblas_get_num_threads(), blas); /* restored */
+        assert_int_equal(strata_blas_threads(), blas); /* restored */
     }
     float *r = malloc(roots_of(s, NULL) * sizeof(float));
     assert_non_null(r);
@@ -586,7 +587,7 @@ static void test_root_threads(void **state)
         free(w);
         free(r);
     }
-    openblas_set_num_threads(1);
+    strata_blas_threads_set(1);
 
     /* Bad arguments; a state with external roots has none to compute. */
     strata_shampoo_state *s, *ext;
