@@ -38,6 +38,7 @@ struct gpt_report {
     double val_loss;         /* the last validation loss, NaN before the first */
     gpt_blas_core blas;      /* the OpenBLAS core the products run on, and why */
     int blas_threads;        /* OpenBLAS threads (the actual count) */
+    int step_threads;        /* threads of the plain updates (strata_stats.step_threads) */
 };
 
 /* ---- JSON helpers */
@@ -185,6 +186,11 @@ static json_object *get_blas_threads(const config_ctx *c)
     return json_object_new_int(c->info->blas_threads);
 }
 
+static json_object *get_step_threads(const config_ctx *c)
+{
+    return json_object_new_int(c->info->step_threads);
+}
+
 /* The OpenBLAS core ("Cooperlake", "Prescott", ...) and how it was chosen. */
 static json_object *get_blas_core(const config_ctx *c)
 {
@@ -254,6 +260,7 @@ static const config_key config_keys[] = {
     {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
     {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
     {"blas_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_threads},
+    {"step_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_step_threads},
     {"blas_core", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core},
     {"blas_core_source", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_source},
     {"blas_core_from", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_from},
@@ -414,6 +421,12 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
     snprintf(buf, n, "blas: OpenBLAS core %s (%s%s%s), %d thread%s", b->core ? b->core : "?", how,
              b->better ? "; generic, this CPU supports " : "", b->better ? b->better : "",
              rep->blas_threads, rep->blas_threads == 1 ? "" : "s");
+    if (rep->step_threads > 1) {
+        const size_t used = strlen(buf);
+        if (used < n)
+            snprintf(buf + used, n - used, "; Muon/AdamW updates on %d threads",
+                     rep->step_threads);
+    }
 }
 
 void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
@@ -423,6 +436,7 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
     const char *name = strata_optimizer_name(mopt);
     gpt_blas_core_get(&rep->blas);
     rep->blas_threads = info->blas_threads;
+    rep->step_threads = info->step_threads;
     if (rep->out) {
         char async_note[64] = "";
         if (o->strata.async && rep->refresh.async)
@@ -733,6 +747,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "device_bytes", (int64_t)t->device_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
     json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));
+    json_object_object_add(j, "step_threads", json_object_new_int(rep->step_threads));
     if (res->interrupted)
         json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
     json_object_object_add(j, "async", json_object_new_boolean(async));

@@ -936,6 +936,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                           .n_tail = s0.n_tail,
                                           .unigram_val_loss = res->unigram_val_loss,
                                           .blas_threads = openblas_get_num_threads(),
+                                          .step_threads = s0.step_threads,
                                           .workers = async_workers(&o.strata)});
 
     hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1};
