@@ -1224,6 +1224,24 @@ strata_status strata_refresh_prepare(strata_refresh *e, int id, int64_t t, doubl
     return st;
 }
 
+bool strata_refresh_plain(const strata_refresh *e, int id)
+{
+    if (!e || id < 0 || id >= e->n_entries || !e->committed)
+        return false;
+    const eng_entry *en = &e->entries[id];
+    return !en->grp && !en->fam->before && !en->fam->after;
+}
+
+strata_status strata_refresh_apply_plain(strata_refresh *e, int id, int64_t t, float lr_scale,
+                                         float *w, const float *g, strata_optim_counters *cnt)
+{
+    if (!strata_refresh_plain(e, id))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "refresh_apply_plain: parameter %d is not plain (or bad)", id);
+    const eng_entry *en = &e->entries[id];
+    return en->fam->apply(en->state, lr_scale, t, w, g, cnt);
+}
+
 strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
                                   const float *g, strata_optim_counters *cnt,
                                   double *wait_seconds)

@@ -194,6 +194,24 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
                                   const float *g, strata_optim_counters *cnt,
                                   double *wait_seconds);
 
+/* Whether parameter `id`'s step is its family's apply alone: no refresh
+ * group (nothing to snapshot, acquire or install), no before/after phase
+ * (Muon, AdamW). Such a step touches only the parameter's own state, weights
+ * and gradient, so the steps of different plain parameters may run side by
+ * side (strata_refresh_apply_plain). False for a bad id or before commit. */
+bool strata_refresh_plain(const strata_refresh *e, int id);
+
+/* The step of a plain parameter (strata_refresh_plain): exactly what
+ * strata_refresh_step does for it (the family's apply), but it touches no
+ * engine state, so any thread may call it, concurrently for distinct ids
+ * (the training thread waits for all of them before it goes on). A plain
+ * family does no second-order work, so nothing counts on the critical path.
+ * Adds the family's counters to *cnt. Errors: the family's apply's
+ * (STRATA_ERR_NONFINITE: a non-finite direction left the weights alone),
+ * STRATA_ERR_INVALID_ARG (bad id, not plain, before commit). */
+strata_status strata_refresh_apply_plain(strata_refresh *e, int id, int64_t t, float lr_scale,
+                                         float *w, const float *g, strata_optim_counters *cnt);
+
 /* Forward hook of `layer` for step t: start reading its due results from the
  * nvme tier while the forward and backward passes run. Never fails (a failed
  * read is retried at install). */

@@ -69,6 +69,7 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->route_degenerate_to_adamw = true;
     cfg->stagger_refresh = false;
     cfg->blas_threads = 0;
+    cfg->step_threads = 0;
     cfg->async = false;
     cfg->staleness = 1;
     cfg->install_mode = STRATA_COH_FIXED;
@@ -133,6 +134,7 @@ static strata_status check_config(const strata_config *c)
     CFG_CHECK(st, cfg_int("backend", (long long)c->backend, STRATA_BACKEND_CPU,
                           STRATA_BACKEND_CUDA));
     CFG_CHECK(st, cfg_int("blas_threads", c->blas_threads, 0, 4096));
+    CFG_CHECK(st, cfg_int("step_threads", c->step_threads, 0, STRATA_WORKER_TEAM_MAX));
     CFG_CHECK(st, cfg_int("staleness", c->staleness, 0, INT32_MAX));
     CFG_CHECK(st, cfg_int("install_mode", (long long)c->install_mode, STRATA_COH_FIXED,
                           STRATA_COH_EAGER));
@@ -651,8 +653,129 @@ static strata_status create_buckets(strata_runtime *rt)
     return st;
 }
 
+/* ---- the step team (strata_config.step_threads)
+ *
+ * Plain parameters (strata_refresh_plain: Muon, AdamW; nothing to refresh)
+ * owned by this rank have their updates run by a team of threads at the
+ * start of the step's update phase, each update whole on one thread, with
+ * exactly the operations the parameter loop would run (OpenBLAS
+ * single-threaded per call), so the weights are bit-identical whatever the
+ * thread count. The slots are ordered costliest first (a Newton-Schulz
+ * iteration costs ~numel x min(rows, cols), an elementwise update ~numel),
+ * so that the team's dynamic claiming balances the threads. The training
+ * thread then reads each slot back in parameter order: counters, warnings
+ * and the first error come out as the sequential loop gives them; the one
+ * difference is that an error no longer keeps later plain parameters from
+ * being updated in that step. */
+
+/* Threads for the plain updates: strata_config.step_threads, 0 = auto. */
+static int step_threads_resolve(const strata_runtime *rt)
+{
+    const strata_config *c = &rt->cfg;
+    if (c->backend != STRATA_BACKEND_CPU)
+        return 1; /* a device backend orders its work on streams */
+    if (c->step_threads > 0)
+        return c->step_threads;
+    if (c->blas_threads != 1 || c->async || rt->world > 1)
+        return 1; /* OpenBLAS, the refresh workers or other ranks take the cores */
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+}
+
+static double fan_cost(const rt_param *p)
+{
+    const double n = (double)p->view.numel;
+    if (p->routed != STRATA_OPTIM_MUON)
+        return n;
+    const double m = (double)p->view.rows, k = (double)p->view.cols;
+    return n * (m < k ? m : k);
+}
+
+static strata_status team_setup(strata_runtime *rt)
+{
+    const int want = step_threads_resolve(rt);
+    rt->stats.step_threads = 1;
+    int n = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        p->fan_slot = -1;
+        if (p->state && (p->owner == rt->rank || p->owner < 0) &&
+            strata_refresh_plain(rt->engine, p->entry))
+            n++;
+    }
+    if (want < 2 || n < 2)
+        return STRATA_OK;
+    rt->fan = calloc((size_t)n, sizeof *rt->fan);
+    if (!rt->fan)
+        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (!(p->state && (p->owner == rt->rank || p->owner < 0) &&
+              strata_refresh_plain(rt->engine, p->entry)))
+            continue;
+        /* insertion by cost, descending; ties keep parameter order */
+        int k = rt->n_fan++;
+        while (k > 0 && fan_cost(&rt->params[rt->fan[k - 1].param]) < fan_cost(p)) {
+            rt->fan[k] = rt->fan[k - 1];
+            k--;
+        }
+        rt->fan[k] = (rt_fan){.param = i};
+    }
+    for (int k = 0; k < rt->n_fan; k++)
+        rt->params[rt->fan[k].param].fan_slot = k;
+    const int threads = want < n ? want : n;
+    strata_status st = strata_worker_team_create(threads, &rt->team);
+    if (st != STRATA_OK)
+        return st;
+    rt->stats.step_threads = threads;
+    strata_log(rt, STRATA_LOG_INFO, "step",
+               "%d plain parameter updates (Muon, AdamW) per step on %d threads", rt->n_fan,
+               threads);
+    return STRATA_OK;
+}
+
+static void team_free(strata_runtime *rt)
+{
+    strata_worker_team_destroy(rt->team);
+    rt->team = NULL;
+    free(rt->fan);
+    rt->fan = NULL;
+    rt->n_fan = 0;
+    for (int i = 0; i < rt->n_params; i++)
+        rt->params[i].fan_slot = -1;
+}
+
+/* One team item: the update of slot k (any thread). */
+static void fan_one(void *user, int k)
+{
+    strata_runtime *rt = user;
+    rt_fan *f = &rt->fan[k];
+    rt_param *p = &rt->params[f->param];
+    const double t0 = strata_now_seconds();
+    memset(&f->cnt, 0, sizeof f->cnt);
+    f->st = strata_refresh_apply_plain(rt->engine, p->entry, rt->fan_t, rt->lr_scale, p->data,
+                                       p->grad, &f->cnt);
+    f->seconds = strata_now_seconds() - t0;
+    if (f->st != STRATA_OK)
+        snprintf(f->err, sizeof f->err, "%s", strata_last_error());
+}
+
+static void counters_add(strata_optim_counters *to, const strata_optim_counters *c)
+{
+    to->root_refreshes += c->root_refreshes;
+    to->root_failures += c->root_failures;
+    to->root_retries += c->root_retries;
+    to->nonfinite_rejected += c->nonfinite_rejected;
+    to->overflow_skipped += c->overflow_skipped;
+    to->nonfinite_directions += c->nonfinite_directions;
+    to->seconds_factors += c->seconds_factors;
+    to->seconds_roots += c->seconds_roots;
+    to->seconds_precondition += c->seconds_precondition;
+}
+
 static void uncommit(strata_runtime *rt)
 {
+    team_free(rt);
     strata_gb_destroy(rt->buckets);
     rt->buckets = NULL;
     strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
@@ -834,6 +957,7 @@ strata_status strata_commit(strata_runtime *rt)
         p->fam = family_of(&rt->cfg, p->routed, &fc);
         p->tail = p->routed == STRATA_OPTIM_ADAMW && is_tail_by_rule(rt, p);
         p->owner = 0;
+        p->fan_slot = -1;
     }
     strata_status st = plan_owners(rt);
     if (st == STRATA_OK)
@@ -909,6 +1033,8 @@ strata_status strata_commit(strata_runtime *rt)
     st = managed_setup(rt);
     if (st == STRATA_OK)
         st = create_buckets(rt);
+    if (st == STRATA_OK)
+        st = team_setup(rt);
     if (st != STRATA_OK) {
         uncommit(rt);
         return st;
@@ -1270,16 +1396,30 @@ strata_status strata_step(strata_runtime *rt)
         strata_refresh_stats_get(rt->engine, &es0);
         strata_error_clear(); /* a synchronous refresh's failure leaves its detail here */
     }
+    if (rt->team) { /* the plain parameters' updates, side by side (team_setup) */
+        rt->fan_t = t;
+        strata_worker_team_run(rt->team, rt->n_fan, fan_one, rt);
+    }
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         if (p->owner != rank && p->owner >= 0)
             continue;
         const double t0 = strata_now_seconds();
         const int64_t skipped0 = cnt.overflow_skipped, dirs0 = cnt.nonfinite_directions;
-        st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad, &cnt,
-                                 &wait);
-        if (p->routed == STRATA_OPTIM_ADAMW)
-            tail_seconds += strata_now_seconds() - t0;
+        if (p->fan_slot >= 0) {
+            const rt_fan *f = &rt->fan[p->fan_slot];
+            counters_add(&cnt, &f->cnt);
+            st = f->st;
+            if (st != STRATA_OK)
+                strata_error(st, "%s", f->err); /* the detail, on this thread */
+            if (p->routed == STRATA_OPTIM_ADAMW)
+                tail_seconds += f->seconds;
+        } else {
+            st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad,
+                                     &cnt, &wait);
+            if (p->routed == STRATA_OPTIM_ADAMW)
+                tail_seconds += strata_now_seconds() - t0;
+        }
         /* The numerical events of one parameter (optim/optim_internal.h):
          * counted in the stats, the first of each kind logged. */
         if (cnt.overflow_skipped > skipped0 && !rt->warned_overflow) {
@@ -1440,6 +1580,7 @@ void strata_destroy(strata_runtime *rt)
     if (!rt)
         return;
     strata_refresh_destroy(rt->engine); /* stops the workers before any state goes */
+    team_free(rt);
     managed_free(rt);
     for (int i = 0; i < rt->n_params; i++) {
         free_state(&rt->params[i]);

@@ -9,6 +9,7 @@
 #include "refresh.h"
 #include "comm_ops.h"
 #include "grad_bucket.h"
+#include "workers/workers.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 
@@ -35,7 +36,20 @@ typedef struct rt_param {
     void *state;            /* the family's state (owner only) */
     int entry;              /* its handle in the refresh engine */
     int refresh_offset;     /* refresh phase in [0, F) */
+    int fan_slot;           /* its slot in strata_runtime.fan when its update runs on the
+                               step team (plain and owned here), else -1 */
 } rt_param;
+
+/* One plain parameter's update of the current step, run on the step team
+ * (strata_config.step_threads): what strata_refresh_apply_plain returned
+ * there, read back by the training thread in parameter order. */
+typedef struct rt_fan {
+    int param;                  /* index in strata_runtime.params */
+    strata_optim_counters cnt;  /* this update's counters alone */
+    strata_status st;
+    double seconds;             /* its wall time on the thread that ran it */
+    char err[256];              /* strata_last_error() of that thread when st != OK */
+} rt_fan;
 
 struct strata_runtime {
     strata_config cfg;
@@ -65,6 +79,13 @@ struct strata_runtime {
                                   strata_stats_get (strata_ckpt_stats_add) */
     double critical_mark;   /* the engine's critical path at the end of the last step */
     strata_refresh *engine;
+    /* The step team (strata_config.step_threads > 1 resolved, at least two plain
+       parameters owned here): the plain parameters' updates run on it before the
+       other parameters' steps; NULL: every update in the parameter loop. */
+    strata_worker_team *team;
+    rt_fan *fan;               /* n_fan slots, costliest update first */
+    int n_fan;
+    int64_t fan_t;             /* the step the team is running */
     int rank, world;
     int group_size, n_groups;  /* shard groups (HSDP): K ranks each */
     strata_comm *group;        /* this rank's group (the world when one group) */

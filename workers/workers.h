@@ -95,6 +95,41 @@ void strata_worker_pool_stop(strata_worker_pool *p);
 /* Stop (as strata_worker_pool_stop) and free (NULL ok). */
 void strata_worker_pool_destroy(strata_worker_pool *p);
 
+/* ---- team: fork-join over one batch of independent items ----------------
+ *
+ * A team is the calling thread plus n_threads - 1 helper threads that sleep
+ * between batches. strata_worker_team_run(team, n, fn, user) calls fn(user,
+ * i) exactly once for every i in [0, n), items claimed in index order by
+ * whichever thread is free first (so list the costliest items first), and
+ * returns when every call has returned. The items must be independent of
+ * each other; which thread runs an item is not determined, so an item's
+ * result must not depend on it (each runs whole on one thread). Threads
+ * calling OpenBLAS should run it single-threaded, as the pool's workers do.
+ * One batch at a time: run, create and destroy are for one owning thread.
+ * fn's own failures are fn's to record (per item); the team has none.
+ */
+#define STRATA_WORKER_TEAM_MAX 256
+
+typedef struct strata_worker_team strata_worker_team;
+
+/* Start n_threads - 1 helpers (n_threads = 1: none, run is a plain loop).
+ * Errors: STRATA_ERR_INVALID_ARG (n_threads outside [1,
+ * STRATA_WORKER_TEAM_MAX], NULL out), STRATA_ERR_NOMEM, STRATA_ERR_INTERNAL
+ * (pthread_create failed; the helpers already started are joined). */
+strata_status strata_worker_team_create(int n_threads, strata_worker_team **out);
+
+/* Threads of the team, the caller included (1 for NULL). */
+int strata_worker_team_threads(const strata_worker_team *t);
+
+/* Run fn(user, i) for i in [0, n_items) on the caller and the helpers; back
+ * when all returned. NULL team or n_items == 1: inline, in order. */
+void strata_worker_team_run(strata_worker_team *t, int n_items, void (*fn)(void *user, int item),
+                            void *user);
+
+/* Join the helpers (they finish no batch: none is running when the owner
+ * calls this) and free; NULL is a no-op. */
+void strata_worker_team_destroy(strata_worker_team *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,7 @@ struct gpt_report {
     double val_loss;         /* the last validation loss, NaN before the first */
     gpt_blas_core blas;      /* the BLAS core the products run on, and why */
     int blas_threads;        /* BLAS threads (the actual count) */
+    int step_threads;        /* threads of the plain updates (strata_stats.step_threads) */
 };
 
 /* ---- JSON helpers */
@@ -186,6 +187,11 @@ static json_object *get_blas_threads(const config_ctx *c)
     return json_object_new_int(c->info->blas_threads);
 }
 
+static json_object *get_step_threads(const config_ctx *c)
+{
+    return json_object_new_int(c->info->step_threads);
+}
+
 /* The OpenBLAS core ("Cooperlake", "Prescott", ...) and how it was chosen. */
 static json_object *get_blas_core(const config_ctx *c)
 {
@@ -255,6 +261,7 @@ static const config_key config_keys[] = {
     {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
     {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
     {"blas_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_threads},
+    {"step_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_step_threads},
     {"blas_core", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core},
     {"blas_core_source", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_source},
     {"blas_core_from", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_from},
@@ -402,7 +409,8 @@ out_free:
 }
 
 /* "blas: OpenBLAS core X (how it was chosen), N threads", or on a BLIS
- * build "blas: BLIS 0.9.0 arch X (detected by BLIS), N threads" */
+ * build "blas: BLIS 0.9.0 arch X (detected by BLIS), N threads"; then
+ * "; Muon/AdamW updates on T threads" when the step fans them out. */
 static void blas_line(const gpt_report *rep, char *buf, size_t n)
 {
     const gpt_blas_core *b = &rep->blas;
@@ -411,17 +419,24 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
         snprintf(buf, n, "blas: %s arch %s (detected by %s), %d thread%s", strata_blas_version(),
                  b->core ? b->core : "?", strata_blas_name(), rep->blas_threads,
                  rep->blas_threads == 1 ? "" : "s");
-        return;
+    } else {
+        if (b->from)
+            snprintf(how, sizeof how, "chosen by strata over OpenBLAS's generic %s", b->from);
+        else if (strcmp(b->source, "user") == 0)
+            snprintf(how, sizeof how, "OPENBLAS_CORETYPE");
+        else
+            snprintf(how, sizeof how, "detected by OpenBLAS");
+        snprintf(buf, n, "blas: OpenBLAS core %s (%s%s%s), %d thread%s", b->core ? b->core : "?",
+                 how, b->better ? "; generic, this CPU supports " : "",
+                 b->better ? b->better : "", rep->blas_threads,
+                 rep->blas_threads == 1 ? "" : "s");
     }
-    if (b->from)
-        snprintf(how, sizeof how, "chosen by strata over OpenBLAS's generic %s", b->from);
-    else if (strcmp(b->source, "user") == 0)
-        snprintf(how, sizeof how, "OPENBLAS_CORETYPE");
-    else
-        snprintf(how, sizeof how, "detected by OpenBLAS");
-    snprintf(buf, n, "blas: OpenBLAS core %s (%s%s%s), %d thread%s", b->core ? b->core : "?", how,
-             b->better ? "; generic, this CPU supports " : "", b->better ? b->better : "",
-             rep->blas_threads, rep->blas_threads == 1 ? "" : "s");
+    if (rep->step_threads > 1) {
+        const size_t used = strlen(buf);
+        if (used < n)
+            snprintf(buf + used, n - used, "; Muon/AdamW updates on %d threads",
+                     rep->step_threads);
+    }
 }
 
 void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
@@ -431,6 +446,7 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
     const char *name = strata_optimizer_name(mopt);
     gpt_blas_core_get(&rep->blas);
     rep->blas_threads = info->blas_threads;
+    rep->step_threads = info->step_threads;
     if (rep->out) {
         char async_note[64] = "";
         if (o->strata.async && rep->refresh.async)
@@ -741,6 +757,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "device_bytes", (int64_t)t->device_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
     json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));
+    json_object_object_add(j, "step_threads", json_object_new_int(rep->step_threads));
     if (res->interrupted)
         json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
     json_object_object_add(j, "async", json_object_new_boolean(async));

@@ -35,6 +35,8 @@ typedef struct gpt_run_info {
     int n_matrix, n_tail;           /* tensors routed to the matrix optimizer / the AdamW tail */
     double unigram_val_loss;        /* nats/byte, see gpt_train_result */
     int blas_threads;               /* OpenBLAS threads the step runs with (the actual count) */
+    int step_threads;               /* threads of the plain (Muon, AdamW) updates in a step
+                                       (strata_stats.step_threads) */
     int workers;                    /* worker threads of an asynchronous run (actual count) */
 } gpt_run_info;
 

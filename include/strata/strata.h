@@ -104,6 +104,16 @@ typedef struct strata_config {
                                  (OpenBLAS: all cores; a -Dblas=blis build: BLIS_NUM_THREADS
                                  or OMP_NUM_THREADS, else 1), or 1 in async mode (the
                                  workers take the other cores) */
+    int step_threads;         /* threads (the training thread included) that run the step's
+                                 updates of parameters with nothing to refresh (Muon
+                                 matrices, the AdamW tail, AdamW matrices) side by side, one
+                                 parameter per thread at a time; each parameter's update
+                                 runs whole on one thread with the same operations, so the
+                                 results do not depend on this (bit-identical). 0 = auto
+                                 (default): the online cores, at most 8, when BLAS runs one
+                                 thread (blas_threads 1), the run is synchronous (no
+                                 refresh workers) and on one rank, else 1; 1 = off. The
+                                 CPU backend only (others run 1). At most 256 */
 
     /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
        SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */
@@ -170,7 +180,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 32
+#define STRATA_CONFIG_FIELDS 33
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -232,6 +242,7 @@ typedef struct strata_runtime strata_runtime;
  * (strata_<optimizer>_config_check: a parameter may ask for any optimizer):
  * NaN and +-inf are refused everywhere, then each field's range (version,
  * known enums, max_grad_norm >= 0, blas_threads and workers in [0, 4096],
+ * step_threads in [0, 256],
  * staleness and shard_group_size >= 0, wait_timeout_s > 0,
  * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
  * [4096, 1 GiB], roots_tier host or nvme, the nvme roots tier with an
@@ -489,6 +500,9 @@ typedef struct strata_stats {
                                    step (also in coh_failed when asynchronous) */
     /* ranks (strata/comm.h) */
     int32_t world_size, rank;
+    int32_t step_threads;       /* threads that ran the plain parameters' updates
+                                   (strata_config.step_threads, resolved at commit; 1: the
+                                   training thread alone) */
     int32_t owned_params;       /* parameters whose optimizer runs on this rank */
     size_t owned_param_bytes;   /* their weights (the rank's persistent shard) */
     size_t largest_owned_bytes; /* the largest owned parameter's weights + optimizer state */

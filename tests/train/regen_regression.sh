@@ -11,7 +11,9 @@ T="--layers 2 --d-model 64 --heads 2 --seq-len 64 --batch 8 --steps 60 --warmup 
 val() { OPENBLAS_CORETYPE=$1 "$BIN" train $T "${@:2}" --metrics "$W/m.jsonl" --quiet >/dev/null
         tail -1 "$W/m.jsonl" | python3 -c 'import json,sys; print(repr(json.load(sys.stdin)["final_val_loss"]))'; }
 for c in $CORES; do
-  s=(); for o in adamw shampoo muon soap kl-shampoo; do s+=("$(val "$c" --optimizer $o)"); done
+  s=(); for o in adamw shampoo muon soap kl-shampoo; do
+    lr=(); [ "$o" = muon ] && lr=(--lr 0.02)  # the table's Muon lr (test_train_regression.c)
+    s+=("$(val "$c" --optimizer $o "${lr[@]}")"); done
   g=(); for o in shampoo soap kl-shampoo; do g+=("$(val "$c" --optimizer $o --stagger-refresh)"); done
   echo "    {\"$c\","
   echo "     {${s[0]}, ${s[1]}, ${s[2]}, ${s[3]},"

@@ -474,6 +474,93 @@ static void test_stacked_muon(void **state)
         tensor_free(&slices[k]);
 }
 
+/* strata_config.step_threads: the plain parameters' updates (Muon, AdamW)
+ * run side by side on a team, each whole on one thread, so the weights are
+ * bit-identical to one thread's whatever the count; Shampoo's matrices stay
+ * in the loop while its AdamW tail goes to the team. The resolved count is
+ * in the stats; auto gives 1 unless OpenBLAS runs one thread. */
+static void test_step_threads_bit_identical(void **state)
+{
+    (void)state;
+    enum { NP = 7, RUNS = 4 };
+    static const int64_t shapes[NP][2] = {{24, 40}, {40, 24}, {32, 32}, {1, 48},
+                                          {16, 64}, {8, 8}, {48, 1}};
+    static const int threads[RUNS] = {1, 2, 5, 0};
+    const strata_optimizer opts[] = {STRATA_OPTIM_MUON, STRATA_OPTIM_ADAMW, STRATA_OPTIM_SHAMPOO};
+    for (size_t o = 0; o < sizeof opts / sizeof opts[0]; o++) {
+        tensor t[RUNS][NP];
+        strata_runtime *rt[RUNS];
+        for (int r = 0; r < RUNS; r++) {
+            strata_config cfg;
+            strata_config_default(&cfg);
+            cfg.matrix_optimizer = opts[o];
+            cfg.blas_threads = 1;
+            cfg.step_threads = threads[r];
+            cfg.log_level = STRATA_LOG_ERROR;
+            assert_int_equal(strata_create(&cfg, &rt[r]), STRATA_OK);
+            for (int i = 0; i < NP; i++) {
+                char name[16];
+                snprintf(name, sizeof name, "p%d", i);
+                t[r][i] = tensor_new((size_t)(shapes[i][0] * shapes[i][1]), 100u + (uint32_t)i);
+                strata_param_desc d = desc2(name, &t[r][i], shapes[i][0], shapes[i][1], 0,
+                                            STRATA_ROLE_AUTO);
+                assert_int_equal(strata_param_add(rt[r], &d, NULL), STRATA_OK);
+            }
+            assert_int_equal(strata_commit(rt[r]), STRATA_OK);
+        }
+        for (int step = 1; step <= 6; step++)
+            for (int r = 0; r < RUNS; r++) {
+                for (int i = 0; i < NP; i++) /* a new gradient each step, the same in every run */
+                    for (size_t k = 0; k < t[r][i].n; k++)
+                        t[r][i].g[k] = (float)sin(0.3 * step + 0.7 * (double)k + i);
+                step_with_hooks(rt[r], STRATA_OK);
+            }
+        for (int r = 1; r < RUNS; r++)
+            for (int i = 0; i < NP; i++)
+                assert_memory_equal(t[0][i].w, t[r][i].w, t[0][i].n * sizeof(float));
+        /* the weights moved (the comparison above is not of untouched buffers) */
+        tensor fresh = tensor_new(t[0][0].n, 100u);
+        assert_memory_not_equal(fresh.w, t[0][0].w, fresh.n * sizeof(float));
+        tensor_free(&fresh);
+        strata_stats s[RUNS];
+        for (int r = 0; r < RUNS; r++)
+            assert_int_equal(strata_stats_get(rt[r], &s[r]), STRATA_OK);
+        assert_int_equal(s[0].step_threads, 1);
+        assert_int_equal(s[1].step_threads, 2);
+        /* no more threads than plain updates: Shampoo's are its two AdamW vectors */
+        assert_int_equal(s[2].step_threads, opts[o] == STRATA_OPTIM_SHAMPOO ? 2 : 5);
+        assert_true(s[3].step_threads >= 1 && s[3].step_threads <= 8);
+        for (int r = 0; r < RUNS; r++) {
+            strata_destroy(rt[r]);
+            for (int i = 0; i < NP; i++)
+                tensor_free(&t[r][i]);
+        }
+    }
+    /* auto without blas_threads = 1 (OpenBLAS may use every core): one thread */
+    strata_config cfg;
+    strata_config_default(&cfg);
+    cfg.matrix_optimizer = STRATA_OPTIM_MUON;
+    cfg.log_level = STRATA_LOG_ERROR;
+    strata_runtime *r1;
+    tensor a = tensor_new(64, 1), b = tensor_new(64, 2);
+    assert_int_equal(strata_create(&cfg, &r1), STRATA_OK);
+    strata_param_desc da = desc2("a", &a, 8, 8, 0, STRATA_ROLE_MATRIX);
+    strata_param_desc db = desc2("b", &b, 8, 8, 0, STRATA_ROLE_MATRIX);
+    assert_int_equal(strata_param_add(r1, &da, NULL), STRATA_OK);
+    assert_int_equal(strata_param_add(r1, &db, NULL), STRATA_OK);
+    assert_int_equal(strata_commit(r1), STRATA_OK);
+    strata_stats s1;
+    assert_int_equal(strata_stats_get(r1, &s1), STRATA_OK);
+    assert_int_equal(s1.step_threads, 1);
+    strata_destroy(r1);
+    tensor_free(&a);
+    tensor_free(&b);
+    /* out of range */
+    cfg.step_threads = 257;
+    assert_int_equal(strata_create(&cfg, &r1), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "step_threads"));
+}
+
 static void test_optimizer_names(void **state)
 {
     (void)state;
@@ -498,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_backend_accounting),
         cmocka_unit_test(test_ssyrk_mirror_tiles),
         cmocka_unit_test(test_stacked_muon),
+        cmocka_unit_test(test_step_threads_bit_identical),
         cmocka_unit_test(test_optimizer_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,6 +104,7 @@ typedef struct fam_case {
     strata_optimizer opt;
     strata_kl_form kl_form;
     float scale; /* a finite gradient scale that overflows this family's state */
+    int step_threads; /* strata_config.step_threads (with blas_threads 1 when > 0) */
 } fam_case;
 
 static void test_overflow_caught(void **state)
@@ -116,8 +117,15 @@ static void test_overflow_caught(void **state)
     cfg.soap.precondition_frequency = 2;
     cfg.kl_shampoo.precondition_frequency = 2;
     cfg.kl_shampoo.form = k->kl_form;
+    if (k->step_threads > 0) { /* the team's path: counters and warnings read back in order */
+        cfg.blas_threads = 1;
+        cfg.step_threads = k->step_threads;
+    }
     model m;
     model_open(&m, &cfg);
+    strata_stats s0;
+    assert_int_equal(strata_stats_get(m.rt, &s0), STRATA_OK);
+    assert_int_equal(s0.step_threads, k->step_threads > 0 ? k->step_threads : 1);
     int t = 1;
     for (; t <= 4; t++)
         assert_int_equal(model_step(&m, t, 1.0f), STRATA_OK);
@@ -247,12 +255,14 @@ static void test_error_changes_nothing(void **state)
 int main(void)
 {
     static const fam_case cases[] = {
-        {"shampoo", STRATA_OPTIM_SHAMPOO, STRATA_KL_EIGENBASIS, 1e20f},
-        {"soap", STRATA_OPTIM_SOAP, STRATA_KL_EIGENBASIS, 1e20f},
-        {"kl-shampoo eigenbasis", STRATA_OPTIM_KL_SHAMPOO, STRATA_KL_EIGENBASIS, 1e20f},
-        {"kl-shampoo exact", STRATA_OPTIM_KL_SHAMPOO, STRATA_KL_EXACT, 1e20f},
-        {"muon", STRATA_OPTIM_MUON, STRATA_KL_EIGENBASIS, 2e38f},
-        {"adamw", STRATA_OPTIM_ADAMW, STRATA_KL_EIGENBASIS, 1e20f},
+        {"shampoo", STRATA_OPTIM_SHAMPOO, STRATA_KL_EIGENBASIS, 1e20f, 0},
+        {"soap", STRATA_OPTIM_SOAP, STRATA_KL_EIGENBASIS, 1e20f, 0},
+        {"kl-shampoo eigenbasis", STRATA_OPTIM_KL_SHAMPOO, STRATA_KL_EIGENBASIS, 1e20f, 0},
+        {"kl-shampoo exact", STRATA_OPTIM_KL_SHAMPOO, STRATA_KL_EXACT, 1e20f, 0},
+        {"muon", STRATA_OPTIM_MUON, STRATA_KL_EIGENBASIS, 2e38f, 0},
+        {"adamw", STRATA_OPTIM_ADAMW, STRATA_KL_EIGENBASIS, 1e20f, 0},
+        {"muon, 2 step threads", STRATA_OPTIM_MUON, STRATA_KL_EIGENBASIS, 2e38f, 2},
+        {"adamw, 2 step threads", STRATA_OPTIM_ADAMW, STRATA_KL_EIGENBASIS, 1e20f, 2},
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[0]),
@@ -261,6 +271,8 @@ int main(void)
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[3]),
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[4]),
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[5]),
+        cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[6]),
+        cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[7]),
         cmocka_unit_test(test_nonfinite_direction_not_an_error),
         cmocka_unit_test(test_root_failures_warned_with_reason),
         cmocka_unit_test(test_error_changes_nothing),

@@ -169,6 +169,7 @@ static const row config_rows[] = {
     ROW(C, stagger_refresh, bool, K_BOOL, END),
     ROW(C, backend, strata_backend_kind, K_ENUM, -1, 2, END),
     ROW(C, blas_threads, int, K_INT, -1, 4097, END),
+    ROW(C, step_threads, int, K_INT, -1, 257, END),
     ROW(C, async, bool, K_BOOL, END),
     ROW(C, staleness, int, K_INT, -1, END),
     ROW(C, install_mode, strata_coh_mode, K_ENUM, -1, 2, END),

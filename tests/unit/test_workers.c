@@ -159,12 +159,75 @@ static void test_bad_args(void **state)
     strata_worker_pool_destroy(NULL);
 }
 
+/* Team: every item of every batch runs exactly once, on the caller and the
+ * helpers side by side; NULL and one-thread teams run inline. */
+typedef struct team_rec {
+    int n;
+    int *count;        /* per item: times run (atomic) */
+    int started1;      /* item 1 began (atomic) */
+    int overlapped;    /* item 0 saw item 1 begin before it returned */
+    bool wait;         /* item 0 waits (up to 1 s) for item 1 to begin */
+} team_rec;
+
+static void team_item(void *user, int i)
+{
+    team_rec *r = user;
+    __atomic_add_fetch(&r->count[i], 1, __ATOMIC_RELAXED);
+    if (i == 1)
+        __atomic_store_n(&r->started1, 1, __ATOMIC_RELEASE);
+    if (i == 0 && r->wait) /* with 2+ threads, another thread claims item 1 while this one waits */
+        for (int k = 0; k < 20000 && !__atomic_load_n(&r->started1, __ATOMIC_ACQUIRE); k++)
+            usleep(50);
+    if (i == 0 && __atomic_load_n(&r->started1, __ATOMIC_ACQUIRE))
+        r->overlapped = 1;
+}
+
+static void test_team(void **state)
+{
+    (void)state;
+    static const int sizes[] = {0, 1, 2, 3, 7, 64, 257};
+    static const int threads[] = {1, 2, 3, 5};
+    int count[257];
+    for (size_t k = 0; k < sizeof threads / sizeof threads[0]; k++) {
+        strata_worker_team *t;
+        assert_int_equal(strata_worker_team_create(threads[k], &t), STRATA_OK);
+        assert_int_equal(strata_worker_team_threads(t), threads[k]);
+        for (int rep = 0; rep < 20; rep++)
+            for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+                team_rec r = {.n = sizes[s], .count = count, .wait = threads[k] > 1};
+                memset(count, 0, sizeof count);
+                strata_worker_team_run(t, sizes[s], team_item, &r);
+                for (int i = 0; i < sizes[s]; i++)
+                    assert_int_equal(count[i], 1);
+                /* items ran side by side (one thread never could: item 0
+                 * would wait its whole second for an item 1 that only
+                 * begins after it) */
+                if (sizes[s] >= 2 && threads[k] > 1)
+                    assert_int_equal(r.overlapped, 1);
+            }
+        strata_worker_team_destroy(t);
+    }
+    /* NULL team: inline */
+    team_rec r = {.n = 3, .count = count};
+    memset(count, 0, sizeof count);
+    strata_worker_team_run(NULL, 3, team_item, &r);
+    assert_int_equal(count[0] + count[1] + count[2], 3);
+    assert_int_equal(strata_worker_team_threads(NULL), 1);
+    strata_worker_team *t;
+    assert_int_equal(strata_worker_team_create(0, &t), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_worker_team_create(STRATA_WORKER_TEAM_MAX + 1, &t),
+                     STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_worker_team_create(2, NULL), STRATA_ERR_INVALID_ARG);
+    strata_worker_team_destroy(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deadline_order),
         cmocka_unit_test(test_shutdown_with_jobs_in_flight),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_team),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
