@@ -470,12 +470,15 @@ strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bo
     }
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a64, n, o64, n, 0.0, b64,
                 n);
+    /* est_k = sum_i o_ik b_ik, summed in i order (row by row: contiguous). */
     for (int k = 0; k < n; k++) {
-        double acc = 0.0;
-        for (int i = 0; i < n; i++)
-            acc += o64[(size_t)i * n + k] * b64[(size_t)i * n + k];
-        est[k] = acc;
+        est[k] = 0.0;
         idx[k] = k;
+    }
+    for (int i = 0; i < n; i++) {
+        const double *orow = o64 + (size_t)i * n, *brow = b64 + (size_t)i * n;
+        for (int k = 0; k < n; k++)
+            est[k] += orow[k] * brow[k];
     }
     for (int k = 0; k < n; k++)
         if (!isfinite(est[k]))
