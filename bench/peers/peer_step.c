@@ -18,6 +18,8 @@
  *   reset        fresh state and the matrices of w.f32        -> "ok"
  *   step K       K optimizer steps over every matrix          -> "<seconds>"
  *   dump FILE    write the matrices to FILE (float32)         -> "ok"
+ *   split        seconds since the last reset in the optimizer's phases
+ *                (strata_optim_counters): "<precondition> <factors> <roots>"
  *   quit
  * Errors print "error: ..." and exit 1. */
 #include "strata/optim.h"
@@ -42,6 +44,7 @@ typedef struct driver {
     int n_sets;
     void **states;
     int64_t t;
+    strata_optim_counters cnt; /* summed since the last reset */
     strata_muon_config muon;
     strata_shampoo_config shampoo;
     strata_soap_config soap;
@@ -99,6 +102,7 @@ static void reset(driver *d)
     free_states(d);
     memcpy(d->w, d->w0, d->total * sizeof(float));
     d->t = 0;
+    memset(&d->cnt, 0, sizeof d->cnt);
     for (int i = 0; i < d->n; i++) {
         strata_status st;
         if (d->kind == OPT_MUON)
@@ -137,6 +141,9 @@ static void step(driver *d)
     if (cnt.root_failures)
         fprintf(stderr, "peer_step: %lld root failures at step %lld\n",
                 (long long)cnt.root_failures, (long long)d->t);
+    d->cnt.seconds_precondition += cnt.seconds_precondition;
+    d->cnt.seconds_factors += cnt.seconds_factors;
+    d->cnt.seconds_roots += cnt.seconds_roots;
 }
 
 static void set_key(driver *d, const char *kv)
@@ -269,6 +276,9 @@ int main(int argc, char **argv)
             }
             fclose(o);
             printf("ok\n");
+        } else if (strcmp(cmd, "split") == 0) {
+            printf("%.9f %.9f %.9f\n", d.cnt.seconds_precondition, d.cnt.seconds_factors,
+                   d.cnt.seconds_roots);
         } else if (strcmp(cmd, "quit") == 0) {
             break;
         } else {
