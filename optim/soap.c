@@ -13,8 +13,9 @@
  * elementwise work is backend ops (backend/ops.h), a refresh copies its
  * inputs to the staging area and the new basis back.
  *
- * Invariants: V's entry (i, j) always belongs to column i of Q_L and column
- * j of Q_R (a refresh permutes both together, a failed refresh neither);
+ * Invariants: V's and M's entry (i, j) always belong to column i of Q_L and
+ * column j of Q_R (a refresh permutes V with the columns and carries M to
+ * the new basis, install_side; a failed refresh changes none of them);
  * `has_basis` turns true at the first refresh (even a failed one, which
  * leaves the identity); `steps` counts Adam steps (the reference's
  * state["step"]).
@@ -536,7 +537,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
             if (first)
                 st = strata_eigenbasis_eigh(sd->dim, f, q_new, NULL, s->work, s->iwork);
             else
-                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, q_new, sd->perm, s->work,
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, true, q_new, sd->perm, s->work,
                                           s->iwork);
         }
         if (st == STRATA_OK)
@@ -728,7 +729,8 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         rotated++;
-        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, p + 2 * dd, perm, work, iwork);
+        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, true, p + 2 * dd, perm, work,
+                                                iwork);
         if (st == STRATA_OK)
             ok++;
         else
