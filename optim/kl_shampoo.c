@@ -451,7 +451,7 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
             if (eigh)
                 st = strata_eigenbasis_eigh(sd->dim, f, q_new, s->lambda, s->work, s->iwork);
             else
-                st = strata_eigenbasis_qr(sd->dim, f, q_old, false, q_new, NULL, s->work,
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, false, false, q_new, NULL, s->work,
                                           s->iwork);
         }
         if (st == STRATA_OK)
@@ -763,7 +763,7 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
             }
             p += 2 * dd * sizeof(float) + (size_t)d * sizeof(double);
         } else {
-            st = strata_eigenbasis_qr(d, f, f + dd, false, f + 2 * dd, NULL, work, iwork);
+            st = strata_eigenbasis_qr(d, f, f + dd, false, false, f + 2 * dd, NULL, work, iwork);
             p += 3 * dd * sizeof(float);
         }
         if (st == STRATA_OK)

@@ -356,12 +356,45 @@ static size_t syevd_liwork(int n) { return 3 + 5 * (size_t)n; }
 
 /* Workspace of dgeqrf + dorgqr on an n x n matrix, asked of LAPACK itself
  * (a workspace query touches no matrix). */
+/* Block size of the blocked Householder QR (strata_eigenbasis_qr, blocked):
+ * LAPACK's dgeqrf/dorgqr take 32 from ilaenv, whose panels run at BLAS-2
+ * speed; 128 puts most of the work in dlarfb's GEMMs (measured at n = 3072
+ * on one core: 21% less time for Q). */
+#define QR_NB 128
+
+/* The Q factor of the Householder QR of a (n x n, column-major, in place),
+ * LAPACK's convention (dgeqrf + dorgqr, the one torch and numpy use):
+ * dgeqrt with block QR_NB, then Q formed block by block from the last, each
+ * block's columns set to the identity's and (I - V T V^T) applied to the
+ * trailing matrix (as dorgqr, with the T dgeqrt already built). `w`: at
+ * least 3 n QR_NB doubles. Returns LAPACK's info. */
+static lapack_int qr_q_blocked(int n, double *a, double *w)
+{
+    const int nb = n < QR_NB ? n : QR_NB;
+    double *t = w, *v = t + (size_t)nb * n, *lw = v + (size_t)nb * n;
+    lapack_int info = LAPACKE_dgeqrt_work(LAPACK_COL_MAJOR, n, n, nb, a, n, t, nb, lw);
+    for (int j = ((n - 1) / nb) * nb; info == 0 && j >= 0; j -= nb) {
+        const int kb = n - j < nb ? n - j : nb, m = n - j;
+        for (int c = 0; c < kb; c++) {
+            double *col = a + (size_t)(j + c) * n;
+            memcpy(v + (size_t)c * m, col + j, (size_t)m * sizeof(double));
+            memset(col, 0, (size_t)n * sizeof(double));
+            col[j + c] = 1.0;
+        }
+        info = LAPACKE_dlarfb_work(LAPACK_COL_MAJOR, 'L', 'N', 'F', 'C', m, m, kb, v, m,
+                                   t + (size_t)j * nb, nb, a + (size_t)j * n + j, n, lw, m);
+    }
+    return info;
+}
+
 static size_t qr_lwork(int n)
 {
     double q1 = 0.0, q2 = 0.0, dummy = 0.0;
     lapack_int info1 = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, &dummy, n, &dummy, &q1, -1);
     lapack_int info2 = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, &dummy, n, &dummy, &q2, -1);
     size_t w = (size_t)n * 64; /* a safe block size if the query fails */
+    if (w < 3 * (size_t)n * QR_NB) /* the blocked form: T, V's panel, dlarfb's work */
+        w = 3 * (size_t)n * QR_NB;
     if (info1 == 0 && q1 > (double)w)
         w = (size_t)q1;
     if (info2 == 0 && q2 > (double)w)
@@ -448,8 +481,33 @@ static void argsort_desc(int n, const double *key, int *idx, int *tmp)
     }
 }
 
+/* Every entry finite? By the exponent bits (a branch-free loop the compiler
+ * vectorizes: it runs over dim^2 entries per refresh). */
+static bool all_finite_f32(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+static bool all_finite_f64(const double *x, size_t n)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &x[i], sizeof u);
+        bad |= (uint64_t)((u & 0x7ff0000000000000u) == 0x7ff0000000000000u);
+    }
+    return !bad;
+}
+
 strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bool sort,
-                                   float *q_new, int *perm, double *work, int *iwork)
+                                   bool blocked, float *q_new, int *perm, double *work,
+                                   int *iwork)
 {
     if (n <= 0 || !a || !q_old || !q_new || !work || !iwork || (sort && !perm) ||
         q_new == q_old)
@@ -462,43 +520,65 @@ strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bo
     double *tau = est + n;        /* n */
     double *lwork = tau + n;
     int *idx = iwork, *tmp = iwork + n;
+    if (!all_finite_f32(a, nn) || !all_finite_f32(q_old, nn))
+        return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite input");
     for (size_t i = 0; i < nn; i++) {
-        if (!isfinite(a[i]) || !isfinite(q_old[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite input entry %zu", i);
         a64[i] = a[i];
         o64[i] = q_old[i];
     }
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a64, n, o64, n, 0.0, b64,
                 n);
+    /* est_k = sum_i o_ik b_ik, summed in i order (row by row: contiguous). */
     for (int k = 0; k < n; k++) {
-        double acc = 0.0;
-        for (int i = 0; i < n; i++)
-            acc += o64[(size_t)i * n + k] * b64[(size_t)i * n + k];
-        est[k] = acc;
+        est[k] = 0.0;
         idx[k] = k;
+    }
+    for (int i = 0; i < n; i++) {
+        const double *orow = o64 + (size_t)i * n, *brow = b64 + (size_t)i * n;
+        for (int k = 0; k < n; k++)
+            est[k] += orow[k] * brow[k];
     }
     for (int k = 0; k < n; k++)
         if (!isfinite(est[k]))
             return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite power iterate");
     if (sort)
         argsort_desc(n, est, idx, tmp);
-    /* QR input B[:, idx] in column-major order (column k contiguous). */
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < n; i++)
-            o64[(size_t)k * n + i] = b64[(size_t)i * n + idx[k]];
+    /* QR input B[:, idx] in column-major order (column k contiguous), in
+     * tiles so that both sides of the transposition stay in cache. */
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int k0 = 0; k0 < n; k0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, k1 = k0 + TILE < n ? k0 + TILE : n;
+            for (int k = k0; k < k1; k++) {
+                const double *src = b64 + idx[k];
+                double *dst = o64 + (size_t)k * n;
+                for (int i = i0; i < i1; i++)
+                    dst[i] = src[(size_t)i * n];
+            }
+        }
     const lapack_int lw = (lapack_int)lapack_part(n);
-    lapack_int info = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, o64, n, tau, lwork, lw);
-    if (info == 0)
-        info = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, o64, n, tau, lwork, lw);
+    lapack_int info = 0;
+    if (blocked) {
+        info = qr_q_blocked(n, o64, lwork);
+    } else {
+        info = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, o64, n, tau, lwork, lw);
+        if (info == 0)
+            info = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, o64, n, tau, lwork, lw);
+    }
     if (info != 0)
         return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: LAPACK QR info=%d (n=%d)",
                             (int)info, n);
-    for (size_t i = 0; i < nn; i++)
-        if (!isfinite(o64[i]))
-            return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite Q");
-    for (int k = 0; k < n; k++)
-        for (int i = 0; i < n; i++)
-            q_new[(size_t)i * n + k] = (float)o64[(size_t)k * n + i];
+    if (!all_finite_f64(o64, nn))
+        return strata_error(STRATA_ERR_LINALG, "eigenbasis_qr: non-finite Q");
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int k0 = 0; k0 < n; k0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, k1 = k0 + TILE < n ? k0 + TILE : n;
+            for (int i = i0; i < i1; i++) {
+                const double *src = o64 + i;
+                float *dst = q_new + (size_t)i * n;
+                for (int k = k0; k < k1; k++)
+                    dst[k] = (float)src[(size_t)k * n];
+            }
+        }
     if (perm)
         memcpy(perm, idx, (size_t)n * sizeof(int));
     return STRATA_OK;

@@ -13,8 +13,9 @@
  * elementwise work is backend ops (backend/ops.h), a refresh copies its
  * inputs to the staging area and the new basis back.
  *
- * Invariants: V's entry (i, j) always belongs to column i of Q_L and column
- * j of Q_R (a refresh permutes both together, a failed refresh neither);
+ * Invariants: V's and M's entry (i, j) always belong to column i of Q_L and
+ * column j of Q_R (a refresh permutes V with the columns and carries M to
+ * the new basis, install_side; a failed refresh changes none of them);
  * `has_basis` turns true at the first refresh (even a failed one, which
  * leaves the identity); `steps` counts Adam steps (the reference's
  * state["step"]).
@@ -50,7 +51,7 @@ struct strata_soap_state {
     strata_backend *be;
     int64_t rows, cols;
     soap_side side[2];
-    float *exp_avg;    /* M, rows x cols, original space */
+    float *exp_avg;    /* M, rows x cols, rotated space (re-projected when a basis changes) */
     float *exp_avg_sq; /* V, rows x cols, rotated space */
     float *buf[2];     /* scratch rows x cols */
     bool has_basis;
@@ -332,16 +333,16 @@ static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t,
     const float b1 = c->beta1, b2 = c->beta2;
     s->steps++;
 
+    /* M and V both live in the eigenbasis: two rotations per step (G in,
+     * the direction out); a basis change re-projects M (reproject_moment). */
     const float *gp = rotate(s, g, false, &st);
     if (st == STRATA_OK)
-        st = strata_backend_adam_moments(s->be, NULL, n, s->exp_avg, g, s->exp_avg_sq, gp, b1, b2);
+        st = strata_backend_adam_moments(s->be, NULL, n, s->exp_avg, gp, s->exp_avg_sq, gp, b1,
+                                         b2);
     if (st != STRATA_OK)
         return st;
-    const float *mp = rotate(s, s->exp_avg, false, &st);
-    if (st != STRATA_OK)
-        return st;
-    float *x = mp == s->exp_avg ? s->buf[0] : (float *)mp;
-    st = strata_backend_rms_div(s->be, NULL, n, x, mp, s->exp_avg_sq, c->eps);
+    float *x = gp == s->buf[0] ? s->buf[1] : s->buf[0];
+    st = strata_backend_rms_div(s->be, NULL, n, x, s->exp_avg, s->exp_avg_sq, c->eps);
     if (st != STRATA_OK)
         return st;
     const float *dir = rotate(s, x, true, &st);
@@ -380,6 +381,9 @@ static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t,
     return STRATA_OK;
 }
 
+static strata_status update_factors_core(strata_soap_state *s, const float *g,
+                                         strata_optim_counters *cnt);
+
 strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
                                          strata_optim_counters *cnt)
 {
@@ -395,6 +399,14 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
         return st;
     if (!finite)
         return strata_error(STRATA_ERR_NONFINITE, "soap_update_factors: non-finite gradient");
+    return update_factors_core(s, g, cnt);
+}
+
+/* The factor update on a gradient already found finite. */
+static strata_status update_factors_core(strata_soap_state *s, const float *g,
+                                         strata_optim_counters *cnt)
+{
+    strata_status st = STRATA_OK;
     double t0 = strata_now_seconds();
     const float b = shampoo_beta(&s->cfg);
     const int m = (int)s->rows, n = (int)s->cols;
@@ -442,6 +454,48 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
     return st;
 }
 
+/* A new basis q for rotated side `side` (q: host or backend memory, copied
+ * to the state unless it is the state's own), V's axis permuted by perm
+ * (valid, host; NULL: not permuted) and M, kept in the eigenbasis,
+ * re-projected: M <- Q_new^T (Q_old M) on side 0, (M Q_old^T) Q_new on side
+ * 1 (the reference's project_back with the old basis, then project with the
+ * new one, in update_preconditioner). Two products of rows x cols by dim x
+ * dim, cheaper than forming Q_new^T Q_old when dim exceeds the other side.
+ * M is exactly zero before the first Adam step: nothing to carry then. The
+ * synchronous refresh and the runtime's install both come here, so async
+ * S = 0 runs the same operations as the synchronous path. */
+static strata_status install_side(strata_soap_state *s, int side, const float *q, const int *perm)
+{
+    soap_side *sd = &s->side[side];
+    const int m = (int)s->rows, n = (int)s->cols;
+    strata_status st = STRATA_OK;
+    if (perm) {
+        st = permute_moments(s, side, perm);
+        if (st != STRATA_OK)
+            return st;
+        if (perm != sd->perm)
+            memcpy(sd->perm, perm, (size_t)sd->dim * sizeof(int));
+        sd->has_perm = true;
+    }
+    if (q == sd->q)
+        return STRATA_OK;
+    const bool carry = s->steps > 0;
+    float *mo = s->buf[1]; /* M along this side in the original space */
+    if (carry)
+        st = side == 0 ? strata_backend_sgemm(s->be, 0, 0, m, n, m, 1.0f, sd->q, m, s->exp_avg, n,
+                                              0.0f, mo, n)
+                       : strata_backend_sgemm(s->be, 0, 1, m, n, n, 1.0f, s->exp_avg, n, sd->q, n,
+                                              0.0f, mo, n);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, sd->q, q, (size_t)sd->dim * sd->dim * sizeof(float));
+    if (st == STRATA_OK && carry)
+        st = side == 0 ? strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, sd->q, m, mo, n, 0.0f,
+                                              s->exp_avg, n)
+                       : strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, mo, n, sd->q, n, 0.0f,
+                                              s->exp_avg, n);
+    return st;
+}
+
 strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, const float *q,
                                              const int *perm)
 {
@@ -452,26 +506,14 @@ strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, con
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "soap_install_eigenbasis: side %d (dim %d) is not rotated", side,
                             sd->dim);
-    if (perm) {
-        /* The LAPACK ints of the workspace are free between refreshes. */
-        if (!perm_valid(perm, sd->dim, s->iwork))
-            return strata_error(STRATA_ERR_INVALID_ARG,
-                                "soap_install_eigenbasis: not a permutation of 0..%d", sd->dim - 1);
-        strata_status st = permute_moments(s, side, perm);
-        if (st != STRATA_OK)
-            return st;
-        if (perm != sd->perm)
-            memcpy(sd->perm, perm, (size_t)sd->dim * sizeof(int));
-        sd->has_perm = true;
-    }
-    if (q != sd->q) {
-        strata_status st = strata_backend_copy(s->be, sd->q, q, (size_t)sd->dim * sd->dim *
-                                                                    sizeof(float));
-        if (st != STRATA_OK)
-            return st;
-    }
-    s->has_basis = true;
-    return STRATA_OK;
+    /* The LAPACK ints of the workspace are free between refreshes. */
+    if (perm && !perm_valid(perm, sd->dim, s->iwork))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "soap_install_eigenbasis: not a permutation of 0..%d", sd->dim - 1);
+    strata_status st = install_side(s, side, q, perm);
+    if (st == STRATA_OK)
+        s->has_basis = true;
+    return st;
 }
 
 strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt)
@@ -495,15 +537,11 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
             if (first)
                 st = strata_eigenbasis_eigh(sd->dim, f, q_new, NULL, s->work, s->iwork);
             else
-                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, q_new, sd->perm, s->work,
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, true, q_new, sd->perm, s->work,
                                           s->iwork);
         }
         if (st == STRATA_OK)
-            st = strata_backend_copy(s->be, sd->q, q_new, dd * sizeof(float));
-        if (st == STRATA_OK && !first) {
-            st = permute_moments(s, k, sd->perm);
-            sd->has_perm = st == STRATA_OK;
-        }
+            st = install_side(s, k, q_new, first ? NULL : sd->perm);
         if (st == STRATA_OK) {
             if (cnt)
                 cnt->root_refreshes++;
@@ -539,7 +577,7 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
      * still absorb g, as the reference would. */
     strata_status st_apply = st;
     if (st == STRATA_OK || st == STRATA_ERR_NONFINITE)
-        st = strata_soap_update_factors(s, g, cnt);
+        st = update_factors_core(s, g, cnt); /* decide() found g finite */
     if (st == STRATA_OK && strata_soap_refresh_due(s))
         st = strata_soap_refresh(s, cnt);
     return st == STRATA_OK ? st_apply : st;
@@ -691,7 +729,8 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         rotated++;
-        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, p + 2 * dd, perm, work, iwork);
+        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, true, p + 2 * dd, perm, work,
+                                                iwork);
         if (st == STRATA_OK)
             ok++;
         else
@@ -774,13 +813,20 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
         PUT("perm", k, STRATA_I32, 1, sd->dim, STRATA_TIER_HOST, sd->perm);
         PUT("has_perm", k, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &sd->has_perm);
     }
-    PUT("exp_avg", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
+    PUT("exp_avg_eigen", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
     PUT("exp_avg_sq", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg_sq);
     PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
     PUT("has_basis", -1, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &s->has_basis);
 #undef PUT
     return n;
 }
+
+/* Until issue #13 M was kept in the original space under this name. */
+static const char *const fam_retired[] = {
+    "exp_avg", "it holds SOAP's first moment in the original space (an older strata); this "
+               "strata keeps it in the eigenbasis ('exp_avg_eigen'): resume from a checkpoint "
+               "written by this version or restart the run",
+    NULL};
 
 const strata_precond_family strata_family_soap = {
     .name = "soap",
@@ -805,4 +851,5 @@ const strata_precond_family strata_family_soap = {
     .apply = fam_apply,
     .after = fam_after,
     .tensors = fam_tensors,
+    .retired_tensors = fam_retired,
 };

@@ -1152,6 +1152,25 @@ static strata_status expect(const char *what, const strata_st_header *h, const c
     return STRATA_OK;
 }
 
+/* A family tensor saved under a name whose meaning has changed since
+ * (strata_precond_family.retired_tensors) is refused with the reason. */
+static strata_status check_retired(const char *what, const strata_st_header *h, const rt_param *p)
+{
+    const char *const *r = p->fam->retired_tensors;
+    for (; r && r[0]; r += 2) {
+        char *nm = joinf(p->name, r[0]);
+        if (!nm)
+            return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        const bool found = strata_st_find(h, nm) != NULL;
+        free(nm);
+        if (found)
+            return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: tensor '%s/%s' of the "
+                                "%s state cannot be loaded: %s", what, p->name, r[0],
+                                p->fam->name, r[1]);
+    }
+    return STRATA_OK;
+}
+
 typedef struct pending_copy {
     void *dst;
     const void *src;
@@ -1310,6 +1329,8 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         if ((st = old_rank_load(dir, m, src, &old[src])) != STRATA_OK)
             goto out;
         old_rank *o = &old[src];
+        if ((st = check_retired(o->what, &o->hs, p)) != STRATA_OK)
+            goto out;
         strata_tensor_info *ti = NULL;
         int n = 0;
         if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)

@@ -514,24 +514,30 @@ STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, 
  *                 even by weight decay (the reference skips this step).
  *   later calls   k += 1
  *                 G' = Q_L^T G Q_R
- *                 M = b1 M + (1-b1) G                 (original space)
+ *                 M = b1 M + (1-b1) G'                (rotated space)
  *                 V = b2 V + (1-b2) G'^2              (rotated space)
- *                 N = Q_L [ (Q_L^T M Q_R) / (sqrt(V) + eps) ] Q_R^T
+ *                 N = Q_L [ M / (sqrt(V) + eps) ] Q_R^T
  *                 normalize_grads: N /= 1e-30 + sqrt(mean(N^2))
  *                 step = lr * (correct_bias ? sqrt(1-b2^k) / (1-b1^k) : 1)
  *                 W = W - step N;  W = W - lr wd W    (decay after the step)
  *                 L = b_s L + (1-b_s) G G^T, R likewise (after the update)
  *                 if k % F == 0, per rotated side: one power-iteration step
- *                 with QR (strata_eigenbasis_qr with sorting), and V's
- *                 matching axis permuted by the same perm.
+ *                 with QR (strata_eigenbasis_qr with sorting), V's
+ *                 matching axis permuted by the same perm, and M carried
+ *                 to the new basis: M = Q_L'^T Q_L M on the left side,
+ *                 M Q_R^T Q_R' on the right (the reference's project_back
+ *                 with the old basis, project with the new one).
  * `lr` above is cfg.lr * lr_scale in both places (a schedule scales both).
  * Followed: the step order, the skipped first step, the bias correction on
  * the step size, the eigenvalue sort with V permuted together, torch's eigh
  * + flip and Householder QR conventions. Deviations: the eigendecomposition
  * and QR run in float64 (the reference: float32, retrying eigh in float64);
- * M is kept in the original space and projected every step (the published
- * versions either do this or keep M rotated and re-rotate it at each
- * refresh: the same in exact arithmetic); merge_dims and data_format are
+ * M is kept in the rotated space and re-projected only when a basis
+ * changes (the reference round-trips it through the original space after
+ * every step; an earlier strata and published versions keep it in the
+ * original space and project it every step: all the same in exact
+ * arithmetic; a checkpoint holds it as "exp_avg_eigen", and one from the
+ * original-space form, "exp_avg", is refused); merge_dims and data_format are
  * not offered (matrices only; a >2-D tensor is flattened by the runtime);
  * ties in the eigenvalue sort keep their order (torch.argsort: unspecified).
  * Robustness: a non-finite gradient is rejected (STRATA_ERR_NONFINITE, no

@@ -28,7 +28,8 @@
  *   soap_kl_driver eigh CONFIG.json IN.f32 OUT.f32
  *       CONFIG {n}; IN a (n x n); OUT q (n x n) then lambda (n).
  *   soap_kl_driver qr CONFIG.json IN.f32 OUT.f32
- *       CONFIG {n, sort}; IN a then q_old; OUT q_new then perm (n floats).
+ *       CONFIG {n, sort, blocked}; IN a then q_old; OUT q_new then perm (n
+ *       floats).
  *
  * Raw little-endian float32 files, row-major. Exit status: 0 ok, 1 failure
  * of a strata call (status and detail on stderr), 2 usage or I/O error.
@@ -413,7 +414,8 @@ static int run_kernel(const char *mode, json_object *cfg, const char *in_path,
     strata_status st;
     if (qr) {
         const bool sort = jget_bool(cfg, "sort", true);
-        st = strata_eigenbasis_qr((int)n, in, in + nn, sort, out, perm, work, iwork);
+        const bool blocked = jget_bool(cfg, "blocked", false);
+        st = strata_eigenbasis_qr((int)n, in, in + nn, sort, blocked, out, perm, work, iwork);
         for (int64_t k = 0; k < n && st == STRATA_OK; k++)
             out[nn + (size_t)k] = (float)perm[k];
     } else {

@@ -62,6 +62,62 @@ def main():
         return 1
     print(f"ok: {len(weights)} weights (hash {h:016x} = the run's), {len(state)} state tensors "
           f"open with safetensors")
+    return old_soap_refused(sd, ck, state, table, manifest)
+
+
+def old_soap_refused(sd, ck, state, table, manifest):
+    """SOAP's first moment lives in the eigenbasis since issue #13, saved as
+    '<param>/exp_avg_eigen'. A checkpoint from before, which held it in the
+    original space as '<param>/exp_avg', must be refused with the reason
+    (not loaded as if it were rotated). Made here by renaming the tensors in
+    a copy (digest and size in the manifest updated, so only the name is
+    old)."""
+    import hashlib
+    import shutil
+    from safetensors.numpy import save_file
+    eig = [k for k in state if k.endswith("/exp_avg_eigen")]
+    if not eig:
+        print("FAIL: no '/exp_avg_eigen' tensor in the SOAP state:", sorted(state)[:8])
+        return 1
+    old = os.path.join(sd, "old-soap")
+    shutil.copytree(ck, old)
+    ren = lambda k: k[:-len("_eigen")] if k.endswith("/exp_avg_eigen") else k
+    fn = os.path.join(old, "rank-00000.safetensors")
+    save_file({ren(k): v for k, v in state.items()}, fn)
+    for t in table["tensors"]:
+        t["name"] = ren(t["name"])
+    json.dump(table, open(os.path.join(old, "rank-00000.json"), "w"))
+    data = {f: open(os.path.join(old, f), "rb").read()
+            for f in ("rank-00000.safetensors", "rank-00000.json")}
+
+    def fix(o):
+        if isinstance(o, dict):
+            for key in ("name", "file", "path"):
+                if o.get(key) in data:
+                    b = data[o[key]]
+                    for k in list(o):
+                        if k == "sha256":
+                            o[k] = hashlib.sha256(b).hexdigest()
+                        elif k in ("bytes", "size"):
+                            o[k] = len(b)
+            for v in o.values():
+                fix(v)
+        elif isinstance(o, list):
+            for v in o:
+                fix(v)
+    fix(manifest)
+    json.dump(manifest, open(os.path.join(old, "manifest.json"), "w"))
+    p = subprocess.run([STRATA, "train", "--steps", "6", "--layers", "1", "--d-model", "32",
+                        "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0",
+                        "--optimizer", "soap", "--precondition-frequency", "2", "--no-progress",
+                        "--resume", old], capture_output=True, text=True, timeout=300)
+    want = ("exp_avg'", "eigenbasis", "exp_avg_eigen")
+    if p.returncode == 0 or not all(w in p.stderr for w in want):
+        print(f"FAIL: resuming a checkpoint with the old SOAP 'exp_avg' (rc {p.returncode}); "
+              f"want an error naming {want}:", p.stderr[-600:])
+        return 1
+    line = next((ln for ln in p.stderr.splitlines() if "exp_avg_eigen" in ln), "")
+    print("ok: the old SOAP first moment is refused:", line.strip()[:200])
     return 0
 
 

@@ -988,7 +988,8 @@ def kl_cases(cs):
 def kernel_cases(cs):
     rep, drv = cs.rep, cs.drv
     rng = rng_for("kernels")
-    for n in (1, 2, 7, 33):
+    # 300: the blocked QR (block 128) with two full blocks and a partial one.
+    for n in (1, 2, 7, 33, 300):
         q0, _ = np.linalg.qr(rng.standard_normal((n, n)))
         lam = np.sort(rng.uniform(0.1, 10.0, n))
         a = ((q0 * lam) @ q0.T).astype(np.float32)
@@ -1007,11 +1008,12 @@ def kernel_cases(cs):
                  note="vs numpy eigh+flip (vectors up to sign); valid %.1e" % v.worst)
         o, _ = np.linalg.qr(rng.standard_normal((n, n)))
         o = o.astype(np.float32)
-        for sort in (True, False):
-            rc, out, err = drv.kernel("qr", dict(n=n, sort=sort), np.concatenate([a, o]),
-                                      n * n + n)
+        for sort, blocked in ((True, False), (False, False), (True, True)):
+            name = "qr_n%d_sort%d%s" % (n, sort, "_blocked" if blocked else "")
+            rc, out, err = drv.kernel("qr", dict(n=n, sort=sort, blocked=blocked),
+                                      np.concatenate([a, o]), n * n + n)
             if out is None:
-                rep.check("qr_n%d_sort%d" % (n, sort), False, err.strip())
+                rep.check(name, False, err.strip())
                 continue
             qn, perm = out[:n * n].reshape(n, n).astype(np.float64), out[n * n:].astype(int)
             a64, o64 = a.astype(np.float64), o.astype(np.float64)
@@ -1019,7 +1021,7 @@ def kernel_cases(cs):
             perm_r = np.argsort(-est, kind="stable") if sort else np.arange(n)
             q_r = qr_q(a64 @ o64[:, perm_r])
             e = fro(qn - q_r) / np.sqrt(n)
-            rep.line("qr_n%d_sort%d" % (n, sort), e, TOL_KERNEL,
+            rep.line(name, e, TOL_KERNEL,
                      ok=e <= TOL_KERNEL and np.array_equal(perm, perm_r),
                      note="vs numpy.linalg.qr of (a o)[:, argsort(-diag(o^T a o))], same signs")
     # Failures: non-finite input is STRATA_ERR_LINALG.
