@@ -393,8 +393,6 @@ static size_t qr_lwork(int n)
     lapack_int info1 = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, &dummy, n, &dummy, &q1, -1);
     lapack_int info2 = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, &dummy, n, &dummy, &q2, -1);
     size_t w = (size_t)n * 64; /* a safe block size if the query fails */
-    if (w < 3 * (size_t)n * QR_NB) /* the blocked form: T, V's panel, dlarfb's work */
-        w = 3 * (size_t)n * QR_NB;
     if (info1 == 0 && q1 > (double)w)
         w = (size_t)q1;
     if (info2 == 0 && q2 > (double)w)
@@ -402,11 +400,22 @@ static size_t qr_lwork(int n)
     return w;
 }
 
-/* Layout of `work`: three n x n float64 matrices, two n vectors, then the
- * LAPACK workspace (the larger of dsyevd's and the QR's). */
-static size_t lapack_part(int n)
+/* The lwork handed to dsyevd, dgeqrf and dorgqr: the larger of dsyevd's and
+ * the QR's. LAPACK picks its blocking from the workspace it is given, so this
+ * stays what those routines always got (their results are pinned bit for bit
+ * by tests/train's regression table). */
+static size_t basis_lwork(int n)
 {
     size_t a = syevd_lwork(n), b = qr_lwork(n);
+    return a > b ? a : b;
+}
+
+/* Layout of `work`: three n x n float64 matrices, two n vectors, then the
+ * LAPACK workspace: basis_lwork, or the blocked QR's T, V panel and dlarfb
+ * work (3 n QR_NB) when larger. */
+static size_t lapack_part(int n)
+{
+    size_t a = basis_lwork(n), b = 3 * (size_t)n * QR_NB;
     return a > b ? a : b;
 }
 
@@ -441,7 +450,7 @@ strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *la
             v[(size_t)i * n + j] = v[(size_t)j * n + i] = s;
         }
     lapack_int info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lam, lwork,
-                                          (lapack_int)lapack_part(n), iwork,
+                                          (lapack_int)basis_lwork(n), iwork,
                                           (lapack_int)syevd_liwork(n));
     if (info != 0)
         return strata_error(STRATA_ERR_LINALG, "eigenbasis_eigh: LAPACKE_dsyevd info=%d (n=%d)",
@@ -555,7 +564,7 @@ strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bo
                     dst[i] = src[(size_t)i * n];
             }
         }
-    const lapack_int lw = (lapack_int)lapack_part(n);
+    const lapack_int lw = (lapack_int)basis_lwork(n);
     lapack_int info = 0;
     if (blocked) {
         info = qr_q_blocked(n, o64, lwork);
