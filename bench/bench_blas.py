@@ -170,18 +170,24 @@ def train(args, builds, res, tmp, opt):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("build_a")
-    ap.add_argument("build_b")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("build_a", help="meson build folder A (e.g. OpenBLAS)")
+    ap.add_argument("build_b", help="meson build folder B (e.g. -Dblas=blis)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
     ap.add_argument("--threads", default="1,2", help="BLAS thread counts, comma-separated")
-    ap.add_argument("--parts", default="sgemm,muon,soap,train")
-    ap.add_argument("--train-steps", type=int, default=30)
-    ap.add_argument("--train-optimizers", default="adamw,shampoo")
+    ap.add_argument("--parts", default="sgemm,muon,soap,train",
+                    help="what to time: sgemm, muon, soap, train")
+    ap.add_argument("--train-steps", type=int, default=30, help="steps per strata train run")
+    ap.add_argument("--train-optimizers", default="adamw,shampoo",
+                    help="matrix optimizers of the train part")
     ap.add_argument("--json", help="write every figure here")
     args = ap.parse_args()
     args.threads = [int(x) for x in args.threads.split(",")]
     parts = args.parts.split(",")
+    bad = [x for x in parts if x not in ("sgemm", "muon", "soap", "train")]
+    if bad:
+        ap.error(f"--parts: unknown {', '.join(bad)} (known: sgemm, muon, soap, train)")
     for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "BLIS_NUM_THREADS", "OPENBLAS_CORETYPE"):
         if v in os.environ:
             print(f"note: {v}={os.environ[v]} is set", flush=True)

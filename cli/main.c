@@ -435,11 +435,11 @@ static const train_flag train_flags[] = {
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
      .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
     {.name = "threads", .type = FT_INT, .off = OFF(o.strata.blas_threads), .lo = 1, .hi = 1024,
-     .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: all cores; BLIS: BLIS_NUM_THREADS or 1)"},
+     .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: OpenBLAS: OPENBLAS_NUM_THREADS or\nall cores; BLIS: BLIS_NUM_THREADS, OMP_NUM_THREADS or 1)"},
     {.name = "step-threads", .type = FT_INT, .off = OFF(o.strata.step_threads), .lo = 0,
      .hi = 256, .group = G_OUTPUT, .arg = "N",
-     .help = "threads running the step's Muon/AdamW updates side\n"
-             "by side (bit-identical; default 0: the cores\nwith --threads 1 when sync, else 1)"},
+     .help = "threads running the step's plain updates (Muon,\n"
+             "AdamW) side by side (bit-identical; default 0: the\ncores when BLAS runs one thread and the run is\nsync, else 1)"},
     {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
      .left = "--progress / --no-progress",
      .help = "progress bar (default: when stdout is a terminal)"},

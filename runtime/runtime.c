@@ -18,6 +18,7 @@
  * the same decision. The hooks' owner collectives are identities here; they
  * validate and record.
  */
+#include "backend/blas.h"
 #include "backend/ops.h"
 #include "runtime_internal.h"
 #include "costmodel.h"
@@ -674,11 +675,19 @@ static int step_threads_resolve(const strata_runtime *rt)
     const strata_config *c = &rt->cfg;
     if (c->backend != STRATA_BACKEND_CPU)
         return 1; /* a device backend orders its work on streams */
-    if (c->step_threads > 0)
-        return c->step_threads;
-    if (c->blas_threads != 1 || c->async || rt->world > 1)
-        return 1; /* OpenBLAS, the refresh workers or other ranks take the cores */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (c->step_threads > 0) {
+        if (c->step_threads > 1 && cores >= 1 && c->step_threads > cores)
+            strata_log(rt, STRATA_LOG_WARN, "step",
+                       "step_threads %d exceeds the %ld online cores: the threads share them",
+                       c->step_threads, cores);
+        return c->step_threads;
+    }
+    /* The BLAS library's actual count (blas_threads 0 leaves its default:
+     * OPENBLAS_NUM_THREADS, BLIS_NUM_THREADS, ...), read after the backend
+     * set it. */
+    if (strata_blas_threads() != 1 || c->async || rt->world > 1)
+        return 1; /* BLAS, the refresh workers or other ranks take the cores */
     return cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
 }
 

@@ -608,6 +608,22 @@ def main():
     args.opts = args.opts.split(",")
     args.thread_modes = [m == "all" for m in args.threads.split(",")]
     parts = args.parts.split(",")
+    for name, got, known in (("--sets", args.sets, ("default", "gpt2")),
+                             ("--opts", args.opts, ("muon", "shampoo1", "shampoo10", "soap")),
+                             ("--threads", args.threads.split(","), ("1", "all")),
+                             ("--parts", parts, ("step", "sgemm", "train"))):
+        bad = [x for x in got if x not in known]
+        if bad:
+            ap.error(f"{name}: unknown {', '.join(bad)} (known: {', '.join(known)})")
+    if "step" in parts and "soap" in args.opts and args.soap and not os.path.isfile(args.soap):
+        ap.error(f"--soap: no file {args.soap}")
+    if "step" in parts:
+        try:
+            import jax  # noqa: F401  (the peers' side; checked before any timing)
+            import optax  # noqa: F401
+        except ImportError as e:
+            ap.error(f"the JAX peers do not import here ({e}): run this script with the "
+                     "venv's python of the setup section of bench/peers/README.md")
     lib = openblas()
     if lib is not None:
         lib.openblas_get_corename.restype = ctypes.c_char_p

@@ -410,7 +410,7 @@ out_free:
 
 /* "blas: OpenBLAS core X (how it was chosen), N threads", or on a BLIS
  * build "blas: BLIS 0.9.0 arch X (detected by BLIS), N threads"; then
- * "; Muon/AdamW updates on T threads" when the step fans them out. */
+ * "; plain updates (Muon, AdamW) on T threads" when the step fans them out. */
 static void blas_line(const gpt_report *rep, char *buf, size_t n)
 {
     const gpt_blas_core *b = &rep->blas;
@@ -434,7 +434,7 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
     if (rep->step_threads > 1) {
         const size_t used = strlen(buf);
         if (used < n)
-            snprintf(buf + used, n - used, "; Muon/AdamW updates on %d threads",
+            snprintf(buf + used, n - used, "; plain updates (Muon, AdamW) on %d threads",
                      rep->step_threads);
     }
 }

@@ -262,10 +262,13 @@ STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
 #define STRATA_SHAMPOO_MAX_ROOT_THREADS 64
 
 /* Compute this state's inverse roots on `threads` threads (1 ..
- * STRATA_SHAMPOO_MAX_ROOT_THREADS; capped at its 2 x blocks factors) at every
- * refresh of strata_shampoo_step (and of the split API's compute_roots).
+ * STRATA_SHAMPOO_MAX_ROOT_THREADS; at most one thread per factor: a state has
+ * two factors per block) at every refresh of strata_shampoo_step (and of the
+ * split API's compute_roots). The one-tensor API only: the runtime
+ * (strata_step) does not call it; its synchronous roots run one after another
+ * with multi-threaded BLAS, its asynchronous ones on the refresh workers.
  * 1 (the default): the factors one after another on the calling thread, each
- * eigendecomposition with OpenBLAS's threads as the caller set them. T > 1:
+ * eigendecomposition with the BLAS threads as the caller set them. T > 1:
  * the factors, largest first, are shared by the calling thread and T - 1
  * threads started for the call (a thread that fails to start leaves its share
  * to the others), each with its own float64 workspace; the call returns when

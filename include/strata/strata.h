@@ -101,19 +101,28 @@ typedef struct strata_config {
                                  (default) or STRATA_BACKEND_CUDA (STRATA_ERR_UNSUPPORTED at
                                  create when not built or no GPU) */
     int blas_threads;         /* BLAS threads for the step; 0 = the library's default
-                                 (OpenBLAS: all cores; a -Dblas=blis build: BLIS_NUM_THREADS
-                                 or OMP_NUM_THREADS, else 1), or 1 in async mode (the
-                                 workers take the other cores) */
+                                 (OpenBLAS: OPENBLAS_NUM_THREADS, else all cores; a
+                                 -Dblas=blis build: BLIS_NUM_THREADS or OMP_NUM_THREADS,
+                                 else 1), or 1 in async mode (the workers take the other
+                                 cores) */
     int step_threads;         /* threads (the training thread included) that run the step's
                                  updates of parameters with nothing to refresh (Muon
                                  matrices, the AdamW tail, AdamW matrices) side by side, one
                                  parameter per thread at a time; each parameter's update
                                  runs whole on one thread with the same operations, so the
                                  results do not depend on this (bit-identical). 0 = auto
-                                 (default): the online cores, at most 8, when BLAS runs one
-                                 thread (blas_threads 1), the run is synchronous (no
-                                 refresh workers) and on one rank, else 1; 1 = off. The
-                                 CPU backend only (others run 1). At most 256 */
+                                 (default): the online cores, at most 8, when the BLAS
+                                 library runs one thread (blas_threads 1, or its default
+                                 is 1), the run is synchronous (no refresh workers) and on
+                                 one rank, else 1; 1 = off. An explicit value above the
+                                 online cores is taken (with a warning in the log), and
+                                 with blas_threads > 1 each team thread runs multi-threaded
+                                 BLAS: the cores are oversubscribed. The CPU backend only
+                                 (others run 1). At most 256. The value in use is
+                                 strata_stats.step_threads; strata_commit returns
+                                 STRATA_ERR_INTERNAL when the team's threads cannot start.
+                                 The optimizer counters' seconds (e.g. precondition) are
+                                 summed over the team's threads: thread time, not wall. */
 
     /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
        SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */

@@ -536,9 +536,11 @@ static void test_step_threads_bit_identical(void **state)
                 tensor_free(&t[r][i]);
         }
     }
-    /* auto without blas_threads = 1 (OpenBLAS may use every core): one thread */
+    /* auto with BLAS on more than one thread: one thread (auto reads the
+     * library's actual count, which the runs above left at 1) */
     strata_config cfg;
     strata_config_default(&cfg);
+    cfg.blas_threads = 2;
     cfg.matrix_optimizer = STRATA_OPTIM_MUON;
     cfg.log_level = STRATA_LOG_ERROR;
     strata_runtime *r1;
