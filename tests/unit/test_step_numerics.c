@@ -120,6 +120,9 @@ static void test_overflow_caught(void **state)
     if (k->step_threads > 0) { /* the team's path: counters and warnings read back in order */
         cfg.blas_threads = 1;
         cfg.step_threads = k->step_threads;
+    } else {
+        cfg.step_threads = 1; /* the parameter loop (auto would take the team where the
+                                 BLAS library's default is one thread, e.g. BLIS) */
     }
     model m;
     model_open(&m, &cfg);
