@@ -617,7 +617,7 @@ def main():
             ap.error(f"{name}: unknown {', '.join(bad)} (known: {', '.join(known)})")
     if "step" in parts and "soap" in args.opts and args.soap and not os.path.isfile(args.soap):
         ap.error(f"--soap: no file {args.soap}")
-    if "step" in parts:
+    if "step" in parts and set(args.opts) & {"muon", "shampoo1", "shampoo10"}:
         try:
             import jax  # noqa: F401  (the peers' side; checked before any timing)
             import optax  # noqa: F401
