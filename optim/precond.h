@@ -2,7 +2,7 @@
  *
  * Every optimizer family (Shampoo, SOAP, KL-Shampoo, and trivially Muon and
  * AdamW, which have nothing to refresh) fills one strata_precond_family
- * table. The runtime's refresh engine (runtime/refresh.c) drives every
+ * table. The runtime's refresh engine (engine/refresh.c) drives every
  * family through it and never branches on which family it runs: adding a
  * family touches only that family's file.
  *
@@ -138,7 +138,7 @@ typedef struct strata_precond_family {
      * snapshot, queued as copies (device -> host slot) on stream `s`: the
      * slot holds the snapshot once an event recorded on `s` after the call
      * has completed, and the state's factors must not change before then
-     * (the engine orders both; runtime/refresh.c "stream seam"). */
+     * (the engine orders both; engine/refresh.c "stream seam"). */
     strata_status (*snapshot_async)(const void *state, int b, void *slot, strata_stream *s);
     /* Any thread; reads the slot, writes the result in place. `*failed` gets a
      * bit per failed part; counts refreshes/failures/retries in *cnt. Returns

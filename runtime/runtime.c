@@ -7,7 +7,7 @@
  * nothing.
  *
  * Every parameter's optimizer runs through its family's table
- * (optim/precond.h) inside the refresh engine (runtime/refresh.c), sync and
+ * (optim/precond.h) inside the refresh engine (engine/refresh.c), sync and
  * async alike; the only choice made here per optimizer kind is the routing
  * rule's (which family and which configuration a parameter gets).
  *
@@ -20,10 +20,9 @@
  */
 #include "backend/blas.h"
 #include "backend/ops.h"
-#include "runtime_internal.h"
-#include "costmodel.h"
-#include "planner.h"
-#include "testing.h"
+#include "runtime/runtime_internal.h"
+#include "plan/plan.h"
+#include "runtime/testing.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -30,7 +30,7 @@
 #   tiers            pinned/pageable/managed/nvme bandwidth vs cudaMemcpy peak;
 #                    target pinned >= 0.8 of peak
 #   stream_seam      GPU run, async Shampoo S=2 --stagger-refresh: the engine's
-#                    stream seam (runtime/refresh.c): snapshots and root
+#                    stream seam (engine/refresh.c): snapshots and root
 #                    stages on the shadow stream, installs from device
 #                    memory; how often and how long the training stream
 #                    waited on a root's copy event. Target: stages early

@@ -603,7 +603,7 @@ STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);
 
-/* ---- checkpoints (runtime/checkpoint.c, format in runtime/checkpoint.h)
+/* ---- checkpoints (ckpt/checkpoint.c, format in ckpt/ckpt.h)
  *
  * A checkpoint is a directory: manifest.json (strata and format versions,
  * step, learning-rate scale, configuration and hyperparameters, the

@@ -1,4 +1,4 @@
-/* The NCCL communicator (runtime/comm_nccl.h) on however many ranks mpirun
+/* The NCCL communicator (comm/comm_nccl.h) on however many ranks mpirun
  * starts (one GPU per rank; meson runs it as one rank): every collective
  * against values each rank can compute on its own, in deterministic and
  * NCCL-ordered mode; the deterministic sums are checked bit for bit against
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/comm_nccl.h"
-#include "runtime/comm_ops.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm.h"
 
 static int failures;
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the checkpoint parsers (runtime/checkpoint.h): the
+/* libFuzzer target for the checkpoint parsers (ckpt/ckpt.h): the
  * first byte picks the parser, the rest is its input —
  *   0: a safetensors file (header length, JSON header, data),
  *   1: manifest.json, 2: rank-NNNNN.json.
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runtime/checkpoint.h"
+#include "ckpt/ckpt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -14,7 +14,7 @@ out=$(cd "$out" && pwd)
 cflags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined"
 inc="-I$src -I$src/include $(pkg-config --cflags json-c)"
 if ! $CC $cflags $inc -o "$out/fuzz_ckpt" "$src/tests/fuzz/fuzz_ckpt.c" \
-      "$src/runtime/ckpt_parse.c" "$src/base/status.c" $(pkg-config --libs json-c) 2>"$out/build.log"; then
+      "$src/ckpt/ckpt_parse.c" "$src/base/status.c" $(pkg-config --libs json-c) 2>"$out/build.log"; then
     if grep -q "fuzzer" "$out/build.log"; then
         echo "skip: libFuzzer is not available for $CC (libclang-rt-dev)"; cat "$out/build.log"; exit 77
     fi

@@ -1,4 +1,4 @@
-/* The NCCL communicator's host-side bookkeeping (runtime/comm_nccl_plan.h),
+/* The NCCL communicator's host-side bookkeeping (comm/comm_nccl_plan.h),
  * without a GPU: the topology (node index/rank/size, consecutive blocks),
  * split by (color, key) against a plain sort, and the deterministic
  * hierarchical reduce_to_owners executed by every emulated rank through
@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/comm_nccl_plan.h"
+#include "comm/comm_nccl_plan.h"
 
 enum { MAXR = 16, NV = 37 };
 

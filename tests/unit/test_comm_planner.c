@@ -1,6 +1,6 @@
 /* The communication seam's single-process backend and the interface checks
- * (strata/comm.h, runtime/comm_ops.h), and the planner's LPT rule
- * (runtime/planner.h) against exhaustive search on small instances. */
+ * (strata/comm.h, comm/comm.h), and the planner's LPT rule
+ * (plan/plan.h) against exhaustive search on small instances. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "runtime/comm_ops.h"
-#include "runtime/planner.h"
+#include "comm/comm.h"
+#include "plan/plan.h"
 #include "strata/comm.h"
 
 static void test_self_comm(void **state)

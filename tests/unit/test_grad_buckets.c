@@ -1,5 +1,5 @@
-/* Gradient buckets and the non-blocking reduction seam (runtime/grad_bucket.h,
- * runtime/comm_ops.h) on a fake transport: rank 0 of 2, whose "other rank"
+/* Gradient buckets and the non-blocking reduction seam (comm/comm.h,
+ * comm/comm.h) on a fake transport: rank 0 of 2, whose "other rank"
  * contributes +1.5 to every element, and whose requests complete only after
  * a few tests, so that posting, progress, the wait at the step, the staging
  * ring, the drain before blocking collectives and the blocking fallback are
@@ -14,8 +14,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/comm_ops.h"
-#include "runtime/grad_bucket.h"
+#include "comm/comm.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 

@@ -1,4 +1,4 @@
-/* The refresh engine (runtime/refresh.h) with a family that exists only here:
+/* The refresh engine (engine/engine.h) with a family that exists only here:
  * a diagonal AdaGrad-like preconditioner, d = (a + eps)^-1/2 from the
  * accumulated squared gradient a, refreshed every F steps from a snapshot.
  * It proves the engine runs any family through optim/precond.h: synchronous
@@ -25,7 +25,7 @@
 
 #include "backend/ops.h"
 #include "optim/precond.h"
-#include "runtime/refresh.h"
+#include "engine/engine.h"
 #include "tiers/tiers.h"
 
 /* ---- the test-only family */

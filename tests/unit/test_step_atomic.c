@@ -35,7 +35,7 @@
 
 #include <cmocka.h>
 
-#include "runtime/refresh.h"
+#include "engine/engine.h"
 #include "runtime/runtime_internal.h"
 #include "runtime/testing.h"
 #include "strata/strata.h"

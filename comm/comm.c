@@ -14,7 +14,7 @@
  * and forward, which happens only inside these calls). Single thread, like
  * the rest of the handle.
  */
-#include "comm_ops.h"
+#include "comm/comm.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -8,10 +8,9 @@
  * the newest one (wrapping at most once), and a new bucket goes right after
  * the newest or, when that would run past the end, at offset 0.
  */
-#include "grad_bucket.h"
+#include "comm/comm.h"
 
 #include "base/clock.h"
-#include "comm_ops.h"
 
 #include <stdlib.h>
 #include <string.h>

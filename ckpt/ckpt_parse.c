@@ -1,9 +1,9 @@
-/* Checkpoint parsers (runtime/checkpoint.h): safetensors headers, the
+/* Checkpoint parsers (ckpt/ckpt.h): safetensors headers, the
  * manifest and the rank tables. Input is hostile: every length, integer and
  * name is checked before use; every failure is STRATA_ERR_DATA naming the
  * file and the field or tensor. No global state; json-c trees are freed by
  * the _free functions. */
-#include "checkpoint.h"
+#include "ckpt/ckpt.h"
 
 #include <json-c/json.h>
 #include <stdio.h>

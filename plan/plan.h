@@ -1,11 +1,12 @@
-/* runtime/planner.h — assignment of work to bins: refresh phases today
+/* plan/plan.h — assignment of work to bins: refresh phases today
  * (staggering), owner ranks next (the distributed planner uses the same
  * longest-processing-time rule and adds an exact MILP for small instances). */
-#ifndef STRATA_RUNTIME_PLANNER_H
-#define STRATA_RUNTIME_PLANNER_H
+#ifndef STRATA_PLAN_PLAN_H
+#define STRATA_PLAN_PLAN_H
 
 #include <stdbool.h>
 
+#include "optim/precond.h"
 #include "strata/status.h"
 
 /* Longest-processing-time-first list scheduling (Graham 1969): items in
@@ -16,6 +17,20 @@
  * Errors: STRATA_ERR_INVALID_ARG (n < 0, bins < 1, NULL arrays),
  * STRATA_ERR_NOMEM. */
 strata_status strata_plan_lpt(const double *cost, int n, int bins, int *assign, double *load);
+
+/* ---- the cost model ------------------------------------------------- */
+/* what one optimizer step of a parameter costs on this
+ * machine: the planner's input (owners of matrices). */
+
+/* Seconds of one optimizer step of family `f` (configuration cfg) on a
+ * parameter of `shape` on backend `be`, its refreshes amortized over the
+ * precondition frequency: measured once per machine (CPU model, OpenBLAS core
+ * and threads, family, shape, F) and cached on disk (costmodel.c says where;
+ * STRATA_COST_CACHE=0: no cache). *cached says whether the cache answered.
+ * Errors: STRATA_ERR_INVALID_ARG, the family's (e.g. STRATA_ERR_NOMEM). */
+strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_family *f,
+                                       const void *cfg, const strata_precond_shape *shape,
+                                       double *seconds, bool *cached);
 
 #endif
 

@@ -13,7 +13,7 @@
  * family, batch, rows, cols, F, seconds. A machine measures a shape once;
  * STRATA_COST_CACHE=0 turns the cache off (measure every time).
  */
-#include "costmodel.h"
+#include "plan/plan.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* runtime/comm_nccl_plan.h — the host-side bookkeeping of the NCCL
+/* comm/comm_nccl_plan.h — the host-side bookkeeping of the NCCL
  * communicator (internal; plain C, built and tested without CUDA or NCCL:
  * tests/unit/test_comm_nccl_plan.c).
  *
@@ -15,8 +15,8 @@
  *    the owners, and the rank-ordered sum itself;
  *  - the byte counters, split by whether the peer is on this rank's node.
  */
-#ifndef STRATA_RUNTIME_COMM_NCCL_PLAN_H
-#define STRATA_RUNTIME_COMM_NCCL_PLAN_H
+#ifndef STRATA_COMM_COMM_NCCL_PLAN_H
+#define STRATA_COMM_COMM_NCCL_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -59,7 +59,7 @@ strata_status strata_nccl_split_members(int size, const int *colors, const int *
  *  - otherwise one block of every rank, gathered by owners[0], the holder;
  *  - the holder ships the total to every other owner.
  * The same schedule and the same float additions as the MPI backend's
- * (runtime/comm_mpi.c), so both give the same bits. */
+ * (comm/comm_mpi.c), so both give the same bits. */
 typedef struct strata_nccl_r2o {
     int holder;                /* the rank that ends with the total */
     int gatherer;              /* my block's gatherer (me when I gather) */

@@ -1,5 +1,5 @@
-/* Work-to-bin assignment (runtime/planner.h). */
-#include "planner.h"
+/* Work-to-bin assignment (plan/plan.h). */
+#include "plan/plan.h"
 
 #include <stdlib.h>
 #include <string.h>

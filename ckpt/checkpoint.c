@@ -22,10 +22,10 @@
  * Device memory is never dereferenced: tensors move through
  * strata_backend_copy into a host staging buffer.
  */
-#include "checkpoint.h"
+#include "ckpt/ckpt.h"
 
 #include "base/clock.h"
-#include "runtime_internal.h"
+#include "runtime/runtime_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

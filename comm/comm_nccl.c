@@ -10,8 +10,8 @@
  * Errors: NCCL, CUDA and MPI codes are converted at the three wrappers at the
  * top, which record the expression, file and line.
  */
-#include "comm_nccl.h"
-#include "comm_nccl_plan.h"
+#include "comm/comm_nccl.h"
+#include "comm/comm_nccl_plan.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>

@@ -1,5 +1,5 @@
 /* The exact owner assignment as a MILP, solved by GLPK (planner.h). */
-#include "planner.h"
+#include "plan/plan.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-/* runtime/comm_nccl.h — the NCCL communicator behind strata_comm_iface
+/* comm/comm_nccl.h — the NCCL communicator behind strata_comm_iface
  * (built only with CUDA, NCCL and MPI: meson's 'nccl' feature).
  *
  * Bootstrap: every rank of `mpi_comm` calls strata_comm_nccl_create
@@ -31,7 +31,7 @@
  *    order from +0, in double for allreduce_f64 and in float for the f32
  *    ops; reduce_to_owners chains the running sum through the node leaders
  *    in the same order, with the same float additions as the MPI backend
- *    (runtime/comm_mpi.c). Bit-identical across runs, node layouts, NCCL
+ *    (comm/comm_mpi.c). Bit-identical across runs, node layouts, NCCL
  *    versions and algorithms, and to the MPI backend and one rank
  *    accumulating the same contributions. Cost: the owner (or each leader)
  *    holds every contribution of its block; sums on the host.
@@ -49,8 +49,8 @@
  *
  * Thread-safety: one thread per communicator (strata/comm.h's rule).
  */
-#ifndef STRATA_RUNTIME_COMM_NCCL_H
-#define STRATA_RUNTIME_COMM_NCCL_H
+#ifndef STRATA_COMM_COMM_NCCL_H
+#define STRATA_COMM_COMM_NCCL_H
 
 #include <stdbool.h>
 
@@ -72,4 +72,4 @@ STRATA_API strata_status strata_comm_nccl_create(const void *mpi_comm, bool dete
 #ifdef __cplusplus
 }
 #endif
-#endif /* STRATA_RUNTIME_COMM_NCCL_H */
+#endif /* STRATA_COMM_COMM_NCCL_H */

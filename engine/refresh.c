@@ -1,4 +1,4 @@
-/* The refresh engine (runtime/refresh.h): every family's optimizer step, its
+/* The refresh engine (engine/engine.h): every family's optimizer step, its
  * snapshots, refresh jobs, installs and tiers, through one path.
  *
  * Objects (created at commit, freed at destroy, nothing allocated per step):
@@ -35,7 +35,7 @@
  * Lock order: none here; the registry and the pool have their own mutexes
  * and call back without holding them. Counters the workers touch are atomic.
  */
-#include "refresh.h"
+#include "engine/engine.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -47,7 +47,7 @@
 #include "backend/ops.h"
 #include "base/clock.h"
 #include "coherence/coherence.h"
-#include "planner.h"
+#include "plan/plan.h"
 #include "tiers/tiers.h"
 #include "workers/workers.h"
 

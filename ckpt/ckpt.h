@@ -1,4 +1,4 @@
-/* runtime/checkpoint.h — the checkpoint's parsers and layout (internal).
+/* ckpt/ckpt.h — the checkpoint's parsers and layout (internal).
  *
  * strata_save / strata_load (strata.h) write and read a directory:
  *
@@ -29,8 +29,8 @@
  * They allocate what they return (freed by the matching _free, NULL-safe)
  * and never abort; tests/fuzz/fuzz_ckpt.c runs them under libFuzzer.
  */
-#ifndef STRATA_RUNTIME_CHECKPOINT_H
-#define STRATA_RUNTIME_CHECKPOINT_H
+#ifndef STRATA_CKPT_CKPT_H
+#define STRATA_CKPT_CKPT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* The NCCL communicator's host-side bookkeeping (comm_nccl_plan.h). */
-#include "comm_nccl_plan.h"
+#include "comm/comm_nccl_plan.h"
 
 #include <stdlib.h>
 

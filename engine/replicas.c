@@ -1,4 +1,4 @@
-/* The replica set of an HSDP layout (runtime/replicas.h): three
+/* The replica set of an HSDP layout (engine/engine.h): three
  * sub-communicators of the world and the tables that route a broadcast
  * through the node leaders.
  *
@@ -9,11 +9,11 @@
  * same on every replica (built from one allreduce), so every replica picks
  * the same roots for the three stages of a broadcast.
  */
-#include "replicas.h"
+#include "engine/engine.h"
 
 #include <stdlib.h>
 
-#include "comm_ops.h"
+#include "comm/comm.h"
 
 struct strata_replicas {
     strata_comm *world;

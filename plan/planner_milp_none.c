@@ -1,5 +1,5 @@
 /* Built without GLPK: no exact owner assignment; the greedy one stands. */
-#include "planner.h"
+#include "plan/plan.h"
 
 int strata_plan_milp(const double *cost, const double *bytes, int n, int bins, double cap,
                      double time_limit_s, int *assign)
