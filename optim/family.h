@@ -21,7 +21,8 @@
  *    registrant's, e.g. tests/unit/test_toy_family.c's). They route like any
  *    kind (strata_config.matrix_optimizer, strata_param_desc.optimizer);
  *    they have no CLI flags, config record or checkpoint config fields
- *    (those tables describe strata_config).
+ *    (those tables describe strata_config). strata_create checks their
+ *    configuration (config_check) as it checks the built-ins'.
  *
  * Threading: lookups are lock-free and may run on any thread; registration
  * is serialized by a mutex and publishes each row before its kind becomes
