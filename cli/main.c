@@ -822,20 +822,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     /* --lr and --weight-decay set the matrix optimizer's own values only (the
      * others are not used by this run; a resumed checkpoint compares them). */
     float *lr = NULL, *wd = NULL;
-    switch (mopt) {
-    case STRATA_OPTIM_SHAMPOO:
-        lr = &o->strata.shampoo.lr;
-        wd = &o->strata.shampoo.weight_decay;
-        break;
-    case STRATA_OPTIM_MUON: lr = &o->strata.muon.lr; wd = &o->strata.muon.weight_decay; break;
-    case STRATA_OPTIM_SOAP: lr = &o->strata.soap.lr; wd = &o->strata.soap.weight_decay; break;
-    case STRATA_OPTIM_KL_SHAMPOO:
-        lr = &o->strata.kl_shampoo.lr;
-        wd = &o->strata.kl_shampoo.weight_decay;
-        break;
-    case STRATA_OPTIM_ADAMW: lr = &o->strata.adamw.lr; wd = &o->strata.adamw.weight_decay; break;
-    default: break;
-    }
+    strata_config_optimizer_lr(&o->strata, mopt, &lr, &wd); /* NULLs for an unknown one */
     if (a->lr >= 0.0f && lr)
         *lr = a->lr;
     if (a->wd >= 0.0f && wd)

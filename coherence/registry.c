@@ -14,6 +14,7 @@
 #include "coherence/coherence.h"
 
 #include "base/clock.h"
+#include "base/schedule.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -53,15 +54,13 @@ int strata_coh_slots_needed(int precondition_frequency, int staleness)
 
 bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t)
 {
-    return t >= cfg->start && (t - cfg->start) % cfg->precondition_frequency == 0;
+    return strata_refresh_point_is(cfg->start, cfg->precondition_frequency, t);
 }
 
+/* The version due at step t: the latest refresh point <= t - S. */
 static int64_t due_from(int64_t start, int F, int S, int64_t t)
 {
-    int64_t limit = t - S;
-    if (limit < start)
-        return -1;
-    return start + (limit - start) / F * F;
+    return strata_refresh_point_latest(start, F, t - S);
 }
 
 int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t)
@@ -160,7 +159,7 @@ int64_t strata_coh_block_start(strata_coh_registry *reg, int b)
 bool strata_coh_block_is_refresh(strata_coh_registry *reg, int b, int64_t t)
 {
     int64_t start = strata_coh_block_start(reg, b);
-    return start >= 1 && t >= start && (t - start) % reg->cfg.precondition_frequency == 0;
+    return start >= 1 && strata_refresh_point_is(start, reg->cfg.precondition_frequency, t);
 }
 
 int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t)

@@ -181,11 +181,26 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     return 2;
 }
 
+static void fam_config_default(void *cfg)
+{
+    strata_adamw_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_adamw_config_check(cfg);
+}
+
 const strata_precond_family strata_family_adamw = {
     .name = "adamw",
     .has_refresh = fam_false,
     .async_capable = fam_false,
     .cfg_size = sizeof(strata_adamw_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_adamw_config, lr),
+    .weight_decay_offset = offsetof(strata_adamw_config, weight_decay),
+    .state_per_param = 4,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

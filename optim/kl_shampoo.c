@@ -377,12 +377,19 @@ out:
     return st;
 }
 
+static void fam_schedule(const void *cfg, strata_precond_schedule *out);
+
+/* The runtime step this call is in: steps (exact form: the factors absorbed
+ * G first), or steps + 1 (eigenbasis form: the first call only
+ * initialized); the refresh taken now is that step's plus the lag. */
 bool strata_kl_shampoo_refresh_due(const strata_kl_shampoo_state *s)
 {
     if (!s)
         return false;
-    const int F = s->cfg.precondition_frequency, o = s->cfg.refresh_offset;
-    return !s->has_basis || (s->steps >= F + o && (s->steps - o) % F == 0);
+    strata_precond_schedule sch;
+    fam_schedule(&s->cfg, &sch);
+    const int64_t now = s->cfg.form == STRATA_KL_EXACT ? s->steps : s->steps + 1;
+    return !s->has_basis || strata_precond_is_refresh(&sch, now + sch.lag);
 }
 
 /* s from eigenvalues (exact form): min(max(lambda, 0)^-1/2, clamp). */
@@ -856,6 +863,16 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     return n;
 }
 
+static void fam_config_default(void *cfg)
+{
+    strata_kl_shampoo_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_kl_shampoo_config_check(cfg);
+}
+
 const strata_precond_family strata_family_kl_shampoo = {
     .name = "kl-shampoo",
     .refresh_noun = "eigenbasis refreshes",
@@ -865,6 +882,11 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh_cost = fam_refresh_cost,
     .with_offset = fam_with_offset,
     .cfg_size = sizeof(strata_kl_shampoo_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_kl_shampoo_config, lr),
+    .weight_decay_offset = offsetof(strata_kl_shampoo_config, weight_decay),
+    .state_per_param = 4,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

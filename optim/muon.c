@@ -274,11 +274,34 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     return 1;
 }
 
+static void fam_config_default(void *cfg)
+{
+    strata_muon_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_muon_config_check(cfg);
+}
+
+/* Newton-Schulz iterations cost ~numel x min(rows, cols). */
+static double fam_step_cost(const strata_precond_shape *sh)
+{
+    const double n = (double)sh->numel, m = (double)sh->rows, k = (double)sh->cols;
+    return n * (m < k ? m : k);
+}
+
 const strata_precond_family strata_family_muon = {
     .name = "muon",
     .has_refresh = fam_false,
     .async_capable = fam_false,
     .cfg_size = sizeof(strata_muon_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_muon_config, lr),
+    .weight_decay_offset = offsetof(strata_muon_config, weight_decay),
+    .state_per_param = 4,
+    .step_cost = fam_step_cost,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

@@ -3,8 +3,10 @@
  * Every optimizer family (Shampoo, SOAP, KL-Shampoo, and trivially Muon and
  * AdamW, which have nothing to refresh) fills one strata_precond_family
  * table. The runtime's refresh engine (engine/refresh.c) drives every
- * family through it and never branches on which family it runs: adding a
- * family touches only that family's file.
+ * family through it and never branches on which family it runs; the kind ->
+ * family table (optim/family.h) is the one place that names the families:
+ * adding a family touches its file and its row there (a built-in one also
+ * its enum value and its strata_config member).
  *
  * A parameter's state is split into *blocks* (a Shampoo block after
  * max_preconditioner_dim blocking; one block for SOAP and KL-Shampoo). A
@@ -45,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/schedule.h"
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "strata/status.h"
@@ -79,6 +82,14 @@ typedef struct strata_precond_schedule {
     int max_staleness; /* largest S the family accepts asynchronously; -1 = any */
     const char *why_max; /* the reason, when max_staleness >= 0 */
 } strata_precond_schedule;
+
+/* Is step t a refresh point of s (start + offset + k F)? The one rule
+ * (base/schedule.h); a family's one-tensor path asks it with the step whose
+ * refresh it takes now (the current step plus the lag). */
+static inline bool strata_precond_is_refresh(const strata_precond_schedule *s, int64_t t)
+{
+    return strata_refresh_point_is(s->start + s->offset, s->frequency, t);
+}
 
 /* One persistent tensor of a state (checkpoints walk these). */
 /* STRATA_BOOL: a C bool (one byte, 0 or 1), for the flags a state keeps
@@ -119,6 +130,25 @@ typedef struct strata_precond_family {
     /* A copy of cfg with the refresh phase set (cfg_out has the config's size). */
     strata_status (*with_offset)(const void *cfg, int offset, void *cfg_out);
     size_t cfg_size;
+    /* The configuration's defaults and its validation (the runtime fills and
+     * checks every family's configuration through these; the public
+     * strata_<family>_config_default/_check behind them). */
+    void (*config_default)(void *cfg);
+    strata_status (*config_check)(const void *cfg);
+    /* Byte offsets inside the configuration of the learning rate and the
+     * decoupled weight decay (both float): what a CLI's --lr and
+     * --weight-decay set (strata_config_optimizer_lr). */
+    size_t lr_offset, weight_decay_offset;
+    /* Rough bytes of optimizer state per byte of parameter, for estimates
+     * made before anything is allocated (strata_optimizer_info). */
+    int state_per_param;
+    /* Optional (NULL: numel): relative cost of one step of a parameter
+     * without refreshes (the step team orders its work costliest first). */
+    double (*step_cost)(const strata_precond_shape *shape);
+    /* Optional (NULL: none): after a refresh failed, the reason the
+     * configuration itself gives (e.g. Shampoo with epsilon = epsilon_rel =
+     * 0), written into buf (cap bytes); false when it explains nothing. */
+    bool (*failure_hint)(const void *cfg, char *buf, size_t cap);
 
     /* ---- state life */
     /* external_results: the engine owns the results (Shampoo's roots are lent

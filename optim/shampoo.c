@@ -124,10 +124,14 @@ static int64_t start_step(const strata_shampoo_config *c)
                                                : c->start_preconditioning_step;
 }
 
+static void fam_schedule(const void *cfg, strata_precond_schedule *out);
+
+/* The family's schedule answers (lag 0: step t takes its own refresh). */
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
 {
-    int64_t s = start_step(c) + c->refresh_offset;
-    return t >= s && (t - s) % c->precondition_frequency == 0;
+    strata_precond_schedule sch;
+    fam_schedule(c, &sch);
+    return strata_precond_is_refresh(&sch, t);
 }
 
 strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
@@ -1079,6 +1083,31 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     return n;
 }
 
+static void fam_config_default(void *cfg)
+{
+    strata_shampoo_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_shampoo_config_check(cfg);
+}
+
+/* epsilon = epsilon_rel = 0 without the pseudo-inverse: a zero eigenvalue
+ * has no inverse root. */
+static bool fam_failure_hint(const void *cfg, char *buf, size_t cap)
+{
+    const strata_shampoo_config *c = cfg;
+    if (c->use_pseudo_inverse || c->epsilon != 0.0f || c->epsilon_rel != 0.0f)
+        return false;
+    snprintf(buf, cap, "shampoo.epsilon = shampoo.epsilon_rel = 0, so a factor with a zero "
+                       "eigenvalue (a rank-deficient gradient history: the first steps, or a "
+                       "block wider than the data behind it) has no inverse root "
+                       "((0 + 0)^(-1/4)); set epsilon > 0 (default 1e-12), epsilon_rel > 0 or "
+                       "use_pseudo_inverse");
+    return true;
+}
+
 const strata_precond_family strata_family_shampoo = {
     .name = "shampoo",
     .refresh_noun = "inverse roots",
@@ -1088,6 +1117,12 @@ const strata_precond_family strata_family_shampoo = {
     .refresh_cost = fam_refresh_cost,
     .with_offset = fam_with_offset,
     .cfg_size = sizeof(strata_shampoo_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_shampoo_config, lr),
+    .weight_decay_offset = offsetof(strata_shampoo_config, weight_decay),
+    .state_per_param = 8,
+    .failure_hint = fam_failure_hint,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

@@ -419,12 +419,17 @@ static strata_status update_factors_core(strata_soap_state *s, const float *g,
     return st;
 }
 
+static void fam_schedule(const void *cfg, strata_precond_schedule *out);
+
+/* At the end of runtime step steps + 1 (the first call only initialized),
+ * the refresh taken now is the one of step steps + 1 + lag. */
 bool strata_soap_refresh_due(const strata_soap_state *s)
 {
     if (!s)
         return false;
-    const int F = s->cfg.precondition_frequency, o = s->cfg.refresh_offset;
-    return !s->has_basis || (s->steps >= F + o && (s->steps - o) % F == 0);
+    strata_precond_schedule sch;
+    fam_schedule(&s->cfg, &sch);
+    return !s->has_basis || strata_precond_is_refresh(&sch, s->steps + 1 + sch.lag);
 }
 
 static bool perm_valid(const int *perm, int n, int *seen)
@@ -828,6 +833,16 @@ static const char *const fam_retired[] = {
                "written by this version or restart the run",
     NULL};
 
+static void fam_config_default(void *cfg)
+{
+    strata_soap_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_soap_config_check(cfg);
+}
+
 const strata_precond_family strata_family_soap = {
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
@@ -837,6 +852,11 @@ const strata_precond_family strata_family_soap = {
     .refresh_cost = fam_refresh_cost,
     .with_offset = fam_with_offset,
     .cfg_size = sizeof(strata_soap_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_soap_config, lr),
+    .weight_decay_offset = offsetof(strata_soap_config, weight_decay),
+    .state_per_param = 4,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

@@ -20,12 +20,14 @@
  */
 #include "backend/blas.h"
 #include "backend/ops.h"
+#include "optim/family.h"
 #include "runtime/runtime_internal.h"
 #include "plan/plan.h"
 #include "runtime/testing.h"
 
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,13 @@
 
 /* Statuses the first pass of a step may report over the ranks (strata_step). */
 #define PREP_KINDS ((int)STRATA_ERR_INTERNAL + 1)
+
+/* Does this rank update p (run its optimizer)? Its owner does; with gather
+ * sharding (owner -1) every rank does. */
+static inline bool updates_here(const strata_runtime *rt, const rt_param *p)
+{
+    return p->owner == rt->rank || p->owner < 0;
+}
 
 void strata_log(const strata_runtime *rt, strata_log_level level, const char *subsystem,
                 const char *fmt, ...)
@@ -53,6 +62,22 @@ const char *strata_version(void)
     return STRATA_VERSION_STRING;
 }
 
+/* The family and configuration of optimizer `o` (optim/family.h): a
+ * built-in family's configuration is its member of strata_config (the
+ * table's list names it; the offsets are taken here, where strata_config is
+ * visible), a registered family's is its registrant's. NULL for an unknown
+ * kind. */
+static const strata_precond_family *family_for(const strata_config *c, strata_optimizer o,
+                                               const void **cfg)
+{
+#define MEMBER_OFFSET(kind, fam, member) offsetof(strata_config, member),
+    static const size_t member_offset[] = {STRATA_FAMILY_BUILTINS(MEMBER_OFFSET)};
+#undef MEMBER_OFFSET
+    const strata_family_row *r = strata_family_row_of(o);
+    *cfg = !r ? NULL : r->builtin >= 0 ? (const char *)c + member_offset[r->builtin] : r->config;
+    return r ? r->fam : NULL;
+}
+
 strata_status strata_config_default(strata_config *cfg)
 {
     if (!cfg)
@@ -60,11 +85,12 @@ strata_status strata_config_default(strata_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     cfg->version = STRATA_CONFIG_VERSION;
     cfg->matrix_optimizer = STRATA_OPTIM_SHAMPOO;
-    strata_adamw_config_default(&cfg->adamw);
-    strata_shampoo_config_default(&cfg->shampoo);
-    strata_muon_config_default(&cfg->muon);
-    strata_soap_config_default(&cfg->soap);
-    strata_kl_shampoo_config_default(&cfg->kl_shampoo);
+    for (int k = 0; k < strata_family_count(); k++) {
+        const void *fc;
+        const strata_precond_family *f = family_for(cfg, (strata_optimizer)k, &fc);
+        if (strata_family_row_of((strata_optimizer)k)->builtin >= 0)
+            f->config_default((void *)fc); /* a member of *cfg */
+    }
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
     cfg->stagger_refresh = false;
@@ -123,13 +149,14 @@ static strata_status cfg_real(const char *field, double x, bool positive)
  * or "<optimizer>.<field>"). */
 static strata_status check_config(const strata_config *c)
 {
-    strata_status st = cfg_int("matrix_optimizer", (long long)c->matrix_optimizer,
-                               STRATA_OPTIM_ADAMW, STRATA_OPTIM_KL_SHAMPOO);
-    CFG_CHECK(st, strata_adamw_config_check(&c->adamw));
-    CFG_CHECK(st, strata_shampoo_config_check(&c->shampoo));
-    CFG_CHECK(st, strata_muon_config_check(&c->muon));
-    CFG_CHECK(st, strata_soap_config_check(&c->soap));
-    CFG_CHECK(st, strata_kl_shampoo_config_check(&c->kl_shampoo));
+    strata_status st = cfg_int("matrix_optimizer", (long long)c->matrix_optimizer, 0,
+                               strata_family_count() - 1);
+    for (int k = 0; k < strata_family_count(); k++) {
+        const void *fc;
+        const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
+        if (f->config_check)
+            CFG_CHECK(st, f->config_check(fc));
+    }
     CFG_CHECK(st, cfg_real("max_grad_norm", c->max_grad_norm, false));
     CFG_CHECK(st, cfg_int("backend", (long long)c->backend, STRATA_BACKEND_CPU,
                           STRATA_BACKEND_CUDA));
@@ -265,7 +292,7 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown memory kind %d",
                             d->name, (int)d->memory);
     if (d->role < STRATA_ROLE_AUTO || d->role > STRATA_ROLE_VECTOR ||
-        d->optimizer < STRATA_OPTIM_DEFAULT || d->optimizer > STRATA_OPTIM_KL_SHAMPOO)
+        d->optimizer < STRATA_OPTIM_DEFAULT || (int)d->optimizer >= strata_family_count())
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown role or optimizer",
                             d->name);
     size_t numel = 1;
@@ -321,30 +348,16 @@ static strata_optimizer route(const strata_runtime *rt, const rt_param *p)
 {
     if (p->requested != STRATA_OPTIM_DEFAULT)
         return p->requested;
-    return is_tail_by_rule(rt, p) ? STRATA_OPTIM_ADAMW : rt->cfg.matrix_optimizer;
+    return is_tail_by_rule(rt, p) ? strata_family_tail_kind() : rt->cfg.matrix_optimizer;
 }
 
-/* The tail: what the rule sends to AdamW whatever the matrix optimizer is. */
+/* The tail: what the rule sends to the tail family (AdamW) whatever the
+ * matrix optimizer is. */
 static bool is_tail_by_rule(const strata_runtime *rt, const rt_param *p)
 {
     return p->role == STRATA_ROLE_EMBEDDING || p->role == STRATA_ROLE_HEAD ||
            p->role == STRATA_ROLE_VECTOR || p->ndim <= 1 ||
            (rt->cfg.route_degenerate_to_adamw && (p->view.rows == 1 || p->view.cols == 1));
-}
-
-/* The family and configuration of optimizer `o`: the one place that maps an
- * optimizer kind to its family. */
-static const strata_precond_family *family_of(const strata_config *c, strata_optimizer o,
-                                              const void **cfg)
-{
-    switch (o) {
-    case STRATA_OPTIM_ADAMW: *cfg = &c->adamw; return &strata_family_adamw;
-    case STRATA_OPTIM_SHAMPOO: *cfg = &c->shampoo; return &strata_family_shampoo;
-    case STRATA_OPTIM_MUON: *cfg = &c->muon; return &strata_family_muon;
-    case STRATA_OPTIM_SOAP: *cfg = &c->soap; return &strata_family_soap;
-    case STRATA_OPTIM_KL_SHAMPOO: *cfg = &c->kl_shampoo; return &strata_family_kl_shampoo;
-    default: *cfg = NULL; return NULL;
-    }
 }
 
 strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
@@ -353,13 +366,14 @@ strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimiz
     if (!cfg || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: NULL argument");
     const void *fc;
-    const strata_precond_family *f = family_of(cfg, opt, &fc);
+    const strata_precond_family *f = family_for(cfg, opt, &fc);
     if (!f)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: unknown optimizer %d",
                             (int)opt);
     memset(out, 0, sizeof *out);
     out->refresh_noun = "";
     out->max_staleness = -1;
+    out->state_per_param = f->state_per_param;
     out->has_refresh = f->has_refresh && f->has_refresh(fc);
     if (!out->has_refresh)
         return STRATA_OK;
@@ -367,9 +381,29 @@ strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimiz
     f->schedule(fc, &sch);
     out->async_capable = f->async_capable(fc);
     out->precondition_frequency = sch.frequency;
+    out->first_refresh = sch.start;
     out->staggers = sch.frequency > 1;
     out->max_staleness = sch.max_staleness;
     out->refresh_noun = f->refresh_noun ? f->refresh_noun : "refreshes";
+    return STRATA_OK;
+}
+
+strata_status strata_config_optimizer_lr(strata_config *cfg, strata_optimizer opt, float **lr,
+                                         float **weight_decay)
+{
+    if (!cfg || !lr || !weight_decay)
+        return strata_error(STRATA_ERR_INVALID_ARG, "config_optimizer_lr: NULL argument");
+    *lr = *weight_decay = NULL;
+    const void *fc;
+    const strata_precond_family *f = family_for(cfg, opt, &fc);
+    if (!f)
+        return strata_error(STRATA_ERR_INVALID_ARG, "config_optimizer_lr: unknown optimizer %d",
+                            (int)opt);
+    if (strata_family_row_of(opt)->builtin < 0)
+        return STRATA_OK; /* its configuration is not in strata_config */
+    char *base = (char *)cfg + ((const char *)fc - (const char *)cfg);
+    *lr = (float *)(void *)(base + f->lr_offset);
+    *weight_decay = (float *)(void *)(base + f->weight_decay_offset);
     return STRATA_OK;
 }
 
@@ -389,7 +423,7 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         const void *fc;
-        family_of(&rt->cfg, p->routed, &fc);
+        family_for(&rt->cfg, p->routed, &fc);
         p->refresh_offset = 0;
         if (p->fam->has_refresh && p->fam->has_refresh(fc)) {
             strata_precond_schedule sch;
@@ -409,7 +443,7 @@ static strata_status assign_refresh_offsets(strata_runtime *rt)
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         const strata_precond_family *f = rt->params[i].fam;
         const void *fc;
-        family_of(&rt->cfg, rt->params[i].routed, &fc);
+        family_for(&rt->cfg, rt->params[i].routed, &fc);
         bool seen = false;
         for (int k = 0; k < n_done; k++)
             seen |= done[k] == f;
@@ -496,7 +530,7 @@ static strata_status plan_owners(strata_runtime *rt)
             for (int i = 0; i < n && st == STRATA_OK; i++) {
                 const rt_param *p = &rt->params[i];
                 const void *fc;
-                family_of(&rt->cfg, p->routed, &fc);
+                family_for(&rt->cfg, p->routed, &fc);
                 bool cached = false;
                 st = strata_cost_step_seconds(rt->be, p->fam, fc, &p->view, &cost[i], &cached);
                 measured += !cached;
@@ -690,13 +724,10 @@ static int step_threads_resolve(const strata_runtime *rt)
     return cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
 }
 
+/* The family's step cost (numel when it states none). */
 static double fan_cost(const rt_param *p)
 {
-    const double n = (double)p->view.numel;
-    if (p->routed != STRATA_OPTIM_MUON)
-        return n;
-    const double m = (double)p->view.rows, k = (double)p->view.cols;
-    return n * (m < k ? m : k);
+    return p->fam->step_cost ? p->fam->step_cost(&p->view) : (double)p->view.numel;
 }
 
 static strata_status team_setup(strata_runtime *rt)
@@ -707,7 +738,7 @@ static strata_status team_setup(strata_runtime *rt)
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         p->fan_slot = -1;
-        if (p->state && (p->owner == rt->rank || p->owner < 0) &&
+        if (p->state && updates_here(rt, p) &&
             strata_refresh_plain(rt->engine, p->entry))
             n++;
     }
@@ -718,7 +749,7 @@ static strata_status team_setup(strata_runtime *rt)
         return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
-        if (!(p->state && (p->owner == rt->rank || p->owner < 0) &&
+        if (!(p->state && updates_here(rt, p) &&
               strata_refresh_plain(rt->engine, p->entry)))
             continue;
         /* insertion by cost, descending; ties keep parameter order */
@@ -962,8 +993,8 @@ strata_status strata_commit(strata_runtime *rt)
         rt_param *p = &rt->params[i];
         const void *fc;
         p->routed = route(rt, p);
-        p->fam = family_of(&rt->cfg, p->routed, &fc);
-        p->tail = p->routed == STRATA_OPTIM_ADAMW && is_tail_by_rule(rt, p);
+        p->fam = family_for(&rt->cfg, p->routed, &fc);
+        p->tail = p->routed == strata_family_tail_kind() && is_tail_by_rule(rt, p);
         p->owner = 0;
         p->fan_slot = -1;
     }
@@ -975,23 +1006,20 @@ strata_status strata_commit(strata_runtime *rt)
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
         const void *fc;
-        family_of(&rt->cfg, p->routed, &fc);
-        union {
-            strata_adamw_config a;
-            strata_shampoo_config s;
-            strata_muon_config m;
-            strata_soap_config o;
-            strata_kl_shampoo_config k;
-        } own;
+        family_for(&rt->cfg, p->routed, &fc);
+        void *own = NULL; /* the configuration with this parameter's refresh phase */
         if (p->fam->with_offset) {
-            st = p->fam->with_offset(fc, p->refresh_offset, &own);
-            fc = &own;
+            own = malloc(p->fam->cfg_size);
+            st = own ? p->fam->with_offset(fc, p->refresh_offset, own)
+                     : strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+            fc = own;
         }
-        if (st == STRATA_OK && (p->owner == rank || p->owner < 0))
+        if (st == STRATA_OK && updates_here(rt, p))
             st = p->fam->create(fc, rt->be, &p->view, true, &p->state);
-        if (st == STRATA_OK && p->state)
+        if (st == STRATA_OK && p->state) /* the engine keeps its own copy of fc */
             st = strata_refresh_add(rt->engine, p->fam, p->state, fc, p->refresh_offset,
                                     p->layer, p->name, &p->entry);
+        free(own);
         if (st != STRATA_OK)
             break;
         if (p->tail) {
@@ -1049,7 +1077,7 @@ strata_status strata_commit(strata_runtime *rt)
     }
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (p->owner == rank || p->owner < 0) {
+        if (updates_here(rt, p)) {
             s->owned_params++;
             s->owned_param_bytes += p->view.numel * sizeof(float);
             const size_t item = p->view.numel * sizeof(float) + p->fam->bytes(p->state);
@@ -1242,7 +1270,7 @@ static strata_status step_prepare(strata_runtime *rt, int64_t t, double *wait)
     char why[256] = "";
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (p->owner != rt->rank && p->owner >= 0)
+        if (!updates_here(rt, p))
             continue;
         const strata_status st = strata_refresh_prepare(rt->engine, p->entry, t, wait);
         if (st != STRATA_OK && first == STRATA_OK) {
@@ -1255,70 +1283,64 @@ static strata_status step_prepare(strata_runtime *rt, int64_t t, double *wait)
     return STRATA_OK;
 }
 
-strata_status strata_step(strata_runtime *rt)
+/* ---- the step, phase by phase (strata_step reads them in order) */
+
+/* Gradient reductions still in flight complete first: the owners' sums
+ * land (and are scaled to the mean) before anything reads them. */
+static strata_status step_finish_buckets(strata_runtime *rt)
 {
-    if (!rt)
-        return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
-    if (!rt->committed)
-        return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
-    const double t_start = strata_now_seconds();
-    rt->stats.last_wait_seconds = 0.0;
-    release_all(rt); /* the weights are about to change (strata.h, managed weights) */
-    const int rank = rt->rank;
+    if (!rt->buckets)
+        return STRATA_OK;
+    double waited = 0.0;
+    const strata_status st = strata_gb_finish_all(rt->buckets, &waited);
+    rt->stats.last_grad_wait_seconds = waited;
+    rt->stats.seconds_grad_wait += waited;
+    strata_gb_stats gs;
+    strata_gb_stats_get(rt->buckets, &gs);
+    rt->stats.grad_buckets = gs.posted;
+    rt->stats.grad_bucket_ring_waits = gs.ring_waits;
+    return st;
+}
 
-    /* Gradient reductions still in flight complete first: the owners' sums
-     * land (and are scaled to the mean) before anything reads them. */
-    if (rt->buckets) {
-        double waited = 0.0;
-        strata_status sw = strata_gb_finish_all(rt->buckets, &waited);
-        rt->stats.last_grad_wait_seconds = waited;
-        rt->stats.seconds_grad_wait += waited;
-        strata_gb_stats gs;
-        strata_gb_stats_get(rt->buckets, &gs);
-        rt->stats.grad_buckets = gs.posted;
-        rt->stats.grad_bucket_ring_waits = gs.ring_waits;
-        if (sw != STRATA_OK)
-            return sw;
-    }
-
-    /* Gather sharding: every rank assembles every full reduced gradient now
-     * (the gather-then-compute baseline moves them at the optimizer step). */
+/* Gather sharding: every rank assembles every full reduced gradient now
+ * (the gather-then-compute baseline moves them at the optimizer step). */
+static strata_status step_gather(strata_runtime *rt)
+{
+    if (rt->world == 1 || rt->cfg.sharding != STRATA_SHARD_GATHER)
+        return STRATA_OK;
+    const int N = rt->world;
+    size_t *counts = rt->shard_counts, *displs = rt->shard_counts + N;
     strata_status st = STRATA_OK;
-    if (rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_GATHER) {
-        const int N = rt->world;
-        size_t *counts = rt->shard_counts, *displs = rt->shard_counts + N;
-        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
-            rt_param *p = &rt->params[i];
-            for (int r = 0; r < N; r++)
-                even_shard(p->view.numel, N, r, &counts[r], &displs[r]);
-            st = strata_comm_allgatherv_f32(rt->comm, rt->gather_stage[i], p->grad, counts,
-                                            displs);
-            if (!p->tail)
-                rt->stats.step_matrix_bytes +=
-                    (p->view.numel - counts[rt->rank]) * sizeof(float) +
-                    (uint64_t)(N - 1) * counts[rt->rank] * sizeof(float);
-        }
-        if (st != STRATA_OK)
-            return st;
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        for (int r = 0; r < N; r++)
+            even_shard(p->view.numel, N, r, &counts[r], &displs[r]);
+        st = strata_comm_allgatherv_f32(rt->comm, rt->gather_stage[i], p->grad, counts, displs);
+        if (!p->tail)
+            rt->stats.step_matrix_bytes += (p->view.numel - counts[rt->rank]) * sizeof(float) +
+                                           (uint64_t)(N - 1) * counts[rt->rank] * sizeof(float);
     }
+    return st;
+}
 
-    /* The first pass: nothing after it fails for a reason outside the
-     * program (strata_refresh_step). */
-    double wait = 0.0;
-    const strata_status st_prep = step_prepare(rt, rt->t + 1, &wait);
-
-    /* Validate every reduced gradient before touching any state: each rank
-     * scans the ones it holds (its owned parameters), and the per-parameter
-     * sums of squares and non-finite flags are summed over the ranks (one
-     * nonzero contribution per parameter, so exactly), so that every rank
-     * sees the single-rank norm and takes the same decision. The first
-     * pass's outcome travels in the same reduction (a count per status
-     * after the 2 n_params sums), so that every rank gives up together. */
+/* Validate every reduced gradient before touching any state: each rank
+ * scans the ones it holds (its owned parameters), and the per-parameter
+ * sums of squares and non-finite flags are summed over the ranks (one
+ * nonzero contribution per parameter, so exactly), so that every rank sees
+ * the single-rank norm and takes the same decision. The first pass's
+ * outcome `st_prep` travels in the same reduction (a count per status after
+ * the 2 n_params sums), so that every rank gives up together. *norm gets the
+ * global gradient norm; the per-parameter sums of squares stay in
+ * rt->norm_parts for the step's warnings. */
+static strata_status step_norm_and_veto(strata_runtime *rt, strata_status st_prep, double *norm)
+{
+    const int rank = rt->rank, n = rt->n_params;
     double *parts = rt->norm_parts;
-    memset(parts, 0, (2 * (size_t)rt->n_params + PREP_KINDS) * sizeof *parts);
+    strata_status st = STRATA_OK;
+    memset(parts, 0, (2 * (size_t)n + PREP_KINDS) * sizeof *parts);
     if (st_prep != STRATA_OK)
-        parts[2 * rt->n_params + ((int)st_prep < PREP_KINDS ? (int)st_prep : PREP_KINDS - 1)] = 1.0;
-    for (int i = 0; i < rt->n_params; i++) {
+        parts[2 * n + ((int)st_prep < PREP_KINDS ? (int)st_prep : PREP_KINDS - 1)] = 1.0;
+    for (int i = 0; i < n; i++) {
         const rt_param *p = &rt->params[i];
         if (!((p->owner == rank && rank < rt->group_size) || (p->owner < 0 && rank == 0)))
             continue; /* one copy of each reduced gradient: group 0's owner */
@@ -1333,13 +1355,11 @@ strata_status strata_step(strata_runtime *rt)
             parts[2 * i + 1] = 1.0;
     }
     if (rt->world > 1 && st_prep == STRATA_OK) {
-        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params + PREP_KINDS,
-                                       STRATA_REDUCE_SUM);
+        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * n + PREP_KINDS, STRATA_REDUCE_SUM);
     } else if (rt->world > 1) { /* keep this rank's first-pass message */
         char why[512];
         snprintf(why, sizeof why, "%s", strata_last_error());
-        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * rt->n_params + PREP_KINDS,
-                                       STRATA_REDUCE_SUM);
+        st = strata_comm_allreduce_f64(rt->comm, parts, 2 * n + PREP_KINDS, STRATA_REDUCE_SUM);
         strata_error(st_prep, "%s", why);
     }
     if (st_prep != STRATA_OK)
@@ -1347,15 +1367,15 @@ strata_status strata_step(strata_runtime *rt)
     if (st != STRATA_OK)
         return st;
     for (int k = 1; k < PREP_KINDS; k++)
-        if (parts[2 * rt->n_params + k] > 0.0)
+        if (parts[2 * n + k] > 0.0)
             return strata_error((strata_status)k,
                                 "step %lld: the first pass failed on %.0f other rank(s) (%s); "
                                 "nothing changed",
-                                (long long)rt->t + 1, parts[2 * rt->n_params + k],
+                                (long long)rt->t + 1, parts[2 * n + k],
                                 strata_status_str((strata_status)k));
     double norm_sq = 0.0;
     int bad = -1;
-    for (int i = 0; i < rt->n_params; i++) {
+    for (int i = 0; i < n; i++) {
         if (parts[2 * i + 1] > 0.0 && bad < 0)
             bad = i;
         norm_sq += parts[2 * i];
@@ -1366,8 +1386,14 @@ strata_status strata_step(strata_runtime *rt)
                             "step %lld: gradient of '%s' has NaN/Inf; no parameter updated",
                             (long long)rt->t + 1, rt->params[bad].name);
     }
-    /* A layer whose backward hook never ran would, with several ranks, hold an
-     * unreduced gradient: say so once (single-process results are unaffected). */
+    *norm = sqrt(norm_sq);
+    return STRATA_OK;
+}
+
+/* A layer whose backward hook never ran would, with several ranks, hold an
+ * unreduced gradient: say so once (single-process results are unaffected). */
+static void step_check_hooks(strata_runtime *rt)
+{
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
         if (!rt->layer_reduced[p->layer]) {
@@ -1381,133 +1407,212 @@ strata_status strata_step(strata_runtime *rt)
         }
     }
     memset(rt->layer_reduced, 0, (size_t)rt->max_layer + 1);
-    const double norm = sqrt(norm_sq);
-    rt->stats.grad_norm = norm;
-    if (rt->cfg.max_grad_norm > 0.0f && norm > rt->cfg.max_grad_norm) {
-        /* In place, like torch.nn.utils.clip_grad_norm_. */
-        const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
-        for (int i = 0; i < rt->n_params; i++) {
-            rt_param *p = &rt->params[i];
-            if (p->owner != rank && p->owner >= 0)
-                continue; /* only the owner's copy is reduced and used */
-            st = strata_backend_scale(rt->be, NULL, p->view.numel, p->grad, c);
-            if (st != STRATA_OK)
-                return st;
-        }
-    }
+}
 
-    const int64_t t = ++rt->t;
-    strata_optim_counters cnt = {0};
-    double tail_seconds = 0.0;
-    strata_refresh_stats es0;
-    if (!rt->warned_root_failure) {
-        strata_refresh_stats_get(rt->engine, &es0);
-        strata_error_clear(); /* a synchronous refresh's failure leaves its detail here */
+/* Clip to max_grad_norm in place, like torch.nn.utils.clip_grad_norm_. */
+static strata_status step_clip(strata_runtime *rt, double norm)
+{
+    rt->stats.grad_norm = norm;
+    if (!(rt->cfg.max_grad_norm > 0.0f && norm > rt->cfg.max_grad_norm))
+        return STRATA_OK;
+    const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (!updates_here(rt, p))
+            continue; /* only the owner's copy is reduced and used */
+        const strata_status st = strata_backend_scale(rt->be, NULL, p->view.numel, p->grad, c);
+        if (st != STRATA_OK)
+            return st;
     }
-    if (rt->team) { /* the plain parameters' updates, side by side (team_setup) */
+    return STRATA_OK;
+}
+
+/* The numerical events of parameter i in this step (optim/optim_internal.h):
+ * counted in the stats, the first of each kind logged. */
+static void step_warn_numerics(strata_runtime *rt, int i, int64_t t,
+                               const strata_optim_counters *cnt, int64_t skipped0, int64_t dirs0)
+{
+    const rt_param *p = &rt->params[i];
+    if (cnt->overflow_skipped > skipped0 && !rt->warned_overflow) {
+        rt->warned_overflow = true;
+        strata_log(rt, STRATA_LOG_WARN, "optim",
+                   "step %lld: '%s' was not updated: its gradient (norm %.3g) could overflow "
+                   "its float32 %s state (factors, moments, estimates); its weights and "
+                   "state were kept. Later ones are counted in stats.overflow_skipped",
+                   (long long)t, p->name, sqrt(rt->norm_parts[2 * i]),
+                   strata_optimizer_name(p->routed));
+    }
+    if (cnt->nonfinite_directions > dirs0 && !rt->warned_direction) {
+        rt->warned_direction = true;
+        strata_log(rt, STRATA_LOG_WARN, "optim",
+                   "step %lld: '%s': the %s update direction came out NaN/Inf from finite "
+                   "state and was not applied (its weights were kept; its moments and "
+                   "factors absorbed the gradient). Later ones are counted in "
+                   "stats.nonfinite_directions",
+                   (long long)t, p->name, strata_optimizer_name(p->routed));
+    }
+}
+
+/* Update every parameter this rank owns, in registration order: the plain
+ * ones (Muon, AdamW) side by side on the step team first (team_setup), then
+ * each through the engine; the team's results are read back in order.
+ * Counters go to *cnt, the tail family's time to *tail_seconds, waits for
+ * refresh results to *wait. Returns the first failure. */
+static strata_status step_params(strata_runtime *rt, int64_t t, strata_optim_counters *cnt,
+                                 double *tail_seconds, double *wait)
+{
+    if (rt->team) {
         rt->fan_t = t;
         strata_worker_team_run(rt->team, rt->n_fan, fan_one, rt);
     }
+    const strata_optimizer tail = strata_family_tail_kind();
+    strata_status st = STRATA_OK;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        if (p->owner != rank && p->owner >= 0)
+        if (!updates_here(rt, p))
             continue;
         const double t0 = strata_now_seconds();
-        const int64_t skipped0 = cnt.overflow_skipped, dirs0 = cnt.nonfinite_directions;
+        const int64_t skipped0 = cnt->overflow_skipped, dirs0 = cnt->nonfinite_directions;
         if (p->fan_slot >= 0) {
             const rt_fan *f = &rt->fan[p->fan_slot];
-            counters_add(&cnt, &f->cnt);
+            counters_add(cnt, &f->cnt);
             st = f->st;
             if (st != STRATA_OK)
                 strata_error(st, "%s", f->err); /* the detail, on this thread */
-            if (p->routed == STRATA_OPTIM_ADAMW)
-                tail_seconds += f->seconds;
+            if (p->routed == tail)
+                *tail_seconds += f->seconds;
         } else {
             st = strata_refresh_step(rt->engine, p->entry, t, rt->lr_scale, p->data, p->grad,
-                                     &cnt, &wait);
-            if (p->routed == STRATA_OPTIM_ADAMW)
-                tail_seconds += strata_now_seconds() - t0;
+                                     cnt, wait);
+            if (p->routed == tail)
+                *tail_seconds += strata_now_seconds() - t0;
         }
-        /* The numerical events of one parameter (optim/optim_internal.h):
-         * counted in the stats, the first of each kind logged. */
-        if (cnt.overflow_skipped > skipped0 && !rt->warned_overflow) {
-            rt->warned_overflow = true;
-            strata_log(rt, STRATA_LOG_WARN, "optim",
-                       "step %lld: '%s' was not updated: its gradient (norm %.3g) could overflow "
-                       "its float32 %s state (factors, moments, estimates); its weights and "
-                       "state were kept. Later ones are counted in stats.overflow_skipped",
-                       (long long)t, p->name, sqrt(parts[2 * i]),
-                       strata_optimizer_name(p->routed));
-        }
-        if (cnt.nonfinite_directions > dirs0 && !rt->warned_direction) {
-            rt->warned_direction = true;
-            strata_log(rt, STRATA_LOG_WARN, "optim",
-                       "step %lld: '%s': the %s update direction came out NaN/Inf from finite "
-                       "state and was not applied (its weights were kept; its moments and "
-                       "factors absorbed the gradient). Later ones are counted in "
-                       "stats.nonfinite_directions",
-                       (long long)t, p->name, strata_optimizer_name(p->routed));
-        }
+        step_warn_numerics(rt, i, t, cnt, skipped0, dirs0);
     }
-    if (!rt->warned_root_failure) {
-        strata_refresh_stats es1;
-        strata_refresh_stats_get(rt->engine, &es1);
-        if (es1.refresh_failures > es0.refresh_failures) {
-            rt->warned_root_failure = true;
-            const strata_shampoo_config *sc = &rt->cfg.shampoo;
-            const char *why = strata_last_error();
-            char reason[512];
-            if (rt->cfg.matrix_optimizer == STRATA_OPTIM_SHAMPOO && !sc->use_pseudo_inverse &&
-                sc->epsilon == 0.0f && sc->epsilon_rel == 0.0f)
-                snprintf(reason, sizeof reason,
-                         "shampoo.epsilon = shampoo.epsilon_rel = 0, so a factor with a zero "
-                         "eigenvalue (a rank-deficient gradient history: the first steps, or "
-                         "a block wider than the data behind it) has no inverse root "
-                         "((0 + 0)^(-1/4)); set epsilon > 0 (default 1e-12), epsilon_rel > 0 "
-                         "or use_pseudo_inverse%s%s",
-                         why[0] ? "; " : "", why);
-            else
-                snprintf(reason, sizeof reason, "%s",
-                         why[0] ? why : "the decomposition failed on a worker thread (LAPACK "
-                                        "error, non-finite values or non-orthonormal vectors)");
-            strata_log(rt, STRATA_LOG_WARN, "optim",
-                       "step %lld: %lld refresh%s failed (each keeps its previous result; "
-                       "later ones are counted in stats.root_failures): %s",
-                       (long long)t, (long long)(es1.refresh_failures - es0.refresh_failures),
-                       es1.refresh_failures - es0.refresh_failures == 1 ? "" : "es", reason);
-        }
+    return st;
+}
+
+/* Refresh failures are warned about once per run: the engine's counters
+ * before the updates (and a clean error slot: a synchronous refresh's
+ * failure leaves its detail there) ... */
+static void step_failures_mark(strata_runtime *rt, strata_refresh_stats *before)
+{
+    if (rt->warned_root_failure)
+        return;
+    strata_refresh_stats_get(rt->engine, before);
+    strata_error_clear();
+}
+
+/* ... and after: the first failure is logged with the reason, the matrix
+ * family's own (failure_hint) when its configuration explains it. */
+static void step_failures_warn(strata_runtime *rt, int64_t t, const strata_refresh_stats *before)
+{
+    if (rt->warned_root_failure)
+        return;
+    strata_refresh_stats now;
+    strata_refresh_stats_get(rt->engine, &now);
+    const int64_t failed = now.refresh_failures - before->refresh_failures;
+    if (failed <= 0)
+        return;
+    rt->warned_root_failure = true;
+    const void *fc;
+    const strata_precond_family *f = family_for(&rt->cfg, rt->cfg.matrix_optimizer, &fc);
+    const char *why = strata_last_error();
+    char hint[400], reason[512];
+    if (f->failure_hint && f->failure_hint(fc, hint, sizeof hint))
+        snprintf(reason, sizeof reason, "%s%s%s", hint, why[0] ? "; " : "", why);
+    else
+        snprintf(reason, sizeof reason, "%s",
+                 why[0] ? why : "the decomposition failed on a worker thread (LAPACK "
+                                "error, non-finite values or non-orthonormal vectors)");
+    strata_log(rt, STRATA_LOG_WARN, "optim",
+               "step %lld: %lld refresh%s failed (each keeps its previous result; "
+               "later ones are counted in stats.root_failures): %s",
+               (long long)t, (long long)failed, failed == 1 ? "" : "es", reason);
+}
+
+/* ZeRO-1 baseline: the owners broadcast the new weights now, inside the
+ * optimizer step. */
+static strata_status step_zero1_broadcast(strata_runtime *rt)
+{
+    if (rt->world == 1 || rt->cfg.sharding != STRATA_SHARD_ZERO1)
+        return STRATA_OK;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
+        rt_param *p = &rt->params[i];
+        st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
+                                              p->owner % rt->group_size);
+        if (!p->tail)
+            rt->stats.step_matrix_bytes += (uint64_t)(p->owner == rt->rank ? rt->group_size - 1 : 1) *
+                                           p->view.numel * sizeof(float);
     }
-    /* ZeRO-1 baseline: the owners broadcast the new weights now, inside the
-     * optimizer step. */
-    if (st == STRATA_OK && rt->world > 1 && rt->cfg.sharding == STRATA_SHARD_ZERO1)
-        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
-            rt_param *p = &rt->params[i];
-            st = strata_comm_broadcast_from_owner(rt->group, p->data, p->view.numel,
-                                                  p->owner % rt->group_size);
-            if (!p->tail)
-                rt->stats.step_matrix_bytes +=
-                    (uint64_t)(p->owner == rank ? rt->group_size - 1 : 1) * p->view.numel *
-                    sizeof(float);
-        }
+    return st;
+}
+
+/* The step's counters and times into the stats. */
+static void step_stats(strata_runtime *rt, int64_t t, const strata_optim_counters *cnt,
+                       double tail_seconds, double wait, double t_start)
+{
     strata_stats *s = &rt->stats;
     s->step = t;
     s->last_wait_seconds = wait;
-    s->root_refreshes += cnt.root_refreshes;
-    s->root_failures += cnt.root_failures;
-    s->root_retries += cnt.root_retries;
-    s->overflow_skipped += cnt.overflow_skipped;
-    s->nonfinite_directions += cnt.nonfinite_directions;
-    s->last_seconds_factors = cnt.seconds_factors;
-    s->last_seconds_roots = cnt.seconds_roots;
-    s->last_seconds_precondition = cnt.seconds_precondition;
+    s->root_refreshes += cnt->root_refreshes;
+    s->root_failures += cnt->root_failures;
+    s->root_retries += cnt->root_retries;
+    s->overflow_skipped += cnt->overflow_skipped;
+    s->nonfinite_directions += cnt->nonfinite_directions;
+    s->last_seconds_factors = cnt->seconds_factors;
+    s->last_seconds_roots = cnt->seconds_roots;
+    s->last_seconds_precondition = cnt->seconds_precondition;
     s->last_seconds_tail = tail_seconds;
-    s->seconds_factors += cnt.seconds_factors;
-    s->seconds_roots += cnt.seconds_roots;
-    s->seconds_precondition += cnt.seconds_precondition;
+    s->seconds_factors += cnt->seconds_factors;
+    s->seconds_roots += cnt->seconds_roots;
+    s->seconds_precondition += cnt->seconds_precondition;
     s->seconds_tail += tail_seconds;
     step_critical_path(rt);
     s->last_step_seconds = strata_now_seconds() - t_start;
     s->seconds_steps += s->last_step_seconds;
+}
+
+/* One optimizer step (strata.h): all or nothing until the updates begin.
+ * Everything that can fail for a reason outside the program (reductions,
+ * the first pass, the norm's allreduce, the veto) runs before any weight,
+ * moment, factor or counter changes. */
+strata_status strata_step(strata_runtime *rt)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
+    const double t_start = strata_now_seconds();
+    rt->stats.last_wait_seconds = 0.0;
+    release_all(rt); /* the weights are about to change (strata.h, managed weights) */
+
+    strata_status st = step_finish_buckets(rt);
+    if (st == STRATA_OK)
+        st = step_gather(rt);
+    if (st != STRATA_OK)
+        return st;
+    double wait = 0.0, norm = 0.0;
+    const strata_status st_prep = step_prepare(rt, rt->t + 1, &wait);
+    st = step_norm_and_veto(rt, st_prep, &norm);
+    if (st != STRATA_OK)
+        return st;
+    step_check_hooks(rt);
+    st = step_clip(rt, norm);
+    if (st != STRATA_OK)
+        return st;
+
+    const int64_t t = ++rt->t;
+    strata_optim_counters cnt = {0};
+    double tail_seconds = 0.0;
+    strata_refresh_stats failures_before = {0};
+    step_failures_mark(rt, &failures_before);
+    st = step_params(rt, t, &cnt, &tail_seconds, &wait);
+    step_failures_warn(rt, t, &failures_before);
+    if (st == STRATA_OK)
+        st = step_zero1_broadcast(rt);
+    step_stats(rt, t, &cnt, tail_seconds, wait, t_start);
     return st;
 }
 

@@ -149,13 +149,11 @@ static json_object *get_frequency(const config_ctx *c)
     return json_object_new_int(c->refresh->frequency);
 }
 
-/* The step the runtime starts preconditioning at: -1 means F, 0 means 1. */
+/* The step the runtime starts preconditioning at (-1 means F, 0 means 1), as
+ * the matrix family's schedule says. */
 static json_object *get_start(const config_ctx *c)
 {
-    const strata_shampoo_config *k = &c->o->strata.shampoo;
-    return json_object_new_int(k->start_preconditioning_step < 0 ? k->precondition_frequency
-                               : k->start_preconditioning_step < 1 ? 1
-                                                                   : k->start_preconditioning_step);
+    return json_object_new_int((int32_t)c->refresh->start);
 }
 
 /* "auto" (the RMS of each matrix's first nonzero gradient) or the constant. */

@@ -70,5 +70,6 @@ void gpt_optimizer_refresh_info(const strata_config *c, gpt_refresh_info *out)
     *out = (gpt_refresh_info){.refreshes = true, .what = info.refresh_noun,
                               .async = info.async_capable, .stagger = true,
                               .frequency = info.precondition_frequency,
+                              .start = info.first_refresh,
                               .max_staleness = info.max_staleness};
 }

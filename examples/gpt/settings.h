@@ -69,6 +69,8 @@ typedef struct gpt_refresh_info {
     bool stagger;        /* strata_config.stagger_refresh spreads them over a period;
                             it has something to spread only when frequency > 1 */
     int frequency;       /* F, the optimizer's steps between refreshes; 0 when !refreshes */
+    int64_t start;       /* the first refresh point (refresh phase 0), as the runtime
+                            reads the configuration; 0 when !refreshes */
     int max_staleness;   /* the largest staleness budget S the asynchronous refreshes
                             accept (SOAP, KL-Shampoo: F - 1); -1 = any */
 } gpt_refresh_info;

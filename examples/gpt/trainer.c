@@ -793,11 +793,15 @@ static strata_status validate(const gpt_train_options *o)
     return STRATA_OK;
 }
 
-/* Rough upper bound of the optimizer state: Shampoo keeps factors, roots and
- * five full-size buffers; AdamW two; Muon four. */
+/* Rough upper bound of the optimizer state: the matrix family's state bytes
+ * per parameter byte (strata_optimizer_info.state_per_param: Shampoo keeps
+ * factors, roots and five full-size buffers) plus the factors. */
 static size_t optimizer_bytes_estimate(const gpt_train_options *o, size_t param_bytes)
 {
-    size_t mult = o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO ? 8 : 4;
+    strata_optimizer_info info;
+    size_t mult = 4;
+    if (strata_optimizer_info_get(&o->strata, o->strata.matrix_optimizer, &info) == STRATA_OK)
+        mult = (size_t)info.state_per_param;
     size_t d = (size_t)o->model.d_model * 4;
     size_t factors = (size_t)o->model.n_layer * 4 * 4 * d * d * sizeof(float);
     return mult * param_bytes + factors;

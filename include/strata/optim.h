@@ -35,8 +35,11 @@ typedef enum strata_optimizer {
     STRATA_OPTIM_KL_SHAMPOO = 4,
 } strata_optimizer;
 
-/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo") and its inverse
- * (STRATA_ERR_INVALID_ARG for an unknown name). */
+/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo", and the name of
+ * any family registered at run time; "default" for STRATA_OPTIM_DEFAULT,
+ * "unknown" otherwise) and its inverse (STRATA_ERR_INVALID_ARG for an
+ * unknown name; the message lists the known ones). Both read the family
+ * table (optim/family.h). */
 STRATA_API const char *strata_optimizer_name(strata_optimizer o);
 STRATA_API strata_status strata_optimizer_parse(const char *name, strata_optimizer *out);
 

@@ -588,6 +588,11 @@ typedef struct strata_optimizer_info {
     int precondition_frequency; /* F (0 when nothing is refreshed) */
     int max_staleness;      /* largest S async accepts; -1 = any */
     const char *refresh_noun; /* "inverse roots", "eigenbasis refreshes"; "" if none */
+    int64_t first_refresh;  /* the first refresh point (step, >= 1; refresh phase 0), e.g.
+                               Shampoo's start_preconditioning_step as the runtime reads it
+                               (-1 = F, 0 = 1); 0 when nothing is refreshed */
+    int state_per_param;    /* rough bytes of optimizer state per byte of parameter (for
+                               estimates before anything is allocated): Shampoo 8, others 4 */
 } strata_optimizer_info;
 
 /* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide, e.g.
@@ -595,6 +600,16 @@ typedef struct strata_optimizer_info {
  * STRATA_ERR_INVALID_ARG (NULL, unknown optimizer). */
 STRATA_API strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
                                                    strata_optimizer_info *out);
+
+/* Where optimizer `opt`'s learning rate and decoupled weight decay live in
+ * *cfg: *lr and *weight_decay point at the two float fields of its
+ * configuration member (e.g. &cfg->muon.lr, &cfg->muon.weight_decay), so
+ * that a CLI's --lr and --weight-decay set the optimizer's own values
+ * without naming it. Both NULL (and STRATA_OK) for a family whose
+ * configuration lives outside strata_config (one registered at run time).
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, unknown optimizer). */
+STRATA_API strata_status strata_config_optimizer_lr(strata_config *cfg, strata_optimizer opt,
+                                                    float **lr, float **weight_decay);
 
 /* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out);
