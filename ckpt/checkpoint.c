@@ -20,7 +20,8 @@
  * step counter.
  *
  * Device memory is never dereferenced: tensors move through
- * strata_backend_copy into a host staging buffer.
+ * strata_backend_copy into a host staging buffer. The runtime is read and
+ * restored through runtime/state.h only.
  */
 #include "ckpt/ckpt.h"
 
