@@ -51,7 +51,7 @@ void strata_rt_view_get(const strata_runtime *rt, strata_rt_view *out);
  * materialize or release. */
 typedef struct strata_rt_param_view {
     const char *name;
-    int ndim;                        /* 1..STRATA_MAX_DIMS */
+    int ndim;                        /* 0..STRATA_MAX_DIMS */
     int64_t shape[STRATA_MAX_DIMS];  /* row-major */
     size_t numel;                    /* product of shape */
     int layer;

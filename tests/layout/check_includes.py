@@ -9,8 +9,8 @@ the public headers of components at or below its level (include/strata/X.h
 belongs to the component that implements it). Siblings in a middle row
 never include each other, and nothing below the runtime includes a runtime
 header (strata/strata.h is the runtime's); runtime/runtime_internal.h is
-runtime/'s alone (the checkpoint's view is runtime/state.h). Prints every violation and exits 1
-if there is one; exit 0 otherwise.
+runtime/'s alone (the checkpoint's view is runtime/state.h). Prints every
+violation and exits 1 if there is one; exit 0 otherwise.
 
 Usage: check_includes.py [SOURCE_ROOT]
 """
