@@ -1,5 +1,5 @@
 /* Checkpoints: strata_save, strata_load, strata_ckpt_verify (strata.h; the
- * layout in checkpoint.h).
+ * layout in ckpt/ckpt.h).
  *
  * Save, per rank: drain the refresh engine (strata_refresh_drain), bring
  * every rank the current weights (strata_sync_weights; managed weights
@@ -20,12 +20,13 @@
  * step counter.
  *
  * Device memory is never dereferenced: tensors move through
- * strata_backend_copy into a host staging buffer.
+ * strata_backend_copy into a host staging buffer. The runtime is read and
+ * restored through runtime/state.h only.
  */
 #include "ckpt/ckpt.h"
 
 #include "base/clock.h"
-#include "runtime/runtime_internal.h"
+#include "runtime/state.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -117,9 +118,11 @@ static json_object *config_json(const strata_config *c)
 }
 
 /* The resumed run may change hyperparameters (a lower lr, ...): say which. */
-static void config_compare(const strata_runtime *rt, json_object *saved, const char *what)
+/* The resumed run may change hyperparameters (a lower lr, ...): say which. */
+static void config_compare(const strata_runtime *rt, const strata_config *cfg,
+                           json_object *saved, const char *what)
 {
-    json_object *now = config_json(&rt->cfg);
+    json_object *now = config_json(cfg);
     if (!now)
         return;
     json_object_object_foreach(now, key, val)
@@ -146,132 +149,45 @@ static void config_compare(const strata_runtime *rt, json_object *saved, const c
 
 /* ---- the statistics counters a resumed run continues (strata_stats)
  *
- * Every rank's counters at the save go into the manifest ("rank_stats"). A
- * load sets rt->stats_base so that strata_stats_get reads the saved totals
- * right after strata_load and adds what happens from there (whatever the
- * load itself did, e.g. replayed installs, is not counted). At the same world
- * size each rank continues its own counters. At another world size, by kind:
- * 'c' event counts go, summed over the old ranks, to rank 0 (the totals
- * continue), 'm' maxima become the old ranks' maximum on every rank, 'r'
- * per-rank resources (bytes moved, seconds) the old ranks' mean on every
- * rank (per-step means stay per-rank figures). */
-
-typedef struct stat_field {
-    const char *name;
-    size_t off;
-    char type; /* 'i' int64_t, 'u' uint64_t, 'd' double */
-    char kind; /* 'c', 'm', 'r' */
-} stat_field;
-
-#define SF(m, t, k) {#m, offsetof(strata_stats, m), t, k}
-static const stat_field stat_fields[] = {
-    SF(root_refreshes, 'i', 'c'), SF(root_failures, 'i', 'c'), SF(root_retries, 'i', 'c'),
-    SF(nonfinite_rejected, 'i', 'c'), SF(overflow_skipped, 'i', 'c'),
-    SF(nonfinite_directions, 'i', 'c'), SF(forward_hooks, 'i', 'c'),
-    SF(backward_hooks, 'i', 'c'), SF(missing_backward_hooks, 'i', 'c'),
-    SF(coh_installs, 'i', 'c'), SF(coh_waits, 'i', 'c'), SF(coh_dropped, 'i', 'c'),
-    SF(coh_failed, 'i', 'c'), SF(coh_bound_exceeded, 'i', 'c'), SF(jobs_submitted, 'i', 'c'),
-    SF(jobs_cancelled, 'i', 'c'), SF(io_errors, 'i', 'c'), SF(max_staleness, 'i', 'm'),
-    SF(coh_wait_seconds, 'd', 'r'), SF(seconds_steps, 'd', 'r'), SF(seconds_factors, 'd', 'r'),
-    SF(seconds_roots, 'd', 'r'), SF(seconds_precondition, 'd', 'r'), SF(seconds_tail, 'd', 'r'),
-    SF(bytes_device_to_host, 'u', 'r'), SF(nvme_bytes_written, 'u', 'r'),
-    SF(nvme_bytes_read, 'u', 'r'), SF(step_matrix_bytes, 'u', 'r'),
-    SF(comm_bytes_intra_node, 'u', 'r'), SF(comm_bytes_inter_node, 'u', 'r'),
-};
-#undef SF
-enum { N_STATS = sizeof stat_fields / sizeof stat_fields[0] };
-
-static double stat_read(const strata_stats *s, const stat_field *f)
-{
-    const char *p = (const char *)s + f->off;
-    int64_t i;
-    uint64_t u;
-    double d;
-    switch (f->type) {
-    case 'i': memcpy(&i, p, sizeof i); return (double)i;
-    case 'u': memcpy(&u, p, sizeof u); return (double)u;
-    default: memcpy(&d, p, sizeof d); return d;
-    }
-}
-
-/* base = saved - now (integers wrap consistently: adding it back gives
- * saved + what came after); maxima are kept as they are. */
-static void stat_set_base(strata_stats *base, const stat_field *f, double saved, double now)
-{
-    char *p = (char *)base + f->off;
-    if (f->type == 'd') {
-        const double d = f->kind == 'm' ? saved : saved - now;
-        memcpy(p, &d, sizeof d);
-    } else if (f->type == 'i') {
-        const int64_t i = f->kind == 'm' ? (int64_t)saved : (int64_t)saved - (int64_t)now;
-        memcpy(p, &i, sizeof i);
-    } else {
-        const uint64_t u = (uint64_t)saved - (uint64_t)now;
-        memcpy(p, &u, sizeof u);
-    }
-}
-
-void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out)
-{
-    for (int k = 0; k < N_STATS; k++) {
-        const stat_field *f = &stat_fields[k];
-        char *o = (char *)out + f->off;
-        const char *b = (const char *)&rt->stats_base + f->off;
-        if (f->type == 'd') {
-            double x, y;
-            memcpy(&x, o, sizeof x);
-            memcpy(&y, b, sizeof y);
-            x = f->kind == 'm' ? (x > y ? x : y) : x + y;
-            memcpy(o, &x, sizeof x);
-        } else if (f->type == 'i') {
-            int64_t x, y;
-            memcpy(&x, o, sizeof x);
-            memcpy(&y, b, sizeof y);
-            x = f->kind == 'm' ? (x > y ? x : y) : (int64_t)((uint64_t)x + (uint64_t)y);
-            memcpy(o, &x, sizeof x);
-        } else {
-            uint64_t x, y;
-            memcpy(&x, o, sizeof x);
-            memcpy(&y, b, sizeof y);
-            x += y;
-            memcpy(o, &x, sizeof x);
-        }
-    }
-}
-
-/* The counters a load restores on this rank (see above). */
-static strata_status stats_restore(strata_runtime *rt, const strata_ckpt_manifest *m)
+ * Every rank's counters at the save go into the manifest ("rank_stats", by
+ * runtime/state.h's table of them). A load hands the runtime the totals to
+ * continue from (strata_rt_stats_resume), so that strata_stats_get reads the
+ * saved totals right after strata_load and adds what happens from there
+ * (whatever the load itself did, e.g. replayed installs, is not counted). At
+ * the same world size each rank continues its own counters. At another world
+ * size, by kind: 'c' event counts go, summed over the old ranks, to rank 0
+ * (the totals continue), 'm' maxima become the old ranks' maximum on every
+ * rank, 'r' per-rank resources (bytes moved, seconds) the old ranks' mean on
+ * every rank (per-step means stay per-rank figures). */
+static strata_status stats_restore(strata_runtime *rt, const strata_rt_view *v,
+                                   const strata_ckpt_manifest *m)
 {
     if (!m->rank_stats)
         return STRATA_OK; /* an older checkpoint: counters start from zero */
-    memset(&rt->stats_base, 0, sizeof rt->stats_base);
-    strata_stats now;
-    strata_status st = strata_stats_get(rt, &now);
-    if (st != STRATA_OK)
-        return st;
     json_object *arr = m->rank_stats;
-    const bool same = m->world_size == rt->world;
-    for (int k = 0; k < N_STATS; k++) {
-        const stat_field *f = &stat_fields[k];
-        double v = 0.0;
+    const bool same = m->world_size == v->world;
+    double totals[STRATA_RT_N_STATS];
+    for (int k = 0; k < STRATA_RT_N_STATS; k++) {
+        const strata_rt_stat_field *f = strata_rt_stat_field_at(k);
+        double x = 0.0;
         for (int r = 0; r < m->world_size; r++) {
-            if (same && r != rt->rank)
+            if (same && r != v->rank)
                 continue;
-            json_object *x = NULL;
-            json_object_object_get_ex(json_object_array_get_idx(arr, (size_t)r), f->name, &x);
-            const double y = !x ? 0.0 : f->type == 'd' ? json_object_get_double(x)
-                                                       : (double)json_object_get_int64(x);
-            v = f->kind == 'm' ? (y > v ? y : v) : v + y;
+            json_object *o = NULL;
+            json_object_object_get_ex(json_object_array_get_idx(arr, (size_t)r), f->name, &o);
+            const double y = !o ? 0.0 : f->type == 'd' ? json_object_get_double(o)
+                                                       : (double)json_object_get_int64(o);
+            x = f->kind == 'm' ? (y > x ? y : x) : x + y;
         }
-        if (!same && f->kind == 'c' && rt->rank != 0)
-            v = 0.0;
+        if (!same && f->kind == 'c' && v->rank != 0)
+            x = 0.0;
         if (!same && f->kind == 'r')
-            v /= m->world_size;
+            x /= m->world_size;
         if (f->type == 'i' || f->type == 'u')
-            v = (double)(int64_t)v; /* a mean of integers: truncated */
-        stat_set_base(&rt->stats_base, f, v, stat_read(&now, f));
+            x = (double)(int64_t)x; /* a mean of integers: truncated */
+        totals[k] = x;
     }
-    return STRATA_OK;
+    return strata_rt_stats_resume(rt, totals);
 }
 
 /* ---- files: write with a digest, read whole */
@@ -280,14 +196,10 @@ static strata_status stats_restore(strata_runtime *rt, const strata_ckpt_manifes
  * save; true (errno set) when it is the call armed to fail. */
 static bool io_fault(strata_runtime *rt)
 {
-    if (!rt)
-        return false;
-    rt->testing_ckpt_calls++;
-    if (rt->testing_ckpt_fail_at > 0 && rt->testing_ckpt_calls == rt->testing_ckpt_fail_at) {
-        errno = rt->testing_ckpt_errno;
-        return true;
-    }
-    return false;
+    const int e = rt ? strata_rt_ckpt_io_fault(rt) : 0;
+    if (e)
+        errno = e;
+    return e != 0;
 }
 
 typedef struct wfile {
@@ -499,6 +411,8 @@ static char *joinf(const char *a, const char *b)
 static strata_status st_write(strata_runtime *rt, const char *path, const item_list *l,
                               uint64_t *bytes, uint8_t digest[32])
 {
+    strata_rt_view v;
+    strata_rt_view_get(rt, &v);
     json_object *h = json_object_new_object(), *meta = json_object_new_object();
     if (!h || !meta) {
         json_object_put(h);
@@ -545,11 +459,11 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
                 if (it->bytes == 0)
                     continue;
                 if (it->src == SRC_BACKEND)
-                    st = strata_backend_copy(rt->be, stage, it->ptr, it->bytes);
+                    st = strata_backend_copy(v.be, stage, it->ptr, it->bytes);
                 else if (it->src == SRC_HOST)
                     memcpy(stage, it->ptr, it->bytes);
                 else
-                    st = strata_refresh_slot_read(rt->engine, it->blk, it->slot, stage);
+                    st = strata_refresh_slot_read(v.engine, it->blk, it->slot, stage);
                 if (st == STRATA_OK)
                     st = wfile_write(&w, stage, it->bytes);
             }
@@ -585,18 +499,20 @@ static strata_status json_write(strata_runtime *rt, const char *path, json_objec
     return st;
 }
 
+
 /* ---- what a rank saves */
 
 static const char *const slot_state_names[] = {"free", "pending", "computing", "ready",
                                                "installed", "failed"};
 
-static bool owns(const strata_runtime *rt, const rt_param *p)
+static bool owns(const strata_rt_param_view *p)
 {
     return p->state != NULL;
 }
 
 /* The family tensors of an owned parameter, with a count check. */
-static strata_status family_tensors(const rt_param *p, strata_tensor_info **out, int *n)
+static strata_status family_tensors(const strata_rt_param_view *p, strata_tensor_info **out,
+                                    int *n)
 {
     *out = NULL;
     *n = p->fam->tensors(p->state, NULL, 0);
@@ -622,122 +538,245 @@ static size_t info_bytes(const strata_tensor_info *ti)
     return n;
 }
 
-static const rt_param *param_of_entry(const strata_runtime *rt, int entry)
+/* The owned parameter whose engine handle is `entry` (its view in `out`),
+ * or -1. */
+static int param_of_entry(const strata_runtime *rt, const strata_rt_view *v, int entry,
+                          strata_rt_param_view *out)
 {
-    for (int i = 0; i < rt->n_params; i++)
-        if (rt->params[i].state && rt->params[i].entry == entry)
-            return &rt->params[i];
-    return NULL;
+    for (int i = 0; i < v->n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(rt, i, &p);
+        if (p.state && p.entry == entry) {
+            *out = p;
+            return i;
+        }
+    }
+    return -1;
 }
 
-/* rank-R.safetensors's items and rank-R.json's tables. */
-static strata_status rank_items(strata_runtime *rt, item_list *l, json_object *tensors,
-                                json_object *blocks)
+/* One row of rank-R.json's table of the tensors in rank-R.safetensors. */
+static void tensor_row(json_object *tensors, const char *name, const char *param,
+                       const char *tier, int64_t step)
+{
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "name", json_object_new_string(name ? name : ""));
+    json_object_object_add(e, "param", json_object_new_string(param));
+    json_object_object_add(e, "tier", json_object_new_string(tier));
+    json_object_object_add(e, "step", json_object_new_int64(step));
+    json_object_array_add(tensors, e);
+}
+
+/* The family tensors of every parameter owned here: items of
+ * rank-R.safetensors, rows of the tensor table. */
+static strata_status state_items(strata_runtime *rt, const strata_rt_view *v, item_list *l,
+                                 json_object *tensors)
 {
     strata_status st = STRATA_OK;
-    const char *tier_names[] = {"device", "host", "nvme"};
-    for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
-        const rt_param *p = &rt->params[i];
-        if (!owns(rt, p))
+    for (int i = 0; i < v->n_params && st == STRATA_OK; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(rt, i, &p);
+        if (!owns(&p))
             continue;
         strata_tensor_info *ti = NULL;
         int n = 0;
-        st = family_tensors(p, &ti, &n);
+        st = family_tensors(&p, &ti, &n);
         for (int k = 0; k < n && st == STRATA_OK; k++) {
             if ((int)ti[k].dtype < 0 || ti[k].dtype > STRATA_BOOL || ti[k].ndim < 0 ||
                 ti[k].ndim > 2) {
                 st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' tensor '%s' has dtype %d "
-                                  "ndim %d", p->name, ti[k].name, (int)ti[k].dtype, ti[k].ndim);
+                                  "ndim %d", p.name, ti[k].name, (int)ti[k].dtype, ti[k].ndim);
                 break;
             }
+            const bool dev = ti[k].where == STRATA_TIER_DEVICE;
             st_item it = {.dtype = dtype_of[ti[k].dtype], .ndim = ti[k].ndim,
                           .shape = {ti[k].shape[0], ti[k].shape[1]}, .bytes = info_bytes(&ti[k]),
-                          .src = ti[k].where == STRATA_TIER_DEVICE ? SRC_BACKEND : SRC_HOST,
-                          .ptr = ti[k].data};
-            it.name = joinf(p->name, ti[k].name);
-            json_object *e = json_object_new_object();
-            json_object_object_add(e, "name", json_object_new_string(it.name ? it.name : ""));
-            json_object_object_add(e, "param", json_object_new_string(p->name));
-            json_object_object_add(e, "tier", json_object_new_string(
-                                                  tier_names[ti[k].where == STRATA_TIER_DEVICE ? 0 : 1]));
-            json_object_object_add(e, "step", json_object_new_int64(rt->t));
-            json_object_array_add(tensors, e);
+                          .src = dev ? SRC_BACKEND : SRC_HOST, .ptr = ti[k].data};
+            it.name = joinf(p.name, ti[k].name);
+            tensor_row(tensors, it.name, p.name, dev ? "device" : "host", v->t);
             st = items_add(l, it);
         }
         free(ti);
     }
-    const int nb = strata_refresh_block_count(rt->engine);
-    for (int i = 0; i < nb && st == STRATA_OK; i++) {
-        strata_refresh_block_desc d;
-        st = strata_refresh_block_describe(rt->engine, i, &d);
-        const rt_param *p = st == STRATA_OK ? param_of_entry(rt, d.entry) : NULL;
-        if (st == STRATA_OK && !p)
-            st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: engine entry %d has no parameter",
-                              d.entry);
+    return st;
+}
+
+/* Engine block i's description and slots: a row of the block table, and
+ * for each ready or installed slot an item (its bytes, U8) and a tensor
+ * row. */
+static strata_status block_items(strata_runtime *rt, const strata_rt_view *v, int i,
+                                 item_list *l, json_object *tensors, json_object *blocks)
+{
+    strata_refresh_block_desc d;
+    strata_rt_param_view p;
+    strata_status st = strata_refresh_block_describe(v->engine, i, &d);
+    if (st != STRATA_OK)
+        return st;
+    if (param_of_entry(rt, v, d.entry, &p) < 0)
+        return strata_error(STRATA_ERR_INTERNAL, "checkpoint: engine entry %d has no parameter",
+                            d.entry);
+    json_object *b = json_object_new_object(), *slots = json_object_new_array();
+    json_object_object_add(b, "param", json_object_new_string(p.name));
+    json_object_object_add(b, "block", json_object_new_int(d.block));
+    json_object_object_add(b, "slot_bytes", json_object_new_int64((int64_t)d.slot_bytes));
+    json_object_object_add(b, "on_nvme", json_object_new_boolean(d.on_nvme));
+    json_object_object_add(b, "inline", json_object_new_boolean(d.inline_));
+    json_object_object_add(b, "frequency", json_object_new_int(d.frequency));
+    json_object_object_add(b, "start", json_object_new_int64(d.start));
+    json_object_object_add(b, "lag", json_object_new_int(d.lag));
+    json_object_object_add(b, "offset", json_object_new_int(d.offset));
+    json_object_object_add(b, "staleness", json_object_new_int(d.staleness));
+    json_object_object_add(b, "mode", json_object_new_int((int)d.mode));
+    json_object_object_add(b, "have", json_object_new_int((int)d.have));
+    for (int k = 0; k < d.n_slots && st == STRATA_OK; k++) {
+        strata_coh_slot_state s;
+        int64_t ver;
+        unsigned failed;
+        st = strata_refresh_slot_get(v->engine, i, k, &s, &ver, &failed);
+        if (st == STRATA_OK && (s == STRATA_SLOT_PENDING || s == STRATA_SLOT_COMPUTING))
+            st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' block %d slot %d still "
+                              "in flight after the drain", p.name, d.block, k);
         if (st != STRATA_OK)
             break;
-        json_object *b = json_object_new_object(), *slots = json_object_new_array();
-        json_object_object_add(b, "param", json_object_new_string(p->name));
-        json_object_object_add(b, "block", json_object_new_int(d.block));
-        json_object_object_add(b, "slot_bytes", json_object_new_int64((int64_t)d.slot_bytes));
-        json_object_object_add(b, "on_nvme", json_object_new_boolean(d.on_nvme));
-        json_object_object_add(b, "inline", json_object_new_boolean(d.inline_));
-        json_object_object_add(b, "frequency", json_object_new_int(d.frequency));
-        json_object_object_add(b, "start", json_object_new_int64(d.start));
-        json_object_object_add(b, "lag", json_object_new_int(d.lag));
-        json_object_object_add(b, "offset", json_object_new_int(d.offset));
-        json_object_object_add(b, "staleness", json_object_new_int(d.staleness));
-        json_object_object_add(b, "mode", json_object_new_int((int)d.mode));
-        json_object_object_add(b, "have", json_object_new_int((int)d.have));
-        for (int k = 0; k < d.n_slots && st == STRATA_OK; k++) {
-            strata_coh_slot_state s;
-            int64_t v;
-            unsigned failed;
-            st = strata_refresh_slot_get(rt->engine, i, k, &s, &v, &failed);
-            if (st == STRATA_OK && (s == STRATA_SLOT_PENDING || s == STRATA_SLOT_COMPUTING))
-                st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' block %d slot %d still "
-                                  "in flight after the drain", p->name, d.block, k);
-            if (st != STRATA_OK)
-                break;
-            json_object *js = json_object_new_object();
-            json_object_object_add(js, "state", json_object_new_string(slot_state_names[s]));
-            json_object_object_add(js, "version", json_object_new_int64(v));
-            json_object_object_add(js, "failed", json_object_new_int((int)failed));
-            json_object_array_add(slots, js);
-            if (s != STRATA_SLOT_READY && s != STRATA_SLOT_INSTALLED)
-                continue;
-            char nm[64];
-            snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
-            st_item it = {.dtype = STRATA_ST_U8, .ndim = 1, .shape = {(int64_t)d.slot_bytes},
-                          .bytes = d.slot_bytes, .src = SRC_SLOT, .blk = i, .slot = k};
-            it.name = joinf(p->name, nm);
-            json_object *e = json_object_new_object();
-            json_object_object_add(e, "name", json_object_new_string(it.name ? it.name : ""));
-            json_object_object_add(e, "param", json_object_new_string(p->name));
-            json_object_object_add(e, "tier", json_object_new_string(d.on_nvme ? "nvme" : "host"));
-            json_object_object_add(e, "step", json_object_new_int64(v));
-            json_object_array_add(tensors, e);
-            st = items_add(l, it);
-        }
-        json_object_object_add(b, "slots", slots);
-        json_object_array_add(blocks, b);
+        json_object *js = json_object_new_object();
+        json_object_object_add(js, "state", json_object_new_string(slot_state_names[s]));
+        json_object_object_add(js, "version", json_object_new_int64(ver));
+        json_object_object_add(js, "failed", json_object_new_int((int)failed));
+        json_object_array_add(slots, js);
+        if (s != STRATA_SLOT_READY && s != STRATA_SLOT_INSTALLED)
+            continue;
+        char nm[64];
+        snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
+        st_item it = {.dtype = STRATA_ST_U8, .ndim = 1, .shape = {(int64_t)d.slot_bytes},
+                      .bytes = d.slot_bytes, .src = SRC_SLOT, .blk = i, .slot = k};
+        it.name = joinf(p.name, nm);
+        tensor_row(tensors, it.name, p.name, d.on_nvme ? "nvme" : "host", ver);
+        st = items_add(l, it);
     }
+    json_object_object_add(b, "slots", slots);
+    json_object_array_add(blocks, b);
+    return st;
+}
+
+/* rank-R.safetensors's items and rank-R.json's tables: the family tensors,
+ * then the engine's blocks. */
+static strata_status rank_items(strata_runtime *rt, const strata_rt_view *v, item_list *l,
+                                json_object *tensors, json_object *blocks)
+{
+    strata_status st = state_items(rt, v, l, tensors);
+    const int nb = strata_refresh_block_count(v->engine);
+    for (int i = 0; i < nb && st == STRATA_OK; i++)
+        st = block_items(rt, v, i, l, tensors, blocks);
     return st;
 }
 
 /* Rows of one allreduce: [ok, bytes st, bytes json, digest st (32), digest json (32), jobs,
- * the statistics counters (N_STATS)] */
+ * the statistics counters (STRATA_RT_N_STATS)] */
 enum { ROW_OK, ROW_BYTES_ST, ROW_BYTES_JSON, ROW_DIG_ST, ROW_DIG_JSON = ROW_DIG_ST + 32,
-       ROW_JOBS = ROW_DIG_JSON + 32, ROW_STATS, ROW_N = ROW_STATS + N_STATS };
+       ROW_JOBS = ROW_DIG_JSON + 32, ROW_STATS, ROW_N = ROW_STATS + STRATA_RT_N_STATS };
 
 static void rank_file(char *buf, size_t n, int rank, const char *ext)
 {
     snprintf(buf, n, "rank-%05d.%s", rank, ext);
 }
 
-static strata_status write_manifest(strata_runtime *rt, const char *tmp, const double *rows,
-                                    const char *user_json, int64_t jobs, uint64_t model_bytes,
-                                    const uint8_t model_digest[32], uint64_t *bytes)
+/* ---- save */
+
+/* One save on this rank: what its phases hand on. */
+typedef struct saver {
+    strata_runtime *rt;
+    strata_rt_view v;
+    const char *dir, *user_json;
+    double t0, t_drain;      /* start, and the drain's seconds */
+    int64_t jobs, all_jobs;  /* refresh jobs drained here, and over the ranks */
+    char *tmp;               /* the temporary directory's path (every rank) */
+    bool tmp_made;           /* rank 0 created it */
+    double *rows;            /* world x ROW_N: what each rank wrote (one allreduce) */
+    uint64_t bytes;          /* bytes this rank wrote */
+    uint64_t model_bytes;    /* rank 0: model.safetensors */
+    uint8_t model_digest[32];
+} saver;
+
+/* The manifest's parameter table: every parameter's name, shape, routing,
+ * owner layout and refresh phase. */
+static json_object *manifest_params(strata_runtime *rt, const strata_rt_view *v)
+{
+    json_object *params = json_object_new_array();
+    for (int i = 0; i < v->n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(rt, i, &p);
+        json_object *e = json_object_new_object(), *sh = json_object_new_array();
+        json_object_object_add(e, "name", json_object_new_string(p.name));
+        for (int d = 0; d < p.ndim; d++)
+            json_object_array_add(sh, json_object_new_int64(p.shape[d]));
+        json_object_object_add(e, "shape", sh);
+        json_object_object_add(e, "layer", json_object_new_int(p.layer));
+        json_object_object_add(e, "optimizer", json_object_new_string(strata_optimizer_name(p.routed)));
+        json_object_object_add(e, "tail", json_object_new_boolean(p.tail));
+        json_object_object_add(e, "owner", json_object_new_int(p.owner));
+        json_object_object_add(e, "shard_offset", json_object_new_int64((int64_t)p.shard_offset));
+        json_object_object_add(e, "tail_offset",
+                               json_object_new_int64(p.tail ? (int64_t)p.tail_offset : -1));
+        json_object_object_add(e, "refresh_offset", json_object_new_int(p.refresh_offset));
+        json_object_array_add(params, e);
+    }
+    return params;
+}
+
+static json_object *file_entry(const char *name, uint64_t bytes, const uint8_t digest[32])
+{
+    char hex[65];
+    hex32(digest, hex);
+    json_object *f = json_object_new_object();
+    json_object_object_add(f, "name", json_object_new_string(name));
+    json_object_object_add(f, "bytes", json_object_new_int64((int64_t)bytes));
+    json_object_object_add(f, "sha256", json_object_new_string(hex));
+    return f;
+}
+
+/* The manifest's file table: the model file, then each rank's state and
+ * table, with sizes and digests. */
+static json_object *manifest_files(const saver *s)
+{
+    json_object *files = json_object_new_array();
+    json_object_array_add(files, file_entry(MODEL_FILE, s->model_bytes, s->model_digest));
+    for (int r = 0; r < s->v.world; r++) {
+        const double *row = s->rows + (size_t)r * ROW_N;
+        for (int which = 0; which < 2; which++) {
+            char name[64];
+            uint8_t dig[32];
+            for (int k = 0; k < 32; k++)
+                dig[k] = (uint8_t)row[(which ? ROW_DIG_JSON : ROW_DIG_ST) + k];
+            rank_file(name, sizeof name, r, which ? "json" : "safetensors");
+            json_object_array_add(files, file_entry(name, (uint64_t)(int64_t)
+                                                    row[which ? ROW_BYTES_JSON : ROW_BYTES_ST],
+                                                    dig));
+        }
+    }
+    return files;
+}
+
+/* Every rank's statistics counters at the save, by name. */
+static json_object *manifest_rank_stats(const saver *s)
+{
+    json_object *rank_stats = json_object_new_array();
+    for (int r = 0; r < s->v.world; r++) {
+        const double *row = s->rows + (size_t)r * ROW_N;
+        json_object *o = json_object_new_object();
+        for (int k = 0; k < STRATA_RT_N_STATS; k++) {
+            const strata_rt_stat_field *f = strata_rt_stat_field_at(k);
+            json_object_object_add(o, f->name,
+                                   f->type == 'd'
+                                       ? json_object_new_double(row[ROW_STATS + k])
+                                       : json_object_new_int64((int64_t)row[ROW_STATS + k]));
+        }
+        json_object_array_add(rank_stats, o);
+    }
+    return rank_stats;
+}
+
+/* Rank 0: manifest.json into the temporary directory (its size in
+ * `bytes`, also on a failed write). */
+static strata_status write_manifest(const saver *s, uint64_t *bytes)
 {
     json_object *m = json_object_new_object();
     if (!m)
@@ -745,71 +784,18 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
     json_object_object_add(m, "format", json_object_new_string(STRATA_CKPT_FORMAT));
     json_object_object_add(m, "format_version", json_object_new_int(STRATA_CKPT_FORMAT_VERSION));
     json_object_object_add(m, "strata_version", json_object_new_string(STRATA_VERSION_STRING));
-    json_object_object_add(m, "step", json_object_new_int64(rt->t));
-    json_object_object_add(m, "lr_scale", json_object_new_double((double)rt->lr_scale));
-    json_object_object_add(m, "world_size", json_object_new_int(rt->world));
+    json_object_object_add(m, "step", json_object_new_int64(s->v.t));
+    json_object_object_add(m, "lr_scale", json_object_new_double((double)s->v.lr_scale));
+    json_object_object_add(m, "world_size", json_object_new_int(s->v.world));
     json_object_object_add(m, "drained", json_object_new_boolean(true));
-    json_object_object_add(m, "drained_jobs", json_object_new_int64(jobs));
-    json_object_object_add(m, "config", config_json(&rt->cfg));
-    json_object *params = json_object_new_array();
-    for (int i = 0; i < rt->n_params; i++) {
-        const rt_param *p = &rt->params[i];
-        json_object *e = json_object_new_object(), *sh = json_object_new_array();
-        json_object_object_add(e, "name", json_object_new_string(p->name));
-        for (int d = 0; d < p->ndim; d++)
-            json_object_array_add(sh, json_object_new_int64(p->shape[d]));
-        json_object_object_add(e, "shape", sh);
-        json_object_object_add(e, "layer", json_object_new_int(p->layer));
-        json_object_object_add(e, "optimizer", json_object_new_string(strata_optimizer_name(p->routed)));
-        json_object_object_add(e, "tail", json_object_new_boolean(p->tail));
-        json_object_object_add(e, "owner", json_object_new_int(p->owner));
-        json_object_object_add(e, "shard_offset", json_object_new_int64((int64_t)p->shard_offset));
-        json_object_object_add(e, "tail_offset",
-                               json_object_new_int64(p->tail ? (int64_t)p->tail_offset : -1));
-        json_object_object_add(e, "refresh_offset", json_object_new_int(p->refresh_offset));
-        json_object_array_add(params, e);
-    }
-    json_object_object_add(m, "params", params);
-    json_object *files = json_object_new_array();
-    char hex[65], name[64];
-    json_object *f = json_object_new_object();
-    json_object_object_add(f, "name", json_object_new_string(MODEL_FILE));
-    json_object_object_add(f, "bytes", json_object_new_int64((int64_t)model_bytes));
-    hex32(model_digest, hex);
-    json_object_object_add(f, "sha256", json_object_new_string(hex));
-    json_object_array_add(files, f);
-    for (int r = 0; r < rt->world; r++) {
-        const double *row = rows + (size_t)r * ROW_N;
-        for (int which = 0; which < 2; which++) {
-            uint8_t dig[32];
-            for (int k = 0; k < 32; k++)
-                dig[k] = (uint8_t)row[(which ? ROW_DIG_JSON : ROW_DIG_ST) + k];
-            rank_file(name, sizeof name, r, which ? "json" : "safetensors");
-            hex32(dig, hex);
-            f = json_object_new_object();
-            json_object_object_add(f, "name", json_object_new_string(name));
-            json_object_object_add(f, "bytes", json_object_new_int64(
-                                                   (int64_t)row[which ? ROW_BYTES_JSON : ROW_BYTES_ST]));
-            json_object_object_add(f, "sha256", json_object_new_string(hex));
-            json_object_array_add(files, f);
-        }
-    }
-    json_object_object_add(m, "files", files);
-    json_object *rank_stats = json_object_new_array();
-    for (int r = 0; r < rt->world; r++) {
-        const double *row = rows + (size_t)r * ROW_N;
-        json_object *o = json_object_new_object();
-        for (int k = 0; k < N_STATS; k++)
-            json_object_object_add(o, stat_fields[k].name,
-                                   stat_fields[k].type == 'd'
-                                       ? json_object_new_double(row[ROW_STATS + k])
-                                       : json_object_new_int64((int64_t)row[ROW_STATS + k]));
-        json_object_array_add(rank_stats, o);
-    }
-    json_object_object_add(m, "rank_stats", rank_stats);
+    json_object_object_add(m, "drained_jobs", json_object_new_int64(s->all_jobs));
+    json_object_object_add(m, "config", config_json(s->v.cfg));
+    json_object_object_add(m, "params", manifest_params(s->rt, &s->v));
+    json_object_object_add(m, "files", manifest_files(s));
+    json_object_object_add(m, "rank_stats", manifest_rank_stats(s));
     json_object *user = NULL;
-    if (user_json) {
-        user = json_tokener_parse(user_json);
+    if (s->user_json) {
+        user = json_tokener_parse(s->user_json);
         if (!json_object_is_type(user, json_type_object)) {
             json_object_put(user);
             json_object_put(m);
@@ -818,8 +804,8 @@ static strata_status write_manifest(strata_runtime *rt, const char *tmp, const d
         }
     }
     json_object_object_add(m, "user", user ? user : json_object_new_object());
-    char *path = joinf(tmp, "manifest.json");
-    strata_status st = path ? json_write(rt, path, m, bytes, NULL)
+    char *path = joinf(s->tmp, "manifest.json");
+    strata_status st = path ? json_write(s->rt, path, m, bytes, NULL)
                             : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     free(path);
     json_object_put(m);
@@ -871,12 +857,15 @@ static strata_status publish(strata_runtime *rt, const char *tmp, const char *di
     return st;
 }
 
-strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
-                          strata_save_info *info)
+
+/* Arguments and state a save needs before it touches anything. */
+static strata_status save_check(const strata_runtime *rt, const char *dir, const char *user_json)
 {
     if (!rt || !dir || !dir[0])
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: NULL runtime or directory");
-    if (!rt->committed)
+    strata_rt_view v;
+    strata_rt_view_get(rt, &v);
+    if (!v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_save: call strata_commit first");
     if (user_json) {
         json_object *u = json_tokener_parse(user_json);
@@ -886,185 +875,250 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
             return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not a JSON "
                                 "object");
     }
-    const double t0 = strata_now_seconds();
-    int64_t jobs = 0;
-    strata_status st = strata_refresh_drain(rt->engine, &jobs);
-    const double t_drain = strata_now_seconds() - t0;
-    /* Collective from here: every rank joins each exchange even after a
-     * local failure (a zero "ok" says so). */
-    strata_status sw = strata_sync_weights(rt);
+    return STRATA_OK;
+}
+
+static void release_layers(strata_runtime *rt, const strata_rt_view *v)
+{
+    for (int l = 0; l < v->managed_layers; l++)
+        strata_rt_layer_release(rt, l);
+}
+
+/* Drain the refresh engine and bring every rank the current weights.
+ * Managed weights: rank 0 holds every layer until the model file is
+ * written; the other ranks take part in each broadcast and drop the layer
+ * at once. Collective. */
+static strata_status save_drain(saver *s)
+{
+    strata_status st = strata_refresh_drain(s->v.engine, &s->jobs);
+    s->t_drain = strata_now_seconds() - s->t0;
+    strata_status sw = strata_sync_weights(s->rt);
     if (st == STRATA_OK)
         st = sw;
-    /* Managed weights: rank 0 holds every layer until the model file is
-     * written; the other ranks take part in each broadcast and drop the
-     * layer at once. */
-    for (int l = 0; rt->managed && l <= rt->max_layer; l++) {
-        sw = strata_rt_layer_materialize(rt, l);
+    for (int l = 0; l < s->v.managed_layers; l++) {
+        sw = strata_rt_layer_materialize(s->rt, l);
         if (st == STRATA_OK)
             st = sw;
-        if (rt->rank != 0)
-            strata_rt_layer_release(rt, l);
+        if (s->v.rank != 0)
+            strata_rt_layer_release(s->rt, l);
     }
+    return st;
+}
 
-    /* Rank 0 creates the temporary directory; its 6-letter suffix reaches
-     * the others as numbers. */
-    const size_t dl = strlen(dir);
-    char *tmp = malloc(dl + 16);
+/* Rank 0 creates the temporary directory; its 6-letter suffix reaches the
+ * others as numbers. Then the table of rows. Collective (`st`: the status
+ * so far). */
+static strata_status save_prepare(saver *s, strata_status st)
+{
+    const size_t dl = strlen(s->dir);
+    char *tmp = s->tmp = malloc(dl + 16);
     double name[7] = {0};
     if (!tmp && st == STRATA_OK)
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    if (rt->rank == 0 && st == STRATA_OK) {
-        snprintf(tmp, dl + 16, "%s.tmp-XXXXXX", dir);
-        if (io_fault(rt) || !mkdtemp(tmp))
+    if (s->v.rank == 0 && st == STRATA_OK) {
+        snprintf(tmp, dl + 16, "%s.tmp-XXXXXX", s->dir);
+        if (io_fault(s->rt) || !mkdtemp(tmp))
             st = strata_error(STRATA_ERR_IO, "strata_save: cannot create %s: %s", tmp,
                               strerror(errno));
         else
             for (int i = 0; i < 6; i++)
                 name[i] = (double)(unsigned char)tmp[dl + 5 + i];
     }
-    if (rt->rank == 0)
+    if (s->v.rank == 0)
         name[6] = st == STRATA_OK ? 1.0 : 0.0;
-    if (rt->world > 1) {
-        strata_status sc = strata_comm_allreduce_f64(rt->comm, name, 7, STRATA_REDUCE_SUM);
+    if (s->v.world > 1) {
+        strata_status sc = strata_comm_allreduce_f64(s->v.comm, name, 7, STRATA_REDUCE_SUM);
         if (st == STRATA_OK)
             st = sc;
     }
-    if (st == STRATA_OK && name[6] != 1.0)
+    s->tmp_made = name[6] == 1.0;
+    if (st == STRATA_OK && !s->tmp_made)
         st = strata_error(STRATA_ERR_IO, "strata_save: rank 0 could not create the temporary "
                           "directory");
-    if (st == STRATA_OK && rt->rank != 0) {
-        snprintf(tmp, dl + 16, "%s.tmp-", dir);
+    if (st == STRATA_OK && s->v.rank != 0) {
+        snprintf(tmp, dl + 16, "%s.tmp-", s->dir);
         for (int i = 0; i < 6; i++)
             tmp[dl + 5 + i] = (char)name[i];
         tmp[dl + 11] = '\0';
     }
-
-    double *rows = calloc((size_t)rt->world * ROW_N, sizeof *rows);
-    if (!rows && st == STRATA_OK)
+    s->rows = calloc((size_t)s->v.world * ROW_N, sizeof *s->rows);
+    if (!s->rows && st == STRATA_OK)
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    uint64_t bytes = 0, model_bytes = 0;
-    uint8_t model_digest[32] = {0};
+    return st;
+}
+
+/* One of this rank's files into the temporary directory: the items
+ * (rank-R.safetensors) or the table (rank-R.json); its size and digest go
+ * into the rank's row. */
+static strata_status save_rank_file(saver *s, const item_list *items, json_object *table)
+{
+    char fname[64];
+    rank_file(fname, sizeof fname, s->v.rank, items ? "safetensors" : "json");
+    char *path = joinf(s->tmp, fname);
+    uint8_t dig[32];
+    uint64_t nb = 0;
+    strata_status st = !path ? strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory")
+                       : items ? st_write(s->rt, path, items, &nb, dig)
+                               : json_write(s->rt, path, table, &nb, dig);
+    free(path);
+    if (st == STRATA_OK) {
+        double *row = s->rows + (size_t)s->v.rank * ROW_N;
+        row[items ? ROW_BYTES_ST : ROW_BYTES_JSON] = (double)nb;
+        for (int k = 0; k < 32; k++)
+            row[(items ? ROW_DIG_ST : ROW_DIG_JSON) + k] = dig[k];
+        s->bytes += nb;
+    }
+    return st;
+}
+
+/* This rank's optimizer and engine state (rank-R.safetensors) and its
+ * table (rank-R.json). */
+static strata_status save_rank_files(saver *s)
+{
     item_list items = {0};
     json_object *rj = json_object_new_object(), *tensors = json_object_new_array(),
                 *blocks = json_object_new_array();
-    if (st == STRATA_OK && (!rj || !tensors || !blocks))
-        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    strata_status st = rj && tensors && blocks
+                           ? STRATA_OK
+                           : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     if (st == STRATA_OK)
-        st = rank_items(rt, &items, tensors, blocks);
-    char fname[64];
+        st = rank_items(s->rt, &s->v, &items, tensors, blocks);
+    if (st == STRATA_OK)
+        st = save_rank_file(s, &items, NULL);
     if (st == STRATA_OK) {
-        rank_file(fname, sizeof fname, rt->rank, "safetensors");
-        char *path = joinf(tmp, fname);
-        uint8_t dig[32];
-        uint64_t nb = 0;
-        st = path ? st_write(rt, path, &items, &nb, dig)
-                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        free(path);
-        if (st == STRATA_OK) {
-            double *row = rows + (size_t)rt->rank * ROW_N;
-            row[ROW_BYTES_ST] = (double)nb;
-            for (int k = 0; k < 32; k++)
-                row[ROW_DIG_ST + k] = dig[k];
-            bytes += nb;
-        }
-    }
-    if (st == STRATA_OK) {
-        json_object_object_add(rj, "rank", json_object_new_int(rt->rank));
-        json_object_object_add(rj, "step", json_object_new_int64(rt->t));
+        json_object_object_add(rj, "rank", json_object_new_int(s->v.rank));
+        json_object_object_add(rj, "step", json_object_new_int64(s->v.t));
         json_object_object_add(rj, "blocks", blocks);
         json_object_object_add(rj, "tensors", tensors);
         blocks = tensors = NULL;
-        rank_file(fname, sizeof fname, rt->rank, "json");
-        char *path = joinf(tmp, fname);
-        uint8_t dig[32];
-        uint64_t nb = 0;
-        st = path ? json_write(rt, path, rj, &nb, dig)
-                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        free(path);
-        if (st == STRATA_OK) {
-            double *row = rows + (size_t)rt->rank * ROW_N;
-            row[ROW_BYTES_JSON] = (double)nb;
-            for (int k = 0; k < 32; k++)
-                row[ROW_DIG_JSON + k] = dig[k];
-            bytes += nb;
-        }
+        st = save_rank_file(s, NULL, rj);
     }
     json_object_put(rj);
     json_object_put(tensors);
     json_object_put(blocks);
     items_free(&items);
-    if (st == STRATA_OK && rt->rank == 0) {
-        /* The weights, whole, under their registered names and shapes. */
-        for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
-            const rt_param *p = &rt->params[i];
-            st_item it = {.name = strdup(p->name), .dtype = STRATA_ST_F32, .ndim = p->ndim,
-                          .bytes = p->view.numel * sizeof(float), .src = SRC_BACKEND,
-                          .ptr = p->data};
-            for (int d = 0; d < p->ndim; d++)
-                it.shape[d] = p->shape[d];
-            st = items_add(&items, it);
-        }
-        char *path = joinf(tmp, MODEL_FILE);
-        if (st == STRATA_OK)
-            st = path ? st_write(rt, path, &items, &model_bytes, model_digest)
-                      : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        free(path);
-        items_free(&items);
-        bytes += model_bytes;
+    return st;
+}
+
+/* Rank 0: the weights, whole, under their registered names and shapes
+ * (model.safetensors). */
+static strata_status save_model(saver *s)
+{
+    item_list items = {0};
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < s->v.n_params && st == STRATA_OK; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(s->rt, i, &p);
+        st_item it = {.name = strdup(p.name), .dtype = STRATA_ST_F32, .ndim = p.ndim,
+                      .bytes = p.numel * sizeof(float), .src = SRC_BACKEND, .ptr = p.data};
+        for (int d = 0; d < p.ndim; d++)
+            it.shape[d] = p.shape[d];
+        st = items_add(&items, it);
     }
-    for (int l = 0; rt->managed && l <= rt->max_layer; l++)
-        strata_rt_layer_release(rt, l);
-    if (rows) {
-        double *row = rows + (size_t)rt->rank * ROW_N;
+    char *path = joinf(s->tmp, MODEL_FILE);
+    if (st == STRATA_OK)
+        st = path ? st_write(s->rt, path, &items, &s->model_bytes, s->model_digest)
+                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    free(path);
+    items_free(&items);
+    s->bytes += s->model_bytes;
+    return st;
+}
+
+/* Every rank's row (its outcome, files, drained jobs and counters) to every
+ * rank, in one allreduce. Collective (`st`: the status so far). */
+static strata_status save_gather(saver *s, strata_status st)
+{
+    if (s->rows) {
+        double *row = s->rows + (size_t)s->v.rank * ROW_N;
         row[ROW_OK] = st == STRATA_OK ? 1.0 : 0.0;
-        row[ROW_JOBS] = (double)jobs;
-        strata_stats s;
-        if (strata_stats_get(rt, &s) == STRATA_OK)
-            for (int k = 0; k < N_STATS; k++)
-                row[ROW_STATS + k] = stat_read(&s, &stat_fields[k]);
-        if (rt->world > 1) {
-            strata_status sc =
-                strata_comm_allreduce_f64(rt->comm, rows, rt->world * ROW_N, STRATA_REDUCE_SUM);
+        row[ROW_JOBS] = (double)s->jobs;
+        strata_stats now;
+        if (strata_stats_get(s->rt, &now) == STRATA_OK)
+            for (int k = 0; k < STRATA_RT_N_STATS; k++)
+                row[ROW_STATS + k] = strata_rt_stat_read(&now, k);
+        if (s->v.world > 1) {
+            strata_status sc = strata_comm_allreduce_f64(s->v.comm, s->rows, s->v.world * ROW_N,
+                                                         STRATA_REDUCE_SUM);
             if (st == STRATA_OK)
                 st = sc;
         }
     }
-    int64_t all_jobs = 0;
-    for (int r = 0; rows && r < rt->world; r++) {
-        if (rows[(size_t)r * ROW_N + ROW_OK] != 1.0 && st == STRATA_OK)
+    for (int r = 0; s->rows && r < s->v.world; r++) {
+        if (s->rows[(size_t)r * ROW_N + ROW_OK] != 1.0 && st == STRATA_OK)
             st = strata_error(STRATA_ERR_IO, "strata_save: rank %d failed to write its shard", r);
-        all_jobs += (int64_t)rows[(size_t)r * ROW_N + ROW_JOBS];
+        s->all_jobs += (int64_t)s->rows[(size_t)r * ROW_N + ROW_JOBS];
     }
-    if (st == STRATA_OK && rt->rank == 0) {
-        uint64_t mb = 0;
-        st = write_manifest(rt, tmp, rows, user_json, all_jobs, model_bytes, model_digest, &mb);
-        bytes += mb;
-        if (st == STRATA_OK)
-            st = fsync_dir(rt, tmp);
-        if (st == STRATA_OK)
-            st = publish(rt, tmp, dir);
-    }
-    if (rt->rank == 0 && st != STRATA_OK && tmp && name[6] == 1.0)
-        remove_dir(tmp);
-    /* Everyone learns rank 0's outcome. */
-    if (rt->world > 1) {
+    return st;
+}
+
+/* Rank 0: the manifest, the directory fsynced, renamed into place. */
+static strata_status save_commit(saver *s)
+{
+    uint64_t mb = 0;
+    strata_status st = write_manifest(s, &mb);
+    s->bytes += mb;
+    if (st == STRATA_OK)
+        st = fsync_dir(s->rt, s->tmp);
+    if (st == STRATA_OK)
+        st = publish(s->rt, s->tmp, s->dir);
+    return st;
+}
+
+/* Rank 0 removes what a failed save left; every rank learns rank 0's
+ * outcome. Collective. */
+static strata_status save_agree(saver *s, strata_status st)
+{
+    if (s->v.rank == 0 && st != STRATA_OK && s->tmp && s->tmp_made)
+        remove_dir(s->tmp);
+    if (s->v.world > 1) {
         double bad = st == STRATA_OK ? 0.0 : 1.0;
-        strata_status sc = strata_comm_allreduce_f64(rt->comm, &bad, 1, STRATA_REDUCE_MAX);
+        strata_status sc = strata_comm_allreduce_f64(s->v.comm, &bad, 1, STRATA_REDUCE_MAX);
         if (st == STRATA_OK && (sc != STRATA_OK || bad != 0.0))
             st = sc != STRATA_OK ? sc
                                  : strata_error(STRATA_ERR_IO, "strata_save: another rank failed");
     }
-    free(rows);
-    free(tmp);
+    return st;
+}
+
+static void save_report(saver *s, strata_status st, strata_save_info *info)
+{
+    free(s->rows);
+    free(s->tmp);
     if (info)
-        *info = (strata_save_info){.seconds = strata_now_seconds() - t0,
-                                   .drain_seconds = t_drain,
-                                   .bytes = bytes,
-                                   .drained_jobs = all_jobs};
+        *info = (strata_save_info){.seconds = strata_now_seconds() - s->t0,
+                                   .drain_seconds = s->t_drain,
+                                   .bytes = s->bytes,
+                                   .drained_jobs = s->all_jobs};
     if (st == STRATA_OK)
-        strata_log(rt, STRATA_LOG_INFO, "ckpt", "saved step %lld to %s: %.1f MiB in %.3f s "
-                   "(%lld refresh jobs drained in %.3f s)", (long long)rt->t, dir,
-                   bytes / 1048576.0, strata_now_seconds() - t0, (long long)all_jobs, t_drain);
+        strata_log(s->rt, STRATA_LOG_INFO, "ckpt", "saved step %lld to %s: %.1f MiB in %.3f s "
+                   "(%lld refresh jobs drained in %.3f s)", (long long)s->v.t, s->dir,
+                   s->bytes / 1048576.0, strata_now_seconds() - s->t0, (long long)s->all_jobs,
+                   s->t_drain);
+}
+
+strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
+                          strata_save_info *info)
+{
+    strata_status st = save_check(rt, dir, user_json);
+    if (st != STRATA_OK)
+        return st;
+    saver s = {.rt = rt, .dir = dir, .user_json = user_json, .t0 = strata_now_seconds()};
+    strata_rt_view_get(rt, &s.v);
+    /* Collective from here: every rank joins each exchange even after a
+     * local failure (a zero "ok" says so). */
+    st = save_drain(&s);
+    st = save_prepare(&s, st);
+    if (st == STRATA_OK)
+        st = save_rank_files(&s);
+    if (st == STRATA_OK && s.v.rank == 0)
+        st = save_model(&s);
+    release_layers(rt, &s.v);
+    st = save_gather(&s, st);
+    if (st == STRATA_OK && s.v.rank == 0)
+        st = save_commit(&s);
+    st = save_agree(&s, st);
+    save_report(&s, st, info);
     return st;
 }
 
@@ -1154,7 +1208,8 @@ static strata_status expect(const char *what, const strata_st_header *h, const c
 
 /* A family tensor saved under a name whose meaning has changed since
  * (strata_precond_family.retired_tensors) is refused with the reason. */
-static strata_status check_retired(const char *what, const strata_st_header *h, const rt_param *p)
+static strata_status check_retired(const char *what, const strata_st_header *h,
+                                   const strata_rt_param_view *p)
 {
     const char *const *r = p->fam->retired_tensors;
     for (; r && r[0]; r += 2) {
@@ -1222,6 +1277,320 @@ static void old_rank_free(old_rank *o)
     strata_ckpt_rank_free(o->rk);
 }
 
+
+/* One load on this rank: what its phases hand on. Nothing of the runtime
+ * changes before load_apply. */
+typedef struct loader {
+    strata_runtime *rt;
+    strata_rt_view v;
+    const char *dir;
+    strata_ckpt_manifest *m;
+    bool same_layout;        /* the same ranks, every parameter with the same owner */
+    loaded_file fm;          /* model.safetensors */
+    strata_st_header hm;
+    char what_m[4200];
+    old_rank *old;           /* per rank at save: its files, read when needed */
+    pending_copy *copies;    /* weights and family tensors, applied last */
+    int n_copies;
+    int nb;                  /* this runtime's engine blocks */
+    strata_refresh_slot_image *images; /* nb x STRATA_CKPT_MAX_SLOTS */
+    int *block_src;          /* per engine block: index into its old rank's block table */
+    int *block_rank;         /* per engine block: that old rank */
+} loader;
+
+/* The manifest's parameter table against this runtime's: count, names,
+ * shapes, routing, owners, refresh phases. */
+static strata_status load_check_params(loader *c)
+{
+    const strata_ckpt_manifest *m = c->m;
+    const char *dir = c->dir;
+    if (m->world_size < 1 || m->world_size > (1 << 20))
+        return strata_error(STRATA_ERR_DATA, "checkpoint %s: world size %d", dir, m->world_size);
+    if (m->n_params != c->v.n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has %d parameters, this "
+                            "runtime %d", dir, m->n_params, c->v.n_params);
+    /* Resharding: a parameter this runtime owns is read from whichever rank
+     * owned it at save (the same one when the layout did not change). The
+     * same layout: the same ranks and every parameter with the same owner (a
+     * change of shard group size or sharding, or another plan, moves
+     * parameters between the rank files). */
+    c->same_layout = m->world_size == c->v.world;
+    for (int i = 0; i < c->v.n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(c->rt, i, &p);
+        const strata_ckpt_param *q = &m->params[i];
+        c->same_layout = c->same_layout && q->owner == p.owner;
+        bool same = strcmp(p.name, q->name) == 0 && p.ndim == q->ndim;
+        for (int d = 0; same && d < p.ndim; d++)
+            same = p.shape[d] == q->shape[d];
+        if (!same)
+            return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter %d is '%s' of "
+                                "another shape or name than this runtime's '%s'", dir, i,
+                                q->name, p.name);
+        if (strcmp(strata_optimizer_name(p.routed), q->optimizer) != 0)
+            return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' was routed "
+                                "to %s, this runtime routes it to %s", dir, p.name, q->optimizer,
+                                strata_optimizer_name(p.routed));
+        if (q->owner >= m->world_size)
+            return strata_error(STRATA_ERR_DATA, "checkpoint %s: parameter '%s' owned by rank %d "
+                                "of %d", dir, p.name, q->owner, m->world_size);
+        if (p.refresh_offset != q->refresh_offset)
+            return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' has "
+                                "refresh phase %d, this runtime %d (stagger_refresh or "
+                                "refresh_offset changed)", dir, p.name, q->refresh_offset,
+                                p.refresh_offset);
+    }
+    return STRATA_OK;
+}
+
+/* The model file, read whole, checked and parsed; room for the old ranks. */
+static strata_status load_read_model(loader *c)
+{
+    c->old = calloc((size_t)c->m->world_size, sizeof *c->old);
+    if (!c->old)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    strata_status st = load_file(c->dir, c->m, MODEL_FILE, &c->fm);
+    if (st == STRATA_OK)
+        st = strata_st_header_parse(c->what_m, c->fm.buf, c->fm.len, c->fm.len, &c->hm);
+    return st;
+}
+
+/* Owned parameter i's family tensors, from the rank that owned it at save:
+ * each must exist with its dtype and shape; queued as copies. */
+static strata_status match_state(loader *c, int i, const strata_rt_param_view *p)
+{
+    const int src = c->m->params[i].owner < 0 ? 0 : c->m->params[i].owner;
+    strata_status st = old_rank_load(c->dir, c->m, src, &c->old[src]);
+    if (st != STRATA_OK)
+        return st;
+    const old_rank *o = &c->old[src];
+    if ((st = check_retired(o->what, &o->hs, p)) != STRATA_OK)
+        return st;
+    strata_tensor_info *ti = NULL;
+    int n = 0;
+    if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
+        return st;
+    for (int k = 0; k < n && st == STRATA_OK; k++) {
+        char *nm = joinf(p->name, ti[k].name);
+        const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
+        const strata_st_tensor *t = NULL;
+        st = nm ? expect(o->what, &o->hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
+                : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        free(nm);
+        if (st == STRATA_OK)
+            c->copies[c->n_copies++] =
+                (pending_copy){ti[k].data, o->fs.buf + o->hs.data_start + t->begin,
+                               t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE};
+    }
+    free(ti);
+    return st;
+}
+
+/* Every parameter's weights (this rank's copy: a managed parameter owned
+ * elsewhere is materialized from its owner) and the owned ones' family
+ * tensors, matched and queued. */
+static strata_status load_match_tensors(loader *c)
+{
+    int cap = c->v.n_params;
+    for (int i = 0; i < c->v.n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(c->rt, i, &p);
+        if (owns(&p))
+            cap += p.fam->tensors(p.state, NULL, 0);
+    }
+    c->copies = calloc((size_t)cap + 1, sizeof *c->copies);
+    if (!c->copies)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < c->v.n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(c->rt, i, &p);
+        const strata_st_tensor *t = NULL;
+        strata_status st = expect(c->what_m, &c->hm, p.name, STRATA_ST_F32, p.ndim, p.shape, &t);
+        if (st != STRATA_OK)
+            return st;
+        if (!p.managed || p.owner == c->v.rank)
+            c->copies[c->n_copies++] = (pending_copy){
+                p.data, c->fm.buf + c->hm.data_start + t->begin, t->end - t->begin, true};
+        if (owns(&p) && (st = match_state(c, i, &p)) != STRATA_OK)
+            return st;
+    }
+    return STRATA_OK;
+}
+
+/* The first of a saved block's schedule fields that differs from the
+ * engine's, or NULL. */
+static const char *block_differs(const strata_ckpt_block *b, const strata_refresh_block_desc *d)
+{
+    return b->slot_bytes != d->slot_bytes ? "slot bytes"
+           : b->n_slots != d->n_slots     ? "slots (S or F)"
+           : b->inline_ != d->inline_     ? "async (inline vs workers)"
+           : b->frequency != d->frequency ? "precondition frequency"
+           : b->start != d->start         ? "start step"
+           : b->lag != d->lag             ? "lag"
+           : b->offset != d->offset       ? "refresh phase"
+           : b->staleness != d->staleness ? "staleness S"
+           : b->mode != (int)d->mode      ? "install mode"
+                                          : NULL;
+}
+
+/* Engine block i: found in the table of the rank that owned its parameter,
+ * its schedule equal to the engine's, its slots' images (the results'
+ * bytes in that rank's state file). */
+static strata_status match_block(loader *c, int i)
+{
+    strata_refresh_block_desc d;
+    strata_status st = strata_refresh_block_describe(c->v.engine, i, &d);
+    if (st != STRATA_OK)
+        return st;
+    strata_rt_param_view p = {0};
+    const int pi = param_of_entry(c->rt, &c->v, d.entry, &p);
+    const int src = pi < 0 || c->m->params[pi].owner < 0 ? 0 : c->m->params[pi].owner;
+    if ((st = old_rank_load(c->dir, c->m, src, &c->old[src])) != STRATA_OK)
+        return st;
+    const old_rank *o = &c->old[src];
+    int j = -1;
+    for (int k = 0; k < o->rk->n_blocks && j < 0; k++)
+        if (pi >= 0 && strcmp(o->rk->blocks[k].param, p.name) == 0 &&
+            o->rk->blocks[k].block == d.block)
+            j = k;
+    if (j < 0)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has no refresh block %d of "
+                            "'%s' (another optimizer or block size?)", o->what, d.block,
+                            pi >= 0 ? p.name : "?");
+    c->block_src[i] = j;
+    c->block_rank[i] = src;
+    const strata_ckpt_block *b = &o->rk->blocks[j];
+    const char *field = block_differs(b, &d);
+    if (field)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d ('%s' "
+                            "block %d): its %s differs from this runtime's (saved S=%d F=%d "
+                            "%s; now S=%d F=%d %s)", o->what, i, b->param, b->block, field,
+                            b->staleness, b->frequency, b->inline_ ? "inline" : "async",
+                            d.staleness, d.frequency, d.inline_ ? "inline" : "async");
+    for (int k = 0; k < b->n_slots; k++) {
+        strata_refresh_slot_image *im = &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS + k];
+        im->state = (strata_coh_slot_state)b->slots[k].state;
+        im->version = b->slots[k].version;
+        im->failed = b->slots[k].failed;
+        if (im->state != STRATA_SLOT_READY && im->state != STRATA_SLOT_INSTALLED)
+            continue;
+        char nm[64];
+        snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
+        char *full = joinf(p.name, nm);
+        const int64_t shape[1] = {(int64_t)d.slot_bytes};
+        const strata_st_tensor *t = NULL;
+        st = full ? expect(o->what, &o->hs, full, STRATA_ST_U8, 1, shape, &t)
+                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        free(full);
+        if (st != STRATA_OK)
+            return st;
+        im->data = o->fs.buf + o->hs.data_start + t->begin;
+    }
+    return STRATA_OK;
+}
+
+static strata_status load_match_blocks(loader *c)
+{
+    c->nb = strata_refresh_block_count(c->v.engine);
+    const size_t nb = (size_t)(c->nb > 0 ? c->nb : 1);
+    c->images = calloc(nb * STRATA_CKPT_MAX_SLOTS, sizeof *c->images);
+    c->block_src = calloc(nb, sizeof *c->block_src);
+    c->block_rank = calloc(nb, sizeof *c->block_rank);
+    if (!c->images || !c->block_src || !c->block_rank)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < c->nb && st == STRATA_OK; i++)
+        st = match_block(c, i);
+    return st;
+}
+
+/* Same layout: this rank's file must hold exactly what it uses (a file with
+ * extra tensors is not this runtime's). */
+static strata_status load_check_count(const loader *c)
+{
+    if (!c->same_layout || !c->old[c->v.rank].loaded)
+        return STRATA_OK;
+    const old_rank *mine = &c->old[c->v.rank];
+    int used = 0;
+    for (int i = 0; i < c->v.n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(c->rt, i, &p);
+        if (owns(&p))
+            used += p.fam->tensors(p.state, NULL, 0);
+    }
+    for (int i = 0; i < c->nb; i++) {
+        const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
+        for (int k = 0; k < b->n_slots; k++)
+            used += b->slots[k].state == STRATA_SLOT_READY ||
+                    b->slots[k].state == STRATA_SLOT_INSTALLED;
+    }
+    if (mine->hs.n != used)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s holds %d tensors, this "
+                            "runtime expects %d", mine->what, mine->hs.n, used);
+    return STRATA_OK;
+}
+
+/* Change state: engine blocks (registry, slots, replayed install), then the
+ * family tensors and the weights over them. Materialized managed layers
+ * are stale from here on. */
+static strata_status load_apply(loader *c)
+{
+    release_layers(c->rt, &c->v);
+    strata_status st = strata_refresh_drain(c->v.engine, NULL);
+    for (int i = 0; i < c->nb && st == STRATA_OK; i++) {
+        const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
+        st = strata_refresh_block_restore(c->v.engine, i,
+                                          &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
+                                          b->n_slots, b->have);
+    }
+    for (int i = 0; i < c->n_copies && st == STRATA_OK; i++) {
+        const pending_copy *k = &c->copies[i];
+        if (k->backend)
+            st = strata_backend_copy(c->v.be, k->dst, k->src, k->bytes);
+        else
+            memcpy(k->dst, k->src, k->bytes);
+    }
+    return st;
+}
+
+/* The step counter, the statistics counters, the caller's JSON. */
+static strata_status load_restore(loader *c, char **user_json, strata_load_info *info,
+                                  double t0)
+{
+    const strata_ckpt_manifest *m = c->m;
+    strata_rt_restore_step(c->rt, m->step, (float)m->lr_scale);
+    strata_status st = stats_restore(c->rt, &c->v, m);
+    if (user_json && !(*user_json = strdup(m->user_json)))
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    size_t bytes = c->fm.len;
+    for (int r = 0; r < m->world_size; r++)
+        bytes += c->old[r].loaded ? c->old[r].fs.len + c->old[r].fj.len : 0;
+    if (info)
+        *info = (strata_load_info){.step = m->step,
+                                   .seconds = strata_now_seconds() - t0,
+                                   .bytes = bytes};
+    if (st == STRATA_OK)
+        strata_log(c->rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d ranks at save, "
+                   "%d now; %d refresh jobs were drained at save)", (long long)m->step, c->dir,
+                   m->world_size, c->v.world, (int)m->drained_jobs);
+    return st;
+}
+
+static void load_free(loader *c)
+{
+    free(c->images);
+    free(c->copies);
+    free(c->block_src);
+    free(c->block_rank);
+    strata_st_header_free(&c->hm);
+    free(c->fm.buf);
+    if (c->old)
+        for (int r = 0; r < c->m->world_size; r++)
+            old_rank_free(&c->old[r]);
+    free(c->old);
+    strata_ckpt_manifest_free(c->m);
+}
+
 strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
                           strata_load_info *info)
 {
@@ -1229,269 +1598,31 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_load: NULL runtime or directory");
     if (user_json)
         *user_json = NULL;
-    if (!rt->committed)
+    loader c = {.rt = rt, .dir = dir};
+    strata_rt_view_get(rt, &c.v);
+    if (!c.v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_load: call strata_commit first");
     const double t0 = strata_now_seconds();
-    strata_ckpt_manifest *m = NULL;
-    loaded_file fm = {0};
-    strata_st_header hm = {0};
-    pending_copy *copies = NULL;
-    int n_copies = 0;
-    strata_refresh_slot_image *images = NULL;
-    old_rank *old = NULL;
-    int *block_src = NULL; /* per engine block: index into its old rank's block table */
-    int *block_rank = NULL;
-    char what_m[4200];
-    snprintf(what_m, sizeof what_m, "%s/%s", dir, MODEL_FILE);
-
-    strata_status st = read_manifest(dir, &m);
-    if (st != STRATA_OK)
-        goto out;
-    if (m->world_size < 1 || m->world_size > (1 << 20)) {
-        st = strata_error(STRATA_ERR_DATA, "checkpoint %s: world size %d", dir, m->world_size);
-        goto out;
-    }
-    if (m->n_params != rt->n_params) {
-        st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has %d parameters, this runtime "
-                          "%d", dir, m->n_params, rt->n_params);
-        goto out;
-    }
-    /* Resharding: a parameter this runtime owns is read from whichever rank
-     * owned it at save (the same one when the layout did not change). */
-    /* The same layout: the same ranks and every parameter with the same
-     * owner (a change of shard group size or sharding, or another plan,
-     * moves parameters between the rank files). */
-    bool same_layout = m->world_size == rt->world;
-    for (int i = 0; i < rt->n_params && same_layout; i++)
-        same_layout = m->params[i].owner == rt->params[i].owner;
-    for (int i = 0; i < rt->n_params; i++) {
-        const rt_param *p = &rt->params[i];
-        const strata_ckpt_param *q = &m->params[i];
-        bool same = strcmp(p->name, q->name) == 0 && p->ndim == q->ndim;
-        for (int d = 0; same && d < p->ndim; d++)
-            same = p->shape[d] == q->shape[d];
-        if (!same) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter %d is '%s' of "
-                              "another shape or name than this runtime's '%s'", dir, i, q->name,
-                              p->name);
-            goto out;
-        }
-        if (strcmp(strata_optimizer_name(p->routed), q->optimizer) != 0) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' was routed to "
-                              "%s, this runtime routes it to %s", dir, p->name, q->optimizer,
-                              strata_optimizer_name(p->routed));
-            goto out;
-        }
-        if (q->owner >= m->world_size) {
-            st = strata_error(STRATA_ERR_DATA, "checkpoint %s: parameter '%s' owned by rank %d of "
-                              "%d", dir, p->name, q->owner, m->world_size);
-            goto out;
-        }
-        if (p->refresh_offset != q->refresh_offset) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' has refresh "
-                              "phase %d, this runtime %d (stagger_refresh or refresh_offset "
-                              "changed)", dir, p->name, q->refresh_offset, p->refresh_offset);
-            goto out;
-        }
-    }
-    config_compare(rt, m->config, dir);
-    old = calloc((size_t)m->world_size, sizeof *old);
-    if (!old) {
-        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    if ((st = load_file(dir, m, MODEL_FILE, &fm)) != STRATA_OK ||
-        (st = strata_st_header_parse(what_m, fm.buf, fm.len, fm.len, &hm)) != STRATA_OK)
-        goto out;
-
-    /* Match everything before changing anything. */
-    int cap = rt->n_params;
-    for (int i = 0; i < rt->n_params; i++)
-        if (owns(rt, &rt->params[i]))
-            cap += rt->params[i].fam->tensors(rt->params[i].state, NULL, 0);
-    copies = calloc((size_t)cap + 1, sizeof *copies);
-    if (!copies) {
-        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < rt->n_params; i++) {
-        const rt_param *p = &rt->params[i];
-        const strata_st_tensor *t = NULL;
-        st = expect(what_m, &hm, p->name, STRATA_ST_F32, p->ndim, p->shape, &t);
-        if (st != STRATA_OK)
-            goto out;
-        if (!p->managed || p->owner == rt->rank) /* others materialize it from the owner */
-            copies[n_copies++] = (pending_copy){p->data, fm.buf + hm.data_start + t->begin,
-                                                t->end - t->begin, true};
-        if (!owns(rt, p))
-            continue;
-        const int src = m->params[i].owner < 0 ? 0 : m->params[i].owner;
-        if ((st = old_rank_load(dir, m, src, &old[src])) != STRATA_OK)
-            goto out;
-        old_rank *o = &old[src];
-        if ((st = check_retired(o->what, &o->hs, p)) != STRATA_OK)
-            goto out;
-        strata_tensor_info *ti = NULL;
-        int n = 0;
-        if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
-            goto out;
-        for (int k = 0; k < n && st == STRATA_OK; k++) {
-            char *nm = joinf(p->name, ti[k].name);
-            const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
-            st = nm ? expect(o->what, &o->hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
-                    : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-            free(nm);
-            if (st == STRATA_OK)
-                copies[n_copies++] =
-                    (pending_copy){ti[k].data, o->fs.buf + o->hs.data_start + t->begin,
-                                   t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE};
-        }
-        free(ti);
-        if (st != STRATA_OK)
-            goto out;
-    }
-    const int nb = strata_refresh_block_count(rt->engine);
-    images = calloc((size_t)(nb > 0 ? nb : 1) * STRATA_CKPT_MAX_SLOTS, sizeof *images);
-    block_src = calloc((size_t)(nb > 0 ? nb : 1), sizeof *block_src);
-    block_rank = calloc((size_t)(nb > 0 ? nb : 1), sizeof *block_rank);
-    if (!images || !block_src || !block_rank) {
-        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-        goto out;
-    }
-    for (int i = 0; i < nb; i++) {
-        strata_refresh_block_desc d;
-        if ((st = strata_refresh_block_describe(rt->engine, i, &d)) != STRATA_OK)
-            goto out;
-        const rt_param *p = param_of_entry(rt, d.entry);
-        const int pi = p ? (int)(p - rt->params) : -1;
-        const int src = pi < 0 || m->params[pi].owner < 0 ? 0 : m->params[pi].owner;
-        if ((st = old_rank_load(dir, m, src, &old[src])) != STRATA_OK)
-            goto out;
-        old_rank *o = &old[src];
-        int j = -1;
-        for (int k = 0; k < o->rk->n_blocks && j < 0; k++)
-            if (p && strcmp(o->rk->blocks[k].param, p->name) == 0 &&
-                o->rk->blocks[k].block == d.block)
-                j = k;
-        if (j < 0) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s has no refresh block %d of "
-                              "'%s' (another optimizer or block size?)", o->what, d.block,
-                              p ? p->name : "?");
-            goto out;
-        }
-        block_src[i] = j;
-        block_rank[i] = src;
-        const strata_ckpt_block *b = &o->rk->blocks[j];
-        const char *field = b->slot_bytes != d.slot_bytes ? "slot bytes"
-                            : b->n_slots != d.n_slots       ? "slots (S or F)"
-                            : b->inline_ != d.inline_       ? "async (inline vs workers)"
-                            : b->frequency != d.frequency   ? "precondition frequency"
-                            : b->start != d.start           ? "start step"
-                            : b->lag != d.lag               ? "lag"
-                            : b->offset != d.offset         ? "refresh phase"
-                            : b->staleness != d.staleness   ? "staleness S"
-                            : b->mode != (int)d.mode        ? "install mode"
-                                                            : NULL;
-        if (field) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d ('%s' "
-                              "block %d): its %s differs from this runtime's (saved S=%d F=%d "
-                              "%s; now S=%d F=%d %s)", o->what, i, b->param, b->block, field,
-                              b->staleness, b->frequency, b->inline_ ? "inline" : "async",
-                              d.staleness, d.frequency, d.inline_ ? "inline" : "async");
-            goto out;
-        }
-        for (int k = 0; k < b->n_slots; k++) {
-            strata_refresh_slot_image *im = &images[(size_t)i * STRATA_CKPT_MAX_SLOTS + k];
-            im->state = (strata_coh_slot_state)b->slots[k].state;
-            im->version = b->slots[k].version;
-            im->failed = b->slots[k].failed;
-            if (im->state != STRATA_SLOT_READY && im->state != STRATA_SLOT_INSTALLED)
-                continue;
-            char nm[64];
-            snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
-            char *full = joinf(p->name, nm);
-            const int64_t shape[1] = {(int64_t)d.slot_bytes};
-            const strata_st_tensor *t = NULL;
-            st = full ? expect(o->what, &o->hs, full, STRATA_ST_U8, 1, shape, &t)
-                      : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-            free(full);
-            if (st != STRATA_OK)
-                goto out;
-            im->data = o->fs.buf + o->hs.data_start + t->begin;
-        }
-    }
-    /* Same layout: this rank's file must hold exactly what it uses (a file
-     * with extra tensors is not this runtime's). */
-    if (same_layout && old[rt->rank].loaded) {
-        int used = 0;
-        for (int i = 0; i < rt->n_params; i++)
-            if (owns(rt, &rt->params[i]))
-                used += rt->params[i].fam->tensors(rt->params[i].state, NULL, 0);
-        for (int i = 0; i < nb; i++) {
-            const strata_ckpt_block *b = &old[block_rank[i]].rk->blocks[block_src[i]];
-            for (int k = 0; k < b->n_slots; k++)
-                used += b->slots[k].state == STRATA_SLOT_READY ||
-                        b->slots[k].state == STRATA_SLOT_INSTALLED;
-        }
-        if (old[rt->rank].hs.n != used) {
-            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s holds %d tensors, this "
-                              "runtime expects %d", old[rt->rank].what, old[rt->rank].hs.n, used);
-            goto out;
-        }
-    }
-
-    /* Apply: engine blocks (registry, slots, replayed install), then the
-     * family tensors and the weights over them. Materialized managed layers
-     * are stale from here on. */
-    for (int l = 0; rt->managed && l <= rt->max_layer; l++)
-        strata_rt_layer_release(rt, l);
-    st = strata_refresh_drain(rt->engine, NULL);
-    for (int i = 0; i < nb && st == STRATA_OK; i++) {
-        const strata_ckpt_block *b = &old[block_rank[i]].rk->blocks[block_src[i]];
-        st = strata_refresh_block_restore(rt->engine, i,
-                                          &images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
-                                          b->n_slots, b->have);
-    }
-    for (int i = 0; i < n_copies && st == STRATA_OK; i++) {
-        if (copies[i].backend)
-            st = strata_backend_copy(rt->be, copies[i].dst, copies[i].src, copies[i].bytes);
-        else
-            memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
-    }
-    if (st != STRATA_OK)
-        goto out;
-    rt->t = m->step;
-    rt->stats.step = m->step;
-    rt->lr_scale = (float)m->lr_scale;
-    for (int i = 0; i < rt->n_params; i++)
-        rt->params[i].materialized_at = m->step; /* every rank read every weight */
+    snprintf(c.what_m, sizeof c.what_m, "%s/%s", dir, MODEL_FILE);
+    /* Read and match everything before changing anything. */
+    strata_status st = read_manifest(dir, &c.m);
     if (st == STRATA_OK)
-        st = stats_restore(rt, m);
-    if (user_json && !(*user_json = strdup(m->user_json)))
-        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    size_t bytes = fm.len;
-    for (int r = 0; r < m->world_size; r++)
-        bytes += old[r].loaded ? old[r].fs.len + old[r].fj.len : 0;
-    if (info)
-        *info = (strata_load_info){.step = m->step,
-                                   .seconds = strata_now_seconds() - t0,
-                                   .bytes = bytes};
+        st = load_check_params(&c);
+    if (st == STRATA_OK) {
+        config_compare(rt, c.v.cfg, c.m->config, dir); /* warnings only */
+        st = load_read_model(&c);
+    }
     if (st == STRATA_OK)
-        strata_log(rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d ranks at save, %d "
-                   "now; %d refresh jobs were drained at save)", (long long)m->step, dir,
-                   m->world_size, rt->world, (int)m->drained_jobs);
-out:
-    free(images);
-    free(copies);
-    free(block_src);
-    free(block_rank);
-    strata_st_header_free(&hm);
-    free(fm.buf);
-    if (old)
-        for (int r = 0; r < m->world_size; r++)
-            old_rank_free(&old[r]);
-    free(old);
-    strata_ckpt_manifest_free(m);
+        st = load_match_tensors(&c);
+    if (st == STRATA_OK)
+        st = load_match_blocks(&c);
+    if (st == STRATA_OK)
+        st = load_check_count(&c);
+    if (st == STRATA_OK)
+        st = load_apply(&c);
+    if (st == STRATA_OK)
+        st = load_restore(&c, user_json, info, t0);
+    load_free(&c);
     return st;
 }
 

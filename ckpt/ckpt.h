@@ -28,6 +28,10 @@
  * violation is STRATA_ERR_DATA with the file (`what`) and the tensor named.
  * They allocate what they return (freed by the matching _free, NULL-safe)
  * and never abort; tests/fuzz/fuzz_ckpt.c runs them under libFuzzer.
+ *
+ * checkpoint.c sees the runtime only through runtime/state.h (a view of its
+ * scalars, handles and parameters; the managed-weights calls; the setters a
+ * load restores through), never its struct; the runtime calls nothing here.
  */
 #ifndef STRATA_CKPT_CKPT_H
 #define STRATA_CKPT_CKPT_H

@@ -6,6 +6,7 @@
 #include "ckpt/ckpt.h"
 
 #include <json-c/json.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,7 +272,12 @@ strata_status strata_st_header_parse(const char *what, const uint8_t *buf, size_
     return st;
 }
 
-/* ---- manifest and rank tables */
+/* ---- manifest and rank tables
+ *
+ * Both are JSON objects of typed, range-checked fields, some of them arrays
+ * of such objects: one table type (jfield) says a field's key, type, range
+ * and place in the parsed struct; read_fields reads a table, read_array an
+ * array of objects into a new vector. */
 
 /* A file name inside the checkpoint: no path, nothing hidden. */
 static bool plain_name(const char *s)
@@ -290,6 +296,75 @@ static int hexval(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+typedef struct jfield {
+    const char *key;
+    char type;      /* 's' const char * (NUL-free), 'b' bool; integers in [lo, hi]:
+                       'i' int, 'I' int64_t, 'u' unsigned, 'U' uint64_t */
+    int64_t lo, hi;
+    size_t off;     /* the member's offset in the struct read into */
+} jfield;
+
+#define N_FIELDS(t) (sizeof(t) / sizeof(t)[0])
+
+/* Read the n fields of table f from object o into the struct at out, in
+ * table order; the first missing, mistyped or out-of-range field is the
+ * error (naming `what` and the key). */
+static strata_status read_fields(const char *what, json_object *o, const jfield *f, size_t n,
+                                 void *out)
+{
+    strata_status st = STRATA_OK;
+    for (size_t k = 0; k < n && st == STRATA_OK; k++) {
+        char *p = (char *)out + f[k].off;
+        int64_t x = 0;
+        if (f[k].type == 's')
+            st = get_str(what, o, f[k].key, (const char **)(void *)p);
+        else if (f[k].type == 'b')
+            st = get_bool(what, o, f[k].key, (bool *)(void *)p);
+        else if ((st = get_int(what, o, f[k].key, f[k].lo, f[k].hi, &x)) == STRATA_OK) {
+            if (f[k].type == 'i')
+                *(int *)(void *)p = (int)x;
+            else if (f[k].type == 'I')
+                *(int64_t *)(void *)p = x;
+            else if (f[k].type == 'u')
+                *(unsigned *)(void *)p = (unsigned)x;
+            else
+                *(uint64_t *)(void *)p = (uint64_t)x;
+        }
+    }
+    return st;
+}
+
+/* One element of an array field: object e, the i-th of vec, read by a
+ * parser that names it `w` ("<what>: <key>[i]") in its errors. */
+typedef strata_status (*elem_fn)(const char *w, json_object *e, void *vec, size_t i, void *ctx);
+
+/* Array field `key` of o (at most `max` elements), each element read by fn
+ * into a new vector of `size`-byte elements: returns the vector (also when
+ * an element fails: the caller frees it; NULL when the array is missing or
+ * out of memory), counts the elements read in *n, the outcome in *st. */
+static void *read_array(const char *what, json_object *o, const char *key, size_t max,
+                        size_t size, elem_fn fn, void *ctx, int *n, strata_status *st)
+{
+    json_object *arr = NULL;
+    size_t len = 0;
+    if ((*st = get_array(what, o, key, max, &arr, &len)) != STRATA_OK)
+        return NULL;
+    char *vec = calloc(len ? len : 1, size);
+    if (!vec) {
+        *st = strata_error(STRATA_ERR_NOMEM, "%s: out of memory", what);
+        return NULL;
+    }
+    for (size_t i = 0; i < len && *st == STRATA_OK; i++) {
+        char w[96];
+        snprintf(w, sizeof w, "%s: %s[%zu]", what, key, i);
+        *st = fn(w, json_object_array_get_idx(arr, i), vec, i, ctx);
+        *n += *st == STRATA_OK;
+    }
+    return vec;
+}
+
+/* ---- the manifest */
+
 void strata_ckpt_manifest_free(strata_ckpt_manifest *m)
 {
     if (!m)
@@ -300,11 +375,144 @@ void strata_ckpt_manifest_free(strata_ckpt_manifest *m)
     free(m);
 }
 
-#define TRY(x)                                                                                 \
-    do {                                                                                       \
-        if ((st = (x)) != STRATA_OK)                                                           \
-            goto out;                                                                          \
-    } while (0)
+#define MF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_manifest, m)}
+
+/* Format, format version, strata version, step, world size, drained jobs. */
+static strata_status manifest_header(const char *what, json_object *root, strata_ckpt_manifest *m)
+{
+    static const jfield version[] = {MF("format_version", 'i', 1, 1000, format_version)};
+    static const jfield rest[] = {
+        MF("strata_version", 's', 0, 0, strata_version), MF("step", 'I', 0, INT64_MAX / 2, step),
+        MF("world_size", 'i', 1, 1 << 20, world_size),
+        MF("drained_jobs", 'I', 0, INT64_MAX / 2, drained_jobs),
+    };
+    const char *fmt;
+    strata_status st = get_str(what, root, "format", &fmt);
+    if (st != STRATA_OK)
+        return st;
+    if (strcmp(fmt, STRATA_CKPT_FORMAT) != 0)
+        return strata_error(STRATA_ERR_DATA, "%s: format '%.32s' is not '%s'", what, fmt,
+                            STRATA_CKPT_FORMAT);
+    if ((st = read_fields(what, root, version, N_FIELDS(version), m)) != STRATA_OK)
+        return st;
+    if (m->format_version != STRATA_CKPT_FORMAT_VERSION)
+        return strata_error(STRATA_ERR_DATA, "%s: format version %d; this strata reads %d", what,
+                            m->format_version, STRATA_CKPT_FORMAT_VERSION);
+    return read_fields(what, root, rest, N_FIELDS(rest), m);
+}
+
+/* The lr scale, the config object, the caller's object. */
+static strata_status manifest_values(const char *what, json_object *root, strata_ckpt_manifest *m)
+{
+    json_object *lr = get(root, "lr_scale");
+    if (!lr || !(json_object_is_type(lr, json_type_double) || json_object_is_type(lr, json_type_int)) ||
+        !(json_object_get_double(lr) >= 0.0) || !(json_object_get_double(lr) < 1e30))
+        return strata_error(STRATA_ERR_DATA, "%s: 'lr_scale' missing or not a finite number >= 0",
+                            what);
+    m->lr_scale = json_object_get_double(lr);
+    json_object *cfg = get(root, "config");
+    if (!cfg || !json_object_is_type(cfg, json_type_object))
+        return strata_error(STRATA_ERR_DATA, "%s: 'config' missing or not an object", what);
+    m->config = cfg;
+    json_object *user = get(root, "user");
+    if (user && !json_object_is_type(user, json_type_object))
+        return strata_error(STRATA_ERR_DATA, "%s: 'user' is not an object", what);
+    m->user_json = user ? json_object_to_json_string_ext(user, JSON_C_TO_STRING_PLAIN) : "{}";
+    return STRATA_OK;
+}
+
+/* Optional (older checkpoints lack it): the ranks' statistics counters, an
+ * array of world_size objects of finite numbers >= 0. */
+static strata_status manifest_rank_stats(const char *what, json_object *root,
+                                         strata_ckpt_manifest *m)
+{
+    json_object *rs = get(root, "rank_stats");
+    if (!rs)
+        return STRATA_OK;
+    if (!json_object_is_type(rs, json_type_array) ||
+        json_object_array_length(rs) != (size_t)m->world_size)
+        return strata_error(STRATA_ERR_DATA, "%s: 'rank_stats' is not an array of %d objects",
+                            what, m->world_size);
+    for (int r = 0; r < m->world_size; r++) {
+        json_object *o = json_object_array_get_idx(rs, (size_t)r);
+        if (!json_object_is_type(o, json_type_object))
+            return strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d] is not an object", what, r);
+        json_object_object_foreach(o, key, val)
+        {
+            const bool num = json_object_is_type(val, json_type_int) ||
+                             json_object_is_type(val, json_type_double);
+            const double v = num ? json_object_get_double(val) : -1.0;
+            if (!(v >= 0.0 && v < 1e300))
+                return strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d].%.64s is not a finite "
+                                    "number >= 0", what, r, key);
+        }
+    }
+    m->rank_stats = rs;
+    return STRATA_OK;
+}
+
+#define PF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_param, m)}
+
+/* params[i]: name, routed optimizer, tail, owner (ctx: the manifest, for
+ * the world size), refresh phase, layer, shape. */
+static strata_status param_entry(const char *w, json_object *e, void *vec, size_t i, void *ctx)
+{
+    const strata_ckpt_manifest *m = ctx;
+    strata_ckpt_param *q = (strata_ckpt_param *)vec + i;
+    const jfield f[] = {
+        PF("name", 's', 0, 0, name), PF("optimizer", 's', 0, 0, optimizer),
+        PF("tail", 'b', 0, 0, tail), PF("owner", 'i', -1, m->world_size - 1, owner),
+        PF("refresh_offset", 'i', 0, 1 << 30, refresh_offset), PF("layer", 'i', 0, 1 << 30, layer),
+    };
+    json_object *sh = NULL;
+    size_t nd = 0;
+    strata_status st = read_fields(w, e, f, N_FIELDS(f), q);
+    if (st == STRATA_OK)
+        st = get_array(w, e, "shape", 4, &sh, &nd);
+    if (st != STRATA_OK)
+        return st;
+    q->ndim = (int)nd;
+    for (size_t d = 0; d < nd; d++) {
+        json_object *v = json_object_array_get_idx(sh, d);
+        if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 1 ||
+            json_object_get_int64(v) > ((int64_t)1 << 40))
+            return strata_error(STRATA_ERR_DATA, "%s: shape[%zu] is not in [1, 2^40]", w, d);
+        q->shape[d] = json_object_get_int64(v);
+    }
+    return STRATA_OK;
+}
+
+/* files[i]: a plain name listed once, its size, its SHA-256 (64 lowercase
+ * hex digits). */
+static strata_status file_entry(const char *w, json_object *e, void *vec, size_t i, void *ctx)
+{
+    strata_ckpt_file *files = vec, *q = &files[i];
+    strata_status st = get_str(w, e, "name", &q->name);
+    if (st != STRATA_OK)
+        return st;
+    if (!plain_name(q->name))
+        return strata_error(STRATA_ERR_DATA, "%s: name '%.64s' is not a plain file name", w,
+                            q->name);
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(files[j].name, q->name) == 0)
+            return strata_error(STRATA_ERR_DATA, "%s: '%s' listed twice", w, q->name);
+    static const jfield bytes[] = {{"bytes", 'U', 0, INT64_MAX / 2, offsetof(strata_ckpt_file, bytes)}};
+    const char *hex;
+    if ((st = read_fields(w, e, bytes, N_FIELDS(bytes), q)) != STRATA_OK ||
+        (st = get_str(w, e, "sha256", &hex)) != STRATA_OK)
+        return st;
+    if (strlen(hex) != 64)
+        return strata_error(STRATA_ERR_DATA, "%s: sha256 of '%s' is not 64 hex digits", w,
+                            q->name);
+    for (int k = 0; k < 32; k++) {
+        const int hi = hexval(hex[2 * k]), lo = hexval(hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return strata_error(STRATA_ERR_DATA, "%s: sha256 of '%s' is not lowercase hex", w,
+                                q->name);
+        q->sha256[k] = (uint8_t)(hi << 4 | lo);
+    }
+    return STRATA_OK;
+}
 
 strata_status strata_ckpt_manifest_parse(const char *what, const char *text, size_t len,
                                          strata_ckpt_manifest **out)
@@ -316,158 +524,18 @@ strata_status strata_ckpt_manifest_parse(const char *what, const char *text, siz
     json_object *root = NULL;
     strata_status st = parse_json(what, text, len, &root);
     m->root = root;
-    if (st != STRATA_OK)
-        goto out;
-    const char *fmt;
-    int64_t x;
-    TRY(get_str(what, root, "format", &fmt));
-    if (strcmp(fmt, STRATA_CKPT_FORMAT) != 0) {
-        st = strata_error(STRATA_ERR_DATA, "%s: format '%.32s' is not '%s'", what, fmt,
-                          STRATA_CKPT_FORMAT);
-        goto out;
-    }
-    TRY(get_int(what, root, "format_version", 1, 1000, &x));
-    m->format_version = (int)x;
-    if (m->format_version != STRATA_CKPT_FORMAT_VERSION) {
-        st = strata_error(STRATA_ERR_DATA, "%s: format version %d; this strata reads %d", what,
-                          m->format_version, STRATA_CKPT_FORMAT_VERSION);
-        goto out;
-    }
-    TRY(get_str(what, root, "strata_version", &m->strata_version));
-    TRY(get_int(what, root, "step", 0, INT64_MAX / 2, &m->step));
-    TRY(get_int(what, root, "world_size", 1, 1 << 20, &x));
-    m->world_size = (int)x;
-    TRY(get_int(what, root, "drained_jobs", 0, INT64_MAX / 2, &m->drained_jobs));
-    json_object *lr = get(root, "lr_scale");
-    if (!lr || !(json_object_is_type(lr, json_type_double) || json_object_is_type(lr, json_type_int)) ||
-        !(json_object_get_double(lr) >= 0.0) || !(json_object_get_double(lr) < 1e30)) {
-        st = strata_error(STRATA_ERR_DATA, "%s: 'lr_scale' missing or not a finite number >= 0",
-                          what);
-        goto out;
-    }
-    m->lr_scale = json_object_get_double(lr);
-    json_object *cfg = get(root, "config");
-    if (!cfg || !json_object_is_type(cfg, json_type_object)) {
-        st = strata_error(STRATA_ERR_DATA, "%s: 'config' missing or not an object", what);
-        goto out;
-    }
-    m->config = cfg;
-    json_object *user = get(root, "user");
-    if (user && !json_object_is_type(user, json_type_object)) {
-        st = strata_error(STRATA_ERR_DATA, "%s: 'user' is not an object", what);
-        goto out;
-    }
-    m->user_json = user ? json_object_to_json_string_ext(user, JSON_C_TO_STRING_PLAIN) : "{}";
-    /* Optional (older checkpoints lack it): the ranks' statistics counters. */
-    json_object *rs = get(root, "rank_stats");
-    if (rs) {
-        if (!json_object_is_type(rs, json_type_array) ||
-            json_object_array_length(rs) != (size_t)m->world_size) {
-            st = strata_error(STRATA_ERR_DATA, "%s: 'rank_stats' is not an array of %d objects",
-                              what, m->world_size);
-            goto out;
-        }
-        for (int r = 0; r < m->world_size; r++) {
-            json_object *o = json_object_array_get_idx(rs, (size_t)r);
-            if (!json_object_is_type(o, json_type_object)) {
-                st = strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d] is not an object", what, r);
-                goto out;
-            }
-            json_object_object_foreach(o, key, val)
-            {
-                const bool num = json_object_is_type(val, json_type_int) ||
-                                 json_object_is_type(val, json_type_double);
-                const double v = num ? json_object_get_double(val) : -1.0;
-                if (!(v >= 0.0 && v < 1e300)) {
-                    st = strata_error(STRATA_ERR_DATA, "%s: rank_stats[%d].%.64s is not a finite "
-                                      "number >= 0", what, r, key);
-                    goto out;
-                }
-            }
-        }
-        m->rank_stats = rs;
-    }
-
-    json_object *arr;
-    size_t n;
-    TRY(get_array(what, root, "params", 1 << 24, &arr, &n));
-    m->params = calloc(n ? n : 1, sizeof *m->params);
-    if (!m->params) {
-        st = strata_error(STRATA_ERR_NOMEM, "%s: out of memory", what);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_object *p = json_object_array_get_idx(arr, i);
-        strata_ckpt_param *q = &m->params[i];
-        char w[96];
-        snprintf(w, sizeof w, "%s: params[%zu]", what, i);
-        TRY(get_str(w, p, "name", &q->name));
-        TRY(get_str(w, p, "optimizer", &q->optimizer));
-        TRY(get_bool(w, p, "tail", &q->tail));
-        TRY(get_int(w, p, "owner", -1, m->world_size - 1, &x));
-        q->owner = (int)x;
-        TRY(get_int(w, p, "refresh_offset", 0, 1 << 30, &x));
-        q->refresh_offset = (int)x;
-        TRY(get_int(w, p, "layer", 0, 1 << 30, &x));
-        q->layer = (int)x;
-        json_object *sh;
-        size_t nd;
-        TRY(get_array(w, p, "shape", 4, &sh, &nd));
-        q->ndim = (int)nd;
-        for (size_t d = 0; d < nd; d++) {
-            json_object *v = json_object_array_get_idx(sh, d);
-            if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 1 ||
-                json_object_get_int64(v) > ((int64_t)1 << 40)) {
-                st = strata_error(STRATA_ERR_DATA, "%s: shape[%zu] is not in [1, 2^40]", w, d);
-                goto out;
-            }
-            q->shape[d] = json_object_get_int64(v);
-        }
-        m->n_params++;
-    }
-    TRY(get_array(what, root, "files", 1 << 20, &arr, &n));
-    m->files = calloc(n ? n : 1, sizeof *m->files);
-    if (!m->files) {
-        st = strata_error(STRATA_ERR_NOMEM, "%s: out of memory", what);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_object *f = json_object_array_get_idx(arr, i);
-        strata_ckpt_file *q = &m->files[i];
-        char w[96];
-        snprintf(w, sizeof w, "%s: files[%zu]", what, i);
-        const char *hex;
-        TRY(get_str(w, f, "name", &q->name));
-        if (!plain_name(q->name)) {
-            st = strata_error(STRATA_ERR_DATA, "%s: name '%.64s' is not a plain file name", w,
-                              q->name);
-            goto out;
-        }
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(m->files[j].name, q->name) == 0) {
-                st = strata_error(STRATA_ERR_DATA, "%s: '%s' listed twice", w, q->name);
-                goto out;
-            }
-        TRY(get_int(w, f, "bytes", 0, INT64_MAX / 2, &x));
-        q->bytes = (uint64_t)x;
-        TRY(get_str(w, f, "sha256", &hex));
-        if (strlen(hex) != 64) {
-            st = strata_error(STRATA_ERR_DATA, "%s: sha256 of '%s' is not 64 hex digits", w,
-                              q->name);
-            goto out;
-        }
-        for (int k = 0; k < 32; k++) {
-            const int hi = hexval(hex[2 * k]), lo = hexval(hex[2 * k + 1]);
-            if (hi < 0 || lo < 0) {
-                st = strata_error(STRATA_ERR_DATA, "%s: sha256 of '%s' is not lowercase hex", w,
-                                  q->name);
-                goto out;
-            }
-            q->sha256[k] = (uint8_t)(hi << 4 | lo);
-        }
-        m->n_files++;
-    }
-out:
+    if (st == STRATA_OK)
+        st = manifest_header(what, root, m);
+    if (st == STRATA_OK)
+        st = manifest_values(what, root, m);
+    if (st == STRATA_OK)
+        st = manifest_rank_stats(what, root, m);
+    if (st == STRATA_OK)
+        m->params = read_array(what, root, "params", 1 << 24, sizeof *m->params, param_entry, m,
+                               &m->n_params, &st);
+    if (st == STRATA_OK)
+        m->files = read_array(what, root, "files", 1 << 20, sizeof *m->files, file_entry, NULL,
+                              &m->n_files, &st);
     if (st != STRATA_OK) {
         strata_ckpt_manifest_free(m);
         return st;
@@ -475,6 +543,8 @@ out:
     *out = m;
     return STRATA_OK;
 }
+
+/* ---- the rank tables */
 
 void strata_ckpt_rank_free(strata_ckpt_rank *r)
 {
@@ -489,9 +559,80 @@ void strata_ckpt_rank_free(strata_ckpt_rank *r)
 static const char *const slot_states[] = {"free", "pending", "computing", "ready", "installed",
                                           "failed"};
 
+#define BF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_block, m)}
+#define SLF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_slot, m)}
+#define TF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_tensor, m)}
+
+/* A saved slot `ws`: free, ready, installed or failed; its version and
+ * failed bits. */
+static strata_status slot_entry(const char *ws, json_object *s, strata_ckpt_slot *q)
+{
+    static const jfield f[] = {SLF("version", 'I', -1, INT64_MAX / 2, version),
+                               SLF("failed", 'u', 0, 15, failed)};
+    const char *state;
+    strata_status st = get_str(ws, s, "state", &state);
+    if (st != STRATA_OK)
+        return st;
+    q->state = -1;
+    for (int j = 0; j < 6; j++)
+        if (strcmp(state, slot_states[j]) == 0)
+            q->state = j;
+    if (q->state != 0 && q->state != 3 && q->state != 4 && q->state != 5)
+        return strata_error(STRATA_ERR_DATA, "%s: state '%.16s' (a saved slot is free, "
+                            "ready, installed or failed)", ws, state);
+    return read_fields(ws, s, f, N_FIELDS(f), q);
+}
+
+/* blocks[i]: the engine block's parameter, index, schedule and slots. */
+static strata_status block_entry(const char *w, json_object *e, void *vec, size_t i, void *ctx)
+{
+    static const jfield f[] = {
+        BF("param", 's', 0, 0, param), BF("block", 'i', 0, 1 << 24, block),
+        BF("slot_bytes", 'U', 0, INT64_MAX / 2, slot_bytes), BF("on_nvme", 'b', 0, 0, on_nvme),
+        BF("inline", 'b', 0, 0, inline_), BF("frequency", 'i', 1, 1 << 30, frequency),
+        BF("lag", 'i', 0, 1, lag), BF("offset", 'i', 0, 1 << 30, offset),
+        BF("staleness", 'i', 0, 1 << 30, staleness), BF("mode", 'i', 0, 1, mode),
+        BF("start", 'I', 1, INT64_MAX / 2, start), BF("have", 'u', 0, 15, have),
+    };
+    strata_ckpt_block *q = (strata_ckpt_block *)vec + i;
+    json_object *sl = NULL;
+    size_t ns = 0;
+    strata_status st = read_fields(w, e, f, N_FIELDS(f), q);
+    if (st == STRATA_OK)
+        st = get_array(w, e, "slots", STRATA_CKPT_MAX_SLOTS, &sl, &ns);
+    if (st != STRATA_OK)
+        return st;
+    q->n_slots = (int)ns;
+    for (size_t k = 0; k < ns && st == STRATA_OK; k++) {
+        char ws[128];
+        snprintf(ws, sizeof ws, "%s.slots[%zu]", w, k);
+        st = slot_entry(ws, json_object_array_get_idx(sl, k), &q->slots[k]);
+    }
+    return st;
+}
+
+/* tensors[i]: a state tensor's name, parameter, tier at save, step. */
+static strata_status tensor_entry(const char *w, json_object *e, void *vec, size_t i, void *ctx)
+{
+    static const jfield f[] = {TF("name", 's', 0, 0, name), TF("param", 's', 0, 0, param),
+                               TF("tier", 's', 0, 0, tier)};
+    static const jfield step[] = {TF("step", 'I', -1, INT64_MAX / 2, step)};
+    strata_ckpt_tensor *q = (strata_ckpt_tensor *)vec + i;
+    strata_status st = read_fields(w, e, f, N_FIELDS(f), q);
+    if (st != STRATA_OK)
+        return st;
+    if (strcmp(q->tier, "device") && strcmp(q->tier, "host") && strcmp(q->tier, "nvme"))
+        return strata_error(STRATA_ERR_DATA, "%s: tier '%.16s' unknown", w, q->tier);
+    return read_fields(w, e, step, N_FIELDS(step), q);
+}
+
 strata_status strata_ckpt_rank_parse(const char *what, const char *text, size_t len,
                                      strata_ckpt_rank **out)
 {
+    static const jfield header[] = {
+        {"rank", 'i', 0, 1 << 20, offsetof(strata_ckpt_rank, rank)},
+        {"step", 'I', 0, INT64_MAX / 2, offsetof(strata_ckpt_rank, step)},
+    };
     *out = NULL;
     strata_ckpt_rank *r = calloc(1, sizeof *r);
     if (!r)
@@ -499,93 +640,14 @@ strata_status strata_ckpt_rank_parse(const char *what, const char *text, size_t 
     json_object *root = NULL;
     strata_status st = parse_json(what, text, len, &root);
     r->root = root;
-    if (st != STRATA_OK)
-        goto out;
-    int64_t x;
-    TRY(get_int(what, root, "rank", 0, 1 << 20, &x));
-    r->rank = (int)x;
-    TRY(get_int(what, root, "step", 0, INT64_MAX / 2, &r->step));
-    json_object *arr;
-    size_t n;
-    TRY(get_array(what, root, "blocks", 1 << 24, &arr, &n));
-    r->blocks = calloc(n ? n : 1, sizeof *r->blocks);
-    if (!r->blocks) {
-        st = strata_error(STRATA_ERR_NOMEM, "%s: out of memory", what);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_object *b = json_object_array_get_idx(arr, i);
-        strata_ckpt_block *q = &r->blocks[i];
-        char w[96];
-        snprintf(w, sizeof w, "%s: blocks[%zu]", what, i);
-        TRY(get_str(w, b, "param", &q->param));
-        TRY(get_int(w, b, "block", 0, 1 << 24, &x));
-        q->block = (int)x;
-        TRY(get_int(w, b, "slot_bytes", 0, INT64_MAX / 2, &x));
-        q->slot_bytes = (uint64_t)x;
-        TRY(get_bool(w, b, "on_nvme", &q->on_nvme));
-        TRY(get_bool(w, b, "inline", &q->inline_));
-        TRY(get_int(w, b, "frequency", 1, 1 << 30, &x));
-        q->frequency = (int)x;
-        TRY(get_int(w, b, "lag", 0, 1, &x));
-        q->lag = (int)x;
-        TRY(get_int(w, b, "offset", 0, 1 << 30, &x));
-        q->offset = (int)x;
-        TRY(get_int(w, b, "staleness", 0, 1 << 30, &x));
-        q->staleness = (int)x;
-        TRY(get_int(w, b, "mode", 0, 1, &x));
-        q->mode = (int)x;
-        TRY(get_int(w, b, "start", 1, INT64_MAX / 2, &q->start));
-        TRY(get_int(w, b, "have", 0, 15, &x));
-        q->have = (unsigned)x;
-        json_object *sl;
-        size_t ns;
-        TRY(get_array(w, b, "slots", STRATA_CKPT_MAX_SLOTS, &sl, &ns));
-        q->n_slots = (int)ns;
-        for (size_t k = 0; k < ns; k++) {
-            json_object *s = json_object_array_get_idx(sl, k);
-            char ws[128];
-            snprintf(ws, sizeof ws, "%s.slots[%zu]", w, k);
-            const char *state;
-            TRY(get_str(ws, s, "state", &state));
-            q->slots[k].state = -1;
-            for (int j = 0; j < 6; j++)
-                if (strcmp(state, slot_states[j]) == 0)
-                    q->slots[k].state = j;
-            if (q->slots[k].state != 0 && q->slots[k].state != 3 && q->slots[k].state != 4 &&
-                q->slots[k].state != 5) {
-                st = strata_error(STRATA_ERR_DATA, "%s: state '%.16s' (a saved slot is free, "
-                                  "ready, installed or failed)", ws, state);
-                goto out;
-            }
-            TRY(get_int(ws, s, "version", -1, INT64_MAX / 2, &q->slots[k].version));
-            TRY(get_int(ws, s, "failed", 0, 15, &x));
-            q->slots[k].failed = (unsigned)x;
-        }
-        r->n_blocks++;
-    }
-    TRY(get_array(what, root, "tensors", 1 << 24, &arr, &n));
-    r->tensors = calloc(n ? n : 1, sizeof *r->tensors);
-    if (!r->tensors) {
-        st = strata_error(STRATA_ERR_NOMEM, "%s: out of memory", what);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_object *t = json_object_array_get_idx(arr, i);
-        strata_ckpt_tensor *q = &r->tensors[i];
-        char w[96];
-        snprintf(w, sizeof w, "%s: tensors[%zu]", what, i);
-        TRY(get_str(w, t, "name", &q->name));
-        TRY(get_str(w, t, "param", &q->param));
-        TRY(get_str(w, t, "tier", &q->tier));
-        if (strcmp(q->tier, "device") && strcmp(q->tier, "host") && strcmp(q->tier, "nvme")) {
-            st = strata_error(STRATA_ERR_DATA, "%s: tier '%.16s' unknown", w, q->tier);
-            goto out;
-        }
-        TRY(get_int(w, t, "step", -1, INT64_MAX / 2, &q->step));
-        r->n_tensors++;
-    }
-out:
+    if (st == STRATA_OK)
+        st = read_fields(what, root, header, N_FIELDS(header), r);
+    if (st == STRATA_OK)
+        r->blocks = read_array(what, root, "blocks", 1 << 24, sizeof *r->blocks, block_entry,
+                               NULL, &r->n_blocks, &st);
+    if (st == STRATA_OK)
+        r->tensors = read_array(what, root, "tensors", 1 << 24, sizeof *r->tensors,
+                                tensor_entry, NULL, &r->n_tensors, &st);
     if (st != STRATA_OK) {
         strata_ckpt_rank_free(r);
         return st;

@@ -1659,7 +1659,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->stream_waits = e.stream_waits;
         out->stream_wait_bytes = e.stream_wait_bytes;
     }
-    strata_ckpt_stats_add(rt, out);
+    strata_rt_stats_base_add(rt, out);
     return STRATA_OK;
 }
 

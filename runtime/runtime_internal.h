@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "comm/comm.h"
 #include "workers/workers.h"
+#include "runtime/state.h"
 #include "strata/comm.h"
 #include "strata/strata.h"
 
@@ -74,8 +75,8 @@ struct strata_runtime {
     bool warned_missing_hook;
     bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */
     strata_stats stats;
-    strata_stats stats_base;   /* checkpoint.c: counters restored by strata_load, added by
-                                  strata_stats_get (strata_ckpt_stats_add) */
+    strata_stats stats_base;   /* state.c: counters restored by strata_load
+                                  (strata_rt_stats_resume), added by strata_stats_get */
     double critical_mark;   /* the engine's critical path at the end of the last step */
     strata_refresh *engine;
     /* The step team (strata_config.step_threads > 1 resolved, at least two plain
@@ -113,14 +114,8 @@ struct strata_runtime {
                               non-CPU backend) */
 };
 
-/* checkpoint.c: add the counters a checkpoint restored (rt->stats_base) to
- * `out`, a strata_stats_get result. */
-void strata_ckpt_stats_add(const strata_runtime *rt, strata_stats *out);
-
-/* Managed weights (runtime.c): make layer `layer`'s managed weights
- * available on this rank (the owners broadcast; a no-op while held for this
- * step), and release a layer's buffer (local). Checkpoints use them. */
-strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer);
-void strata_rt_layer_release(strata_runtime *rt, int layer);
+/* state.c: add the counters a load restored (rt->stats_base, set by
+ * strata_rt_stats_resume) to `out`, a strata_stats_get result. */
+void strata_rt_stats_base_add(const strata_runtime *rt, strata_stats *out);
 
 #endif

@@ -8,8 +8,9 @@ A file may include headers of its own component, of components below it, and
 the public headers of components at or below its level (include/strata/X.h
 belongs to the component that implements it). Siblings in a middle row
 never include each other, and nothing below the runtime includes a runtime
-header (strata/strata.h is the runtime's). Prints every violation and exits 1
-if there is one; exit 0 otherwise.
+header (strata/strata.h is the runtime's); runtime/runtime_internal.h is
+runtime/'s alone (the checkpoint's view is runtime/state.h). Prints every
+violation and exits 1 if there is one; exit 0 otherwise.
 
 Usage: check_includes.py [SOURCE_ROOT]
 """
@@ -61,6 +62,9 @@ def main():
                         bad.append(f"{os.path.relpath(f, root)}: unknown public header {inc}")
                         continue
                     edges.add((comp, dep))
+                    if inc == "runtime/runtime_internal.h":
+                        bad.append(f"{os.path.relpath(f, root)}: the runtime's private struct is "
+                                   f"runtime/'s own (ckpt/ sees runtime/state.h)")
                     lc, ld = LEVEL[comp], LEVEL[dep]
                     if ld > lc:
                         bad.append(f"{os.path.relpath(f, root)}: {comp} (level {lc}) includes "
