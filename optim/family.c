@@ -108,19 +108,3 @@ strata_status strata_optimizer_parse(const char *name, strata_optimizer *out)
                         expected);
 }
 
-void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,
-                            strata_dtype dtype, int64_t rows, int64_t cols,
-                            strata_tier_kind where, void *data)
-{
-    memset(ti, 0, sizeof *ti);
-    if (index >= 0)
-        snprintf(ti->name, sizeof ti->name, "%s.%d", name, index);
-    else
-        snprintf(ti->name, sizeof ti->name, "%s", name);
-    ti->dtype = dtype;
-    ti->ndim = rows == 0 && cols == 0 ? 0 : rows == 1 ? 1 : 2;
-    ti->shape[0] = ti->ndim == 1 ? cols : rows;
-    ti->shape[1] = ti->ndim == 2 ? cols : 0;
-    ti->where = where;
-    ti->data = data;
-}

@@ -1663,6 +1663,17 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
     return STRATA_OK;
 }
 
+strata_status strata_rt_stats_resume(strata_runtime *rt, const double *totals)
+{
+    memset(&rt->stats_base, 0, sizeof rt->stats_base);
+    strata_stats now;
+    strata_status st = strata_stats_get(rt, &now);
+    if (st != STRATA_OK)
+        return st;
+    strata_rt_stats_base_from(&rt->stats_base, totals, &now);
+    return STRATA_OK;
+}
+
 strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                      strata_optimizer *out)
 {

@@ -123,17 +123,12 @@ static void stat_set_base(strata_stats *base, const strata_rt_stat_field *f, dou
     }
 }
 
-strata_status strata_rt_stats_resume(strata_runtime *rt, const double *totals)
+void strata_rt_stats_base_from(strata_stats *base, const double *totals,
+                               const strata_stats *now)
 {
-    memset(&rt->stats_base, 0, sizeof rt->stats_base);
-    strata_stats now;
-    strata_status st = strata_stats_get(rt, &now);
-    if (st != STRATA_OK)
-        return st;
+    memset(base, 0, sizeof *base);
     for (int k = 0; k < STRATA_RT_N_STATS; k++)
-        stat_set_base(&rt->stats_base, &stat_fields[k], totals[k],
-                      strata_rt_stat_read(&now, k));
-    return STRATA_OK;
+        stat_set_base(base, &stat_fields[k], totals[k], strata_rt_stat_read(now, k));
 }
 
 void strata_rt_stats_base_add(const strata_runtime *rt, strata_stats *out)

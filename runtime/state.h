@@ -113,6 +113,14 @@ double strata_rt_stat_read(const strata_stats *s, int k);
  * totals. Errors: strata_stats_get's. */
 strata_status strata_rt_stats_resume(strata_runtime *rt, const double *totals);
 
+/* The base that makes strata_stats_get read `totals` (STRATA_RT_N_STATS
+ * values) when the counters of this process read `now` (a strata_stats_get
+ * result with a zero base): what strata_rt_stats_resume stores. runtime.c
+ * defines strata_rt_stats_resume; this file keeps the table, so the runtime
+ * calls state.c and never the other way. */
+void strata_rt_stats_base_from(strata_stats *base, const double *totals,
+                               const strata_stats *now);
+
 /* Test fault injection (runtime/testing.h): counts one file-system call of
  * a save; returns the errno value it must fail with when it is the call
  * armed by strata_testing_inject_ckpt_fault, else 0. */
