@@ -130,12 +130,6 @@ struct train_flag {
 static int parse_int(const char *flag, const char *s, long lo, long hi, int *out);
 static int parse_float(const char *flag, const char *s, double lo, double hi, float *out);
 
-static void same_frequency(train_args *a)
-{
-    a->o.strata.soap.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
-    a->o.strata.kl_shampoo.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
-}
-
 static int set_tiers(train_args *a, const train_flag *f, const char *arg)
 {
     if (strcmp(arg, "device,host") == 0) {
@@ -305,8 +299,8 @@ static const train_flag train_flags[] = {
      .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
 
     {.name = "precondition-frequency", .type = FT_INT,
-     .off = OFF(o.strata.shampoo.precondition_frequency), .lo = 1, .hi = INT_MAX / 2,
-     .then = same_frequency, .group = G_SHAMPOO, .arg = "N",
+     .off = OFF(o.strata.precondition_frequency), .lo = 1, .hi = INT_MAX / 2,
+     .group = G_SHAMPOO, .arg = "N",
      .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
              "(default {})"},
     {.name = "start-preconditioning-step", .type = FT_INT,

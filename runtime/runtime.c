@@ -65,6 +65,7 @@ strata_status strata_config_default(strata_config *cfg)
     strata_muon_config_default(&cfg->muon);
     strata_soap_config_default(&cfg->soap);
     strata_kl_shampoo_config_default(&cfg->kl_shampoo);
+    cfg->precondition_frequency = 0;
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
     cfg->stagger_refresh = false;
@@ -117,14 +118,68 @@ static strata_status cfg_real(const char *field, double x, bool positive)
             (st) = (expr);                                                                     \
     } while (0)
 
+/* The engine's schedule into the families' copies: each refreshing family's
+ * precondition_frequency becomes strata_config.precondition_frequency, or the
+ * family's own default period when that is 0. */
+static void config_resolve(strata_config *c)
+{
+    strata_shampoo_config sh;
+    strata_soap_config so;
+    strata_kl_shampoo_config kl;
+    strata_shampoo_config_default(&sh);
+    strata_soap_config_default(&so);
+    strata_kl_shampoo_config_default(&kl);
+    const int f = c->precondition_frequency;
+    c->shampoo.precondition_frequency = f > 0 ? f : sh.precondition_frequency;
+    c->soap.precondition_frequency = f > 0 ? f : so.precondition_frequency;
+    c->kl_shampoo.precondition_frequency = f > 0 ? f : kl.precondition_frequency;
+}
+
+/* A family's copy of F left at its default or equal to the engine's (what a
+ * copy of the resolved config holds); any other value was meant as the
+ * period and is refused, naming the field and the one to set. */
+static strata_status cfg_family_frequency(const char *family, int given, int dflt, int resolved)
+{
+    if (given == dflt || given == resolved)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG,
+                        "strata_config.%s.precondition_frequency = %d: the engine has one "
+                        "refresh period, strata_config.precondition_frequency (%d here); leave "
+                        "the family's copy at its default %d",
+                        family, given, resolved, dflt);
+}
+
 /* Every field of the configuration, each optimizer's included (a parameter
  * may ask for any optimizer), before anything is created: NaN and +-inf are
  * refused everywhere; the message names the field ("strata_config.<field>",
- * or "<optimizer>.<field>"). */
-static strata_status check_config(const strata_config *c)
+ * or "<optimizer>.<field>"). The families' configs are checked as the
+ * runtime will use them (config_resolve). */
+static strata_status check_config(const strata_config *given)
 {
-    strata_status st = cfg_int("matrix_optimizer", (long long)c->matrix_optimizer,
-                               STRATA_OPTIM_ADAMW, STRATA_OPTIM_KL_SHAMPOO);
+    strata_status st = cfg_int("precondition_frequency", given->precondition_frequency, 0,
+                               INT32_MAX);
+    strata_config resolved = *given;
+    config_resolve(&resolved);
+    const strata_config *c = &resolved;
+    if (st == STRATA_OK) {
+        strata_shampoo_config sh;
+        strata_soap_config so;
+        strata_kl_shampoo_config kl;
+        strata_shampoo_config_default(&sh);
+        strata_soap_config_default(&so);
+        strata_kl_shampoo_config_default(&kl);
+        CFG_CHECK(st, cfg_family_frequency("shampoo", given->shampoo.precondition_frequency,
+                                           sh.precondition_frequency,
+                                           c->shampoo.precondition_frequency));
+        CFG_CHECK(st, cfg_family_frequency("soap", given->soap.precondition_frequency,
+                                           so.precondition_frequency,
+                                           c->soap.precondition_frequency));
+        CFG_CHECK(st, cfg_family_frequency("kl_shampoo", given->kl_shampoo.precondition_frequency,
+                                           kl.precondition_frequency,
+                                           c->kl_shampoo.precondition_frequency));
+    }
+    CFG_CHECK(st, cfg_int("matrix_optimizer", (long long)c->matrix_optimizer,
+                          STRATA_OPTIM_ADAMW, STRATA_OPTIM_KL_SHAMPOO));
     CFG_CHECK(st, strata_adamw_config_check(&c->adamw));
     CFG_CHECK(st, strata_shampoo_config_check(&c->shampoo));
     CFG_CHECK(st, strata_muon_config_check(&c->muon));
@@ -187,6 +242,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     if (!rt)
         return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     rt->cfg = *cfg;
+    config_resolve(&rt->cfg);
     rt->log = (strata_logger){.level = cfg->log_level, .fn = cfg->log_fn, .user = cfg->log_user};
     if (cfg->nvme_dir) {
         rt->nvme_dir = strdup(cfg->nvme_dir);
@@ -352,8 +408,10 @@ strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimiz
 {
     if (!cfg || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: NULL argument");
+    strata_config resolved = *cfg; /* the schedule as strata_create resolves it */
+    config_resolve(&resolved);
     const void *fc;
-    const strata_precond_family *f = family_of(cfg, opt, &fc);
+    const strata_precond_family *f = family_of(&resolved, opt, &fc);
     if (!f)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: unknown optimizer %d",
                             (int)opt);

@@ -153,7 +153,7 @@ static json_object *get_frequency(const config_ctx *c)
 static json_object *get_start(const config_ctx *c)
 {
     const strata_shampoo_config *k = &c->o->strata.shampoo;
-    return json_object_new_int(k->start_preconditioning_step < 0 ? k->precondition_frequency
+    return json_object_new_int(k->start_preconditioning_step < 0 ? c->refresh->frequency
                                : k->start_preconditioning_step < 1 ? 1
                                                                    : k->start_preconditioning_step);
 }
