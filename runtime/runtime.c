@@ -20,6 +20,7 @@
  */
 #include "backend/blas.h"
 #include "backend/ops.h"
+#include "base/env.h"
 #include "runtime/runtime_internal.h"
 #include "plan/plan.h"
 #include "runtime/testing.h"
@@ -86,10 +87,15 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->sharding = STRATA_SHARD_OWNER;
     cfg->average_gradients = true;
     cfg->grad_bucket_bytes = (size_t)4 << 20;
-    cfg->log_level = STRATA_LOG_WARN;
-    const char *env = getenv("STRATA_LOG_LEVEL");
-    if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
-        cfg->log_level = (strata_log_level)(env[0] - '0');
+    long level; /* STRATA_LOG_LEVEL (base/env.h), read once */
+    bool set;
+    const strata_status st = strata_env_int(STRATA_ENV_LOG_LEVEL, STRATA_LOG_WARN, &level, &set);
+    cfg->log_level = (strata_log_level)level;
+    if (st != STRATA_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "config_default: %s", why);
+    }
     return STRATA_OK;
 }
 
@@ -215,6 +221,9 @@ static strata_status check_config(const strata_config *given)
                           c->grad_bucket_bytes);
     CFG_CHECK(st, cfg_int("log_level", (long long)c->log_level, STRATA_LOG_ERROR,
                           STRATA_LOG_DEBUG));
+    long env_level; /* a bad STRATA_LOG_LEVEL is refused here too (base/env.h) */
+    bool env_set;
+    CFG_CHECK(st, strata_env_int(STRATA_ENV_LOG_LEVEL, 0, &env_level, &env_set));
     if (st == STRATA_OK && c->async && c->roots_tier == STRATA_TIER_NVME && !c->nvme_dir)
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "strata_config.roots_tier = nvme needs strata_config.nvme_dir");
@@ -244,6 +253,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     rt->cfg = *cfg;
     config_resolve(&rt->cfg);
     rt->log = (strata_logger){.level = cfg->log_level, .fn = cfg->log_fn, .user = cfg->log_user};
+    strata_env_log(&rt->log); /* the environment overrides in effect, when verbose */
     if (cfg->nvme_dir) {
         rt->nvme_dir = strdup(cfg->nvme_dir);
         if (!rt->nvme_dir) {

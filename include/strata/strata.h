@@ -208,8 +208,11 @@ typedef struct strata_config {
 STRATA_API const char *strata_version(void);
 
 /* Fill `cfg` with the defaults above and each optimizer's defaults.
- * Environment overrides (read here, once): STRATA_LOG_LEVEL (0..3).
- * Errors: STRATA_ERR_INVALID_ARG (cfg NULL). */
+ * Environment overrides (read once per process, base/env.h's table):
+ * STRATA_LOG_LEVEL (an integer 0..3, the log_level). Errors:
+ * STRATA_ERR_INVALID_ARG (cfg NULL; STRATA_LOG_LEVEL not an integer in
+ * [0, 3]: cfg is filled all the same, log_level WARN, and strata_create
+ * refuses it too). */
 STRATA_API strata_status strata_config_default(strata_config *cfg);
 
 typedef enum strata_role {
@@ -266,7 +269,10 @@ typedef struct strata_runtime strata_runtime;
  * staleness and shard_group_size >= 0, wait_timeout_s > 0,
  * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
  * [4096, 1 GiB], roots_tier host or nvme, the nvme roots tier with an
- * nvme_dir when async). Errors: STRATA_ERR_INVALID_ARG (NULL, a field out of
+ * nvme_dir when async; precondition_frequency >= 0, the families' copies of it
+ * left alone; a bad STRATA_LOG_LEVEL). At STRATA_LOG_INFO it logs every
+ * environment variable strata reads that is set. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL, a field out of
  * range: strata_last_error() names it, "strata_config.<field> = ..." or
  * "<optimizer>.<field> = ..."; shard_group_size not dividing the world),
  * STRATA_ERR_UNSUPPORTED (the backend is not built in or has no device;
