@@ -44,7 +44,7 @@
 
 #define STRATA_CONFIG_SCHEMA(X) \
     X(version, version, INT, NOCKPT, NULL, NULL, "", "STRATA_CONFIG_VERSION") \
-    X(matrix_optimizer, matrix_optimizer, ENUM, CKPT, "optimizer", NULL, "", "for 2-D matrices: shampoo (default), muon, soap,") \
+    X(matrix_optimizer, matrix_optimizer, ENUM, CKPT, "optimizer", "optimizer", "", "for 2-D matrices: shampoo (default), muon, soap,") \
     X(adamw_lr, adamw.lr, FLOAT, CKPT, "adamw-lr", "adamw_lr", "", "learning rate") \
     X(adamw_beta1, adamw.beta1, FLOAT, CKPT, NULL, NULL, "", "first-moment EMA; default 0.9") \
     X(adamw_beta2, adamw.beta2, FLOAT, CKPT, NULL, NULL, "", "second-moment EMA; default 0.999") \
@@ -58,9 +58,9 @@
     X(shampoo_nesterov, shampoo.nesterov, BOOL, CKPT, NULL, NULL, "", "default false") \
     X(shampoo_weight_decay, shampoo.weight_decay, FLOAT, CKPT, NULL, NULL, "", "decoupled") \
     X(shampoo_precondition_frequency, shampoo.precondition_frequency, INT, CKPT, NULL, NULL, "steps", "the runtime's copy of precondition_frequency (the one-tensor API's own F)") \
-    X(shampoo_start_preconditioning_step, shampoo.start_preconditioning_step, INT, CKPT, "start-preconditioning-step", NULL, "step", "first refresh step") \
+    X(shampoo_start_preconditioning_step, shampoo.start_preconditioning_step, INT, CKPT, "start-preconditioning-step", "start_preconditioning_step", "step", "first refresh step") \
     X(shampoo_refresh_offset, shampoo.refresh_offset, INT, CKPT, NULL, NULL, "steps", "phase o in [0, F): refreshes at s + o + kF; default 0.") \
-    X(shampoo_max_preconditioner_dim, shampoo.max_preconditioner_dim, INT, CKPT, "max-preconditioner-dim", NULL, "rows", "block size") \
+    X(shampoo_max_preconditioner_dim, shampoo.max_preconditioner_dim, INT, CKPT, "max-preconditioner-dim", "max_preconditioner_dim", "rows", "block size") \
     X(shampoo_grafting, shampoo.grafting, ENUM, CKPT, "grafting", "grafting", "", "default STRATA_GRAFT_ADAM") \
     X(shampoo_grafting_beta2, shampoo.grafting_beta2, FLOAT, CKPT, NULL, NULL, "", "Adam grafting EMA; default 0.999") \
     X(shampoo_grafting_epsilon, shampoo.grafting_epsilon, FLOAT, CKPT, NULL, NULL, "", "default 1e-8") \
@@ -99,28 +99,28 @@
     X(kl_shampoo_lr, kl_shampoo.lr, FLOAT, CKPT, NULL, NULL, "", "default 1e-4") \
     X(kl_shampoo_beta1, kl_shampoo.beta1, FLOAT, CKPT, NULL, NULL, "", "momentum EMA; default 0.9") \
     X(kl_shampoo_beta2, kl_shampoo.beta2, FLOAT, CKPT, NULL, NULL, "", "default 0.98 (the factor EMA when shampoo_beta < 0)") \
-    X(kl_shampoo_shampoo_beta, kl_shampoo.shampoo_beta, FLOAT, CKPT, "kl-beta", NULL, "", "factor EMA b") \
+    X(kl_shampoo_shampoo_beta, kl_shampoo.shampoo_beta, FLOAT, CKPT, "kl-beta", "kl_beta", "", "factor EMA b") \
     X(kl_shampoo_eps, kl_shampoo.eps, FLOAT, CKPT, NULL, NULL, "", "damping in X / (1 + eps X)") \
     X(kl_shampoo_weight_decay, kl_shampoo.weight_decay, FLOAT, CKPT, NULL, NULL, "", "decoupled, applied after the step") \
     X(kl_shampoo_precondition_frequency, kl_shampoo.precondition_frequency, INT, CKPT, NULL, NULL, "steps", "the runtime's copy of precondition_frequency") \
     X(kl_shampoo_refresh_offset, kl_shampoo.refresh_offset, INT, CKPT, NULL, NULL, "steps", "phase o in [0, F): refreshes at k = F + o, 2F + o, ...") \
-    X(kl_shampoo_init_factor, kl_shampoo.init_factor, FLOAT, CKPT, NULL, NULL, "", "initial eigenvalue estimate") \
+    X(kl_shampoo_init_factor, kl_shampoo.init_factor, FLOAT, CKPT, "kl-init-factor", "kl_init_factor", "", "initial eigenvalue estimate") \
     X(kl_shampoo_max_clamp_value, kl_shampoo.max_clamp_value, INT, CKPT, NULL, NULL, "", "clamp of s: max(10, min(dim, this))") \
     X(kl_shampoo_normalize_grads, kl_shampoo.normalize_grads, BOOL, CKPT, NULL, NULL, "", "RMS-normalize P; default false") \
-    X(precondition_frequency, precondition_frequency, INT, NOCKPT, "precondition-frequency", NULL, "steps", "F, the refresh period of every family (Shampoo roots, SOAP and KL-Shampoo eigenbases); 0 = each family's default") \
+    X(precondition_frequency, precondition_frequency, INT, NOCKPT, "precondition-frequency", "precondition_frequency", "steps", "F, the refresh period of every family (Shampoo roots, SOAP and KL-Shampoo eigenbases); 0 = each family's default") \
     X(max_grad_norm, max_grad_norm, FLOAT, CKPT, "max-grad-norm", "max_grad_norm", "", "clip the global gradient L2 norm to this") \
     X(route_degenerate_to_adamw, route_degenerate_to_adamw, BOOL, CKPT, NULL, NULL, "", "1 x N and N x 1 matrices to AdamW; default true") \
     X(stagger_refresh, stagger_refresh, BOOL, CKPT, "stagger-refresh", "stagger_refresh", "", "Shampoo, SOAP, KL-Shampoo: give each matrix parameter a") \
-    X(backend, backend, ENUM, NOCKPT, NULL, NULL, "", "where optimizer state lives and runs: STRATA_BACKEND_CPU") \
-    X(blas_threads, blas_threads, INT, NOCKPT, "threads", NULL, "threads", "BLAS threads for the step") \
-    X(step_threads, step_threads, INT, NOCKPT, "step-threads", NULL, "threads", "threads (the training thread included) that run the step's") \
-    X(async, async, BOOL, CKPT, "async", NULL, "", "inverse roots on worker threads") \
-    X(staleness, staleness, INT, CKPT, NULL, "staleness", "steps", "S, steps a root may be used past its refresh point's") \
+    X(backend, backend, ENUM, NOCKPT, "device", NULL, "", "where optimizer state lives and runs: STRATA_BACKEND_CPU") \
+    X(blas_threads, blas_threads, INT, NOCKPT, "threads", "blas_threads", "threads", "BLAS threads for the step") \
+    X(step_threads, step_threads, INT, NOCKPT, "step-threads", "step_threads", "threads", "threads (the training thread included) that run the step's") \
+    X(async, async, BOOL, CKPT, "async", "async", "", "inverse roots on worker threads") \
+    X(staleness, staleness, INT, CKPT, "staleness", "staleness", "steps", "S, steps a root may be used past its refresh point's") \
     X(install_mode, install_mode, ENUM, CKPT, "install-mode", "install_mode", "", "STRATA_COH_FIXED (default, reproducible) or EAGER") \
-    X(workers, workers, INT, NOCKPT, "workers", NULL, "threads", "worker threads") \
+    X(workers, workers, INT, NOCKPT, "workers", "workers", "threads", "worker threads") \
     X(pin_workers, pin_workers, BOOL, NOCKPT, "pin-workers", NULL, "", "hwloc-pin workers to the last cores") \
     X(wait_timeout_s, wait_timeout_s, DOUBLE, NOCKPT, NULL, NULL, "s", "bound of every staleness wait, seconds") \
-    X(roots_tier, roots_tier, ENUM, NOCKPT, NULL, NULL, "", "where inverse roots live: STRATA_TIER_HOST (default) or") \
+    X(roots_tier, roots_tier, ENUM, NOCKPT, "tiers", "roots_tier", "", "where inverse roots live: STRATA_TIER_HOST (default) or") \
     X(host_budget, host_budget, SIZE, NOCKPT, "host-budget-mib", "host_budget_bytes", "bytes", "host tier bytes") \
     X(nvme_dir, nvme_dir, STRING, NOCKPT, "nvme-dir", "nvme_dir", "", "nvme tier directory (copied)") \
     X(nvme_budget, nvme_budget, SIZE, NOCKPT, NULL, NULL, "bytes", "nvme tier bytes") \
