@@ -122,7 +122,7 @@ int main(int argc, char **argv)
             o.quiet = true;
             o.strata.blas_threads = 1;
             o.strata.matrix_optimizer = v[i].opt;
-            o.strata.shampoo.precondition_frequency = 10;
+            o.strata.precondition_frequency = 10;
             o.strata.async = v[i].async;
             o.strata.staleness = v[i].staleness;
             o.strata.workers = 1;

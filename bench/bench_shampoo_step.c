@@ -27,7 +27,7 @@ static int run(strata_optimizer opt, int steps, const char *corpus, gpt_train_re
     o.eval_batches = 2;
     o.quiet = true;
     o.strata.matrix_optimizer = opt;
-    o.strata.shampoo.precondition_frequency = 10;
+    o.strata.precondition_frequency = 10;
     strata_status st = gpt_train(&o, NULL, r);
     if (st != STRATA_OK) {
         fprintf(stderr, "bench: %s: %s\n", strata_status_str(st), strata_last_error());

@@ -26,6 +26,7 @@
 #include "ckpt/ckpt.h"
 
 #include "base/clock.h"
+#include "runtime/config_schema.h"
 #include "runtime/state.h"
 
 #include <dirent.h>
@@ -48,69 +49,54 @@ static const strata_st_dtype dtype_of[] = {
     [STRATA_I64] = STRATA_ST_I64, [STRATA_BOOL] = STRATA_ST_BOOL,
 };
 
-/* ---- the configuration in the manifest: one table */
+/* ---- the configuration in the manifest: the schema's CKPT rows
+ * (runtime/config_schema.h), each under its field name ("shampoo.beta2") */
 
-typedef struct cfg_field {
-    const char *name;
-    size_t off;
-    char kind; /* f float, i int (and enums), b bool, d double */
-} cfg_field;
-
-#define F(s, m, k) {#s "." #m, offsetof(strata_config, s.m), k}
-static const cfg_field cfg_fields[] = {
-    {"matrix_optimizer", offsetof(strata_config, matrix_optimizer), 'i'},
-    {"max_grad_norm", offsetof(strata_config, max_grad_norm), 'f'},
-    {"route_degenerate_to_adamw", offsetof(strata_config, route_degenerate_to_adamw), 'b'},
-    {"stagger_refresh", offsetof(strata_config, stagger_refresh), 'b'},
-    {"async", offsetof(strata_config, async), 'b'},
-    {"staleness", offsetof(strata_config, staleness), 'i'},
-    {"install_mode", offsetof(strata_config, install_mode), 'i'},
-    {"sharding", offsetof(strata_config, sharding), 'i'},
-    {"shard_group_size", offsetof(strata_config, shard_group_size), 'i'},
-    {"average_gradients", offsetof(strata_config, average_gradients), 'b'},
-    F(adamw, lr, 'f'), F(adamw, beta1, 'f'), F(adamw, beta2, 'f'), F(adamw, eps, 'f'),
-    F(adamw, weight_decay, 'f'),
-    F(shampoo, lr, 'f'), F(shampoo, beta1, 'f'), F(shampoo, beta2, 'f'),
-    F(shampoo, epsilon, 'f'), F(shampoo, momentum, 'f'), F(shampoo, nesterov, 'b'),
-    F(shampoo, weight_decay, 'f'), F(shampoo, precondition_frequency, 'i'),
-    F(shampoo, start_preconditioning_step, 'i'), F(shampoo, refresh_offset, 'i'),
-    F(shampoo, max_preconditioner_dim, 'i'), F(shampoo, grafting, 'i'),
-    F(shampoo, grafting_beta2, 'f'), F(shampoo, grafting_epsilon, 'f'),
-    F(shampoo, epsilon_rel, 'f'), F(shampoo, use_pseudo_inverse, 'b'),
-    F(muon, lr, 'f'), F(muon, momentum, 'f'), F(muon, nesterov, 'b'), F(muon, ns_steps, 'i'),
-    F(muon, weight_decay, 'f'), F(muon, scale, 'i'), F(muon, momentum_form, 'i'),
-    F(muon, ns_method, 'i'),
-    F(soap, lr, 'f'), F(soap, beta1, 'f'), F(soap, beta2, 'f'), F(soap, shampoo_beta, 'f'),
-    F(soap, eps, 'f'), F(soap, weight_decay, 'f'), F(soap, precondition_frequency, 'i'),
-    F(soap, refresh_offset, 'i'), F(soap, max_precond_dim, 'i'), F(soap, precondition_1d, 'b'),
-    F(soap, normalize_grads, 'b'), F(soap, correct_bias, 'b'),
-    F(kl_shampoo, form, 'i'), F(kl_shampoo, lr, 'f'), F(kl_shampoo, beta1, 'f'),
-    F(kl_shampoo, beta2, 'f'), F(kl_shampoo, shampoo_beta, 'f'), F(kl_shampoo, eps, 'f'),
-    F(kl_shampoo, weight_decay, 'f'), F(kl_shampoo, precondition_frequency, 'i'),
-    F(kl_shampoo, refresh_offset, 'i'), F(kl_shampoo, init_factor, 'f'),
-    F(kl_shampoo, max_clamp_value, 'i'), F(kl_shampoo, normalize_grads, 'b'),
-};
-#undef F
+STRATA_CFG_TABLE(cfg_fields);
 
 static json_object *config_json(const strata_config *c)
 {
     json_object *o = json_object_new_object();
-    for (size_t i = 0; o && i < sizeof cfg_fields / sizeof cfg_fields[0]; i++) {
-        const cfg_field *f = &cfg_fields[i];
+    for (size_t i = 0; o && i < STRATA_CFG_ROWS; i++) {
+        const strata_cfg_field *f = &cfg_fields[i];
+        if (!f->ckpt)
+            continue;
         const char *p = (const char *)c + f->off;
         json_object *v = NULL;
-        if (f->kind == 'f') {
+        switch (f->kind) {
+        case STRATA_CFG_FLOAT: {
             float x;
             memcpy(&x, p, sizeof x);
             v = json_object_new_double((double)x);
-        } else if (f->kind == 'b') {
+            break;
+        }
+        case STRATA_CFG_DOUBLE: {
+            double x;
+            memcpy(&x, p, sizeof x);
+            v = json_object_new_double(x);
+            break;
+        }
+        case STRATA_CFG_BOOL: {
             bool x;
             memcpy(&x, p, sizeof x);
             v = json_object_new_boolean(x);
-        } else {
+            break;
+        }
+        case STRATA_CFG_INT:
+        case STRATA_CFG_ENUM: {
             int x;
             memcpy(&x, p, sizeof x);
             v = json_object_new_int(x);
+            break;
+        }
+        case STRATA_CFG_SIZE:
+        case STRATA_CFG_U64: {
+            uint64_t x = 0;
+            memcpy(&x, p, f->size < sizeof x ? f->size : sizeof x);
+            v = json_object_new_int64((int64_t)x);
+            break;
+        }
+        default: continue; /* strings and pointers are never CKPT rows */
         }
         json_object_object_add(o, f->name, v);
     }

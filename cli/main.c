@@ -1,8 +1,11 @@
 /* The `strata` command: strata train | sweep-staleness | race | ckpt | help.
  *
  * train's flags, which sweep-staleness and race share, are described once, in
- * train_flags: each flag's name, its argument and where the value goes, the
- * range or names it accepts, its --help group and text. parse_train (strict:
+ * train_flag_rows: each flag's name, its argument and where the value goes, the
+ * range or names it accepts, its --help group and text. A flag that sets a
+ * strata_config field names the field's row of the config schema
+ * (runtime/config_schema.h, CFG): the flag's name and the field's offset and
+ * kind come from there, as the checkpoint's and the JSONL record's do. parse_train (strict:
  * a malformed or unknown flag is an error naming it, exit status 2) and
  * print_train_help (defaults printed from gpt_train_options_default) both
  * walk that table; the notes about flags that have no effect together are
@@ -25,6 +28,7 @@
 #include "settings.h"
 #include "strata/strata.h"
 #include "race.h"
+#include "runtime/config_schema.h"
 #include "sweep.h"
 #include "trainer.h"
 
@@ -123,18 +127,19 @@ struct train_flag {
     void (*dflt)(const train_args *d, char *buf, size_t n); /* the default, when not
                                                                  derived from type and off */
     const char *dfmt;  /* printf format of a derived numeric default; NULL: "%d" / "%g" */
+    int field;         /* 1 + the config schema row (runtime/config_schema.h) of the
+                          strata_config field the flag sets (CFG): the name and the offset
+                          come from there; 0: a trainer flag (name and off above) */
 };
 
 #define OFF(member) offsetof(train_args, member)
+/* A flag that sets strata_config field `id`: its name is the schema row's cli
+ * column, its offset the field's inside train_args.o.strata. */
+#define CFG(id) .field = 1 + STRATA_CFG_ID(id)
+STRATA_CFG_TABLE(schema);
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, int *out);
 static int parse_float(const char *flag, const char *s, double lo, double hi, float *out);
-
-static void same_frequency(train_args *a)
-{
-    a->o.strata.soap.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
-    a->o.strata.kl_shampoo.precondition_frequency = a->o.strata.shampoo.precondition_frequency;
-}
 
 static int set_tiers(train_args *a, const train_flag *f, const char *arg)
 {
@@ -257,7 +262,7 @@ static const char G_OUTPUT[] = "output";
 static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 
 /* Every flag of train and sweep-staleness, in --help order. */
-static const train_flag train_flags[] = {
+static const train_flag train_flag_rows[] = {
     {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
      .help = "text file or directory (default {})"},
     {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
@@ -274,7 +279,7 @@ static const train_flag train_flags[] = {
     {.name = "batch", .type = FT_INT, .off = OFF(o.batch), .lo = 1, .hi = 1 << 20,
      .group = G_DATA, .arg = "N", .help = "sequences per step (default {})"},
 
-    {.name = "optimizer", .type = FT_OPTIMIZER, .off = OFF(o.strata.matrix_optimizer),
+    {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
      .help = "adamw | shampoo | muon | soap | kl-shampoo (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
@@ -282,7 +287,7 @@ static const train_flag train_flags[] = {
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
      .arg = "X", .dflt = dflt_lr,
      .help = "peak learning rate of the matrix optimizer\n(default: {})"},
-    {.name = "adamw-lr", .type = FT_FLOAT, .off = OFF(o.strata.adamw.lr), .lo = 0.0, .hi = 100.0,
+    {CFG(adamw_lr), .type = FT_FLOAT, .lo = 0.0, .hi = 100.0,
      .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})"},
     {.name = "weight-decay", .type = FT_FLOAT, .off = OFF(wd), .lo = 0.0, .hi = 10.0,
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
@@ -294,102 +299,99 @@ static const train_flag train_flags[] = {
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
      .help = "cosine floor, fraction of peak (default {})"},
-    {.name = "max-grad-norm", .type = FT_FLOAT, .off = OFF(o.strata.max_grad_norm), .lo = 0.0,
+    {CFG(max_grad_norm), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e30, .group = G_TRAIN, .arg = "X",
      .help = "clip the global gradient norm; 0 = off (default {})"},
-    {.name = "device", .type = FT_CUSTOM, .set = set_device, .group = G_TRAIN, .arg = "cpu|cuda",
+    {CFG(backend), .type = FT_CUSTOM, .set = set_device, .group = G_TRAIN, .arg = "cpu|cuda",
      .dflt = dflt_device,
      .help = "where the model and the optimizer run; cuda: the GPU\nmodel and the CUDA backend "
              "(default {})"},
     {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
      .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
 
-    {.name = "precondition-frequency", .type = FT_INT,
-     .off = OFF(o.strata.shampoo.precondition_frequency), .lo = 1, .hi = INT_MAX / 2,
-     .then = same_frequency, .group = G_SHAMPOO, .arg = "N",
+    {CFG(precondition_frequency), .type = FT_INT, .lo = 1, .hi = INT_MAX / 2,
+     .group = G_SHAMPOO, .arg = "N",
      .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
              "(default {})"},
-    {.name = "start-preconditioning-step", .type = FT_INT,
-     .off = OFF(o.strata.shampoo.start_preconditioning_step), .lo = -1, .hi = INT_MAX / 2,
+    {CFG(shampoo_start_preconditioning_step), .type = FT_INT, .lo = -1, .hi = INT_MAX / 2,
      .group = G_SHAMPOO, .arg = "N",
      .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1"},
-    {.name = "max-preconditioner-dim", .type = FT_INT,
-     .off = OFF(o.strata.shampoo.max_preconditioner_dim), .lo = 1, .hi = 65536,
+    {CFG(shampoo_max_preconditioner_dim), .type = FT_INT, .lo = 1, .hi = 65536,
      .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})"},
-    {.name = "beta2", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.beta2), .lo = 1e-6, .hi = 1.0,
+    {CFG(shampoo_beta2), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0,
      .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})"},
-    {.name = "epsilon", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.epsilon), .lo = 0.0,
+    {CFG(shampoo_epsilon), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
      .help = "added to factor eigenvalues (default {})"},
-    {.name = "grafting", .type = FT_NAME, .off = OFF(o.strata.shampoo.grafting),
+    {CFG(shampoo_grafting), .type = FT_NAME,
      .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})"},
-    {.name = "momentum", .type = FT_FLOAT, .off = OFF(o.strata.shampoo.momentum), .lo = 0.0,
+    {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})"},
-    {.name = "stagger-refresh", .type = FT_TRUE, .off = OFF(o.strata.stagger_refresh),
+    {CFG(stagger_refresh), .type = FT_TRUE,
      .group = G_SHAMPOO,
      .help = "spread the matrices' root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
              "over the F steps of a\nperiod (each step ~1/F of the work, no spike)"},
 
-    {.name = "muon-momentum", .type = FT_FLOAT, .off = OFF(o.strata.muon.momentum), .lo = 0.0,
+    {CFG(muon_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})"},
-    {.name = "muon-scale", .type = FT_NAME, .off = OFF(o.strata.muon.scale),
+    {CFG(muon_scale), .type = FT_NAME,
      .names = gpt_muon_scale_names, .group = G_MUON, .arg = "RULE",
      .help = "shape: sqrt(max(1,m/n)) (default) | adamw:\n0.2*sqrt(max(m,n)) | spectral: "
              "sqrt(m/n) | none"},
-    {.name = "muon-momentum-form", .type = FT_NAME, .off = OFF(o.strata.muon.momentum_form),
+    {CFG(muon_momentum_form), .type = FT_NAME,
      .names = gpt_muon_momentum_form_names, .group = G_MUON,
      .help = "B = mu B + G (default) or mu B + (1-mu) G"},
-    {.name = "ns-schedule", .type = FT_NAME, .off = OFF(o.strata.muon.ns_schedule),
+    {CFG(muon_ns_schedule), .type = FT_NAME,
      .names = gpt_ns_schedule_names, .group = G_MUON,
      .help = "Newton-Schulz coefficients (default {})"},
-    {.name = "ns-method", .type = FT_NAME, .off = OFF(o.strata.muon.ns_method),
+    {CFG(muon_ns_method), .type = FT_NAME,
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
      .help = "Gram Newton-Schulz for wide matrices (default\n{}; auto picks gram by aspect "
              "ratio)"},
-    {.name = "ns-steps", .type = FT_INT, .off = OFF(o.strata.muon.ns_steps), .lo = 0, .hi = 100,
+    {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100,
      .group = G_MUON, .arg = "N", .help = "Newton-Schulz iterations (default {})"},
 
-    {.name = "kl-form", .type = FT_NAME, .off = OFF(o.strata.kl_shampoo.form),
+    {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
      .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update"},
-    {.name = "kl-init-factor", .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
+    {CFG(kl_shampoo_init_factor), .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
      .group = G_KL, .arg = "X|auto", .dflt = dflt_kl_init,
      .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})"},
-    {.name = "kl-beta", .type = FT_FLOAT, .off = OFF(o.strata.kl_shampoo.shampoo_beta), .lo = 0.0,
+    {CFG(kl_shampoo_shampoo_beta), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_KL, .arg = "X", .dflt = dflt_kl_beta,
      .help = "factor and eigenvalue EMA (default: {})"},
 
-    {.name = "async", .type = FT_TRUE, .off = OFF(o.strata.async), .group = G_ASYNC,
+    {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads (kl-shampoo: "
              "eigenbasis form only)"},
-    {.name = "staleness", .type = FT_CUSTOM, .set = set_staleness, .lo = 0, .hi = 1000000,
+    {CFG(staleness), .type = FT_CUSTOM, .set = set_staleness, .lo = 0, .hi = 1000000,
      .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
              "precondition-frequency - 1 + S"},
-    {.name = "workers", .type = FT_INT, .off = OFF(o.strata.workers), .lo = 1, .hi = 1024,
+    {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)"},
-    {.name = "install-mode", .type = FT_NAME, .off = OFF(o.strata.install_mode),
+    {CFG(install_mode), .type = FT_NAME,
      .names = gpt_install_mode_names, .group = G_ASYNC,
      .help = "fixed: reproducible (default); eager: fresher"},
-    {.name = "tiers", .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
+    {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)"},
-    {.name = "nvme-dir", .type = FT_STRING, .off = OFF(o.strata.nvme_dir), .group = G_ASYNC,
+    {CFG(nvme_dir), .type = FT_STRING, .group = G_ASYNC,
      .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
-    {.name = "nvme-queue-depth", .type = FT_INT, .off = OFF(o.strata.nvme_queue_depth), .lo = 8,
+    {CFG(nvme_queue_depth), .type = FT_INT, .lo = 8,
      .hi = 4096, .group = G_ASYNC, .arg = "N",
      .help = "nvme chunks in flight, one staging chunk each;\nregistered when "
              "RLIMIT_MEMLOCK holds them (default {})"},
-    {.name = "nvme-staging-kib", .type = FT_KIB, .off = OFF(o.strata.nvme_chunk_bytes), .lo = 4,
+    {CFG(nvme_chunk_bytes), .type = FT_KIB, .lo = 4,
      .hi = 1 << 20, .group = G_ASYNC, .arg = "N",
      .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})"},
-    {.name = "host-budget-mib", .type = FT_MIB, .off = OFF(o.strata.host_budget), .lo = 1,
+    {CFG(host_budget), .type = FT_MIB, .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
-    {.name = "pin-workers", .type = FT_TRUE, .off = OFF(o.strata.pin_workers), .group = G_ASYNC,
+    {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)"},
 
-    {.name = "sharding", .type = FT_NAME, .off = OFF(o.strata.sharding),
+    {CFG(sharding), .type = FT_NAME,
      .names = gpt_sharding_names, .group = G_RANKS,
      .help = "owner: each matrix whole on one rank (default);\ngather, zero1: baselines to "
              "compare with"},
@@ -398,11 +400,11 @@ static const train_flag train_flags[] = {
      .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
              "--grad-accum N (default on)"},
     {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1},
-    {.name = "shard-group-size", .type = FT_INT, .off = OFF(o.strata.shard_group_size), .lo = 0,
+    {CFG(shard_group_size), .type = FT_INT, .lo = 0,
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
              "groups (default: all ranks)"},
-    {.name = "grad-bucket-kib", .type = FT_KIB, .off = OFF(o.strata.grad_bucket_bytes), .lo = 1,
+    {CFG(grad_bucket_bytes), .type = FT_KIB, .lo = 1,
      .hi = 1 << 20, .group = G_RANKS, .arg = "N",
      .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})"},
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
@@ -434,9 +436,9 @@ static const train_flag train_flags[] = {
      .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})"},
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
      .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
-    {.name = "threads", .type = FT_INT, .off = OFF(o.strata.blas_threads), .lo = 1, .hi = 1024,
+    {CFG(blas_threads), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: OpenBLAS: OPENBLAS_NUM_THREADS or\nall cores; BLIS: BLIS_NUM_THREADS, OMP_NUM_THREADS or 1)"},
-    {.name = "step-threads", .type = FT_INT, .off = OFF(o.strata.step_threads), .lo = 0,
+    {CFG(step_threads), .type = FT_INT, .lo = 0,
      .hi = 256, .group = G_OUTPUT, .arg = "N",
      .help = "threads running the step's plain updates (Muon,\n"
              "AdamW) side by side (bit-identical; default 0: the\ncores when BLAS runs one thread and the run is\nsync, else 1)"},
@@ -460,7 +462,51 @@ static const train_flag train_flags[] = {
     {.name = "runs", .type = FT_STRING, .off = OFF(runs), .only = 1u << CMD_RACE},
 };
 
-#define N_FLAGS (sizeof train_flags / sizeof train_flags[0])
+#define N_FLAGS (sizeof train_flag_rows / sizeof train_flag_rows[0])
+
+/* train_flag_rows with the schema rows' names and offsets filled in. */
+static train_flag train_flags[N_FLAGS];
+
+/* Whether flag type t can set a field of schema kind k. */
+static bool flag_fits(flag_type t, strata_cfg_kind k)
+{
+    switch (t) {
+    case FT_TRUE: return k == STRATA_CFG_BOOL;
+    case FT_INT: return k == STRATA_CFG_INT;
+    case FT_U64: return k == STRATA_CFG_U64;
+    case FT_MIB:
+    case FT_KIB: return k == STRATA_CFG_SIZE;
+    case FT_FLOAT: return k == STRATA_CFG_FLOAT;
+    case FT_DOUBLE: return k == STRATA_CFG_DOUBLE;
+    case FT_STRING: return k == STRATA_CFG_STRING;
+    case FT_NAME:
+    case FT_OPTIMIZER: return k == STRATA_CFG_ENUM;
+    case FT_CUSTOM: return true;
+    default: return false;
+    }
+}
+
+static void resolve_flags(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        train_flag *f = &train_flags[i];
+        *f = train_flag_rows[i];
+        if (!f->field)
+            continue;
+        const strata_cfg_field *s = &schema[f->field - 1];
+        f->name = s->cli;
+        f->off = OFF(o.strata) + s->off;
+        if (!f->name || !flag_fits(f->type, s->kind)) { /* a broken table: a program error */
+            fprintf(stderr, "strata: internal error: the flag row of strata_config.%s does not "
+                            "fit its schema row\n", s->name);
+            abort();
+        }
+    }
+}
 
 /* ---- parsing */
 
@@ -664,6 +710,7 @@ static void print_race_help(FILE *out, const train_args *d)
 
 static void print_train_help(FILE *out, train_cmd cmd)
 {
+    resolve_flags();
     train_args d;
     train_args_default(&d, cmd);
     if (cmd == CMD_RACE)
@@ -708,6 +755,7 @@ static void print_train_help(FILE *out, train_cmd cmd)
  * printed. Another command's own flags are refused. */
 static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
 {
+    resolve_flags();
     train_args_default(a, cmd);
     struct option longopts[N_FLAGS + 1];
     for (size_t i = 0; i < N_FLAGS; i++) {

@@ -16,6 +16,8 @@
  */
 #include "comm/comm.h"
 
+#include "base/env.h"
+
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +89,8 @@ void strata_comm_abort(strata_comm *c, int code)
 
 bool strata_comm_mpi_launched(void)
 {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    return strata_env_is_set(STRATA_ENV_OMPI_WORLD_SIZE) || strata_env_is_set(STRATA_ENV_PMI_SIZE) ||
+           strata_env_is_set(STRATA_ENV_PMIX_RANK);
 }
 
 const char *strata_comm_name(const strata_comm *c)

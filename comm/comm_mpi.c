@@ -37,9 +37,11 @@
  * match each other's messages.
  */
 #include "strata/comm.h"
+#include "base/env.h"
 
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -644,16 +646,18 @@ strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, s
         m_destroy(c);
         return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
     }
-    const char *env = getenv("STRATA_RANKS_PER_NODE");
-    int per = env ? atoi(env) : 0;
-    if (env && per < 1) {
+    long per;
+    bool per_set;
+    st = strata_env_int(STRATA_ENV_RANKS_PER_NODE, 0, &per, &per_set);
+    if (st != STRATA_OK) { /* a bad value is refused (base/env.h names it) */
+        char why[256];
+        snprintf(why, sizeof why, "%s", strata_last_error());
         m_destroy(c);
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "STRATA_RANKS_PER_NODE='%s' must be a positive integer", env);
+        return strata_error(st, "comm_mpi_create: %s", why);
     }
     if (per > 0) {
         for (int r = 0; r < c->size; r++)
-            c->node_of[r] = r / per;
+            c->node_of[r] = (int)(r / per);
     } else {
         /* Shared-memory groups; a group's node index is its lowest world rank. */
         MPI_Comm node;

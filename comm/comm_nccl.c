@@ -12,6 +12,7 @@
  */
 #include "comm/comm_nccl.h"
 #include "comm/comm_nccl_plan.h"
+#include "base/env.h"
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -587,9 +588,15 @@ static strata_status bootstrap(nccl_ctx *c, MPI_Comm user)
     MP(MPI_Comm_dup(user, &c->world));
     MP(MPI_Comm_rank(c->world, &c->rank));
     MP(MPI_Comm_size(c->world, &c->size));
-    const char *rpn = getenv("STRATA_RANKS_PER_NODE");
-    const int per_node = rpn ? atoi(rpn) : 0;
-    int my_node = per_node > 0 ? c->rank / per_node : 0;
+    long per_node; /* the one parser (base/env.h): a bad value is refused, as MPI's */
+    bool per_set;
+    strata_status est = strata_env_int(STRATA_ENV_RANKS_PER_NODE, 0, &per_node, &per_set);
+    if (est != STRATA_OK) {
+        char why[256]; /* the caller destroys c */
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(est, "comm_nccl_create: %s", why);
+    }
+    int my_node = per_node > 0 ? (int)(c->rank / per_node) : 0;
     if (per_node <= 0) { /* the node's lowest world rank names it */
         MPI_Comm node = MPI_COMM_NULL;
         MP(MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));

@@ -139,6 +139,11 @@ typedef struct strata_precond_family {
      * decoupled weight decay (both float): what a CLI's --lr and
      * --weight-decay set (strata_config_optimizer_lr). */
     size_t lr_offset, weight_decay_offset;
+    /* Does the configuration carry a refresh period, and where (an int, the
+     * byte offset inside it)? The runtime writes strata_config.
+     * precondition_frequency there (its one refresh period). */
+    bool has_frequency;
+    size_t frequency_offset;
     /* Rough bytes of optimizer state per byte of parameter, for estimates
      * made before anything is allocated (strata_optimizer_info). */
     int state_per_param;

@@ -24,6 +24,7 @@
 
 #include "backend/blas.h"
 #include "base/clock.h"
+#include "base/env.h"
 
 /* The CPU model, read from /proc/cpuinfo once per process. */
 static char g_cpu_model[256];
@@ -62,10 +63,11 @@ static const char *cpu_model(void)
 
 static bool cache_path(char *out, size_t n)
 {
-    const char *off = getenv("STRATA_COST_CACHE");
+    const char *off = strata_env_str(STRATA_ENV_COST_CACHE);
     if (off && strcmp(off, "0") == 0)
         return false;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *xdg = strata_env_str(STRATA_ENV_XDG_CACHE_HOME);
+    const char *home = strata_env_str(STRATA_ENV_HOME);
     char dir[4096];
     if (xdg && *xdg)
         snprintf(dir, sizeof dir, "%s/strata", xdg);

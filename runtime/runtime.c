@@ -20,6 +20,7 @@
  */
 #include "backend/blas.h"
 #include "backend/ops.h"
+#include "base/env.h"
 #include "optim/family.h"
 #include "runtime/runtime_internal.h"
 #include "plan/plan.h"
@@ -78,6 +79,15 @@ static const strata_precond_family *family_for(const strata_config *c, strata_op
     return r ? r->fam : NULL;
 }
 
+/* The strata_config member of a built-in kind ("kl_shampoo"), for messages. */
+static const char *family_member_name(int builtin)
+{
+#define MEMBER_NAME(kind, fam, member) #member,
+    static const char *const names[] = {STRATA_FAMILY_BUILTINS(MEMBER_NAME)};
+#undef MEMBER_NAME
+    return names[builtin];
+}
+
 strata_status strata_config_default(strata_config *cfg)
 {
     if (!cfg)
@@ -91,6 +101,7 @@ strata_status strata_config_default(strata_config *cfg)
         if (strata_family_row_of((strata_optimizer)k)->builtin >= 0)
             f->config_default((void *)fc); /* a member of *cfg */
     }
+    cfg->precondition_frequency = 0;
     cfg->max_grad_norm = 0.0f;
     cfg->route_degenerate_to_adamw = true;
     cfg->stagger_refresh = false;
@@ -111,10 +122,15 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->sharding = STRATA_SHARD_OWNER;
     cfg->average_gradients = true;
     cfg->grad_bucket_bytes = (size_t)4 << 20;
-    cfg->log_level = STRATA_LOG_WARN;
-    const char *env = getenv("STRATA_LOG_LEVEL");
-    if (env && env[0] >= '0' && env[0] <= '3' && env[1] == '\0')
-        cfg->log_level = (strata_log_level)(env[0] - '0');
+    long level; /* STRATA_LOG_LEVEL (base/env.h), read once */
+    bool set;
+    const strata_status st = strata_env_int(STRATA_ENV_LOG_LEVEL, STRATA_LOG_WARN, &level, &set);
+    cfg->log_level = (strata_log_level)level;
+    if (st != STRATA_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "config_default: %s", why);
+    }
     return STRATA_OK;
 }
 
@@ -143,14 +159,80 @@ static strata_status cfg_real(const char *field, double x, bool positive)
             (st) = (expr);                                                                     \
     } while (0)
 
+/* The engine's schedule into the families' copies: each refreshing family's
+ * precondition_frequency becomes strata_config.precondition_frequency, or the
+ * family's own default period when that is 0. */
+static int *family_frequency(const strata_precond_family *f, const void *fc)
+{
+    return f && f->has_frequency ? (int *)((char *)fc + f->frequency_offset) : NULL;
+}
+
+/* The families' default refresh period (what their config_default writes). */
+static int family_default_frequency(const strata_precond_family *f)
+{
+    union {
+        max_align_t align;
+        unsigned char bytes[512];
+    } scratch;
+    if (!f->config_default || f->cfg_size > sizeof scratch.bytes)
+        return 0;
+    memset(&scratch, 0, sizeof scratch);
+    f->config_default(scratch.bytes);
+    return *family_frequency(f, scratch.bytes);
+}
+
+static void config_resolve(strata_config *c)
+{
+    const int freq = c->precondition_frequency;
+    for (int k = 0; k < strata_family_count(); k++) {
+        const void *fc;
+        const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
+        int *fp = strata_family_row_of((strata_optimizer)k)->builtin >= 0
+                      ? family_frequency(f, fc) : NULL; /* members of *c only */
+        if (fp)
+            *fp = freq > 0 ? freq : family_default_frequency(f);
+    }
+}
+
+/* A family's copy of F left at its default or equal to the engine's (what a
+ * copy of the resolved config holds); any other value was meant as the
+ * period and is refused, naming the field and the one to set. */
+static strata_status cfg_family_frequency(const char *family, int given, int dflt, int resolved)
+{
+    if (given == dflt || given == resolved)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG,
+                        "strata_config.%s.precondition_frequency = %d: the engine has one "
+                        "refresh period, strata_config.precondition_frequency (%d here); leave "
+                        "the family's copy at its default %d",
+                        family, given, resolved, dflt);
+}
+
 /* Every field of the configuration, each optimizer's included (a parameter
  * may ask for any optimizer), before anything is created: NaN and +-inf are
  * refused everywhere; the message names the field ("strata_config.<field>",
- * or "<optimizer>.<field>"). */
-static strata_status check_config(const strata_config *c)
+ * or "<optimizer>.<field>"). The families' configs are checked as the
+ * runtime will use them (config_resolve). */
+static strata_status check_config(const strata_config *given)
 {
-    strata_status st = cfg_int("matrix_optimizer", (long long)c->matrix_optimizer, 0,
-                               strata_family_count() - 1);
+    strata_status st = cfg_int("precondition_frequency", given->precondition_frequency, 0,
+                               INT32_MAX);
+    strata_config resolved = *given;
+    config_resolve(&resolved);
+    const strata_config *c = &resolved;
+    for (int k = 0; st == STRATA_OK && k < strata_family_count(); k++) {
+        const void *gc, *rc;
+        const strata_precond_family *f = family_for(given, (strata_optimizer)k, &gc);
+        family_for(c, (strata_optimizer)k, &rc);
+        const int builtin = strata_family_row_of((strata_optimizer)k)->builtin;
+        const int *g = builtin >= 0 ? family_frequency(f, gc) : NULL;
+        if (g)
+            CFG_CHECK(st, cfg_family_frequency(family_member_name(builtin), *g,
+                                               family_default_frequency(f),
+                                               *family_frequency(f, rc)));
+    }
+    CFG_CHECK(st, cfg_int("matrix_optimizer", (long long)c->matrix_optimizer, 0,
+                          strata_family_count() - 1));
     for (int k = 0; k < strata_family_count(); k++) {
         const void *fc;
         const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
@@ -187,6 +269,9 @@ static strata_status check_config(const strata_config *c)
                           c->grad_bucket_bytes);
     CFG_CHECK(st, cfg_int("log_level", (long long)c->log_level, STRATA_LOG_ERROR,
                           STRATA_LOG_DEBUG));
+    long env_level; /* a bad STRATA_LOG_LEVEL is refused here too (base/env.h) */
+    bool env_set;
+    CFG_CHECK(st, strata_env_int(STRATA_ENV_LOG_LEVEL, 0, &env_level, &env_set));
     if (st == STRATA_OK && c->async && c->roots_tier == STRATA_TIER_NVME && !c->nvme_dir)
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "strata_config.roots_tier = nvme needs strata_config.nvme_dir");
@@ -214,7 +299,9 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     if (!rt)
         return strata_error(STRATA_ERR_NOMEM, "strata_create: out of memory");
     rt->cfg = *cfg;
+    config_resolve(&rt->cfg);
     rt->log = (strata_logger){.level = cfg->log_level, .fn = cfg->log_fn, .user = cfg->log_user};
+    strata_env_log(&rt->log); /* the environment overrides in effect, when verbose */
     if (cfg->nvme_dir) {
         rt->nvme_dir = strdup(cfg->nvme_dir);
         if (!rt->nvme_dir) {
@@ -365,8 +452,10 @@ strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimiz
 {
     if (!cfg || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: NULL argument");
+    strata_config resolved = *cfg; /* the schedule as strata_create resolves it */
+    config_resolve(&resolved);
     const void *fc;
-    const strata_precond_family *f = family_for(cfg, opt, &fc);
+    const strata_precond_family *f = family_for(&resolved, opt, &fc);
     if (!f)
         return strata_error(STRATA_ERR_INVALID_ARG, "optimizer_info_get: unknown optimizer %d",
                             (int)opt);

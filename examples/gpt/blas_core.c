@@ -5,6 +5,7 @@
 #include "blas_core.h"
 
 #include "backend/blas.h"
+#include "base/env.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,10 +61,11 @@ const char *gpt_blas_core_better(void)
 static bool user_chose_core(void)
 {
     const char *env = strata_blas_core_env();
-    const char *ct = env ? getenv(env) : NULL;
-    if (!ct || !*ct)
+    const char *ct = env ? strata_env_str(STRATA_ENV_OPENBLAS_CORETYPE) : NULL;
+    if (!ct)
         return false;
-    return !getenv(GPT_BLAS_CORE_FROM_ENV) && !getenv(GPT_BLAS_CORE_TEST_ENV);
+    return !strata_env_is_set(STRATA_ENV_BLAS_CORE_FROM) &&
+           !strata_env_is_set(STRATA_ENV_TEST_CORE_AS_DETECTED);
 }
 
 void gpt_blas_core_get(gpt_blas_core *out)
@@ -75,8 +77,8 @@ void gpt_blas_core_get(gpt_blas_core *out)
         out->source = "blis";
         return;
     }
-    const char *from = getenv(GPT_BLAS_CORE_FROM_ENV);
-    if (from && *from && getenv(env)) {
+    const char *from = strata_env_str(STRATA_ENV_BLAS_CORE_FROM);
+    if (from && *from && strata_env_is_set(STRATA_ENV_OPENBLAS_CORETYPE)) {
         out->source = "strata";
         out->from = from;
     } else {
@@ -91,7 +93,7 @@ void gpt_blas_core_get(gpt_blas_core *out)
 
 void gpt_blas_core_reexec(char **argv)
 {
-    if (!strata_blas_core_env() || user_chose_core() || getenv(GPT_BLAS_CORE_FROM_ENV))
+    if (!strata_blas_core_env() || user_chose_core() || strata_env_is_set(STRATA_ENV_BLAS_CORE_FROM))
         return;
     const char *core = strata_blas_core();
     const char *better = gpt_blas_core_better();

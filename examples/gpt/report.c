@@ -2,7 +2,9 @@
  *
  * The JSONL config record is described by one table (config_keys): each key,
  * which runs record it (matrix optimizers, or a condition such as "the run
- * is asynchronous"), and where its value comes from. Consumers (the
+ * is asynchronous"), and where its value comes from. A key that records a
+ * strata_config field takes its name, kind and offset from the field's row of
+ * the config schema (runtime/config_schema.h, SK rows). Consumers (the
  * staleness sweep, plotting scripts) read these keys by name, so a key's
  * spelling and meaning only ever change together with them.
  */
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/config_schema.h"
 #include "settings.h"
 
 struct gpt_report {
@@ -96,6 +99,7 @@ typedef enum config_kind {
     CK_STRING, /* const char *, null when NULL */
     CK_NAME,   /* an enum, written as its name in `names` */
     CK_FN,     /* computed by `get` */
+    CK_SCHEMA, /* a strata_config field: kind, offset and key from its schema row */
 } config_kind;
 
 typedef enum config_cond {
@@ -121,7 +125,15 @@ typedef struct config_key {
     size_t off;                 /* into gpt_train_options */
     const gpt_enum_name *names; /* CK_NAME */
     json_object *(*get)(const config_ctx *c); /* CK_FN */
+    int field; /* 1 + the strata_config schema row (runtime/config_schema.h) the key
+                  records, its name, kind and offset from there (SK); 0: a trainer key */
 } config_key;
+
+/* The strata_config fields: the key, the kind and the offset come from the
+ * schema row `id` (its jsonl column); names for an enum, get when computed. */
+#define SK(id, opts, cond, nm, fn)                                                             \
+    {NULL, opts, cond, CK_SCHEMA, 0, nm, fn, 1 + STRATA_CFG_ID(id)}
+STRATA_CFG_TABLE(schema);
 
 static json_object *get_type(const config_ctx *c)
 {
@@ -230,78 +242,94 @@ static json_object *get_unigram(const config_ctx *c)
  * schedule, the matrix optimizer's own settings (only those of the optimizer
  * in use), the asynchronous runtime when the run is asynchronous. */
 static const config_key config_keys[] = {
-    {"type", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_type},
-    {"optimizer", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_optimizer},
-    {"data", 0, WHEN_ALWAYS, CK_STRING, OFF(data_path), NULL, NULL},
-    {"layers", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_layer), NULL, NULL},
-    {"d_model", 0, WHEN_ALWAYS, CK_INT, OFF(model.d_model), NULL, NULL},
-    {"heads", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_head), NULL, NULL},
-    {"seq_len", 0, WHEN_ALWAYS, CK_INT, OFF(seq_len), NULL, NULL},
-    {"batch", 0, WHEN_ALWAYS, CK_INT, OFF(batch), NULL, NULL},
-    {"steps", 0, WHEN_ALWAYS, CK_INT, OFF(steps), NULL, NULL},
-    {"params", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_params},
-    {"seed", 0, WHEN_ALWAYS, CK_U64, OFF(seed), NULL, NULL},
-    {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size},
-    {"sharding", 0, WHEN_ALWAYS, CK_NAME, OFF(strata.sharding), gpt_sharding_names, NULL},
-    {"shard_group_size", 0, WHEN_ALWAYS, CK_INT, OFF(strata.shard_group_size), NULL, NULL},
-    {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL},
-    /* the peak learning rate of the matrix optimizer */
-    {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL},
-    {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL},
-    {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL},
-    {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL},
-    {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL},
-    {"adamw_lr", 0, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL},
-    {"warmup", 0, WHEN_ALWAYS, CK_INT, OFF(warmup), NULL, NULL},
-    {"min_lr_ratio", 0, WHEN_ALWAYS, CK_FLOAT, OFF(min_lr_ratio), NULL, NULL},
-    {"max_grad_norm", 0, WHEN_ALWAYS, CK_FLOAT, OFF(strata.max_grad_norm), NULL, NULL},
-    {"val_fraction", 0, WHEN_ALWAYS, CK_DOUBLE, OFF(val_fraction), NULL, NULL},
-    {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL},
-    {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL},
-    {"blas_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_threads},
-    {"step_threads", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_step_threads},
-    {"blas_core", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core},
-    {"blas_core_source", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_source},
-    {"blas_core_from", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_from},
+    {"type", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_type, 0},
+    SK(matrix_optimizer, 0, WHEN_ALWAYS, NULL, get_optimizer),
+    {"data", 0, WHEN_ALWAYS, CK_STRING, OFF(data_path), NULL, NULL, 0},
+    {"layers", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_layer), NULL, NULL, 0},
+    {"d_model", 0, WHEN_ALWAYS, CK_INT, OFF(model.d_model), NULL, NULL, 0},
+    {"heads", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_head), NULL, NULL, 0},
+    {"seq_len", 0, WHEN_ALWAYS, CK_INT, OFF(seq_len), NULL, NULL, 0},
+    {"batch", 0, WHEN_ALWAYS, CK_INT, OFF(batch), NULL, NULL, 0},
+    {"steps", 0, WHEN_ALWAYS, CK_INT, OFF(steps), NULL, NULL, 0},
+    {"params", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_params, 0},
+    {"seed", 0, WHEN_ALWAYS, CK_U64, OFF(seed), NULL, NULL, 0},
+    {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size, 0},
+    SK(sharding, 0, WHEN_ALWAYS, gpt_sharding_names, NULL),
+    SK(shard_group_size, 0, WHEN_ALWAYS, NULL, NULL),
+    {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL, 0},
+    /* the peak learning rate of the matrix optimizer (the trainer's view: one
+       key, the field of the optimizer in use) */
+    {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL, 0},
+    {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL, 0},
+    {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL, 0},
+    {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL, 0},
+    {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL, 0},
+    SK(adamw_lr, 0, WHEN_ALWAYS, NULL, NULL),
+    {"warmup", 0, WHEN_ALWAYS, CK_INT, OFF(warmup), NULL, NULL, 0},
+    {"min_lr_ratio", 0, WHEN_ALWAYS, CK_FLOAT, OFF(min_lr_ratio), NULL, NULL, 0},
+    SK(max_grad_norm, 0, WHEN_ALWAYS, NULL, NULL),
+    {"val_fraction", 0, WHEN_ALWAYS, CK_DOUBLE, OFF(val_fraction), NULL, NULL, 0},
+    {"eval_every", 0, WHEN_ALWAYS, CK_INT, OFF(eval_every), NULL, NULL, 0},
+    {"eval_batches", 0, WHEN_ALWAYS, CK_INT, OFF(eval_batches), NULL, NULL, 0},
+    SK(blas_threads, 0, WHEN_ALWAYS, NULL, get_blas_threads),
+    SK(step_threads, 0, WHEN_ALWAYS, NULL, get_step_threads),
+    {"blas_core", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core, 0},
+    {"blas_core_source", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_source, 0},
+    {"blas_core_from", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_blas_core_from, 0},
     /* the matrix optimizer's settings */
-    {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL},
-    {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL},
-    {"weight_decay", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.weight_decay), NULL, NULL},
-    {"weight_decay", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.weight_decay), NULL, NULL},
-    {"weight_decay", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.weight_decay), NULL, NULL},
-    {"precondition_frequency", 0, WHEN_REFRESHES, CK_FN, 0, NULL, get_frequency},
-    {"start_preconditioning_step", SHAMPOO, WHEN_ALWAYS, CK_FN, 0, NULL, get_start},
-    {"max_preconditioner_dim", SHAMPOO, WHEN_ALWAYS, CK_INT,
-     OFF(strata.shampoo.max_preconditioner_dim), NULL, NULL},
-    {"beta2", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.beta2), NULL, NULL},
-    {"epsilon", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.epsilon), NULL, NULL},
-    {"grafting", SHAMPOO, WHEN_ALWAYS, CK_NAME, OFF(strata.shampoo.grafting), gpt_grafting_names,
-     NULL},
-    {"momentum", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.momentum), NULL, NULL},
-    {"muon_momentum", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.momentum), NULL, NULL},
-    {"muon_momentum_form", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.momentum_form),
-     gpt_muon_momentum_form_names, NULL},
-    {"muon_scale", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.scale), gpt_muon_scale_names, NULL},
-    {"ns_steps", MUON, WHEN_ALWAYS, CK_INT, OFF(strata.muon.ns_steps), NULL, NULL},
-    {"ns_schedule", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.ns_schedule),
-     gpt_ns_schedule_names, NULL},
-    {"ns_method", MUON, WHEN_ALWAYS, CK_NAME, OFF(strata.muon.ns_method), gpt_ns_method_names,
-     NULL},
-    {"kl_form", KL, WHEN_ALWAYS, CK_NAME, OFF(strata.kl_shampoo.form), gpt_kl_form_names, NULL},
-    {"kl_init_factor", KL, WHEN_ALWAYS, CK_FN, 0, NULL, get_kl_init},
-    {"kl_beta", KL, WHEN_ALWAYS, CK_FN, 0, NULL, get_kl_beta},
-    {"stagger_refresh", 0, WHEN_STAGGER, CK_BOOL, OFF(strata.stagger_refresh), NULL, NULL},
+    {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL,
+     0},
+    {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL, 0},
+    {"weight_decay", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.weight_decay), NULL, NULL, 0},
+    {"weight_decay", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.weight_decay), NULL, NULL,
+     0},
+    {"weight_decay", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.weight_decay), NULL, NULL, 0},
+    SK(precondition_frequency, 0, WHEN_REFRESHES, NULL, get_frequency),
+    SK(shampoo_start_preconditioning_step, SHAMPOO, WHEN_ALWAYS, NULL, get_start),
+    SK(shampoo_max_preconditioner_dim, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(shampoo_beta2, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(shampoo_epsilon, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, gpt_grafting_names, NULL),
+    SK(shampoo_momentum, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_momentum, MUON, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_momentum_form, MUON, WHEN_ALWAYS, gpt_muon_momentum_form_names, NULL),
+    SK(muon_scale, MUON, WHEN_ALWAYS, gpt_muon_scale_names, NULL),
+    SK(muon_ns_steps, MUON, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_ns_schedule, MUON, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
+    SK(muon_ns_method, MUON, WHEN_ALWAYS, gpt_ns_method_names, NULL),
+    SK(kl_shampoo_form, KL, WHEN_ALWAYS, gpt_kl_form_names, NULL),
+    SK(kl_shampoo_init_factor, KL, WHEN_ALWAYS, NULL, get_kl_init),
+    SK(kl_shampoo_shampoo_beta, KL, WHEN_ALWAYS, NULL, get_kl_beta),
+    SK(stagger_refresh, 0, WHEN_STAGGER, NULL, NULL),
     /* the asynchronous runtime */
-    {"async", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_async},
-    {"staleness", 0, WHEN_ASYNC, CK_INT, OFF(strata.staleness), NULL, NULL},
-    {"install_mode", 0, WHEN_ASYNC, CK_NAME, OFF(strata.install_mode), gpt_install_mode_names,
-     NULL},
-    {"workers", 0, WHEN_ASYNC, CK_FN, 0, NULL, get_workers},
-    {"roots_tier", 0, WHEN_ASYNC, CK_FN, 0, NULL, get_roots_tier},
-    {"nvme_dir", 0, WHEN_ASYNC, CK_STRING, OFF(strata.nvme_dir), NULL, NULL},
-    {"host_budget_bytes", 0, WHEN_ASYNC, CK_SIZE, OFF(strata.host_budget), NULL, NULL},
-    {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram},
+    SK(async, 0, WHEN_ALWAYS, NULL, get_async),
+    SK(staleness, 0, WHEN_ASYNC, NULL, NULL),
+    SK(install_mode, 0, WHEN_ASYNC, gpt_install_mode_names, NULL),
+    SK(workers, 0, WHEN_ASYNC, NULL, get_workers),
+    SK(roots_tier, 0, WHEN_ASYNC, NULL, get_roots_tier),
+    SK(nvme_dir, 0, WHEN_ASYNC, NULL, NULL),
+    SK(host_budget, 0, WHEN_ASYNC, NULL, NULL),
+    {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram, 0},
 };
+
+/* A schema row's key: its kind from the field's, its offset inside the options. */
+static config_key schema_key(const config_key *k)
+{
+    const strata_cfg_field *f = &schema[k->field - 1];
+    config_key r = *k;
+    r.key = f->jsonl;
+    r.off = OFF(strata) + f->off;
+    r.kind = k->get                        ? CK_FN
+             : f->kind == STRATA_CFG_INT    ? CK_INT
+             : f->kind == STRATA_CFG_ENUM   ? CK_NAME
+             : f->kind == STRATA_CFG_BOOL   ? CK_BOOL
+             : f->kind == STRATA_CFG_FLOAT  ? CK_FLOAT
+             : f->kind == STRATA_CFG_DOUBLE ? CK_DOUBLE
+             : f->kind == STRATA_CFG_SIZE   ? CK_SIZE
+             : f->kind == STRATA_CFG_U64    ? CK_U64
+                                            : CK_STRING;
+    return r;
+}
 
 static json_object *config_value(const config_key *k, const config_ctx *c)
 {
@@ -323,6 +351,7 @@ static json_object *config_value(const config_key *k, const config_ctx *c)
         return json_object_new_string(gpt_enum_name_of(k->names, v, "unknown"));
     }
     case CK_FN: return k->get(c);
+    case CK_SCHEMA: break; /* resolved by schema_key */
     }
     return json_object_new_null();
 }
@@ -345,9 +374,11 @@ static void write_config(const gpt_report *rep, const gpt_run_info *info)
 {
     const config_ctx c = {&rep->o, info, &rep->refresh, rep->o.strata.async && rep->refresh.async};
     json_object *j = json_object_new_object();
-    for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++)
-        if (config_applies(&config_keys[i], &c))
-            json_object_object_add(j, config_keys[i].key, config_value(&config_keys[i], &c));
+    for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++) {
+        const config_key k = config_keys[i].field ? schema_key(&config_keys[i]) : config_keys[i];
+        if (k.key && config_applies(&k, &c))
+            json_object_object_add(j, k.key, config_value(&k, &c));
+    }
     write_json_line(rep->metrics, j);
 }
 

@@ -72,13 +72,12 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.shampoo.lr = 3e-3f;
     o->strata.shampoo.beta2 = 0.95f;
     o->strata.shampoo.epsilon = 1e-10f;
-    o->strata.shampoo.precondition_frequency = 10;
+    o->strata.precondition_frequency = 10; /* every refreshing family's period */
     o->strata.shampoo.grafting_beta2 = 0.95f;
     o->strata.shampoo.max_preconditioner_dim = 1024;
     o->strata.muon.lr = 0.05f; /* the sweep above */
     o->strata.soap.lr = 3e-3f;
     o->strata.soap.weight_decay = 0.0f;
-    o->strata.soap.precondition_frequency = 10;
     /* Eigenvalue estimates start at the gradient's RMS (init_factor auto): with the
      * reference's constant 0.1 the estimates sit ~100x above their steady state for
      * most of a 300-step run. Measured on the default run (val loss, 300 steps):
@@ -86,7 +85,6 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.kl_shampoo.init_factor = -1.0f;
     o->strata.kl_shampoo.lr = 1e-2f;
     o->strata.kl_shampoo.weight_decay = 0.0f;
-    o->strata.kl_shampoo.precondition_frequency = 10;
     o->strata.max_grad_norm = 1.0f;
     o->progress = -1;
     o->memory_limit = 0;

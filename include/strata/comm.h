@@ -139,11 +139,15 @@ STRATA_API strata_status strata_comm_self_create(strata_comm **out);
  * threads, if nobody did; strata_comm_destroy then finalizes it) or over a
  * caller's communicator (`mpi_comm` points to an MPI_Comm; strata duplicates
  * it). Nodes: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or blocks of
- * STRATA_RANKS_PER_NODE consecutive ranks when that variable is set.
+ * STRATA_RANKS_PER_NODE consecutive ranks when that variable is set (a
+ * decimal integer >= 1, read once per process; the NCCL communicator parses
+ * it alike).
  * deterministic: reductions sum in rank order (bit-identical to one rank
  * accumulating the same contributions); false: MPI's own reductions.
  * Errors: STRATA_ERR_UNSUPPORTED (built without MPI), STRATA_ERR_IO (an MPI
- * call failed, with its message), STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM. */
+ * call failed, with its message), STRATA_ERR_INVALID_ARG (NULL;
+ * STRATA_RANKS_PER_NODE not an integer >= 1, "STRATA_RANKS_PER_NODE='0':
+ * must be an integer in [1, 2147483647]"), STRATA_ERR_NOMEM. */
 STRATA_API strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic,
                                                 strata_comm **out);
 

@@ -57,7 +57,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 3
+#define STRATA_CONFIG_VERSION 4
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -87,6 +87,17 @@ typedef struct strata_config {
     strata_muon_config muon;
     strata_soap_config soap;
     strata_kl_shampoo_config kl_shampoo;
+    int precondition_frequency; /* F, the engine's refresh period in steps: Shampoo's
+                                 inverse roots, SOAP's and KL-Shampoo's eigenbases are
+                                 refreshed every F steps (each family's start and lag
+                                 follow from F, strata/optim.h). One F for every family of
+                                 the runtime; 0 = each family's own default period
+                                 (Shampoo 1, SOAP 10, KL-Shampoo 10; default 0). The
+                                 runtime writes it into the families' copies at
+                                 strata_create: the precondition_frequency fields of the
+                                 nested shampoo, soap and kl_shampoo configs are the
+                                 one-tensor API's and stay at their defaults here (another
+                                 value is refused, naming the field) */
     float max_grad_norm;      /* clip the global gradient L2 norm to this; 0 = off (default) */
     bool route_degenerate_to_adamw; /* 1 x N and N x 1 matrices to AdamW; default true */
     bool stagger_refresh;     /* Shampoo, SOAP, KL-Shampoo: give each matrix parameter a
@@ -189,7 +200,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 33
+#define STRATA_CONFIG_FIELDS 34
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -197,8 +208,11 @@ typedef struct strata_config {
 STRATA_API const char *strata_version(void);
 
 /* Fill `cfg` with the defaults above and each optimizer's defaults.
- * Environment overrides (read here, once): STRATA_LOG_LEVEL (0..3).
- * Errors: STRATA_ERR_INVALID_ARG (cfg NULL). */
+ * Environment overrides (read once per process, base/env.h's table):
+ * STRATA_LOG_LEVEL (an integer 0..3, the log_level). Errors:
+ * STRATA_ERR_INVALID_ARG (cfg NULL; STRATA_LOG_LEVEL not an integer in
+ * [0, 3]: cfg is filled all the same, log_level WARN, and strata_create
+ * refuses it too). */
 STRATA_API strata_status strata_config_default(strata_config *cfg);
 
 typedef enum strata_role {
@@ -255,7 +269,10 @@ typedef struct strata_runtime strata_runtime;
  * staleness and shard_group_size >= 0, wait_timeout_s > 0,
  * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
  * [4096, 1 GiB], roots_tier host or nvme, the nvme roots tier with an
- * nvme_dir when async). Errors: STRATA_ERR_INVALID_ARG (NULL, a field out of
+ * nvme_dir when async; precondition_frequency >= 0, the families' copies of it
+ * left alone; a bad STRATA_LOG_LEVEL). At STRATA_LOG_INFO it logs every
+ * environment variable strata reads that is set. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL, a field out of
  * range: strata_last_error() names it, "strata_config.<field> = ..." or
  * "<optimizer>.<field> = ..."; shard_group_size not dividing the world),
  * STRATA_ERR_UNSUPPORTED (the backend is not built in or has no device;

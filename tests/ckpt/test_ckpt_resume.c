@@ -97,10 +97,8 @@ static strata_runtime *make(const variant *v, model *m, int delay_us)
      * ThreadSanitizer (its races would be false reports), and the threads
      * under test are strata's workers. */
     c.blas_threads = 1;
-    c.shampoo.precondition_frequency = 2;
+    c.precondition_frequency = v->opt == STRATA_OPTIM_SHAMPOO ? 2 : 3;
     c.shampoo.max_preconditioner_dim = 8; /* several blocks */
-    c.soap.precondition_frequency = 3;
-    c.kl_shampoo.precondition_frequency = 3;
     c.kl_shampoo.init_factor = -1.0f; /* estimates from the first nonzero gradient */
     if (v->kl_form >= 0)
         c.kl_shampoo.form = (strata_kl_form)v->kl_form;

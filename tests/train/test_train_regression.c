@@ -145,9 +145,7 @@ static void tiny_options(gpt_train_options *o, const run_case *c)
     o->quiet = true;
     o->progress = 0;
     o->strata.blas_threads = 1;
-    o->strata.shampoo.precondition_frequency = 5;
-    o->strata.soap.precondition_frequency = 5;
-    o->strata.kl_shampoo.precondition_frequency = 5;
+    o->strata.precondition_frequency = 5;
     o->strata.matrix_optimizer = c->opt;
     o->strata.stagger_refresh = c->stagger;
     if (c->async) {

@@ -46,9 +46,7 @@ static void test_learns(void **state)
     o.strata.matrix_optimizer = opt;
     if (opt == STRATA_OPTIM_ADAMW)
         o.strata.adamw.lr = 2e-3f;
-    o.strata.shampoo.precondition_frequency = 5;
-    o.strata.soap.precondition_frequency = 5;
-    o.strata.kl_shampoo.precondition_frequency = 5;
+    o.strata.precondition_frequency = 5;
     gpt_train_result r;
     strata_status st = gpt_train(&o, NULL, &r);
     if (st != STRATA_OK)

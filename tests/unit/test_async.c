@@ -144,11 +144,9 @@ static strata_config base_config(void)
     c.shampoo.lr = 3e-3f;
     c.shampoo.beta2 = 0.95f;
     c.shampoo.epsilon = 1e-10f;
-    c.shampoo.precondition_frequency = 3;
+    c.precondition_frequency = 3; /* every refreshing family's */
     c.shampoo.max_preconditioner_dim = 48; /* 32 x 128 matrices split into blocks */
-    c.soap.precondition_frequency = 3;
     c.soap.weight_decay = 0.0f;
-    c.kl_shampoo.precondition_frequency = 3;
     c.kl_shampoo.lr = 3e-3f;
     c.kl_shampoo.init_factor = -1.0f;
     c.adamw.lr = 3e-3f;
@@ -304,7 +302,7 @@ static void test_staleness_bound(void **state)
     CHECK(run_steps(&r, &corpus, 40, 5, &loss) == STRATA_OK, "steps: %s", strata_last_error());
     strata_stats s;
     strata_stats_get(r.rt, &s);
-    const int F = c.shampoo.precondition_frequency;
+    const int F = c.precondition_frequency;
     print_message("S=%d %s%s with random worker delays: max staleness %lld (bound %d), waits %lld "
                   "(%.3f s), installs %lld, dropped %lld\n",
                   k->S, k->mode == STRATA_COH_FIXED ? "fixed" : "eager",
@@ -345,7 +343,7 @@ static void test_stagger_spreads(void **state)
         }
         run_close(&r);
     }
-    const int F = base_config().shampoo.precondition_frequency;
+    const int F = base_config().precondition_frequency;
     /* Steps 6..8 (1-based) are one whole period for both schedules: Shampoo
      * refreshes at t = 3 + o + 3k, SOAP and KL-Shampoo after the Adam/KL step
      * k = 3 + o + 3j, i.e. at t = k + 1 (their first call only initializes). */

@@ -182,9 +182,7 @@ static void base_config(strata_config *c, strata_optimizer opt, bool async)
 {
     strata_config_default(c);
     c->matrix_optimizer = opt;
-    c->shampoo.precondition_frequency = 2;
-    c->soap.precondition_frequency = 2;
-    c->kl_shampoo.precondition_frequency = 2;
+    c->precondition_frequency = 2;
     c->async = async;
     c->staleness = 1;
     c->workers = NM; /* a held job keeps only its own worker */

@@ -113,9 +113,7 @@ static void test_overflow_caught(void **state)
     strata_config cfg;
     strata_config_default(&cfg);
     cfg.matrix_optimizer = k->opt;
-    cfg.shampoo.precondition_frequency = 2;
-    cfg.soap.precondition_frequency = 2;
-    cfg.kl_shampoo.precondition_frequency = 2;
+    cfg.precondition_frequency = 2;
     cfg.kl_shampoo.form = k->kl_form;
     if (k->step_threads > 0) { /* the team's path: counters and warnings read back in order */
         cfg.blas_threads = 1;

@@ -164,6 +164,7 @@ static const row config_rows[] = {
     ROW(C, muon, strata_muon_config, K_NESTED, END),
     ROW(C, soap, strata_soap_config, K_NESTED, END),
     ROW(C, kl_shampoo, strata_kl_shampoo_config, K_NESTED, END),
+    ROW(C, precondition_frequency, int, K_INT, -1, END), /* 0: the families' defaults */
     ROW(C, max_grad_norm, float, K_F32, -1.0, END),
     ROW(C, route_degenerate_to_adamw, bool, K_BOOL, END),
     ROW(C, stagger_refresh, bool, K_BOOL, END),
