@@ -62,8 +62,9 @@ def header_symbols(inc_dir):
 
 
 def library_symbols(so):
-    res = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True,
-                         check=True)
+    res = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"check_exports: nm -D {so} failed: {res.stderr.strip()}")
     names = set()
     for line in res.stdout.splitlines():
         parts = line.split()
