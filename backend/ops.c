@@ -131,36 +131,37 @@ strata_status strata_backend_scale_f64(strata_backend *be, strata_stream *s, siz
     return SLOT(be, scale_f64)(backend_ctx(be), impl, n, dst, src, scale);
 }
 
-strata_status strata_backend_kl_precond(strata_backend *be, strata_stream *s, int64_t rows,
-                                        int64_t cols, float *x, int64_t ld, const float *sa,
-                                        const float *sb, float eps)
+strata_status strata_backend_scale_rc_damped(strata_backend *be, strata_stream *s, int64_t rows,
+                                             int64_t cols, float *x, int64_t ld, const float *sa,
+                                             const float *sb, float eps)
 {
-    PROLOGUE("kl_precond",
+    PROLOGUE("scale_rc_damped",
              shape_bad(rows, cols, ld) || (!empty2(rows, cols) && (!x || !sa || !sb)));
     if (empty2(rows, cols))
         return STRATA_OK;
-    return SLOT(be, kl_precond)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, eps);
+    return SLOT(be, scale_rc_damped)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, eps);
 }
 
-strata_status strata_backend_kl_eigen(strata_backend *be, strata_stream *s, size_t n, float *sv,
-                                      const double *diag, float beta, float clamp)
+strata_status strata_backend_eigen_ema_clamp(strata_backend *be, strata_stream *s, size_t n,
+                                             float *sv, const double *diag, float beta,
+                                             float clamp)
 {
-    PROLOGUE("kl_eigen", n && (!sv || !diag));
+    PROLOGUE("eigen_ema_clamp", n && (!sv || !diag));
     if (n == 0)
         return STRATA_OK;
-    return SLOT(be, kl_eigen)(backend_ctx(be), impl, n, sv, diag, beta, clamp);
+    return SLOT(be, eigen_ema_clamp)(backend_ctx(be), impl, n, sv, diag, beta, clamp);
 }
 
-strata_status strata_backend_kl_diag_means(strata_backend *be, strata_stream *s, int64_t rows,
-                                           int64_t cols, const float *x, int64_t ld,
-                                           const float *sa, const float *sb, double *row_mean,
-                                           double *col_mean)
+strata_status strata_backend_row_col_sq_means(strata_backend *be, strata_stream *s, int64_t rows,
+                                              int64_t cols, const float *x, int64_t ld,
+                                              const float *sa, const float *sb, double *row_mean,
+                                              double *col_mean)
 {
     /* Means over an empty side are undefined: both sides must be >= 1. */
-    PROLOGUE("kl_diag_means", rows < 1 || cols < 1 || ld < cols || !x || !sa || !sb ||
+    PROLOGUE("row_col_sq_means", rows < 1 || cols < 1 || ld < cols || !x || !sa || !sb ||
                                   !row_mean || !col_mean);
-    return SLOT(be, kl_diag_means)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, row_mean,
-                                   col_mean);
+    return SLOT(be, row_col_sq_means)(backend_ctx(be), impl, rows, cols, x, ld, sa, sb, row_mean,
+                                      col_mean);
 }
 
 strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s, int64_t rows,

@@ -200,25 +200,28 @@ strata_status strata_backend_scale_rc(strata_backend *be, strata_stream *s,
 strata_status strata_backend_scale_f64(strata_backend *be, strata_stream *s, size_t n,
                                                   float *dst, const float *src, double scale);
 
-/* x_ij *= z / (1 + z eps), z = sa[i] sb[j] (KL-Shampoo's preconditioner in
- * the eigenbasis, optim/kl_shampoo.c; Lin et al. 2025). */
-strata_status strata_backend_kl_precond(strata_backend *be, strata_stream *s,
+/* Damped row/column scaling of a rows x cols block: x_ij *= z / (1 + z eps),
+ * z = sa[i] sb[j] (KL-Shampoo's preconditioner in the eigenbasis,
+ * optim/kl_shampoo.c; Lin et al. 2025). */
+strata_status strata_backend_scale_rc_damped(strata_backend *be, strata_stream *s,
                                                    int64_t rows, int64_t cols, float *x,
                                                    int64_t ld, const float *sa, const float *sb,
                                                    float eps);
 
-/* KL-Shampoo eigenvalue update of s[0..n) from diag (float64, backend
- * memory): d = nan_to_num(1/s^2); d += (1-beta)((float)diag - d);
- * s = min(nan_to_num(1/sqrt(d)), clamp) (kl_opt.py update_eigen_value). */
-strata_status strata_backend_kl_eigen(strata_backend *be, strata_stream *s, size_t n,
+/* Eigenvalue EMA with a clamp, in place on s[0..n) (inverse square roots of
+ * eigenvalues) from diag (float64, backend memory): d = nan_to_num(1/s^2);
+ * d += (1-beta)((float)diag - d); s = min(nan_to_num(1/sqrt(d)), clamp)
+ * (KL-Shampoo's eigenvalue update, kl_opt.py update_eigen_value). */
+strata_status strata_backend_eigen_ema_clamp(strata_backend *be, strata_stream *s, size_t n,
                                                  float *sv, const double *diag, float beta,
                                                  float clamp);
 
-/* KL-Shampoo diagonal estimates (float64, written to backend memory):
+/* Row and column means of the squared scaled entries (KL-Shampoo's diagonal
+ * estimates; float64, written to backend memory):
  * row_mean[i] = sum_j (x_ij sb[j])^2 / cols, col_mean[j] = sum_i
  * (x_ij sa[i])^2 / rows, products and sums in double, each sum in index
  * order (a GPU computes one row or column per thread and stays exact). */
-strata_status strata_backend_kl_diag_means(strata_backend *be, strata_stream *s,
+strata_status strata_backend_row_col_sq_means(strata_backend *be, strata_stream *s,
                                                       int64_t rows, int64_t cols, const float *x,
                                                       int64_t ld, const float *sa,
                                                       const float *sb, double *row_mean,

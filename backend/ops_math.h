@@ -113,18 +113,21 @@ STRATA_HD static inline float strata_om_scale_f64(float x, double s)
     return (float)(x * s);
 }
 
-/* KL-Shampoo's preconditioner entry: x = s_a s_b; x / (1 + x eps)
- * (optim/kl_shampoo.c strata_kl_shampoo_apply). */
-STRATA_HD static inline float strata_om_kl_precond(float sa, float sb, float eps)
+/* One entry's damped row/column scale: x = s_a s_b; x / (1 + x eps)
+ * (KL-Shampoo's preconditioner entry, optim/kl_shampoo.c
+ * strata_kl_shampoo_apply). */
+STRATA_HD static inline float strata_om_scale_rc_damped(float sa, float sb, float eps)
 {
     float x = sa * sb;
     return x / (1.0f + x * eps);
 }
 
-/* KL-Shampoo eigenvalue update (kl_opt.py update_eigen_value; optim/
- * kl_shampoo.c eigen_update): d = nan_to_num(1/s^2); d = lerp(d, diag, 1-b);
+/* One eigenvalue's EMA with a clamp (KL-Shampoo's eigenvalue update,
+ * kl_opt.py update_eigen_value; optim/kl_shampoo.c eigen_update):
+ * d = nan_to_num(1/s^2); d = lerp(d, diag, 1-b);
  * s = min(nan_to_num(1/sqrt(d)), clamp). */
-STRATA_HD static inline float strata_om_kl_eigen(float s, double diag, float b, float clamp)
+STRATA_HD static inline float strata_om_eigen_ema_clamp(float s, double diag, float b,
+                                                         float clamp)
 {
     float d = strata_om_nan_to_zero(1.0f / (s * s));
     d = d + (1.0f - b) * ((float)diag - d);

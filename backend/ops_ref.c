@@ -116,28 +116,29 @@ strata_status strata_ref_scale_f64(void *ctx, void *stream, size_t n, float *dst
     return STRATA_OK;
 }
 
-strata_status strata_ref_kl_precond(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
-                                    int64_t ld, const float *sa, const float *sb, float eps)
+strata_status strata_ref_scale_rc_damped(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                         float *x, int64_t ld, const float *sa, const float *sb,
+                                         float eps)
 {
     (void)ctx, (void)stream;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
-            x[i * ld + j] *= strata_om_kl_precond(sa[i], sb[j], eps);
+            x[i * ld + j] *= strata_om_scale_rc_damped(sa[i], sb[j], eps);
     return STRATA_OK;
 }
 
-strata_status strata_ref_kl_eigen(void *ctx, void *stream, size_t n, float *s, const double *diag,
-                                  float beta, float clamp)
+strata_status strata_ref_eigen_ema_clamp(void *ctx, void *stream, size_t n, float *s,
+                                         const double *diag, float beta, float clamp)
 {
     (void)ctx, (void)stream;
     for (size_t i = 0; i < n; i++)
-        s[i] = strata_om_kl_eigen(s[i], diag[i], beta, clamp);
+        s[i] = strata_om_eigen_ema_clamp(s[i], diag[i], beta, clamp);
     return STRATA_OK;
 }
 
-strata_status strata_ref_kl_diag_means(void *ctx, void *stream, int64_t rows, int64_t cols,
-                                       const float *x, int64_t ld, const float *sa,
-                                       const float *sb, double *row_mean, double *col_mean)
+strata_status strata_ref_row_col_sq_means(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                          const float *x, int64_t ld, const float *sa,
+                                          const float *sb, double *row_mean, double *col_mean)
 {
     (void)ctx, (void)stream;
     for (int64_t j = 0; j < cols; j++)

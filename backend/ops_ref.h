@@ -33,13 +33,14 @@ strata_status strata_ref_scale_rc(void *ctx, void *stream, int64_t rows, int64_t
                                   int64_t ld, const float *row_s, const float *col_s);
 strata_status strata_ref_scale_f64(void *ctx, void *stream, size_t n, float *dst,
                                    const float *src, double s);
-strata_status strata_ref_kl_precond(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
-                                    int64_t ld, const float *sa, const float *sb, float eps);
-strata_status strata_ref_kl_eigen(void *ctx, void *stream, size_t n, float *s, const double *diag,
-                                  float beta, float clamp);
-strata_status strata_ref_kl_diag_means(void *ctx, void *stream, int64_t rows, int64_t cols,
-                                       const float *x, int64_t ld, const float *sa,
-                                       const float *sb, double *row_mean, double *col_mean);
+strata_status strata_ref_scale_rc_damped(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                         float *x, int64_t ld, const float *sa, const float *sb,
+                                         float eps);
+strata_status strata_ref_eigen_ema_clamp(void *ctx, void *stream, size_t n, float *s,
+                                         const double *diag, float beta, float clamp);
+strata_status strata_ref_row_col_sq_means(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                          const float *x, int64_t ld, const float *sa,
+                                          const float *sb, double *row_mean, double *col_mean);
 strata_status strata_ref_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
                                  int64_t ld, float value);
 strata_status strata_ref_diag_update(void *ctx, void *stream, int64_t n, float *a, int64_t lda,

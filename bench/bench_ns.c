@@ -31,6 +31,7 @@
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "optim/phases.h"
+#include "workers/workers.h"
 #include "bench_util.h"
 
 static double min_time = 0.12;
@@ -68,6 +69,7 @@ static void time_interleaved(int n, bench_fn *fn, void **ctx, double *best)
 typedef struct job {
     strata_backend *be;
     strata_ns_config cfg;
+    strata_worker_team *team; /* cfg.batch_threads threads, or NULL */
     int64_t batch, rows, cols;
     float *src; /* the input, copied to x before every run */
     float *x, *work;
@@ -80,7 +82,7 @@ static strata_status run_ns(void *ctx)
 {
     job *j = ctx;
     memcpy(j->x, j->src, (size_t)j->batch * j->rows * j->cols * sizeof(float));
-    return strata_ns_run(j->be, &j->cfg, j->batch, j->rows, j->cols, j->x, j->work);
+    return strata_ns_run(j->be, &j->cfg, j->team, j->batch, j->rows, j->cols, j->x, j->work);
 }
 
 static strata_status run_ns_one_by_one(void *ctx)
@@ -89,8 +91,8 @@ static strata_status run_ns_one_by_one(void *ctx)
     const size_t n = (size_t)j->rows * j->cols;
     memcpy(j->x, j->src, (size_t)j->batch * n * sizeof(float));
     for (int64_t i = 0; i < j->batch; i++) {
-        strata_status st = strata_ns_run(j->be, &j->cfg, 1, j->rows, j->cols, j->x + i * n,
-                                         j->work);
+        strata_status st = strata_ns_run(j->be, &j->cfg, j->team, 1, j->rows, j->cols,
+                                         j->x + i * n, j->work);
         if (st != STRATA_OK)
             return st;
     }
@@ -217,6 +219,10 @@ static void bench_batch(strata_backend *be, int batch, int dim)
     loop.x = alloc_random(be, n, 8);
     job split = loop;
     split.cfg.batch_threads = threads;
+    if (strata_worker_team_create(threads, &split.team) != STRATA_OK) {
+        fprintf(stderr, "bench_ns: %s\n", strata_last_error());
+        exit(1);
+    }
     const size_t nw = strata_ns_work_floats(&split.cfg, dim, dim);
     loop.work = split.work = alloc_random(be, nw, 9);
     const double f = batch * flops_standard(dim, dim, loop.cfg.steps);
@@ -259,6 +265,7 @@ static void bench_batch(strata_backend *be, int batch, int dim)
                f / best[i] * 1e-9, best[0] / best[i]);
     }
     fflush(stdout);
+    strata_worker_team_destroy(split.team);
     free_floats(be, loop.work, nw);
     free_floats(be, loop.x, n);
     free_floats(be, loop.src, n);

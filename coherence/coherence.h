@@ -1,4 +1,4 @@
-/* strata/coherence.h — the coherence registry: which preconditioner version
+/* coherence/coherence.h — the coherence registry: which preconditioner version
  * each block uses, and when a step must wait (DESIGN.md, "Coherence protocol").
  *
  * Terms. A *block* is one preconditioned matrix block with its factor pair.

@@ -60,14 +60,8 @@
 extern "C" {
 #endif
 
-/* Create the NCCL communicator over `mpi_comm` (a pointer to an MPI_Comm,
- * MPI initialized by the caller; the communicator is duplicated, so the
- * caller keeps its own). Collective over mpi_comm. Errors:
- * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_UNSUPPORTED (no CUDA device),
- * STRATA_ERR_NOMEM, STRATA_ERR_INTERNAL (an NCCL, CUDA or MPI failure, with
- * the call, file and line). */
-STRATA_API strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic,
-                                                 strata_comm **out);
+/* strata_comm_nccl_create is declared in strata/comm.h (public; in a build
+ * without NCCL, comm_nccl_none.c's stand-in returns STRATA_ERR_UNSUPPORTED). */
 
 #ifdef __cplusplus
 }

@@ -363,11 +363,11 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
         /* ldiag_i = mean_j (G'_ij s_b,j)^2, rdiag_j = mean_i (G'_ij s_a,i)^2,
          * both from the s before this step. */
         double *ld = s->diag, *rd = s->diag + m;
-        st = strata_backend_kl_diag_means(s->be, NULL, m, n, Gp, n, A->s, B->s, ld, rd);
+        st = strata_backend_row_col_sq_means(s->be, NULL, m, n, Gp, n, A->s, B->s, ld, rd);
         if (st == STRATA_OK)
-            st = strata_backend_kl_eigen(s->be, NULL, (size_t)m, A->s, ld, b, A->clamp);
+            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)m, A->s, ld, b, A->clamp);
         if (st == STRATA_OK)
-            st = strata_backend_kl_eigen(s->be, NULL, (size_t)n, B->s, rd, b, B->clamp);
+            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)n, B->s, rd, b, B->clamp);
     } else {
         s->steps++;
     }
@@ -531,7 +531,7 @@ static strata_status apply_core(strata_kl_shampoo_state *s, float lr_scale, int6
     if (st == STRATA_OK)
         st = strata_backend_sgemm(s->be, 0, 0, m, n, n, 1.0f, t1, n, B->q, n, 0.0f, t2, n);
     if (st == STRATA_OK)
-        st = strata_backend_kl_precond(s->be, NULL, m, n, t2, n, A->s, B->s, c->eps);
+        st = strata_backend_scale_rc_damped(s->be, NULL, m, n, t2, n, A->s, B->s, c->eps);
     if (st != STRATA_OK)
         return st;
     st = strata_backend_sgemm(s->be, 0, 0, m, n, m, 1.0f, A->q, m, t2, n, 0.0f, t1, n);

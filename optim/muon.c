@@ -7,7 +7,10 @@
  * `batch` same-shape matrices). Its momentum buffer, the G' / update buffer
  * and the Newton-Schulz workspace are carved from one backend allocation made
  * at creation; nothing is allocated per step. The Gram restart positions are
- * resolved once, at creation. */
+ * resolved once, at creation. With ns_batch_threads = T > 1 (clamped to the
+ * batch) the state owns a worker team of T threads (workers/workers.h),
+ * started at creation and joined at destroy, that runs the batch's
+ * Newton-Schulz chunks. */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
@@ -27,7 +30,8 @@ struct strata_muon_state {
     int64_t batch, rows, cols;
     float *mom;  /* B, batch x rows x cols */
     float *x;    /* G', then the orthogonalized update */
-    float *work; /* Newton-Schulz workspace (one matrix) */
+    float *work; /* Newton-Schulz workspace (one matrix per chunk) */
+    strata_worker_team *team; /* ns.batch_threads threads (NULL when 1) */
     void *mem;
     size_t mem_bytes;
 };
@@ -114,7 +118,7 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     strata_ns_config ns;
     strata_muon_ns_config(c, &ns);
     /* The shape against the Newton-Schulz limits (a zero batch touches nothing). */
-    st = strata_ns_run(be, &ns, 0, rows, cols, NULL, NULL);
+    st = strata_ns_run(be, &ns, NULL, 0, rows, cols, NULL, NULL);
     if (st != STRATA_OK)
         return st;
     ns.gram_restart_mask = strata_ns_restart_mask(&ns);
@@ -142,9 +146,16 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     s->mom = s->mem;
     s->x = s->mom + n_pad;
     s->work = s->x + n_pad;
+    if (ns.batch_threads > 1) {
+        st = strata_worker_team_create(ns.batch_threads, &s->team);
+        if (st != STRATA_OK)
+            goto out_free_mem;
+    }
     *out = s;
     return STRATA_OK;
 
+out_free_mem:
+    strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
     return st;
@@ -160,6 +171,7 @@ void strata_muon_state_destroy(strata_muon_state *s)
 {
     if (!s)
         return;
+    strata_worker_team_destroy(s->team);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s);
 }
@@ -210,7 +222,7 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;
     st = strata_backend_momentum(s->be, NULL, n, s->mom, g, s->x, mu, gw, c->nesterov);
     if (st == STRATA_OK)
-        st = strata_ns_run(s->be, &s->ns, s->batch, s->rows, s->cols, s->x, s->work);
+        st = strata_ns_run(s->be, &s->ns, s->team, s->batch, s->rows, s->cols, s->x, s->work);
     if (st != STRATA_OK)
         return st;
     const float lr = c->lr * lr_scale;

@@ -15,10 +15,12 @@
  * the shape.
  *
  * Batches run matrix after matrix in the calling thread, or, with
- * batch_threads = T > 1, in T contiguous chunks on T - 1 threads started for
- * the call plus the caller, each chunk with its own workspace slice; chunks
+ * batch_threads = T > 1, in T contiguous chunks, each with its own workspace
+ * slice, that are the items of one batch of the caller's worker team
+ * (workers/workers.h; NULL team: the chunks one after another here); chunks
  * touch disjoint memory, and each matrix gets exactly the same operations
- * whichever thread runs it, so the result does not depend on T.
+ * whichever thread runs it, so the result depends neither on T nor on the
+ * team.
  *
  * Products go through the backend (SYRK where the result is a symmetric
  * X X^T or a square of a symmetric matrix, GEMM otherwise), and so does the
@@ -29,9 +31,9 @@
 #include "backend/ops.h"
 #include "optim/phases.h"
 #include "optim_internal.h"
+#include "workers/workers.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,15 +305,15 @@ typedef struct ns_chunk {
 static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strata_ns_method m,
                             uint64_t mask, int rows, int cols, float *x, float *work);
 
-static void *ns_chunk_main(void *arg)
+/* Team item `item`: that chunk of the batch (any thread). */
+static void ns_chunk_item(void *arg, int item)
 {
-    ns_chunk *k = arg;
+    ns_chunk *k = (ns_chunk *)arg + item;
     const size_t n = (size_t)k->rows * (size_t)k->cols;
     for (int64_t i = 0; i < k->count && k->st == STRATA_OK; i++)
         k->st = ns_one(k->be, k->c, k->m, k->mask, k->rows, k->cols, k->x + (size_t)i * n, k->work);
     if (k->st != STRATA_OK)
         snprintf(k->error, sizeof k->error, "%s", strata_last_error());
-    return NULL;
 }
 
 /* One matrix: normalize into the workspace (transposed if tall), iterate,
@@ -365,8 +367,9 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
     return strata_backend_copy(be, x, X, pq * sizeof(float));
 }
 
-strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64_t batch,
-                            int64_t rows, int64_t cols, float *x, float *work)
+strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
+                            strata_worker_team *team, int64_t batch, int64_t rows, int64_t cols,
+                            float *x, float *work)
 {
     if (!be || !c || batch < 0 || (batch > 0 && (!x || !work)))
         return strata_error(STRATA_ERR_INVALID_ARG, "ns_run: NULL argument or batch < 0");
@@ -385,10 +388,8 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64
             st = ns_one(be, c, m, mask, (int)rows, (int)cols, x + (size_t)i * n, work);
         return st;
     }
-    /* Split the batch into `threads` contiguous chunks; chunk 0 runs here. */
+    /* Split the batch into `threads` contiguous chunks: the team's items. */
     ns_chunk chunk[NS_MAX_BATCH_THREADS];
-    pthread_t tid[NS_MAX_BATCH_THREADS];
-    bool started[NS_MAX_BATCH_THREADS] = {false};
     const size_t per_work = work_for(m, rows, cols);
     const int64_t per = (batch + threads - 1) / threads;
     for (int64_t k = 0; k < threads; k++) {
@@ -397,23 +398,12 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c, int64
                               .cols = (int)cols, .x = x + (size_t)first * n,
                               .count = last > first ? last - first : 0,
                               .work = work + (size_t)k * per_work, .st = STRATA_OK};
-        /* If a thread cannot start, its chunk runs here after chunk 0. */
-        if (k > 0 && chunk[k].count > 0)
-            started[k] = pthread_create(&tid[k], NULL, ns_chunk_main, &chunk[k]) == 0;
     }
-    for (int64_t k = 0; k < threads; k++)
-        if (!started[k])
-            ns_chunk_main(&chunk[k]);
+    strata_worker_team_run(team, (int)threads, ns_chunk_item, chunk);
     st = STRATA_OK;
-    for (int64_t k = 0; k < threads; k++) {
-        if (started[k])
-            pthread_join(tid[k], NULL);
-        if (chunk[k].st != STRATA_OK && st == STRATA_OK) {
-            st = chunk[k].st;
-            if (started[k]) /* the detail was recorded on the worker thread */
-                strata_error(st, "%s", chunk[k].error);
-        }
-    }
+    for (int64_t k = 0; k < threads && st == STRATA_OK; k++)
+        if (chunk[k].st != STRATA_OK) /* the detail was recorded on the chunk's thread */
+            st = strata_error(chunk[k].st, "%s", chunk[k].error);
     return st;
 }
 
@@ -429,5 +419,5 @@ strata_status strata_newton_schulz(strata_backend *be, int64_t rows, int64_t col
     strata_ns_config_default(&c);
     c.steps = steps;
     c.method = STRATA_NS_STANDARD;
-    return strata_ns_run(be, &c, 1, rows, cols, x, work);
+    return strata_ns_run(be, &c, NULL, 1, rows, cols, x, work);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "strata/optim.h"
+#include "workers/workers.h"
 
 /* As strata_shampoo_state_create; with `external_roots` the state holds no
  * inverse roots of its own (the asynchronous runtime keeps them in the host
@@ -108,16 +109,20 @@ size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t co
 /* Newton-Schulz of `batch` rows x cols matrices stored contiguously in `x`
  * (matrix i at x + i * rows * cols), each normalized and orthogonalized
  * independently, in place. `work` holds strata_ns_work_floats(c, rows, cols)
- * floats of backend memory. No allocation. The calling thread runs it;
+ * floats of backend memory. No allocation. The calling thread runs it, with
+ * `team`'s helpers when batch_threads > 1 (NULL: the calling thread alone);
  * products go through `be`.
  * A NaN or Inf in matrix i returns STRATA_ERR_NONFINITE with matrices
  * i, i+1, ... unchanged (those before it are done).
  * Batching: OpenBLAS 0.3.21 has no batched GEMM (no *gemm_batch* symbol) and
  * the math allows no single product over the packed buffer, so a batch runs
  * as a loop of per-matrix products over the packed buffer and workspace; with
- * batch_threads = T > 1 the batch is split into T contiguous chunks run on
- * T - 1 threads started for the call (pthread_create; a thread that fails to
- * start has its chunk run by the caller) and the calling thread. Splitting
+ * batch_threads = T > 1 the batch is split into T contiguous chunks, the
+ * items of one strata_worker_team_run on `team` (a team of T threads runs
+ * them side by side; a smaller team or NULL runs some or all of them one
+ * after another). The split depends on T alone, so the result depends
+ * neither on T nor on the team. The team is the caller's (a Muon state owns
+ * one, strata_muon_state_create_batched). Splitting
  * pays only when BLAS itself runs single-threaded (strata_backend_cpu_create
  * with blas_threads = 1): 64 x 128x128 on 2 cores measured 1.5-2.0x faster
  * than the loop with 2-thread OpenBLAS, which parallelizes a 128^3 product
@@ -129,8 +134,8 @@ size_t strata_ns_work_floats(const strata_ns_config *c, int64_t rows, int64_t co
  * schedule or method unknown, gram_min_aspect < 1 or NaN, gram_restarts < 0),
  * STRATA_ERR_NONFINITE; a backend error from a product. */
 strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
-                                       int64_t batch, int64_t rows, int64_t cols, float *x,
-                                       float *work);
+                            strata_worker_team *team, int64_t batch, int64_t rows,
+                            int64_t cols, float *x, float *work);
 
 /* strata_ns_config_check with the fields named "<cfg>.<prefix><field>"
  * (Muon: "muon", "ns_"). */

@@ -20,8 +20,10 @@
  *
  * Parallel roots (strata_shampoo_state_set_root_threads, T > 1): the
  * factors of a refresh are jobs taken, largest first, from a shared counter
- * by the calling thread and T - 1 threads started for the call, each with its
- * own host workspace and staging matrix (allocated by set_root_threads).
+ * by T takers, the items of one batch of the state's worker team (T threads:
+ * the caller and T - 1 helpers, workers/workers.h; started by
+ * set_root_threads), taker k with workspace and staging matrix k (allocated
+ * by set_root_threads).
  * During the call OpenBLAS's process-wide thread count is 1 and then restored:
  * every root comes from single-threaded LAPACK, so the result does not depend
  * on T, on which thread took which job, or on the count the caller had set.
@@ -39,10 +41,10 @@
 
 #include "optim_internal.h"
 #include "precond.h"
+#include "workers/workers.h"
 
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +87,7 @@ struct strata_shampoo_state {
     int maxdim;       /* largest factor dimension */
     root_ws *ws;      /* root_threads workspaces; ws[0] is the calling thread's */
     int root_threads; /* threads compute_roots uses (set_root_threads; default 1) */
+    strata_worker_team *team; /* root_threads threads (NULL when 1) */
     int *root_order;  /* 2 * nblocks root jobs, largest factor first (root_threads > 1) */
     strata_status *root_status; /* per root job, of the last parallel compute_roots */
     bool skip;        /* this step's gradient could overflow the state: the step is
@@ -445,6 +448,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
 {
     if (!s)
         return;
+    strata_worker_team_destroy(s->team);
     ws_free(s->ws, s->root_threads);
     free(s->root_order);
     free(s->root_status);
@@ -542,7 +546,17 @@ strata_status strata_shampoo_state_set_root_threads(strata_shampoo_state *s, int
         s->root_order = ord;
         s->root_status = status;
     }
-    return ws_alloc(s, threads);
+    strata_worker_team *team = NULL;
+    strata_status st = threads > 1 ? strata_worker_team_create(threads, &team) : STRATA_OK;
+    if (st == STRATA_OK)
+        st = ws_alloc(s, threads);
+    if (st != STRATA_OK) {
+        strata_worker_team_destroy(team);
+        return st;
+    }
+    strata_worker_team_destroy(s->team);
+    s->team = team;
+    return STRATA_OK;
 }
 
 /* One factor's root on the host: factor -> staging matrix, root in place,
@@ -580,9 +594,10 @@ typedef struct root_thread {
     char error[256];           /* strata_last_error() of the first non-LINALG failure */
 } root_thread;
 
-static void *root_thread_main(void *arg)
+/* Team item k: taker k takes jobs until none is left (any thread). */
+static void root_taker(void *arg, int k)
 {
-    root_thread *t = arg;
+    root_thread *t = (root_thread *)arg + k;
     root_batch *bt = t->batch;
     for (;;) {
         const int i = atomic_fetch_add_explicit(&bt->next, 1, memory_order_relaxed);
@@ -594,7 +609,6 @@ static void *root_thread_main(void *arg)
         if (st != STRATA_OK && st != STRATA_ERR_LINALG && !t->error[0])
             snprintf(t->error, sizeof t->error, "%s", strata_last_error());
     }
-    return NULL;
 }
 
 static void counters_add(strata_optim_counters *to, const strata_optim_counters *from)
@@ -613,23 +627,14 @@ static strata_status compute_roots_parallel(strata_shampoo_state *s, strata_opti
     root_batch bt = {.s = s, .order = ord, .n_jobs = n_jobs, .status = status};
     atomic_init(&bt.next, 0);
     root_thread th[STRATA_SHAMPOO_MAX_ROOT_THREADS];
-    pthread_t tid[STRATA_SHAMPOO_MAX_ROOT_THREADS];
-    bool started[STRATA_SHAMPOO_MAX_ROOT_THREADS] = {false};
     const int T = s->root_threads < n_jobs ? s->root_threads : n_jobs;
     /* The BLAS thread count is process-wide: one thread per root while the
      * roots run, the caller's count afterwards. */
     const int blas = strata_blas_threads();
     strata_blas_threads_set(1);
-    for (int k = 0; k < T; k++) {
+    for (int k = 0; k < T; k++)
         th[k] = (root_thread){.batch = &bt, .ws = &s->ws[k]};
-        /* A thread that cannot start leaves its share to the others. */
-        if (k > 0)
-            started[k] = pthread_create(&tid[k], NULL, root_thread_main, &th[k]) == 0;
-    }
-    root_thread_main(&th[0]);
-    for (int k = 1; k < T; k++)
-        if (started[k])
-            pthread_join(tid[k], NULL);
+    strata_worker_team_run(s->team, T, root_taker, th);
     strata_blas_threads_set(blas);
 
     strata_status st = STRATA_OK;

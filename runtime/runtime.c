@@ -11,12 +11,13 @@
  * async alike; the only choice made here per optimizer kind is the routing
  * rule's (which family and which configuration a parameter gets).
  *
- * Owners: every parameter has an owner rank (rank 0 in this version: one
- * process owns everything); the step runs the parameters this rank owns, and
- * the global gradient norm and the non-finite veto go through the
- * communicator's scalar allreduce (strata/comm.h), so that every rank takes
- * the same decision. The hooks' owner collectives are identities here; they
- * validate and record.
+ * Owners: every parameter has an owner rank (plan_owners: planned by rank 0
+ * at commit, broadcast; rank 0 on one rank; -1, every rank, for gather
+ * sharding); the hooks move gradients to and weights from the owners, the
+ * step runs the parameters this rank owns, and the global gradient norm and
+ * the non-finite veto go through the communicator's scalar allreduce
+ * (strata/comm.h), so that every rank takes the same decision. On one rank
+ * the hooks' collectives are identities; they validate and record.
  */
 #include "backend/blas.h"
 #include "backend/ops.h"

@@ -1,4 +1,4 @@
-/* strata/tiers.h — memory tiers: bytes with a budget (DESIGN.md "Backends and tiers").
+/* tiers/tiers.h — memory tiers: bytes with a budget (DESIGN.md "Backends and tiers").
  *
  * device  the backend's memory (strata/backend.h counts it);
  * host    page-aligned host memory (pinned through the CUDA backend when it

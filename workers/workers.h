@@ -1,4 +1,8 @@
-/* strata/workers.h — CPU worker pool with a deadline-ordered job queue.
+/* workers/workers.h — CPU threads: a worker pool with a deadline-ordered job
+ * queue, and a worker team for fork-join batches (below). Every thread strata
+ * starts for parallel work is one of these (the refresh workers, the step
+ * team, the one-tensor API's Shampoo roots and Newton-Schulz chunks), so a
+ * thread count, core pinning or a core-class policy is set here.
  *
  * Workers are pthreads that run jobs in order of deadline (the step by which
  * the result is needed; ties in submission order). A job is a caller-owned,
@@ -103,10 +107,16 @@ void strata_worker_pool_destroy(strata_worker_pool *p);
  * whichever thread is free first (so list the costliest items first), and
  * returns when every call has returned. The items must be independent of
  * each other; which thread runs an item is not determined, so an item's
- * result must not depend on it (each runs whole on one thread). Threads
+ * result must not depend on it (each runs whole on one thread; an item that
+ * needs a workspace of its own indexes one by `i`, not by thread). Threads
  * calling OpenBLAS should run it single-threaded, as the pool's workers do.
- * One batch at a time: run, create and destroy are for one owning thread.
- * fn's own failures are fn's to record (per item); the team has none.
+ * One batch at a time: calls to run, create and destroy never overlap (one
+ * owner at a time; ownership may pass between threads that are ordered, as
+ * a one-tensor optimizer state stepped by whichever step-team thread claims
+ * it). fn's own failures are fn's to record (per item); the team has none.
+ * Owners: the runtime's step team (strata_config.step_threads), and each
+ * one-tensor Shampoo state with root threads > 1 and Muon state with
+ * ns_batch_threads > 1 (include/strata/optim.h).
  */
 #define STRATA_WORKER_TEAM_MAX 256
 

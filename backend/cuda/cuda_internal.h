@@ -81,12 +81,12 @@ strata_status strata_cuda_scale_rc(void *ctx, void *stream, int64_t rows, int64_
                                    int64_t ld, const float *row_s, const float *col_s);
 strata_status strata_cuda_scale_f64(void *ctx, void *stream, size_t n, float *dst,
                                     const float *src, double s);
-strata_status strata_cuda_kl_precond(void *ctx, void *stream, int64_t rows, int64_t cols,
+strata_status strata_cuda_scale_rc_damped(void *ctx, void *stream, int64_t rows, int64_t cols,
                                      float *x, int64_t ld, const float *sa, const float *sb,
                                      float eps);
-strata_status strata_cuda_kl_eigen(void *ctx, void *stream, size_t n, float *s,
+strata_status strata_cuda_eigen_ema_clamp(void *ctx, void *stream, size_t n, float *s,
                                    const double *diag, float beta, float clamp);
-strata_status strata_cuda_kl_diag_means(void *ctx, void *stream, int64_t rows, int64_t cols,
+strata_status strata_cuda_row_col_sq_means(void *ctx, void *stream, int64_t rows, int64_t cols,
                                         const float *x, int64_t ld, const float *sa,
                                         const float *sb, double *row_mean, double *col_mean);
 strata_status strata_cuda_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,

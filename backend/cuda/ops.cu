@@ -11,7 +11,7 @@
  *    threads, and one block adds the partials in block order. The grid is a
  *    constant, so the result is the same on every run and every GPU; the
  *    order differs from the reference's sequential sum (last bits).
- *  - kl_diag_means: one thread per row, one per column, each summing in index
+ *  - row_col_sq_means: one thread per row, one per column, each summing in index
  *    order: bit-identical to the reference.
  *  - find_nonfinite: atomicMin of the offending indices: exact.
  * Scratch for reductions comes from the stream-ordered pool (cudaMallocAsync)
@@ -195,33 +195,33 @@ extern "C" strata_status strata_cuda_scale_f64(void *ctx, void *stream, size_t n
     LAUNCH(k_scale_f64, n, stream, n, dst, src, s);
 }
 
-__global__ void k_kl_precond(int64_t rows, int64_t cols, float *x, int64_t ld, const float *sa,
+__global__ void k_scale_rc_damped(int64_t rows, int64_t cols, float *x, int64_t ld, const float *sa,
                              const float *sb, float eps)
 {
     FOR_EACH(e, rows * cols)
     {
         const int64_t i = e / cols, j = e % cols;
-        x[i * ld + j] *= strata_om_kl_precond(sa[i], sb[j], eps);
+        x[i * ld + j] *= strata_om_scale_rc_damped(sa[i], sb[j], eps);
     }
 }
 
-extern "C" strata_status strata_cuda_kl_precond(void *ctx, void *stream, int64_t rows,
+extern "C" strata_status strata_cuda_scale_rc_damped(void *ctx, void *stream, int64_t rows,
                                                 int64_t cols, float *x, int64_t ld,
                                                 const float *sa, const float *sb, float eps)
 {
-    LAUNCH(k_kl_precond, rows * cols, stream, rows, cols, x, ld, sa, sb, eps);
+    LAUNCH(k_scale_rc_damped, rows * cols, stream, rows, cols, x, ld, sa, sb, eps);
 }
 
-__global__ void k_kl_eigen(size_t n, float *s, const double *diag, float beta, float clamp)
+__global__ void k_eigen_ema_clamp(size_t n, float *s, const double *diag, float beta, float clamp)
 {
     FOR_EACH(i, n)
-    s[i] = strata_om_kl_eigen(s[i], diag[i], beta, clamp);
+    s[i] = strata_om_eigen_ema_clamp(s[i], diag[i], beta, clamp);
 }
 
-extern "C" strata_status strata_cuda_kl_eigen(void *ctx, void *stream, size_t n, float *s,
+extern "C" strata_status strata_cuda_eigen_ema_clamp(void *ctx, void *stream, size_t n, float *s,
                                               const double *diag, float beta, float clamp)
 {
-    LAUNCH(k_kl_eigen, n, stream, n, s, diag, beta, clamp);
+    LAUNCH(k_eigen_ema_clamp, n, stream, n, s, diag, beta, clamp);
 }
 
 /* One thread per row: sum over j in order (the reference's row sum). */
@@ -254,7 +254,7 @@ __global__ void k_kl_col_means(int64_t rows, int64_t cols, const float *x, int64
     }
 }
 
-extern "C" strata_status strata_cuda_kl_diag_means(void *ctx, void *stream, int64_t rows,
+extern "C" strata_status strata_cuda_row_col_sq_means(void *ctx, void *stream, int64_t rows,
                                                    int64_t cols, const float *x, int64_t ld,
                                                    const float *sa, const float *sb,
                                                    double *row_mean, double *col_mean)

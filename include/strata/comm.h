@@ -151,6 +151,24 @@ STRATA_API strata_status strata_comm_self_create(strata_comm **out);
 STRATA_API strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic,
                                                 strata_comm **out);
 
+/* The NCCL communicator over `mpi_comm` (a pointer to an MPI_Comm, MPI
+ * initialized by the caller; strata duplicates it, so the caller keeps its
+ * own): collectives through NCCL (the interface's host buffers staged
+ * through device buffers), each rank's GPU = node rank mod visible devices,
+ * nodes as for
+ * strata_comm_mpi_create, hierarchical node-local/leader sums when nodes are
+ * blocks of consecutive ranks. deterministic: every sum in rank order on the
+ * host, bit-identical to the MPI backend and to one rank; false: NCCL's own
+ * reductions (same bits only for the same topology, NCCL version and
+ * algorithm). Collective over mpi_comm. The full contract: comm/comm_nccl.h.
+ * Only in builds with CUDA, libnccl and MPI (meson's 'nccl' feature); other
+ * builds export it too and it returns STRATA_ERR_UNSUPPORTED.
+ * Errors: STRATA_ERR_UNSUPPORTED (built without NCCL, or no CUDA device),
+ * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_NOMEM, STRATA_ERR_INTERNAL (an
+ * NCCL, CUDA or MPI failure, with the call, file and line). */
+STRATA_API strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic,
+                                                 strata_comm **out);
+
 /* True when this process was started by an MPI launcher (mpirun sets
  * OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK). */
 STRATA_API bool strata_comm_mpi_launched(void);

@@ -272,9 +272,10 @@ STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
  * with multi-threaded BLAS, its asynchronous ones on the refresh workers.
  * 1 (the default): the factors one after another on the calling thread, each
  * eigendecomposition with the BLAS threads as the caller set them. T > 1:
- * the factors, largest first, are shared by the calling thread and T - 1
- * threads started for the call (a thread that fails to start leaves its share
- * to the others), each with its own float64 workspace; the call returns when
+ * the factors, largest first, are shared by the calling thread and the T - 1
+ * helper threads of a worker team the state owns (started here, asleep
+ * between refreshes, joined by strata_shampoo_state_destroy or a later call
+ * with 1), each thread with its own float64 workspace; the call returns when
  * all are done. Small eigendecompositions (dsyevd's tridiagonalization is
  * matrix-vector work) scale poorly over threads, so one factor per thread is
  * faster on several cores (GPT-2-small layer, 2 cores: bench/peers/README.md).
@@ -290,8 +291,9 @@ STRATA_API size_t strata_shampoo_state_bytes(const strata_shampoo_state *s);
  * d x d float32 staging matrix each (d = the largest factor dimension),
  * allocated here, never per step.
  * Thread: the thread that steps the state, between steps.
- * Errors: STRATA_ERR_INVALID_ARG (NULL, threads out of range); STRATA_ERR_NOMEM
- * (the state keeps its previous setting). */
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, threads out of range); STRATA_ERR_NOMEM,
+ * STRATA_ERR_INTERNAL (the helper threads cannot start); on an error the
+ * state keeps its previous setting. */
 STRATA_API strata_status strata_shampoo_state_set_root_threads(strata_shampoo_state *s,
                                                                int threads);
 
@@ -421,9 +423,10 @@ typedef struct strata_ns_config {
     int gram_restarts;            /* restarts placed automatically when the mask is 0;
                                      default 1 */
     uint64_t gram_restart_mask;   /* explicit restart positions (see above); default 0 */
-    int batch_threads;            /* threads a batch is split over (1..
-                                     STRATA_NS_MAX_BATCH_THREADS); default 1. > 1 pays only
-                                     with single-threaded BLAS (below) */
+    int batch_threads;            /* T: a batch is split into T contiguous chunks run side
+                                     by side (1..STRATA_NS_MAX_BATCH_THREADS); default 1.
+                                     The result does not depend on T. > 1 pays only with
+                                     single-threaded BLAS (below) */
 } strata_ns_config;
 
 /* Fields of the struct above. Every field is checked by its
@@ -456,7 +459,8 @@ typedef struct strata_muon_config {
     float ns_gram_min_aspect;                /* default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT */
     int ns_gram_restarts;                    /* default 1 */
     uint64_t ns_gram_restart_mask;           /* default 0 (automatic placement) */
-    int ns_batch_threads;                    /* default 1; see strata_ns_run */
+    int ns_batch_threads;                    /* default 1; as batch_threads above; the
+                                                state's own threads (state_create) */
 } strata_muon_config;
 
 /* Fields of the struct above. Every field is checked by its
@@ -479,8 +483,14 @@ typedef struct strata_muon_state strata_muon_state;
  * backend allocation) for one rows x cols matrix; _batched for `batch` >= 1
  * independent rows x cols matrices stored contiguously (see "Shapes" above).
  * `be` must outlive the state. The restart positions are resolved here.
+ * Threads: with T = min(ns_batch_threads, batch) > 1 the state owns a worker
+ * team of T threads (the stepping thread and T - 1 helpers, started here,
+ * asleep between steps, joined by _destroy) that runs the batch's
+ * Newton-Schulz chunks; every state with T > 1 has its own (the runtime
+ * creates one state per Muon parameter).
  * Errors: STRATA_ERR_INVALID_ARG (NULL, shape, momentum outside [0,1),
- * ns_steps < 0, unknown enum, bad Gram settings), STRATA_ERR_NOMEM. */
+ * ns_steps < 0, unknown enum, bad Gram settings), STRATA_ERR_NOMEM,
+ * STRATA_ERR_INTERNAL (the helper threads cannot start). */
 STRATA_API strata_status strata_muon_state_create(const strata_muon_config *c, strata_backend *be,
                                                   int64_t rows, int64_t cols,
                                                   strata_muon_state **out);

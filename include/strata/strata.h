@@ -26,13 +26,23 @@
  *     ndim > 2 is flattened to (shape[0], prod(shape[1:])), unless it is a
  *     3-D tensor marked `stacked` (independent matrices; Muon only).
  *
- * This version runs in one process: every parameter is owned by rank 0, the
- * backward hook's reduce-to-owner is the identity, and the forward hook's
- * materialize is the identity; both validate the layer sequence and record
- * that the layer's gradients are final. Owners, tiers and worker threads slot in behind
- * the same calls. A step that finds a parameter whose layer had no backward
- * hook since the previous step counts it in stats.missing_backward_hooks and
- * logs a warning once.
+ * Ranks and owners (strata_config.comm; NULL: this process alone, rank 0 of
+ * 1). With owner or zero1 sharding every parameter has an owner rank, planned
+ * at commit (on several ranks, rank 0 measures each update's cost, balances
+ * the owners within each group of shard_group_size ranks, and broadcasts the
+ * plan; "Several ranks" in README.md). The backward hook reduces the layer's
+ * gradients to their owners (bucketed and non-blocking where the transport
+ * allows; with HSDP to the owner in every group), the forward hook
+ * materializes the layer's managed weights from their owners (zero1: the
+ * owners broadcast the new weights at the step), and strata_step runs the
+ * optimizer of the parameters this rank owns, the global gradient norm and
+ * the non-finite veto going through the communicator's scalar allreduce so
+ * that every rank takes the same decision. Gather sharding reduces to even
+ * element shards instead and every rank updates everything. On one rank the
+ * hooks' collectives are identities; on any number they validate the layer
+ * sequence and record that the layer's gradients are final. A step that
+ * finds a parameter whose layer had no backward hook since the previous step
+ * counts it in stats.missing_backward_hooks and logs a warning once.
  *
  * Threading: one runtime is driven by one thread at a time.
  */
@@ -158,8 +168,9 @@ typedef struct strata_config {
                                  a low RLIMIT_MEMLOCK (queue depth x chunk is registered) */
     strata_comm *comm;        /* ranks and collectives (strata/comm.h); NULL = this process
                                  alone (a self communicator). Not owned: it must outlive
-                                 the runtime. Every parameter's owner is rank 0 in this
-                                 version; the step runs the parameters this rank owns and
+                                 the runtime. Each parameter's owner rank is planned at
+                                 commit (owner, zero1 sharding; see "Ranks and owners"
+                                 above); the step runs the parameters this rank owns and
                                  takes the global gradient norm and the non-finite veto
                                  through comm's scalar allreduce. */
     strata_sharding sharding; /* how matrices and their state are spread over the ranks:

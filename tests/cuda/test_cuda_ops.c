@@ -1,7 +1,7 @@
 /* The CUDA backend against the C reference, on a GPU: every elementwise op
  * bit for bit (memcmp; the kernels run backend/ops_math.h compiled with
  * -fmad=false), the reductions within their documented order difference
- * (sumsq: relative 1e-12; kl_diag_means and find_nonfinite exactly), the
+ * (sumsq: relative 1e-12; row_col_sq_means and find_nonfinite exactly), the
  * products against OpenBLAS within float32 rounding, and the streams,
  * events, copies of every direction and memory kinds with their budgets.
  * Inputs are random, of odd sizes and strided 2-D blocks; one size is
@@ -169,7 +169,7 @@ static void test_flat_ops(void **state)
         strata_ref_scale_f64(NULL, NULL, n, w, w, 1.0 / 3.0);
         down_same(dw, w, B, "scale_f64");
 
-        /* kl_eigen: s with zeros (1/0 -> inf -> 0), diag in float64 */
+        /* eigen_ema_clamp: s with zeros (1/0 -> inf -> 0), diag in float64 */
         double *diag = malloc(n * sizeof *diag);
         assert_non_null(diag);
         for (size_t i = 0; i < n; i++) {
@@ -179,9 +179,10 @@ static void test_flat_ops(void **state)
         }
         double *ddiag = up(diag, n * sizeof *diag);
         assert_int_equal(strata_backend_copy(be, dx, x, B), STRATA_OK);
-        assert_int_equal(strata_backend_kl_eigen(be, s, n, dx, ddiag, 0.95f, 1e6f), STRATA_OK);
-        strata_ref_kl_eigen(NULL, NULL, n, x, diag, 0.95f, 1e6f);
-        down_same(dx, x, B, "kl_eigen");
+        assert_int_equal(strata_backend_eigen_ema_clamp(be, s, n, dx, ddiag, 0.95f, 1e6f),
+                         STRATA_OK);
+        strata_ref_eigen_ema_clamp(NULL, NULL, n, x, diag, 0.95f, 1e6f);
+        down_same(dx, x, B, "eigen_ema_clamp");
         dfree(ddiag, n * sizeof *diag);
         free(diag);
 
@@ -231,19 +232,19 @@ static void test_2d_ops(void **state)
                                 mode != 0 ? cs : NULL);
             down_same(dx, x, B, "scale_rc");
         }
-        assert_int_equal(strata_backend_kl_precond(be, s, R, C, dx, ld, drs, dcs, 1e-3f),
+        assert_int_equal(strata_backend_scale_rc_damped(be, s, R, C, dx, ld, drs, dcs, 1e-3f),
                          STRATA_OK);
-        strata_ref_kl_precond(NULL, NULL, R, C, x, ld, rs, cs, 1e-3f);
-        down_same(dx, x, B, "kl_precond");
+        strata_ref_scale_rc_damped(NULL, NULL, R, C, x, ld, rs, cs, 1e-3f);
+        down_same(dx, x, B, "scale_rc_damped");
 
         double *rm = calloc((size_t)R, 8), *cm = calloc((size_t)C, 8);
         assert_non_null(rm), assert_non_null(cm);
         double *drm = up(rm, (size_t)R * 8), *dcm = up(cm, (size_t)C * 8);
-        assert_int_equal(strata_backend_kl_diag_means(be, s, R, C, dx, ld, drs, dcs, drm, dcm),
+        assert_int_equal(strata_backend_row_col_sq_means(be, s, R, C, dx, ld, drs, dcs, drm, dcm),
                          STRATA_OK);
-        strata_ref_kl_diag_means(NULL, NULL, R, C, x, ld, rs, cs, rm, cm);
-        down_same(drm, rm, (size_t)R * 8, "kl_diag_means rows");
-        down_same(dcm, cm, (size_t)C * 8, "kl_diag_means cols");
+        strata_ref_row_col_sq_means(NULL, NULL, R, C, x, ld, rs, cs, rm, cm);
+        down_same(drm, rm, (size_t)R * 8, "row_col_sq_means rows");
+        down_same(dcm, cm, (size_t)C * 8, "row_col_sq_means cols");
         dfree(drm, (size_t)R * 8), dfree(dcm, (size_t)C * 8);
         free(rm), free(cm);
 

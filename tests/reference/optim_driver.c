@@ -55,6 +55,7 @@
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "optim/phases.h"
+#include "workers/workers.h"
 #include "strata/status.h"
 
 #define DRIVER_NAME "optim_driver"
@@ -593,7 +594,11 @@ static int run_ns(json_object *cfg, const char *in_path, const char *out_path,
     }
     if (!read_floats(in_path, x.p, n))
         goto out_free;
-    st = strata_ns_run(be, &c, batch, rows, cols, x.p, work.p);
+    strata_worker_team *team = NULL; /* the chunks of batch_threads > 1 side by side */
+    st = c.batch_threads > 1 ? strata_worker_team_create(c.batch_threads, &team) : STRATA_OK;
+    if (st == STRATA_OK)
+        st = strata_ns_run(be, &c, team, batch, rows, cols, x.p, work.p);
+    strata_worker_team_destroy(team);
     if (st != STRATA_OK) {
         rc = fail(st, "strata_ns_run");
         goto out_free;

@@ -371,8 +371,8 @@ static void legacy_kl_diag(int m, int n, const float *Gp, const float *sa, const
         rd[j] /= m;
 }
 
-static void legacy_kl_precond(int m, int n, float *t2, const float *sa, const float *sb,
-                              float eps)
+static void legacy_scale_rc_damped(int m, int n, float *t2, const float *sa, const float *sb,
+                                   float eps)
 {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -757,11 +757,11 @@ static void test_kl_ops(void **state)
             double *rrow = malloc((size_t)m * 8), *rcol = malloc((size_t)n * 8);
             double *brow = malloc((size_t)m * 8), *bcol = malloc((size_t)n * 8);
             legacy_kl_diag(m, n, G, sa, sb, lrow, lcol);
-            strata_ref_kl_diag_means(NULL, NULL, m, n, G, n, sa, sb, rrow, rcol);
+            strata_ref_row_col_sq_means(NULL, NULL, m, n, G, n, sa, sb, rrow, rcol);
             float *dG = up(be, G, B);
             double *drow = up(be, lrow, (size_t)m * 8), *dcol = up(be, lcol, (size_t)n * 8);
-            assert_int_equal(strata_backend_kl_diag_means(be, NULL, m, n, dG, n, dsa, dsb, drow,
-                                                          dcol),
+            assert_int_equal(strata_backend_row_col_sq_means(be, NULL, m, n, dG, n, dsa, dsb, drow,
+                                                             dcol),
                              STRATA_OK);
             assert_int_equal(strata_backend_copy(be, brow, drow, (size_t)m * 8), STRATA_OK);
             assert_int_equal(strata_backend_copy(be, bcol, dcol, (size_t)n * 8), STRATA_OK);
@@ -777,17 +777,18 @@ static void test_kl_ops(void **state)
             const float clamp = 10.0f, b = 0.95f;
             float *ls = dup(s0, (size_t)m), *rs = dup(s0, (size_t)m);
             legacy_eigen_update(m, ls, clamp, lrow, b);
-            strata_ref_kl_eigen(NULL, NULL, (size_t)m, rs, lrow, b, clamp);
+            strata_ref_eigen_ema_clamp(NULL, NULL, (size_t)m, rs, lrow, b, clamp);
             float *ds = up(be, s0, (size_t)m * 4);
-            assert_int_equal(strata_backend_kl_eigen(be, NULL, (size_t)m, ds, drow, b, clamp),
-                             STRATA_OK);
+            assert_int_equal(
+                strata_backend_eigen_ema_clamp(be, NULL, (size_t)m, ds, drow, b, clamp),
+                STRATA_OK);
             float *bs = down(be, ds, (size_t)m);
             same(bs, ls, (size_t)m), same(bs, rs, (size_t)m);
             /* preconditioner in the eigenbasis */
             float *lP = dup(G, mn), *rP = dup(G, mn);
-            legacy_kl_precond(m, n, lP, sa, sb, 1e-8f);
-            strata_ref_kl_precond(NULL, NULL, m, n, rP, n, sa, sb, 1e-8f);
-            assert_int_equal(strata_backend_kl_precond(be, NULL, m, n, dG, n, dsa, dsb, 1e-8f),
+            legacy_scale_rc_damped(m, n, lP, sa, sb, 1e-8f);
+            strata_ref_scale_rc_damped(NULL, NULL, m, n, rP, n, sa, sb, 1e-8f);
+            assert_int_equal(strata_backend_scale_rc_damped(be, NULL, m, n, dG, n, dsa, dsb, 1e-8f),
                              STRATA_OK);
             float *bP = down(be, dG, mn);
             same(bP, lP, mn), same(bP, rP, mn);
@@ -806,10 +807,11 @@ static void test_kl_ops(void **state)
         for (size_t i = 0; i < ne; i++)
             diag[i] = (double)frand() * (double)frand() + 1e-9 * (double)frand();
         legacy_eigen_update((int)ne, ls, 4.0f, diag, 0.9f);
-        strata_ref_kl_eigen(NULL, NULL, ne, rs, diag, 0.9f, 4.0f);
+        strata_ref_eigen_ema_clamp(NULL, NULL, ne, rs, diag, 0.9f, 4.0f);
         float *ds = up(be, s1, ne * 4);
         double *dd = up(be, diag, ne * 8);
-        assert_int_equal(strata_backend_kl_eigen(be, NULL, ne, ds, dd, 0.9f, 4.0f), STRATA_OK);
+        assert_int_equal(strata_backend_eigen_ema_clamp(be, NULL, ne, ds, dd, 0.9f, 4.0f),
+                         STRATA_OK);
         float *bs = down(be, ds, ne);
         same(bs, ls, ne), same(bs, rs, ne);
         strata_backend_free(be, dd, ne * 8);
@@ -988,8 +990,9 @@ static void test_zero_size_and_bad_args(void **state)
     double d = 5.0;
     assert_int_equal(strata_backend_sumsq(be, NULL, 0, NULL, &d), STRATA_OK);
     assert_true(d == 0.0);
-    assert_int_equal(strata_backend_kl_diag_means(be, NULL, 0, 3, NULL, 3, NULL, NULL, NULL, NULL),
-                     STRATA_ERR_INVALID_ARG);
+    assert_int_equal(
+        strata_backend_row_col_sq_means(be, NULL, 0, 3, NULL, 3, NULL, NULL, NULL, NULL),
+        STRATA_ERR_INVALID_ARG);
     assert_int_equal(strata_backend_ema(NULL, NULL, 0, NULL, NULL, 0.5f, NULL, 1.0f),
                      STRATA_ERR_INVALID_ARG);
     /* a stream of another backend is refused */

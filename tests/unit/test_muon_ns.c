@@ -16,6 +16,7 @@
 #include "strata/backend.h"
 #include "strata/optim.h"
 #include "optim/phases.h"
+#include "workers/workers.h"
 
 static float *random_floats(size_t n, uint32_t seed)
 {
@@ -43,9 +44,10 @@ static void backend_done(strata_backend *be)
     strata_backend_destroy(be);
 }
 
-/* NS of `batch` rows x cols matrices in a copy of `x`; caller frees. */
-static float *ns_copy(strata_backend *be, const strata_ns_config *c, int64_t batch, int64_t rows,
-                      int64_t cols, const float *x)
+/* NS of `batch` rows x cols matrices in a copy of `x`, on a team of
+ * `team_threads` threads (1: none); caller frees. */
+static float *ns_copy_team(strata_backend *be, const strata_ns_config *c, int team_threads,
+                           int64_t batch, int64_t rows, int64_t cols, const float *x)
 {
     const size_t n = (size_t)(batch * rows * cols);
     float *y = malloc(n * sizeof(float));
@@ -53,9 +55,20 @@ static float *ns_copy(strata_backend *be, const strata_ns_config *c, int64_t bat
     assert_non_null(y);
     assert_non_null(work);
     memcpy(y, x, n * sizeof(float));
-    assert_int_equal(strata_ns_run(be, c, batch, rows, cols, y, work), STRATA_OK);
+    strata_worker_team *team = NULL;
+    if (team_threads > 1)
+        assert_int_equal(strata_worker_team_create(team_threads, &team), STRATA_OK);
+    assert_int_equal(strata_ns_run(be, c, team, batch, rows, cols, y, work), STRATA_OK);
+    strata_worker_team_destroy(team);
     free(work);
     return y;
+}
+
+/* ns_copy_team on a team of c->batch_threads threads. */
+static float *ns_copy(strata_backend *be, const strata_ns_config *c, int64_t batch, int64_t rows,
+                      int64_t cols, const float *x)
+{
+    return ns_copy_team(be, c, c->batch_threads, batch, rows, cols, x);
 }
 
 static void test_defaults(void **state)
@@ -164,10 +177,10 @@ static void test_bad_arguments(void **state)
     strata_ns_config c;
     strata_ns_config_default(&c);
     float x[4] = {1, 2, 3, 4}, work[64];
-    assert_int_equal(strata_ns_run(be, &c, -1, 2, 2, x, work), STRATA_ERR_INVALID_ARG);
-    assert_int_equal(strata_ns_run(be, &c, 1, 0, 2, x, work), STRATA_ERR_INVALID_ARG);
-    assert_int_equal(strata_ns_run(be, &c, 1, 2, 2, NULL, work), STRATA_ERR_INVALID_ARG);
-    assert_int_equal(strata_ns_run(be, &c, 0, 2, 2, NULL, NULL), STRATA_OK);
+    assert_int_equal(strata_ns_run(be, &c, NULL, -1, 2, 2, x, work), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_ns_run(be, &c, NULL, 1, 0, 2, x, work), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_ns_run(be, &c, NULL, 1, 2, 2, NULL, work), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_ns_run(be, &c, NULL, 0, 2, 2, NULL, NULL), STRATA_OK);
     assert_true(strata_ns_work_floats(&c, 0, 3) == 0);
     assert_true(strata_newton_schulz_work_floats(3, 5) == 2 * 15 + 2 * 9);
     assert_true(strata_ns_work_floats(&c, 5, 3) == 2 * 15 + 2 * 9);
@@ -212,7 +225,7 @@ static void test_nonfinite_rejected(void **state)
     strata_ns_config c;
     strata_ns_config_default(&c);
     float x[6] = {1, 2, NAN, 4, 5, 6}, work[64];
-    assert_int_equal(strata_ns_run(be, &c, 1, 2, 3, x, work), STRATA_ERR_NONFINITE);
+    assert_int_equal(strata_ns_run(be, &c, NULL, 1, 2, 3, x, work), STRATA_ERR_NONFINITE);
     assert_true(x[0] == 1 && isnan(x[2]) && x[5] == 6);
     assert_int_equal(strata_muon_step(a, 1.0f, 2, wa, g + n, NULL), STRATA_OK);
     assert_int_equal(strata_muon_step(b, 1.0f, 2, wb, g + n, NULL), STRATA_OK);
@@ -231,7 +244,8 @@ static void test_nonfinite_rejected(void **state)
     backend_done(be);
 }
 
-/* A batch split over threads gives bitwise the loop's result. */
+/* A batch split over threads gives bitwise the loop's result, whatever the
+ * team that runs the chunks (as many threads, fewer, none). */
 static void test_batch_threads(void **state)
 {
     (void)state;
@@ -252,15 +266,24 @@ static void test_batch_threads(void **state)
         float *yt = ns_copy(be, &c, batch, rows, cols, x);
         assert_memory_equal(y1, yt, n * sizeof(float));
         free(yt);
+        for (int team = 1; team <= 2; team++) {
+            yt = ns_copy_team(be, &c, team, batch, rows, cols, x);
+            assert_memory_equal(y1, yt, n * sizeof(float));
+            free(yt);
+        }
     }
     /* An error in a worker's chunk comes back with its detail. */
     x[(size_t)6 * rows * cols + 5] = NAN;
     c.batch_threads = 2;
     float *work = malloc(strata_ns_work_floats(&c, rows, cols) * sizeof(float));
-    assert_int_equal(strata_ns_run(be, &c, batch, rows, cols, x, work), STRATA_ERR_NONFINITE);
+    strata_worker_team *team = NULL;
+    assert_int_equal(strata_worker_team_create(2, &team), STRATA_OK);
+    assert_int_equal(strata_ns_run(be, &c, team, batch, rows, cols, x, work), STRATA_ERR_NONFINITE);
     assert_non_null(strstr(strata_last_error(), "NaN"));
     c.batch_threads = 0;
-    assert_int_equal(strata_ns_run(be, &c, batch, rows, cols, x, work), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_ns_run(be, &c, team, batch, rows, cols, x, work),
+                     STRATA_ERR_INVALID_ARG);
+    strata_worker_team_destroy(team);
     free(work);
     free(y1);
     free(x);

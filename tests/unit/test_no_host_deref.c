@@ -235,23 +235,23 @@ static strata_status g_scale_f64(void *ctx, void *s, size_t n, float *dst, const
     GUARDED(ctx, strata_ref_scale_f64(ctx, s, n, dst, src, v));
 }
 
-static strata_status g_kl_precond(void *ctx, void *s, int64_t r, int64_t c, float *x, int64_t ld,
-                                  const float *sa, const float *sb, float eps)
+static strata_status g_scale_rc_damped(void *ctx, void *s, int64_t r, int64_t c, float *x,
+                                       int64_t ld, const float *sa, const float *sb, float eps)
 {
-    GUARDED(ctx, strata_ref_kl_precond(ctx, s, r, c, x, ld, sa, sb, eps));
+    GUARDED(ctx, strata_ref_scale_rc_damped(ctx, s, r, c, x, ld, sa, sb, eps));
 }
 
-static strata_status g_kl_eigen(void *ctx, void *s, size_t n, float *sv, const double *diag,
-                                float beta, float clamp)
+static strata_status g_eigen_ema_clamp(void *ctx, void *s, size_t n, float *sv, const double *diag,
+                                       float beta, float clamp)
 {
-    GUARDED(ctx, strata_ref_kl_eigen(ctx, s, n, sv, diag, beta, clamp));
+    GUARDED(ctx, strata_ref_eigen_ema_clamp(ctx, s, n, sv, diag, beta, clamp));
 }
 
-static strata_status g_kl_diag_means(void *ctx, void *s, int64_t r, int64_t c, const float *x,
-                                     int64_t ld, const float *sa, const float *sb, double *rm,
-                                     double *cm)
+static strata_status g_row_col_sq_means(void *ctx, void *s, int64_t r, int64_t c, const float *x,
+                                        int64_t ld, const float *sa, const float *sb, double *rm,
+                                        double *cm)
 {
-    GUARDED(ctx, strata_ref_kl_diag_means(ctx, s, r, c, x, ld, sa, sb, rm, cm));
+    GUARDED(ctx, strata_ref_row_col_sq_means(ctx, s, r, c, x, ld, sa, sb, rm, cm));
 }
 
 static strata_status g_fill_2d(void *ctx, void *s, int64_t r, int64_t c, float *x, int64_t ld,
@@ -317,9 +317,9 @@ static const strata_backend_iface guard_iface = {
         .scale_2d = g_scale_2d,
         .scale_rc = g_scale_rc,
         .scale_f64 = g_scale_f64,
-        .kl_precond = g_kl_precond,
-        .kl_eigen = g_kl_eigen,
-        .kl_diag_means = g_kl_diag_means,
+        .scale_rc_damped = g_scale_rc_damped,
+        .eigen_ema_clamp = g_eigen_ema_clamp,
+        .row_col_sq_means = g_row_col_sq_means,
         .fill_2d = g_fill_2d,
         .diag_update = g_diag_update,
         .copy_2d = g_copy_2d,

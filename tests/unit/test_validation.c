@@ -404,7 +404,7 @@ static void try_ns(const void *c, const char *expect, double v)
         x0[i] = (float)(i % 5) - 1.5f;
     memcpy(x, x0, sizeof x0);
     strata_error_clear();
-    strata_status st = strata_ns_run(g_be, c, 1, 4, 3, x, work);
+    strata_status st = strata_ns_run(g_be, c, NULL, 1, 4, 3, x, work);
     verdict("strata_ns_run", expect, v, st, !memcmp(x, x0, sizeof x0));
     strata_error_clear();
     st = strata_ns_config_check(c);
