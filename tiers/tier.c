@@ -5,6 +5,8 @@
 
 #include "tier_internal.h"
 
+#include "backend/ops.h"
+
 const char *strata_tier_kind_name(strata_tier_kind k)
 {
     switch (k) {
@@ -85,14 +87,33 @@ static size_t page_round(size_t bytes)
     return (bytes + page - 1) / page * page;
 }
 
+/* impl: NULL (pageable) or the backend whose HOST_PINNED memory the tier
+ * hands out (cudaHostAlloc: page-aligned; a block that is not is given back
+ * and the allocation fails, since nvme reads need page alignment). */
 static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 {
     size_t rounded = page_round(bytes);
     strata_status st = strata_tier_charge(t, rounded);
     if (st != STRATA_OK)
         return st;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *p = NULL;
-    if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), rounded) != 0) {
+    if (t->impl) {
+        st = strata_backend_alloc_kind(t->impl, STRATA_MEM_HOST_PINNED, rounded, &p);
+        if (st != STRATA_OK) {
+            strata_tier_uncharge(t, rounded);
+            return st;
+        }
+        if ((uintptr_t)p % page == 0) {
+            *out = p; /* zeroed by the backend */
+            return STRATA_OK;
+        }
+        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, p, rounded);
+        strata_tier_uncharge(t, rounded);
+        return strata_error(STRATA_ERR_NOMEM, "host tier: backend '%s' gave pinned memory that "
+                            "is not page-aligned", strata_backend_name(t->impl));
+    }
+    if (posix_memalign(&p, page, rounded) != 0) {
         strata_tier_uncharge(t, rounded);
         return strata_error(STRATA_ERR_NOMEM, "host tier: cannot allocate %zu bytes", rounded);
     }
@@ -103,7 +124,10 @@ static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 
 static void host_free(strata_tier *t, void *p, size_t bytes)
 {
-    free(p);
+    if (t->impl)
+        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, p, page_round(bytes));
+    else
+        free(p);
     strata_tier_uncharge(t, page_round(bytes));
 }
 
@@ -121,4 +145,15 @@ strata_status strata_tier_host_create(size_t budget, strata_tier **out)
     t->budget = budget;
     *out = t;
     return STRATA_OK;
+}
+
+strata_status strata_tier_host_create_pinned(size_t budget, strata_backend *be,
+                                             strata_tier **out)
+{
+    if (!be)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_host_create_pinned: backend is NULL");
+    strata_status st = strata_tier_host_create(budget, out);
+    if (st == STRATA_OK)
+        (*out)->impl = be;
+    return st;
 }
