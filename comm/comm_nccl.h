@@ -65,7 +65,12 @@ extern "C" {
  * caller keeps its own). Collective over mpi_comm. Errors:
  * STRATA_ERR_INVALID_ARG (NULL), STRATA_ERR_UNSUPPORTED (no CUDA device),
  * STRATA_ERR_NOMEM, STRATA_ERR_INTERNAL (an NCCL, CUDA or MPI failure, with
- * the call, file and line). */
+ * the call, file and line). Collectives never wait blindly: the stream is
+ * polled with every communicator's ncclCommGetAsyncError, and a wait past
+ * STRATA_NCCL_TIMEOUT_S seconds (default 600) fails with STRATA_ERR_TIMEOUT;
+ * after either, destroy aborts the NCCL communicators (ncclCommAbort) instead
+ * of waiting in ncclCommDestroy, and the comm's abort aborts them before
+ * MPI_Abort. A failure inside an NCCL group closes the group first. */
 STRATA_API strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic,
                                                  strata_comm **out);
 
