@@ -22,7 +22,13 @@
  * they never serialize behind the legacy default stream; order between
  * streams comes only from events (interface rule). NULL is the legacy
  * default stream, where the synchronous slots (copy, sgemm, ssyrk) queue
- * their work.
+ * their work. Priorities (review C4): the legacy stream has the default
+ * priority, which is the least, the same as SHADOW; the optimizer's step
+ * runs there (the runtime passes NULL), so shadow work does not yield to
+ * it. Today the shadow stream carries only copies, which the copy engines
+ * run regardless of priority; the GPU GPT's own stream (forward/backward)
+ * has the greatest priority. Moving the step onto a TRAINING stream needs a
+ * stream argument through the step.
  *
  * cuBLAS: one handle, guarded by a mutex held across cublasSetStream and the
  * call, because the interface lets several threads issue products on

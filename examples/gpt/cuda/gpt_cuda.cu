@@ -583,9 +583,16 @@ extern "C" int gpt_cuda_create(const gpt_config *cfg, uint64_t seed, gpt_cuda **
          * (strata_step returns with its last kernels still queued), and the
          * legacy stream orders after it; so zero_grad and forward never race
          * the optimizer's last update. */
+        /* ... at the device's greatest priority (review C4): the forward and
+         * backward kernels go ahead of the shadow stream's (least priority). */
+        int prio_least = 0, prio_greatest = 0;
         if (!rc)
-            rc = gc_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamDefault),
-                         "cudaStreamCreate", __FILE__, __LINE__);
+            rc = gc_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
+                         "cudaDeviceGetStreamPriorityRange", __FILE__, __LINE__);
+        if (!rc)
+            rc = gc_cuda(cudaStreamCreateWithPriority(&m->stream, cudaStreamDefault,
+                                                      prio_greatest),
+                         "cudaStreamCreateWithPriority", __FILE__, __LINE__);
         if (!rc)
             rc = gc_blas(cublasCreate(&m->blas), "cublasCreate", __FILE__, __LINE__);
         /* true float32, stated (review C11) */
