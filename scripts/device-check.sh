@@ -41,7 +41,8 @@
 #                 warm-up); target max/p50 <= 1.2; the training stream's
 #                 waits on roots (count, bytes, bound at the measured pinned
 #                 rate) and the host's waits on workers as fractions of the
-#                 steps' time; target < 1%
+#                 steps' time; target < 1%; the training thread's time in
+#                 the seam's copy calls (the critical path) reported beside
 #   ns_vs_sgemm   Newton-Schulz and Gram-NS TFLOP/s vs cuBLAS SGEMM on the
 #                 same shapes, same run; target NS >= 0.7 of SGEMM
 #   tiers         pinned/pageable/managed/nvme bandwidth vs the cudaMemcpy
@@ -362,7 +363,9 @@ for l in lines:
     print(l)
 print(f"training stream: {a['stream_waits']} waits on roots, {a['stream_wait_bytes']} B "
       f"(<= {100 * a['stream_wait_bound_fraction']:.4f}% of the steps' time at 10 GB/s); "
-      f"host waits on workers {100 * a['host_wait_fraction']:.3f}%")
+      f"host waits on workers {100 * a['host_wait_fraction']:.3f}%; training thread on "
+      f"second-order state (snapshots, stages, installs) "
+      f"{100 * a['critical_path_fraction']:.3f}% (sync {100 * out['sync']['critical_path_fraction']:.3f}%)")
 print(f"async max/p50 after {W} warm-up steps {a['ratio']:.3f} (<= 1.2), waits "
       f"{100 * max(a['stream_wait_bound_fraction'], a['host_wait_fraction']):.3f}% (< 1%)")
 sys.exit(0 if ok else 1)
