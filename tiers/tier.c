@@ -88,8 +88,15 @@ static size_t page_round(size_t bytes)
 }
 
 /* impl: NULL (pageable) or the backend whose HOST_PINNED memory the tier
- * hands out (cudaHostAlloc: page-aligned; a block that is not is given back
- * and the allocation fails, since nvme reads need page alignment). */
+ * hands out. Page alignment (nvme reads go straight into the slots) does not
+ * depend on the backend's allocator: a pinned block is one page larger than
+ * asked, the pointer handed out is the first page boundary at least 16 bytes
+ * in, and the block's own address sits in the 8 bytes before it. */
+static size_t pinned_bytes(size_t rounded, size_t page)
+{
+    return rounded + page;
+}
+
 static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 {
     size_t rounded = page_round(bytes);
@@ -99,19 +106,17 @@ static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *p = NULL;
     if (t->impl) {
-        st = strata_backend_alloc_kind(t->impl, STRATA_MEM_HOST_PINNED, rounded, &p);
+        st = strata_backend_alloc_kind(t->impl, STRATA_MEM_HOST_PINNED,
+                                       pinned_bytes(rounded, page), &p);
         if (st != STRATA_OK) {
             strata_tier_uncharge(t, rounded);
             return st;
         }
-        if ((uintptr_t)p % page == 0) {
-            *out = p; /* zeroed by the backend */
-            return STRATA_OK;
-        }
-        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, p, rounded);
-        strata_tier_uncharge(t, rounded);
-        return strata_error(STRATA_ERR_NOMEM, "host tier: backend '%s' gave pinned memory that "
-                            "is not page-aligned", strata_backend_name(t->impl));
+        const uintptr_t a = ((uintptr_t)p + 16 + page - 1) / page * page;
+        ((void **)a)[-1] = p;
+        memset((void *)a, 0, rounded);
+        *out = (void *)a;
+        return STRATA_OK;
     }
     if (posix_memalign(&p, page, rounded) != 0) {
         strata_tier_uncharge(t, rounded);
@@ -124,11 +129,13 @@ static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 
 static void host_free(strata_tier *t, void *p, size_t bytes)
 {
+    const size_t rounded = page_round(bytes);
     if (t->impl)
-        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, p, page_round(bytes));
+        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, ((void **)p)[-1],
+                                 pinned_bytes(rounded, (size_t)sysconf(_SC_PAGESIZE)));
     else
         free(p);
-    strata_tier_uncharge(t, page_round(bytes));
+    strata_tier_uncharge(t, rounded);
 }
 
 static const tier_ops host_ops = {host_alloc, host_free, NULL, page_round};

@@ -44,8 +44,8 @@ strata_status strata_tier_host_create(size_t budget, strata_tier **out);
 /* Host tier whose memory is `be`'s STRATA_MEM_HOST_PINNED kind (review C3:
  * the engine's slots, staging and scratch on the CUDA backend, so snapshots
  * and stages are true asynchronous copies), page-rounded and charged to
- * `budget` as the plain host tier; an allocation the backend returns not
- * page-aligned is given back and fails (STRATA_ERR_NOMEM). `be` must outlive
+ * `budget` as the plain host tier (the backend's pinned accounting sees one
+ * page more per block: the tier aligns inside it). `be` must outlive
  * the tier. Errors: STRATA_ERR_INVALID_ARG (be or out NULL), STRATA_ERR_NOMEM
  * (also at allocation: the budget, or the backend's pinned memory). */
 strata_status strata_tier_host_create_pinned(size_t budget, strata_backend *be,

@@ -486,11 +486,11 @@ strata_status strata_backend_cuda_create(strata_backend **out)
     /* Host waits block instead of spinning (review C6): stream and device
      * synchronizes (the reductions' result, the seam's waits) sleep on the
      * driver, leaving the cores to the CPU refresh workers. Applies to the
-     * device's primary context, so call it before the first use; it also
-     * works on an active context (CUDA >= 11 overwrites the flags). */
-    st = STRATA_CUDA_CALL(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
-    if (st != STRATA_OK)
-        goto out_free_ctx;
+     * device's primary context (current CUDA overwrites the flags of an
+     * active one); where the driver refuses, the waits spin as before and
+     * the events still block (cudaEventBlockingSync): not an error. */
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+        (void)cudaGetLastError();
     if (!prop.memoryPoolsSupported) {
         st = strata_error(STRATA_ERR_UNSUPPORTED, "cuda backend: device %d (%s) has no "
                           "stream-ordered memory pools", c->device, c->name);

@@ -875,6 +875,22 @@ static void test_seam_host_pinned(void **state)
     for (int pinned = 0; pinned < 2; pinned++) {
         strata_backend *be = tb_create();
         tb_ctx *ctx = tb_the;
+        if (pinned) { /* the tier itself: page-aligned, zeroed, writable to the page's end */
+            strata_tier *t = NULL;
+            void *p = NULL;
+            const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            assert_int_equal(strata_tier_host_create_pinned(0, be, &t), STRATA_OK);
+            assert_int_equal(strata_tier_alloc(t, 100, &p), STRATA_OK);
+            assert_int_equal((uintptr_t)p % page, 0);
+            for (size_t i = 0; i < page; i++)
+                assert_int_equal(((unsigned char *)p)[i], 0);
+            memset(p, 0xab, page);
+            strata_tier_free(t, p, 100);
+            strata_tier_destroy(t);
+            assert_int_equal(ctx->n.pinned_allocs, 1);
+            assert_int_equal(ctx->n.pinned_frees, 1);
+            ctx->n.pinned_allocs = ctx->n.pinned_frees = 0;
+        }
         run r;
         open_host_pinned = pinned;
         run_open_be(&r, &dc, true, 0, 2000, STRATA_TIER_HOST, be, true);
