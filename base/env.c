@@ -19,6 +19,9 @@ static const strata_env_var g_vars[STRATA_ENV_COUNT] = {
     [STRATA_ENV_RANKS_PER_NODE] = {"STRATA_RANKS_PER_NODE", STRATA_ENV_INT, 1, INT_MAX, false,
                                    "comm", "ranks per node for the MPI and NCCL communicators: "
                                    "rank r is on node r / N (unset: the shared-memory groups)"},
+    [STRATA_ENV_NCCL_TIMEOUT_S] = {"STRATA_NCCL_TIMEOUT_S", STRATA_ENV_INT, 1, 86400, false,
+                                   "comm", "seconds an NCCL collective may wait before it "
+                                   "fails with STRATA_ERR_TIMEOUT (default 600)"},
     [STRATA_ENV_COST_CACHE] = {"STRATA_COST_CACHE", STRATA_ENV_STRING, 0, 0, false, "plan",
                                "0 turns the planner's measured-cost cache off (unset: on)"},
     [STRATA_ENV_XDG_CACHE_HOME] = {"XDG_CACHE_HOME", STRATA_ENV_STRING, 0, 0, false, "plan",

@@ -31,6 +31,8 @@
 typedef enum strata_env_id {
     STRATA_ENV_LOG_LEVEL,        /* STRATA_LOG_LEVEL: default log level, 0..3 */
     STRATA_ENV_RANKS_PER_NODE,   /* STRATA_RANKS_PER_NODE: ranks per node, >= 1 */
+    STRATA_ENV_NCCL_TIMEOUT_S,   /* STRATA_NCCL_TIMEOUT_S: bound of an NCCL wait, seconds,
+                                    1..86400 (default 600) */
     STRATA_ENV_COST_CACHE,       /* STRATA_COST_CACHE: "0" turns the cost cache off */
     STRATA_ENV_XDG_CACHE_HOME,   /* XDG_CACHE_HOME: where the cost cache lives */
     STRATA_ENV_HOME,             /* HOME: ~/.cache when XDG_CACHE_HOME is unset */

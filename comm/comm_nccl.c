@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static strata_status nccl_status(ncclResult_t r, const char *expr, const char *file, int line)
 {
@@ -71,6 +72,26 @@ static strata_status mpi_status(int rc, const char *expr, const char *file, int 
             return s_;                                                                        \
     } while (0)
 
+/* Inside ncclGroupStart/ncclGroupEnd (review N1): a failure closes the group
+ * before returning, so this thread's group depth does not stay raised (every
+ * later NCCL call would be deferred and the next collective hang). */
+#define NCG(expr)                                                                             \
+    do {                                                                                      \
+        strata_status s_ = nccl_status((expr), #expr, __FILE__, __LINE__);                    \
+        if (s_ != STRATA_OK) {                                                                \
+            (void)ncclGroupEnd();                                                             \
+            return s_;                                                                        \
+        }                                                                                     \
+    } while (0)
+#define CUG(expr)                                                                             \
+    do {                                                                                      \
+        strata_status s_ = cuda_status((expr), #expr, __FILE__, __LINE__);                    \
+        if (s_ != STRATA_OK) {                                                                \
+            (void)ncclGroupEnd();                                                             \
+            return s_;                                                                        \
+        }                                                                                     \
+    } while (0)
+
 typedef struct nccl_ctx {
     MPI_Comm world;
     int rank, size, node_rank, node_size;
@@ -88,6 +109,8 @@ typedef struct nccl_ctx {
     size_t cap_send, cap_recv;
     void *h_tmp;            /* host staging for the rank-order sums */
     size_t cap_tmp;
+    double timeout_s;       /* a wait longer than this fails (STRATA_NCCL_TIMEOUT_S) */
+    bool failed;            /* an asynchronous NCCL error or a timeout: destroy aborts */
 } nccl_ctx;
 
 static strata_status grow_dev(void **p, size_t *cap, size_t bytes)
@@ -129,13 +152,61 @@ static strata_status to_dev(nccl_ctx *c, void *d, const void *h, size_t bytes)
     return STRATA_OK;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Wait for the stream without trusting it to finish (review N2): poll it,
+ * and every communicator's asynchronous error (a dead or failed peer leaves
+ * NCCL kernels spinning forever, so cudaStreamSynchronize would hang);
+ * an error or c->timeout_s marks the communicator failed, and its destroy
+ * then aborts (ncclCommAbort) instead of ncclCommDestroy. Errors:
+ * STRATA_ERR_INTERNAL (the NCCL or CUDA error), STRATA_ERR_TIMEOUT. */
+static strata_status wait_stream(nccl_ctx *c)
+{
+    const double t0 = mono_s();
+    for (unsigned spins = 0;; spins++) {
+        const cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess)
+            return STRATA_OK;
+        if (e != cudaErrorNotReady) {
+            c->failed = true;
+            return cuda_status(e, "cudaStreamQuery", __FILE__, __LINE__);
+        }
+        const ncclComm_t comms[] = {c->comm, c->node_comm, c->cross_comm};
+        for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++) {
+            ncclResult_t ar = ncclSuccess;
+            if (!comms[i])
+                continue;
+            const ncclResult_t r = ncclCommGetAsyncError(comms[i], &ar);
+            if (r != ncclSuccess || (ar != ncclSuccess && ar != ncclInProgress)) {
+                c->failed = true;
+                return nccl_status(r != ncclSuccess ? r : ar, "ncclCommGetAsyncError", __FILE__,
+                                   __LINE__);
+            }
+        }
+        if (mono_s() - t0 > c->timeout_s) {
+            c->failed = true;
+            return strata_error(STRATA_ERR_TIMEOUT, "nccl comm: rank %d: a collective did not "
+                                "complete in %.0f s (a peer stopped?); the communicator is "
+                                "aborted at destroy", c->rank, c->timeout_s);
+        }
+        if (spins > 64) { /* about 100 us of polling, then sleep between looks */
+            const struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 /* Copy back and wait: every collective returns complete. */
 static strata_status to_host(nccl_ctx *c, void *h, const void *d, size_t bytes)
 {
     if (bytes)
         CU(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDefault, c->stream));
-    CU(cudaStreamSynchronize(c->stream));
-    return STRATA_OK;
+    return wait_stream(c);
 }
 
 static int n_rank(void *ctx) { return ((nccl_ctx *)ctx)->rank; }
@@ -190,13 +261,13 @@ static strata_status gather_sum_f32(nccl_ctx *c, int root, size_t n, float *out)
         for (int r = 0; r < c->size; r++) {
             float *slot = (float *)c->d_recv + (size_t)r * n;
             if (r == root)
-                CU(cudaMemcpyAsync(slot, c->d_send, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                CUG(cudaMemcpyAsync(slot, c->d_send, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                    c->stream));
             else
-                NC(ncclRecv(slot, n, ncclFloat, r, c->comm, c->stream));
+                NCG(ncclRecv(slot, n, ncclFloat, r, c->comm, c->stream));
         }
     } else {
-        NC(ncclSend(c->d_send, n, ncclFloat, root, c->comm, c->stream));
+        NCG(ncclSend(c->d_send, n, ncclFloat, root, c->comm, c->stream));
     }
     NC(ncclGroupEnd());
     if (c->rank != root)
@@ -271,7 +342,7 @@ static strata_status n_allgatherv_f32(void *ctx, const float *send, float *recv,
     NC(ncclGroupStart());
     for (int r = 0; r < c->size; r++)
         if (counts[r])
-            NC(ncclBroadcast(c->d_send, (float *)c->d_recv + displs[r], counts[r], ncclFloat, r,
+            NCG(ncclBroadcast(c->d_send, (float *)c->d_recv + displs[r], counts[r], ncclFloat, r,
                              c->comm, c->stream));
     NC(ncclGroupEnd());
     return to_host(c, recv, c->d_recv, total * sizeof(float));
@@ -296,7 +367,7 @@ static strata_status n_reduce_scatter_f32(void *ctx, const float *send, float *r
         NC(ncclGroupStart());
         for (int r = 0; r < c->size; r++)
             if (counts[r])
-                NC(ncclReduce((float *)c->d_send + displs[r], c->d_recv, counts[r], ncclFloat,
+                NCG(ncclReduce((float *)c->d_send + displs[r], c->d_recv, counts[r], ncclFloat,
                               ncclSum, r, c->comm, c->stream));
         NC(ncclGroupEnd());
         return to_host(c, recv, c->d_recv, mine * sizeof(float));
@@ -315,10 +386,10 @@ static strata_status n_reduce_scatter_f32(void *ctx, const float *send, float *r
             continue;
         if (r == c->rank) {
             for (int q = 0; q < c->size; q++)
-                NC(ncclRecv((float *)c->d_recv + (size_t)q * mine, mine, ncclFloat, q, c->comm,
+                NCG(ncclRecv((float *)c->d_recv + (size_t)q * mine, mine, ncclFloat, q, c->comm,
                             c->stream));
         }
-        NC(ncclSend((float *)c->d_send + displs[r], counts[r], ncclFloat, r, c->comm, c->stream));
+        NCG(ncclSend((float *)c->d_send + displs[r], counts[r], ncclFloat, r, c->comm, c->stream));
     }
     NC(ncclGroupEnd());
     st = to_host(c, c->h_tmp, c->d_recv, mine * sizeof(float) * (size_t)c->size);
@@ -369,12 +440,12 @@ static strata_status r2o_deterministic(nccl_ctx *c, float *buf, size_t n)
         NC(ncclGroupStart());
         for (int j = 0; j < p->n_gather; j++) {
             const int q = p->gather_from[j];
-            NC(ncclRecv((float *)c->d_recv + (size_t)(q - p->block_a) * n, n, ncclFloat, q,
+            NCG(ncclRecv((float *)c->d_recv + (size_t)(q - p->block_a) * n, n, ncclFloat, q,
                         c->comm, c->stream));
             count(c, q, bytes);
         }
         if (p->recv_prev >= 0) {
-            NC(ncclRecv((float *)c->d_recv + (size_t)k * n, n, ncclFloat, p->recv_prev, c->comm,
+            NCG(ncclRecv((float *)c->d_recv + (size_t)k * n, n, ncclFloat, p->recv_prev, c->comm,
                         c->stream));
             count(c, p->recv_prev, bytes);
         }
@@ -466,7 +537,7 @@ static strata_status r2o_ship(nccl_ctx *c, float *buf, size_t n)
             return st;
         NC(ncclGroupStart());
         for (int k = 0; k < p->n_ship; k++) {
-            NC(ncclSend(c->d_send, n, ncclFloat, p->ship_to[k], c->comm, c->stream));
+            NCG(ncclSend(c->d_send, n, ncclFloat, p->ship_to[k], c->comm, c->stream));
             count(c, p->ship_to[k], bytes);
         }
         NC(ncclGroupEnd());
@@ -499,17 +570,37 @@ static strata_status n_bytes(void *ctx, uint64_t *intra, uint64_t *inter)
     return STRATA_OK;
 }
 
+/* Abort (review N2): the NCCL communicators first (their kernels stop, no
+ * rank waits in them), then the MPI job. */
 static void n_abort(void *ctx, int code)
 {
-    MPI_Abort(((nccl_ctx *)ctx)->world, code);
+    nccl_ctx *c = ctx;
+    if (c->cross_comm)
+        (void)ncclCommAbort(c->cross_comm);
+    if (c->node_comm)
+        (void)ncclCommAbort(c->node_comm);
+    if (c->comm)
+        (void)ncclCommAbort(c->comm);
+    c->cross_comm = c->node_comm = c->comm = NULL;
+    MPI_Abort(c->world, code);
 }
 
 static strata_status n_barrier(void *ctx)
 {
     nccl_ctx *c = ctx;
-    CU(cudaStreamSynchronize(c->stream));
+    strata_status st = wait_stream(c);
+    if (st != STRATA_OK)
+        return st;
     MP(MPI_Barrier(c->world));
     return STRATA_OK;
+}
+
+/* ncclCommDestroy waits for the communicator's work, so a failed one
+ * (asynchronous error, timeout) is aborted instead (review N2). */
+static void comm_end(ncclComm_t comm, bool failed)
+{
+    if (comm)
+        (void)(failed ? ncclCommAbort(comm) : ncclCommDestroy(comm));
 }
 
 static void n_destroy(void *ctx)
@@ -517,14 +608,11 @@ static void n_destroy(void *ctx)
     nccl_ctx *c = ctx;
     if (!c)
         return;
-    if (c->stream)
-        cudaStreamSynchronize(c->stream);
-    if (c->cross_comm)
-        ncclCommDestroy(c->cross_comm);
-    if (c->node_comm)
-        ncclCommDestroy(c->node_comm);
-    if (c->comm)
-        ncclCommDestroy(c->comm);
+    if (c->stream && !c->failed && wait_stream(c) != STRATA_OK)
+        c->failed = true;
+    comm_end(c->cross_comm, c->failed);
+    comm_end(c->node_comm, c->failed);
+    comm_end(c->comm, c->failed);
     if (c->stream)
         cudaStreamDestroy(c->stream);
     cudaFree(c->d_send);
@@ -639,6 +727,7 @@ static strata_status n_split(void *ctx, int color, int key, strata_comm **out)
         return strata_error(STRATA_ERR_NOMEM, "nccl comm: out of memory");
     c->world = MPI_COMM_NULL;
     c->deterministic = p->deterministic;
+    c->timeout_s = p->timeout_s;
     c->intra = p->intra;
     c->inter = p->inter;
     strata_status st = mpi_status(MPI_Comm_split(p->world, color, key, &c->world),
@@ -651,9 +740,15 @@ static strata_status n_split(void *ctx, int color, int key, strata_comm **out)
     if (st == STRATA_OK)
         st = cuda_status(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                          "cudaStreamCreateWithFlags", __FILE__, __LINE__);
-    if (st == STRATA_OK)
+    if (st == STRATA_OK) {
         st = nccl_status(ncclCommSplit(p->comm, color, key, &c->comm, NULL), "ncclCommSplit",
                          __FILE__, __LINE__);
+    } else {
+        /* ncclCommSplit is collective over the parent: take part without a
+         * color so the other ranks do not wait for this one (review N4). */
+        ncclComm_t none = NULL;
+        (void)ncclCommSplit(p->comm, NCCL_SPLIT_NOCOLOR, key, &none, NULL);
+    }
     if (st == STRATA_OK)
         st = split_levels(c);
     if (st == STRATA_OK)
@@ -673,6 +768,15 @@ strata_status strata_comm_nccl_create(const void *mpi_comm, bool deterministic, 
         return strata_error(STRATA_ERR_NOMEM, "comm_nccl_create: out of memory");
     c->world = MPI_COMM_NULL;
     c->deterministic = deterministic;
+    long timeout_s;
+    bool timeout_set;
+    strata_status env_st = strata_env_int(STRATA_ENV_NCCL_TIMEOUT_S, 600, &timeout_s,
+                                          &timeout_set);
+    if (env_st != STRATA_OK) {
+        free(c);
+        return env_st;
+    }
+    c->timeout_s = (double)timeout_s;
     c->intra = &c->counts[0];
     c->inter = &c->counts[1];
     strata_status st = bootstrap(c, *(const MPI_Comm *)mpi_comm);

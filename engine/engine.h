@@ -147,6 +147,11 @@ typedef struct strata_refresh_config {
      * runtime sets it for backends whose memory the host cannot address
      * (CUDA). Host-placed blocks are staged early; nvme blocks at install. */
     bool device_roots;
+    /* With `be`: the host tier (slots, resident results, staging, worker
+     * scratch) is `be`'s STRATA_MEM_HOST_PINNED memory, so the seam's
+     * snapshots and stages are asynchronous copies (review C3). The runtime
+     * sets it for the CUDA backend. */
+    bool host_pinned;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;

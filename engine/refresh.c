@@ -905,7 +905,9 @@ strata_status strata_refresh_commit(strata_refresh *e)
     if (st != STRATA_OK)
         return st;
 
-    st = strata_tier_host_create(e->cfg.host_budget, &e->host);
+    st = e->cfg.be && e->cfg.host_pinned
+             ? strata_tier_host_create_pinned(e->cfg.host_budget, e->cfg.be, &e->host)
+             : strata_tier_host_create(e->cfg.host_budget, &e->host);
     if (st != STRATA_OK)
         return st;
     if (e->cfg.nvme_dir && any_async) {

@@ -720,6 +720,8 @@ static strata_status create_engine(strata_runtime *rt)
          * cannot address it. */
         .be = rt->be,
         .device_roots = c->backend == STRATA_BACKEND_CUDA || rt->testing_device_roots,
+        /* pinned slots where copies to and from them are DMA (review C3) */
+        .host_pinned = c->backend == STRATA_BACKEND_CUDA,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }

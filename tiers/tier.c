@@ -5,6 +5,8 @@
 
 #include "tier_internal.h"
 
+#include "backend/ops.h"
+
 const char *strata_tier_kind_name(strata_tier_kind k)
 {
     switch (k) {
@@ -85,14 +87,38 @@ static size_t page_round(size_t bytes)
     return (bytes + page - 1) / page * page;
 }
 
+/* impl: NULL (pageable) or the backend whose HOST_PINNED memory the tier
+ * hands out. Page alignment (nvme reads go straight into the slots) does not
+ * depend on the backend's allocator: a pinned block is one page larger than
+ * asked, the pointer handed out is the first page boundary at least 16 bytes
+ * in, and the block's own address sits in the 8 bytes before it. */
+static size_t pinned_bytes(size_t rounded, size_t page)
+{
+    return rounded + page;
+}
+
 static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 {
     size_t rounded = page_round(bytes);
     strata_status st = strata_tier_charge(t, rounded);
     if (st != STRATA_OK)
         return st;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *p = NULL;
-    if (posix_memalign(&p, (size_t)sysconf(_SC_PAGESIZE), rounded) != 0) {
+    if (t->impl) {
+        st = strata_backend_alloc_kind(t->impl, STRATA_MEM_HOST_PINNED,
+                                       pinned_bytes(rounded, page), &p);
+        if (st != STRATA_OK) {
+            strata_tier_uncharge(t, rounded);
+            return st;
+        }
+        const uintptr_t a = ((uintptr_t)p + 16 + page - 1) / page * page;
+        ((void **)a)[-1] = p;
+        memset((void *)a, 0, rounded);
+        *out = (void *)a;
+        return STRATA_OK;
+    }
+    if (posix_memalign(&p, page, rounded) != 0) {
         strata_tier_uncharge(t, rounded);
         return strata_error(STRATA_ERR_NOMEM, "host tier: cannot allocate %zu bytes", rounded);
     }
@@ -103,8 +129,13 @@ static strata_status host_alloc(strata_tier *t, size_t bytes, void **out)
 
 static void host_free(strata_tier *t, void *p, size_t bytes)
 {
-    free(p);
-    strata_tier_uncharge(t, page_round(bytes));
+    const size_t rounded = page_round(bytes);
+    if (t->impl)
+        strata_backend_free_kind(t->impl, STRATA_MEM_HOST_PINNED, ((void **)p)[-1],
+                                 pinned_bytes(rounded, (size_t)sysconf(_SC_PAGESIZE)));
+    else
+        free(p);
+    strata_tier_uncharge(t, rounded);
 }
 
 static const tier_ops host_ops = {host_alloc, host_free, NULL, page_round};
@@ -121,4 +152,15 @@ strata_status strata_tier_host_create(size_t budget, strata_tier **out)
     t->budget = budget;
     *out = t;
     return STRATA_OK;
+}
+
+strata_status strata_tier_host_create_pinned(size_t budget, strata_backend *be,
+                                             strata_tier **out)
+{
+    if (!be)
+        return strata_error(STRATA_ERR_INVALID_ARG, "tier_host_create_pinned: backend is NULL");
+    strata_status st = strata_tier_host_create(budget, out);
+    if (st == STRATA_OK)
+        (*out)->impl = be;
+    return st;
 }

@@ -1,8 +1,9 @@
 /* tiers/tiers.h — memory tiers: bytes with a budget (DESIGN.md "Backends and tiers").
  *
  * device  the backend's memory (strata/backend.h counts it);
- * host    page-aligned host memory (pinned through the CUDA backend when it
- *         exists; plain page-aligned memory on the CPU backend);
+ * host    page-aligned host memory: pinned (the backend's HOST_PINNED kind,
+ *         cudaHostAlloc on the CUDA backend) when made with
+ *         strata_tier_host_create_pinned, plain page-aligned memory else;
  * nvme    extents of one file in a directory, O_DIRECT, driven by io_uring
  *         (liburing) with queue depth >= 8: reads into page-aligned host
  *         memory go straight there, everything else through registered
@@ -27,6 +28,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "strata/backend.h"
 #include "strata/types.h"
 
 #ifdef __cplusplus
@@ -38,6 +40,16 @@ typedef struct strata_tier strata_tier;
 
 /* Host tier with a byte budget (0 = unlimited). Errors: STRATA_ERR_NOMEM. */
 strata_status strata_tier_host_create(size_t budget, strata_tier **out);
+
+/* Host tier whose memory is `be`'s STRATA_MEM_HOST_PINNED kind (review C3:
+ * the engine's slots, staging and scratch on the CUDA backend, so snapshots
+ * and stages are true asynchronous copies), page-rounded and charged to
+ * `budget` as the plain host tier (the backend's pinned accounting sees one
+ * page more per block: the tier aligns inside it). `be` must outlive
+ * the tier. Errors: STRATA_ERR_INVALID_ARG (be or out NULL), STRATA_ERR_NOMEM
+ * (also at allocation: the budget, or the backend's pinned memory). */
+strata_status strata_tier_host_create_pinned(size_t budget, strata_backend *be,
+                                             strata_tier **out);
 
 typedef struct strata_nvme_config {
     const char *dir;       /* directory for the tier's file (created with its parents

@@ -22,12 +22,19 @@
  * they never serialize behind the legacy default stream; order between
  * streams comes only from events (interface rule). NULL is the legacy
  * default stream, where the synchronous slots (copy, sgemm, ssyrk) queue
- * their work.
+ * their work. Priorities (review C4): the legacy stream has the default
+ * priority, which is the least, the same as SHADOW; the optimizer's step
+ * runs there (the runtime passes NULL), so shadow work does not yield to
+ * it. Today the shadow stream carries only copies, which the copy engines
+ * run regardless of priority; the GPU GPT's own stream (forward/backward)
+ * has the greatest priority. Moving the step onto a TRAINING stream needs a
+ * stream argument through the step.
  *
  * cuBLAS: one handle, guarded by a mutex held across cublasSetStream and the
  * call, because the interface lets several threads issue products on
- * disjoint outputs. Default math mode: true float32 (no TF32), and cuBLAS's
- * default deterministic algorithms (no atomics mode). Row-major products map
+ * disjoint outputs. Math mode CUBLAS_DEFAULT_MATH, set explicitly: true
+ * float32 (no TF32, no BF16x9 emulation), and cuBLAS's default
+ * deterministic algorithms (no atomics mode). Row-major products map
  * to column-major cuBLAS by computing C^T = op(B)^T op(A)^T.
  *
  * Errors: every CUDA and cuBLAS call goes through the wrappers at the end of
@@ -48,8 +55,57 @@ typedef struct cuda_ctx {
     int prio_training, prio_shadow; /* cudaDeviceGetStreamPriorityRange: greatest, least */
     cublasHandle_t blas;
     pthread_mutex_t blas_lock;
+    int concurrent_managed;         /* cudaDevAttrConcurrentManagedAccess */
     char name[256];                 /* device name, for messages */
+    /* The reductions' scratch (review C5): device partials plus a pinned
+     * result, made on first use and reused; busy while one call holds it. */
+    pthread_mutex_t scratch_lock;
+    pthread_cond_t scratch_free;
+    struct {
+        void *dev, *host;
+        int busy;
+    } scratch[STRATA_CUDA_SCRATCH_SLOTS];
 } cuda_ctx;
+
+/* ---- the reductions' scratch --------------------------------------------- */
+
+strata_status strata_cuda_scratch_acquire(void *ctx, int *slot, void **dev, void **host)
+{
+    cuda_ctx *c = ctx;
+    pthread_mutex_lock(&c->scratch_lock);
+    int i;
+    for (;;) {
+        for (i = 0; i < STRATA_CUDA_SCRATCH_SLOTS && c->scratch[i].busy; i++)
+            ;
+        if (i < STRATA_CUDA_SCRATCH_SLOTS)
+            break;
+        pthread_cond_wait(&c->scratch_free, &c->scratch_lock);
+    }
+    c->scratch[i].busy = 1;
+    pthread_mutex_unlock(&c->scratch_lock);
+    strata_status st = STRATA_OK;
+    if (!c->scratch[i].dev)
+        st = STRATA_CUDA_CALL(cudaMalloc(&c->scratch[i].dev, STRATA_CUDA_SCRATCH_BYTES));
+    if (st == STRATA_OK && !c->scratch[i].host)
+        st = STRATA_CUDA_CALL(cudaHostAlloc(&c->scratch[i].host, 64, cudaHostAllocPortable));
+    if (st != STRATA_OK) {
+        strata_cuda_scratch_release(ctx, i);
+        return st;
+    }
+    *slot = i;
+    *dev = c->scratch[i].dev;
+    *host = c->scratch[i].host;
+    return STRATA_OK;
+}
+
+void strata_cuda_scratch_release(void *ctx, int slot)
+{
+    cuda_ctx *c = ctx;
+    pthread_mutex_lock(&c->scratch_lock);
+    c->scratch[slot].busy = 0;
+    pthread_cond_signal(&c->scratch_free);
+    pthread_mutex_unlock(&c->scratch_lock);
+}
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -80,6 +136,10 @@ static void cu_free(void *ctx, void *ptr)
 
 static strata_status managed_advise(const cuda_ctx *c, void *p, size_t bytes)
 {
+    /* The device preference needs concurrent managed access (review C12):
+     * without it (some VMs, vGPU) the advice fails, so skip it there. */
+    if (!c->concurrent_managed)
+        return STRATA_OK;
     struct cudaMemLocation gpu = {.type = cudaMemLocationTypeDevice, .id = c->device};
     struct cudaMemLocation cpu = {.type = cudaMemLocationTypeHost, .id = 0};
     STRATA_CUDA_TRY(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, gpu));
@@ -139,24 +199,29 @@ static void cu_free_kind(void *ctx, strata_mem_kind kind, void *ptr)
 
 /* ---- copies ------------------------------------------------------------- */
 
+/* Synchronous, as the interface says (review C1): a bare cudaMemcpy may return
+ * before a pageable H2D's DMA or a D2D copy completes, and the non-blocking
+ * streams do not order after the legacy stream. So: queue on the legacy
+ * stream and wait for it; when this returns, the copy is done and visible to
+ * every stream. */
 static strata_status cu_copy(void *ctx, void *dst, const void *src, size_t bytes)
 {
     (void)ctx;
-    return STRATA_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+    STRATA_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
+    return STRATA_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 static strata_status cu_copy_async(void *ctx, void *dst, const void *src, size_t bytes,
                                    strata_copy_dir dir, void *stream)
 {
     (void)ctx;
-    static const enum cudaMemcpyKind kinds[] = {
-        [STRATA_COPY_H2D] = cudaMemcpyHostToDevice,
-        [STRATA_COPY_D2H] = cudaMemcpyDeviceToHost,
-        [STRATA_COPY_D2D] = cudaMemcpyDeviceToDevice,
-        [STRATA_COPY_H2H] = cudaMemcpyHostToHost,
-    };
+    /* cudaMemcpyDefault (review C10): MANAGED counts as "host" in the
+     * interface's directions, and a kind that does not match the pointers is
+     * undefined in CUDA; UVA infers the true direction. `dir` is the
+     * caller's accounting. */
+    (void)dir;
     return STRATA_CUDA_CALL(
-        cudaMemcpyAsync(dst, src, bytes, kinds[dir], strata_cuda_stream(stream)));
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, strata_cuda_stream(stream)));
 }
 
 /* ---- streams and events ------------------------------------------------- */
@@ -189,7 +254,9 @@ static strata_status cu_event_create(void *ctx, void **out)
 {
     (void)ctx;
     cudaEvent_t e;
-    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    /* BlockingSync (review C6): a worker waiting in cudaEventSynchronize
+     * sleeps instead of spinning a core the refresh workers need. */
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync));
     *out = e;
     return STRATA_OK;
 }
@@ -324,6 +391,14 @@ static void cu_destroy(void *ctx)
         return;
     (void)STRATA_CUDA_CALL(cudaDeviceSynchronize());
     (void)STRATA_CUBLAS_CALL(cublasDestroy(c->blas));
+    for (int i = 0; i < STRATA_CUDA_SCRATCH_SLOTS; i++) {
+        if (c->scratch[i].dev)
+            (void)STRATA_CUDA_CALL(cudaFree(c->scratch[i].dev));
+        if (c->scratch[i].host)
+            (void)STRATA_CUDA_CALL(cudaFreeHost(c->scratch[i].host));
+    }
+    pthread_cond_destroy(&c->scratch_free);
+    pthread_mutex_destroy(&c->scratch_lock);
     pthread_mutex_destroy(&c->blas_lock);
     free(c);
 }
@@ -407,6 +482,15 @@ strata_status strata_backend_cuda_create(strata_backend **out)
     if (st != STRATA_OK)
         goto out_free_ctx;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
+    c->concurrent_managed = prop.concurrentManagedAccess;
+    /* Host waits block instead of spinning (review C6): stream and device
+     * synchronizes (the reductions' result, the seam's waits) sleep on the
+     * driver, leaving the cores to the CPU refresh workers. Applies to the
+     * device's primary context (current CUDA overwrites the flags of an
+     * active one); where the driver refuses, the waits spin as before and
+     * the events still block (cudaEventBlockingSync): not an error. */
+    if (cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess)
+        (void)cudaGetLastError();
     if (!prop.memoryPoolsSupported) {
         st = strata_error(STRATA_ERR_UNSUPPORTED, "cuda backend: device %d (%s) has no "
                           "stream-ordered memory pools", c->device, c->name);
@@ -426,15 +510,33 @@ strata_status strata_backend_cuda_create(strata_backend **out)
     st = STRATA_CUBLAS_CALL(cublasCreate(&c->blas));
     if (st != STRATA_OK)
         goto out_free_ctx;
+    /* True float32, stated (review C11): CUBLAS_DEFAULT_MATH set explicitly
+     * (no TF32, no BF16x9 emulation, which cuBLAS 13 offers only as opt-in
+     * modes); not PEDANTIC, which may pick slower kernels. */
+    st = STRATA_CUBLAS_CALL(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    if (st != STRATA_OK)
+        goto out_destroy_blas;
     if (pthread_mutex_init(&c->blas_lock, NULL) != 0) {
         st = strata_error(STRATA_ERR_INTERNAL, "cuda backend: pthread_mutex_init failed");
         goto out_destroy_blas;
     }
+    if (pthread_mutex_init(&c->scratch_lock, NULL) != 0) {
+        st = strata_error(STRATA_ERR_INTERNAL, "cuda backend: pthread_mutex_init failed");
+        goto out_destroy_lock;
+    }
+    if (pthread_cond_init(&c->scratch_free, NULL) != 0) {
+        pthread_mutex_destroy(&c->scratch_lock);
+        st = strata_error(STRATA_ERR_INTERNAL, "cuda backend: pthread_cond_init failed");
+        goto out_destroy_lock;
+    }
     st = strata_backend_create(&cuda_iface, c, 0, out);
     if (st != STRATA_OK)
-        goto out_destroy_lock;
+        goto out_destroy_scratch;
     return STRATA_OK;
 
+out_destroy_scratch:
+    pthread_cond_destroy(&c->scratch_free);
+    pthread_mutex_destroy(&c->scratch_lock);
 out_destroy_lock:
     pthread_mutex_destroy(&c->blas_lock);
 out_destroy_blas:

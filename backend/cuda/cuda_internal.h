@@ -58,7 +58,9 @@ static inline cudaStream_t strata_cuda_stream(void *stream)
  * One launcher per strata_backend_ops slot, with that slot's signature
  * (ctx unused); semantics in backend/ops.h, per-element math in
  * backend/ops_math.h. Reductions write their result to host memory and
- * synchronize `stream`. */
+ * synchronize `stream` (one sync per call: the result is the host's); their
+ * scratch is the backend's persistent slots (strata_cuda_scratch_acquire),
+ * so `ctx` is the backend's context there. */
 strata_status strata_cuda_adamw_update(void *ctx, void *stream, size_t n, float *w, const float *g,
                                        float *m, float *v, strata_op_adamw a);
 strata_status strata_cuda_ema(void *ctx, void *stream, size_t n, float *m, const float *x,
@@ -103,6 +105,18 @@ strata_status strata_cuda_sumsq_2d(void *ctx, void *stream, int64_t rows, int64_
                                    const float *x, int64_t ld, double *out);
 strata_status strata_cuda_find_nonfinite(void *ctx, void *stream, size_t n, const float *x,
                                          size_t *first);
+
+/* The reductions' scratch (review C5: no cudaMallocAsync/cudaFreeAsync per
+ * call): STRATA_CUDA_SCRATCH_SLOTS slots, each STRATA_CUDA_SCRATCH_BYTES of
+ * device memory plus 64 bytes of pinned host memory, made on first use and
+ * kept until the backend is destroyed. acquire picks a free slot (waiting
+ * while all are held) and returns its index and buffers; the caller
+ * synchronizes its stream before release, so a released slot has no pending
+ * work. Errors: the cudaMalloc/cudaHostAlloc of a first use. */
+#define STRATA_CUDA_SCRATCH_SLOTS 16
+#define STRATA_CUDA_SCRATCH_BYTES 4096
+strata_status strata_cuda_scratch_acquire(void *ctx, int *slot, void **dev, void **host);
+void strata_cuda_scratch_release(void *ctx, int slot);
 
 /* Queue a migration of managed memory [ptr, ptr + bytes) to this device
  * (to_device = 1) or to host memory (0) on `stream` (cudaMemPrefetchAsync). */

@@ -374,12 +374,15 @@ __global__ void k_sum_partials(const double *partial, int n, double *out)
 extern "C" strata_status strata_cuda_sumsq_2d(void *ctx, void *stream, int64_t rows, int64_t cols,
                                               const float *x, int64_t ld, double *out)
 {
+    static_assert((SUMSQ_BLOCKS + 1) * sizeof(double) <= STRATA_CUDA_SCRATCH_BYTES,
+                  "sumsq scratch");
     cudaStream_t st = strata_cuda_stream(stream);
-    double *scratch = NULL;
-    strata_status s = STRATA_CUDA_CALL(
-        cudaMallocAsync((void **)&scratch, (SUMSQ_BLOCKS + 1) * sizeof(double), st));
+    int slot;
+    void *dev, *host;
+    strata_status s = strata_cuda_scratch_acquire(ctx, &slot, &dev, &host);
     if (s != STRATA_OK)
         return s;
+    double *scratch = (double *)dev;
     k_sumsq_partial<<<SUMSQ_BLOCKS, THREADS, 0, st>>>(rows, cols, x, ld, scratch);
     s = STRATA_CUDA_LAUNCHED("k_sumsq_partial");
     if (s == STRATA_OK) {
@@ -387,13 +390,15 @@ extern "C" strata_status strata_cuda_sumsq_2d(void *ctx, void *stream, int64_t r
         s = STRATA_CUDA_LAUNCHED("k_sum_partials");
     }
     if (s == STRATA_OK)
-        s = STRATA_CUDA_CALL(cudaMemcpyAsync(out, scratch + SUMSQ_BLOCKS, sizeof(double),
+        s = STRATA_CUDA_CALL(cudaMemcpyAsync(host, scratch + SUMSQ_BLOCKS, sizeof(double),
                                              cudaMemcpyDeviceToHost, st));
-    const strata_status sf = STRATA_CUDA_CALL(cudaFreeAsync(scratch, st));
-    if (s == STRATA_OK)
-        s = sf;
     const strata_status ss = STRATA_CUDA_CALL(cudaStreamSynchronize(st));
-    return s != STRATA_OK ? s : ss;
+    if (s == STRATA_OK)
+        s = ss;
+    if (s == STRATA_OK)
+        *out = *(const double *)host;
+    strata_cuda_scratch_release(ctx, slot);
+    return s;
 }
 
 __global__ void k_find_nonfinite(size_t n, const float *x, unsigned long long *first)
@@ -409,23 +414,27 @@ extern "C" strata_status strata_cuda_find_nonfinite(void *ctx, void *stream, siz
                                                     const float *x, size_t *first)
 {
     cudaStream_t st = strata_cuda_stream(stream);
-    unsigned long long *d = NULL, h = ULLONG_MAX;
-    strata_status s = STRATA_CUDA_CALL(cudaMallocAsync((void **)&d, sizeof *d, st));
+    int slot;
+    void *dev, *host;
+    strata_status s = strata_cuda_scratch_acquire(ctx, &slot, &dev, &host);
     if (s != STRATA_OK)
         return s;
+    unsigned long long *d = (unsigned long long *)dev;
     s = STRATA_CUDA_CALL(cudaMemsetAsync(d, 0xff, sizeof *d, st));
     if (s == STRATA_OK) {
         k_find_nonfinite<<<grid_for((int64_t)n), THREADS, 0, st>>>(n, x, d);
         s = STRATA_CUDA_LAUNCHED("k_find_nonfinite");
     }
     if (s == STRATA_OK)
-        s = STRATA_CUDA_CALL(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st));
-    const strata_status sf = STRATA_CUDA_CALL(cudaFreeAsync(d, st));
+        s = STRATA_CUDA_CALL(cudaMemcpyAsync(host, d, sizeof *d, cudaMemcpyDeviceToHost, st));
     const strata_status ss = STRATA_CUDA_CALL(cudaStreamSynchronize(st));
     if (s == STRATA_OK)
-        s = sf != STRATA_OK ? sf : ss;
-    if (s == STRATA_OK)
+        s = ss;
+    if (s == STRATA_OK) {
+        const unsigned long long h = *(const unsigned long long *)host;
         *first = h == ULLONG_MAX ? n : (size_t)h;
+    }
+    strata_cuda_scratch_release(ctx, slot);
     return s;
 }
 

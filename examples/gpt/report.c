@@ -632,6 +632,14 @@ static void summarize(gpt_report *rep, gpt_train_result *res)
     for (int i = 0; i < n; i++)
         mean += rep->step_ms[i];
     res->step_ms_mean = mean / n;
+    /* after the warm-up (the records are in step order until sorted below) */
+    const int skip = n > GPT_WARMUP_STEPS ? GPT_WARMUP_STEPS : 0;
+    qsort(rep->step_ms + skip, (size_t)(n - skip), sizeof *rep->step_ms, cmp_double);
+    res->step_ms_p50_warm = percentile(rep->step_ms + skip, n - skip, 0.5);
+    res->step_ms_p99_warm = percentile(rep->step_ms + skip, n - skip, 0.99);
+    res->step_ms_max_warm = rep->step_ms[n - 1];
+    res->step_spike_warm =
+        res->step_ms_p50_warm > 0.0 ? res->step_ms_max_warm / res->step_ms_p50_warm : 0.0;
     qsort(rep->step_ms, (size_t)n, sizeof *rep->step_ms, cmp_double);
     qsort(rep->opt_ms, (size_t)n, sizeof *rep->opt_ms, cmp_double);
     res->step_ms_p50 = percentile(rep->step_ms, n, 0.5);
@@ -699,11 +707,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)s->nonfinite_directions, s->nonfinite_directions == 1 ? "" : "s");
     if (rep->refresh.refreshes && rep->n > 0)
         fprintf(f, "critical path: %.2f%% of step time (%.3f s of %.*f s on the training "
-                "thread: snapshots, waits, installs%s) | step time max/median %.2f\n",
+                "thread: snapshots, waits, installs%s) | step time max/median %.2f "
+                "(%.2f after %d warm-up steps)\n",
                 100.0 * res->critical_path_fraction, res->critical_path_seconds,
                 res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds,
                 o->strata.async && rep->refresh.async ? "" : ", inline refreshes",
-                res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
+                res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0,
+                res->step_spike_warm, rep->n > GPT_WARMUP_STEPS ? GPT_WARMUP_STEPS : 0);
     char blas[160];
     blas_line(rep, blas, sizeof blas);
     fprintf(f, "%s\n", blas);
@@ -774,6 +784,12 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "critical_path_fraction", res->critical_path_fraction);
     json_add_double(j, "step_max_over_median",
                     res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0);
+    json_add_double(j, "step_ms_p50_warm", res->step_ms_p50_warm);
+    json_add_double(j, "step_ms_p99_warm", res->step_ms_p99_warm);
+    json_add_double(j, "step_ms_max_warm", res->step_ms_max_warm);
+    json_add_double(j, "step_max_over_median_warm", res->step_spike_warm);
+    json_object_object_add(j, "warmup_steps_excluded",
+                           json_object_new_int(rep->n > GPT_WARMUP_STEPS ? GPT_WARMUP_STEPS : 0));
     if (res->diverged)
         json_object_object_add(j, "diverged", json_object_new_boolean(true));
     /* Counters and bytes below: summed over totals_ranks ranks (max_staleness the largest). */

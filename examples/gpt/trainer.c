@@ -1095,6 +1095,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = strata_sync_weights(rt); /* every rank holds the final weights */
     if (st != STRATA_OK)
         goto out;
+    /* The GPU model's parameters are read on the host below: wait for the
+     * optimizer's last kernels first (review C2). */
+    if (model.gpu && (st = (strata_status)gpt_cuda_sync(model.gpu)) != STRATA_OK)
+        goto out;
     /* Managed weights: one layer at a time (tensors lie in layer order). */
     res->weights_hash = 1469598103934665603ull;
     int held = -1;

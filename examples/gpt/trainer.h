@@ -99,6 +99,8 @@ typedef struct gpt_rank_figures {
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64
+/* Steps the after-warm-up step-time figures leave out (step_ms_*_warm). */
+#define GPT_WARMUP_STEPS 10
 
 /* The run's totals over its ranks (gpt_train_result.totals): counters summed
  * over the `ranks` ranks, byte figures the sum of each rank's, staleness the
@@ -125,6 +127,11 @@ typedef struct gpt_train_result {
     double unigram_val_loss;  /* cross-entropy of val under the train split's byte frequencies */
     double wall_seconds;      /* the whole training loop, evaluations excluded */
     double step_ms_p50, step_ms_p99, step_ms_max, step_ms_mean; /* whole step: fwd+bwd+opt */
+    /* The same after GPT_WARMUP_STEPS (10) warm-up steps (review D6: step 1
+     * pays first-use costs, on a GPU lazy module loading, cuBLAS setup, pool
+     * growth, page migration): over steps 11.. when there are more than 10,
+     * else over all steps. step_spike_warm = max / p50 over those steps. */
+    double step_ms_p50_warm, step_ms_p99_warm, step_ms_max_warm, step_spike_warm;
     double opt_ms_p50, opt_ms_max; /* strata_step alone */
     double tokens_per_second;
     double critical_path_seconds;  /* the training thread's time on second-order state

@@ -295,6 +295,7 @@ typedef struct tb_counts {
     int64_t records_shadow, records_training;
     int64_t training_waits, training_waits_pending, shadow_waits;
     int64_t syncs;
+    int64_t pinned_allocs, pinned_frees; /* HOST_PINNED (alloc_kind) */
 } tb_counts;
 
 typedef struct tb_ctx {
@@ -338,6 +339,37 @@ static strata_status tb_alloc(void *ctx, size_t bytes, void **out)
 static void tb_free(void *ctx, void *p)
 {
     (void)ctx;
+    free(p);
+}
+
+/* Host kinds: page-aligned heap memory; HOST_PINNED counted (the engine's
+ * host tier on a CUDA-like backend, review C3). */
+static strata_status tb_alloc_kind(void *ctx, strata_mem_kind kind, size_t bytes, void **out)
+{
+    tb_ctx *c = ctx;
+    if (kind == STRATA_MEM_MANAGED)
+        return STRATA_ERR_UNSUPPORTED;
+    const size_t page = 4096;
+    *out = aligned_alloc(page, (bytes + page - 1) / page * page);
+    if (!*out)
+        return STRATA_ERR_NOMEM;
+    memset(*out, 0, bytes);
+    if (kind == STRATA_MEM_HOST_PINNED) {
+        pthread_mutex_lock(&c->mu);
+        c->n.pinned_allocs++;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return STRATA_OK;
+}
+
+static void tb_free_kind(void *ctx, strata_mem_kind kind, void *p)
+{
+    tb_ctx *c = ctx;
+    if (kind == STRATA_MEM_HOST_PINNED) {
+        pthread_mutex_lock(&c->mu);
+        c->n.pinned_frees++;
+        pthread_mutex_unlock(&c->mu);
+    }
     free(p);
 }
 
@@ -513,6 +545,8 @@ static const strata_backend_iface tb_iface = {
     .event_query = tb_event_query,
     .event_synchronize = tb_event_sync,
     .stream_wait_event = tb_wait_event,
+    .alloc_kind = tb_alloc_kind,
+    .free_kind = tb_free_kind,
 };
 
 static strata_backend *tb_create(void)
@@ -548,6 +582,7 @@ typedef struct run {
 } run;
 
 static char nvme_dir[] = "/tmp/strata-test-engine-XXXXXX";
+static bool open_host_pinned; /* run_open_be's host_pinned (the CUDA runtime's setting) */
 /* Why the nvme cases skip (no io_uring here: qemu-user, a seccomp profile,
  * io_uring_disabled), "" when they run. */
 static char nvme_skip[512];
@@ -568,7 +603,8 @@ static void run_open_be(run *r, const diag_config *dc, bool async, int S, int de
                                 .wait_timeout_s = 60.0, .results_tier = tier,
                                 .nvme_dir = tier == STRATA_TIER_NVME ? nvme_dir : NULL,
                                 .nvme_queue_depth = 8, .be = seam_be,
-                                .device_roots = device_roots};
+                                .device_roots = device_roots,
+                                .host_pinned = seam_be && open_host_pinned};
     const strata_precond_family *fam = seam_be ? &diag_family_seam : &diag_family;
     assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
     for (int p = 0; p < NPARAM; p++) {
@@ -822,6 +858,62 @@ static void test_seam_waits_only_when_needed(void **state)
     assert_true(weights_equal(&ref, &r[0]));
     run_close(&r[0]);
     run_close(&r[1]);
+    run_close(&ref);
+}
+
+/* Review C3: with host_pinned (the runtime's setting for CUDA) every host
+ * tier buffer of the engine (slots, resident results, staging, worker
+ * scratch) is the backend's HOST_PINNED memory, all given back at destroy,
+ * and the weights equal the run without the seam; without it, none is. */
+static void test_seam_host_pinned(void **state)
+{
+    (void)state;
+    diag_config dc = {.F = 3, .start = 2, .lag = 1, .lr = 0.05f, .eps = 1e-3};
+    run ref;
+    run_open(&ref, &dc, false, 0, 0, STRATA_TIER_HOST);
+    run_steps(&ref, STEPS);
+    for (int pinned = 0; pinned < 2; pinned++) {
+        strata_backend *be = tb_create();
+        tb_ctx *ctx = tb_the;
+        if (pinned) { /* the tier itself: page-aligned, zeroed, writable to the page's end */
+            strata_tier *t = NULL;
+            void *p = NULL;
+            const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            assert_int_equal(strata_tier_host_create_pinned(0, be, &t), STRATA_OK);
+            assert_int_equal(strata_tier_alloc(t, 100, &p), STRATA_OK);
+            assert_int_equal((uintptr_t)p % page, 0);
+            for (size_t i = 0; i < page; i++)
+                assert_int_equal(((unsigned char *)p)[i], 0);
+            memset(p, 0xab, page);
+            strata_tier_free(t, p, 100);
+            strata_tier_destroy(t);
+            assert_int_equal(ctx->n.pinned_allocs, 1);
+            assert_int_equal(ctx->n.pinned_frees, 1);
+            ctx->n.pinned_allocs = ctx->n.pinned_frees = 0;
+        }
+        run r;
+        open_host_pinned = pinned;
+        run_open_be(&r, &dc, true, 0, 2000, STRATA_TIER_HOST, be, true);
+        open_host_pinned = false;
+        run_steps(&r, STEPS);
+        strata_refresh_stats s;
+        strata_refresh_stats_get(r.e, &s);
+        print_seam(pinned ? "async S=0, pinned host tier" : "async S=0, pageable host tier", &s,
+                   &ctx->n);
+        assert_true(weights_equal(&ref, &r));
+        const int64_t allocs = ctx->n.pinned_allocs;
+        strata_refresh_destroy(r.e);
+        r.e = NULL;
+        if (pinned) {
+            /* 3 params x (slots + resident) plus the staging and a worker's scratch */
+            assert_true(allocs >= 3 * 2 + 2);
+            assert_true(s.host_bytes > 0);
+        } else {
+            assert_int_equal(allocs, 0);
+        }
+        assert_int_equal(ctx->n.pinned_frees, allocs);
+        run_close(&r);
+    }
     run_close(&ref);
 }
 
@@ -1127,6 +1219,7 @@ int main(void)
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c1),
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c2),
         cmocka_unit_test(test_seam_waits_only_when_needed),
+        cmocka_unit_test(test_seam_host_pinned),
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),

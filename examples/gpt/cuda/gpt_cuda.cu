@@ -565,17 +565,40 @@ extern "C" int gpt_cuda_create(const gpt_config *cfg, uint64_t seed, gpt_cuda **
             rc = gc_cuda(cudaMallocManaged((void **)&m->grads, bytes, cudaMemAttachGlobal),
                          "cudaMallocManaged(grads)", __FILE__, __LINE__);
         struct cudaMemLocation gpu = {cudaMemLocationTypeDevice, dev};
+        /* The device preference needs concurrent managed access (review
+         * C12): without it (some VMs, vGPU) the advice fails; skip it. */
+        int concurrent = 0;
         if (!rc)
+            rc = gc_cuda(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
+                                                dev),
+                         "cudaDeviceGetAttribute", __FILE__, __LINE__);
+        if (!rc && concurrent)
             rc = gc_cuda(cudaMemAdvise(m->params, bytes, cudaMemAdviseSetPreferredLocation, gpu),
                          "cudaMemAdvise(params)", __FILE__, __LINE__);
-        if (!rc)
+        if (!rc && concurrent)
             rc = gc_cuda(cudaMemAdvise(m->grads, bytes, cudaMemAdviseSetPreferredLocation, gpu),
                          "cudaMemAdvise(grads)", __FILE__, __LINE__);
+        /* A BLOCKING stream (review C2): it orders after work queued earlier
+         * on the legacy default stream, where a GPU optimizer's step runs
+         * (strata_step returns with its last kernels still queued), and the
+         * legacy stream orders after it; so zero_grad and forward never race
+         * the optimizer's last update. */
+        /* ... at the device's greatest priority (review C4): the forward and
+         * backward kernels go ahead of the shadow stream's (least priority). */
+        int prio_least = 0, prio_greatest = 0;
         if (!rc)
-            rc = gc_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking),
-                         "cudaStreamCreate", __FILE__, __LINE__);
+            rc = gc_cuda(cudaDeviceGetStreamPriorityRange(&prio_least, &prio_greatest),
+                         "cudaDeviceGetStreamPriorityRange", __FILE__, __LINE__);
+        if (!rc)
+            rc = gc_cuda(cudaStreamCreateWithPriority(&m->stream, cudaStreamDefault,
+                                                      prio_greatest),
+                         "cudaStreamCreateWithPriority", __FILE__, __LINE__);
         if (!rc)
             rc = gc_blas(cublasCreate(&m->blas), "cublasCreate", __FILE__, __LINE__);
+        /* true float32, stated (review C11) */
+        if (!rc)
+            rc = gc_blas(cublasSetMathMode(m->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode",
+                         __FILE__, __LINE__);
         if (!rc)
             rc = gc_blas(cublasSetStream(m->blas, m->stream), "cublasSetStream", __FILE__,
                          __LINE__);
@@ -638,6 +661,13 @@ extern "C" int gpt_cuda_zero_grad(gpt_cuda *m)
 {
     CU(cudaMemsetAsync(m->grads, 0, m->n_params * sizeof(float), m->stream));
     CU(cudaStreamSynchronize(m->stream));
+    return 0;
+}
+
+extern "C" int gpt_cuda_sync(gpt_cuda *m)
+{
+    (void)m;
+    CU(cudaDeviceSynchronize());
     return 0;
 }
 

@@ -16,12 +16,15 @@
  * there and the runtime's parameter descriptor says STRATA_MEM_MANAGED.
  * Activations and their gradients are device memory.
  *
- * Synchronization: work runs on the model's own stream. gpt_cuda_forward
+ * Synchronization: work runs on the model's own stream, a blocking one: it
+ * orders after work queued before on the legacy default stream (where the
+ * CUDA backend's optimizer step runs) and that stream after it. gpt_cuda_forward
  * returns after the loss is on the host; gpt_cuda_backward synchronizes the
  * stream before each after_layer callback (the layer's gradients are then
  * complete and readable from the host) and before returning. Parameters
  * written by the host (a CPU optimizer) between steps are seen by the next
- * forward; a GPU optimizer on another stream must finish before it.
+ * forward; a GPU optimizer on the legacy default stream is ordered before it
+ * by the stream's kind, one on a non-blocking stream must finish before it.
  *
  * Accuracy against the CPU model (tests/cuda/test_gpt_cuda.c): the CPU model
  * uses its own exp/tanh polynomials and sequential sums, the GPU libdevice
@@ -70,6 +73,11 @@ int gpt_cuda_backward(gpt_cuda *m, gpt_layer_cb after_layer, void *ctx);
 
 /* Set every gradient to zero (stream-ordered; complete on return). */
 int gpt_cuda_zero_grad(gpt_cuda *m);
+
+/* Wait for all the device's queued work (cudaDeviceSynchronize): the
+ * model's and a GPU optimizer's, before the host reads the managed
+ * parameters (the final weights' hash). 0 or STRATA_ERR_INTERNAL. */
+int gpt_cuda_sync(gpt_cuda *m);
 
 #ifdef __cplusplus
 }

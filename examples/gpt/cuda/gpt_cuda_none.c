@@ -63,3 +63,9 @@ int gpt_cuda_zero_grad(gpt_cuda *m)
     (void)m;
     return no_model();
 }
+
+int gpt_cuda_sync(gpt_cuda *m)
+{
+    (void)m;
+    return no_model();
+}
