@@ -488,7 +488,8 @@ class StrataOptimizer(torch.optim.Optimizer):
     def _meta(self) -> dict[str, Any]:
         return {"optimizer": self._matrix, "class": type(self).__name__,
                 "params": [[n, list(p.shape)] for n, p in zip(self._names, self._params)],
-                "routing": [r["optimizer"] for r in self._routing]}
+                "routing": [r["optimizer"] for r in self._routing],
+                "base": [list(b) for b in self._base]}
 
     def _check_meta(self, meta: Any, where: str) -> None:
         mine = self._meta()
@@ -501,11 +502,14 @@ class StrataOptimizer(torch.optim.Optimizer):
                        f"{where}: its parameters (names and shapes) differ from this optimizer's")
         if meta.get("routing") != mine["routing"]:
             raise _err("STRATA_ERR_INVALID_ARG", f"{where}: its routing differs")
+        if meta.get("base") != mine["base"]:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}: its groups' configured lr and weight_decay "
+                       f"{meta.get('base')} differ from this optimizer's {mine['base']}")
 
     def _user_json(self) -> str:
         return json.dumps({"strata_torch": self._meta(),
-                           "lr": [float(g["lr"]) for g in self.param_groups],
-                           "base": [list(b) for b in self._base]})
+                           "lr": [float(g["lr"]) for g in self.param_groups]})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """strata_save into directory `path` (strata's checkpoint format:
@@ -615,7 +619,11 @@ class StrataOptimizer(torch.optim.Optimizer):
                 if os.sep in name or name.startswith("."):
                     raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
                 with open(os.path.join(d, name), "wb") as f:
-                    f.write(t.contiguous().numpy().tobytes() if hasattr(t, "numpy") else bytes(t))
+                    if isinstance(t, torch.Tensor):
+                        t = t.detach().contiguous().to(torch.uint8)
+                        f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
+                    else:
+                        f.write(bytes(t))
             self._load_dir(d, restore_weights=False, lrs=[float(g["lr"]) for g in groups])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
