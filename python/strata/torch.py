@@ -140,8 +140,9 @@ class StrataOptimizer(torch.optim.Optimizer):
     dimensions (a 0-d scalar too), each its storage read and updated in place.
     Routing (the C runtime's rule, strata.h): 2-D to the matrix optimizer
     (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
-    the names matching `embedding_patterns` / `head_patterns` to the AdamW
-    tail. `routing()` returns the table; it is logged at INFO
+    the names matching `embedding_patterns` / `head_patterns` (any dotted
+    component, fnmatch) and the weights of `model`'s nn.Embedding modules
+    (when `model` is given) to the AdamW tail. `routing()` returns the table; it is logged at INFO
     ("strata.torch") at construction.
 
     Learning rate: `param_groups[i]["lr"]` is live. Each step sets strata's
@@ -173,12 +174,16 @@ class StrataOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], *,
                  embedding_patterns: Iterable[str] = DEFAULT_EMBEDDING_PATTERNS,
                  head_patterns: Iterable[str] = DEFAULT_HEAD_PATTERNS,
+                 model: Optional[torch.nn.Module] = None,
                  **options: Any) -> None:
         self._rt: Optional[int] = None
         self._lock = threading.Lock()
         self._lib = L.lib()
         self._embedding_patterns = tuple(embedding_patterns)
         self._head_patterns = tuple(head_patterns)
+        # the weights of the model's nn.Embedding modules are embeddings whatever their name
+        self._embedding_ids = set() if model is None else {
+            id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
         self._options = dict(options)
         self._cfg = self._make_config(dict(options))
         fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
@@ -313,7 +318,9 @@ class StrataOptimizer(torch.optim.Optimizer):
                 self._names.append(n)
                 self._requested.append(g.get("optimizer"))
 
-    def _role(self, name: str) -> tuple[int, str]:
+    def _role(self, name: str, p: Optional[torch.Tensor] = None) -> tuple[int, str]:
+        if p is not None and id(p) in self._embedding_ids:
+            return L.ROLES["embedding"], "embedding: an nn.Embedding's weight"
         comps = name.split(".")
         for kind, pats in (("embedding", self._embedding_patterns),
                            ("head", self._head_patterns)):
@@ -337,7 +344,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 for k, s in enumerate(p.shape):
                     d.shape[k] = s
                 d.layer = 0
-                d.role = self._role(self._names[i])[0]
+                d.role = self._role(self._names[i], p)[0]
                 req = self._requested[i]
                 d.optimizer = L.OPTIMIZERS[req] if req else -1
                 d.memory = 0
@@ -362,7 +369,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             shape = tuple(p.shape)
             rows = shape[0] if shape else 1
             cols = p.numel() // rows
-            role, why = self._role(self._names[i])
+            role, why = self._role(self._names[i], p)
             if self._requested[i]:
                 reason = f"param group optimizer {self._requested[i]!r}"
             elif why:
@@ -379,6 +386,15 @@ class StrataOptimizer(torch.optim.Optimizer):
                         "optimizer": L.OPTIMIZER_NAMES[o.value], "tail": bool(lay.tail),
                         "reason": reason})
         return out
+
+    def stats(self) -> dict[str, Any]:
+        """strata_stats_get's counters as a dict (field names and units of
+        strata_stats, include/strata/strata.h: "step", "root_refreshes",
+        "device_bytes", "last_step_seconds", ...)."""
+        out = L.Stats()
+        with self._lock:
+            L.check(self._lib.strata_stats_get(self._rt, byref(out)), "strata_stats_get")
+        return {f: getattr(out, f) for f, _ in L.Stats._fields_}
 
     def routing(self) -> list[dict[str, Any]]:
         """Which parameter went to which optimizer and why: one dict per

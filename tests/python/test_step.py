@@ -145,3 +145,25 @@ def test_closure():
     loss = o.step(closure)
     assert float(loss) == 16.0
     assert not torch.equal(p.detach(), torch.ones(4, 4))
+
+
+def test_model_embeddings_go_to_the_tail():
+    m = torch.nn.Sequential(torch.nn.Embedding(10, 8), torch.nn.Linear(8, 8))
+    r = {e["name"]: e for e in st.Shampoo(m.named_parameters(), model=m).routing()}
+    assert r["0.weight"]["optimizer"] == "adamw" and "nn.Embedding" in r["0.weight"]["reason"]
+    assert r["1.weight"]["optimizer"] == "shampoo"
+    r = {e["name"]: e for e in st.Shampoo(m.named_parameters()).routing()}
+    assert r["0.weight"]["optimizer"] == "shampoo"  # without model= only names tell
+
+
+def test_stats():
+    named = make_params()
+    o = st.Shampoo(named, precondition_frequency=2)
+    for t in range(1, 4):
+        for (_, p), g in zip(named, grads(t)):
+            p.grad = g
+        o.step()
+    s = o.stats()
+    assert s["step"] == 3 and s["n_params"] == len(named)
+    assert s["n_matrix"] == 3 and s["n_tail"] == 2 and s["root_refreshes"] > 0
+    assert s["missing_backward_hooks"] == 0
