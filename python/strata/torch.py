@@ -142,7 +142,10 @@ class StrataOptimizer(torch.optim.Optimizer):
     (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
     the names matching `embedding_patterns` / `head_patterns` (any dotted
     component, fnmatch) and the weights of `model`'s nn.Embedding modules
-    (when `model` is given) to the AdamW tail. `routing()` returns the table; it is logged at INFO
+    (when `model` is given) to the AdamW tail. `routes` maps fnmatch
+    patterns of full names to an optimizer ({"*.attn.*": "adamw"}: the
+    first match wins; a group's "optimizer" wins over it), as an explicit
+    per-parameter choice (strata_param_desc.optimizer). `routing()` returns the table; it is logged at INFO
     ("strata.torch") at construction.
 
     Learning rate: `param_groups[i]["lr"]` is live. Each step sets strata's
@@ -175,6 +178,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                  embedding_patterns: Iterable[str] = DEFAULT_EMBEDDING_PATTERNS,
                  head_patterns: Iterable[str] = DEFAULT_HEAD_PATTERNS,
                  model: Optional[torch.nn.Module] = None,
+                 routes: Optional[dict[str, str]] = None,
                  **options: Any) -> None:
         self._rt: Optional[int] = None
         self._lock = threading.Lock()
@@ -185,6 +189,11 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._embedding_ids = set() if model is None else {
             id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
         self._options = dict(options)
+        self._routes = dict(routes or {})
+        for pat, o in self._routes.items():
+            if o not in L.OPTIMIZERS or o == "default":
+                raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
+                           "adamw, shampoo, muon, soap, kl-shampoo")
         self._cfg = self._make_config(dict(options))
         fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
         defaults = {"lr": float(fam.lr), "weight_decay": float(fam.weight_decay),
@@ -297,6 +306,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._params: list[torch.Tensor] = []
         self._names: list[str] = []
         self._requested: list[Optional[str]] = []
+        self._why: list[str] = []
         seen: set[int] = set()
         device = None
         for g in self.param_groups:
@@ -316,7 +326,14 @@ class StrataOptimizer(torch.optim.Optimizer):
                     raise _err("STRATA_ERR_INVALID_ARG", f"duplicate parameter name {n!r}")
                 self._params.append(p)
                 self._names.append(n)
-                self._requested.append(g.get("optimizer"))
+                req, why = g.get("optimizer"), f"param group optimizer {g.get('optimizer')!r}"
+                if req is None:
+                    for pat, o in self._routes.items():
+                        if fnmatch.fnmatchcase(n, pat):
+                            req, why = o, f"routes: name matches {pat!r}"
+                            break
+                self._requested.append(req)
+                self._why.append(why)
 
     def _role(self, name: str, p: Optional[torch.Tensor] = None) -> tuple[int, str]:
         if p is not None and id(p) in self._embedding_ids:
@@ -371,7 +388,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             cols = p.numel() // rows
             role, why = self._role(self._names[i], p)
             if self._requested[i]:
-                reason = f"param group optimizer {self._requested[i]!r}"
+                reason = self._why[i]
             elif why:
                 reason = why
             elif p.dim() <= 1:

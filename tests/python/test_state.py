@@ -50,9 +50,9 @@ def test_state_dict_resume(opt, mode):
     assert same_bits([p for _, p in named2], [p for _, p in full])
 
 
+@pytest.mark.parametrize("mode", ["async", "async1"])
 @pytest.mark.parametrize("opt", ["shampoo", "soap"])
-def test_save_load_dir_resume(opt, tmp_path):
-    mode = "async"
+def test_save_load_dir_resume(opt, mode, tmp_path):
     full, _ = run(opt, mode, STEPS)
     half, o = run(opt, mode, CUT)
     o.save(tmp_path / "ck")

@@ -34,9 +34,10 @@ def options(opt, mode):
         fields[FAMILY[opt] + ".precondition_frequency"] = 2
         kw["stagger_refresh"] = True
         fields["stagger_refresh"] = True
-    if mode == "async":
-        kw.update(async_roots=True, staleness=0, workers=1)
-        fields.update({"async": True, "staleness": 0, "workers": 1})
+    if mode.startswith("async"):  # "async": S = 0 (bit-identical to sync), "async1": S = 1
+        S = 1 if mode == "async1" else 0
+        kw.update(async_roots=True, staleness=S, workers=1)
+        fields.update({"async": True, "staleness": S, "workers": 1})
     return kw, fields
 
 
@@ -143,7 +144,7 @@ def test_closure():
         return loss
 
     loss = o.step(closure)
-    assert float(loss) == 16.0
+    assert loss.item() == 16.0
     assert not torch.equal(p.detach(), torch.ones(4, 4))
 
 
@@ -167,3 +168,22 @@ def test_stats():
     assert s["step"] == 3 and s["n_params"] == len(named)
     assert s["n_matrix"] == 3 and s["n_tail"] == 2 and s["root_refreshes"] > 0
     assert s["missing_backward_hooks"] == 0
+
+
+def test_routes_by_name_pattern():
+    named = make_params()
+    o = st.Muon(named, routes={"*.mlp.*": "adamw", "blocks.0.heads": "shampoo"})
+    r = {e["name"]: e for e in o.routing()}
+    assert r["blocks.0.mlp.weight"]["optimizer"] == "adamw"
+    assert "routes" in r["blocks.0.mlp.weight"]["reason"]
+    assert r["blocks.0.heads"]["optimizer"] == "shampoo"
+    assert r["blocks.0.attn.weight"]["optimizer"] == "muon"
+    c = CRun("muon", [p for _, p in named], [n for n, _ in named],
+             requested={"blocks.0.mlp.weight": "adamw", "blocks.0.heads": "shampoo"})
+    for t in range(1, 4):
+        gs = grads(t)
+        for (_, p), g in zip(named, gs):
+            p.grad = g
+        o.step()
+        c.step(gs)
+        assert same_bits([p for _, p in named], c.w)
