@@ -36,6 +36,7 @@ import logging
 import os
 import shutil
 import tempfile
+import contextlib
 import threading
 import warnings
 from ctypes import byref, c_int, c_int32, c_void_p
@@ -182,6 +183,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                  **options: Any) -> None:
         self._rt: Optional[int] = None
         self._lock = threading.Lock()
+        self._owner: Optional[int] = None
         self._lib = L.lib()
         self._embedding_patterns = tuple(embedding_patterns)
         self._head_patterns = tuple(head_patterns)
@@ -211,6 +213,23 @@ class StrataOptimizer(torch.optim.Optimizer):
         for r in self._routing:
             log.info("route %-32s %-14s -> %-10s (%s)", r["name"], "x".join(map(str, r["shape"]))
                      or "scalar", r["optimizer"], r["reason"])
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        """The per-optimizer lock around C calls. A call from inside one of
+        them on the same thread (a logging handler run by strata's log sink
+        during a step) is refused with STRATA_ERR_STATE: the runtime is
+        driven by one thread at a time and is mid-call."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise _err("STRATA_ERR_STATE", "called from inside a strata call on this thread "
+                       "(a log handler during step()?): the runtime is mid-call")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
 
     # ---- configuration
     def _make_config(self, opts: dict[str, Any]) -> L.Config:
@@ -409,7 +428,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         strata_stats, include/strata/strata.h: "step", "root_refreshes",
         "device_bytes", "last_step_seconds", ...)."""
         out = L.Stats()
-        with self._lock:
+        with self._locked():
             L.check(self._lib.strata_stats_get(self._rt, byref(out)), "strata_stats_get")
         return {f: getattr(out, f) for f, _ in L.Stats._fields_}
 
@@ -502,7 +521,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        with self._lock:
+        with self._locked():
             rt = self._rt
             if rt is None:
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
@@ -549,7 +568,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         `strata ckpt inspect/verify` read it; crash-safe, see strata.h):
         weights, optimizer state, step counter, lr scale, and the param
         groups' lr in the manifest's user object. Errors: StrataError."""
-        with self._lock:
+        with self._locked():
             L.check(self._lib.strata_save(self._rt, os.fsencode(os.fspath(path)),
                                           self._user_json().encode(), None), "strata_save")
 
@@ -564,7 +583,7 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     def _load_dir(self, path: str, restore_weights: bool,
                   lrs: Optional[list[float]] = None) -> None:
-        with self._lock:
+        with self._locked():
             scratch = None if restore_weights else [p.detach().clone() for p in self._params]
             ptrs = [_ptr(p) for p in (self._params if scratch is None else scratch)]
             rt = self._build(ptrs)
@@ -602,7 +621,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         torch.save pickles it. The weights travel too (model.safetensors: one
         copy of the model's float32 weights); load_state_dict does not write
         them back into the model."""
-        with self._lock:
+        with self._locked():
             tmp = tempfile.mkdtemp(prefix="strata-sd-")
             try:
                 d = os.path.join(tmp, "ckpt")

@@ -201,3 +201,31 @@ def test_load_state_dict_other_lr_refused():
     named = make_params()
     other = st.Shampoo(named, precondition_frequency=2, lr=0.5)
     f.refused("STRATA_ERR_INVALID_ARG", lambda: f.o.load_state_dict(other.state_dict()))
+
+
+def test_reentry_from_a_log_handler_refused():
+    """strata's log sink runs Python logging inside strata_step: a handler that
+    calls back into the optimizer gets STRATA_ERR_STATE, not a deadlock or a
+    second thread of control inside the runtime."""
+    import logging
+    seen = []
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    o = st.Shampoo([p])
+
+    class Handler(logging.Handler):
+        def emit(self, record):
+            if not seen:
+                try:
+                    o.stats()
+                except strata.StrataError as e:
+                    seen.append(e.status)
+    h = Handler()
+    logging.getLogger("strata").addHandler(h)
+    logging.getLogger("strata").setLevel(logging.DEBUG)
+    try:
+        p.grad = torch.full((4, 4), 1e19)  # finite, but could overflow: a WARN inside the step
+        o.step()
+    finally:
+        logging.getLogger("strata").removeHandler(h)
+        logging.getLogger("strata").setLevel(logging.NOTSET)
+    assert seen == ["STRATA_ERR_STATE"]
