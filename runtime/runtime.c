@@ -1259,6 +1259,31 @@ strata_status strata_param_data(const strata_runtime *rt, strata_param_id id, fl
     return STRATA_OK;
 }
 
+strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id, float *data,
+                                       float *grad)
+{
+    if (!rt || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_buffers: bad id %d", (int)id);
+    rt_param *p = &rt->params[id];
+    if (data && rt->managed && p->managed)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "param_set_buffers('%s'): the weights are "
+                            "managed by strata (strata_param_desc.managed with owner sharding "
+                            "over several ranks); only the gradient can be re-pointed",
+                            p->name);
+    if (grad && rt->buckets && grad != p->grad)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "param_set_buffers('%s'): gradient buckets "
+                            "(several ranks over MPI) keep the registered gradient buffer; it "
+                            "cannot be re-pointed in this version", p->name);
+    if (data) {
+        p->user_data = data;
+        if (!(rt->managed && p->managed))
+            p->data = data;
+    }
+    if (grad)
+        p->grad = grad;
+    return STRATA_OK;
+}
+
 strata_status strata_sync_weights(strata_runtime *rt)
 {
     if (!rt)

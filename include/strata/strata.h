@@ -386,6 +386,29 @@ STRATA_API strata_status strata_layer_release(strata_runtime *rt, int layer);
 STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_param_id id,
                                            float **out);
 
+/* Re-point registered parameter `id` at new caller-owned buffers: `data`
+ * (float32 weights, prod(shape) elements, row-major) and `grad` (its float32
+ * gradient, the same size); NULL keeps that buffer as it is. For bindings
+ * whose framework moves storage (PyTorch frees .grad at
+ * zero_grad(set_to_none=True) and backward allocates a new one; model.to()
+ * and load_state_dict can replace a weight's storage). Nothing is copied:
+ * the new `data` must already hold the current weights (strata keeps no
+ * other copy of an unmanaged parameter's weights), and from the next
+ * strata_step on strata reads and updates the new buffers in place; the old
+ * ones are never touched again and may be freed. Sizes and dtypes cannot be
+ * checked here (the pointers are the caller's): the caller checks them, as
+ * for strata_param_desc. Before or after strata_commit; call between steps,
+ * from the runtime's thread (the runtime is driven by one thread at a time,
+ * so it cannot be inside strata_step then; a binding holds a lock around
+ * every call).
+ * Errors: STRATA_ERR_INVALID_ARG (NULL rt, bad id), STRATA_ERR_UNSUPPORTED
+ * (a new `data` for a managed parameter in effect, whose weights are
+ * strata's: see strata_param_data; a new `grad` under gradient buckets,
+ * several ranks over MPI, whose items keep the registered buffer). On error
+ * nothing changed. */
+STRATA_API strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id,
+                                                  float *data, float *grad);
+
 /* After layer `layer`'s backward: its gradients are final for this
  * micro-batch; reduce them to their owners and record their squared norm.
  * Releases the layer's managed weights on this rank first (above).

@@ -46,6 +46,71 @@ static strata_param_desc desc2(const char *name, tensor *t, int64_t r, int64_t c
     return d;
 }
 
+/* strata_param_set_buffers: a runtime re-pointed at copies of its buffers
+ * (before and after commit) steps them exactly as one that never moved, and
+ * never touches the old ones again. */
+static void test_param_set_buffers(void **state)
+{
+    (void)state;
+    strata_config cfg;
+    strata_config_default(&cfg);
+    cfg.shampoo.precondition_frequency = 2;
+    strata_runtime *a, *b;
+    assert_int_equal(strata_create(&cfg, &a), STRATA_OK);
+    assert_int_equal(strata_create(&cfg, &b), STRATA_OK);
+    tensor ta = tensor_new(24, 7), tb = tensor_new(24, 7), tc = tensor_new(24, 7);
+    tensor va = tensor_new(6, 8), vb = tensor_new(6, 8);
+    strata_param_desc d = desc2("w", &ta, 4, 6, 0, STRATA_ROLE_AUTO);
+    strata_param_id id;
+    assert_int_equal(strata_param_add(a, &d, &id), STRATA_OK);
+    d = desc2("v", &va, 1, 6, 0, STRATA_ROLE_AUTO);
+    d.ndim = 1;
+    d.shape[0] = 6;
+    assert_int_equal(strata_param_add(a, &d, &id), STRATA_OK);
+    d = desc2("w", &tb, 4, 6, 0, STRATA_ROLE_AUTO);
+    assert_int_equal(strata_param_add(b, &d, &id), STRATA_OK);
+    d = desc2("v", &vb, 1, 6, 0, STRATA_ROLE_AUTO);
+    d.ndim = 1;
+    d.shape[0] = 6;
+    assert_int_equal(strata_param_add(b, &d, &id), STRATA_OK);
+    /* before commit: both buffers of "w" move to tc */
+    assert_int_equal(strata_param_set_buffers(b, 0, tc.w, tc.g), STRATA_OK);
+    assert_int_equal(strata_commit(a), STRATA_OK);
+    assert_int_equal(strata_commit(b), STRATA_OK);
+    assert_int_equal(strata_param_set_buffers(NULL, 0, tc.w, tc.g), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_param_set_buffers(b, 2, tc.w, tc.g), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_param_set_buffers(b, -1, NULL, NULL), STRATA_ERR_INVALID_ARG);
+    float *data;
+    assert_int_equal(strata_param_data(b, 0, &data), STRATA_OK);
+    assert_ptr_equal(data, tc.w);
+    const float tb0 = tb.w[0];
+    for (int step = 0; step < 5; step++) {
+        if (step == 2) {
+            /* after commit: "v"'s gradient only (NULL keeps the weights) */
+            float *g2 = malloc(6 * sizeof(float));
+            assert_non_null(g2);
+            memcpy(g2, vb.g, 6 * sizeof(float));
+            assert_int_equal(strata_param_set_buffers(b, 1, NULL, g2), STRATA_OK);
+            free(vb.g);
+            vb.g = g2;
+        }
+        for (size_t i = 0; i < 24; i++)
+            tc.g[i] = ta.g[i] = (float)(step + 1) * 0.01f * (float)i - 0.1f;
+        assert_int_equal(strata_step(a), STRATA_OK);
+        assert_int_equal(strata_step(b), STRATA_OK);
+    }
+    assert_memory_equal(ta.w, tc.w, 24 * sizeof(float));
+    assert_memory_equal(va.w, vb.w, 6 * sizeof(float));
+    assert_true(tb.w[0] == tb0); /* the old buffer was never written */
+    strata_destroy(a);
+    strata_destroy(b);
+    tensor_free(&ta);
+    tensor_free(&tb);
+    tensor_free(&tc);
+    tensor_free(&va);
+    tensor_free(&vb);
+}
+
 static void test_config_and_create_errors(void **state)
 {
     (void)state;
@@ -589,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_stacked_muon),
         cmocka_unit_test(test_step_threads_bit_identical),
         cmocka_unit_test(test_optimizer_names),
+        cmocka_unit_test(test_param_set_buffers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

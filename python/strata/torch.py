@@ -1,0 +1,720 @@
+"""strata's optimizers as torch.optim optimizers: Shampoo, SOAP, KLShampoo, Muon, AdamW.
+
+Each optimizer is one strata runtime (strata_create ... strata_commit) over
+the parameters it is given; `step()` is strata_step. The binding is thin: no
+math here, the C library does every update.
+
+    model = MyModel()
+    opt = strata.torch.Shampoo(model.named_parameters(), lr=1e-2,
+                               precondition_frequency=10, async_roots=True,
+                               stagger_refresh=True)
+    for x, y in data:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+Keywords are the C configuration's field names (include/strata/optim.h,
+strata.h): the matrix optimizer's own (`lr`, `weight_decay`,
+`precondition_frequency`, ...), the AdamW tail's with an `adamw_` prefix
+(`adamw_lr`, `adamw_weight_decay`, ...; the AdamW class takes them
+unprefixed), and the runtime's (`staleness`, `workers`, `stagger_refresh`,
+`max_grad_norm`, `nvme_dir`, ...; `async_roots` is strata_config.async, a
+Python keyword; `async=True` through ** works too). An omitted keyword keeps
+the C default (strata_config_default). Enum fields take their C names in
+lower case ("adam", "eager", "nvme", ...).
+
+This version: one process, CPU float32 tensors. Not yet: torchrun ranks,
+ZeRO-3, CUDA tensors, bfloat16 master weights, attach() hooks.
+"""
+from __future__ import annotations
+
+import ctypes
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import tempfile
+import contextlib
+import threading
+import warnings
+from ctypes import byref, c_int, c_int32, c_void_p
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from . import _lib as L
+from ._lib import StrataError
+
+__all__ = ["Shampoo", "SOAP", "KLShampoo", "Muon", "AdamW", "StrataError", "StrataOptimizer"]
+
+log = logging.getLogger("strata.torch")
+
+_FAMILY_STRUCT = {"adamw": L.AdamWConfig, "shampoo": L.ShampooConfig, "muon": L.MuonConfig,
+                  "soap": L.SoapConfig, "kl-shampoo": L.KLShampooConfig}
+_FAMILY_FIELD = {"adamw": "adamw", "shampoo": "shampoo", "muon": "muon", "soap": "soap",
+                 "kl-shampoo": "kl_shampoo"}
+# strata_config's own fields a user sets (the nested configs, version, the
+# matrix optimizer, comm and the log sink are the binding's)
+_RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
+    "version", "matrix_optimizer", "adamw", "shampoo", "muon", "soap", "kl_shampoo", "comm",
+    "log_fn", "log_user")]
+_ENUM_FIELDS = {"grafting", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
+                "backend", "install_mode", "roots_tier", "sharding", "log_level"}
+_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
+
+# Names whose dotted components match one of these are embeddings / the LM
+# head: the routing rule sends them to the AdamW tail (strata.h "Routing").
+DEFAULT_EMBEDDING_PATTERNS = ("*embed*", "wte", "wpe")
+DEFAULT_HEAD_PATTERNS = ("lm_head",)
+
+
+def _err(status: str, msg: str) -> StrataError:
+    return StrataError(status, msg)
+
+
+def _set_field(struct: ctypes.Structure, field: str, value: Any, where: str) -> None:
+    if field in _ENUM_FIELDS and isinstance(value, str):
+        table = L.ENUMS[field]
+        key = value.lower()
+        if key not in table:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}{field} = {value!r}: not one of {sorted(table)}")
+        value = table[key]
+    if field == "nvme_dir":
+        value = None if value is None else os.fsencode(value)
+    if field == "inverse_exponent_override":
+        vals = list(value)
+        if len(vals) != 2:
+            raise _err("STRATA_ERR_INVALID_ARG", f"{where}{field}: two values (L, R)")
+        arr = getattr(struct, field)
+        arr[0], arr[1] = float(vals[0]), float(vals[1])
+        return
+    try:
+        setattr(struct, field, value)
+    except TypeError as e:
+        raise _err("STRATA_ERR_INVALID_ARG", f"{where}{field} = {value!r}: {e}") from None
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = None) -> None:
+    """The zero-copy contract: a strided, contiguous float32 CPU tensor."""
+    if not isinstance(t, torch.Tensor):
+        raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is {type(t).__name__}, not a tensor")
+    if t.layout != torch.strided:
+        raise _err("STRATA_ERR_INVALID_ARG",
+                   f"{name}: {what} has layout {t.layout}; strata reads dense (strided) storage")
+    if t.device.type != "cpu":
+        raise _err("STRATA_ERR_UNSUPPORTED",
+                   f"{name}: {what} is on {t.device}; this version reads CPU tensors only")
+    if t.dtype != torch.float32:
+        status = "STRATA_ERR_UNSUPPORTED" if t.dtype in (torch.bfloat16, torch.float16) else \
+            "STRATA_ERR_INVALID_ARG"
+        raise _err(status, f"{name}: {what} is {t.dtype}; strata steps float32 tensors "
+                           "(bfloat16 master weights: not yet)")
+    if not t.is_contiguous():
+        raise _err("STRATA_ERR_INVALID_ARG",
+                   f"{name}: {what} is not contiguous (strides {t.stride()}); strata reads the "
+                   "storage in place: pass a contiguous tensor")
+    if shape is not None and t.shape != shape:
+        raise _err("STRATA_ERR_INVALID_ARG",
+                   f"{name}: {what} has shape {tuple(t.shape)}, the parameter {tuple(shape)}")
+    if t.numel() == 0:
+        raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is empty")
+
+
+class StrataOptimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer over one strata runtime (base of the five classes).
+
+    Parameters: an iterable of tensors, of (name, tensor) pairs
+    (`model.named_parameters()`: the names go to strata's routing table and
+    checkpoints), or of param-group dicts. A group may carry `"optimizer"`
+    (one of "adamw", "shampoo", "muon", "soap", "kl-shampoo") to route its
+    parameters explicitly; its "lr" and "weight_decay" default to that
+    optimizer's.
+
+    Parameter tensors: float32, contiguous, on the CPU, one to four
+    dimensions (a 0-d scalar too), each its storage read and updated in place.
+    Routing (the C runtime's rule, strata.h): 2-D to the matrix optimizer
+    (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
+    the names matching `embedding_patterns` / `head_patterns` (any dotted
+    component, fnmatch) and the weights of `model`'s nn.Embedding modules
+    (when `model` is given) to the AdamW tail. `routes` maps fnmatch
+    patterns of full names to an optimizer ({"*.attn.*": "adamw"}: the
+    first match wins; a group's "optimizer" wins over it), as an explicit
+    per-parameter choice (strata_param_desc.optimizer). `routing()` returns the table; it is logged at INFO
+    ("strata.torch") at construction.
+
+    Learning rate: `param_groups[i]["lr"]` is live. Each step sets strata's
+    global scale (strata_set_lr_scale) to lr / (the group's lr at
+    construction): every optimizer's configured lr, the tail's included, is
+    multiplied by it (as `strata train`'s schedule does). Every group must
+    then carry the same ratio (a scheduler with one schedule for all groups;
+    compared to 1e-9 relative); different ratios per group are refused
+    (STRATA_ERR_UNSUPPORTED: the C runtime has one scale, not one per
+    parameter). A group's "lr" / "weight_decay" at construction must equal
+    its optimizer's configured ones, and "weight_decay" cannot change later
+    (both STRATA_ERR_UNSUPPORTED: the C configuration is fixed at create).
+
+    Gradients: `p.grad` is read in place (float32, contiguous, the
+    parameter's shape, CPU, dense); a new `.grad` tensor (backward after
+    zero_grad(set_to_none=True)) is re-pointed with strata_param_set_buffers.
+    A parameter whose `.grad` is None while others have one is stepped with a
+    zero gradient (a warning names it, once): strata's step updates every
+    registered parameter, so where torch skips it strata's moments decay, its
+    momentum moves it and weight decay applies. step() with no gradient at all
+    raises STRATA_ERR_STATE.
+
+    Errors raise StrataError (status name, C message) and change nothing.
+    Threading: a per-optimizer lock is held around every C call.
+    """
+
+    _matrix: str = "shampoo"
+
+    def __init__(self, params: Iterable[Any], *,
+                 embedding_patterns: Iterable[str] = DEFAULT_EMBEDDING_PATTERNS,
+                 head_patterns: Iterable[str] = DEFAULT_HEAD_PATTERNS,
+                 model: Optional[torch.nn.Module] = None,
+                 routes: Optional[dict[str, str]] = None,
+                 **options: Any) -> None:
+        self._rt: Optional[int] = None
+        self._lock = threading.Lock()
+        self._owner: Optional[int] = None
+        self._lib = L.lib()
+        self._embedding_patterns = tuple(embedding_patterns)
+        self._head_patterns = tuple(head_patterns)
+        # the weights of the model's nn.Embedding modules are embeddings whatever their name
+        self._embedding_ids = set() if model is None else {
+            id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        self._options = dict(options)
+        self._routes = dict(routes or {})
+        for pat, o in self._routes.items():
+            if o not in L.OPTIMIZERS or o == "default":
+                raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
+                           "adamw, shampoo, muon, soap, kl-shampoo")
+        self._cfg = self._make_config(dict(options))
+        fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
+        defaults = {"lr": float(fam.lr), "weight_decay": float(fam.weight_decay),
+                    "optimizer": None}
+        groups = self._normalize(params)
+        super().__init__(groups, defaults)
+        self._collect()
+        self._base = [(g["lr"], g["weight_decay"]) for g in self.param_groups]
+        self._scale = 1.0
+        self._warned_none: set[int] = set()
+        self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
+        self._rt = self._build([_ptr(p) for p in self._params])
+        self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+        self._routing = self._read_routing(self._rt)
+        for r in self._routing:
+            log.info("route %-32s %-14s -> %-10s (%s)", r["name"], "x".join(map(str, r["shape"]))
+                     or "scalar", r["optimizer"], r["reason"])
+
+    @contextlib.contextmanager
+    def _locked(self) -> Any:
+        """The per-optimizer lock around C calls. A call from inside one of
+        them on the same thread (a logging handler run by strata's log sink
+        during a step) is refused with STRATA_ERR_STATE: the runtime is
+        driven by one thread at a time and is mid-call."""
+        me = threading.get_ident()
+        if self._owner == me:
+            raise _err("STRATA_ERR_STATE", "called from inside a strata call on this thread "
+                       "(a log handler during step()?): the runtime is mid-call")
+        with self._lock:
+            self._owner = me
+            try:
+                yield
+            finally:
+                self._owner = None
+
+    # ---- configuration
+    def _make_config(self, opts: dict[str, Any]) -> L.Config:
+        cfg = L.default_config()
+        cfg.matrix_optimizer = L.OPTIMIZERS[self._matrix]
+        if "async" in opts:
+            if "async_roots" in opts:
+                raise TypeError("give async_roots or async, not both")
+            opts["async_roots"] = opts.pop("async")
+        fam_name = _FAMILY_FIELD[self._matrix]
+        fam = getattr(cfg, fam_name)
+        fam_fields = [f for f, _ in type(fam)._fields_]
+        tail_fields = [f for f, _ in L.AdamWConfig._fields_]
+        for key, value in opts.items():
+            if key in fam_fields:
+                _set_field(fam, key, value, fam_name + ".")
+            elif self._matrix != "adamw" and key.startswith("adamw_") and \
+                    key[6:] in tail_fields:
+                _set_field(cfg.adamw, key[6:], value, "adamw.")
+            elif key == "async_roots":
+                cfg.__setattr__("async", bool(value))
+            elif key in _RUNTIME_FIELDS and key != "async":
+                _set_field(cfg, key, value, "strata_config.")
+            else:
+                valid = fam_fields + ([] if self._matrix == "adamw" else
+                                      ["adamw_" + f for f in tail_fields]) + \
+                    ["async_roots"] + [f for f in _RUNTIME_FIELDS if f != "async"]
+                raise TypeError(f"{type(self).__name__}: unknown keyword {key!r}; "
+                                f"valid: {', '.join(valid)}")
+        self._log_cb = L.LOG_FN(self._on_log)
+        cfg.log_fn = self._log_cb
+        return cfg
+
+    @staticmethod
+    def _on_log(user: Any, level: int, subsystem: bytes, msg: bytes) -> None:
+        sub = subsystem.decode(errors="replace") if subsystem else "strata"
+        logging.getLogger("strata." + sub).log(_LEVELS.get(level, logging.INFO), "%s",
+                                               msg.decode(errors="replace") if msg else "")
+
+    def _normalize(self, params: Iterable[Any]) -> list[dict[str, Any]]:
+        if isinstance(params, torch.Tensor):
+            raise TypeError("params: an iterable of tensors or dicts, not a tensor")
+        items = list(params)
+        if not items:
+            raise _err("STRATA_ERR_INVALID_ARG", "optimizer got an empty parameter list")
+        groups = items if isinstance(items[0], dict) else [{"params": items}]
+        out = []
+        pos = 0
+        for g in groups:
+            if not isinstance(g, dict):
+                raise TypeError("params: mix of dicts and tensors")
+            g = dict(g)
+            ps = g["params"]
+            ps = [ps] if isinstance(ps, torch.Tensor) else list(ps)
+            tensors, names = [], []
+            for p in ps:
+                if isinstance(p, tuple):
+                    names.append(str(p[0]))
+                    tensors.append(p[1])
+                else:
+                    names.append(f"param.{pos}")
+                    tensors.append(p)
+                pos += 1
+            g["params"] = tensors
+            g["param_names"] = names
+            opt = g.get("optimizer")
+            if opt is not None:
+                if opt not in L.OPTIMIZERS or opt == "default":
+                    raise _err("STRATA_ERR_INVALID_ARG", f"param group optimizer {opt!r}: not "
+                               "one of adamw, shampoo, muon, soap, kl-shampoo")
+                if opt != self._matrix:
+                    ofam = getattr(self._cfg, _FAMILY_FIELD[opt])
+                    g.setdefault("lr", float(ofam.lr))
+                    g.setdefault("weight_decay", float(ofam.weight_decay))
+            fam = getattr(self._cfg, _FAMILY_FIELD[opt or self._matrix])
+            for key in ("lr", "weight_decay"):
+                if key in g and float(g[key]) != float(getattr(fam, key)):
+                    raise _err("STRATA_ERR_UNSUPPORTED",
+                               f"param group {len(out)}: {key} = {g[key]} differs from "
+                               f"{opt or self._matrix}'s {getattr(fam, key)}: the C runtime has "
+                               "one configuration per optimizer (set it with the keyword)")
+            out.append(g)
+        return out
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        if getattr(self, "_rt", None) is not None:
+            raise _err("STRATA_ERR_STATE", "add_param_group after construction: the runtime "
+                       "is committed (strata_param_add refuses parameters after "
+                       "strata_commit); create a new optimizer over all parameters")
+        super().add_param_group(param_group)
+
+    def _collect(self) -> None:
+        self._params: list[torch.Tensor] = []
+        self._names: list[str] = []
+        self._requested: list[Optional[str]] = []
+        self._why: list[str] = []
+        seen: set[int] = set()
+        device = None
+        for g in self.param_groups:
+            for p, n in zip(g["params"], g["param_names"]):
+                _check_tensor(p, n, "the parameter")
+                if p.dim() > L.MAX_DIMS:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{n}: {p.dim()} dimensions, at most {L.MAX_DIMS}")
+                if device is not None and p.device != device:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{n}: on {p.device}, the others on {device}")
+                device = p.device
+                if id(p) in seen:
+                    raise _err("STRATA_ERR_INVALID_ARG", f"{n}: given twice")
+                seen.add(id(p))
+                if n in self._names:
+                    raise _err("STRATA_ERR_INVALID_ARG", f"duplicate parameter name {n!r}")
+                self._params.append(p)
+                self._names.append(n)
+                req, why = g.get("optimizer"), f"param group optimizer {g.get('optimizer')!r}"
+                if req is None:
+                    for pat, o in self._routes.items():
+                        if fnmatch.fnmatchcase(n, pat):
+                            req, why = o, f"routes: name matches {pat!r}"
+                            break
+                self._requested.append(req)
+                self._why.append(why)
+
+    def _role(self, name: str, p: Optional[torch.Tensor] = None) -> tuple[int, str]:
+        if p is not None and id(p) in self._embedding_ids:
+            return L.ROLES["embedding"], "embedding: an nn.Embedding's weight"
+        comps = name.split(".")
+        for kind, pats in (("embedding", self._embedding_patterns),
+                           ("head", self._head_patterns)):
+            for pat in pats:
+                if any(fnmatch.fnmatchcase(c, pat) for c in comps):
+                    return L.ROLES[kind], f"{kind}: name matches {pat!r}"
+        return L.ROLES["auto"], ""
+
+    # ---- the runtime
+    def _build(self, data_ptrs: list[int]) -> int:
+        """strata_create, strata_param_add for every parameter (weights at
+        data_ptrs, gradients at the shared zero buffer), strata_commit."""
+        lib = self._lib
+        rt = c_void_p()
+        L.check(lib.strata_create(byref(self._cfg), byref(rt)), "strata_create")
+        try:
+            for i, p in enumerate(self._params):
+                d = L.ParamDesc()
+                d.name = self._names[i].encode()
+                d.ndim = p.dim()
+                for k, s in enumerate(p.shape):
+                    d.shape[k] = s
+                d.layer = 0
+                d.role = self._role(self._names[i], p)[0]
+                req = self._requested[i]
+                d.optimizer = L.OPTIMIZERS[req] if req else -1
+                d.memory = 0
+                d.data = ctypes.cast(data_ptrs[i], ctypes.POINTER(ctypes.c_float))
+                d.grad = ctypes.cast(_ptr(self._zeros), ctypes.POINTER(ctypes.c_float))
+                pid = c_int32()
+                L.check(lib.strata_param_add(rt, byref(d), byref(pid)),
+                        f"strata_param_add({self._names[i]})")
+            L.check(lib.strata_commit(rt), "strata_commit")
+        except BaseException:
+            lib.strata_destroy(rt)
+            raise
+        return rt.value
+
+    def _read_routing(self, rt: int) -> list[dict[str, Any]]:
+        out = []
+        for i, p in enumerate(self._params):
+            o = c_int()
+            L.check(self._lib.strata_param_optimizer(rt, i, byref(o)), "strata_param_optimizer")
+            lay = L.ParamLayout()
+            L.check(self._lib.strata_param_layout_get(rt, i, byref(lay)), "param_layout_get")
+            shape = tuple(p.shape)
+            rows = shape[0] if shape else 1
+            cols = p.numel() // rows
+            role, why = self._role(self._names[i], p)
+            if self._requested[i]:
+                reason = self._why[i]
+            elif why:
+                reason = why
+            elif p.dim() <= 1:
+                reason = f"{p.dim()}-D tensor"
+            elif self._cfg.route_degenerate_to_adamw and (rows == 1 or cols == 1):
+                reason = f"{rows}x{cols} matrix (route_degenerate_to_adamw)"
+            elif p.dim() > 2:
+                reason = f"{p.dim()}-D tensor as a {rows}x{cols} matrix"
+            else:
+                reason = "2-D matrix"
+            out.append({"name": self._names[i], "shape": shape,
+                        "optimizer": L.OPTIMIZER_NAMES[o.value], "tail": bool(lay.tail),
+                        "reason": reason})
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """strata_stats_get's counters as a dict (field names and units of
+        strata_stats, include/strata/strata.h: "step", "root_refreshes",
+        "device_bytes", "last_step_seconds", ...)."""
+        out = L.Stats()
+        with self._locked():
+            L.check(self._lib.strata_stats_get(self._rt, byref(out)), "strata_stats_get")
+        return {f: getattr(out, f) for f, _ in L.Stats._fields_}
+
+    def routing(self) -> list[dict[str, Any]]:
+        """Which parameter went to which optimizer and why: one dict per
+        parameter in registration order, with "name", "shape", "optimizer"
+        (strata_param_optimizer), "tail" (routed to AdamW by the rule) and
+        "reason"."""
+        return [dict(r) for r in self._routing]
+
+    def __del__(self) -> None:
+        rt = getattr(self, "_rt", None)
+        if rt is not None:
+            self._rt = None
+            try:
+                self._lib.strata_destroy(rt)
+            except Exception:
+                pass
+
+    # ---- the step
+    def _lr_scale(self) -> float:
+        ratio = None
+        for i, g in enumerate(self.param_groups):
+            lr0, wd0 = self._base[i]
+            if float(g["weight_decay"]) != wd0:
+                raise _err("STRATA_ERR_UNSUPPORTED",
+                           f"param group {i}: weight_decay changed from {wd0} to "
+                           f"{g['weight_decay']}: the C configuration is fixed at create")
+            lr = float(g["lr"])
+            if not (lr >= 0.0) or lr == float("inf"):
+                raise _err("STRATA_ERR_INVALID_ARG", f"param group {i}: lr = {lr}")
+            r = lr / lr0 if lr0 != 0.0 else (1.0 if lr == 0.0 else float("inf"))
+            if r == float("inf"):
+                raise _err("STRATA_ERR_UNSUPPORTED", f"param group {i}: lr {lr} from a "
+                           "configured lr of 0 (a scale of 0 cannot grow)")
+            if ratio is None:
+                ratio = r
+            elif abs(r - ratio) > 1e-9 * max(abs(r), abs(ratio)):
+                raise _err("STRATA_ERR_UNSUPPORTED",
+                           f"param group {i}: lr ratio {r} differs from group 0's {ratio}: "
+                           "strata has one learning-rate scale (strata_set_lr_scale)")
+        return float(ratio if ratio is not None else 1.0)
+
+    def _gather(self) -> list[tuple[int, int]]:
+        """Every parameter's (data, grad) pointers for this step, checked first."""
+        bufs = []
+        any_grad = False
+        missing = []
+        for i, p in enumerate(self._params):
+            n = self._names[i]
+            _check_tensor(p, n, "the parameter")
+            g = p.grad
+            if g is None:
+                missing.append(i)
+                bufs.append((_ptr(p), _ptr(self._zeros)))
+                continue
+            if g.is_sparse or g.layout != torch.strided:
+                raise _err("STRATA_ERR_INVALID_ARG",
+                           f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
+            _check_tensor(g, n, "its gradient", p.shape)
+            any_grad = True
+            bufs.append((_ptr(p), _ptr(g)))
+        if not any_grad:
+            raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
+                       "gradient (nothing changed)")
+        for i in missing:
+            if i not in self._warned_none:
+                self._warned_none.add(i)
+                warnings.warn(f"strata: {self._names[i]} has no gradient this step; strata "
+                              "steps it with a zero gradient (torch would skip it)",
+                              stacklevel=3)
+        return bufs
+
+    def _repoint(self, rt: int, bufs: list[tuple[int, int]]) -> None:
+        for i, (d, g) in enumerate(bufs):
+            od, og = self._bufs[i]
+            if (d, g) != (od, og):
+                L.check(self._lib.strata_param_set_buffers(
+                    rt, i, c_void_p(d) if d != od else None, c_void_p(g) if g != og else None),
+                    f"strata_param_set_buffers({self._names[i]})")
+                self._bufs[i] = (d, g)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One strata_step over every parameter, reading the gradients in
+        place; `closure` (re-evaluates the model, returns the loss) runs
+        first, with gradients enabled. Errors: StrataError (nothing changed:
+        a bad gradient, a non-finite one, STRATA_ERR_NONFINITE, ...)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with self._locked():
+            rt = self._rt
+            if rt is None:
+                raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
+            scale = self._lr_scale()
+            bufs = self._gather()
+            self._repoint(rt, bufs)
+            if scale != self._scale:
+                L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(scale)),
+                        "strata_set_lr_scale")
+                self._scale = scale
+            L.check(self._lib.strata_hook_backward(rt, 0), "strata_hook_backward")
+            L.check(self._lib.strata_step(rt), "strata_step")
+        return loss
+
+    # ---- checkpoints
+    def _meta(self) -> dict[str, Any]:
+        return {"optimizer": self._matrix, "class": type(self).__name__,
+                "params": [[n, list(p.shape)] for n, p in zip(self._names, self._params)],
+                "routing": [r["optimizer"] for r in self._routing],
+                "base": [list(b) for b in self._base]}
+
+    def _check_meta(self, meta: Any, where: str) -> None:
+        mine = self._meta()
+        if not isinstance(meta, dict) or meta.get("optimizer") != mine["optimizer"]:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}: written by {meta.get('class') if isinstance(meta, dict) else '?'}"
+                       f", not {mine['class']}")
+        if [list(x) for x in meta.get("params", [])] != mine["params"]:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}: its parameters (names and shapes) differ from this optimizer's")
+        if meta.get("routing") != mine["routing"]:
+            raise _err("STRATA_ERR_INVALID_ARG", f"{where}: its routing differs")
+        if meta.get("base") != mine["base"]:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}: its groups' configured lr and weight_decay "
+                       f"{meta.get('base')} differ from this optimizer's {mine['base']}")
+
+    def _user_json(self) -> str:
+        return json.dumps({"strata_torch": self._meta(),
+                           "lr": [float(g["lr"]) for g in self.param_groups]})
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """strata_save into directory `path` (strata's checkpoint format:
+        `strata ckpt inspect/verify` read it; crash-safe, see strata.h):
+        weights, optimizer state, step counter, lr scale, and the param
+        groups' lr in the manifest's user object. Errors: StrataError."""
+        with self._locked():
+            L.check(self._lib.strata_save(self._rt, os.fsencode(os.fspath(path)),
+                                          self._user_json().encode(), None), "strata_save")
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """strata_load from directory `path` written by save(): optimizer
+        state, step counter, lr scale, the groups' lr, and the weights, which
+        strata writes into the parameters' storage in place (its checkpoint
+        holds them). Into a fresh runtime, swapped in on success: on any
+        error (another optimizer's or model's checkpoint, corrupt files)
+        StrataError and nothing changed."""
+        self._load_dir(os.fspath(path), restore_weights=True)
+
+    def _load_dir(self, path: str, restore_weights: bool,
+                  lrs: Optional[list[float]] = None) -> None:
+        with self._locked():
+            scratch = None if restore_weights else [p.detach().clone() for p in self._params]
+            ptrs = [_ptr(p) for p in (self._params if scratch is None else scratch)]
+            rt = self._build(ptrs)
+            try:
+                uj = c_void_p()
+                L.check(self._lib.strata_load(rt, os.fsencode(path), byref(uj), None),
+                        "strata_load")
+                user: Any = {}
+                if uj.value:
+                    text = ctypes.string_at(uj.value).decode()
+                    self._lib._free(uj)
+                    user = json.loads(text)
+                self._check_meta(user.get("strata_torch") if isinstance(user, dict) else None,
+                                 path)
+                if scratch is not None:
+                    for i, p in enumerate(self._params):
+                        L.check(self._lib.strata_param_set_buffers(rt, i, c_void_p(_ptr(p)),
+                                                                   None),
+                                "strata_param_set_buffers")
+            except BaseException:
+                self._lib.strata_destroy(rt)
+                raise
+            old, self._rt = self._rt, rt
+            self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+            self._scale = float("nan")  # set again at the next step (strata_load restored it)
+            for g, lr in zip(self.param_groups, lrs if lrs is not None else user.get("lr", [])):
+                g["lr"] = lr
+            if old is not None:
+                self._lib.strata_destroy(old)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's layout: {"state": {}, "param_groups": [...]} with params as
+        positions, plus "strata": the files of a strata_save checkpoint
+        (manifest.json, model.safetensors, rank-00000.*) as uint8 tensors, so
+        torch.save pickles it. The weights travel too (model.safetensors: one
+        copy of the model's float32 weights); load_state_dict does not write
+        them back into the model."""
+        with self._locked():
+            tmp = tempfile.mkdtemp(prefix="strata-sd-")
+            try:
+                d = os.path.join(tmp, "ckpt")
+                L.check(self._lib.strata_save(self._rt, d.encode(), self._user_json().encode(),
+                                              None), "strata_save")
+                files = {}
+                for name in sorted(os.listdir(d)):
+                    with open(os.path.join(d, name), "rb") as f:
+                        files[name] = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        groups = []
+        pos = 0
+        for g in self.param_groups:
+            gd = {k: v for k, v in g.items() if k != "params"}
+            gd["params"] = list(range(pos, pos + len(g["params"])))
+            pos += len(g["params"])
+            groups.append(gd)
+        return {"state": {}, "param_groups": groups,
+                "strata": {"format": 1, "meta": self._meta(), "files": files}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state_dict() of an optimizer of the same class over the
+        same parameters (names, shapes, routing): optimizer state, step
+        counter, the groups' hyperparameters; the model's weights are left as
+        they are (load them with the model's own load_state_dict). Errors:
+        StrataError (STRATA_ERR_INVALID_ARG: another optimizer's or model's
+        state; STRATA_ERR_DATA: corrupt), and nothing changed."""
+        sd = state_dict.get("strata") if isinstance(state_dict, dict) else None
+        if not isinstance(sd, dict) or "files" not in sd:
+            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: not a strata optimizer's "
+                       "state_dict (no 'strata' entry)")
+        self._check_meta(sd.get("meta"), "load_state_dict")
+        groups = state_dict.get("param_groups", [])
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: its param groups differ")
+        for i, g in enumerate(groups):
+            if float(g["weight_decay"]) != self._base[i][1]:
+                raise _err("STRATA_ERR_UNSUPPORTED", f"load_state_dict: group {i} weight_decay "
+                           f"{g['weight_decay']} differs from {self._base[i][1]}")
+        tmp = tempfile.mkdtemp(prefix="strata-sd-")
+        try:
+            d = os.path.join(tmp, "ckpt")
+            os.mkdir(d)
+            for name, t in sd["files"].items():
+                if os.sep in name or name.startswith("."):
+                    raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
+                with open(os.path.join(d, name), "wb") as f:
+                    if isinstance(t, torch.Tensor):
+                        t = t.detach().contiguous().to(torch.uint8)
+                        f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
+                    else:
+                        f.write(bytes(t))
+            self._load_dir(d, restore_weights=False, lrs=[float(g["lr"]) for g in groups])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _doc(cls: type, family: str) -> type:
+    fields = ", ".join(f for f, _ in _FAMILY_STRUCT[family]._fields_)
+    cls.__doc__ = (f"strata's {family} over torch parameters (strata_config.matrix_optimizer = "
+                   f"{family}).\n\nIts keywords: {fields} (strata_{_FAMILY_FIELD[family]}_config"
+                   ", include/strata/optim.h)"
+                   + ("" if family == "adamw" else "; the tail's adamw_lr, adamw_beta1, "
+                      "adamw_beta2, adamw_eps, adamw_weight_decay")
+                   + "; the runtime's " + ", ".join(
+                       "async_roots" if f == "async" else f for f in _RUNTIME_FIELDS)
+                   + " (strata_config, include/strata/strata.h).\n\n"
+                   + (StrataOptimizer.__doc__ or ""))
+    return cls
+
+
+class Shampoo(StrataOptimizer):
+    _matrix = "shampoo"
+
+
+class SOAP(StrataOptimizer):
+    _matrix = "soap"
+
+
+class KLShampoo(StrataOptimizer):
+    _matrix = "kl-shampoo"
+
+
+class Muon(StrataOptimizer):
+    _matrix = "muon"
+
+
+class AdamW(StrataOptimizer):
+    _matrix = "adamw"
+
+
+for _c, _f in ((Shampoo, "shampoo"), (SOAP, "soap"), (KLShampoo, "kl-shampoo"), (Muon, "muon"),
+               (AdamW, "adamw")):
+    _doc(_c, _f)
