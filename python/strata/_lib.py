@@ -72,7 +72,7 @@ class Config(Structure):
     _fields_ = [("version", c_int), ("matrix_optimizer", c_enum),
                 ("adamw", AdamWConfig), ("shampoo", ShampooConfig), ("muon", MuonConfig),
                 ("soap", SoapConfig), ("kl_shampoo", KLShampooConfig),
-                ("max_grad_norm", c_float), ("route_degenerate_to_adamw", c_bool),
+                ("precondition_frequency", c_int), ("max_grad_norm", c_float), ("route_degenerate_to_adamw", c_bool),
                 ("stagger_refresh", c_bool), ("backend", c_enum), ("blas_threads", c_int),
                 ("step_threads", c_int), ("async", c_bool), ("staleness", c_int),
                 ("install_mode", c_enum), ("workers", c_int), ("pin_workers", c_bool),
@@ -85,7 +85,7 @@ class Config(Structure):
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 3
+CONFIG_VERSION = 4
 
 
 class ParamDesc(Structure):

@@ -244,7 +244,11 @@ class StrataOptimizer(torch.optim.Optimizer):
         fam_fields = [f for f, _ in type(fam)._fields_]
         tail_fields = [f for f, _ in L.AdamWConfig._fields_]
         for key, value in opts.items():
-            if key in fam_fields:
+            if key == "precondition_frequency":
+                # one refresh period for every family (strata_config's own
+                # field; the families' copies stay at their defaults)
+                _set_field(cfg, key, value, "strata_config.")
+            elif key in fam_fields:
                 _set_field(fam, key, value, fam_name + ".")
             elif self._matrix != "adamw" and key.startswith("adamw_") and \
                     key[6:] in tail_fields:

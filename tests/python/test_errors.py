@@ -39,7 +39,7 @@ def test_unknown_keyword_and_bad_values():
     with pytest.raises(TypeError, match="precondition_frequency"):
         st.Shampoo([p], precondition_frequncy=3)
     with pytest.raises(strata.StrataError) as e:  # the C library's own check names the field
-        st.Shampoo([p], precondition_frequency=0)
+        st.Shampoo([p], precondition_frequency=-1)
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
     assert "precondition_frequency" in e.value.message
     with pytest.raises(strata.StrataError) as e:
@@ -57,7 +57,7 @@ class Fixture:
         self.named = make_params()
         self.o = st.Shampoo(self.named, precondition_frequency=2)
         self.c = CRun("shampoo", [p for _, p in self.named], [n for n, _ in self.named],
-                      {"shampoo.precondition_frequency": 2})
+                      {"precondition_frequency": 2})
         self.t = 0
         self.good_step()
 

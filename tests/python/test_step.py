@@ -31,7 +31,7 @@ def options(opt, mode):
     kw, fields = {}, {}
     if opt in ("shampoo", "soap", "kl-shampoo"):
         kw["precondition_frequency"] = 2
-        fields[FAMILY[opt] + ".precondition_frequency"] = 2
+        fields["precondition_frequency"] = 2
         kw["stagger_refresh"] = True
         fields["stagger_refresh"] = True
     if mode.startswith("async"):  # "async": S = 0 (bit-identical to sync), "async1": S = 1
@@ -75,9 +75,9 @@ def test_lr_scheduler_takes_effect():
     o = st.Shampoo(named, precondition_frequency=2)
     sched = torch.optim.lr_scheduler.LambdaLR(o, lambda k: 0.5 ** k)
     c = CRun("shampoo", [p for _, p in named], [n for n, _ in named],
-             {"shampoo.precondition_frequency": 2})
+             {"precondition_frequency": 2})
     plain = CRun("shampoo", [p for _, p in named], [n for n, _ in named],
-                 {"shampoo.precondition_frequency": 2})
+                 {"precondition_frequency": 2})
     lr0 = o.param_groups[0]["lr"]
     for t in range(1, 5):
         gs = grads(t)

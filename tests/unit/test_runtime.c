@@ -54,7 +54,7 @@ static void test_param_set_buffers(void **state)
     (void)state;
     strata_config cfg;
     strata_config_default(&cfg);
-    cfg.shampoo.precondition_frequency = 2;
+    cfg.precondition_frequency = 2;
     strata_runtime *a, *b;
     assert_int_equal(strata_create(&cfg, &a), STRATA_OK);
     assert_int_equal(strata_create(&cfg, &b), STRATA_OK);
