@@ -13,7 +13,7 @@
  *
  * strata_config_default and strata_create (strata.h), the communicators
  * (comm/comm.h), the cost model's cache (plan/plan.h) and the trainer's BLAS
- * core (examples/gpt/blas_core.h) read through here; no other getenv in the
+ * core (trainer/blas_core.h) read through here; no other getenv in the
  * library or the command (tests/unit/test_env.c greps for one). At start-up
  * the runtime logs every variable that is set, at STRATA_LOG_INFO
  * (strata_env_log).

@@ -21,7 +21,7 @@
  * Derived from it: the checkpoint's config fields (ckpt/checkpoint.c), the
  * names, offsets and types of the `strata train` flags that set strata_config
  * fields (cli/main.c), and the JSONL config keys that record them
- * (examples/gpt/report.c). Each consumer names the rows it presents by id
+ * (trainer/report.c). Each consumer names the rows it presents by id
  * (STRATA_CFG_ID(id)); tests/unit/test_config_schema.c checks that the rows
  * tile strata_config (a field added without a row fails), and
  * tests/layout/check_schema.py that every row's flag is presented by the CLI

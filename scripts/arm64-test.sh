@@ -74,7 +74,7 @@ echo "arm64: ${#tests[@]} tests under qemu-aarch64-static with 64 KiB pages" \
      "(left out: async, ~10+ min under qemu; suites slow, mpi, cuda)"
 # qemu's emulated CPU is one OpenBLAS 0.3.21 does not know, so it runs its
 # generic armv8 kernels, and the CLI's re-execution onto a better core
-# (examples/gpt/blas_core.c) cannot exec an aarch64 binary under qemu-user
+# (trainer/blas_core.c) cannot exec an aarch64 binary under qemu-user
 # without binfmt_misc: it would warn in every run. Name a core OpenBLAS has
 # (the CLI keeps a user's choice); the cli test sets its own to check the
 # generic-core paths.

@@ -60,7 +60,7 @@ SOAP = dict(lr=3e-3, b1=0.95, b2=0.95, freq=10, wd=0.0)
 
 
 def default_gpt_shapes(layers=4, c=128):
-    """The default GPT's matrices (examples/gpt/gpt.h, stored in x out)."""
+    """The default GPT's matrices (trainer/gpt.h, stored in x out)."""
     return [s for _ in range(layers) for s in ((c, 3 * c), (c, c), (c, 4 * c), (4 * c, c))]
 
 
@@ -457,7 +457,7 @@ def sgemm_bench(args, results):
 # ----------------------------------------------------------------- training
 
 def torch_gpt_worker(threads, steps, layers, d_model, heads, seq, batch):
-    """The byte-level GPT of examples/gpt/gpt.h in PyTorch eager (pre-LN,
+    """The byte-level GPT of trainer/gpt.h in PyTorch eager (pre-LN,
     tanh GELU, tied LM head, learned positions), AdamW on every tensor with
     the CLI's defaults (lr 3e-3, betas 0.9/0.95, wd 0, clip 1.0); prints
     tokens/s over `steps` steps after 3 warm-up steps."""

@@ -1,4 +1,4 @@
-/* The GPU GPT (examples/gpt/cuda) against the CPU GPT (examples/gpt/gpt.c),
+/* The GPU GPT (trainer/cuda) against the CPU GPT (trainer/gpt.c),
  * the reference, on a small model (2 layers, d_model 64, 4 heads, T = 32,
  * B = 4, vocab 256): same initialization bit for bit; the loss of a forward
  * within 1e-5 relative; every parameter gradient within 1e-3 of its

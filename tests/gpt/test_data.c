@@ -1,4 +1,4 @@
-/* test_data.c — the GPT example's byte corpus loader (examples/gpt/data.h).
+/* test_data.c — the GPT example's byte corpus loader (trainer/data.h).
  *
  * Bad input gives the documented status and a message, never a crash:
  * missing path, empty file, empty directory, a directory of skipped files

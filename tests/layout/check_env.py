@@ -8,7 +8,7 @@ import re
 import sys
 
 FOLDERS = ["base", "backend", "optim", "engine", "comm", "plan", "ckpt", "runtime", "tiers",
-           "workers", "coherence", "examples", "cli"]
+           "workers", "coherence", "trainer", "examples", "cli"]
 
 
 def main():

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """The include graph is one-way (README.md "Layout", ARCHITECTURE.md):
 
-    cli, examples, bench -> ckpt -> runtime -> engine -> plan
+    cli, bench -> trainer -> ckpt -> runtime -> engine -> plan
         -> {optim, coherence, tiers, comm} -> {backend, workers} -> base
+
+trainer/ is product code (the installed `strata` command is built from it)
+and may include internal headers; examples/ is what a user writes and may
+include only the public headers (include/strata/*.h).
 
 A file may include headers of its own component, of components below it, and
 the public headers of components at or below its level (include/strata/X.h
@@ -19,8 +23,8 @@ import re
 import sys
 
 LEVEL = {"base": 0, "backend": 1, "workers": 1, "optim": 2, "coherence": 2, "tiers": 2,
-         "comm": 2, "plan": 3, "engine": 4, "runtime": 5, "ckpt": 6, "examples": 7, "cli": 7,
-         "bench": 7}
+         "comm": 2, "plan": 3, "engine": 4, "runtime": 5, "ckpt": 6, "trainer": 7, "cli": 8,
+         "bench": 8, "examples": 8}
 PUBLIC = {"status.h": "base", "types.h": "base", "backend.h": "backend", "optim.h": "optim",
           "comm.h": "comm", "strata.h": "runtime"}
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -55,6 +59,11 @@ def main():
                 files += 1
                 src = open(f, encoding="utf-8", errors="replace").read()
                 for inc in INC.findall(src):
+                    if comp == "examples" and not inc.startswith("strata/") and \
+                            not os.path.exists(os.path.join(dirpath, inc)):
+                        bad.append(f"{os.path.relpath(f, root)}: an example includes {inc}: "
+                                   f"examples use only the public headers (strata/*.h)")
+                        continue
                     dep = component_of_header(inc, comp, dirpath, root)
                     if dep is None or dep == comp:
                         continue

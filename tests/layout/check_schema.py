@@ -3,7 +3,7 @@
 fields (issue #18 item 6): every row's `strata train` flag is presented by the
 CLI through the row (CFG(id) in cli/main.c) and documented in README.md, every
 row's JSONL key is written by the report through the row (SK(id) in
-examples/gpt/report.c), and no consumer spells a schema field's flag or key by
+trainer/report.c), and no consumer spells a schema field's flag or key by
 hand. Usage: check_schema.py SOURCE_ROOT. Exit 0 pass, 1 fail."""
 import pathlib
 import re
@@ -19,7 +19,7 @@ def main():
         print(f"FAIL runtime/config_schema.h: only {len(rows)} rows parsed")
         return 1
     cli = (root / "cli" / "main.c").read_text()
-    report = (root / "examples" / "gpt" / "report.c").read_text()
+    report = (root / "trainer" / "report.c").read_text()
     readme = (root / "README.md").read_text()
     cli_ids = set(re.findall(r"CFG\((\w+)\)", cli))
     sk_ids = set(re.findall(r"SK\((\w+),", report))

@@ -139,7 +139,7 @@ static void tiny_options(gpt_train_options *o, const run_case *c)
      * tests/train/regen_regression.sh prints the table's rows. */
     o->warmup = 6;
     /* Likewise Muon's learning rate: the table's 0.02, the trainer's default
-     * until the race's sweep moved it (examples/gpt/trainer.c). */
+     * until the race's sweep moved it (trainer/trainer.c). */
     o->strata.muon.lr = 0.02f;
     o->eval_every = 0;
     o->quiet = true;

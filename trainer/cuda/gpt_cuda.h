@@ -2,7 +2,7 @@
  * a GPU: cuBLAS for every matrix product (attention's per-head products as
  * strided batched GEMMs), small CUDA C kernels for the embedding, LayerNorm,
  * attention softmax, GELU, bias and cross-entropy (in the spirit of llm.c's
- * train_gpt2.cu; our own code, following examples/gpt/gpt_impl.inc step by
+ * train_gpt2.cu; our own code, following trainer/gpt_impl.inc step by
  * step so that the CPU model stays the reference).
  *
  * Same architecture, tensor table, initialization (the CPU model with the
