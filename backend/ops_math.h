@@ -144,4 +144,16 @@ STRATA_HD static inline double strata_om_sq(float x)
     return v * v;
 }
 
+/* One row of NorMuon's second-moment normalization (row_ms_normalize):
+ * from the row's float64 sum of squares `sumsq` over `cols` entries,
+ * v = v + (1-b) ((float)(sumsq / cols) - v) (torch's lerp_ with weight
+ * 1-b < 0.5); returns the divisor sqrt(v) + eps of the row. */
+STRATA_HD static inline float strata_om_row_ms_update(float *v, double sumsq, int64_t cols,
+                                                       float b, float eps)
+{
+    const float r = (float)(sumsq / (double)cols);
+    *v = *v + (1.0f - b) * (r - *v);
+    return sqrtf(*v) + eps;
+}
+
 #endif /* STRATA_BACKEND_OPS_MATH_H */

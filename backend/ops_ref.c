@@ -158,6 +158,22 @@ strata_status strata_ref_row_col_sq_means(void *ctx, void *stream, int64_t rows,
     return STRATA_OK;
 }
 
+strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                          float *x, int64_t ld, float *v, float beta, float eps)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++) {
+        float *xi = x + i * ld;
+        double acc = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            acc += strata_om_sq(xi[j]);
+        const float d = strata_om_row_ms_update(&v[i], acc, cols, beta, eps);
+        for (int64_t j = 0; j < cols; j++)
+            xi[j] = xi[j] / d;
+    }
+    return STRATA_OK;
+}
+
 strata_status strata_ref_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
                                  int64_t ld, float value)
 {

@@ -181,13 +181,10 @@ size_t strata_muon_state_bytes(const strata_muon_state *s)
     return s ? s->mem_bytes : 0;
 }
 
-strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, float *w,
-                               const float *g, strata_optim_counters *cnt)
+strata_status strata_muon_direction(strata_muon_state *s, const float *g,
+                                    strata_optim_counters *cnt, float **dir)
 {
-    strata_status st_args = optim_check_step("muon_step", s, w, g, t);
-    if (st_args != STRATA_OK)
-        return st_args;
-    const double t0 = strata_now_seconds();
+    *dir = NULL;
     const strata_muon_config *c = &s->cfg;
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
@@ -223,12 +220,28 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     st = strata_backend_momentum(s->be, NULL, n, s->mom, g, s->x, mu, gw, c->nesterov);
     if (st == STRATA_OK)
         st = strata_ns_run(s->be, &s->ns, s->team, s->batch, s->rows, s->cols, s->x, s->work);
+    if (st == STRATA_OK)
+        *dir = s->x;
+    return st;
+}
+
+strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, float *w,
+                               const float *g, strata_optim_counters *cnt)
+{
+    strata_status st = optim_check_step("muon_step", s, w, g, t);
     if (st != STRATA_OK)
+        return st;
+    const double t0 = strata_now_seconds();
+    const strata_muon_config *c = &s->cfg;
+    const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
+    float *x = NULL;
+    st = strata_muon_direction(s, g, cnt, &x);
+    if (st != STRATA_OK || !x)
         return st;
     const float lr = c->lr * lr_scale;
     const float step = (float)(lr * muon_scale(c->scale, s->rows, s->cols));
     const float decay = lr * c->weight_decay;
-    st = strata_backend_apply_update(s->be, NULL, n, w, s->x, step, decay,
+    st = strata_backend_apply_update(s->be, NULL, n, w, x, step, decay,
                                      STRATA_APPLY_DECAY_STEP);
     if (st != STRATA_OK)
         return st;

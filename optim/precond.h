@@ -212,6 +212,7 @@ extern const strata_precond_family strata_family_muon;
 extern const strata_precond_family strata_family_shampoo;
 extern const strata_precond_family strata_family_soap;
 extern const strata_precond_family strata_family_kl_shampoo;
+extern const strata_precond_family strata_family_normuon;
 
 /* Set one tensor_info entry (helper for the families' `tensors`). */
 void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,

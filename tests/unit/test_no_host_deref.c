@@ -254,6 +254,12 @@ static strata_status g_row_col_sq_means(void *ctx, void *s, int64_t r, int64_t c
     GUARDED(ctx, strata_ref_row_col_sq_means(ctx, s, r, c, x, ld, sa, sb, rm, cm));
 }
 
+static strata_status g_row_ms_normalize(void *ctx, void *s, int64_t r, int64_t c, float *x,
+                                        int64_t ld, float *v, float beta, float eps)
+{
+    GUARDED(ctx, strata_ref_row_ms_normalize(ctx, s, r, c, x, ld, v, beta, eps));
+}
+
 static strata_status g_fill_2d(void *ctx, void *s, int64_t r, int64_t c, float *x, int64_t ld,
                                float v)
 {
@@ -320,6 +326,7 @@ static const strata_backend_iface guard_iface = {
         .scale_rc_damped = g_scale_rc_damped,
         .eigen_ema_clamp = g_eigen_ema_clamp,
         .row_col_sq_means = g_row_col_sq_means,
+        .row_ms_normalize = g_row_ms_normalize,
         .fill_2d = g_fill_2d,
         .diag_update = g_diag_update,
         .copy_2d = g_copy_2d,
