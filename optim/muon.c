@@ -252,14 +252,6 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
 
 /* ------------------------------------------------ preconditioner family */
 
-/* Muon has nothing to refresh: its family only creates, applies and
- * enumerates (the engine runs it like the others). */
-static bool fam_false(const void *cfg)
-{
-    (void)cfg;
-    return false;
-}
-
 static strata_status fam_create(const void *cfg, strata_backend *be,
                                 const strata_precond_shape *sh, bool external, void **out)
 {
@@ -276,12 +268,6 @@ static void fam_destroy(void *s)
 static size_t fam_bytes(const void *s)
 {
     return strata_muon_state_bytes(s);
-}
-
-static int fam_n_blocks(const void *s)
-{
-    (void)s;
-    return 0;
 }
 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
@@ -318,8 +304,8 @@ static double fam_step_cost(const strata_precond_shape *sh)
 
 const strata_precond_family strata_family_muon = {
     .name = "muon",
-    .has_refresh = fam_false,
-    .async_capable = fam_false,
+    .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
+    .async_capable = strata_family_never, /* applies and enumerates */
     .cfg_size = sizeof(strata_muon_config),
     .config_default = fam_config_default,
     .config_check = fam_config_check,
@@ -330,7 +316,7 @@ const strata_precond_family strata_family_muon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
-    .n_blocks = fam_n_blocks,
+    .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .tensors = fam_tensors,
 };

@@ -199,13 +199,6 @@ strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64
 
 /* ------------------------------------------------ preconditioner family */
 
-/* Like Muon, nothing to refresh. */
-static bool fam_false(const void *cfg)
-{
-    (void)cfg;
-    return false;
-}
-
 static strata_status fam_create(const void *cfg, strata_backend *be,
                                 const strata_precond_shape *sh, bool external, void **out)
 {
@@ -222,12 +215,6 @@ static void fam_destroy(void *s)
 static size_t fam_bytes(const void *s)
 {
     return strata_normuon_state_bytes(s);
-}
-
-static int fam_n_blocks(const void *s)
-{
-    (void)s;
-    return 0;
 }
 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
@@ -265,8 +252,8 @@ static double fam_step_cost(const strata_precond_shape *sh)
 
 const strata_precond_family strata_family_normuon = {
     .name = "normuon",
-    .has_refresh = fam_false,
-    .async_capable = fam_false,
+    .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
+    .async_capable = strata_family_never, /* applies and enumerates */
     .cfg_size = sizeof(strata_normuon_config),
     .config_default = fam_config_default,
     .config_check = fam_config_check,
@@ -277,7 +264,7 @@ const strata_precond_family strata_family_normuon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
-    .n_blocks = fam_n_blocks,
+    .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .tensors = fam_tensors,
 };

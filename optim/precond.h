@@ -214,6 +214,11 @@ extern const strata_precond_family strata_family_soap;
 extern const strata_precond_family strata_family_kl_shampoo;
 extern const strata_precond_family strata_family_normuon;
 
+/* Slots of a family without refreshes (Muon, NorMuon): has_refresh and
+ * async_capable answering false, n_blocks answering 0. */
+bool strata_family_never(const void *cfg);
+int strata_family_no_blocks(const void *state);
+
 /* Set one tensor_info entry (helper for the families' `tensors`). */
 void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,
                             strata_dtype dtype, int64_t rows, int64_t cols,

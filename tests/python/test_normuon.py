@@ -20,6 +20,8 @@ Metric: after STEPS steps from the same weights, ||dW_strata - dW_ref||_F /
 computed from W, so only weight decay couples the trajectory to W and errors
 do not grow), below TOL."""
 import functools
+import os
+import sys
 
 import pytest
 import torch
@@ -33,18 +35,10 @@ STEPS = 8
 TOL = 5e-6       # standard Newton-Schulz on both sides (float32 rounding; measured <= 8.6e-7)
 TOL_GRAM = 1e-5  # strata's Gram iteration vs the reference's standard one (measured <= 5.6e-7)
 
-QUINTIC = (3.4445, -4.7750, 2.0315)
-_PE_RAW = [
-    (8.28721201814563, -23.595886519098837, 17.300387312530933),
-    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
-    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
-    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
-    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
-    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
-    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
-    (1.875, -1.25, 0.375),
-]
-PE = [(a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5) for (a, b, c) in _PE_RAW[:-1]] + [_PE_RAW[-1]]
+# The papers' schedules (tests/reference/ns_coefficients.py: Polar Express as strata runs it).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "reference"))
+from ns_coefficients import PE  # noqa: E402
 
 
 def reference_run(shapes, w0, grads, kw, safety=1.0):
