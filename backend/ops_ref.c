@@ -162,15 +162,8 @@ strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows,
                                           float *x, int64_t ld, float *v, float beta, float eps)
 {
     (void)ctx, (void)stream;
-    for (int64_t i = 0; i < rows; i++) {
-        float *xi = x + i * ld;
-        double acc = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            acc += strata_om_sq(xi[j]);
-        const float d = strata_om_row_ms_update(&v[i], acc, cols, beta, eps);
-        for (int64_t j = 0; j < cols; j++)
-            xi[j] = xi[j] / d;
-    }
+    for (int64_t i = 0; i < rows; i++)
+        strata_om_row_ms_normalize(x + i * ld, cols, &v[i], beta, eps);
     return STRATA_OK;
 }
 

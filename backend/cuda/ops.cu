@@ -269,22 +269,12 @@ extern "C" strata_status strata_cuda_row_col_sq_means(void *ctx, void *stream, i
     return STRATA_CUDA_LAUNCHED("k_kl_col_means");
 }
 
-/* One thread per row: the row's sum in index order (the reference's), its
- * second-moment update, then the row divided (bit-identical to the
- * reference). */
+/* One thread per row, the reference's row function (bit-identical). */
 __global__ void k_row_ms_normalize(int64_t rows, int64_t cols, float *x, int64_t ld, float *v,
                                    float beta, float eps)
 {
     FOR_EACH(i, rows)
-    {
-        float *xi = x + i * ld;
-        double acc = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            acc += strata_om_sq(xi[j]);
-        const float d = strata_om_row_ms_update(&v[i], acc, cols, beta, eps);
-        for (int64_t j = 0; j < cols; j++)
-            xi[j] = xi[j] / d;
-    }
+    strata_om_row_ms_normalize(x + i * ld, cols, &v[i], beta, eps);
 }
 
 extern "C" strata_status strata_cuda_row_ms_normalize(void *ctx, void *stream, int64_t rows,

@@ -120,10 +120,11 @@ def run_muon(drv, cfg, shape, grads, w0, lr_scale=1.0):
     return out.reshape(steps, batch, rows, cols), stats, ""
 
 
-def trajectory_error(cfg, shape, grads, w0, wc, lr_scale=1.0, wd_scaled=False):
+def trajectory_error(cfg, shape, grads, w0, wc, lr_scale=1.0, wd_scaled=False, ref_cls=None):
     """max_t ||dW_C - dW_ref|| / ||dW_ref|| with teacher forcing. wd_scaled: the
-    wrong rule lr * scale * wd (a negative control)."""
-    ref = MuonRef(cfg, shape)
+    wrong rule lr * scale * wd (a negative control). ref_cls: the reference
+    (MuonRef; NorMuon's test passes its own)."""
+    ref = (ref_cls or MuonRef)(cfg, shape)
     lr = float(np.float32(cfg["lr"]) * np.float32(lr_scale))
     wd = f32(cfg["weight_decay"])
     if wd_scaled:

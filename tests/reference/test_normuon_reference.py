@@ -12,8 +12,9 @@ Polar Express); a Gram run of the C code is compared with it too (the same
 iteration in exact arithmetic).
 
 Metric: per-step relative error of the weight update with teacher forcing
-(the weight-decay term at the C weights), max over 20 steps, as in
-test_optim_reference.py, whose driver wrapper and report this file reuses.
+(the weight-decay term at the C weights), max over 20 steps
+(test_muon_ns_reference.trajectory_error), with the driver wrapper and report
+of test_optim_reference.py.
 Shapes: square, wide, tall, below (aspect 1.5) and above (aspect 4) the Gram
 threshold (2), a stack of matrices; both update scales, the adjusted lr,
 Polar Express, weight decay, lr_scale, no Nesterov, beta2 = 0, zero
@@ -31,7 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_optim_reference import Driver, Report, f32, fro, gaussian_grads, rng_for, \
     STEPS  # noqa: E402
-from test_muon_ns_reference import ns_ref  # noqa: E402
+from test_muon_ns_reference import ns_ref, trajectory_error  # noqa: E402
 
 TOL_NORMUON = 1e-5       # standard Newton-Schulz, per-step update (measured <= 2.6e-6)
 TOL_NORMUON_GRAM = 2e-5  # Gram Newton-Schulz vs float64 standard (measured <= 5.2e-6)
@@ -99,19 +100,7 @@ def case(drv, rep, name, shape, over=None, grads=None, tol=TOL_NORMUON, lr_scale
         rep.check(name, False, "driver rc=%d: %s" % (rc, err.strip()))
         return
     wc = out.reshape(steps, batch, rows, cols)
-    ref = NorMuonRef(cfg, shape)
-    lr = float(np.float32(cfg["lr"]) * np.float32(lr_scale))
-    wd = f32(cfg["weight_decay"])
-    prev = w0.astype(np.float64)
-    worst, worst_t = 0.0, 0
-    for t in range(1, steps + 1):
-        d_ref = -lr * (ref.direction(t, grads[t - 1].astype(np.float64)) + wd * prev)
-        cur = wc[t - 1].astype(np.float64)
-        nref = fro(d_ref)
-        e = fro(cur - prev - d_ref) / nref if nref > 0 else fro(cur - prev)
-        if e > worst or not np.isfinite(e):
-            worst, worst_t = e, t
-        prev = cur
+    worst, worst_t = trajectory_error(cfg, shape, grads, w0, wc, lr_scale, ref_cls=NorMuonRef)
     used = (stats or {}).get("ns_method", "?")
     rep.line(name, worst, tol, note="step %d, NS %s" % (worst_t, used))
     if expect_method:
