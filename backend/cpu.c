@@ -148,6 +148,7 @@ static const strata_backend_iface cpu_iface = {
         .scale_rc_damped = strata_ref_scale_rc_damped,
         .eigen_ema_clamp = strata_ref_eigen_ema_clamp,
         .row_col_sq_means = strata_ref_row_col_sq_means,
+        .row_ms_normalize = strata_ref_row_ms_normalize,
         .fill_2d = strata_ref_fill_2d,
         .diag_update = strata_ref_diag_update,
         .copy_2d = strata_ref_copy_2d,

@@ -164,6 +164,14 @@ strata_status strata_backend_row_col_sq_means(strata_backend *be, strata_stream 
                                       col_mean);
 }
 
+strata_status strata_backend_row_ms_normalize(strata_backend *be, strata_stream *s, int64_t rows,
+                                              int64_t cols, float *x, int64_t ld, float *v,
+                                              float beta, float eps)
+{
+    PROLOGUE("row_ms_normalize", rows < 1 || cols < 1 || ld < cols || !x || !v);
+    return SLOT(be, row_ms_normalize)(backend_ctx(be), impl, rows, cols, x, ld, v, beta, eps);
+}
+
 strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s, int64_t rows,
                                      int64_t cols, float *x, int64_t ld, float value)
 {

@@ -227,6 +227,15 @@ strata_status strata_backend_row_col_sq_means(strata_backend *be, strata_stream 
                                                       const float *sb, double *row_mean,
                                                       double *col_mean);
 
+/* Row second-moment normalization (NorMuon, optim/normuon.c; Li et al. 2025,
+ * arXiv 2510.05491), per row i of a rows x cols block: r = sum_j x_ij^2 /
+ * cols (products and sum in double, in index order, rounded to float);
+ * v_i = v_i + (1-beta) (r - v_i) (float, torch's lerp_); x_ij = x_ij /
+ * (sqrt(v_i) + eps). v holds `rows` floats. Both sides must be >= 1. */
+strata_status strata_backend_row_ms_normalize(strata_backend *be, strata_stream *s,
+                                              int64_t rows, int64_t cols, float *x, int64_t ld,
+                                              float *v, float beta, float eps);
+
 /* x_ij = value over a rows x cols block (zeroing, constant init). */
 strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s,
                                                 int64_t rows, int64_t cols, float *x, int64_t ld,

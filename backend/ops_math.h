@@ -144,4 +144,22 @@ STRATA_HD static inline double strata_om_sq(float x)
     return v * v;
 }
 
+/* One row x[0..cols) of NorMuon's second-moment normalization
+ * (row_ms_normalize): its float64 sum of squares in index order, then
+ * v = v + (1-b) ((float)(sumsq / cols) - v) (torch's lerp_ with weight
+ * 1-b < 0.5), then x_j = x_j / (sqrt(v) + eps). The C reference runs it per
+ * row, the CUDA kernel one row per thread. */
+STRATA_HD static inline void strata_om_row_ms_normalize(float *x, int64_t cols, float *v, float b,
+                                                         float eps)
+{
+    double acc = 0.0;
+    for (int64_t j = 0; j < cols; j++)
+        acc += strata_om_sq(x[j]);
+    const float r = (float)(acc / (double)cols);
+    *v = *v + (1.0f - b) * (r - *v);
+    const float d = sqrtf(*v) + eps;
+    for (int64_t j = 0; j < cols; j++)
+        x[j] = x[j] / d;
+}
+
 #endif /* STRATA_BACKEND_OPS_MATH_H */

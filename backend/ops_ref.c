@@ -158,6 +158,15 @@ strata_status strata_ref_row_col_sq_means(void *ctx, void *stream, int64_t rows,
     return STRATA_OK;
 }
 
+strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                          float *x, int64_t ld, float *v, float beta, float eps)
+{
+    (void)ctx, (void)stream;
+    for (int64_t i = 0; i < rows; i++)
+        strata_om_row_ms_normalize(x + i * ld, cols, &v[i], beta, eps);
+    return STRATA_OK;
+}
+
 strata_status strata_ref_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
                                  int64_t ld, float value)
 {

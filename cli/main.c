@@ -225,9 +225,9 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
 static void dflt_lr(const train_args *d, char *buf, size_t n)
 {
     const strata_config *c = &d->o.strata;
-    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g", (double)c->adamw.lr,
-             (double)c->shampoo.lr, (double)c->muon.lr, (double)c->soap.lr,
-             (double)c->kl_shampoo.lr);
+    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g, normuon %g",
+             (double)c->adamw.lr, (double)c->shampoo.lr, (double)c->muon.lr, (double)c->soap.lr,
+             (double)c->kl_shampoo.lr, (double)c->normuon.lr);
 }
 
 static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
@@ -281,7 +281,7 @@ static const train_flag train_flag_rows[] = {
 
     {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
-     .help = "adamw | shampoo | muon | soap | kl-shampoo (default {})"},
+     .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
@@ -692,7 +692,7 @@ static void print_race_help(FILE *out, const train_args *d)
             "Train the GPT once per run of LIST, one run after another, with the same model,\n"
             "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
             "thread unless --threads says otherwise (the async runs' workers take the other\n"
-            "cores). A run is an optimizer name (adamw, muon, shampoo, soap, kl-shampoo:\n"
+            "cores). A run is an optimizer name (adamw, muon, normuon, shampoo, soap, kl-shampoo:\n"
             "synchronous, as `strata train` runs it) or NAME-async (its refreshes on worker\n"
             "threads, staggered over the period: one run per staleness budget in --staleness).\n"
             "AdamW runs first: its final validation loss is the target. Then write\n"
@@ -881,12 +881,14 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             o->strata.muon.lr = a->lr;
             o->strata.soap.lr = a->lr;
             o->strata.kl_shampoo.lr = a->lr;
+            o->strata.normuon.lr = a->lr;
         }
         if (a->wd >= 0.0f) {
             o->strata.shampoo.weight_decay = a->wd;
             o->strata.muon.weight_decay = a->wd;
             o->strata.soap.weight_decay = a->wd;
             o->strata.kl_shampoo.weight_decay = a->wd;
+            o->strata.normuon.weight_decay = a->wd;
         }
     }
     return 0;

@@ -181,13 +181,10 @@ size_t strata_muon_state_bytes(const strata_muon_state *s)
     return s ? s->mem_bytes : 0;
 }
 
-strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, float *w,
-                               const float *g, strata_optim_counters *cnt)
+strata_status strata_muon_direction(strata_muon_state *s, const float *g,
+                                    strata_optim_counters *cnt, float **dir)
 {
-    strata_status st_args = optim_check_step("muon_step", s, w, g, t);
-    if (st_args != STRATA_OK)
-        return st_args;
-    const double t0 = strata_now_seconds();
+    *dir = NULL;
     const strata_muon_config *c = &s->cfg;
     const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
     /* Reject before touching the momentum: one bad element would poison B
@@ -223,12 +220,28 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
     st = strata_backend_momentum(s->be, NULL, n, s->mom, g, s->x, mu, gw, c->nesterov);
     if (st == STRATA_OK)
         st = strata_ns_run(s->be, &s->ns, s->team, s->batch, s->rows, s->cols, s->x, s->work);
+    if (st == STRATA_OK)
+        *dir = s->x;
+    return st;
+}
+
+strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, float *w,
+                               const float *g, strata_optim_counters *cnt)
+{
+    strata_status st = optim_check_step("muon_step", s, w, g, t);
     if (st != STRATA_OK)
+        return st;
+    const double t0 = strata_now_seconds();
+    const strata_muon_config *c = &s->cfg;
+    const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
+    float *x = NULL;
+    st = strata_muon_direction(s, g, cnt, &x);
+    if (st != STRATA_OK || !x)
         return st;
     const float lr = c->lr * lr_scale;
     const float step = (float)(lr * muon_scale(c->scale, s->rows, s->cols));
     const float decay = lr * c->weight_decay;
-    st = strata_backend_apply_update(s->be, NULL, n, w, s->x, step, decay,
+    st = strata_backend_apply_update(s->be, NULL, n, w, x, step, decay,
                                      STRATA_APPLY_DECAY_STEP);
     if (st != STRATA_OK)
         return st;
@@ -238,14 +251,6 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
 }
 
 /* ------------------------------------------------ preconditioner family */
-
-/* Muon has nothing to refresh: its family only creates, applies and
- * enumerates (the engine runs it like the others). */
-static bool fam_false(const void *cfg)
-{
-    (void)cfg;
-    return false;
-}
 
 static strata_status fam_create(const void *cfg, strata_backend *be,
                                 const strata_precond_shape *sh, bool external, void **out)
@@ -263,12 +268,6 @@ static void fam_destroy(void *s)
 static size_t fam_bytes(const void *s)
 {
     return strata_muon_state_bytes(s);
-}
-
-static int fam_n_blocks(const void *s)
-{
-    (void)s;
-    return 0;
 }
 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
@@ -305,8 +304,8 @@ static double fam_step_cost(const strata_precond_shape *sh)
 
 const strata_precond_family strata_family_muon = {
     .name = "muon",
-    .has_refresh = fam_false,
-    .async_capable = fam_false,
+    .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
+    .async_capable = strata_family_never, /* applies and enumerates */
     .cfg_size = sizeof(strata_muon_config),
     .config_default = fam_config_default,
     .config_check = fam_config_check,
@@ -317,7 +316,7 @@ const strata_precond_family strata_family_muon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
-    .n_blocks = fam_n_blocks,
+    .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .tensors = fam_tensors,
 };

@@ -142,6 +142,17 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
 strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *cfg,
                                         const char *prefix);
 
+/* The first half of strata_muon_step, which NorMuon shares (optim/normuon.c):
+ * the finite check of g (batch x rows x cols; a NaN/Inf: STRATA_ERR_NONFINITE,
+ * nothing touched, counted in cnt->nonfinite_rejected), the overflow rule
+ * (a skip: *dir = NULL, STRATA_OK, counted in cnt->overflow_skipped), the
+ * momentum and the Newton-Schulz orthogonalization; *dir = the
+ * orthogonalized update X (batch x rows x cols float32, the state's own
+ * buffer, backend memory, valid until the state's next step). s and g are
+ * not checked here (the callers have). Errors: those of strata_muon_step. */
+strata_status strata_muon_direction(strata_muon_state *s, const float *g,
+                                    strata_optim_counters *cnt, float **dir);
+
 /* The Newton-Schulz configuration a Muon configuration implies. */
 void strata_muon_ns_config(const strata_muon_config *c, strata_ns_config *out);
 

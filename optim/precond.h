@@ -212,6 +212,12 @@ extern const strata_precond_family strata_family_muon;
 extern const strata_precond_family strata_family_shampoo;
 extern const strata_precond_family strata_family_soap;
 extern const strata_precond_family strata_family_kl_shampoo;
+extern const strata_precond_family strata_family_normuon;
+
+/* Slots of a family without refreshes (Muon, NorMuon): has_refresh and
+ * async_capable answering false, n_blocks answering 0. */
+bool strata_family_never(const void *cfg);
+int strata_family_no_blocks(const void *state);
 
 /* Set one tensor_info entry (helper for the families' `tensors`). */
 void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,

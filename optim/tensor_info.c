@@ -1,5 +1,6 @@
 /* strata_tensor_info_set (optim/precond.h): the helper every family calls
- * to describe its persistent tensors. Kept apart from the family table
+ * to describe its persistent tensors, and the slots of families without
+ * refreshes (strata_family_never, strata_family_no_blocks). Kept apart from the family table
  * (family.c), which points at every family: the families call down into
  * this file, and nothing here calls a family, so optim/ has no call circle. */
 #include <stdio.h>
@@ -22,4 +23,16 @@ void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,
     ti->shape[1] = ti->ndim == 2 ? cols : 0;
     ti->where = where;
     ti->data = data;
+}
+
+bool strata_family_never(const void *cfg)
+{
+    (void)cfg;
+    return false;
+}
+
+int strata_family_no_blocks(const void *state)
+{
+    (void)state;
+    return 0;
 }

@@ -113,6 +113,7 @@ typedef enum config_cond {
 #define ADAMW FOR(STRATA_OPTIM_ADAMW)
 #define SHAMPOO FOR(STRATA_OPTIM_SHAMPOO)
 #define MUON FOR(STRATA_OPTIM_MUON)
+#define NORMUON FOR(STRATA_OPTIM_NORMUON)
 #define SOAP FOR(STRATA_OPTIM_SOAP)
 #define KL FOR(STRATA_OPTIM_KL_SHAMPOO)
 #define OFF(member) offsetof(gpt_train_options, member)
@@ -261,6 +262,7 @@ static const config_key config_keys[] = {
        key, the field of the optimizer in use) */
     {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL, 0},
     {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL, 0},
+    {"lr", NORMUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.normuon.lr), NULL, NULL, 0},
     {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL, 0},
     {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL, 0},
     {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL, 0},
@@ -280,6 +282,8 @@ static const config_key config_keys[] = {
     {"weight_decay", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.weight_decay), NULL, NULL,
      0},
     {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL, 0},
+    {"weight_decay", NORMUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.normuon.weight_decay), NULL, NULL,
+     0},
     {"weight_decay", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.weight_decay), NULL, NULL, 0},
     {"weight_decay", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.weight_decay), NULL, NULL,
      0},

@@ -12,7 +12,8 @@
  *    constant, so the result is the same on every run and every GPU; the
  *    order differs from the reference's sequential sum (last bits).
  *  - row_col_sq_means: one thread per row, one per column, each summing in index
- *    order: bit-identical to the reference.
+ *    order: bit-identical to the reference; row_ms_normalize likewise, one
+ *    thread per row.
  *  - find_nonfinite: atomicMin of the offending indices: exact.
  * Scratch for reductions comes from the stream-ordered pool (cudaMallocAsync)
  * and is freed on the same stream.
@@ -266,6 +267,21 @@ extern "C" strata_status strata_cuda_row_col_sq_means(void *ctx, void *stream, i
         return s;
     k_kl_col_means<<<grid_for(cols), THREADS, 0, st>>>(rows, cols, x, ld, sa, col_mean);
     return STRATA_CUDA_LAUNCHED("k_kl_col_means");
+}
+
+/* One thread per row, the reference's row function (bit-identical). */
+__global__ void k_row_ms_normalize(int64_t rows, int64_t cols, float *x, int64_t ld, float *v,
+                                   float beta, float eps)
+{
+    FOR_EACH(i, rows)
+    strata_om_row_ms_normalize(x + i * ld, cols, &v[i], beta, eps);
+}
+
+extern "C" strata_status strata_cuda_row_ms_normalize(void *ctx, void *stream, int64_t rows,
+                                                      int64_t cols, float *x, int64_t ld, float *v,
+                                                      float beta, float eps)
+{
+    LAUNCH(k_row_ms_normalize, rows, stream, rows, cols, x, ld, v, beta, eps);
 }
 
 __global__ void k_fill_2d(int64_t rows, int64_t cols, float *x, int64_t ld, float value)

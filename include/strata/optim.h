@@ -33,9 +33,10 @@ typedef enum strata_optimizer {
     STRATA_OPTIM_MUON = 2,
     STRATA_OPTIM_SOAP = 3,
     STRATA_OPTIM_KL_SHAMPOO = 4,
+    STRATA_OPTIM_NORMUON = 5,
 } strata_optimizer;
 
-/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo", and the name of
+/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo", "normuon", and the name of
  * any family registered at run time; "default" for STRATA_OPTIM_DEFAULT,
  * "unknown" otherwise) and its inverse (STRATA_ERR_INVALID_ARG for an
  * unknown name; the message lists the known ones). Both read the family
@@ -513,6 +514,98 @@ STRATA_API size_t strata_muon_state_bytes(const strata_muon_state *s);
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
 STRATA_API strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t,
                                           float *w, const float *g, strata_optim_counters *cnt);
+
+/* ---------------------------------------------------------------- NorMuon
+ * Li et al., "NorMuon: Making Muon more efficient and scalable" (arXiv
+ * 2510.05491); names, defaults and step order follow the reference code in
+ * the pytorch-optimizer package (PyPI, 4.1.0:
+ * pytorch_optimizer/optimizer/muon/normuon.py, class NorMuon, its
+ * use_muon=True groups). Per matrix (m = rows, n = cols of one matrix;
+ * rows are the neurons, a PyTorch weight's first dimension):
+ *   momentum   B = mu B + (1-mu) G;  G' = nesterov ? (1-mu) G + mu B : B
+ *              (the reference's lerp form: Muon's EMA momentum_form)
+ *   X = NS(G') (Muon's Newton-Schulz, every schedule and method above)
+ *   o = ||X||_F
+ *   per row i  v_i = beta2 v_i + (1-beta2) mean_j X_ij^2  (no bias
+ *              correction; v starts at 0)
+ *              X_ij = X_ij / (sqrt(v_i) + eps)
+ *   scale      PRESERVE_NORM: X = X o / (||X||_F + eps), lr_eff = lr * r,
+ *                 r = use_adjusted_lr ? 0.2 sqrt(max(m, n))
+ *                                     : sqrt(max(1, m/n))     (default)
+ *              MATCH_RMS:     X = X 0.2 sqrt(m n) / (||X||_F + eps),
+ *                 lr_eff = lr (Algorithm 1 of the paper: update RMS 0.2)
+ *   W -= lr * wd * W + lr_eff * X
+ * Weight decay is decoupled, times the unadjusted lr, from W before this
+ * step's update (the reference's weight_decouple=True; its L2 form,
+ * weight_decouple=False, is not offered). The scalar o / (||X||_F + eps)
+ * is folded into the step size (one pass less; the same in exact
+ * arithmetic as the reference's two multiplications). Differences from the
+ * reference, all float rounding: the reference runs Newton-Schulz in
+ * bfloat16 and divides by ||G'||_F clamped at 1e-7 (strata: float32, no
+ * clamp, as Muon), and sums the row means in float32 (strata: float64,
+ * then rounded). The paper's Algorithm 1 states the MATCH_RMS scaling;
+ * the reference's default (PRESERVE_NORM) is the official code's, and is
+ * the default here. Shapes and batches as Muon's: a stack of `batch`
+ * matrices has batch * rows second moments, each matrix its own norms. */
+typedef enum strata_normuon_update_scale {
+    STRATA_NORMUON_PRESERVE_NORM = 0, /* keep ||NS(G')||_F (reference default) */
+    STRATA_NORMUON_MATCH_RMS = 1,     /* update RMS 0.2 (the paper's Algorithm 1) */
+} strata_normuon_update_scale;
+
+typedef struct strata_normuon_config {
+    float lr;           /* default 0.02 */
+    float momentum;     /* mu in [0, 1); default 0.95 */
+    float beta2;        /* row second-moment EMA in [0, 1); default 0.95 */
+    float weight_decay; /* decoupled, times the unadjusted lr; default 0 */
+    bool nesterov;      /* default true */
+    int ns_steps;       /* Newton-Schulz iterations; default 5 */
+    strata_normuon_update_scale update_scale; /* default STRATA_NORMUON_PRESERVE_NORM */
+    bool use_adjusted_lr; /* PRESERVE_NORM's lr ratio 0.2 sqrt(max(m, n)) instead of
+                             sqrt(max(1, m/n)); default false */
+    float eps;          /* in sqrt(v) + eps and ||X||_F + eps; >= 0; default 1e-10 */
+    strata_ns_schedule ns_schedule; /* the reference's ns_coeffs: 'original' is
+                                       STRATA_NS_QUINTIC (default) */
+    strata_ns_method ns_method;     /* default STRATA_NS_STANDARD */
+    float ns_gram_min_aspect;       /* default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT */
+    int ns_gram_restarts;           /* default 1 */
+    uint64_t ns_gram_restart_mask;  /* default 0 (automatic placement) */
+    int ns_batch_threads;           /* default 1; as Muon's */
+} strata_normuon_config;
+
+/* Fields of the struct above (see STRATA_ADAMW_CONFIG_FIELDS). */
+#define STRATA_NORMUON_CONFIG_FIELDS 15
+
+STRATA_API void strata_normuon_config_default(strata_normuon_config *c);
+
+/* Validate every field (as strata_normuon_state_create and strata_create):
+ * lr and weight_decay finite and >= 0, momentum and beta2 in [0, 1), eps
+ * finite and >= 0 (the reference's check), update_scale known, the ns_*
+ * fields as strata_ns_config_check. Errors: STRATA_ERR_INVALID_ARG naming
+ * the field ("normuon.<field>"). */
+STRATA_API strata_status strata_normuon_config_check(const strata_normuon_config *c);
+
+typedef struct strata_normuon_state strata_normuon_state;
+
+/* Create NorMuon state for `batch` >= 1 rows x cols matrices (Muon's state,
+ * which it runs for the momentum and Newton-Schulz, plus batch * rows float
+ * second moments, zero). `be` must outlive it. Errors: as
+ * strata_muon_state_create_batched, the fields named "normuon.<field>". */
+STRATA_API strata_status strata_normuon_state_create(const strata_normuon_config *c,
+                                                     strata_backend *be, int64_t batch,
+                                                     int64_t rows, int64_t cols,
+                                                     strata_normuon_state **out);
+STRATA_API void strata_normuon_state_destroy(strata_normuon_state *s);
+STRATA_API size_t strata_normuon_state_bytes(const strata_normuon_state *s);
+
+/* One NorMuon update at step t (1-based) of w and g (batch x rows x cols);
+ * updates w, the momentum and the second moments. `lr_scale` multiplies
+ * c->lr. Non-finite and overflowing gradients as strata_muon_step (nothing
+ * changes). Counters: seconds_precondition, nonfinite_rejected,
+ * overflow_skipped. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a
+ * backend error. */
+STRATA_API strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64_t t,
+                                             float *w, const float *g,
+                                             strata_optim_counters *cnt);
 
 /* ------------------------------------------------------------------- SOAP
  * Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam"

@@ -64,6 +64,15 @@ class KLShampooConfig(Structure):
                 ("normalize_grads", c_bool)]
 
 
+class NorMuonConfig(Structure):
+    _fields_ = [("lr", c_float), ("momentum", c_float), ("beta2", c_float),
+                ("weight_decay", c_float), ("nesterov", c_bool), ("ns_steps", c_int),
+                ("update_scale", c_enum), ("use_adjusted_lr", c_bool), ("eps", c_float),
+                ("ns_schedule", c_enum), ("ns_method", c_enum), ("ns_gram_min_aspect", c_float),
+                ("ns_gram_restarts", c_int), ("ns_gram_restart_mask", c_uint64),
+                ("ns_batch_threads", c_int)]
+
+
 # void (*)(void *user, strata_log_level level, const char *subsystem, const char *msg)
 LOG_FN = CFUNCTYPE(None, c_void_p, c_enum, c_char_p, c_char_p)
 
@@ -72,6 +81,7 @@ class Config(Structure):
     _fields_ = [("version", c_int), ("matrix_optimizer", c_enum),
                 ("adamw", AdamWConfig), ("shampoo", ShampooConfig), ("muon", MuonConfig),
                 ("soap", SoapConfig), ("kl_shampoo", KLShampooConfig),
+                ("normuon", NorMuonConfig),
                 ("precondition_frequency", c_int), ("max_grad_norm", c_float), ("route_degenerate_to_adamw", c_bool),
                 ("stagger_refresh", c_bool), ("backend", c_enum), ("blas_threads", c_int),
                 ("step_threads", c_int), ("async", c_bool), ("staleness", c_int),
@@ -85,7 +95,7 @@ class Config(Structure):
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 4
+CONFIG_VERSION = 5
 
 
 class ParamDesc(Structure):
@@ -203,6 +213,7 @@ STRUCTS = {
     "strata_muon_config": MuonConfig,
     "strata_soap_config": SoapConfig,
     "strata_kl_shampoo_config": KLShampooConfig,
+    "strata_normuon_config": NorMuonConfig,
     "strata_config": Config,
     "strata_param_desc": ParamDesc,
     "strata_param_layout": ParamLayout,
@@ -212,7 +223,8 @@ STRUCTS = {
 }
 
 # Enums (values of include/strata/*.h).
-OPTIMIZERS = {"default": -1, "adamw": 0, "shampoo": 1, "muon": 2, "soap": 3, "kl-shampoo": 4}
+OPTIMIZERS = {"default": -1, "adamw": 0, "shampoo": 1, "muon": 2, "soap": 3, "kl-shampoo": 4,
+              "normuon": 5}
 OPTIMIZER_NAMES = {v: k for k, v in OPTIMIZERS.items()}
 ROLES = {"auto": 0, "matrix": 1, "embedding": 2, "head": 3, "vector": 4}
 STATUS_NAMES = ["STRATA_OK", "STRATA_ERR_INVALID_ARG", "STRATA_ERR_NOMEM", "STRATA_ERR_STATE",
@@ -222,7 +234,8 @@ ENUMS = {
     "grafting": {"none": 0, "adam": 1, "adagrad": 2},
     "scale": {"shape": 0, "adamw": 1, "adamw_rms": 1, "spectral": 2, "none": 3},
     "momentum_form": {"sum": 0, "ema": 1},
-    "ns_schedule": {"quintic": 0, "polar_express": 1, "polar-express": 1},
+    "ns_schedule": {"quintic": 0, "original": 0, "polar_express": 1, "polar-express": 1},
+    "update_scale": {"preserve_norm": 0, "match_rms": 1},
     "ns_method": {"auto": 0, "standard": 1, "gram": 2},
     "form": {"eigenbasis": 0, "exact": 1},
     "backend": {"cpu": 0, "cuda": 1},

@@ -1,4 +1,5 @@
-"""strata's optimizers as torch.optim optimizers: Shampoo, SOAP, KLShampoo, Muon, AdamW.
+"""strata's optimizers as torch.optim optimizers: Shampoo, SOAP, KLShampoo, Muon, NorMuon,
+AdamW.
 
 Each optimizer is one strata runtime (strata_create ... strata_commit) over
 the parameters it is given; `step()` is strata_step. The binding is thin: no
@@ -47,20 +48,24 @@ import torch
 from . import _lib as L
 from ._lib import StrataError
 
-__all__ = ["Shampoo", "SOAP", "KLShampoo", "Muon", "AdamW", "StrataError", "StrataOptimizer"]
+__all__ = ["Shampoo", "SOAP", "KLShampoo", "Muon", "NorMuon", "AdamW", "StrataError",
+           "StrataOptimizer"]
 
 log = logging.getLogger("strata.torch")
 
 _FAMILY_STRUCT = {"adamw": L.AdamWConfig, "shampoo": L.ShampooConfig, "muon": L.MuonConfig,
-                  "soap": L.SoapConfig, "kl-shampoo": L.KLShampooConfig}
+                  "soap": L.SoapConfig, "kl-shampoo": L.KLShampooConfig,
+                  "normuon": L.NorMuonConfig}
 _FAMILY_FIELD = {"adamw": "adamw", "shampoo": "shampoo", "muon": "muon", "soap": "soap",
-                 "kl-shampoo": "kl_shampoo"}
+                 "kl-shampoo": "kl_shampoo", "normuon": "normuon"}
 # strata_config's own fields a user sets (the nested configs, version, the
 # matrix optimizer, comm and the log sink are the binding's)
 _RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
-    "version", "matrix_optimizer", "adamw", "shampoo", "muon", "soap", "kl_shampoo", "comm",
+    "version", "matrix_optimizer", "adamw", "shampoo", "muon", "soap", "kl_shampoo", "normuon",
+    "comm",
     "log_fn", "log_user")]
 _ENUM_FIELDS = {"grafting", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
+                "update_scale",
                 "backend", "install_mode", "roots_tier", "sharding", "log_level"}
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
@@ -195,7 +200,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         for pat, o in self._routes.items():
             if o not in L.OPTIMIZERS or o == "default":
                 raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
-                           "adamw, shampoo, muon, soap, kl-shampoo")
+                           "adamw, shampoo, muon, soap, kl-shampoo, normuon")
         self._cfg = self._make_config(dict(options))
         fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
         defaults = {"lr": float(fam.lr), "weight_decay": float(fam.weight_decay),
@@ -303,7 +308,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             if opt is not None:
                 if opt not in L.OPTIMIZERS or opt == "default":
                     raise _err("STRATA_ERR_INVALID_ARG", f"param group optimizer {opt!r}: not "
-                               "one of adamw, shampoo, muon, soap, kl-shampoo")
+                               "one of adamw, shampoo, muon, soap, kl-shampoo, normuon")
                 if opt != self._matrix:
                     ofam = getattr(self._cfg, _FAMILY_FIELD[opt])
                     g.setdefault("lr", float(ofam.lr))
@@ -715,10 +720,14 @@ class Muon(StrataOptimizer):
     _matrix = "muon"
 
 
+class NorMuon(StrataOptimizer):
+    _matrix = "normuon"
+
+
 class AdamW(StrataOptimizer):
     _matrix = "adamw"
 
 
 for _c, _f in ((Shampoo, "shampoo"), (SOAP, "soap"), (KLShampoo, "kl-shampoo"), (Muon, "muon"),
-               (AdamW, "adamw")):
+               (NorMuon, "normuon"), (AdamW, "adamw")):
     _doc(_c, _f)

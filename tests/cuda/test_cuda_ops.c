@@ -1,7 +1,8 @@
 /* The CUDA backend against the C reference, on a GPU: every elementwise op
  * bit for bit (memcmp; the kernels run backend/ops_math.h compiled with
  * -fmad=false), the reductions within their documented order difference
- * (sumsq: relative 1e-12; row_col_sq_means and find_nonfinite exactly), the
+ * (sumsq: relative 1e-12; row_col_sq_means, row_ms_normalize and
+ * find_nonfinite exactly), the
  * products against OpenBLAS within float32 rounding, and the streams,
  * events, copies of every direction and memory kinds with their budgets.
  * Inputs are random, of odd sizes and strided 2-D blocks; one size is
@@ -247,6 +248,20 @@ static void test_2d_ops(void **state)
         down_same(dcm, cm, (size_t)C * 8, "row_col_sq_means cols");
         dfree(drm, (size_t)R * 8), dfree(dcm, (size_t)C * 8);
         free(rm), free(cm);
+
+        /* NorMuon's row normalization: one thread per row, bit for bit. */
+        float *v = calloc((size_t)R, 4);
+        assert_non_null(v);
+        for (int64_t i = 1; i < R; i += 2)
+            v[i] = 0.25f + (float)i / (float)R;
+        float *dv = up(v, (size_t)R * 4);
+        assert_int_equal(strata_backend_row_ms_normalize(be, s, R, C, dx, ld, dv, 0.95f, 1e-10f),
+                         STRATA_OK);
+        strata_ref_row_ms_normalize(NULL, NULL, R, C, x, ld, v, 0.95f, 1e-10f);
+        down_same(dx, x, B, "row_ms_normalize");
+        down_same(dv, v, (size_t)R * 4, "row_ms_normalize v");
+        dfree(dv, (size_t)R * 4);
+        free(v);
 
         double got = 0, want = 0;
         assert_int_equal(strata_backend_sumsq_2d(be, s, R, C, dx, ld, &got), STRATA_OK);

@@ -145,6 +145,7 @@ def main():
             print("SKIP: strata built without MPI")
             return 77
         cases = [("muon", ["--optimizer", "muon"]),
+                 ("normuon", ["--optimizer", "normuon"]),
                  ("shampoo", ["--optimizer", "shampoo"]),
                  ("shampoo-async-S0", ["--optimizer", "shampoo", "--async", "--staleness", "0",
                                        "--workers", "1"])]
@@ -186,7 +187,7 @@ def main():
                 hi = sum(r["inter_node_bytes"] for r in hsdp["ranks"])
                 fi = sum(r["inter_node_bytes"] for r in flat["ranks"])
                 check(hi < fi, f"{name}: HSDP inter-node bytes per step {hi:.0f} < flat {fi:.0f}")
-            if hsdp and flat and name != "muon":
+            if hsdp and flat and name not in ("muon", "normuon"):  # nothing to refresh
                 check_shipped(name, hsdp, flat)
         # Four replicas per matrix, two on each of 2 nodes (8 ranks, groups of
         # 2): a result crosses to the other node once, to its node leader,
@@ -302,7 +303,8 @@ def main():
             for name, args in (("shampoo", ["--optimizer", "shampoo"]),
                                ("shampoo-async-S2", ["--optimizer", "shampoo", "--async",
                                                      "--staleness", "2", "--workers", "1"]),
-                               ("muon", ["--optimizer", "muon"])):
+                               ("muon", ["--optimizer", "muon"]),
+                               ("normuon", ["--optimizer", "normuon"])):
                 ck = os.path.join(tmp, f"ck-{name}-{n}")
                 full = train(tmp, f"ck-full-{name}-{n}", n,
                              args + ["--save-every", "10", "--save-dir", ck])

@@ -6,7 +6,7 @@
  *   optim_driver defaults OUT.json
  *       writes the *_config_default() values of the three optimizers as JSON.
  *   optim_driver MODE CONFIG.json IN.f32 OUT.f32
- *       MODE adamw | shampoo | muon: CONFIG holds rows, cols, steps, lr_scale
+ *       MODE adamw | shampoo | muon | normuon: CONFIG holds rows, cols, steps, lr_scale
  *       and the hyperparameters (every field of the optimizer's config struct
  *       that is present overrides its default). IN holds W0 (rows x cols)
  *       followed by `steps` gradients of the same shape; OUT receives the
@@ -68,7 +68,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: optim_driver defaults OUT.json\n"
-                    "       optim_driver adamw|shampoo|muon|inv_root|newton_schulz|ns "
+                    "       optim_driver adamw|shampoo|muon|normuon|inv_root|newton_schulz|ns "
                     "CONFIG.json IN.f32 OUT.f32\n");
     return 2;
 }
@@ -142,11 +142,21 @@ static int run_defaults(const char *out_path)
             " \"muon\": {\"lr\": %.9g, \"momentum\": %.9g, \"nesterov\": %s, \"ns_steps\": %d, "
             "\"weight_decay\": %.9g, \"scale\": %d, \"momentum_form\": %d, "
             "\"ns_schedule\": %d, \"ns_method\": %d, \"ns_gram_min_aspect\": %.9g, "
-            "\"ns_gram_restarts\": %d, \"ns_gram_restart_mask\": %llu}}\n",
+            "\"ns_gram_restarts\": %d, \"ns_gram_restart_mask\": %llu},\n",
             m.lr, m.momentum, m.nesterov ? "true" : "false", m.ns_steps, m.weight_decay,
             (int)m.scale, (int)m.momentum_form, (int)m.ns_schedule, (int)m.ns_method,
             m.ns_gram_min_aspect, m.ns_gram_restarts,
             (unsigned long long)m.ns_gram_restart_mask);
+    strata_normuon_config u;
+    strata_normuon_config_default(&u);
+    fprintf(f,
+            " \"normuon\": {\"lr\": %.9g, \"momentum\": %.9g, \"beta2\": %.9g, "
+            "\"weight_decay\": %.9g, \"nesterov\": %s, \"ns_steps\": %d, "
+            "\"update_scale\": %d, \"use_adjusted_lr\": %s, \"eps\": %.9g, "
+            "\"ns_schedule\": %d, \"ns_method\": %d}}\n",
+            u.lr, u.momentum, u.beta2, u.weight_decay, u.nesterov ? "true" : "false",
+            u.ns_steps, (int)u.update_scale, u.use_adjusted_lr ? "true" : "false", u.eps,
+            (int)u.ns_schedule, (int)u.ns_method);
     return close_out(f) ? 0 : 2;
 }
 
@@ -388,6 +398,97 @@ static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
     return true;
 }
 
+/* The Newton-Schulz fields of a Muon or NorMuon configuration from `ns`. */
+#define NS_INTO(c, ns)                                                                         \
+    ((c).ns_steps = (ns).steps, (c).ns_schedule = (ns).schedule, (c).ns_method = (ns).method,   \
+     (c).ns_gram_min_aspect = (ns).gram_min_aspect, (c).ns_gram_restarts = (ns).gram_restarts, \
+     (c).ns_gram_restart_mask = (ns).gram_restart_mask, (c).ns_batch_threads = (ns).batch_threads)
+
+typedef strata_status (*step_fn)(void *s, float lr_scale, int64_t t, float *w, const float *g,
+                                 strata_optim_counters *cnt);
+
+/* The problem's steps on state `s` through `step`, the weights after each to
+ * `out`; then the JSON line (state bytes, the method NS picked, backend bytes
+ * left once `destroy` ran). */
+static int run_states(const problem *p, FILE *out, strata_backend *be, void *s, step_fn step,
+                      void (*destroy)(void *), size_t state_bytes, const strata_ns_config *ns,
+                      const char *what)
+{
+    int rc = 0;
+    buf w = {0}, g = {0};
+    strata_optim_counters cnt = {0};
+    strata_status st;
+    if ((st = buf_alloc(be, &w, p->n * sizeof(float))) != STRATA_OK ||
+        (st = buf_alloc(be, &g, p->n * sizeof(float))) != STRATA_OK)
+        rc = fail(st, "alloc");
+    if (rc == 0)
+        memcpy(w.p, p->host, p->n * sizeof(float));
+    for (int64_t t = 1; t <= p->steps && rc == 0; t++) {
+        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
+        st = step(s, p->lr_scale, t, w.p, g.p, &cnt);
+        if (st != STRATA_OK)
+            rc = fail(st, what);
+        else if (!write_floats(out, w.p, p->n))
+            rc = 2;
+    }
+    destroy(s);
+    buf_free(be, &g);
+    buf_free(be, &w);
+    if (rc == 0) {
+        printf("{\"state_bytes\": %zu, \"ns_method\": \"%s\", \"restart_mask\": %llu, ",
+               state_bytes, ns_method_names[strata_ns_method_for(ns, p->rows, p->cols)],
+               (unsigned long long)strata_ns_restart_mask(ns));
+        print_bytes_left(be);
+    }
+    return rc;
+}
+
+static strata_status normuon_step(void *s, float l, int64_t t, float *w, const float *g,
+                                  strata_optim_counters *cnt)
+{
+    return strata_normuon_step(s, l, t, w, g, cnt);
+}
+static void normuon_destroy(void *s) { strata_normuon_state_destroy(s); }
+static strata_status muon_step(void *s, float l, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    return strata_muon_step(s, l, t, w, g, cnt);
+}
+static void muon_destroy(void *s) { strata_muon_state_destroy(s); }
+
+/* NorMuon: the Newton-Schulz fields as Muon's (ns_*), update_scale
+ * "preserve_norm" | "match_rms". */
+static int run_normuon(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
+{
+    strata_normuon_config c;
+    strata_normuon_config_default(&c);
+    c.lr = (float)jget_double(cfg, "lr", c.lr);
+    c.momentum = (float)jget_double(cfg, "momentum", c.momentum);
+    c.beta2 = (float)jget_double(cfg, "beta2", c.beta2);
+    c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
+    c.nesterov = jget_bool(cfg, "nesterov", c.nesterov);
+    c.use_adjusted_lr = jget_bool(cfg, "use_adjusted_lr", c.use_adjusted_lr);
+    c.eps = (float)jget_double(cfg, "eps", c.eps);
+    static const char *const scale_names[] = {"preserve_norm", "match_rms", NULL};
+    const int scale = name_index(jget_str(cfg, "update_scale", "preserve_norm"), scale_names);
+    if (scale < 0) {
+        fprintf(stderr, "optim_driver: update_scale must be preserve_norm or match_rms\n");
+        return 2;
+    }
+    c.update_scale = (strata_normuon_update_scale)scale;
+    strata_ns_config ns;
+    strata_ns_config_default(&ns);
+    if (!parse_ns(cfg, "ns_", &ns))
+        return 2;
+    NS_INTO(c, ns);
+    strata_normuon_state *s = NULL;
+    strata_status st = strata_normuon_state_create(&c, be, p->batch, p->rows, p->cols, &s);
+    if (st != STRATA_OK)
+        return fail(st, "strata_normuon_state_create");
+    return run_states(p, out, be, s, normuon_step, normuon_destroy, strata_normuon_state_bytes(s),
+                      &ns, "strata_normuon_step");
+}
+
 static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
 {
     strata_muon_config c;
@@ -411,58 +512,16 @@ static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backen
     strata_muon_ns_config(&c, &ns);
     if (!parse_ns(cfg, "ns_", &ns))
         return 2;
-    c.ns_steps = ns.steps;
-    c.ns_schedule = ns.schedule;
-    c.ns_method = ns.method;
-    c.ns_gram_min_aspect = ns.gram_min_aspect;
-    c.ns_gram_restarts = ns.gram_restarts;
-    c.ns_gram_restart_mask = ns.gram_restart_mask;
-    c.ns_batch_threads = ns.batch_threads;
-
-    int rc = 1;
-    buf w = {0}, g = {0};
+    NS_INTO(c, ns);
     strata_muon_state *s = NULL;
-    strata_optim_counters cnt = {0};
-    strata_status st;
-    size_t state_bytes = 0;
-    if ((st = buf_alloc(be, &w, p->n * sizeof(float))) != STRATA_OK ||
-        (st = buf_alloc(be, &g, p->n * sizeof(float))) != STRATA_OK) {
-        rc = fail(st, "alloc");
-        goto out_free;
-    }
-    st = p->batch == 1 ? strata_muon_state_create(&c, be, p->rows, p->cols, &s)
-                       : strata_muon_state_create_batched(&c, be, p->batch, p->rows, p->cols, &s);
-    if (st != STRATA_OK) {
-        rc = fail(st, "strata_muon_state_create");
-        goto out_free;
-    }
-    state_bytes = strata_muon_state_bytes(s);
-    memcpy(w.p, p->host, p->n * sizeof(float));
-    for (int64_t t = 1; t <= p->steps; t++) {
-        memcpy(g.p, p->host + (size_t)t * p->n, p->n * sizeof(float));
-        st = strata_muon_step(s, p->lr_scale, t, w.p, g.p, &cnt);
-        if (st != STRATA_OK) {
-            rc = fail(st, "strata_muon_step");
-            goto out_destroy;
-        }
-        if (!write_floats(out, w.p, p->n)) {
-            rc = 2;
-            goto out_destroy;
-        }
-    }
-    rc = 0;
-out_destroy:
-    strata_muon_state_destroy(s);
-out_free:
-    buf_free(be, &g);
-    buf_free(be, &w);
-    if (rc == 0) {
-        printf("{\"state_bytes\": %zu, \"ns_method\": \"%s\", \"restart_mask\": %llu, ",
-               state_bytes, ns_method_names[strata_ns_method_for(&ns, p->rows, p->cols)],
-               (unsigned long long)strata_ns_restart_mask(&ns));
-        print_bytes_left(be);
-    }
-    return rc;
+    strata_status st = p->batch == 1
+                           ? strata_muon_state_create(&c, be, p->rows, p->cols, &s)
+                           : strata_muon_state_create_batched(&c, be, p->batch, p->rows, p->cols,
+                                                              &s);
+    if (st != STRATA_OK)
+        return fail(st, "strata_muon_state_create");
+    return run_states(p, out, be, s, muon_step, muon_destroy, strata_muon_state_bytes(s), &ns,
+                      "strata_muon_step");
 }
 
 /* ------------------------------------------------------------ linear algebra */
@@ -663,6 +722,8 @@ int main(int argc, char **argv)
         run = run_shampoo;
     } else if (!strcmp(mode, "muon")) {
         run = run_muon;
+    } else if (!strcmp(mode, "normuon")) {
+        run = run_normuon;
     } else {
         rc = usage();
         goto out_backend;

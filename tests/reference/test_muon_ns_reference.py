@@ -43,21 +43,7 @@ TOL_NS = 1e-5      # NS output vs float64 (one float32 run of ~15 products)
 TOL_MUON = 1e-5    # Muon trajectories, per-step update
 TOL_DIRECTION = 1e-5  # sum vs EMA momentum: same direction up to rounding
 
-QUINTIC = (3.4445, -4.7750, 2.0315)
-# Polar Express, arXiv 2505.16932 Algorithm 1: iterations 0..7; the first seven
-# divided by (1.01, 1.01^3, 1.01^5), the last repeated; normalization by
-# 1.01 ||X||_F.
-_PE_RAW = [
-    (8.28721201814563, -23.595886519098837, 17.300387312530933),
-    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
-    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
-    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
-    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
-    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
-    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
-    (1.875, -1.25, 0.375),
-]
-PE = [(a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5) for (a, b, c) in _PE_RAW[:-1]] + [_PE_RAW[-1]]
+from ns_coefficients import PE, QUINTIC  # noqa: E402,F401  (the papers' schedules)
 
 
 def schedule(name, steps):
@@ -134,10 +120,11 @@ def run_muon(drv, cfg, shape, grads, w0, lr_scale=1.0):
     return out.reshape(steps, batch, rows, cols), stats, ""
 
 
-def trajectory_error(cfg, shape, grads, w0, wc, lr_scale=1.0, wd_scaled=False):
+def trajectory_error(cfg, shape, grads, w0, wc, lr_scale=1.0, wd_scaled=False, ref_cls=None):
     """max_t ||dW_C - dW_ref|| / ||dW_ref|| with teacher forcing. wd_scaled: the
-    wrong rule lr * scale * wd (a negative control)."""
-    ref = MuonRef(cfg, shape)
+    wrong rule lr * scale * wd (a negative control). ref_cls: the reference
+    (MuonRef; NorMuon's test passes its own)."""
+    ref = (ref_cls or MuonRef)(cfg, shape)
     lr = float(np.float32(cfg["lr"]) * np.float32(lr_scale))
     wd = f32(cfg["weight_decay"])
     if wd_scaled:

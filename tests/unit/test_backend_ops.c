@@ -823,6 +823,56 @@ static void test_kl_ops(void **state)
     }
 }
 
+/* NorMuon's row normalization, written out here (the loop it replaces):
+ * r = mean_j x_ij^2 in double, v = v + (1-b)((float)r - v), x /= sqrt(v) + eps.
+ * Rows with a padded leading dimension keep their padding. */
+static void legacy_row_ms(int m, int n, int ld, float *x, float *v, float b, float eps)
+{
+    for (int i = 0; i < m; i++) {
+        double acc = 0.0;
+        for (int j = 0; j < n; j++)
+            acc += (double)x[i * ld + j] * (double)x[i * ld + j];
+        const float r = (float)(acc / (double)n);
+        v[i] = v[i] + (1.0f - b) * (r - v[i]);
+        const float d = sqrtf(v[i]) + eps;
+        for (int j = 0; j < n; j++)
+            x[i * ld + j] = x[i * ld + j] / d;
+    }
+}
+
+static void test_row_ms_normalize(void **state)
+{
+    (void)state;
+    const int shapes[][3] = {{1, 1, 1}, {7, 5, 5}, {33, 40, 44}, {4, 3, 8}};
+    for (int bi = 0; bi < NBACKENDS; bi++) {
+        strata_backend *be = make_backend(bi);
+        for (size_t q = 0; q < 4; q++) {
+            const int m = shapes[q][0], n = shapes[q][1], ld = shapes[q][2];
+            const size_t all = (size_t)m * ld;
+            float *x = rand_vec(all, 0), *v = rand_vec((size_t)m, 0.0f);
+            v[0] = 0.0f; /* the first step's second moment */
+            float *lx = dup(x, all), *lv = dup(v, (size_t)m);
+            legacy_row_ms(m, n, ld, lx, lv, 0.95f, 1e-10f);
+            float *dx = up(be, x, all * 4), *dv = up(be, v, (size_t)m * 4);
+            assert_int_equal(strata_backend_row_ms_normalize(be, NULL, m, n, dx, ld, dv, 0.95f,
+                                                             1e-10f),
+                             STRATA_OK);
+            float *bx = down(be, dx, all), *bv = down(be, dv, (size_t)m);
+            same(bx, lx, all), same(bv, lv, (size_t)m);
+            free(x), free(v), free(lx), free(lv), free(bx), free(bv);
+        }
+        float one = 1.0f;
+        assert_int_equal(strata_backend_row_ms_normalize(be, NULL, 0, 3, &one, 3, &one, 0.5f, 0.0f),
+                         STRATA_ERR_INVALID_ARG); /* means over an empty side */
+        assert_int_equal(strata_backend_row_ms_normalize(be, NULL, 1, 3, &one, 2, &one, 0.5f, 0.0f),
+                         STRATA_ERR_INVALID_ARG); /* ld < cols */
+        size_t in_use;
+        strata_backend_bytes(be, &in_use, NULL);
+        assert_int_equal(in_use, 0);
+        strata_backend_destroy(be);
+    }
+}
+
 /* Layout ops: copy_2d (Shampoo's not-ready block), fill_2d, diag_update,
  * permute (SOAP's moments after a basis reorder). */
 static void test_layout_ops(void **state)
@@ -1058,6 +1108,7 @@ int main(void)
         cmocka_unit_test(test_block_norms_and_scale),
         cmocka_unit_test(test_ns_normalize_transpose),
         cmocka_unit_test(test_kl_ops),
+        cmocka_unit_test(test_row_ms_normalize),
         cmocka_unit_test(test_layout_ops),
         cmocka_unit_test(test_nonfinite_and_global_norm),
         cmocka_unit_test(test_zero_size_and_bad_args),

@@ -254,6 +254,12 @@ static strata_status g_row_col_sq_means(void *ctx, void *s, int64_t r, int64_t c
     GUARDED(ctx, strata_ref_row_col_sq_means(ctx, s, r, c, x, ld, sa, sb, rm, cm));
 }
 
+static strata_status g_row_ms_normalize(void *ctx, void *s, int64_t r, int64_t c, float *x,
+                                        int64_t ld, float *v, float beta, float eps)
+{
+    GUARDED(ctx, strata_ref_row_ms_normalize(ctx, s, r, c, x, ld, v, beta, eps));
+}
+
 static strata_status g_fill_2d(void *ctx, void *s, int64_t r, int64_t c, float *x, int64_t ld,
                                float v)
 {
@@ -320,6 +326,7 @@ static const strata_backend_iface guard_iface = {
         .scale_rc_damped = g_scale_rc_damped,
         .eigen_ema_clamp = g_eigen_ema_clamp,
         .row_col_sq_means = g_row_col_sq_means,
+        .row_ms_normalize = g_row_ms_normalize,
         .fill_2d = g_fill_2d,
         .diag_update = g_diag_update,
         .copy_2d = g_copy_2d,
@@ -383,6 +390,7 @@ typedef struct opt_case {
     int zero_first; /* the first gradient is all zeros */
     union {
         strata_muon_config muon;
+        strata_normuon_config normuon;
         strata_shampoo_config shampoo;
         strata_soap_config soap;
         strata_kl_shampoo_config kl;
@@ -401,6 +409,18 @@ static strata_status muon_step(void *s, int64_t t, float *w, const float *g,
     return strata_muon_step(s, 1.0f, t, w, g, cnt);
 }
 static void muon_destroy(void *s) { strata_muon_state_destroy(s); }
+
+static strata_status normuon_create(const opt_case *c, strata_backend *be, void **out)
+{
+    return strata_normuon_state_create(&c->cfg.normuon, be, 1, c->rows, c->cols,
+                                       (strata_normuon_state **)out);
+}
+static strata_status normuon_step(void *s, int64_t t, float *w, const float *g,
+                                  strata_optim_counters *cnt)
+{
+    return strata_normuon_step(s, 1.0f, t, w, g, cnt);
+}
+static void normuon_destroy(void *s) { strata_normuon_state_destroy(s); }
 
 static strata_status shampoo_create(const opt_case *c, strata_backend *be, void **out)
 {
@@ -557,6 +577,23 @@ static void test_muon(void **state)
     c.rows = 40;
     c.cols = 8;
     c.cfg.muon.nesterov = false;
+    check_case(&c);
+}
+
+static void test_normuon(void **state)
+{
+    (void)state;
+    opt_case c = {.name = "normuon tall", .create = normuon_create, .step = normuon_step,
+                  .destroy = normuon_destroy, .rows = 24, .cols = 10, .steps = 6,
+                  .zero_first = 1};
+    strata_normuon_config_default(&c.cfg.normuon);
+    c.cfg.normuon.weight_decay = 0.01f;
+    check_case(&c);
+    c.name = "normuon gram wide match_rms";
+    c.rows = 8;
+    c.cols = 40;
+    c.cfg.normuon.ns_method = STRATA_NS_GRAM;
+    c.cfg.normuon.update_scale = STRATA_NORMUON_MATCH_RMS;
     check_case(&c);
 }
 
@@ -750,7 +787,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_faults), cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_muon),         cmocka_unit_test(test_shampoo),
+        cmocka_unit_test(test_muon),         cmocka_unit_test(test_normuon),
+        cmocka_unit_test(test_shampoo),
         cmocka_unit_test(test_soap),         cmocka_unit_test(test_kl_shampoo),
         cmocka_unit_test(test_families),
     };
