@@ -421,6 +421,9 @@ static const train_flag train_flag_rows[] = {
      .group = G_CKPT, .arg = "K",
      .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
              "--save-after-load"},
+    {.name = "overwrite", .type = FT_TRUE, .off = OFF(o.overwrite), .group = G_CKPT,
+     .help = "remove another run's checkpoints from --save-dir at start\n(without it such a "
+             "directory is refused)"},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
              "options every later step is bit-identical"},

@@ -177,7 +177,7 @@ def hostile(tmp):
     case("header-length", header_lie, "STRATA_ERR_DATA", ["rank-00000.safetensors", "header length"])
     case("other-S", lambda d: None, "STRATA_ERR_INVALID_ARG", ["staleness", "block"],
          resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "1"])
-    case("other-model", lambda d: None, "STRATA_ERR_INVALID_ARG", ["parameter"],
+    case("other-model", lambda d: None, "STRATA_ERR_INVALID_ARG", ["d_model", "is 32", "48"],
          resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "2", "--d-model", "48"])
     case("other-optimizer", lambda d: None, "STRATA_ERR_INVALID_ARG", ["routed", "muon"],
          resume_opts=["--optimizer", "muon"])
