@@ -764,6 +764,11 @@ static int list_steps(const char *dir, int *steps, int cap)
     return n;
 }
 
+/* Remove checkpoint directory `path`: renamed first to a "*.tmp-" name (a
+ * prune that is killed midway leaves what prepare_save_dir removes, never a
+ * step-* directory without its manifest). */
+static void remove_checkpoint(const char *path);
+
 static void remove_tree(const char *path)
 {
     DIR *d = opendir(path);
@@ -778,6 +783,14 @@ static void remove_tree(const char *path)
         closedir(d);
     }
     rmdir(path);
+}
+
+static void remove_checkpoint(const char *path)
+{
+    char gone[4096 + 16];
+    snprintf(gone, sizeof gone, "%s.tmp-pruned", path);
+    remove_tree(gone); /* one a killed prune left */
+    remove_tree(rename(path, gone) == 0 ? gone : path);
 }
 
 /* A checkpoint directory, or the newest complete step-* of a save dir. */
@@ -837,7 +850,7 @@ static strata_status save_checkpoint(strata_runtime *rt, const gpt_train_options
             char id[24];
             snprintf(path, sizeof path, "%s/step-%08d", o->save_dir, steps[i]);
             if (checkpoint_run_id(path, id) && strcmp(id, ls->run_id) == 0 && ++mine > o->keep)
-                remove_tree(path);
+                remove_checkpoint(path);
         }
     }
     return STRATA_OK;
@@ -877,7 +890,7 @@ static strata_status prepare_save_dir(const char *dir, bool rank0, const char *r
         if (!checkpoint_run_id(p, id) || strcmp(id, run_id) == 0)
             continue;
         if (overwrite) {
-            remove_tree(p);
+            remove_checkpoint(p);
             continue;
         }
         if (others++ == 0) {

@@ -151,7 +151,8 @@ typedef struct strata_config {
     int staleness;            /* S, steps a root may be used past its refresh point's
                                  due step; the block's staleness stays <= F-1+S; default 1 */
     strata_coh_mode install_mode; /* STRATA_COH_FIXED (default, reproducible) or EAGER */
-    int workers;              /* worker threads; 0 = online cores - 1 (at least 1) */
+    int workers;              /* worker threads, 0..1024; 0 = online cores - 1 (at least 1,
+                                 at most 1024) */
     bool pin_workers;         /* hwloc-pin workers to the last cores; default false */
     double wait_timeout_s;    /* bound of every staleness wait, seconds; default 600 */
     strata_tier_kind roots_tier; /* where inverse roots live: STRATA_TIER_HOST (default) or
