@@ -44,7 +44,12 @@
  * finds a parameter whose layer had no backward hook since the previous step
  * counts it in stats.missing_backward_hooks and logs a warning once.
  *
- * Threading: one runtime is driven by one thread at a time.
+ * Threading: one runtime is driven by one thread at a time. strata_step and
+ * the calls that must not overlap it (strata_param_add, strata_commit,
+ * strata_set_lr_scale, strata_param_set_buffers, strata_save, strata_load)
+ * take an atomic busy flag: one of them called while another runs on the
+ * same runtime (from another thread) returns STRATA_ERR_STATE ("another
+ * call on this runtime is in progress") and changes nothing.
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -276,7 +281,8 @@ typedef struct strata_runtime strata_runtime;
  * here, before anything is created, each optimizer's configuration included
  * (strata_<optimizer>_config_check: a parameter may ask for any optimizer):
  * NaN and +-inf are refused everywhere, then each field's range (version,
- * known enums, max_grad_norm >= 0, blas_threads and workers in [0, 4096],
+ * known enums, max_grad_norm >= 0, blas_threads in [0, 4096], workers in
+ * [0, 1024] (the worker pool's range, so commit accepts it too),
  * step_threads in [0, 256],
  * staleness and shard_group_size >= 0, wait_timeout_s > 0,
  * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
@@ -293,8 +299,15 @@ typedef struct strata_runtime strata_runtime;
 STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
 
 /* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE
- * (after commit), STRATA_ERR_INVALID_ARG (NULL pointers, bad shape, duplicate
- * name, negative layer). On error nothing is registered. */
+ * (after commit; another call in progress, see Threading), STRATA_ERR_INVALID_ARG
+ * (NULL pointers, bad shape, duplicate name, negative layer; an element count
+ * over 2^56 or a side over 2^31, whose state's byte counts would overflow; a
+ * name the checkpoint format reserves: "__metadata__" or any name with '/';
+ * buffers that overlap: the gradient with the weights, or either with a
+ * registered parameter's weights or gradient. Tied weights, e.g. a tied
+ * embedding and LM head, are one parameter used by both layers: register the
+ * buffer once and sum both uses' gradients into its gradient). On error
+ * nothing is registered. */
 STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
                                           strata_param_id *out);
 
@@ -722,8 +735,13 @@ typedef struct strata_save_info {
  * save; rank 0 holds the whole model until the weights file is written (its
  * stats.param_bytes_peak counts it), the other ranks one layer at a time;
  * afterwards no layer is held.
- * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
- * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
+ * A trailing '/' in `dir` names the same directory. An existing `dir` is
+ * replaced only when it is a strata checkpoint (its manifest.json says so)
+ * or an empty directory.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not one JSON
+ * object with nothing but white space after it, `dir` an existing file or a
+ * non-empty directory that is not a checkpoint: nothing is touched),
+ * STRATA_ERR_STATE (before commit; another call in progress), STRATA_ERR_IO (a write, fsync
  * or rename failed, with the path and errno text; `dir` is left as it
  * was and no "*.tmp-*" directory remains), STRATA_ERR_TIMEOUT (the
  * drain), STRATA_ERR_NOMEM. */
