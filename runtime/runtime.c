@@ -403,8 +403,10 @@ static bool spans_overlap(const void *a, const void *b, size_t bytes)
 /* A parameter's buffers are its own: its weights and gradient do not
  * overlap each other nor any registered parameter's (the same buffer
  * registered twice would be updated twice per step; a gradient aliasing
- * weights is overwritten by the update). Tied weights are one parameter
- * used by two layers (strata.h, strata_param_desc). */
+ * weights is overwritten by the update). One exception: gradients that
+ * start at the same address, a shared buffer of zeros for parameters that
+ * have no gradient (the Python door registers them so). Tied weights are
+ * one parameter used by two layers (strata.h, strata_param_add). */
 static strata_status check_aliasing(const strata_runtime *rt, const strata_param_desc *d,
                                     size_t numel)
 {
@@ -420,6 +422,8 @@ static strata_status check_aliasing(const strata_runtime *rt, const strata_param
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++) {
                 const uintptr_t x = (uintptr_t)mine[a], y = (uintptr_t)theirs[b];
+                if (a == 1 && b == 1 && x == y)
+                    continue; /* one gradient buffer of zeros for parameters without one */
                 if (x < y + qb && y < x + bytes)
                     return strata_error(STRATA_ERR_INVALID_ARG,
                                         "param_add('%s'): its %s overlap the %s of parameter "

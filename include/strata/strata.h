@@ -304,9 +304,12 @@ STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime 
  * over 2^56 or a side over 2^31, whose state's byte counts would overflow; a
  * name the checkpoint format reserves: "__metadata__" or any name with '/';
  * buffers that overlap: the gradient with the weights, or either with a
- * registered parameter's weights or gradient. Tied weights, e.g. a tied
+ * registered parameter's weights or gradient -- except gradients that start
+ * at the same address: one buffer of zeros for parameters without a
+ * gradient, which must stay zeros, since the step scales gradients in place
+ * when it clips and reduces them in place over ranks). Tied weights, e.g. a tied
  * embedding and LM head, are one parameter used by both layers: register the
- * buffer once and sum both uses' gradients into its gradient). On error
+ * buffer once and sum both uses' gradients into its gradient. On error
  * nothing is registered. */
 STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
                                           strata_param_id *out);

@@ -160,12 +160,16 @@ static void test_aliasing(void **state)
     assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
     d = desc("w-on-grad", g + 8, g + 32, 4, 4); /* its weights inside a's gradient */
     assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
+    d = desc("grad-part", w + 48, g + 8, 4, 4); /* its gradient partly a's */
+    assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
     d = desc("next", w + 16, g + 16, 4, 4); /* adjacent: fine */
+    assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_OK);
+    d = desc("zero-grad", w + 32, g + 16, 2, 4); /* a gradient starting where next's does */
     assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_OK);
     assert_int_equal(strata_commit(rt), STRATA_OK);
     strata_stats s;
     assert_int_equal(strata_stats_get(rt, &s), STRATA_OK);
-    assert_int_equal(s.n_matrix + s.n_tail, 2);
+    assert_int_equal(s.n_matrix + s.n_tail, 3);
     strata_destroy(rt);
     free(w);
     free(g);
