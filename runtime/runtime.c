@@ -1298,6 +1298,9 @@ static strata_status check_hook(const strata_runtime *rt, int layer, const char 
         return strata_error(STRATA_ERR_STATE, "%s: call strata_commit first", what);
     if (layer < 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "%s: layer %d < 0", what, layer);
+    if (layer > rt->max_layer) /* a typo'd layer would otherwise do nothing, silently */
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: layer %d does not exist (the "
+                            "parameters' layers are 0..%d)", what, layer, rt->max_layer);
     return STRATA_OK;
 }
 

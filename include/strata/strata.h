@@ -331,7 +331,8 @@ STRATA_API strata_status strata_commit(strata_runtime *rt);
 /* Before layer `layer`'s forward: materialize its parameters on this rank
  * (managed ones into a layer buffer until its release point, below).
  * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_INVALID_ARG (a layer
- * no parameter declared is fine; a negative one is not), STRATA_ERR_NOMEM
+ * < 0 or above every parameter's layer; one between them that no parameter
+ * declared is fine, and does nothing), STRATA_ERR_NOMEM
  * (a managed layer's buffer), the communicator's. */
 STRATA_API strata_status strata_hook_forward(strata_runtime *rt, int layer);
 
@@ -376,8 +377,9 @@ STRATA_API strata_status strata_sync_weights(strata_runtime *rt);
  * strata_hook_forward does (unmanaged ones are brought up to date too), but
  * counts no forward hook and prefetches nothing. Collective within the shard
  * group: every rank calls it for the same layers in the same order. A layer
- * no parameter declared is fine. Errors: STRATA_ERR_INVALID_ARG (NULL rt,
- * layer < 0), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM (the layer
+ * no parameter declared, below the largest declared one, is fine. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL rt, layer < 0 or above every parameter's
+ * layer), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM (the layer
  * buffer, with its size), the communicator's. */
 STRATA_API strata_status strata_layer_materialize(strata_runtime *rt, int layer);
 
@@ -387,7 +389,8 @@ STRATA_API strata_status strata_layer_materialize(strata_runtime *rt, int layer)
  * layer not held is fine; unmanaged parameters are unaffected. Every rank
  * must release the same layers at the same points (the broadcasts of the
  * next materialize depend on it). Errors: STRATA_ERR_INVALID_ARG (NULL rt,
- * layer < 0), STRATA_ERR_STATE (before commit). */
+ * layer < 0 or above every parameter's layer), STRATA_ERR_STATE (before
+ * commit). */
 STRATA_API strata_status strata_layer_release(strata_runtime *rt, int layer);
 
 /* The float32 weights of parameter `id` on this rank now (prod(shape)

@@ -170,6 +170,14 @@ static void test_aliasing(void **state)
     strata_stats s;
     assert_int_equal(strata_stats_get(rt, &s), STRATA_OK);
     assert_int_equal(s.n_matrix + s.n_tail, 3);
+    /* item 12: a hook for a layer that does not exist is refused */
+    assert_int_equal(strata_hook_forward(rt, 0), STRATA_OK);
+    assert_int_equal(strata_hook_forward(rt, 1), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "does not exist"));
+    assert_int_equal(strata_hook_backward(rt, 7), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_layer_materialize(rt, 1), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_layer_release(rt, 1), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_hook_backward(rt, 0), STRATA_OK);
     strata_destroy(rt);
     free(w);
     free(g);
