@@ -393,6 +393,7 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
 #define PARAM_MAX_NUMEL_LOG2 56
 #define PARAM_MAX_NUMEL ((uint64_t)1 << PARAM_MAX_NUMEL_LOG2)
 #define PARAM_MAX_SIDE ((uint64_t)1 << 31)
+#define PARAM_MAX_LAYERS (1 << 20) /* per-layer arrays: max layer + 1 entries */
 
 static bool spans_overlap(const void *a, const void *b, size_t bytes)
 {
@@ -450,9 +451,15 @@ static strata_status param_add_unguarded(strata_runtime *rt, const strata_param_
     if (d->ndim < 0 || d->ndim > STRATA_MAX_DIMS)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): ndim %d not in 0..%d",
                             d->name, d->ndim, STRATA_MAX_DIMS);
-    if (d->layer < 0)
-        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d < 0", d->name,
-                            d->layer);
+    if (d->layer < 0 || d->layer >= PARAM_MAX_LAYERS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d not in 0..%d "
+                            "(per-layer state is sized by the largest id: ids are dense)",
+                            d->name, d->layer, PARAM_MAX_LAYERS - 1);
+    if ((uintptr_t)d->data % _Alignof(float) || (uintptr_t)d->grad % _Alignof(float))
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): the %s pointer is not "
+                            "aligned to a float (%zu bytes)", d->name,
+                            (uintptr_t)d->data % _Alignof(float) ? "data" : "grad",
+                            (size_t)_Alignof(float));
     if ((int)d->memory < 0 || (int)d->memory >= STRATA_MEM_KINDS)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown memory kind %d",
                             d->name, (int)d->memory);

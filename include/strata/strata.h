@@ -244,7 +244,9 @@ typedef struct strata_param_desc {
     const char *name;               /* copied; unique within the runtime */
     int ndim;                       /* 0..STRATA_MAX_DIMS */
     int64_t shape[STRATA_MAX_DIMS]; /* row-major, each >= 1 */
-    int layer;                      /* hook layer that produces/consumes it, >= 0 */
+    int layer;                      /* hook layer that produces/consumes it, 0..2^20-1:
+                                       per-layer state is sized by the largest layer id,
+                                       so ids are meant dense (0, 1, 2, ...) */
     strata_role role;
     strata_optimizer optimizer;     /* STRATA_OPTIM_DEFAULT = follow the routing rule */
     bool stacked;  /* ndim == 3 only: shape[0] independent shape[1] x shape[2] matrices
@@ -256,7 +258,7 @@ typedef struct strata_param_desc {
                                 the backend's memory; on the CPU backend ordinary host
                                 memory), STRATA_MEM_HOST, HOST_PINNED or MANAGED. The CPU
                                 backend reads all of them in place. */
-    float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place
+    float *data;  /* float32 weights (float-aligned), prod(shape) elements; caller-owned, updated in place
                      (unless `managed` is in effect: then only the initial values) */
     float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
     bool managed; /* strata manages the weights (ZeRO-3 resident memory). In effect only

@@ -71,7 +71,14 @@ static void test_sizes_overflow(void **state)
         assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
         assert_non_null(strstr(strata_last_error(), "big"));
     }
-    strata_param_desc d = desc("ok", w, g, 4, 4);
+    /* item 20: a layer id far above any dense numbering, a misaligned pointer */
+    strata_param_desc d = desc("far", w, g, 4, 4);
+    d.layer = 1 << 30; /* per-layer state of 2^30 entries */
+    assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
+    d = desc("odd", (float *)(void *)((char *)w + 1), g, 2, 2);
+    assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_ERR_INVALID_ARG);
+    assert_non_null(strstr(strata_last_error(), "aligned"));
+    d = desc("ok", w, g, 4, 4);
     assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_OK);
     strata_destroy(rt);
 
