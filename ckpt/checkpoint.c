@@ -760,6 +760,29 @@ static json_object *manifest_rank_stats(const saver *s)
     return rank_stats;
 }
 
+/* The caller's user JSON: one object and nothing after it but white space
+ * (json_tokener_parse alone would drop trailing content silently). NULL
+ * when it is anything else. */
+static json_object *user_json_parse(const char *text)
+{
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return NULL;
+    const size_t n = strlen(text);
+    json_object *u = json_tokener_parse_ex(tok, text, (int)(n < INT32_MAX ? n : INT32_MAX));
+    size_t end = json_tokener_get_error(tok) == json_tokener_success
+                     ? json_tokener_get_parse_end(tok) : 0;
+    json_tokener_free(tok);
+    while (end < n && (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' ||
+                       text[end] == '\r'))
+        end++;
+    if (!u || n >= INT32_MAX || end != n || !json_object_is_type(u, json_type_object)) {
+        json_object_put(u);
+        return NULL;
+    }
+    return u;
+}
+
 /* Rank 0: manifest.json into the temporary directory (its size in
  * `bytes`, also on a failed write). */
 static strata_status write_manifest(const saver *s, uint64_t *bytes)
@@ -781,8 +804,8 @@ static strata_status write_manifest(const saver *s, uint64_t *bytes)
     json_object_object_add(m, "rank_stats", manifest_rank_stats(s));
     json_object *user = NULL;
     if (s->user_json) {
-        user = json_tokener_parse(s->user_json);
-        if (!json_object_is_type(user, json_type_object)) {
+        user = user_json_parse(s->user_json);
+        if (!user) {
             json_object_put(user);
             json_object_put(m);
             return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not a JSON "
@@ -844,6 +867,20 @@ static strata_status publish(strata_runtime *rt, const char *tmp, const char *di
 }
 
 
+/* True when directory `dir` has no entries (or cannot be read). */
+static bool dir_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return true;
+    bool empty = true;
+    struct dirent *de;
+    while (empty && (de = readdir(d)))
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
 /* Arguments and state a save needs before it touches anything. */
 static strata_status save_check(const strata_runtime *rt, const char *dir, const char *user_json)
 {
@@ -854,12 +891,33 @@ static strata_status save_check(const strata_runtime *rt, const char *dir, const
     if (!v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_save: call strata_commit first");
     if (user_json) {
-        json_object *u = json_tokener_parse(user_json);
-        const bool ok = json_object_is_type(u, json_type_object);
+        json_object *u = user_json_parse(user_json);
+        const bool ok = u != NULL;
         json_object_put(u);
         if (!ok)
-            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not a JSON "
-                                "object");
+            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: user_json is not one JSON "
+                                "object (nothing may follow it)");
+    }
+    /* A checkpoint replaces only a checkpoint: an existing file, or a
+     * directory with entries but no strata manifest, is the user's. */
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: %s exists and is not a "
+                                "directory; refusing to replace it", dir);
+        char *mpath = joinf(dir, "manifest.json");
+        if (!mpath)
+            return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        json_object *m = json_object_from_file(mpath), *f;
+        free(mpath);
+        const bool ckpt = m && json_object_object_get_ex(m, "format", &f) &&
+                          json_object_is_type(f, json_type_string) &&
+                          strcmp(json_object_get_string(f), STRATA_CKPT_FORMAT) == 0;
+        json_object_put(m);
+        if (!ckpt && !dir_empty(dir))
+            return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: %s is a directory that is "
+                                "not a strata checkpoint (no manifest.json of format '%s'); "
+                                "refusing to replace its files", dir, STRATA_CKPT_FORMAT);
     }
     return STRATA_OK;
 }
@@ -1083,8 +1141,8 @@ static void save_report(saver *s, strata_status st, strata_save_info *info)
                    s->t_drain);
 }
 
-strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
-                          strata_save_info *info)
+static strata_status save_unguarded(strata_runtime *rt, const char *dir, const char *user_json,
+                                    strata_save_info *info)
 {
     strata_status st = save_check(rt, dir, user_json);
     if (st != STRATA_OK)
@@ -1105,6 +1163,28 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
         st = save_commit(&s);
     st = save_agree(&s, st);
     save_report(&s, st, info);
+    return st;
+}
+
+strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_json,
+                          strata_save_info *info)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: NULL runtime");
+    if (!dir || !dir[0])
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_save: NULL runtime or directory");
+    /* "ckpt/" names ckpt: the temporary directory goes beside it, not in it. */
+    char *d = strdup(dir);
+    if (!d)
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    for (size_t n = strlen(d); n > 1 && d[n - 1] == '/'; n--)
+        d[n - 1] = '\0';
+    strata_status st = strata_rt_busy_enter(rt, "strata_save");
+    if (st == STRATA_OK) {
+        st = save_unguarded(rt, d, user_json, info);
+        strata_rt_busy_leave(rt);
+    }
+    free(d);
     return st;
 }
 
@@ -1577,8 +1657,8 @@ static void load_free(loader *c)
     strata_ckpt_manifest_free(c->m);
 }
 
-strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
-                          strata_load_info *info)
+static strata_status load_unguarded(strata_runtime *rt, const char *dir, char **user_json,
+                                    strata_load_info *info)
 {
     if (!rt || !dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "strata_load: NULL runtime or directory");
@@ -1609,6 +1689,19 @@ strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
     if (st == STRATA_OK)
         st = load_restore(&c, user_json, info, t0);
     load_free(&c);
+    return st;
+}
+
+strata_status strata_load(strata_runtime *rt, const char *dir, char **user_json,
+                          strata_load_info *info)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "strata_load: NULL runtime");
+    strata_status st = strata_rt_busy_enter(rt, "strata_load");
+    if (st != STRATA_OK)
+        return st;
+    st = load_unguarded(rt, dir, user_json, info);
+    strata_rt_busy_leave(rt);
     return st;
 }
 

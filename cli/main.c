@@ -421,6 +421,9 @@ static const train_flag train_flag_rows[] = {
      .group = G_CKPT, .arg = "K",
      .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
              "--save-after-load"},
+    {.name = "overwrite", .type = FT_TRUE, .off = OFF(o.overwrite), .group = G_CKPT,
+     .help = "remove another run's checkpoints from --save-dir at start\n(without it such a "
+             "directory is refused)"},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
              "options every later step is bit-identical"},
@@ -832,15 +835,18 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
     if (cmd == CMD_TRAIN && o->strata.async && refresh.async && refresh.max_staleness >= 0 &&
         o->strata.staleness > refresh.max_staleness) {
-        fprintf(stderr, "strata: --staleness %d: async %s needs staleness < "
-                        "--precondition-frequency (%d)\n",
+        /* Two flags that contradict each other: exit 1, as every contradiction
+         * (README, "exit status"). */
+        fprintf(stderr, "strata: STRATA_ERR_INVALID_ARG: --staleness %d: async %s needs "
+                        "staleness < --precondition-frequency (%d)\n",
                 o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
-        return 2;
+        return 1;
     }
     if (o->keep > 0 && o->save_every == 0 && !o->save_after_load) {
-        fprintf(stderr, "strata: --keep %d prunes the checkpoints that --save-every (or "
-                        "--save-after-load) writes; give one of them\n", o->keep);
-        return 2;
+        fprintf(stderr, "strata: STRATA_ERR_INVALID_ARG: --keep %d prunes the checkpoints that "
+                        "--save-every (or --save-after-load) writes; give one of them\n",
+                o->keep);
+        return 1; /* a contradiction, as --save-every without --save-dir */
     }
     if (o->strata.async && refresh.async && o->strata.staleness >= o->steps)
         fprintf(stderr, "strata: note: --staleness %d >= --steps %d: no asynchronous root will be "
@@ -1172,8 +1178,14 @@ static int cmd_ckpt(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
                (i == 1 && strcmp(argv[i], "help") == 0);
-    if (help || (argc != 3 && !hash) ||
-        (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
+    const bool known = argc >= 2 && (strcmp(argv[1], "inspect") == 0 ||
+                                     strcmp(argv[1], "verify") == 0);
+    if (help || (argc != 3 && !hash) || !known) {
+        if (!help && argc >= 2 && !known)
+            fprintf(stderr, "strata ckpt: unknown subcommand '%s'\n", argv[1]);
+        else if (!help)
+            fprintf(stderr, "strata ckpt%s%s: expects one checkpoint directory\n",
+                    argc >= 2 ? " " : "", argc >= 2 ? argv[1] : "");
         fprintf(help ? stdout : stderr,
                 "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
                 "checksum status\n"

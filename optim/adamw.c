@@ -66,6 +66,7 @@ strata_status strata_adamw_update(const strata_adamw_config *c, float lr_scale, 
         return strata_error(STRATA_ERR_INVALID_ARG, "adamw_update: NULL argument");
     strata_status st = strata_adamw_config_check(c);
     OPTIM_CHECK(st, check_step(t));
+    OPTIM_CHECK(st, optim_check_lr_scale("adamw_update", lr_scale));
     if (st != STRATA_OK)
         return st;
     const strata_op_adamw a = step_scalars(c, lr_scale, t);

@@ -127,6 +127,10 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
     strata_status st = optim_check_shape("kl_shampoo", rows, cols);
     if (st == STRATA_OK)
         st = check_config(c);
+    if (st == STRATA_OK) /* every side is preconditioned */
+        st = optim_check_factor("kl_shampoo", rows);
+    if (st == STRATA_OK)
+        st = optim_check_factor("kl_shampoo", cols);
     if (st != STRATA_OK)
         return st;
     strata_kl_shampoo_state *s = calloc(1, sizeof *s);
@@ -290,8 +294,11 @@ static strata_status decide(strata_kl_shampoo_state *s, const float *g,
     strata_status st = optim_gamma(s->be, g, (size_t)s->rows * (size_t)s->cols, &gamma, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite)
+    if (!finite) {
+        if (cnt) /* counted as every family counts them */
+            cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "%s: non-finite gradient", who);
+    }
     st = strata_backend_sumsq(s->be, NULL, (size_t)s->side[0].dim, s->side[0].s, &sa);
     if (st == STRATA_OK)
         st = strata_backend_sumsq(s->be, NULL, (size_t)s->side[1].dim, s->side[1].s, &sb);
@@ -486,6 +493,8 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
                                       float *w, const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("kl_shampoo_apply", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("kl_shampoo_apply", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     if (!s->has_basis)
@@ -499,8 +508,11 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
         strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
         if (st != STRATA_OK)
             return st;
-        if (!finite)
+        if (!finite) {
+            if (cnt) /* counted as every family counts them */
+                cnt->nonfinite_rejected++;
             return strata_error(STRATA_ERR_NONFINITE, "kl_shampoo_apply: non-finite gradient");
+        }
     } else {
         strata_status st = decide(s, g, cnt, "kl_shampoo_apply");
         if (st != STRATA_OK || s->skip)
@@ -571,6 +583,8 @@ strata_status strata_kl_shampoo_step(strata_kl_shampoo_state *s, float lr_scale,
                                      float *w, const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("kl_shampoo_step", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("kl_shampoo_step", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     strata_status st = STRATA_OK, st_apply = STRATA_OK;

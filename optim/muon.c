@@ -108,8 +108,10 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "muon_state_create: NULL argument");
     *out = NULL;
+    /* rows x cols < 2^62 (no wrap); then batch against what is left of 2^40. */
     if (batch < 1 || rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX ||
-        (uint64_t)batch * (uint64_t)rows * (uint64_t)cols > ((uint64_t)1 << 40))
+        (uint64_t)rows * (uint64_t)cols > ((uint64_t)1 << 40) ||
+        (uint64_t)batch > ((uint64_t)1 << 40) / ((uint64_t)rows * (uint64_t)cols))
         return strata_error(STRATA_ERR_INVALID_ARG, "muon: bad shape %lld x %lld x %lld",
                             (long long)batch, (long long)rows, (long long)cols);
     strata_status st = strata_muon_config_check(c);
@@ -229,6 +231,8 @@ strata_status strata_muon_step(strata_muon_state *s, float lr_scale, int64_t t, 
                                const float *g, strata_optim_counters *cnt)
 {
     strata_status st = optim_check_step("muon_step", s, w, g, t);
+    if (st == STRATA_OK)
+        st = optim_check_lr_scale("muon_step", lr_scale);
     if (st != STRATA_OK)
         return st;
     const double t0 = strata_now_seconds();

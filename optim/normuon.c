@@ -153,6 +153,8 @@ strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64
                                   const float *g, strata_optim_counters *cnt)
 {
     strata_status st = optim_check_step("normuon_step", s, w, g, t);
+    if (st == STRATA_OK)
+        st = optim_check_lr_scale("normuon_step", lr_scale);
     if (st != STRATA_OK)
         return st;
     const double t0 = strata_now_seconds();

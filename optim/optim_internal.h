@@ -36,11 +36,42 @@ static inline strata_status optim_finite(strata_backend *be, const float *x, siz
 }
 
 /* A matrix parameter's shape: both sides >= 1 and addressable by int (BLAS). */
+/* Every size a family computes from a shape stays below 2^64 bytes: at
+ * most 2^56 elements in a tensor (a few float32/float64 copies of it) and in
+ * a factor (side^2). */
+#define OPTIM_MAX_ELEMENTS_LOG2 56
+#define OPTIM_MAX_ELEMENTS ((uint64_t)1 << OPTIM_MAX_ELEMENTS_LOG2)
+
 static inline strata_status optim_check_shape(const char *who, int64_t rows, int64_t cols)
 {
     if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
         return strata_error(STRATA_ERR_INVALID_ARG, "%s: bad shape %lld x %lld", who,
                             (long long)rows, (long long)cols);
+    if ((uint64_t)rows * (uint64_t)cols > OPTIM_MAX_ELEMENTS) /* < 2^62: no wrap */
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: shape %lld x %lld: its element count "
+                            "exceeds 2^56 (the state's byte counts would overflow)", who,
+                            (long long)rows, (long long)cols);
+    return STRATA_OK;
+}
+
+/* The learning-rate scale of a step: finite and >= 0 (strata_set_lr_scale's
+ * rule; a NaN would write NaN weights). */
+static inline strata_status optim_check_lr_scale(const char *who, float lr_scale)
+{
+    if (!(lr_scale >= 0.0f) || !isfinite(lr_scale))
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: lr_scale %g must be finite and >= 0",
+                            who, (double)lr_scale);
+    return STRATA_OK;
+}
+
+/* A preconditioner factor of side `side` (side^2 elements, float64 in the
+ * eigen workspaces): at most 2^56 elements, i.e. side <= 2^28. */
+static inline strata_status optim_check_factor(const char *who, int64_t side)
+{
+    if (side > ((int64_t)1 << (OPTIM_MAX_ELEMENTS_LOG2 / 2)))
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: a preconditioner factor of side %lld "
+                            "exceeds 2^%d (its %lld^2 elements' byte counts would overflow)", who,
+                            (long long)side, OPTIM_MAX_ELEMENTS_LOG2 / 2, (long long)side);
     return STRATA_OK;
 }
 

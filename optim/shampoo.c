@@ -347,6 +347,12 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     strata_status st = optim_check_shape("shampoo", rows, cols);
     if (st == STRATA_OK)
         st = check_config(c);
+    if (st == STRATA_OK) /* the largest block's factors */
+        st = optim_check_factor("shampoo", rows < c->max_preconditioner_dim
+                                               ? rows : c->max_preconditioner_dim);
+    if (st == STRATA_OK)
+        st = optim_check_factor("shampoo", cols < c->max_preconditioner_dim
+                                               ? cols : c->max_preconditioner_dim);
     if (st != STRATA_OK)
         return st;
 
@@ -725,6 +731,8 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
                                    const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("shampoo_apply", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("shampoo_apply", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     strata_status st = check_finite(s, g, cnt, "shampoo_apply");
@@ -842,6 +850,8 @@ strata_status strata_shampoo_step(strata_shampoo_state *s, float lr_scale, int64
                                   const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("shampoo_step", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("shampoo_step", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     /* One scan up front: once the factors absorbed g, apply must not refuse

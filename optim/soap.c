@@ -201,7 +201,12 @@ strata_status strata_soap_state_create(const strata_soap_config *c, strata_backe
     /* A dim-1 side's eigenbasis is exactly [1] in the reference (eigh and a
      * 1 x 1 Householder QR both give 1), so it is left unrotated here. */
     const int64_t d = c->max_precond_dim;
-    return soap_create(c, be, rows, cols, rows > 1 && rows <= d, cols > 1 && cols <= d, out);
+    const bool rot0 = rows > 1 && rows <= d, rot1 = cols > 1 && cols <= d;
+    if (rot0 && (st = optim_check_factor("soap", rows)) != STRATA_OK)
+        return st;
+    if (rot1 && (st = optim_check_factor("soap", cols)) != STRATA_OK)
+        return st;
+    return soap_create(c, be, rows, cols, rot0, rot1, out);
 }
 
 strata_status strata_soap_state_create_vector(const strata_soap_config *c, strata_backend *be,
@@ -215,8 +220,10 @@ strata_status strata_soap_state_create_vector(const strata_soap_config *c, strat
     strata_status st = check_config(c);
     if (st != STRATA_OK)
         return st;
-    return soap_create(c, be, n, 1, c->precondition_1d && n > 1 && n <= c->max_precond_dim, false,
-                       out);
+    const bool rot = c->precondition_1d && n > 1 && n <= c->max_precond_dim;
+    if (rot && (st = optim_check_factor("soap", n)) != STRATA_OK)
+        return st;
+    return soap_create(c, be, n, 1, rot, false, out);
 }
 
 void strata_soap_state_destroy(strata_soap_state *s)
@@ -298,8 +305,11 @@ static strata_status decide(strata_soap_state *s, const float *g, strata_optim_c
     strata_status st = optim_gamma(s->be, g, (size_t)s->rows * (size_t)s->cols, &gamma, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite)
+    if (!finite) {
+        if (cnt) /* counted as every family counts them */
+            cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "%s: non-finite gradient", who);
+    }
     s->skip = !optim_state_absorbs(gamma, cnt);
     return STRATA_OK;
 }
@@ -311,6 +321,8 @@ strata_status strata_soap_apply(strata_soap_state *s, float lr_scale, int64_t t,
                                 const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("soap_apply", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("soap_apply", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     if (!s->has_basis)
@@ -397,8 +409,11 @@ strata_status strata_soap_update_factors(strata_soap_state *s, const float *g,
     strata_status st = optim_finite(s->be, g, (size_t)s->rows * (size_t)s->cols, &finite);
     if (st != STRATA_OK)
         return st;
-    if (!finite)
+    if (!finite) {
+        if (cnt) /* counted as every family counts them */
+            cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "soap_update_factors: non-finite gradient");
+    }
     return update_factors_core(s, g, cnt);
 }
 
@@ -567,6 +582,8 @@ strata_status strata_soap_step(strata_soap_state *s, float lr_scale, int64_t t, 
                                const float *g, strata_optim_counters *cnt)
 {
     strata_status st_args = optim_check_step("soap_step", s, w, g, t);
+    if (st_args == STRATA_OK)
+        st_args = optim_check_lr_scale("soap_step", lr_scale);
     if (st_args != STRATA_OK)
         return st_args;
     strata_status st = decide(s, g, cnt, "soap_step");

@@ -28,6 +28,7 @@
 #include "runtime/testing.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -248,7 +249,7 @@ static strata_status check_config(const strata_config *given)
     CFG_CHECK(st, cfg_int("staleness", c->staleness, 0, INT32_MAX));
     CFG_CHECK(st, cfg_int("install_mode", (long long)c->install_mode, STRATA_COH_FIXED,
                           STRATA_COH_EAGER));
-    CFG_CHECK(st, cfg_int("workers", c->workers, 0, 4096));
+    CFG_CHECK(st, cfg_int("workers", c->workers, 0, 1024)); /* the pool's range (workers/pool.c) */
     CFG_CHECK(st, cfg_real("wait_timeout_s", c->wait_timeout_s, true));
     CFG_CHECK(st, cfg_int("roots_tier", (long long)c->roots_tier, STRATA_TIER_HOST,
                           STRATA_TIER_NVME));
@@ -283,6 +284,32 @@ static strata_status check_config(const strata_config *given)
     }
     return STRATA_OK;
 }
+
+strata_status strata_rt_busy_enter(strata_runtime *rt, const char *call)
+{
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&rt->busy, &idle, 1))
+        return strata_error(STRATA_ERR_STATE, "%s: another call on this runtime is in progress "
+                            "(strata_step, param_add, commit, set_lr_scale, param_set_buffers, "
+                            "save and load must not overlap: one thread at a time)", call);
+    return STRATA_OK;
+}
+
+void strata_rt_busy_leave(strata_runtime *rt)
+{
+    atomic_store(&rt->busy, 0);
+}
+
+/* Return `body` (an entry point's unguarded body) run under the busy flag. */
+#define BUSY_CALL(rt, call, body)                                                              \
+    do {                                                                                       \
+        strata_status busy_st_ = strata_rt_busy_enter(rt, call);                               \
+        if (busy_st_ != STRATA_OK)                                                             \
+            return busy_st_;                                                                   \
+        busy_st_ = body;                                                                       \
+        strata_rt_busy_leave(rt);                                                              \
+        return busy_st_;                                                                       \
+    } while (0)
 
 strata_status strata_create(const strata_config *cfg, strata_runtime **out)
 {
@@ -360,8 +387,59 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
     return STRATA_OK;
 }
 
-strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
-                               strata_param_id *out)
+/* Bounds of one parameter's size: 2^56 elements (every family's state is a
+ * few copies of it plus its factors: under 2^64 bytes), each side 2^31 (a
+ * factor of side d holds d^2 doubles: under 2^64 bytes). */
+#define PARAM_MAX_NUMEL_LOG2 56
+#define PARAM_MAX_NUMEL ((uint64_t)1 << PARAM_MAX_NUMEL_LOG2)
+#define PARAM_MAX_SIDE ((uint64_t)1 << 31)
+#define PARAM_MAX_LAYERS (1 << 20) /* per-layer arrays: max layer + 1 entries */
+
+static bool spans_overlap(const void *a, const void *b, size_t bytes)
+{
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + bytes && y < x + bytes;
+}
+
+/* A parameter's buffers are its own: its weights and gradient do not
+ * overlap each other nor any registered parameter's (the same buffer
+ * registered twice would be updated twice per step; a gradient aliasing
+ * weights is overwritten by the update). One exception: gradients that
+ * start at the same address, a shared buffer of zeros for parameters that
+ * have no gradient (the Python door registers them so). Tied weights are
+ * one parameter used by two layers (strata.h, strata_param_add). */
+static strata_status check_aliasing(const strata_runtime *rt, const strata_param_desc *d,
+                                    size_t numel)
+{
+    const size_t bytes = numel * sizeof(float);
+    if (spans_overlap(d->data, d->grad, bytes))
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): the gradient buffer "
+                            "overlaps the weights", d->name);
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *q = &rt->params[i];
+        const size_t qb = q->view.numel * sizeof(float);
+        const void *mine[2] = {d->data, d->grad}, *theirs[2] = {q->user_data, q->grad};
+        static const char *const what[2] = {"weights", "gradient"};
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                const uintptr_t x = (uintptr_t)mine[a], y = (uintptr_t)theirs[b];
+                if (a == 1 && b == 1 && x == y)
+                    continue; /* one gradient buffer of zeros for parameters without one */
+                if (x < y + qb && y < x + bytes)
+                    return strata_error(STRATA_ERR_INVALID_ARG,
+                                        "param_add('%s'): its %s overlap the %s of parameter "
+                                        "'%s'%s", d->name, what[a], what[b], q->name,
+                                        a == 0 && b == 0 && x == y && bytes == qb
+                                            ? " (the same buffer registered twice; tied weights "
+                                              "are one parameter, used by both layers)"
+                                            : "");
+            }
+    }
+    return STRATA_OK;
+}
+
+static strata_status param_add_unguarded(strata_runtime *rt, const strata_param_desc *d,
+                                         strata_param_id *out)
 {
     if (!rt || !d)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add: NULL argument");
@@ -373,9 +451,15 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
     if (d->ndim < 0 || d->ndim > STRATA_MAX_DIMS)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): ndim %d not in 0..%d",
                             d->name, d->ndim, STRATA_MAX_DIMS);
-    if (d->layer < 0)
-        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d < 0", d->name,
-                            d->layer);
+    if (d->layer < 0 || d->layer >= PARAM_MAX_LAYERS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): layer %d not in 0..%d "
+                            "(per-layer state is sized by the largest id: ids are dense)",
+                            d->name, d->layer, PARAM_MAX_LAYERS - 1);
+    if ((uintptr_t)d->data % _Alignof(float) || (uintptr_t)d->grad % _Alignof(float))
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): the %s pointer is not "
+                            "aligned to a float (%zu bytes)", d->name,
+                            (uintptr_t)d->data % _Alignof(float) ? "data" : "grad",
+                            (size_t)_Alignof(float));
     if ((int)d->memory < 0 || (int)d->memory >= STRATA_MEM_KINDS)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): unknown memory kind %d",
                             d->name, (int)d->memory);
@@ -388,11 +472,29 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
         if (d->shape[i] < 1)
             return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): shape[%d] = %lld < 1",
                                 d->name, i, (long long)d->shape[i]);
+        if ((uint64_t)d->shape[i] > PARAM_MAX_NUMEL / numel)
+            return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): the shape's element "
+                                "count overflows (over 2^%d elements: the state of any family "
+                                "would not fit in 64-bit byte counts)", d->name,
+                                PARAM_MAX_NUMEL_LOG2);
         numel *= (size_t)d->shape[i];
     }
+    for (int i = 0; i < d->ndim; i++)
+        if ((uint64_t)d->shape[i] > PARAM_MAX_SIDE)
+            return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): shape[%d] = %lld "
+                                "exceeds 2^31 (a preconditioner factor of that side overflows "
+                                "64-bit byte counts)", d->name, i, (long long)d->shape[i]);
+    if (strcmp(d->name, "__metadata__") == 0 || strchr(d->name, '/'))
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): the checkpoint format "
+                            "reserves this name ('__metadata__' is the safetensors header's "
+                            "key, '/' separates a parameter's name from its state tensors')",
+                            d->name);
     for (int i = 0; i < rt->n_params; i++)
         if (strcmp(rt->params[i].name, d->name) == 0)
             return strata_error(STRATA_ERR_INVALID_ARG, "param_add: duplicate name '%s'", d->name);
+    strata_status alias = check_aliasing(rt, d, numel);
+    if (alias != STRATA_OK)
+        return alias;
     if (d->stacked && d->ndim != 3)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_add('%s'): stacked needs ndim 3, not %d",
                             d->name, d->ndim);
@@ -428,6 +530,14 @@ strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
         *out = rt->n_params;
     rt->n_params++;
     return STRATA_OK;
+}
+
+strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
+                               strata_param_id *out)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_add: NULL argument");
+    BUSY_CALL(rt, "param_add", param_add_unguarded(rt, d, out));
 }
 
 static bool is_tail_by_rule(const strata_runtime *rt, const rt_param *p);
@@ -1068,7 +1178,7 @@ strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer)
     return st;
 }
 
-strata_status strata_commit(strata_runtime *rt)
+static strata_status commit_unguarded(strata_runtime *rt)
 {
     if (!rt)
         return strata_error(STRATA_ERR_INVALID_ARG, "commit: NULL runtime");
@@ -1180,6 +1290,13 @@ strata_status strata_commit(strata_runtime *rt)
     return STRATA_OK;
 }
 
+strata_status strata_commit(strata_runtime *rt)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "commit: NULL runtime");
+    BUSY_CALL(rt, "commit", commit_unguarded(rt));
+}
+
 static strata_status check_hook(const strata_runtime *rt, int layer, const char *what)
 {
     if (!rt)
@@ -1188,6 +1305,9 @@ static strata_status check_hook(const strata_runtime *rt, int layer, const char 
         return strata_error(STRATA_ERR_STATE, "%s: call strata_commit first", what);
     if (layer < 0)
         return strata_error(STRATA_ERR_INVALID_ARG, "%s: layer %d < 0", what, layer);
+    if (layer > rt->max_layer) /* a typo'd layer would otherwise do nothing, silently */
+        return strata_error(STRATA_ERR_INVALID_ARG, "%s: layer %d does not exist (the "
+                            "parameters' layers are 0..%d)", what, layer, rt->max_layer);
     return STRATA_OK;
 }
 
@@ -1259,8 +1379,8 @@ strata_status strata_param_data(const strata_runtime *rt, strata_param_id id, fl
     return STRATA_OK;
 }
 
-strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id, float *data,
-                                       float *grad)
+static strata_status set_buffers_unguarded(strata_runtime *rt, strata_param_id id, float *data,
+                                           float *grad)
 {
     if (!rt || id < 0 || id >= rt->n_params)
         return strata_error(STRATA_ERR_INVALID_ARG, "param_set_buffers: bad id %d", (int)id);
@@ -1282,6 +1402,14 @@ strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id, f
     if (grad)
         p->grad = grad;
     return STRATA_OK;
+}
+
+strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id, float *data,
+                                       float *grad)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_buffers: NULL runtime");
+    BUSY_CALL(rt, "param_set_buffers", set_buffers_unguarded(rt, id, data, grad));
 }
 
 strata_status strata_sync_weights(strata_runtime *rt)
@@ -1355,12 +1483,19 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
     return st;
 }
 
-strata_status strata_set_lr_scale(strata_runtime *rt, float scale)
+static strata_status set_lr_scale_unguarded(strata_runtime *rt, float scale)
 {
     if (!rt || !(scale >= 0.0f) || !isfinite(scale))
         return strata_error(STRATA_ERR_INVALID_ARG, "set_lr_scale: scale must be finite and >= 0");
     rt->lr_scale = scale;
     return STRATA_OK;
+}
+
+strata_status strata_set_lr_scale(strata_runtime *rt, float scale)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "set_lr_scale: NULL runtime");
+    BUSY_CALL(rt, "set_lr_scale", set_lr_scale_unguarded(rt, scale));
 }
 
 /* The engine's critical path since the last step ended (this step's forward
@@ -1695,7 +1830,7 @@ static void step_stats(strata_runtime *rt, int64_t t, const strata_optim_counter
  * Everything that can fail for a reason outside the program (reductions,
  * the first pass, the norm's allreduce, the veto) runs before any weight,
  * moment, factor or counter changes. */
-strata_status strata_step(strata_runtime *rt)
+static strata_status step_unguarded(strata_runtime *rt)
 {
     if (!rt)
         return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
@@ -1731,6 +1866,13 @@ strata_status strata_step(strata_runtime *rt)
         st = step_zero1_broadcast(rt);
     step_stats(rt, t, &cnt, tail_seconds, wait, t_start);
     return st;
+}
+
+strata_status strata_step(strata_runtime *rt)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
+    BUSY_CALL(rt, "step", step_unguarded(rt));
 }
 
 strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)

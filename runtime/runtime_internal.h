@@ -13,6 +13,8 @@
 #include "strata/comm.h"
 #include "strata/strata.h"
 
+#include <stdatomic.h>
+
 typedef struct rt_param {
     char *name;
     int ndim;
@@ -53,6 +55,8 @@ typedef struct rt_fan {
 
 struct strata_runtime {
     strata_config cfg;
+    atomic_int busy;       /* 1 while a call that must not overlap a step runs
+                              (strata_rt_busy_enter) */
     strata_logger log;     /* from cfg: the sink every component writes through */
     int testing_worker_delay_us; /* runtime/testing.h */
     /* runtime/testing.h: checkpoint I/O fault injection. Every file-system

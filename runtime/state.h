@@ -43,6 +43,14 @@ typedef struct strata_rt_view {
     strata_refresh *engine;   /* the refresh engine (its checkpoint seam) */
 } strata_rt_view;
 
+/* The runtime's busy flag (one atomic): strata_step and every call that must
+ * not overlap it (param_add, commit, set_lr_scale, param_set_buffers,
+ * strata_save, strata_load) take it on entry and give it back on return.
+ * A call made while another holds it (another thread) is refused with
+ * STRATA_ERR_STATE naming `call`, and changes nothing. */
+strata_status strata_rt_busy_enter(strata_runtime *rt, const char *call);
+void strata_rt_busy_leave(strata_runtime *rt);
+
 /* Fill `out` (non-NULL) for `rt` (non-NULL). */
 void strata_rt_view_get(const strata_runtime *rt, strata_rt_view *out);
 

@@ -691,15 +691,20 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     if (rep->refresh.refreshes)
         snprintf(refreshes, sizeof refreshes, "%lld %s (%lld failed), ",
                  (long long)t->root_refreshes, rep->refresh.what, (long long)t->root_failures);
+    /* A run stopped before its first validation has no val loss: said so,
+     * not "nan". */
+    char val[32] = "not measured";
+    if (!isnan(res->final_val_loss))
+        snprintf(val, sizeof val, "%.4f", res->final_val_loss);
     fprintf(f,
-            "summary: %s | %d step%s in %.*f s | train loss %.4f | val loss %.4f "
+            "summary: %s | %d step%s in %.*f s | train loss %.4f | val loss %s "
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
             "max %.1f | %.0f tok/s\n"
             "optimizer: %s%.1f MiB state in the device tier%s\n",
             strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
-            res->final_val_loss, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
+            val, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             res->tokens_per_second, refreshes, t->device_bytes / 1048576.0, over);
     /* The numerical guards (strata_stats): said only when they acted. */

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <stddef.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,7 +539,32 @@ typedef struct loop_state {
     double loss_ref, grad_ref; /* divergence references from the first step */
     float losses[10];  /* the last min(10, step) training losses, oldest first */
     int n_losses;
+    char run_id[24];   /* the run's identity: 16 hex digits drawn when a run starts, carried
+                          by every checkpoint it saves and by the runs resumed from them;
+                          "" for checkpoints saved before runs had one */
 } loop_state;
+
+/* The fields of gpt_config, each of which defines the model's shape: every
+ * one is stored in a checkpoint and must be equal on resume (the tensors'
+ * shapes alone do not show n_head). */
+static const struct model_field {
+    const char *key, *flag; /* flag: the CLI's, NULL when there is none */
+    size_t off;
+} model_fields[] = {
+    {"vocab", NULL, offsetof(gpt_config, vocab)},
+    {"max_seq", "seq-len", offsetof(gpt_config, max_seq)},
+    {"n_layer", "layers", offsetof(gpt_config, n_layer)},
+    {"n_head", "heads", offsetof(gpt_config, n_head)},
+    {"d_model", "d-model", offsetof(gpt_config, d_model)},
+};
+#define N_MODEL_FIELDS (sizeof model_fields / sizeof model_fields[0])
+_Static_assert(sizeof(gpt_config) == N_MODEL_FIELDS * sizeof(int),
+               "a gpt_config field is missing from model_fields");
+
+static int model_field(const gpt_config *c, size_t k)
+{
+    return *(const int *)(const void *)((const char *)c + model_fields[k].off);
+}
 
 static void loop_push_loss(loop_state *ls, float loss)
 {
@@ -568,6 +595,13 @@ static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
     json_object_object_add(j, "steps", json_object_new_int(o->steps));
     json_object_object_add(j, "batch", json_object_new_int(o->batch));
     json_object_object_add(j, "seq_len", json_object_new_int(o->seq_len));
+    json_object *model = json_object_new_object();
+    for (size_t k = 0; k < N_MODEL_FIELDS; k++)
+        json_object_object_add(model, model_fields[k].key,
+                               json_object_new_int(model_field(&o->model, k)));
+    json_object_object_add(j, "model", model);
+    if (ls->run_id[0])
+        json_object_object_add(j, "run_id", json_object_new_string(ls->run_id));
     const char *txt = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
     char *out = txt ? strdup(txt) : NULL;
     json_object_put(j);
@@ -589,6 +623,8 @@ static strata_status loop_state_parse(const char *dir, const char *txt,
         goto out;
     }
     ls->step = json_object_get_int(v);
+    if (NEED("run_id", json_type_string))
+        snprintf(ls->run_id, sizeof ls->run_id, "%s", json_object_get_string(v));
     if (!NEED("rng", json_type_string) ||
         sscanf(json_object_get_string(v), "%16llx", (unsigned long long *)&ls->rng) != 1) {
         st = strata_error(STRATA_ERR_DATA, "checkpoint %s: the trainer's rng is missing", dir);
@@ -615,6 +651,85 @@ static strata_status loop_state_parse(const char *dir, const char *txt,
                     (long long)json_object_get_int64(v), (long long)same[k].now);
 #undef NEED
 out:
+    json_object_put(j);
+    return st;
+}
+
+/* The "user" object of checkpoint `dir`'s manifest (json-c, the caller
+ * puts it), or NULL when there is no readable manifest. */
+static json_object *manifest_user(const char *dir)
+{
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_object *m = json_object_from_file(path), *u = NULL;
+    if (m && json_object_object_get_ex(m, "user", &u) && json_object_is_type(u, json_type_object))
+        json_object_get(u);
+    else
+        u = NULL;
+    json_object_put(m);
+    return u;
+}
+
+/* The run identity checkpoint `dir` carries into id[24] ("" when it has
+ * none); false when `dir` is not a readable checkpoint. */
+static bool checkpoint_run_id(const char *dir, char *id)
+{
+    json_object *u = manifest_user(dir), *v;
+    id[0] = '\0';
+    if (u && json_object_object_get_ex(u, "run_id", &v) && json_object_is_type(v, json_type_string))
+        snprintf(id, 24, "%s", json_object_get_string(v));
+    json_object_put(u);
+    return u != NULL;
+}
+
+/* A new run's identity: 64 random bits (the kernel's, else the clock's and
+ * the process id), 16 hex digits; with several ranks, rank 0's (collective). */
+static strata_status new_run_id(strata_comm *comm, char *id)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+            ((uint64_t)getpid() << 40);
+    }
+    if (comm && strata_comm_size(comm) > 1) {
+        double halves[2] = {(double)(r >> 32), (double)(r & 0xffffffffu)}; /* exact */
+        if (strata_comm_rank(comm) != 0)
+            halves[0] = halves[1] = 0.0;
+        strata_status st = strata_comm_allreduce_f64(comm, halves, 2, STRATA_REDUCE_SUM);
+        if (st != STRATA_OK)
+            return st;
+        r = ((uint64_t)halves[0] << 32) | (uint64_t)halves[1];
+    }
+    snprintf(id, 24, "%016llx", (unsigned long long)r);
+    return STRATA_OK;
+}
+
+/* Before anything is loaded: the model this run builds is the one checkpoint
+ * `dir` holds, field by field (gpt_config; a checkpoint saved before the
+ * fields were stored has no "model": its tensors' shapes are still compared
+ * by strata_load). */
+static strata_status model_check(const char *dir, const gpt_train_options *o)
+{
+    json_object *j = manifest_user(dir), *model, *v;
+    strata_status st = STRATA_OK;
+    if (j && json_object_object_get_ex(j, "model", &model))
+        for (size_t k = 0; k < N_MODEL_FIELDS && st == STRATA_OK; k++) {
+            const int now = model_field(&o->model, k);
+            if (!json_object_object_get_ex(model, model_fields[k].key, &v) ||
+                !json_object_is_type(v, json_type_int))
+                st = strata_error(STRATA_ERR_DATA, "checkpoint %s: the model's %s is missing",
+                                  dir, model_fields[k].key);
+            else if (json_object_get_int64(v) != now)
+                st = strata_error(STRATA_ERR_INVALID_ARG,
+                                  "checkpoint %s: the model's %s%s%s%s is %lld in the "
+                                  "checkpoint and %d in this run: the model differs", dir,
+                                  model_fields[k].key, model_fields[k].flag ? " (--" : "",
+                                  model_fields[k].flag ? model_fields[k].flag : "",
+                                  model_fields[k].flag ? ")" : "",
+                                  (long long)json_object_get_int64(v), now);
+        }
     json_object_put(j);
     return st;
 }
@@ -649,6 +764,11 @@ static int list_steps(const char *dir, int *steps, int cap)
     return n;
 }
 
+/* Remove checkpoint directory `path`: renamed first to a "*.tmp-" name (a
+ * prune that is killed midway leaves what prepare_save_dir removes, never a
+ * step-* directory without its manifest). */
+static void remove_checkpoint(const char *path);
+
 static void remove_tree(const char *path)
 {
     DIR *d = opendir(path);
@@ -663,6 +783,14 @@ static void remove_tree(const char *path)
         closedir(d);
     }
     rmdir(path);
+}
+
+static void remove_checkpoint(const char *path)
+{
+    char gone[4096 + 16];
+    snprintf(gone, sizeof gone, "%s.tmp-pruned", path);
+    remove_tree(gone); /* one a killed prune left */
+    remove_tree(rename(path, gone) == 0 ? gone : path);
 }
 
 /* A checkpoint directory, or the newest complete step-* of a save dir. */
@@ -714,16 +842,26 @@ static strata_status save_checkpoint(strata_runtime *rt, const gpt_train_options
     if (rank0 && o->keep > 0) {
         int steps[4096];
         const int k = list_steps(o->save_dir, steps, 4096);
-        for (int i = 0; i + o->keep < k; i++) {
+        /* The newest K of this run's checkpoints stay (prepare_save_dir
+         * refused or removed any other run's; a checkpoint of another run
+         * that appeared since stays too). */
+        int mine = 0;
+        for (int i = k - 1; i >= 0; i--) {
+            char id[24];
             snprintf(path, sizeof path, "%s/step-%08d", o->save_dir, steps[i]);
-            remove_tree(path);
+            if (checkpoint_run_id(path, id) && strcmp(id, ls->run_id) == 0 && ++mine > o->keep)
+                remove_checkpoint(path);
         }
     }
     return STRATA_OK;
 }
 
-/* Create save_dir and remove what killed saves left ("*.tmp-*"). */
-static strata_status prepare_save_dir(const char *dir, bool rank0)
+/* Create save_dir and remove what killed saves left ("*.tmp-*"). A save
+ * dir holding checkpoints of another run (another run identity: a new run
+ * never shares one) is refused, unless `overwrite`: then those are removed
+ * first, so that --keep and --resume DIR see this run's alone. */
+static strata_status prepare_save_dir(const char *dir, bool rank0, const char *run_id,
+                                      bool overwrite)
 {
     if (rank0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
         return strata_error(STRATA_ERR_IO, "--save-dir %s: %s", dir, strerror(errno));
@@ -742,6 +880,33 @@ static strata_status prepare_save_dir(const char *dir, bool rank0)
             remove_tree(p);
         }
     closedir(d);
+    int steps[4096];
+    const int k = list_steps(dir, steps, 4096);
+    int others = 0, first = -1;
+    char first_id[24] = "";
+    for (int i = 0; i < k; i++) {
+        char id[24];
+        snprintf(p, sizeof p, "%s/step-%08d", dir, steps[i]);
+        if (!checkpoint_run_id(p, id) || strcmp(id, run_id) == 0)
+            continue;
+        if (overwrite) {
+            remove_checkpoint(p);
+            continue;
+        }
+        if (others++ == 0) {
+            first = steps[i];
+            snprintf(first_id, sizeof first_id, "%s", id);
+        }
+    }
+    if (others)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "--save-dir %s holds %d checkpoint%s of another run (step-%08d, run "
+                            "%s): a new run would mix with them (--keep would prune them, "
+                            "--resume %s would pick the newest of either); give a fresh "
+                            "--save-dir, continue that run with --resume %s, or remove them "
+                            "with --overwrite",
+                            dir, others, others == 1 ? "" : "s", first,
+                            first_id[0] ? first_id : "without an identity", dir, dir);
     return STRATA_OK;
 }
 
@@ -887,6 +1052,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     char resume_dir[4096];
     if (st == STRATA_OK && o.resume)
         st = resolve_resume(o.resume, resume_dir, sizeof resume_dir);
+    if (st == STRATA_OK && o.resume)
+        st = model_check(resume_dir, &o);
     if (st != STRATA_OK)
         return st;
     const int B = o.batch, T = o.seq_len;
@@ -936,22 +1103,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
         goto out;
     }
-    st = gpt_report_open(&o, out, &rep);
-    if (st != STRATA_OK)
-        goto out;
     strata_stats s0;
     strata_stats_get(rt, &s0);
-    res->unigram_val_loss = unigram_baseline(&data);
-    gpt_report_begin(rep, &(gpt_run_info){.n_files = data.n_files,
-                                          .n_train = data.n_train,
-                                          .n_val = data.n_val,
-                                          .params = model_num_params(&model),
-                                          .n_matrix = s0.n_matrix,
-                                          .n_tail = s0.n_tail,
-                                          .unigram_val_loss = res->unigram_val_loss,
-                                          .blas_threads = strata_blas_threads(),
-                                          .step_threads = s0.step_threads,
-                                          .workers = async_workers(&o.strata)});
 
     hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1};
     double loss_ref = log((double)o.model.vocab), grad_ref = 0.0;
@@ -961,11 +1114,12 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     const bool rank0 = !comm || strata_comm_rank(comm) == 0;
     loop_state ls = {0};
     int first_step = 0;
+    strata_load_info li = {0};
     if (o.resume) {
-        /* Everything the runtime holds, then the loop's own state. */
+        /* Everything the runtime holds, then the loop's own state; before
+         * any output is opened, so that a refused resume overwrites nothing. */
         const char *dir = resume_dir;
         char *user = NULL;
-        strata_load_info li;
         st = strata_load(rt, dir, &user, &li);
         if (st == STRATA_OK)
             st = loop_state_parse(dir, user, &o, &ls);
@@ -981,13 +1135,35 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             loss_ref = ls.loss_ref;
             grad_ref = ls.grad_ref;
         }
+    } else if (o.save_every > 0 && (st = new_run_id(comm, ls.run_id)) != STRATA_OK) {
+        goto out;
+    }
+    /* The save dir: this run's, or refused (before any output is opened). */
+    if ((o.save_every > 0 || o.save_after_load) &&
+        (st = prepare_save_dir(o.save_dir, rank0, ls.run_id, o.overwrite)) != STRATA_OK)
+        goto out;
+    st = gpt_report_open(&o, out, &rep);
+    if (st != STRATA_OK)
+        goto out;
+    res->unigram_val_loss = unigram_baseline(&data);
+    gpt_report_begin(rep, &(gpt_run_info){.n_files = data.n_files,
+                                          .n_train = data.n_train,
+                                          .n_val = data.n_val,
+                                          .params = model_num_params(&model),
+                                          .n_matrix = s0.n_matrix,
+                                          .n_tail = s0.n_tail,
+                                          .unigram_val_loss = res->unigram_val_loss,
+                                          .blas_threads = strata_blas_threads(),
+                                          .step_threads = s0.step_threads,
+                                          .workers = async_workers(&o.strata)});
+    if (o.resume) {
         gpt_report_seed_losses(rep, ls.losses, ls.n_losses);
         res->resumed_from = ls.step;
         res->steps_done = ls.step;
         res->ckpt_load_s = li.seconds;
         res->ckpt_load_mib_s = li.seconds > 0 ? li.bytes / 1048576.0 / li.seconds : 0.0;
         if (out && !o.quiet)
-            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", dir, ls.step,
+            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", resume_dir, ls.step,
                     li.bytes / 1048576.0, 1e3 * li.seconds);
     }
     /* A checkpoint already at (or past) --steps: nothing to train, and no
@@ -997,9 +1173,6 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         fprintf(stderr, "strata: note: the checkpoint is at step %d and --steps is %d: nothing "
                         "to train (raise --steps to continue the run)\n",
                 first_step, o.steps);
-    if ((o.save_every > 0 || o.save_after_load) &&
-        (st = prepare_save_dir(o.save_dir, rank0)) != STRATA_OK)
-        goto out;
     if (o.save_after_load) {
         /* ls holds what the checkpoint's user object gave back. */
         st = save_checkpoint(rt, &o, &ls, rank0, out, res);

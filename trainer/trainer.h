@@ -65,7 +65,11 @@ typedef struct gpt_train_options {
     const char *save_dir;    /* parent of the step directories (created); required with
                                 save_every; leftover "*.tmp-*" directories of killed saves
                                 are removed at start */
-    int keep;                /* keep the newest K step directories (0 = all) */
+    int keep;                /* keep the newest K of this run's step directories (0 = all) */
+    bool overwrite;          /* a save_dir holding checkpoints of another run (every run has
+                                an identity, stored in its checkpoints and carried on by a
+                                resume) is refused unless this is set: then those checkpoints
+                                are removed at start */
     const char *resume;      /* a checkpoint directory, or a save_dir (its newest complete
                                 step-* checkpoint): continue from it. With the same options
                                 every later step is bit-identical to the uninterrupted run. */

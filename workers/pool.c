@@ -48,7 +48,7 @@ void strata_worker_config_default(strata_worker_config *c)
 {
     memset(c, 0, sizeof *c);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    c->n_workers = cores > 1 ? (int)cores - 1 : 1;
+    c->n_workers = cores > 1 ? (cores > 1025 ? 1024 : (int)cores - 1) : 1; /* the range below */
     c->pin = false;
 }
 

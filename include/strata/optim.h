@@ -76,8 +76,9 @@ STRATA_API strata_status strata_adamw_config_check(const strata_adamw_config *c)
 
 /* One AdamW update of `n` elements in place. `w`, `m`, `v` are updated;
  * `g` is read. `lr_scale` multiplies c->lr (schedules). `t` >= 1.
- * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, any field that
- * strata_adamw_config_check refuses; nothing is touched). Through the
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, t < 1, lr_scale NaN, infinite or
+ * negative -- as every one-tensor step and strata_set_lr_scale refuse it --,
+ * any field that strata_adamw_config_check refuses; nothing is touched). Through the
  * runtime (the AdamW tail) a gradient with ||g||^2 > FLT_MAX/4, which could
  * overflow v, skips that tensor's step (the overflow rule every family
  * follows; strata_stats.overflow_skipped); this host call, which has no

@@ -44,7 +44,12 @@
  * finds a parameter whose layer had no backward hook since the previous step
  * counts it in stats.missing_backward_hooks and logs a warning once.
  *
- * Threading: one runtime is driven by one thread at a time.
+ * Threading: one runtime is driven by one thread at a time. strata_step and
+ * the calls that must not overlap it (strata_param_add, strata_commit,
+ * strata_set_lr_scale, strata_param_set_buffers, strata_save, strata_load)
+ * take an atomic busy flag: one of them called while another runs on the
+ * same runtime (from another thread) returns STRATA_ERR_STATE ("another
+ * call on this runtime is in progress") and changes nothing.
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -152,7 +157,8 @@ typedef struct strata_config {
     int staleness;            /* S, steps a root may be used past its refresh point's
                                  due step; the block's staleness stays <= F-1+S; default 1 */
     strata_coh_mode install_mode; /* STRATA_COH_FIXED (default, reproducible) or EAGER */
-    int workers;              /* worker threads; 0 = online cores - 1 (at least 1) */
+    int workers;              /* worker threads, 0..1024; 0 = online cores - 1 (at least 1,
+                                 at most 1024) */
     bool pin_workers;         /* hwloc-pin workers to the last cores; default false */
     double wait_timeout_s;    /* bound of every staleness wait, seconds; default 600 */
     strata_tier_kind roots_tier; /* where inverse roots live: STRATA_TIER_HOST (default) or
@@ -239,7 +245,9 @@ typedef struct strata_param_desc {
     const char *name;               /* copied; unique within the runtime */
     int ndim;                       /* 0..STRATA_MAX_DIMS */
     int64_t shape[STRATA_MAX_DIMS]; /* row-major, each >= 1 */
-    int layer;                      /* hook layer that produces/consumes it, >= 0 */
+    int layer;                      /* hook layer that produces/consumes it, 0..2^20-1:
+                                       per-layer state is sized by the largest layer id,
+                                       so ids are meant dense (0, 1, 2, ...) */
     strata_role role;
     strata_optimizer optimizer;     /* STRATA_OPTIM_DEFAULT = follow the routing rule */
     bool stacked;  /* ndim == 3 only: shape[0] independent shape[1] x shape[2] matrices
@@ -251,7 +259,7 @@ typedef struct strata_param_desc {
                                 the backend's memory; on the CPU backend ordinary host
                                 memory), STRATA_MEM_HOST, HOST_PINNED or MANAGED. The CPU
                                 backend reads all of them in place. */
-    float *data;  /* float32 weights, prod(shape) elements; caller-owned, updated in place
+    float *data;  /* float32 weights (float-aligned), prod(shape) elements; caller-owned, updated in place
                      (unless `managed` is in effect: then only the initial values) */
     float *grad;  /* float32 gradient, same size; caller-owned, read at strata_step */
     bool managed; /* strata manages the weights (ZeRO-3 resident memory). In effect only
@@ -276,7 +284,8 @@ typedef struct strata_runtime strata_runtime;
  * here, before anything is created, each optimizer's configuration included
  * (strata_<optimizer>_config_check: a parameter may ask for any optimizer):
  * NaN and +-inf are refused everywhere, then each field's range (version,
- * known enums, max_grad_norm >= 0, blas_threads and workers in [0, 4096],
+ * known enums, max_grad_norm >= 0, blas_threads in [0, 4096], workers in
+ * [0, 1024] (the worker pool's range, so commit accepts it too),
  * step_threads in [0, 256],
  * staleness and shard_group_size >= 0, wait_timeout_s > 0,
  * nvme_queue_depth in [8, 4096], nvme_chunk_bytes a multiple of 4096 in
@@ -293,8 +302,18 @@ typedef struct strata_runtime strata_runtime;
 STRATA_API strata_status strata_create(const strata_config *cfg, strata_runtime **out);
 
 /* Register a parameter before strata_commit. Errors: STRATA_ERR_STATE
- * (after commit), STRATA_ERR_INVALID_ARG (NULL pointers, bad shape, duplicate
- * name, negative layer). On error nothing is registered. */
+ * (after commit; another call in progress, see Threading), STRATA_ERR_INVALID_ARG
+ * (NULL pointers, bad shape, duplicate name, negative layer; an element count
+ * over 2^56 or a side over 2^31, whose state's byte counts would overflow; a
+ * name the checkpoint format reserves: "__metadata__" or any name with '/';
+ * buffers that overlap: the gradient with the weights, or either with a
+ * registered parameter's weights or gradient -- except gradients that start
+ * at the same address: one buffer of zeros for parameters without a
+ * gradient, which must stay zeros, since the step scales gradients in place
+ * when it clips and reduces them in place over ranks). Tied weights, e.g. a tied
+ * embedding and LM head, are one parameter used by both layers: register the
+ * buffer once and sum both uses' gradients into its gradient. On error
+ * nothing is registered. */
 STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param_desc *d,
                                           strata_param_id *out);
 
@@ -315,7 +334,8 @@ STRATA_API strata_status strata_commit(strata_runtime *rt);
 /* Before layer `layer`'s forward: materialize its parameters on this rank
  * (managed ones into a layer buffer until its release point, below).
  * Errors: STRATA_ERR_STATE (before commit), STRATA_ERR_INVALID_ARG (a layer
- * no parameter declared is fine; a negative one is not), STRATA_ERR_NOMEM
+ * < 0 or above every parameter's layer; one between them that no parameter
+ * declared is fine, and does nothing), STRATA_ERR_NOMEM
  * (a managed layer's buffer), the communicator's. */
 STRATA_API strata_status strata_hook_forward(strata_runtime *rt, int layer);
 
@@ -360,8 +380,9 @@ STRATA_API strata_status strata_sync_weights(strata_runtime *rt);
  * strata_hook_forward does (unmanaged ones are brought up to date too), but
  * counts no forward hook and prefetches nothing. Collective within the shard
  * group: every rank calls it for the same layers in the same order. A layer
- * no parameter declared is fine. Errors: STRATA_ERR_INVALID_ARG (NULL rt,
- * layer < 0), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM (the layer
+ * no parameter declared, below the largest declared one, is fine. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL rt, layer < 0 or above every parameter's
+ * layer), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM (the layer
  * buffer, with its size), the communicator's. */
 STRATA_API strata_status strata_layer_materialize(strata_runtime *rt, int layer);
 
@@ -371,7 +392,8 @@ STRATA_API strata_status strata_layer_materialize(strata_runtime *rt, int layer)
  * layer not held is fine; unmanaged parameters are unaffected. Every rank
  * must release the same layers at the same points (the broadcasts of the
  * next materialize depend on it). Errors: STRATA_ERR_INVALID_ARG (NULL rt,
- * layer < 0), STRATA_ERR_STATE (before commit). */
+ * layer < 0 or above every parameter's layer), STRATA_ERR_STATE (before
+ * commit). */
 STRATA_API strata_status strata_layer_release(strata_runtime *rt, int layer);
 
 /* The float32 weights of parameter `id` on this rank now (prod(shape)
@@ -722,8 +744,13 @@ typedef struct strata_save_info {
  * save; rank 0 holds the whole model until the weights file is written (its
  * stats.param_bytes_peak counts it), the other ranks one layer at a time;
  * afterwards no layer is held.
- * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not a JSON
- * object), STRATA_ERR_STATE (before commit), STRATA_ERR_IO (a write, fsync
+ * A trailing '/' in `dir` names the same directory. An existing `dir` is
+ * replaced only when it is a strata checkpoint (its manifest.json says so)
+ * or an empty directory.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL rt/dir, user_json not one JSON
+ * object with nothing but white space after it, `dir` an existing file or a
+ * non-empty directory that is not a checkpoint: nothing is touched),
+ * STRATA_ERR_STATE (before commit; another call in progress), STRATA_ERR_IO (a write, fsync
  * or rename failed, with the path and errno text; `dir` is left as it
  * was and no "*.tmp-*" directory remains), STRATA_ERR_TIMEOUT (the
  * drain), STRATA_ERR_NOMEM. */

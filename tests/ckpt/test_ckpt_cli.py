@@ -177,7 +177,7 @@ def hostile(tmp):
     case("header-length", header_lie, "STRATA_ERR_DATA", ["rank-00000.safetensors", "header length"])
     case("other-S", lambda d: None, "STRATA_ERR_INVALID_ARG", ["staleness", "block"],
          resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "1"])
-    case("other-model", lambda d: None, "STRATA_ERR_INVALID_ARG", ["parameter"],
+    case("other-model", lambda d: None, "STRATA_ERR_INVALID_ARG", ["d_model", "is 32", "48"],
          resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "2", "--d-model", "48"])
     case("other-optimizer", lambda d: None, "STRATA_ERR_INVALID_ARG", ["routed", "muon"],
          resume_opts=["--optimizer", "muon"])
@@ -192,7 +192,12 @@ def kill_during_save(tmp):
             "--save-every", "1", "--keep", "2", "--save-dir", sd]
     killed_in_save = 0
     for trial in range(KILL_TRIALS):
-        p = subprocess.Popen([STRATA, "train", *BASE[2:], *opts], stdout=subprocess.DEVNULL,
+        # One run, killed and resumed again and again (a new run would refuse
+        # the directory: it holds this run's checkpoints).
+        have = os.path.isdir(sd) and any(n.startswith("step-") and ".tmp-" not in n
+                                         for n in os.listdir(sd))
+        p = subprocess.Popen([STRATA, "train", *BASE[2:], *opts, *(["--resume", sd] if have else [])],
+                             stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 1.2))
         p.send_signal(signal.SIGKILL)

@@ -179,8 +179,10 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", *nodata, "--optimizer", "muon", "--async", "--staleness", "3", "--steps", "3",
         expect_rc=1, expect_text="no effect with --optimizer muon",
         reject_text="no asynchronous root")
-    # --keep without --save-every (or --save-after-load) is a usage error.
-    run("train", "--keep", "2", expect_rc=2, expect_text="--keep 2 prunes the checkpoints")
+    # --keep without --save-every (or --save-after-load) contradicts them: exit 1,
+    # as --save-every without --save-dir (README: 2 malformed, 1 contradiction).
+    run("train", "--keep", "2", expect_rc=1, expect_text="--keep 2 prunes the checkpoints")
+    run("train", "--save-every", "2", expect_rc=1, expect_text="--save-every needs --save-dir")
     run("train", "--layers", "abc", expect_rc=2, expect_text="--layers expects an integer")
     run("train", "--layers", "0", expect_rc=2, expect_text="--layers")
     run("train", "--lr", "-1", expect_rc=2, expect_text="--lr")
@@ -593,7 +595,7 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness refuses soap S=12 before any run")
     failures += not ok
     run("train", *tiny, "--steps", "2", "--optimizer", "soap", "--async", "--staleness", "2",
-        expect_rc=2, expect_text="--staleness 2: async soap needs staleness < "
+        expect_rc=1, expect_text="--staleness 2: async soap needs staleness < "
         "--precondition-frequency (2)")
     run("race", "--values", "1", expect_rc=2, expect_text="belongs to sweep-staleness")
     run("train", "--runs", "adamw", expect_rc=2, expect_text="belongs to race")

@@ -195,7 +195,7 @@ static const row config_rows[] = {
     ROW(C, async, bool, K_BOOL, END),
     ROW(C, staleness, int, K_INT, -1, END),
     ROW(C, install_mode, strata_coh_mode, K_ENUM, -1, 2, END),
-    ROW(C, workers, int, K_INT, -1, 4097, END),
+    ROW(C, workers, int, K_INT, -1, 1025, END),
     ROW(C, pin_workers, bool, K_BOOL, END),
     ROW(C, wait_timeout_s, double, K_F64, 0.0, -1.0, END),
     ROW(C, roots_tier, strata_tier_kind, K_ENUM, -1, 0, 3, END), /* 0: the device tier */

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Smaller things a new user meets (issue #22 item 12; usage: test_small.py STRATA).
+
+1. A run interrupted before its first validation says "val loss not
+   measured" in its summary, never "nan".
+2. `strata ckpt show` names the unknown subcommand.
+3. Exit classes (README): a contradiction between flags exits 1 (SOAP's
+   staleness >= frequency, --keep without --save-every, --save-every without
+   --save-dir), a malformed flag 2.
+Exit 0 pass, 1 fail.
+"""
+import signal
+import subprocess
+import sys
+
+STRATA = sys.argv[1]
+TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch", "4",
+        "--no-progress", "--optimizer", "adamw"]
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+p = subprocess.Popen([STRATA, "train", *TINY, "--steps", "1000000", "--eval-every", "0"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+for line in p.stdout:
+    if line.startswith("step "):
+        break
+p.send_signal(signal.SIGINT)
+out, err = p.communicate(timeout=60)
+summary = [l for l in out.splitlines() if l.startswith("summary:")]
+check(p.returncode == 130 and summary and "val loss not measured" in summary[0] and
+      "nan" not in summary[0],
+      f"interrupted before validation: rc {p.returncode} {summary[:1]} {err[-200:]}")
+
+r = subprocess.run([STRATA, "ckpt", "show", "x"], capture_output=True, text=True)
+check(r.returncode == 2 and "unknown subcommand 'show'" in r.stderr and "usage:" in r.stderr,
+      f"strata ckpt show: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+r = subprocess.run([STRATA, "ckpt", "verify"], capture_output=True, text=True)
+check(r.returncode == 2 and "expects one checkpoint directory" in r.stderr,
+      f"strata ckpt verify without a directory: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+
+for args, rc, text in [
+        (["--optimizer", "soap", "--async", "--staleness", "5", "--precondition-frequency", "2"],
+         1, "needs staleness < --precondition-frequency"),
+        (["--keep", "2"], 1, "--keep 2 prunes"),
+        (["--save-every", "2"], 1, "--save-every needs --save-dir"),
+        (["--steps", "x"], 2, "--steps"),
+        (["--no-such-flag"], 2, "no-such-flag")]:
+    r = subprocess.run([STRATA, "train", *TINY, "--steps", "2", *args], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == rc and text in r.stderr,
+          f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
+
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
