@@ -483,7 +483,8 @@ STRATA_API strata_status strata_param_get_hyper(const strata_runtime *rt, strata
 STRATA_API strata_status strata_param_set_active(strata_runtime *rt, strata_param_id id,
                                                  bool active);
 
-/* One optimizer step over every registered parameter. All or nothing: when
+/* One optimizer step over every registered parameter (but the inactive ones,
+ * strata_param_set_active). All or nothing: when
  * it returns an error, nothing changed (no weight, moment, factor,
  * installed root or step counter; diagnostic counters such as coh_waits and
  * io_errors record what happened) and the same step may be called again.
