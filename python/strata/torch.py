@@ -24,8 +24,10 @@ Python keyword; `async=True` through ** works too). An omitted keyword keeps
 the C default (strata_config_default). Enum fields take their C names in
 lower case ("adam", "eager", "nvme", ...).
 
-This version: one process, CPU float32 tensors. Not yet: torchrun ranks,
-ZeRO-3, CUDA tensors, bfloat16 master weights, attach() hooks.
+This version: CPU float32 tensors; under torchrun (torch.distributed
+initialized, world > 1) owner sharding over the default process group
+(strata/dist.py; `distributed=False` opts out). Not yet: ZeRO-3 and HSDP
+under torchrun, CUDA tensors, bfloat16 master weights, attach() hooks.
 """
 from __future__ import annotations
 
@@ -184,8 +186,10 @@ class StrataOptimizer(torch.optim.Optimizer):
                  head_patterns: Iterable[str] = DEFAULT_HEAD_PATTERNS,
                  model: Optional[torch.nn.Module] = None,
                  routes: Optional[dict[str, str]] = None,
+                 distributed: Optional[bool] = None,
                  **options: Any) -> None:
         self._rt: Optional[int] = None
+        self._comm: Any = None
         self._lock = threading.Lock()
         self._owner: Optional[int] = None
         self._lib = L.lib()
@@ -201,6 +205,15 @@ class StrataOptimizer(torch.optim.Optimizer):
                 raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
                            "adamw, shampoo, muon, soap, kl-shampoo")
         self._cfg = self._make_config(dict(options))
+        import torch.distributed as dist
+        if distributed is None:
+            distributed = dist.is_available() and dist.is_initialized() and \
+                dist.get_world_size() > 1
+        if distributed:
+            # strata's owner sharding over the process group (strata/dist.py)
+            from .dist import TorchComm
+            self._comm = TorchComm()
+            self._cfg.comm = self._comm.handle
         fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
         defaults = {"lr": float(fam.lr), "weight_decay": float(fam.weight_decay),
                     "optimizer": None}
@@ -448,6 +461,10 @@ class StrataOptimizer(torch.optim.Optimizer):
                 self._lib.strata_destroy(rt)
             except Exception:
                 pass
+        comm = getattr(self, "_comm", None)
+        if comm is not None:  # after the runtime that used it
+            self._comm = None
+            comm.close()
 
     # ---- the step
     def _sync_cache(self, rt: int) -> None:
@@ -566,6 +583,8 @@ class StrataOptimizer(torch.optim.Optimizer):
                     self._active[i] = active
             L.check(self._lib.strata_hook_backward(rt, 0), "strata_hook_backward")
             L.check(self._lib.strata_step(rt), "strata_step")
+            if self._comm is not None:  # the owners' new weights to every rank
+                L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
         return loss
 
     # ---- checkpoints
