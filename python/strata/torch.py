@@ -524,8 +524,10 @@ class StrataOptimizer(torch.optim.Optimizer):
             n = self._names[i]
             _check_tensor(p, n, "the parameter")
             g = p.grad
-            if g is None:  # skipped this step (strata_param_set_active): the old buffer stays
-                bufs.append((_ptr(p), self._bufs[i][1]))
+            if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
+                # stands in for the gradient torch may have freed (several ranks still
+                # reduce it at strata_hook_backward; nothing reads the result)
+                bufs.append((_ptr(p), _ptr(self._zeros)))
                 continue
             if g.is_sparse or g.layout != torch.strided:
                 raise _err("STRATA_ERR_INVALID_ARG",
