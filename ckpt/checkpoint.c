@@ -683,7 +683,8 @@ typedef struct saver {
 } saver;
 
 /* The manifest's parameter table: every parameter's name, shape, routing,
- * owner layout and refresh phase. */
+ * owner layout and refresh phase, and its own lr and weight decay where
+ * strata_param_set_hyper gave them. */
 static json_object *manifest_params(strata_runtime *rt, const strata_rt_view *v)
 {
     json_object *params = json_object_new_array();
@@ -703,6 +704,11 @@ static json_object *manifest_params(strata_runtime *rt, const strata_rt_view *v)
         json_object_object_add(e, "tail_offset",
                                json_object_new_int64(p.tail ? (int64_t)p.tail_offset : -1));
         json_object_object_add(e, "refresh_offset", json_object_new_int(p.refresh_offset));
+        if (p.hyper_set) { /* strata_param_set_hyper's values (absent: the configured) */
+            json_object_object_add(e, "lr", json_object_new_double((double)p.lr));
+            json_object_object_add(e, "weight_decay",
+                                   json_object_new_double((double)p.weight_decay));
+        }
         json_object_array_add(params, e);
     }
     return params;
@@ -1405,6 +1411,10 @@ static strata_status load_check_params(loader *c)
                                 "refresh phase %d, this runtime %d (stagger_refresh or "
                                 "refresh_offset changed)", dir, p.name, q->refresh_offset,
                                 p.refresh_offset);
+        if (q->hyper_set && !p.fam->set_hyper)
+            return strata_error(STRATA_ERR_UNSUPPORTED, "checkpoint %s: parameter '%s' has its "
+                                "own lr and weight decay, which the %s family does not take",
+                                dir, p.name, p.fam->name);
     }
     return STRATA_OK;
 }
@@ -1625,7 +1635,12 @@ static strata_status load_restore(loader *c, char **user_json, strata_load_info 
 {
     const strata_ckpt_manifest *m = c->m;
     strata_rt_restore_step(c->rt, m->step, (float)m->lr_scale);
-    strata_status st = stats_restore(c->rt, &c->v, m);
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < m->n_params && st == STRATA_OK; i++) /* checked: load_check_params */
+        st = strata_rt_param_hyper(c->rt, i, m->params[i].hyper_set, (float)m->params[i].lr,
+                                   (float)m->params[i].weight_decay);
+    if (st == STRATA_OK)
+        st = stats_restore(c->rt, &c->v, m);
     if (user_json && !(*user_json = strdup(m->user_json)))
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     size_t bytes = c->fm.len;

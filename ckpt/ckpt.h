@@ -105,6 +105,9 @@ typedef struct strata_ckpt_param {
     int owner;             /* -1: every rank (gather sharding) */
     int refresh_offset;
     int layer;
+    bool hyper_set;        /* "lr" and "weight_decay" present (strata_param_set_hyper);
+                              absent: the family's configured values */
+    double lr, weight_decay;
 } strata_ckpt_param;
 
 typedef struct strata_ckpt_manifest {

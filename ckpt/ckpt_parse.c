@@ -454,7 +454,8 @@ static strata_status manifest_rank_stats(const char *what, json_object *root,
 #define PF(key, t, lo, hi, m) {key, t, lo, hi, offsetof(strata_ckpt_param, m)}
 
 /* params[i]: name, routed optimizer, tail, owner (ctx: the manifest, for
- * the world size), refresh phase, layer, shape. */
+ * the world size), refresh phase, layer, shape, and optionally its own lr
+ * and weight decay (strata_param_set_hyper). */
 static strata_status param_entry(const char *w, json_object *e, void *vec, size_t i, void *ctx)
 {
     const strata_ckpt_manifest *m = ctx;
@@ -471,6 +472,21 @@ static strata_status param_entry(const char *w, json_object *e, void *vec, size_
         st = get_array(w, e, "shape", 4, &sh, &nd);
     if (st != STRATA_OK)
         return st;
+    /* Optional (written only after strata_param_set_hyper): both or neither. */
+    json_object *lr = get(e, "lr"), *wd = get(e, "weight_decay");
+    if (lr || wd) {
+        json_object *v[2] = {lr, wd};
+        for (int k = 0; k < 2; k++)
+            if (!v[k] || !(json_object_is_type(v[k], json_type_double) ||
+                           json_object_is_type(v[k], json_type_int)) ||
+                !(json_object_get_double(v[k]) >= 0.0) || !(json_object_get_double(v[k]) < 1e30))
+                return strata_error(STRATA_ERR_DATA, "%s: '%s' missing or not a finite number "
+                                    ">= 0 (lr and weight_decay come together)", w,
+                                    k == 0 ? "lr" : "weight_decay");
+        q->hyper_set = true;
+        q->lr = json_object_get_double(lr);
+        q->weight_decay = json_object_get_double(wd);
+    }
     q->ndim = (int)nd;
     for (size_t d = 0; d < nd; d++) {
         json_object *v = json_object_array_get_idx(sh, d);

@@ -336,6 +336,35 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
             } else if (s->state == STRATA_SLOT_FAILED && s->version == due) {
                 slot_free(reg, s); /* keep the previous version */
             }
+        } else {
+            /* No refresh of version `due` was begun: its parameter was
+             * skipped at that refresh point (strata_param_set_active). The
+             * newest READY result between the installed one and `due` (due
+             * at a step the parameter skipped) is installed now, so that
+             * its slot is not held forever. Without skips every result is
+             * installed or dropped at its own due step: none is found. */
+            int best = -1;
+            for (int j = 0; j < reg->n_slots; j++) {
+                const coh_slot *o = slot_at(reg, b, j);
+                if (o->state != STRATA_SLOT_FREE && o->state != STRATA_SLOT_INSTALLED &&
+                    o->version > blk->installed_version && o->version < due &&
+                    (best < 0 || o->version > slot_at(reg, b, best)->version))
+                    best = j;
+            }
+            coh_slot *o = best >= 0 ? slot_at(reg, b, best) : NULL;
+            if (o && slot_busy(o) && !wait_while_busy(reg, o)) { /* the same for every run */
+                st = strata_error(STRATA_ERR_TIMEOUT,
+                                  "coherence: block %d waited %.1f s for the root of step "
+                                  "%lld at step %lld",
+                                  b, reg->cfg.timeout_s, (long long)o->version, (long long)t);
+                goto out;
+            }
+            if (o && o->state == STRATA_SLOT_READY) {
+                install(reg, b, best);
+                changed = true;
+            } else if (o && o->state == STRATA_SLOT_FAILED) {
+                slot_free(reg, o);
+            }
         }
     }
     if (blk->installed_version >= 0) {

@@ -192,6 +192,13 @@ static strata_status fam_config_check(const void *cfg)
     return strata_adamw_config_check(cfg);
 }
 
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    adamw_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_adamw = {
     .name = "adamw",
     .has_refresh = fam_false,
@@ -207,5 +214,6 @@ const strata_precond_family strata_family_adamw = {
     .bytes = fam_bytes,
     .n_blocks = fam_n_blocks,
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .tensors = fam_tensors,
 };

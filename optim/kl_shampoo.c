@@ -887,6 +887,13 @@ static strata_status fam_config_check(const void *cfg)
     return strata_kl_shampoo_config_check(cfg);
 }
 
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_kl_shampoo_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_kl_shampoo = {
     .name = "kl-shampoo",
     .refresh_noun = "eigenbasis refreshes",
@@ -915,6 +922,7 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .after = fam_after,
     .tensors = fam_tensors,
 };

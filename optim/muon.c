@@ -306,6 +306,13 @@ static double fam_step_cost(const strata_precond_shape *sh)
     return n * (m < k ? m : k);
 }
 
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_muon_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_muon = {
     .name = "muon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -322,5 +329,6 @@ const strata_precond_family strata_family_muon = {
     .bytes = fam_bytes,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .tensors = fam_tensors,
 };

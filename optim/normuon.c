@@ -252,6 +252,15 @@ static double fam_step_cost(const strata_precond_shape *sh)
     return strata_family_muon.step_cost(sh);
 }
 
+/* Per-parameter lr and weight decay (strata_param_set_hyper): the values
+ * the step reads from this state's configuration copy. */
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_normuon_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_normuon = {
     .name = "normuon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -268,5 +277,6 @@ const strata_precond_family strata_family_normuon = {
     .bytes = fam_bytes,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .tensors = fam_tensors,
 };

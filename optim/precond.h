@@ -196,6 +196,13 @@ typedef struct strata_precond_family {
     strata_status (*apply)(void *state, float lr_scale, int64_t t, float *w, const float *g,
                            strata_optim_counters *cnt);
     strata_status (*after)(void *state, const float *g, strata_optim_counters *cnt);
+    /* Optional (NULL: the parameter keeps its configuration's values, and
+     * strata_param_set_hyper is refused with STRATA_ERR_UNSUPPORTED): replace
+     * this parameter's learning rate and decoupled weight decay, the fields
+     * at lr_offset and weight_decay_offset of the state's own copy of the
+     * configuration (both finite and >= 0, checked by the caller). Training
+     * thread, between steps; refreshes never read them. */
+    void (*set_hyper)(void *state, float lr, float weight_decay);
 
     /* ---- state enumeration: persistent tensors only (no scratch); returns
      * the count (fills at most cap entries of out, which may be NULL). */

@@ -1123,6 +1123,13 @@ static bool fam_failure_hint(const void *cfg, char *buf, size_t cap)
     return true;
 }
 
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_shampoo_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_shampoo = {
     .name = "shampoo",
     .refresh_noun = "inverse roots",
@@ -1154,6 +1161,7 @@ const strata_precond_family strata_family_shampoo = {
     .install = fam_install,
     .install_device = true, /* lends the roots to products, or copies them with the backend */
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .after = NULL,
     .tensors = fam_tensors,
 };

@@ -860,6 +860,13 @@ static strata_status fam_config_check(const void *cfg)
     return strata_soap_config_check(cfg);
 }
 
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_soap_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
 const strata_precond_family strata_family_soap = {
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
@@ -888,6 +895,7 @@ const strata_precond_family strata_family_soap = {
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
     .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
     .after = fam_after,
     .tensors = fam_tensors,
     .retired_tensors = fam_retired,

@@ -994,6 +994,10 @@ static void fan_one(void *user, int k)
     rt_param *p = &rt->params[f->param];
     const double t0 = strata_now_seconds();
     memset(&f->cnt, 0, sizeof f->cnt);
+    f->st = STRATA_OK;
+    f->seconds = 0.0;
+    if (p->inactive)
+        return; /* strata_param_set_active(false): no update this step */
     f->st = strata_refresh_apply_plain(rt->engine, p->entry, rt->fan_t, rt->lr_scale, p->data,
                                        p->grad, &f->cnt);
     f->seconds = strata_now_seconds() - t0;
@@ -1498,6 +1502,108 @@ strata_status strata_set_lr_scale(strata_runtime *rt, float scale)
     BUSY_CALL(rt, "set_lr_scale", set_lr_scale_unguarded(rt, scale));
 }
 
+/* The configured lr and weight decay of parameter p's routed family. */
+static void configured_hyper(const strata_runtime *rt, const rt_param *p, float *lr, float *wd)
+{
+    const void *fc;
+    family_for(&rt->cfg, p->routed, &fc);
+    *lr = *(const float *)(const void *)((const char *)fc + p->fam->lr_offset);
+    *wd = *(const float *)(const void *)((const char *)fc + p->fam->weight_decay_offset);
+}
+
+strata_status strata_rt_param_hyper(strata_runtime *rt, int id, bool set, float lr,
+                                    float weight_decay)
+{
+    rt_param *p = &rt->params[id];
+    if (!set)
+        configured_hyper(rt, p, &lr, &weight_decay);
+    if (!p->fam->set_hyper) {
+        float clr, cwd;
+        configured_hyper(rt, p, &clr, &cwd);
+        if (set && (lr != clr || weight_decay != cwd))
+            return strata_error(STRATA_ERR_UNSUPPORTED,
+                                "param_set_hyper('%s'): the %s family has no per-parameter "
+                                "lr and weight decay", p->name, p->fam->name);
+    } else if (p->state) {
+        p->fam->set_hyper(p->state, lr, weight_decay);
+    }
+    p->hyper_set = set;
+    p->lr = set ? lr : 0.0f;
+    p->weight_decay = set ? weight_decay : 0.0f;
+    return STRATA_OK;
+}
+
+static strata_status set_hyper_unguarded(strata_runtime *rt, strata_param_id id, float lr,
+                                         float weight_decay)
+{
+    if (!rt || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_hyper: bad id %d", (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_set_hyper: call strata_commit first");
+    if (rt->stepping)
+        return strata_error(STRATA_ERR_STATE, "param_set_hyper: called during strata_step");
+    if (!(lr >= 0.0f) || !isfinite(lr) || !(weight_decay >= 0.0f) || !isfinite(weight_decay))
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_hyper('%s'): lr %g and "
+                            "weight_decay %g must be finite and >= 0", rt->params[id].name,
+                            (double)lr, (double)weight_decay);
+    return strata_rt_param_hyper(rt, id, true, lr, weight_decay);
+}
+
+strata_status strata_param_get_hyper(const strata_runtime *rt, strata_param_id id, float *lr,
+                                     float *weight_decay)
+{
+    if (!rt || id < 0 || id >= rt->n_params || !lr || !weight_decay)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_get_hyper: bad id %d or NULL",
+                            (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_get_hyper: call strata_commit first");
+    const rt_param *p = &rt->params[id];
+    if (p->hyper_set) {
+        *lr = p->lr;
+        *weight_decay = p->weight_decay;
+    } else {
+        configured_hyper(rt, p, lr, weight_decay);
+    }
+    return STRATA_OK;
+}
+
+static strata_status set_active_unguarded(strata_runtime *rt, strata_param_id id, bool active)
+{
+    if (!rt || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_active: bad id %d", (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_set_active: call strata_commit first");
+    if (rt->stepping)
+        return strata_error(STRATA_ERR_STATE, "param_set_active: called during strata_step");
+    rt_param *p = &rt->params[id];
+    if (!active && rt->n_groups > 1 && p->fam->has_refresh) {
+        const void *fc;
+        family_for(&rt->cfg, p->routed, &fc);
+        if (p->fam->has_refresh(fc))
+            return strata_error(STRATA_ERR_UNSUPPORTED,
+                                "param_set_active('%s'): skipping a %s parameter with HSDP "
+                                "(several shard groups ship its refreshes every step) is not "
+                                "supported", p->name, p->fam->name);
+    }
+    p->inactive = !active;
+    return STRATA_OK;
+}
+
+strata_status strata_param_set_hyper(strata_runtime *rt, strata_param_id id, float lr,
+                                     float weight_decay)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_hyper: NULL runtime");
+    BUSY_CALL(rt, "param_set_hyper", set_hyper_unguarded(rt, id, lr, weight_decay));
+}
+
+strata_status strata_param_set_active(strata_runtime *rt, strata_param_id id, bool active)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_set_active: NULL runtime");
+    BUSY_CALL(rt, "param_set_active", set_active_unguarded(rt, id, active));
+}
+
 /* The engine's critical path since the last step ended (this step's forward
  * hooks' prefetches included) becomes the step's; the cumulative figure is
  * the sum of the steps' figures. */
@@ -1522,7 +1628,7 @@ static strata_status step_prepare(strata_runtime *rt, int64_t t, double *wait)
     char why[256] = "";
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (!updates_here(rt, p))
+        if (!updates_here(rt, p) || p->inactive)
             continue;
         const strata_status st = strata_refresh_prepare(rt->engine, p->entry, t, wait);
         if (st != STRATA_OK && first == STRATA_OK) {
@@ -1596,6 +1702,8 @@ static strata_status step_norm_and_veto(strata_runtime *rt, strata_status st_pre
         const rt_param *p = &rt->params[i];
         if (!((p->owner == rank && rank < rt->group_size) || (p->owner < 0 && rank == 0)))
             continue; /* one copy of each reduced gradient: group 0's owner */
+        if (p->inactive)
+            continue; /* no gradient this step: not in the norm, not checked */
         /* The gradient is backend memory: the squares are summed there. */
         double acc = 0.0;
         st = strata_backend_sumsq(rt->be, NULL, p->view.numel, p->grad, &acc);
@@ -1648,7 +1756,7 @@ static void step_check_hooks(strata_runtime *rt)
 {
     for (int i = 0; i < rt->n_params; i++) {
         const rt_param *p = &rt->params[i];
-        if (!rt->layer_reduced[p->layer]) {
+        if (!rt->layer_reduced[p->layer] && !p->inactive) {
             rt->stats.missing_backward_hooks++;
             if (!rt->warned_missing_hook) {
                 rt->warned_missing_hook = true;
@@ -1670,7 +1778,7 @@ static strata_status step_clip(strata_runtime *rt, double norm)
     const float c = (float)(rt->cfg.max_grad_norm / (norm + 1e-6));
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
-        if (!updates_here(rt, p))
+        if (!updates_here(rt, p) || p->inactive)
             continue; /* only the owner's copy is reduced and used */
         const strata_status st = strata_backend_scale(rt->be, NULL, p->view.numel, p->grad, c);
         if (st != STRATA_OK)
@@ -1721,7 +1829,7 @@ static strata_status step_params(strata_runtime *rt, int64_t t, strata_optim_cou
     strata_status st = STRATA_OK;
     for (int i = 0; i < rt->n_params && st == STRATA_OK; i++) {
         rt_param *p = &rt->params[i];
-        if (!updates_here(rt, p))
+        if (!updates_here(rt, p) || p->inactive)
             continue;
         const double t0 = strata_now_seconds();
         const int64_t skipped0 = cnt->overflow_skipped, dirs0 = cnt->nonfinite_directions;
@@ -1830,12 +1938,24 @@ static void step_stats(strata_runtime *rt, int64_t t, const strata_optim_counter
  * Everything that can fail for a reason outside the program (reductions,
  * the first pass, the norm's allreduce, the veto) runs before any weight,
  * moment, factor or counter changes. */
+static strata_status step_run(strata_runtime *rt);
+
 static strata_status step_unguarded(strata_runtime *rt)
 {
     if (!rt)
         return strata_error(STRATA_ERR_INVALID_ARG, "step: NULL runtime");
     if (!rt->committed)
         return strata_error(STRATA_ERR_STATE, "step: call strata_commit first");
+    if (rt->stepping)
+        return strata_error(STRATA_ERR_STATE, "step: called during strata_step");
+    rt->stepping = true;
+    const strata_status st = step_run(rt);
+    rt->stepping = false;
+    return st;
+}
+
+static strata_status step_run(strata_runtime *rt)
+{
     const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
     release_all(rt); /* the weights are about to change (strata.h, managed weights) */

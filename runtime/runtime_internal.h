@@ -40,6 +40,10 @@ typedef struct rt_param {
     int refresh_offset;     /* refresh phase in [0, F) */
     int fan_slot;           /* its slot in strata_runtime.fan when its update runs on the
                                step team (plain and owned here), else -1 */
+    bool hyper_set;         /* strata_param_set_hyper: lr and weight_decay below replace
+                               the routed family's configured ones */
+    float lr, weight_decay; /* with hyper_set: this parameter's values (every rank) */
+    bool inactive;          /* strata_param_set_active(false): skipped by the steps */
 } rt_param;
 
 /* One plain parameter's update of the current step, run on the step team
@@ -75,6 +79,7 @@ struct strata_runtime {
     int max_layer;
     int64_t t; /* steps taken */
     float lr_scale;
+    bool stepping;         /* inside strata_step (a log callback calling back in) */
     unsigned char *layer_reduced; /* per layer: backward hook seen since the last step */
     bool warned_missing_hook;
     bool warned_overflow, warned_direction, warned_root_failure; /* each logged once */

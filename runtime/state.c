@@ -44,6 +44,9 @@ void strata_rt_param_get(const strata_runtime *rt, int i, strata_rt_param_view *
         .fam = p->fam,
         .state = p->state,
         .entry = p->entry,
+        .hyper_set = p->hyper_set,
+        .lr = p->lr,
+        .weight_decay = p->weight_decay,
     };
     memcpy(out->shape, p->shape, sizeof out->shape);
 }

@@ -76,6 +76,9 @@ typedef struct strata_rt_param_view {
     const strata_precond_family *fam; /* the routed family */
     void *state;                     /* the family's state; NULL: not owned here */
     int entry;                       /* its handle in the refresh engine (owned only) */
+    bool hyper_set;                  /* strata_param_set_hyper was called: lr and
+                                        weight_decay replace the family's configured */
+    float lr, weight_decay;          /* with hyper_set */
 } strata_rt_param_view;
 
 /* Fill `out` for parameter `i` in [0, n_params) (not checked). */
@@ -92,6 +95,15 @@ void strata_rt_layer_release(strata_runtime *rt, int layer);
  * lr scale, and every parameter's weights marked as those of step t (every
  * rank read every weight). */
 void strata_rt_restore_step(strata_runtime *rt, int64_t t, float lr_scale);
+
+/* A load's per-parameter hyperparameters (runtime.c): parameter `id`'s lr
+ * and weight decay become (lr, weight_decay) when `set` (as
+ * strata_param_set_hyper, values not checked), else its family's configured
+ * ones again. Committed runtime, between steps. Errors:
+ * STRATA_ERR_UNSUPPORTED (set, values other than the configured, and a
+ * family without per-parameter values; nothing changed). */
+strata_status strata_rt_param_hyper(strata_runtime *rt, int id, bool set, float lr,
+                                    float weight_decay);
 
 /* ---- the statistics counters a resumed run continues
  *

@@ -451,7 +451,63 @@ STRATA_API strata_status strata_hook_backward(strata_runtime *rt, int layer);
  * warm-up and decay schedules. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
 
-/* One optimizer step over every registered parameter. All or nothing: when
+/* Per-parameter learning rate and decoupled weight decay (torch's param
+ * groups): from the next step on, parameter `id` uses `lr` and
+ * `weight_decay` (float32, both finite and >= 0) INSTEAD OF its routed
+ * optimizer's configured ones (cfg.<family>.lr / .weight_decay, e.g.
+ * cfg.shampoo.lr for a matrix, cfg.adamw.lr for a tail parameter): they
+ * replace, not multiply, so a group's lr is the value used.
+ * strata_set_lr_scale's global scale still multiplies `lr` (leave it at 1
+ * to give absolute values). Every use of the family's lr and weight decay
+ * takes them (AdamW's step and decay, Shampoo's and SOAP's step, Muon's
+ * step and its decay "times the unadjusted lr", grafting included). Never
+ * called: bit-identical to a runtime without the call. strata_save records
+ * them in the manifest's parameter table ("lr", "weight_decay", only for a
+ * parameter given values) and strata_load restores them (a checkpoint
+ * without them resets every parameter to the configured values). After
+ * strata_commit; with several ranks every rank makes the same calls (only
+ * the owner's state uses them). Errors: STRATA_ERR_INVALID_ARG (bad id, a
+ * value negative or not finite), STRATA_ERR_STATE (before strata_commit,
+ * or from inside strata_step), STRATA_ERR_UNSUPPORTED (a family without
+ * per-parameter values, see optim/precond.h set_hyper: values other than
+ * the configured ones); on error nothing changed. */
+STRATA_API strata_status strata_param_set_hyper(strata_runtime *rt, strata_param_id id,
+                                                float lr, float weight_decay);
+
+/* Parameter `id`'s lr and weight decay as its next step uses them (before
+ * strata_set_lr_scale's scale): strata_param_set_hyper's, else its routed
+ * family's configured ones. Errors: STRATA_ERR_INVALID_ARG (bad id, NULL
+ * output), STRATA_ERR_STATE (before strata_commit). */
+STRATA_API strata_status strata_param_get_hyper(const strata_runtime *rt, strata_param_id id,
+                                                float *lr, float *weight_decay);
+
+/* The skip mask (torch's `.grad is None`): while parameter `id` is
+ * inactive, strata_step leaves it alone: no update of its weights, no
+ * change of its state (moments, momentum, factors; no weight decay), its
+ * gradient buffer not read (not in the global norm, not clipped, not
+ * checked for NaN/Inf, no missing-hook warning). The step counter t stays
+ * global: bias corrections (AdamW, Adam grafting, SOAP) use the global t
+ * on the parameter's next active step, where torch counts steps per
+ * parameter; the refresh schedule (base/schedule.h) counts global steps,
+ * so a refresh point (Shampoo's roots, SOAP's and KL-Shampoo's eigenbasis)
+ * that falls on a step where the parameter is inactive is missed: no factor
+ * update and no snapshot at that step, it keeps its current result until
+ * its next refresh point; a result begun earlier (async) and due at a
+ * skipped step is installed at the parameter's next active step (the
+ * newest such, waited for when still computing, so a run is deterministic;
+ * coherence/registry.c strata_coh_acquire). With several ranks
+ * every rank makes the same calls (the gradient is still reduced by the
+ * hooks: its buffer must stay valid). Not saved by strata_save (like the
+ * gradients: a transient input). Active is the default; the mask stays
+ * until changed. After strata_commit. Errors: STRATA_ERR_INVALID_ARG (bad
+ * id), STRATA_ERR_STATE (before strata_commit, or from inside
+ * strata_step), STRATA_ERR_UNSUPPORTED (inactive with HSDP, several shard
+ * groups, for a family with refreshes: they ship results every step). */
+STRATA_API strata_status strata_param_set_active(strata_runtime *rt, strata_param_id id,
+                                                 bool active);
+
+/* One optimizer step over every registered parameter (but the inactive ones,
+ * strata_param_set_active). All or nothing: when
  * it returns an error, nothing changed (no weight, moment, factor,
  * installed root or step counter; diagnostic counters such as coh_waits and
  * io_errors record what happened) and the same step may be called again.

@@ -25,8 +25,10 @@ Python keyword; `async=True` through ** works too). An omitted keyword keeps
 the C default (strata_config_default). Enum fields take their C names in
 lower case ("adam", "eager", "nvme", ...).
 
-This version: one process, CPU float32 tensors. Not yet: torchrun ranks,
-ZeRO-3, CUDA tensors, bfloat16 master weights, attach() hooks.
+This version: CPU float32 tensors; under torchrun (torch.distributed
+initialized, world > 1) owner sharding over the default process group
+(strata/dist.py; `distributed=False` opts out). Not yet: ZeRO-3 and HSDP
+under torchrun, CUDA tensors, bfloat16 master weights, attach() hooks.
 """
 from __future__ import annotations
 
@@ -39,7 +41,6 @@ import shutil
 import tempfile
 import contextlib
 import threading
-import warnings
 from ctypes import byref, c_int, c_int32, c_void_p
 from typing import Any, Callable, Iterable, Optional
 
@@ -154,25 +155,30 @@ class StrataOptimizer(torch.optim.Optimizer):
     per-parameter choice (strata_param_desc.optimizer). `routing()` returns the table; it is logged at INFO
     ("strata.torch") at construction.
 
-    Learning rate: `param_groups[i]["lr"]` is live. Each step sets strata's
-    global scale (strata_set_lr_scale) to lr / (the group's lr at
-    construction): every optimizer's configured lr, the tail's included, is
-    multiplied by it (as `strata train`'s schedule does). Every group must
-    then carry the same ratio (a scheduler with one schedule for all groups;
-    compared to 1e-9 relative); different ratios per group are refused
-    (STRATA_ERR_UNSUPPORTED: the C runtime has one scale, not one per
-    parameter). A group's "lr" / "weight_decay" at construction must equal
-    its optimizer's configured ones, and "weight_decay" cannot change later
-    (both STRATA_ERR_UNSUPPORTED: the C configuration is fixed at create).
+    Learning rate and weight decay: `param_groups[i]["lr"]` and
+    `["weight_decay"]` are live (schedulers work) and per group; a group may
+    set its own at construction. Each step gives every parameter its group's
+    values through strata_param_set_hyper (they replace the C configuration's
+    lr and weight_decay for that parameter; strata's global scale,
+    strata_set_lr_scale, stays 1), only where they changed. A parameter
+    routed to another optimizer than its group's (the group's "optimizer",
+    else the class's: e.g. a 1-D or embedding tensor of a Shampoo group,
+    routed to the AdamW tail by the rule or by `routes`) takes its own
+    optimizer's configured lr times the group's lr / the group's lr at
+    construction, and keeps its own optimizer's weight_decay: put such
+    parameters in a group with "optimizer": "adamw" to give them values.
+    `hyperparameters()` lists what the next step uses.
 
     Gradients: `p.grad` is read in place (float32, contiguous, the
     parameter's shape, CPU, dense); a new `.grad` tensor (backward after
     zero_grad(set_to_none=True)) is re-pointed with strata_param_set_buffers.
-    A parameter whose `.grad` is None while others have one is stepped with a
-    zero gradient (a warning names it, once): strata's step updates every
-    registered parameter, so where torch skips it strata's moments decay, its
-    momentum moves it and weight decay applies. step() with no gradient at all
-    raises STRATA_ERR_STATE.
+    A parameter whose `.grad` is None is skipped that step, as torch's
+    optimizers do (strata_param_set_active): no update, no weight decay, its
+    moments, momentum and factors unchanged. strata counts steps globally:
+    its bias corrections on a later step use the global step count (torch's
+    AdamW counts per parameter), and a refresh point (roots, eigenbasis) on
+    a skipped step is missed until its next one. step() with no gradient at
+    all raises STRATA_ERR_STATE.
 
     Errors raise StrataError (status name, C message) and change nothing.
     Threading: a per-optimizer lock is held around every C call.
@@ -185,8 +191,10 @@ class StrataOptimizer(torch.optim.Optimizer):
                  head_patterns: Iterable[str] = DEFAULT_HEAD_PATTERNS,
                  model: Optional[torch.nn.Module] = None,
                  routes: Optional[dict[str, str]] = None,
+                 distributed: Optional[bool] = None,
                  **options: Any) -> None:
         self._rt: Optional[int] = None
+        self._comm: Any = None
         self._lock = threading.Lock()
         self._owner: Optional[int] = None
         self._lib = L.lib()
@@ -202,19 +210,28 @@ class StrataOptimizer(torch.optim.Optimizer):
                 raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
                            "adamw, shampoo, muon, soap, kl-shampoo, normuon")
         self._cfg = self._make_config(dict(options))
+        import torch.distributed as dist
+        if distributed is None:
+            distributed = dist.is_available() and dist.is_initialized() and \
+                dist.get_world_size() > 1
+        if distributed:
+            # strata's owner sharding over the process group (strata/dist.py)
+            from .dist import TorchComm
+            self._comm = TorchComm()
+            self._cfg.comm = self._comm.handle
         fam = getattr(self._cfg, _FAMILY_FIELD[self._matrix])
         defaults = {"lr": float(fam.lr), "weight_decay": float(fam.weight_decay),
                     "optimizer": None}
         groups = self._normalize(params)
         super().__init__(groups, defaults)
         self._collect()
-        self._base = [(g["lr"], g["weight_decay"]) for g in self.param_groups]
+        self._base = [(float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups]
         self._scale = 1.0
-        self._warned_none: set[int] = set()
         self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
         self._rt = self._build([_ptr(p) for p in self._params])
         self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
         self._routing = self._read_routing(self._rt)
+        self._sync_cache(self._rt)
         for r in self._routing:
             log.info("route %-32s %-14s -> %-10s (%s)", r["name"], "x".join(map(str, r["shape"]))
                      or "scalar", r["optimizer"], r["reason"])
@@ -313,13 +330,6 @@ class StrataOptimizer(torch.optim.Optimizer):
                     ofam = getattr(self._cfg, _FAMILY_FIELD[opt])
                     g.setdefault("lr", float(ofam.lr))
                     g.setdefault("weight_decay", float(ofam.weight_decay))
-            fam = getattr(self._cfg, _FAMILY_FIELD[opt or self._matrix])
-            for key in ("lr", "weight_decay"):
-                if key in g and float(g[key]) != float(getattr(fam, key)):
-                    raise _err("STRATA_ERR_UNSUPPORTED",
-                               f"param group {len(out)}: {key} = {g[key]} differs from "
-                               f"{opt or self._matrix}'s {getattr(fam, key)}: the C runtime has "
-                               "one configuration per optimizer (set it with the keyword)")
             out.append(g)
         return out
 
@@ -456,42 +466,72 @@ class StrataOptimizer(torch.optim.Optimizer):
                 self._lib.strata_destroy(rt)
             except Exception:
                 pass
+        comm = getattr(self, "_comm", None)
+        if comm is not None:  # after the runtime that used it
+            self._comm = None
+            comm.close()
 
     # ---- the step
-    def _lr_scale(self) -> float:
-        ratio = None
+    def _sync_cache(self, rt: int) -> None:
+        """What the runtime holds now: every parameter's (lr, weight_decay)
+        (strata_param_get_hyper, float32 values), all active."""
+        self._hyper = []
+        for i in range(len(self._params)):
+            lr, wd = ctypes.c_float(), ctypes.c_float()
+            L.check(self._lib.strata_param_get_hyper(rt, i, byref(lr), byref(wd)),
+                    "strata_param_get_hyper")
+            self._hyper.append((lr.value, wd.value))
+        self._active = [True] * len(self._params)
+
+    def _configured(self, family: str) -> tuple[float, float]:
+        fam = getattr(self._cfg, _FAMILY_FIELD[family])
+        return float(fam.lr), float(fam.weight_decay)
+
+    def hyperparameters(self) -> list[tuple[float, float]]:
+        """Every parameter's (lr, weight_decay) as the next step will use
+        them, in registration order (float32 values, as strata holds them:
+        the groups' values mapped by the rule of the class docstring)."""
+        return [(ctypes.c_float(a).value, ctypes.c_float(b).value) for a, b in self._wanted()]
+
+    def _wanted(self) -> list[tuple[float, float]]:
+        """Each parameter's (lr, weight_decay) from its group, checked."""
+        out = []
+        pos = 0
         for i, g in enumerate(self.param_groups):
-            lr0, wd0 = self._base[i]
-            if float(g["weight_decay"]) != wd0:
-                raise _err("STRATA_ERR_UNSUPPORTED",
-                           f"param group {i}: weight_decay changed from {wd0} to "
-                           f"{g['weight_decay']}: the C configuration is fixed at create")
-            lr = float(g["lr"])
-            if not (lr >= 0.0) or lr == float("inf"):
-                raise _err("STRATA_ERR_INVALID_ARG", f"param group {i}: lr = {lr}")
-            r = lr / lr0 if lr0 != 0.0 else (1.0 if lr == 0.0 else float("inf"))
-            if r == float("inf"):
-                raise _err("STRATA_ERR_UNSUPPORTED", f"param group {i}: lr {lr} from a "
-                           "configured lr of 0 (a scale of 0 cannot grow)")
-            if ratio is None:
-                ratio = r
-            elif abs(r - ratio) > 1e-9 * max(abs(r), abs(ratio)):
-                raise _err("STRATA_ERR_UNSUPPORTED",
-                           f"param group {i}: lr ratio {r} differs from group 0's {ratio}: "
-                           "strata has one learning-rate scale (strata_set_lr_scale)")
-        return float(ratio if ratio is not None else 1.0)
+            lr, wd = float(g["lr"]), float(g["weight_decay"])
+            for key, v in (("lr", lr), ("weight_decay", wd)):
+                if not (v >= 0.0) or v == float("inf"):
+                    raise _err("STRATA_ERR_INVALID_ARG", f"param group {i}: {key} = {v}")
+            gfam = g.get("optimizer") or self._matrix
+            lr0 = self._base[i][0]
+            for _ in g["params"]:
+                routed = self._routing[pos]["optimizer"]
+                if routed == gfam:
+                    out.append((lr, wd))
+                else:
+                    # routed elsewhere (the tail by the rule, routes=): its own
+                    # optimizer's lr times the group's schedule, its own decay
+                    clr, cwd = self._configured(routed)
+                    if lr0 == 0.0 and lr != 0.0:
+                        raise _err("STRATA_ERR_UNSUPPORTED",
+                                   f"param group {i}: lr {lr} from 0 at construction: "
+                                   f"{self._names[pos]} (routed to {routed}) follows the "
+                                   "group's lr as a ratio, and a ratio from 0 is undefined")
+                    out.append((clr * (lr / lr0 if lr0 != 0.0 else 1.0), cwd))
+                pos += 1
+        return out
 
     def _gather(self) -> list[tuple[int, int]]:
         """Every parameter's (data, grad) pointers for this step, checked first."""
         bufs = []
         any_grad = False
-        missing = []
         for i, p in enumerate(self._params):
             n = self._names[i]
             _check_tensor(p, n, "the parameter")
             g = p.grad
-            if g is None:
-                missing.append(i)
+            if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
+                # stands in for the gradient torch may have freed (several ranks still
+                # reduce it at strata_hook_backward; nothing reads the result)
                 bufs.append((_ptr(p), _ptr(self._zeros)))
                 continue
             if g.is_sparse or g.layout != torch.strided:
@@ -503,12 +543,6 @@ class StrataOptimizer(torch.optim.Optimizer):
         if not any_grad:
             raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
                        "gradient (nothing changed)")
-        for i in missing:
-            if i not in self._warned_none:
-                self._warned_none.add(i)
-                warnings.warn(f"strata: {self._names[i]} has no gradient this step; strata "
-                              "steps it with a zero gradient (torch would skip it)",
-                              stacklevel=3)
         return bufs
 
     def _repoint(self, rt: int, bufs: list[tuple[int, int]]) -> None:
@@ -534,15 +568,30 @@ class StrataOptimizer(torch.optim.Optimizer):
             rt = self._rt
             if rt is None:
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
-            scale = self._lr_scale()
+            wanted = self._wanted()
             bufs = self._gather()
             self._repoint(rt, bufs)
-            if scale != self._scale:
-                L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(scale)),
+            if self._scale != 1.0:  # the groups' lrs are absolute (strata_param_set_hyper)
+                L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(1.0)),
                         "strata_set_lr_scale")
-                self._scale = scale
+                self._scale = 1.0
+            for i, (lr, wd) in enumerate(wanted):
+                key = (ctypes.c_float(lr).value, ctypes.c_float(wd).value)
+                if key != self._hyper[i]:
+                    L.check(self._lib.strata_param_set_hyper(rt, i, ctypes.c_float(lr),
+                                                             ctypes.c_float(wd)),
+                            f"strata_param_set_hyper({self._names[i]})")
+                    self._hyper[i] = key
+            for i, p in enumerate(self._params):
+                active = p.grad is not None
+                if active != self._active[i]:
+                    L.check(self._lib.strata_param_set_active(rt, i, active),
+                            f"strata_param_set_active({self._names[i]})")
+                    self._active[i] = active
             L.check(self._lib.strata_hook_backward(rt, 0), "strata_hook_backward")
             L.check(self._lib.strata_step(rt), "strata_step")
+            if self._comm is not None:  # the owners' new weights to every rank
+                L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
         return loss
 
     # ---- checkpoints
@@ -570,7 +619,9 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     def _user_json(self) -> str:
         return json.dumps({"strata_torch": self._meta(),
-                           "lr": [float(g["lr"]) for g in self.param_groups]})
+                           "lr": [float(g["lr"]) for g in self.param_groups],
+                           "hyper": [[float(g["lr"]), float(g["weight_decay"])]
+                                     for g in self.param_groups]})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """strata_save into directory `path` (strata's checkpoint format:
@@ -591,7 +642,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._load_dir(os.fspath(path), restore_weights=True)
 
     def _load_dir(self, path: str, restore_weights: bool,
-                  lrs: Optional[list[float]] = None) -> None:
+                  hypers: Optional[list[tuple[float, float]]] = None) -> None:
         with self._locked():
             scratch = None if restore_weights else [p.detach().clone() for p in self._params]
             ptrs = [_ptr(p) for p in (self._params if scratch is None else scratch)]
@@ -618,8 +669,13 @@ class StrataOptimizer(torch.optim.Optimizer):
             old, self._rt = self._rt, rt
             self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
             self._scale = float("nan")  # set again at the next step (strata_load restored it)
-            for g, lr in zip(self.param_groups, lrs if lrs is not None else user.get("lr", [])):
-                g["lr"] = lr
+            self._sync_cache(rt)        # strata_load restored the per-parameter lr and decay
+            hyper = hypers if hypers is not None else user.get("hyper", [])
+            for g, h in zip(self.param_groups, hyper):
+                g["lr"], g["weight_decay"] = h
+            if not hyper:  # an older binding's checkpoint: the lr only
+                for g, lr in zip(self.param_groups, user.get("lr", [])):
+                    g["lr"] = lr
             if old is not None:
                 self._lib.strata_destroy(old)
 
@@ -668,10 +724,6 @@ class StrataOptimizer(torch.optim.Optimizer):
         if len(groups) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
             raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: its param groups differ")
-        for i, g in enumerate(groups):
-            if float(g["weight_decay"]) != self._base[i][1]:
-                raise _err("STRATA_ERR_UNSUPPORTED", f"load_state_dict: group {i} weight_decay "
-                           f"{g['weight_decay']} differs from {self._base[i][1]}")
         tmp = tempfile.mkdtemp(prefix="strata-sd-")
         try:
             d = os.path.join(tmp, "ckpt")
@@ -685,7 +737,8 @@ class StrataOptimizer(torch.optim.Optimizer):
                         f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
                     else:
                         f.write(bytes(t))
-            self._load_dir(d, restore_weights=False, lrs=[float(g["lr"]) for g in groups])
+            self._load_dir(d, restore_weights=False,
+                           hypers=[(float(g["lr"]), float(g["weight_decay"])) for g in groups])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

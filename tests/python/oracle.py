@@ -50,6 +50,13 @@ class CRun:
         L.check(self.lib.strata_hook_backward(self.rt, 0), "hook")
         L.check(self.lib.strata_step(self.rt), "step")
 
+    def hyper(self, i, lr, weight_decay):
+        L.check(self.lib.strata_param_set_hyper(self.rt, i, ctypes.c_float(lr),
+                                                ctypes.c_float(weight_decay)), "set_hyper")
+
+    def active(self, i, on):
+        L.check(self.lib.strata_param_set_active(self.rt, i, bool(on)), "set_active")
+
     def __del__(self):
         self.lib.strata_destroy(self.rt)
 

@@ -122,15 +122,15 @@ def test_bad_gradients_lose_nothing():
         f.o.step()
     f.refused("STRATA_ERR_INVALID_ARG", wrong_shape)
 
-    def weight_decay_changed():
+    def weight_decay_negative():  # live per group (test_groups.py), but checked
         for p, g in zip(ps, grads(51)):
             p.grad = g
-        f.o.param_groups[0]["weight_decay"] = 0.1
+        f.o.param_groups[0]["weight_decay"] = -0.1
         try:
             f.o.step()
         finally:
             f.o.param_groups[0]["weight_decay"] = 0.0
-    f.refused("STRATA_ERR_UNSUPPORTED", weight_decay_changed)
+    f.refused("STRATA_ERR_INVALID_ARG", weight_decay_negative)
 
     def added_after_construction():
         f.o.add_param_group({"params": [torch.nn.Parameter(torch.ones(3, 3))]})
@@ -167,19 +167,25 @@ def test_load_state_dict_from_elsewhere_refused():
 def test_group_hyperparameters_checked():
     a = torch.nn.Parameter(torch.ones(4, 4))
     b = torch.nn.Parameter(torch.ones(4, 4))
-    with pytest.raises(strata.StrataError) as e:
-        st.Shampoo([{"params": [a]}, {"params": [b], "lr": 0.5}])
-    assert status_of(e) == "STRATA_ERR_UNSUPPORTED"
+    v = torch.nn.Parameter(torch.ones(4))
     with pytest.raises(strata.StrataError) as e:
         st.Shampoo([{"params": [a], "optimizer": "sgd"}])
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
-    o = st.Shampoo([{"params": [a]}, {"params": [b], "optimizer": "adamw"}])
-    o.param_groups[0]["lr"] *= 0.5  # the groups' ratios differ: refused
+    # groups with their own lr and different schedules: fine
+    o = st.Shampoo([{"params": [a], "lr": 0.5}, {"params": [b], "optimizer": "adamw"}])
+    o.param_groups[0]["lr"] *= 0.5
     a.grad, b.grad = torch.ones(4, 4), torch.ones(4, 4)
+    o.step()
+    # a tail vector in a group whose lr was 0 at construction follows no ratio
+    o = st.Shampoo([{"params": [a, v], "lr": 0.0}])
+    o.param_groups[0]["lr"] = 0.1
+    a.grad, v.grad = torch.ones(4, 4), torch.ones(4)
+    before = [a.detach().clone(), v.detach().clone()]
     with pytest.raises(strata.StrataError) as e:
         o.step()
     assert status_of(e) == "STRATA_ERR_UNSUPPORTED"
-    o.param_groups[1]["lr"] *= 0.5
+    assert torch.equal(a, before[0]) and torch.equal(v, before[1])
+    o.param_groups[0]["lr"] = 0.0
     o.step()
 
 
