@@ -46,7 +46,8 @@
  *
  * Threading: one runtime is driven by one thread at a time. strata_step and
  * the calls that must not overlap it (strata_param_add, strata_commit,
- * strata_set_lr_scale, strata_param_set_buffers, strata_save, strata_load)
+ * strata_set_lr_scale, strata_param_set_buffers, strata_param_set_hyper,
+ * strata_param_set_active, strata_save, strata_load)
  * take an atomic busy flag: one of them called while another runs on the
  * same runtime (from another thread) returns STRATA_ERR_STATE ("another
  * call on this runtime is in progress") and changes nothing.
@@ -427,7 +428,8 @@ STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_para
  * Errors: STRATA_ERR_INVALID_ARG (NULL rt, bad id), STRATA_ERR_UNSUPPORTED
  * (a new `data` for a managed parameter in effect, whose weights are
  * strata's: see strata_param_data; a new `grad` under gradient buckets,
- * several ranks over MPI, whose items keep the registered buffer). On error
+ * several ranks over MPI, whose items keep the registered buffer),
+ * STRATA_ERR_STATE (another call on this runtime in progress). On error
  * nothing changed. */
 STRATA_API strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id,
                                                   float *data, float *grad);
@@ -459,8 +461,9 @@ STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
  * replace, not multiply, so a group's lr is the value used.
  * strata_set_lr_scale's global scale still multiplies `lr` (leave it at 1
  * to give absolute values). Every use of the family's lr and weight decay
- * takes them (AdamW's step and decay, Shampoo's and SOAP's step, Muon's
- * step and its decay "times the unadjusted lr", grafting included). Never
+ * takes them (AdamW's step and decay, Shampoo's, SOAP's and KL-Shampoo's
+ * step, Muon's and NorMuon's step and decay "times the unadjusted lr",
+ * grafting included). Never
  * called: bit-identical to a runtime without the call. strata_save records
  * them in the manifest's parameter table ("lr", "weight_decay", only for a
  * parameter given values) and strata_load restores them (a checkpoint
@@ -468,9 +471,11 @@ STRATA_API strata_status strata_set_lr_scale(strata_runtime *rt, float scale);
  * strata_commit; with several ranks every rank makes the same calls (only
  * the owner's state uses them). Errors: STRATA_ERR_INVALID_ARG (bad id, a
  * value negative or not finite), STRATA_ERR_STATE (before strata_commit,
- * or from inside strata_step), STRATA_ERR_UNSUPPORTED (a family without
- * per-parameter values, see optim/precond.h set_hyper: values other than
- * the configured ones); on error nothing changed. */
+ * from inside strata_step, or another call on this runtime in progress),
+ * STRATA_ERR_UNSUPPORTED (a family registered through the internal API
+ * without per-parameter values, optim/precond.h set_hyper; no built-in
+ * family: values other than the configured ones); on error nothing
+ * changed. */
 STRATA_API strata_status strata_param_set_hyper(strata_runtime *rt, strata_param_id id,
                                                 float lr, float weight_decay);
 

@@ -139,7 +139,7 @@ class StrataOptimizer(torch.optim.Optimizer):
     Parameters: an iterable of tensors, of (name, tensor) pairs
     (`model.named_parameters()`: the names go to strata's routing table and
     checkpoints), or of param-group dicts. A group may carry `"optimizer"`
-    (one of "adamw", "shampoo", "muon", "soap", "kl-shampoo") to route its
+    (one of "adamw", "shampoo", "muon", "normuon", "soap", "kl-shampoo") to route its
     parameters explicitly; its "lr" and "weight_decay" default to that
     optimizer's.
 

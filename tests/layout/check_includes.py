@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The include graph is one-way (README.md "Layout", ARCHITECTURE.md):
+"""The include graph is one-way (README.md "Inside", ARCHITECTURE.md):
 
     cli, bench -> trainer -> ckpt -> runtime -> engine -> plan
         -> {optim, coherence, tiers, comm} -> {backend, workers} -> base
