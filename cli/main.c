@@ -265,6 +265,9 @@ static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 static const train_flag train_flag_rows[] = {
     {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
      .help = "text file or directory (default {})"},
+    {.name = "data-recursive", .type = FT_TRUE, .off = OFF(o.data_recursive), .group = G_DATA,
+     .help = "read a --data directory's subdirectories too (a\nHugging Face cache: symlinks "
+             "are followed, a file\nreached twice is read once)"},
     {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
      .hi = 0.999999, .group = G_DATA, .arg = "F", .dfmt = "%.2f",
      .help = "validation share of the corpus (default {})"},

@@ -92,11 +92,6 @@ static int name_skipped(const char *name)
     return name[0] == '.' || (len >= 4 && strcmp(name + len - 4, ".dat") == 0);
 }
 
-static int cmp_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Open `name` (relative to dfd) for reading without blocking on a FIFO and
  * confirm it is a regular file. Returns the fd, -1 with errno, or -2 when it
  * is not a regular file (*mode says what it is). */
@@ -129,89 +124,181 @@ static const char *mode_name(mode_t m)
                          : "not a regular file";
 }
 
-/* Concatenate the regular files of directory `path` in sorted name order. */
-static int read_dir(const char *path, size_t max_bytes, bytes *b, size_t *n_files)
+/* One file found under a corpus directory: its path relative to the
+ * directory, the file it resolves to, and whether a symlink named it. */
+typedef struct dir_entry {
+    char *rel;
+    dev_t dev;
+    ino_t ino;
+    int via_link;
+} dir_entry;
+
+typedef struct dir_list {
+    dir_entry *e;
+    size_t n, cap;
+    /* the directories being walked, outermost first: a symlinked directory
+     * that leads back into one of them is a loop and is not entered */
+    dev_t anc_dev[GPT_DATA_MAX_DEPTH + 1];
+    ino_t anc_ino[GPT_DATA_MAX_DEPTH + 1];
+    int depth;
+} dir_list;
+
+static int cmp_entries(const void *a, const void *b)
 {
-    int rc = 0;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    DIR *dir = opendir(path);
+    return strcmp(((const dir_entry *)a)->rel, ((const dir_entry *)b)->rel);
+}
+
+static int list_push(dir_list *l, const char *root, const char *rel, const struct stat *st,
+                     int via_link)
+{
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? 2 * l->cap : 64;
+        dir_entry *ne = realloc(l->e, ncap * sizeof *ne);
+        if (!ne)
+            return strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s",
+                                root);
+        l->e = ne;
+        l->cap = ncap;
+    }
+    if (!(l->e[l->n].rel = strdup(rel)))
+        return strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s", root);
+    l->e[l->n].dev = st->st_dev;
+    l->e[l->n].ino = st->st_ino;
+    l->e[l->n].via_link = via_link;
+    l->n++;
+    return 0;
+}
+
+/* List the regular files of root/rel (rel "" is root itself); with
+ * `recursive`, descend into subdirectories (symlinked ones too, loops
+ * excepted) up to GPT_DATA_MAX_DEPTH levels. Symlinks to regular files are
+ * listed with via_link set. */
+static int list_dir(const char *root, const char *rel, int recursive, dir_list *l)
+{
+    char dpath[4096];
+    if ((size_t)snprintf(dpath, sizeof dpath, "%s%s%s", root, *rel ? "/" : "", rel) >=
+        sizeof dpath)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load: path too long under %s", root);
+    DIR *dir = opendir(dpath);
     if (!dir)
         return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open directory %s: %s",
-                            path, strerror(errno));
+                            dpath, strerror(errno));
     const int dfd = dirfd(dir);
-
+    int rc = 0;
     for (;;) {
         errno = 0;
         struct dirent *e = readdir(dir);
         if (!e) {
-            if (errno) {
-                rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot list %s: %s",
-                                  path, strerror(errno));
-                goto out_free_names;
-            }
+            if (errno)
+                rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot list %s: %s", dpath,
+                                  strerror(errno));
             break;
         }
         if (name_skipped(e->d_name))
             continue;
-        struct stat st;
-        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-            continue;   /* symlinks, subdirectories, vanished entries */
-        if (n == cap) {
-            size_t ncap = cap ? 2 * cap : 64;
-            char **nn = realloc(names, ncap * sizeof *nn);
-            if (!nn) {
-                rc = strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s",
-                                  path);
-                goto out_free_names;
+        struct stat lst, st;
+        if (fstatat(dfd, e->d_name, &lst, AT_SYMLINK_NOFOLLOW) != 0)
+            continue; /* vanished */
+        const int link = S_ISLNK(lst.st_mode);
+        if (link && fstatat(dfd, e->d_name, &st, 0) != 0)
+            continue; /* a dangling symlink */
+        if (!link)
+            st = lst;
+        char sub[4096];
+        if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >=
+            sizeof sub) {
+            rc = strata_error(STRATA_ERR_IO, "gpt_data_load: path too long under %s", root);
+            break;
+        }
+        if (S_ISREG(st.st_mode)) {
+            if ((rc = list_push(l, root, sub, &st, link)))
+                break;
+        } else if (S_ISDIR(st.st_mode) && recursive) {
+            int loop = 0;
+            for (int i = 0; i <= l->depth; i++)
+                loop |= l->anc_dev[i] == st.st_dev && l->anc_ino[i] == st.st_ino;
+            if (loop)
+                continue;
+            if (l->depth == GPT_DATA_MAX_DEPTH) {
+                rc = strata_error(STRATA_ERR_DATA, "gpt_data_load: %s/%s is more than %d "
+                                  "directories deep", root, sub, GPT_DATA_MAX_DEPTH);
+                break;
             }
-            names = nn;
-            cap = ncap;
+            l->depth++;
+            l->anc_dev[l->depth] = st.st_dev;
+            l->anc_ino[l->depth] = st.st_ino;
+            rc = list_dir(root, sub, recursive, l);
+            l->depth--;
+            if (rc)
+                break;
         }
-        if (!(names[n] = strdup(e->d_name))) {
-            rc = strata_error(STRATA_ERR_NOMEM, "gpt_data_load: out of memory listing %s", path);
-            goto out_free_names;
-        }
-        n++;
     }
-    if (n)
-        qsort(names, n, sizeof *names, cmp_names);
-
-    for (size_t i = 0; i < n; i++) {
-        mode_t mode;
-        int fd = open_regular(dfd, names[i], 1, &mode);
-        if (fd == -2)
-            continue; /* replaced by something else since it was listed */
-        if (fd < 0) {
-            rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s/%s: %s",
-                              path, names[i], strerror(errno));
-            goto out_free_names;
-        }
-        char what[512];
-        snprintf(what, sizeof what, "%s/%s", path, names[i]);
-        rc = read_all(fd, what, max_bytes, b);
-        close(fd);
-        if (rc)
-            goto out_free_names;
-        (*n_files)++;
-    }
-
-out_free_names:
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
     closedir(dir);
     return rc;
 }
 
-static int read_path(const char *path, size_t max_bytes, bytes *b, size_t *n_files)
+/* Concatenate the regular files under directory `path` in sorted order of
+ * their relative paths. A file reached through a symlink is read only when
+ * no other entry is the same file (fortune's "*.u8" links name files of the
+ * same folder; a Hugging Face cache's snapshots are links into blobs/). */
+static int read_dir(const char *path, int recursive, size_t max_bytes, bytes *b,
+                    size_t *n_files)
+{
+    dir_list l = { 0 };
+    struct stat rst;
+    if (stat(path, &rst) != 0)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot access %s: %s", path,
+                            strerror(errno));
+    l.anc_dev[0] = rst.st_dev;
+    l.anc_ino[0] = rst.st_ino;
+    int rc = list_dir(path, "", recursive, &l);
+    if (rc)
+        goto out;
+    if (l.n)
+        qsort(l.e, l.n, sizeof *l.e, cmp_entries);
+
+    for (size_t i = 0; i < l.n; i++) {
+        int dup = 0;
+        /* a file named directly wins over a link to it; of several links to one
+         * file, the first in order is read (quadratic in the links only) */
+        for (size_t j = 0; l.e[i].via_link && j < l.n && !dup; j++)
+            dup = j != i && l.e[j].dev == l.e[i].dev && l.e[j].ino == l.e[i].ino &&
+                  (!l.e[j].via_link || j < i);
+        if (dup)
+            continue;
+        char what[8192];
+        snprintf(what, sizeof what, "%s/%s", path, l.e[i].rel);
+        mode_t mode;
+        int fd = open_regular(AT_FDCWD, what, 0, &mode);
+        if (fd == -2)
+            continue; /* replaced by something else since it was listed */
+        if (fd < 0) {
+            rc = strata_error(STRATA_ERR_IO, "gpt_data_load: cannot open %s: %s", what,
+                              strerror(errno));
+            goto out;
+        }
+        rc = read_all(fd, what, max_bytes, b);
+        close(fd);
+        if (rc)
+            goto out;
+        (*n_files)++;
+    }
+out:
+    for (size_t i = 0; i < l.n; i++)
+        free(l.e[i].rel);
+    free(l.e);
+    return rc;
+}
+
+static int read_path(const char *path, int recursive, size_t max_bytes, bytes *b,
+                     size_t *n_files)
 {
     struct stat st;
     if (stat(path, &st) != 0)
         return strata_error(STRATA_ERR_IO, "gpt_data_load: cannot access %s: %s",
                             path, strerror(errno));
     if (S_ISDIR(st.st_mode))
-        return read_dir(path, max_bytes, b, n_files);
+        return read_dir(path, recursive, max_bytes, b, n_files);
     mode_t mode = st.st_mode;
     int fd = open_regular(AT_FDCWD, path, 0, &mode);
     if (fd == -2)
@@ -278,6 +365,12 @@ int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *
 int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size_t max_bytes,
                         gpt_data *out)
 {
+    return gpt_data_load_flags(path, val_fraction, min_len, max_bytes, 0, out);
+}
+
+int gpt_data_load_flags(const char *path, double val_fraction, int min_len, size_t max_bytes,
+                        unsigned flags, gpt_data *out)
+{
     if (out)
         memset(out, 0, sizeof *out);
     if (!path || !out)
@@ -293,13 +386,14 @@ int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size
 
     bytes all = { 0 };
     size_t n_files = 0;
-    int rc = read_path(path, max_bytes, &all, &n_files);
+    int rc = read_path(path, (flags & GPT_DATA_RECURSIVE) != 0, max_bytes, &all, &n_files);
     if (rc)
         goto out_free_all;
     if (all.n == 0) {
         rc = strata_error(STRATA_ERR_DATA, "gpt_data_load: no data in %s: 0 bytes in %zu "
-                          "file(s) (hidden files, *.dat, symlinks and subdirectories are "
-                          "skipped)", path, n_files);
+                          "file(s) (hidden files, *.dat%s are skipped)", path, n_files,
+                          (flags & GPT_DATA_RECURSIVE) ? "" : " and subdirectories (read "
+                          "them with --data-recursive)");
         goto out_free_all;
     }
     if (all.n < (size_t)min_len) {

@@ -38,8 +38,11 @@ typedef struct gpt_data {
  *   directory: its regular files, not descending into subdirectories, in
  *   byte-wise sorted name order, concatenated with nothing in between.
  *   Skipped: names starting with '.', names ending in ".dat" (fortune
- *   indexes), symlinks (fortune's ".u8" links would duplicate files),
- *   anything not a regular file.
+ *   indexes), subdirectories (see gpt_data_load_flags), anything that is
+ *   not a regular file. Symlinks to regular files are followed, and a file
+ *   reached twice (by its name and by a link, as fortune's ".u8" links and
+ *   a Hugging Face cache's snapshot links are) is read once: under its own
+ *   name, or under the first link in order when only links reach it.
  * val_fraction: in [0, 1); 0 means no validation split (val NULL, n_val 0).
  * min_len: the fewest bytes each split must hold, normally T + 1 (>= 2).
  * On success *out owns the bytes (free with gpt_data_free); on failure *out
@@ -64,6 +67,20 @@ int gpt_data_load(const char *path, double val_fraction, int min_len, gpt_data *
  * M / 2. */
 int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size_t max_bytes,
                         gpt_data *out);
+
+/* Deepest subdirectory level GPT_DATA_RECURSIVE descends to (deeper:
+ * STRATA_ERR_DATA). */
+#define GPT_DATA_MAX_DEPTH 32
+/* gpt_data_load_flags flag: read the regular files of every subdirectory
+ * too (symlinked ones included, loops skipped), in sorted order of their
+ * paths relative to `path`; hidden names are skipped at every level. The
+ * CLI's --data-recursive. */
+#define GPT_DATA_RECURSIVE 1u
+
+/* gpt_data_load_limit with flags (GPT_DATA_RECURSIVE or 0). Same errors,
+ * plus STRATA_ERR_DATA for a tree deeper than GPT_DATA_MAX_DEPTH. */
+int gpt_data_load_flags(const char *path, double val_fraction, int min_len, size_t max_bytes,
+                        unsigned flags, gpt_data *out);
 
 /* Free the bytes and zero *d. NULL or a zeroed struct is a no-op. */
 void gpt_data_free(gpt_data *d);

@@ -246,6 +246,7 @@ static const config_key config_keys[] = {
     {"type", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_type, 0},
     SK(matrix_optimizer, 0, WHEN_ALWAYS, NULL, get_optimizer),
     {"data", 0, WHEN_ALWAYS, CK_STRING, OFF(data_path), NULL, NULL, 0},
+    {"data_recursive", 0, WHEN_ALWAYS, CK_BOOL, OFF(data_recursive), NULL, NULL, 0},
     {"layers", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_layer), NULL, NULL, 0},
     {"d_model", 0, WHEN_ALWAYS, CK_INT, OFF(model.d_model), NULL, NULL, 0},
     {"heads", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_head), NULL, NULL, 0},

@@ -1066,8 +1066,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     float *acc = NULL;
 
     /* Data, model, and the runtime that owns the model's optimizer. */
-    st = (strata_status)gpt_data_load_limit(o.data_path, o.val_fraction, T + 1, corpus_cap,
-                                             &data);
+    st = (strata_status)gpt_data_load_flags(o.data_path, o.val_fraction, T + 1, corpus_cap,
+                                             o.data_recursive ? GPT_DATA_RECURSIVE : 0, &data);
     if (st != STRATA_OK)
         goto out;
     if (data.text_fraction < TEXT_FRACTION_WARN)

@@ -29,6 +29,7 @@ extern "C" {
 typedef struct gpt_train_options {
     const char *data_path;   /* file or directory; default the Debian fortunes corpus */
     double val_fraction;     /* default 0.1 */
+    bool data_recursive;     /* a data_path directory's subdirectories too (GPT_DATA_RECURSIVE) */
     gpt_config model;        /* default 4 layers, d_model 128, 4 heads, max_seq = seq_len */
     int seq_len;             /* T, bytes per sequence; default 128 */
     int batch;               /* B, sequences per step; default 16 */

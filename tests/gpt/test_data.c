@@ -187,7 +187,8 @@ static void test_empty_dir(void **state)
     assert_true(contains(strata_last_error(), "0 bytes in 0 file"));
 }
 
-/* .dat indexes, hidden files, symlinks and subdirectories are all skipped. */
+/* .dat indexes, hidden files, dangling symlinks and subdirectories are all
+ * skipped. */
 static void test_only_skipped_files(void **state)
 {
     fixture *f = *state;
@@ -196,8 +197,7 @@ static void test_only_skipped_files(void **state)
     const char text[] = "A fortune a day keeps the doctor away.\n%\n";
     write_file(f->dir, "fortunes.dat", text, sizeof text - 1);
     write_file(f->dir, ".hidden", text, sizeof text - 1);
-    write_file(f->other, "target", text, sizeof text - 1);
-    path_in(path, sizeof path, f->other, "target");
+    path_in(path, sizeof path, f->other, "gone");
     path_in(link, sizeof link, f->dir, "fortunes.u8");
     assert_int_equal(symlink(path, link), 0);
     path_in(sub, sizeof sub, f->dir, "sub");
@@ -205,6 +205,75 @@ static void test_only_skipped_files(void **state)
     write_file(sub, "inner", text, sizeof text - 1);
     assert_int_equal(gpt_data_load(f->dir, 0.1, 2, &d), STRATA_ERR_DATA);
     assert_true(contains(strata_last_error(), "0 bytes"));
+    assert_true(contains(strata_last_error(), "--data-recursive"));
+}
+
+static void link_in(const char *target_dir, const char *target, const char *dir,
+                    const char *name)
+{
+    char path[512], link[512];
+    path_in(path, sizeof path, target_dir, target);
+    path_in(link, sizeof link, dir, name);
+    assert_int_equal(symlink(path, link), 0);
+}
+
+/* Symlinks to regular files are read (a file reached twice, once), and
+ * GPT_DATA_RECURSIVE reads subdirectories in path order, hidden ones and
+ * symlink loops skipped: the layout of a Hugging Face cache (snapshot files
+ * are links into blobs/) and of Debian's fortunes (name.u8 -> name). */
+static void test_symlinks_and_recursive(void **state)
+{
+    fixture *f = *state;
+    char sub[512], snap[512], blobs[512], git[512];
+    gpt_data d;
+    char a[300], e[300], h[300], in[300];
+    memset(a, 'A', sizeof a);
+    memset(e, 'E', sizeof e);
+    memset(h, 'H', sizeof h);
+    memset(in, 'I', sizeof in);
+    write_file(f->dir, "a", a, sizeof a);
+    link_in(f->dir, "a", f->dir, "a.u8");             /* the same file: read once */
+    write_file(f->other, "target", e, sizeof e);
+    link_in(f->other, "target", f->dir, "ext");       /* only a link reaches it: read */
+    link_in(f->dir, ".", f->dir, "loop");             /* a directory loop */
+    path_in(blobs, sizeof blobs, f->other, "blobs");
+    assert_int_equal(mkdir(blobs, 0700), 0);
+    write_file(blobs, "h1", h, sizeof h);
+    path_in(snap, sizeof snap, f->dir, "snap");
+    assert_int_equal(mkdir(snap, 0700), 0);
+    link_in(blobs, "h1", snap, "file.txt");
+    link_in(blobs, "h1", snap, "copy.txt");           /* two links, one blob: read once */
+    path_in(sub, sizeof sub, f->dir, "sub");
+    assert_int_equal(mkdir(sub, 0700), 0);
+    write_file(sub, "inner", in, sizeof in);
+    path_in(git, sizeof git, sub, ".git");
+    assert_int_equal(mkdir(git, 0700), 0);
+    write_file(git, "HEAD", "zzzz", 4);
+
+    assert_int_equal(gpt_data_load(f->dir, 0.0, 2, &d), 0);
+    assert_int_equal(d.n_files, 2);
+    assert_int_equal(d.n_train, 600);
+    assert_memory_equal(d.train, a, 300);
+    assert_memory_equal(d.train + 300, e, 300);
+    gpt_data_free(&d);
+
+    assert_int_equal(gpt_data_load_flags(f->dir, 0.0, 2, 0, GPT_DATA_RECURSIVE, &d), 0);
+    assert_int_equal(d.n_files, 4);
+    assert_int_equal(d.n_train, 1200);
+    assert_memory_equal(d.train, a, 300);
+    assert_memory_equal(d.train + 300, e, 300);
+    assert_memory_equal(d.train + 600, h, 300);
+    assert_memory_equal(d.train + 900, in, 300);
+    gpt_data_free(&d);
+
+    /* the data root itself may be a symlink to a directory */
+    link_in(f->dir, "sub", f->other, "root-link");
+    char root[512];
+    path_in(root, sizeof root, f->other, "root-link");
+    assert_int_equal(gpt_data_load(root, 0.0, 2, &d), 0);
+    assert_int_equal(d.n_train, 300);
+    assert_memory_equal(d.train, in, 300);
+    gpt_data_free(&d);
 }
 
 static void test_shorter_than_context(void **state)
@@ -533,6 +602,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_shorter_than_context, make_dirs, remove_dirs),
         cmocka_unit_test_setup_teardown(test_binary_bytes, make_dirs, remove_dirs),
         cmocka_unit_test_setup_teardown(test_directory_order, make_dirs, remove_dirs),
+        cmocka_unit_test_setup_teardown(test_symlinks_and_recursive, make_dirs, remove_dirs),
         cmocka_unit_test_setup_teardown(test_split, make_dirs, remove_dirs),
         cmocka_unit_test_setup_teardown(test_small_corpus, make_dirs, remove_dirs),
         cmocka_unit_test_setup_teardown(test_batch_windows, make_dirs, remove_dirs),
