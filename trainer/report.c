@@ -294,6 +294,7 @@ static const config_key config_keys[] = {
     SK(shampoo_beta2, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_epsilon, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, gpt_grafting_names, NULL),
+    SK(shampoo_root_method, SHAMPOO, WHEN_ALWAYS, gpt_root_method_names, NULL),
     SK(shampoo_momentum, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(muon_momentum, MUON, WHEN_ALWAYS, NULL, NULL),
     SK(muon_momentum_form, MUON, WHEN_ALWAYS, gpt_muon_momentum_form_names, NULL),

@@ -37,7 +37,7 @@ class ShampooConfig(Structure):
                 ("grafting_beta2", c_float), ("grafting_epsilon", c_float),
                 ("epsilon_rel", c_float), ("use_pseudo_inverse", c_bool),
                 ("pseudo_inverse_rtol", c_float), ("pseudo_inverse_atol", c_float),
-                ("inverse_exponent_override", c_float * 2)]
+                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum)]
 
 
 class MuonConfig(Structure):
@@ -95,7 +95,7 @@ class Config(Structure):
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 5
+CONFIG_VERSION = 6
 
 
 class ParamDesc(Structure):
@@ -203,6 +203,8 @@ class Stats(Structure):
         ("grad_buckets", c_int64),
         ("grad_bucket_ring_waits", c_int64),
         ("grad_staging_bytes", c_size_t),
+        ("root_newton", c_int64),
+        ("root_fallbacks", c_int64),
     ]
 
 

@@ -291,6 +291,19 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
                 (float)json_object_get_double(ov);
         }
     }
+    {
+        const char *rm = jget_str(cfg, "root_method", "eigh");
+        if (!strcmp(rm, "eigh"))
+            c.root_method = STRATA_ROOT_EIGH;
+        else if (!strcmp(rm, "newton"))
+            c.root_method = STRATA_ROOT_NEWTON;
+        else if (!strcmp(rm, "auto"))
+            c.root_method = STRATA_ROOT_AUTO;
+        else {
+            fprintf(stderr, "optim_driver: root_method must be eigh, newton or auto\n");
+            return 2;
+        }
+    }
     bool split = !strcmp(jget_str(cfg, "api", "step"), "split");
     bool skip_nonfinite = jget_bool(cfg, "skip_nonfinite", false);
 
@@ -348,9 +361,10 @@ out_free:
     if (rc == 0) {
         printf("{\"blocks\": %d, \"state_bytes\": %zu, \"root_refreshes\": %lld, "
                "\"root_failures\": %lld, \"root_retries\": %lld, \"nonfinite_rejected\": %lld, "
-               "\"refresh\": [",
+               "\"root_newton\": %lld, \"root_fallbacks\": %lld, \"refresh\": [",
                blocks, state_bytes, (long long)cnt.root_refreshes, (long long)cnt.root_failures,
-               (long long)cnt.root_retries, (long long)cnt.nonfinite_rejected);
+               (long long)cnt.root_retries, (long long)cnt.nonfinite_rejected,
+               (long long)cnt.root_newton, (long long)cnt.root_fallbacks);
         for (int64_t k = 1; k <= p->steps; k++)
             printf("%s%d", k > 1 ? ", " : "", strata_shampoo_is_refresh_step(&c, k) ? 1 : 0);
         printf("], ");
@@ -540,6 +554,15 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     const char *check = jget_str(cfg, "ortho_check", "probe");
     if (jget_bool(cfg, "force_retry", false))
         o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
+    const char *method = jget_str(cfg, "method", "eigh");
+    o.method = !strcmp(method, "newton") ? STRATA_ROOT_NEWTON
+               : !strcmp(method, "auto") ? STRATA_ROOT_AUTO
+                                         : STRATA_ROOT_EIGH;
+    if (strcmp(method, "eigh") && o.method == STRATA_ROOT_EIGH)
+        n = 0;
+    o.newton_max_iter = (int)jget_int(cfg, "newton_max_iter", o.newton_max_iter);
+    o.newton_tol = jget_double(cfg, "newton_tol", o.newton_tol);
+    o.newton_residual_tol = jget_double(cfg, "newton_residual_tol", o.newton_residual_tol);
     if (!strcmp(mode, "pseudo"))
         o.mode = STRATA_ROOT_PSEUDO_INVERSE;
     else if (strcmp(mode, "regularized"))
@@ -552,7 +575,7 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
         n = 0;
     if (n < 1 || n > 1 << 14) {
         fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384, mode regularized|pseudo, "
-                        "ortho_check probe|full|off\n");
+                        "ortho_check probe|full|off, method eigh|newton|auto\n");
         return 2;
     }
     size_t nn = (size_t)n * (size_t)n;
@@ -580,10 +603,12 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root_ex");
     if (rc == 0)
         printf("{\"retries\": %d, \"driver\": %d, \"ortho_error\": %.6g, \"lambda_min\": %.17g, "
-               "\"lambda_max\": %.17g, \"eps_eff\": %.17g, \"cutoff\": %.17g, \"rank\": %d}\n",
+               "\"lambda_max\": %.17g, \"eps_eff\": %.17g, \"cutoff\": %.17g, \"rank\": %d, "
+               "\"method\": %d, \"newton_iters\": %d, \"fallback\": %d, \"residual\": %.6g}\n",
                info.retries, info.driver, isnan(info.ortho_error) ? -1.0 : info.ortho_error,
-               info.lambda_min, info.lambda_max,
-               info.eps_eff, info.cutoff, info.rank);
+               isnan(info.lambda_min) ? -1.0 : info.lambda_min, info.lambda_max,
+               info.eps_eff, info.cutoff, info.rank, info.method, info.newton_iters,
+               info.fallback, isnan(info.residual) ? -1.0 : info.residual);
 out_free:
     free(iwork);
     free(work);
