@@ -417,6 +417,15 @@ static double dist_identity_max(int n, const double *m)
     return err;
 }
 
+/* x . y in a fixed order (level-1 BLAS may split it over threads). */
+static double dot_fixed(size_t n, const double *x, const double *y)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
+
 /* Rayleigh quotient after `iters` power iterations from the fixed Gaussian
  * vector: a lower bound of lambda_max of the symmetric b (PSD: >= 0). */
 static double power_estimate(int n, const double *b, double *x, double *y, int iters)
@@ -424,12 +433,23 @@ static double power_estimate(int n, const double *b, double *x, double *y, int i
     fill_normal(x, (size_t)n);
     double rq = 0.0;
     for (int k = 0; k < iters; k++) {
-        const double nx = cblas_dnrm2(n, x, 1);
+        const double nx = sqrt(dot_fixed((size_t)n, x, x));
         if (!(nx > 0.0) || !isfinite(nx))
             return rq;
-        cblas_dscal(n, 1.0 / nx, x, 1);
-        cblas_dsymv(CblasRowMajor, CblasUpper, n, 1.0, b, n, x, 1, 0.0, y, 1);
-        rq = cblas_ddot(n, x, 1, y, 1);
+        for (int i = 0; i < n; i++)
+            x[i] /= nx;
+        /* y = b x by rows in a fixed order (not DSYMV, whose threaded
+         * partial sums would make the estimate, and so the root, depend on
+         * the BLAS thread count: the synchronous and asynchronous paths
+         * must compute the same root) */
+        for (int i = 0; i < n; i++) {
+            const double *row = b + (size_t)i * n;
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += row[j] * x[j];
+            y[i] = s;
+        }
+        rq = dot_fixed((size_t)n, x, y);
         double *t = x;
         x = y;
         y = t;
@@ -463,7 +483,7 @@ static strata_status newton_root(int n, const float *a, const strata_inv_root_op
     inf->rank = n;
     for (int i = 0; i < n; i++)
         B1[(size_t)i * n + i] += eps_eff;
-    const double fro = sqrt(cblas_ddot((int)nn, B1, 1, B1, 1));
+    const double fro = sqrt(dot_fixed(nn, B1, B1));
     const double c = fmin(fro, 1.25 * (fmax(lmax, 0.0) + eps_eff));
     if (!(c > 0.0) || !isfinite(c)) {
         *why = "zero or non-finite spectral bound";

@@ -176,9 +176,15 @@ typedef enum strata_root_method {
     STRATA_ROOT_AUTO = 2,
 } strata_root_method;
 
-/* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU;
- * bench/bench_roots.c, see its note). */
-#define STRATA_ROOT_AUTO_MIN_DIM 2048
+/* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU).
+ * bench/bench_roots.c measured NEWTON slower than EIGH at every size it runs
+ * (n = 256 .. 3072, 2 cores, OpenBLAS 0.3.21 SkylakeX kernels: 0.1x - 0.4x
+ * in float64, 0.2x - 0.5x in float32 through the CPU backend; README.md
+ * "Eigh-free roots"), so on such a machine AUTO is EIGH for every factor:
+ * this bound is above any factor dimension. Lower it where the benchmark
+ * shows a crossover (many cores, where DGEMM scales and dsyevd's
+ * tridiagonalization does not). */
+#define STRATA_ROOT_AUTO_MIN_DIM 0x7fffffff
 
 typedef enum strata_grafting {
     STRATA_GRAFT_NONE = 0,    /* use L_inv M R_inv unscaled */
@@ -221,7 +227,8 @@ typedef struct strata_shampoo_config {
     strata_root_method root_method; /* EIGH (default), NEWTON (eigh-free coupled Newton,
                                       float64, falling back to EIGH when its residual check
                                       fails; counted in root_fallbacks) or AUTO (NEWTON
-                                      for factors of dimension >= STRATA_ROOT_AUTO_MIN_DIM).
+                                      for factors of dimension >= STRATA_ROOT_AUTO_MIN_DIM:
+                                      none, as measured on a 2-core CPU).
                                       NEWTON needs exponents 1/4, 1/2 or 0 and no
                                       pseudo-inverse; AUTO uses EIGH where NEWTON cannot */
 } strata_shampoo_config;

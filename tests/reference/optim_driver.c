@@ -555,10 +555,13 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     if (jget_bool(cfg, "force_retry", false))
         o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
     const char *method = jget_str(cfg, "method", "eigh");
-    o.method = !strcmp(method, "newton") ? STRATA_ROOT_NEWTON
+    const bool f32 = !strcmp(method, "newton32"); /* strata_inv_root_newton_f32, CPU backend */
+    if (f32)
+        o.newton_residual_tol = STRATA_ROOT_F32_RESIDUAL_TOL;
+    o.method = !strcmp(method, "newton") || f32 ? STRATA_ROOT_NEWTON
                : !strcmp(method, "auto") ? STRATA_ROOT_AUTO
                                          : STRATA_ROOT_EIGH;
-    if (strcmp(method, "eigh") && o.method == STRATA_ROOT_EIGH)
+    if (strcmp(method, "eigh") && strcmp(method, "auto") && o.method == STRATA_ROOT_EIGH)
         n = 0;
     o.newton_max_iter = (int)jget_int(cfg, "newton_max_iter", o.newton_max_iter);
     o.newton_tol = jget_double(cfg, "newton_tol", o.newton_tol);
@@ -575,7 +578,7 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
         n = 0;
     if (n < 1 || n > 1 << 14) {
         fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384, mode regularized|pseudo, "
-                        "ortho_check probe|full|off, method eigh|newton|auto\n");
+                        "ortho_check probe|full|off, method eigh|newton|newton32|auto\n");
         return 2;
     }
     size_t nn = (size_t)n * (size_t)n;
@@ -593,7 +596,38 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     for (size_t i = 0; i < nn; i++)
         out[i] = SENTINEL;
     strata_inv_root_info info;
-    strata_status st = strata_inv_root_ex((int)n, a, &o, out, work, iwork, &info);
+    strata_status st;
+    if (f32) {
+        strata_backend *be = NULL;
+        buf da = {0}, dout = {0}, dwork = {0};
+        float *stage = malloc(nn * sizeof(float));
+        st = stage ? strata_backend_cpu_create(1, &be) : STRATA_ERR_NOMEM;
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &da, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &dout, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &dwork, strata_inv_root_newton_f32_work_floats((int)n) *
+                                           sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(be, da.p, a, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(be, dout.p, out, nn * sizeof(float)); /* the sentinel */
+        if (st == STRATA_OK)
+            st = strata_inv_root_newton_f32(be, (int)n, da.p, &o, dout.p, dwork.p, stage, work,
+                                            iwork, &info);
+        if (dout.p && strata_backend_copy(be, out, dout.p, nn * sizeof(float)) != STRATA_OK)
+            st = STRATA_ERR_INTERNAL;
+        if (be) {
+            buf_free(be, &dwork);
+            buf_free(be, &dout);
+            buf_free(be, &da);
+            strata_backend_destroy(be);
+        }
+        free(stage);
+    } else {
+        st = strata_inv_root_ex((int)n, a, &o, out, work, iwork, &info);
+    }
     FILE *f = open_out(out_path);
     if (!f)
         goto out_free;

@@ -19,6 +19,7 @@ Tolerances (largest measured on this machine, OpenBLAS 0.3.21, in parentheses):
                                            eigenvalues of either sign, which eigh
                                            clamps at 0 and Newton shifts by eps_eff)
   eps_eff from the estimated lambda_max: 1e-6 relative (3e-16, 64 power iterations)
+  float32 through the CPU backend, cond 1e2: 5e-6 (7.6e-7: float32 iterates)
 The fallback is exercised twice: a cap of 1 iteration, and an indefinite
 matrix (a negative eigenvalue beyond eps: the iteration diverges); both must
 return eigh's root bit for bit, with info.fallback = 1.
@@ -112,6 +113,28 @@ def root_cases(drv, rep):
             e = abs(st["eps_eff"] - eps_eff) / eps_eff
             rep.line("newton_rank6_n48_epsrel1e-4_p%d [eps_eff]" % p, e, 1e-6,
                      note="estimate %.9g exact %.9g" % (st["eps_eff"], eps_eff))
+
+    # float32 through the CPU backend (strata_inv_root_newton_f32): accurate to
+    # float32 iteration rounding on well-conditioned factors; a cond-1e6 factor
+    # misses STRATA_ROOT_F32_RESIDUAL_TOL and falls back to the float64 root.
+    for n, p in ((24, 2), (24, 4), (96, 4)):
+        a = spd_with_spectrum(rng, np.geomspace(1e-2, 1.0, n) * 3.0)
+        rc, out, st, err = run_root(drv, a, p, eps=1e-9, method="newton32")
+        name = "newton32_cond1e2_n%d_p%d" % (n, p)
+        if rc != 0 or st is None:
+            rep.check(name, False, "driver rc=%d: %s" % (rc, err.strip()))
+            continue
+        ref, _ = root_ref(a, p, 1e-9)
+        rep.line(name, rel(out.reshape(n, n), ref), 5e-6,
+                 note="iters %d residual %.1e fallback %d" % (
+                     st["newton_iters"], st["residual"], st["fallback"]))
+        rep.check(name + " [newton used]", st["method"] == 1 and st["fallback"] == 0, "")
+    a = spd_with_spectrum(rng, np.geomspace(1e-6, 1.0, 48))
+    rc, out, st, err = run_root(drv, a, 4, eps=1e-12, method="newton32")
+    rc_e, out_e, st_e, err_e = run_root(drv, a, 4, eps=1e-12, method="eigh")
+    rep.check("newton32_cond1e6_falls_back_to_eigh", rc == 0 and st is not None and
+              st["fallback"] == 1 and st["method"] == 0 and np.array_equal(out, out_e),
+              "%s %s" % (st, err.strip()))
 
     # Fallbacks: must return eigh's root exactly, and say so.
     def fallback(name, a32, p, **extra):
