@@ -108,7 +108,10 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *                 cutoff = max(pseudo_inverse_atol, rtol * max(lambda_max, 0)),
  *                 rtol = pseudo_inverse_rtol, or n * FLT_EPSILON when < 0
  *             e_L = inverse_exponent_override[0] (< 0: 1/4; 0: L_inv = I,
- *             no eigendecomposition); R_inv likewise with index 1
+ *             no eigendecomposition); R_inv likewise with index 1;
+ *             root_method NEWTON computes the regularized root eigh-free
+ *             (coupled Newton, falling back to the above per root; see
+ *             strata_root_method)
  *   grafting  Adam: A = b_g A + (1-b_g) G^2,  D = M_hat / (sqrt(A/(1-b_g^t)) + eps_g)
  *             AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
  *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block;
@@ -997,7 +1000,8 @@ typedef struct strata_inv_root_info {
     int retries;         /* 0, or 1 when dsyevd's result was rejected */
     int driver;          /* the accepted decomposition: 0 dsyevd, 1 dsyev */
     double ortho_error;  /* measured on the last decomposition (NaN if not measured) */
-    double lambda_min, lambda_max; /* eigenvalues of the accepted decomposition */
+    double lambda_min, lambda_max; /* eigenvalues of the accepted decomposition (NEWTON:
+                                      lambda_min NaN, lambda_max the power estimate) */
     double eps_eff;      /* REGULARIZED: the regularizer added */
     double cutoff;       /* PSEUDO_INVERSE: eigenvalues at or below it were dropped */
     int rank;            /* eigenvalues kept (n in the regularized mode) */
