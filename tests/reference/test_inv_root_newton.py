@@ -164,11 +164,45 @@ def root_cases(drv, rep):
     rep.check("newton_p3_refused", rc != 0 and "NEWTON" in err, err.strip())
     rc, out, st, err = run_root(drv, a, 4, mode="pseudo", method="newton")
     rep.check("newton_pseudo_refused", rc != 0 and "NEWTON" in err, err.strip())
+    # Edges: n = 1 (M_0 = I: no iteration), a zero factor with eps > 0 (the
+    # root is eps^(-1/4) I), and with eps = 0 (no spectral bound: Newton is
+    # rejected, eigh fails too, the error says both and `out` is untouched).
+    for method in ("newton", "newton32"):
+        one = np.array([[4.0]], np.float32)
+        rc, out, st, err = run_root(drv, one, 4, method=method)
+        rep.check("%s_n1" % method, rc == 0 and st is not None and st["method"] == 1 and
+                  abs(float(out[0]) - 4.0 ** -0.25) <= 1e-7, "%s %s" % (out, err.strip()))
+        z = np.zeros((5, 5), np.float32)
+        rc, out, st, err = run_root(drv, z, 4, eps=1e-6, method=method)
+        ok = rc == 0 and st is not None and st["method"] == 1 and np.allclose(
+            out.reshape(5, 5), 1e-6 ** -0.25 * np.eye(5), rtol=1e-6, atol=0)
+        rep.check("%s_zero_eps1e-6" % method, ok, "%s %s" % (st, err.strip()))
+    rc, out, st, err = run_root(drv, np.zeros((5, 5), np.float32), 4, method="newton")
+    rep.check("newton_zero_eps0_refused", rc != 0 and out is not None and
+              bool(np.all(out == SENTINEL)) and "newton rejected" in err, err.strip())
     bad = a.copy()
     bad[3, 5] = np.nan
     rc, out, st, err = run_root(drv, bad, 4, eps=1e-9, method="newton")
     rep.check("newton_nan_refused", rc != 0 and out is not None and
               bool(np.all(out == SENTINEL)), err.strip())
+
+
+def shampoo_config_cases(drv, rep):
+    # shampoo_config_check refuses what NEWTON cannot compute.
+    g = T.gaussian_grads(T.rng_for("shampoo_newton_cfg"), (6, 4), steps=2)
+    data = np.concatenate([np.zeros(24, np.float32)] + [x.ravel() for x in g])
+    for name, over in (("pseudo", dict(use_pseudo_inverse=True, epsilon=0.0)),
+                       ("exponent_1/3", dict(inverse_exponent_override=[1.0 / 3, 0.25]))):
+        cfg = dict(T.SHAMPOO_BASE, rows=6, cols=4, steps=2, lr_scale=1.0, root_method="newton")
+        cfg.update(over)
+        rc, out, st, err = drv.run("shampoo", cfg, data, 2 * 24)
+        rep.check("shampoo_newton_%s_refused" % name, rc != 0 and "root_method" in err,
+                  err.strip())
+    cfg = dict(T.SHAMPOO_BASE, rows=6, cols=4, steps=2, lr_scale=1.0, root_method="auto",
+               use_pseudo_inverse=True, epsilon=0.0)
+    rc, out, st, err = drv.run("shampoo", cfg, data, 2 * 24)
+    rep.check("shampoo_auto_pseudo_runs_eigh", rc == 0 and st is not None and
+              st["root_newton"] == 0 and st["root_fallbacks"] == 0, "%s %s" % (st, err.strip()))
 
 
 def shampoo_cases(drv, rep):
@@ -239,6 +273,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="strata_newton_") as tmp:
         drv = T.Driver(os.path.abspath(sys.argv[1]), tmp)
         root_cases(drv, rep)
+        shampoo_config_cases(drv, rep)
         shampoo_cases(drv, rep)
     if rep.failed:
         print("\n%d of %d checks FAILED: %s" % (len(rep.failed), rep.count,
