@@ -334,7 +334,7 @@ size_t strata_inv_root_work_ints(int n);
  * and copied to `out`; info->fallback = 1. Synchronous: returns after the
  * backend finished (its reductions synchronize). `info` may be NULL.
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_LINALG (non-finite input, or the
- * fallback failed too: `out` may hold scratch), backend errors. */
+ * fallback failed too: `out` untouched), backend errors. */
 #define STRATA_ROOT_F32_RESIDUAL_TOL 3e-2
 
 size_t strata_inv_root_newton_f32_work_floats(int n);
