@@ -180,6 +180,28 @@ typedef struct strata_precond_family {
      * STRATA_ERR_LINALG when every part failed. */
     strata_status (*refresh)(const void *state, int b, void *slot, double *work, int *iwork,
                              unsigned *failed, strata_optim_counters *cnt);
+    /* Optional (NULL: every refresh starts from what its snapshot holds).
+     * Chained refreshes: a family whose refresh continues the result of
+     * the refresh before it (SOAP's and KL-Shampoo's QR power step starts
+     * from the previous eigenbasis, which its snapshot copies from the
+     * installed one). With S < F that result is installed before the next
+     * snapshot, so the snapshot holds it. With S >= F several refreshes of
+     * a block are in flight (a ring of slots) and the result before a
+     * snapshot's is not installed yet: the engine then keeps a per-block
+     * *chain head* (a buffer of the slot's layout, slot_bytes), runs the
+     * block's jobs one after the other in refresh order, and calls, on the
+     * worker, chain_in before refresh (copy the head's base into the slot,
+     * replacing the snapshot's copy of the installed result) and chain_out
+     * after it (write into the head the base the next refresh continues
+     * from: this result's parts that did not fail, the slot's own base for
+     * those that did). So every refresh continues from the one before it,
+     * as with S < F. Both may read only what is immutable after create. */
+    void (*chain_in)(const void *state, int b, void *slot, const void *head);
+    void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
+    /* With chain_in: install must see the chained results one after the
+     * other, none skipped (SOAP's permutation of V is relative to the basis
+     * before it), so the engine installs such a group in FIXED mode. */
+    bool chain_ordered;
     size_t (*refresh_work_doubles)(int max_dim);
     size_t (*refresh_work_ints)(int max_dim);
     /* Install a result (complete: failed parts hold the previous result, or
