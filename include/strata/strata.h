@@ -322,8 +322,9 @@ STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param
  * device tier. After commit no allocation happens on the step path.
  * On error the optimizer state, the engine and the workers commit made are
  * freed again.
- * Errors: STRATA_ERR_INVALID_ARG (rt NULL; S too large for an optimizer,
- * e.g. SOAP and KL-Shampoo's eigenbasis form need staleness < F; results
+ * Errors: STRATA_ERR_INVALID_ARG (rt NULL; S too large for an optimizer
+ * whose strata_optimizer_info sets max_staleness, none of the built-in
+ * ones since S >= F chains SOAP's and KL-Shampoo's refreshes; results
  * placed on nvme without an nvme tier), STRATA_ERR_STATE (no parameters, or
  * committed twice), STRATA_ERR_UNSUPPORTED (a stacked parameter routed to a
  * matrix optimizer other than Muon), STRATA_ERR_NOMEM (the device memory, or

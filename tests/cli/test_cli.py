@@ -579,24 +579,13 @@ with tempfile.TemporaryDirectory() as tmp:
     run("race", "--runs", "adamw,sgd", expect_rc=2, expect_text="unknown optimizer 'sgd'")
     run("race", "--runs", "adamw,muon,muon", expect_rc=2, expect_text="listed twice")
     run("race", "--staleness", "1,x", expect_rc=2, expect_text="--staleness expects")
-    # A staleness budget the async optimizer refuses (SOAP: S < F) is a usage
-    # error at start-up, before AdamW's or the synchronous run trains.
-    p = run("race", *tiny, "--steps", "2", "--runs", "adamw,soap-async", "--staleness", "12",
-            "--out", os.path.join(tmp, "race-bad"), expect_rc=2,
-            expect_text="'soap-async' at staleness 12: async soap needs staleness < precondition "
-            "frequency (2)")
-    ok = p is not None and "running" not in p.stdout
-    print(f"{'PASS' if ok else 'FAIL'}: race refuses soap-async S=12 before any run")
+    # SOAP with S >= F (issue 23: several eigenbasis refreshes of a block in
+    # flight, each continuing the one before it) is accepted.
+    p = run("train", *tiny, "--steps", "4", "--optimizer", "soap", "--async", "--staleness",
+            "2", "--precondition-frequency", "1", expect_rc=0)
+    ok = p is not None and "summary:" in p.stdout
+    print(f"{'PASS' if ok else 'FAIL'}: train soap --async F=1 S=2 runs")
     failures += not ok
-    p = run("sweep-staleness", *tiny, "--steps", "2", "--optimizer", "soap", "--values", "0,12",
-            "--out", os.path.join(tmp, "sweep-bad"), expect_rc=2,
-            expect_text="staleness 12: async soap needs 0 <= staleness < precondition frequency")
-    ok = p is not None and "running" not in p.stdout
-    print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness refuses soap S=12 before any run")
-    failures += not ok
-    run("train", *tiny, "--steps", "2", "--optimizer", "soap", "--async", "--staleness", "2",
-        expect_rc=1, expect_text="--staleness 2: async soap needs staleness < "
-        "--precondition-frequency (2)")
     run("race", "--values", "1", expect_rc=2, expect_text="belongs to sweep-staleness")
     run("train", "--runs", "adamw", expect_rc=2, expect_text="belongs to race")
     run("race", "--help", expect_rc=0, expect_text="usage: strata race", stream="stdout")
