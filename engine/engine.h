@@ -9,7 +9,7 @@
  * prefetch. It never branches on which family it runs.
  *
  * A group is *inline* when the runtime is synchronous or its family cannot
- * refresh asynchronously (KL-Shampoo's exact form): its refresh runs on the
+ * refresh asynchronously: its refresh runs on the
  * training thread right after the snapshot, with S = 0 and fixed install —
  * the synchronous algorithm, through the same registry, slots and install as
  * the asynchronous one. So an asynchronous run with S = 0 computes exactly

@@ -626,11 +626,15 @@ static bool fam_true(const void *cfg)
     return true;
 }
 
-/* The exact form decomposes and uses its factors in the same step (lag 0);
- * it stays on the training thread. */
+/* Both forms refresh on workers: the exact form's eigendecomposition is a
+ * pure function of its snapshot of the factors (lag 0, as Shampoo's roots:
+ * at S = 0 the step waits for it, the synchronous result bit for bit; at
+ * S > 0 the factor update of the steps in between uses the basis and
+ * estimates installed before). */
 static bool fam_async_capable(const void *cfg)
 {
-    return ((const strata_kl_shampoo_config *)cfg)->form == STRATA_KL_EIGENBASIS;
+    (void)cfg;
+    return true;
 }
 
 /* Eigenbasis form: as SOAP (refresh after Adam step k = F + o, ... at the end

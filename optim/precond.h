@@ -122,7 +122,7 @@ typedef struct strata_precond_family {
     /* ---- configuration-level questions (cfg is the family's config struct) */
     /* Does the family refresh anything? (false: Muon, AdamW) */
     bool (*has_refresh)(const void *cfg);
-    /* May its refreshes run on worker threads? (KL-Shampoo's exact form may not.) */
+    /* May its refreshes run on worker threads? */
     bool (*async_capable)(const void *cfg);
     void (*schedule)(const void *cfg, strata_precond_schedule *out);
     /* Relative cost of one parameter's refreshes (stagger and planner). */

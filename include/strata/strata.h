@@ -153,7 +153,7 @@ typedef struct strata_config {
                                  summed over the team's threads: thread time, not wall. */
 
     /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
-       SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */
+       SOAP and KL-Shampoo eigenbasis refreshes (both forms). */
     bool async;               /* inverse roots on worker threads; default false */
     int staleness;            /* S, steps a root may be used past its refresh point's
                                  due step; the block's staleness stays <= F-1+S; default 1 */
@@ -731,8 +731,8 @@ typedef struct strata_optimizer_info {
                                estimates before anything is allocated): Shampoo 8, others 4 */
 } strata_optimizer_info;
 
-/* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide, e.g.
- * KL-Shampoo's exact form is not async-capable). Errors:
+/* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide).
+ * Errors:
  * STRATA_ERR_INVALID_ARG (NULL, unknown optimizer). */
 STRATA_API strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
                                                    strata_optimizer_info *out);

@@ -388,12 +388,14 @@ static void test_stagger_spreads(void **state)
  * engine test's (test_refresh_engine ring_chain). */
 static void test_eigenbasis_staleness(void **state)
 {
-    const strata_optimizer opt = *(const strata_optimizer *)*state;
+    const s0_case *k = *state;
+    const strata_optimizer opt = k->opt;
     static const int FS[][2] = {{1, 1}, {1, 2}, {1, 3}, {3, 4}, {3, 2}};
     for (size_t i = 0; i < sizeof FS / sizeof FS[0]; i++) {
         const int F = FS[i][0], S = FS[i][1];
         strata_config c = base_config();
         c.matrix_optimizer = opt;
+        c.kl_shampoo.form = k->form;
         c.precondition_frequency = F;
         c.async = true;
         c.staleness = S;
@@ -407,9 +409,10 @@ static void test_eigenbasis_staleness(void **state)
               strata_last_error());
         strata_stats s;
         strata_stats_get(r.rt, &s);
-        print_message("async %s F=%d S=%d with random worker delays: max staleness %lld (bound "
-                      "%d), %lld waits, %lld installs, %lld dropped, loss %.4f\n",
-                      strata_optimizer_name(opt), F, S, (long long)s.max_staleness, F - 1 + S,
+        print_message("async %s%s F=%d S=%d with random worker delays: max staleness %lld "
+                      "(bound %d), %lld waits, %lld installs, %lld dropped, loss %.4f\n",
+                      strata_optimizer_name(opt), k->form == STRATA_KL_EXACT ? " exact" : "", F,
+                      S, (long long)s.max_staleness, F - 1 + S,
                       (long long)s.coh_waits, (long long)s.coh_installs,
                       (long long)s.coh_dropped, loss);
         CHECK(s.max_staleness <= F - 1 + S, "%s: max staleness %lld > %d",
@@ -566,6 +569,13 @@ static const s0_case s0_cases[] = {
     {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0},
     {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, STRATA_KL_EXACT},
 };
+/* test_eigenbasis_staleness: the optimizer and KL-Shampoo's form */
+static const s0_case ring_cases[] = {
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, STRATA_KL_EXACT},
+};
 static const bound_case bound_cases[] = {
     {0, STRATA_COH_FIXED, false, false}, {1, STRATA_COH_FIXED, false, false},
     {2, STRATA_COH_FIXED, false, true},  {5, STRATA_COH_FIXED, false, true},
@@ -615,9 +625,10 @@ int main(void)
         CASE("s0_soap_f1", test_s0_bit_identical, &s0_cases[12]),
         CASE("s0_kl_shampoo_f1", test_s0_bit_identical, &s0_cases[13]),
         CASE("s0_kl_shampoo_exact_f1", test_s0_bit_identical, &s0_cases[14]),
-        CASE("ring_staleness_shampoo", test_eigenbasis_staleness, &opt_shampoo),
-        CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &opt_soap),
-        CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &opt_kl),
+        CASE("ring_staleness_shampoo", test_eigenbasis_staleness, &ring_cases[0]),
+        CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &ring_cases[1]),
+        CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &ring_cases[2]),
+        CASE("ring_staleness_kl_shampoo_exact", test_eigenbasis_staleness, &ring_cases[3]),
         CASE("bound_s0_fixed", test_staleness_bound, &bound_cases[0]),
         CASE("bound_s1_fixed", test_staleness_bound, &bound_cases[1]),
         CASE("bound_s2_fixed", test_staleness_bound, &bound_cases[2]),

@@ -21,7 +21,7 @@
 
 typedef struct strata_sweep_options {
     gpt_train_options train; /* the base run: its optimizer when it can run async (SOAP,
-                                KL-Shampoo's eigenbasis form), otherwise Shampoo */
+                                KL-Shampoo), otherwise Shampoo */
     const int *values;       /* staleness budgets S >= 0 */
     int n_values;
     const char *out_dir;     /* created if missing */
