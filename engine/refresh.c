@@ -334,20 +334,20 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
     st = f->refresh(blk->ent->state, blk->b, buf, work, iwork, &failed, &lc);
     slot->failed = failed;
     add_counters(e, &lc);
+    if (st == STRATA_OK && blk->on_nvme) {
+        st = strata_tier_write(e->nvme, slot->nvme, 0, buf, bytes);
+        if (st != STRATA_OK) {
+            atomic_fetch_add(&e->io_errors, 1);
+            return st; /* FAILED: its base stays the chain's (the head unchanged) */
+        }
+    }
+    /* The next refresh continues from what this slot will be worth at
+     * install: its result, or (every part failed: FAILED) its base. */
     if (chain && (st == STRATA_OK || st == STRATA_ERR_LINALG)) {
         f->chain_out(blk->ent->state, blk->b, buf, failed, blk->head);
         blk->head_valid = true;
     }
-    if (st != STRATA_OK)
-        return st;
-    if (blk->on_nvme) {
-        st = strata_tier_write(e->nvme, slot->nvme, 0, buf, bytes);
-        if (st != STRATA_OK) {
-            atomic_fetch_add(&e->io_errors, 1);
-            return st;
-        }
-    }
-    return STRATA_OK;
+    return st;
 }
 
 /* Testing (strata_refresh_hold_jobs): is this block's job held? */
