@@ -1086,6 +1086,51 @@ static void test_ring_chain(void **state)
     assert_true(breaks > 0);
 }
 
+/* Rings in eager mode: when several results of a block finish between two
+ * steps, the newest is installed and the older ones are dropped, counted in
+ * `dropped`; a family whose chained results must be installed in order
+ * (chain_ordered, SOAP) runs fixed instead: nothing dropped, the chain
+ * unbroken. F = 1, S = 3: nothing is due at steps 1..3, whose jobs are held
+ * and then released together. */
+static void test_ring_drops(void **state)
+{
+    (void)state;
+    for (int ordered = 0; ordered < 2; ordered++) {
+        diag_config dc = {.F = 1, .start = 1, .lag = 0, .lr = 0.05f, .eps = 1e-3};
+        run r;
+        open_family = ordered ? &chain_family : &diag_family;
+        open_workers = 2;
+        open_mode = STRATA_COH_EAGER;
+        run_open(&r, &dc, true, 3, 0, STRATA_TIER_HOST);
+        open_family = NULL;
+        open_workers = 1;
+        open_mode = STRATA_COH_FIXED;
+        assert_int_equal(strata_refresh_hold_jobs(r.e, -1), STRATA_OK);
+        run_steps_range(&r, 1, 3);
+        assert_int_equal(strata_refresh_hold_jobs(r.e, -2), STRATA_OK);
+        assert_int_equal(strata_refresh_drain(r.e, NULL), STRATA_OK);
+        run_steps_range(&r, 4, 12);
+        strata_refresh_stats s;
+        strata_refresh_stats_get(r.e, &s);
+        int breaks = 0;
+        for (int p = 0; p < NPARAM; p++)
+            breaks += ((diag_state *)r.state[p])->chain_breaks;
+        print_message("eager ring (%s): %lld installs, %lld dropped, max staleness %lld, %d "
+                      "chain breaks\n",
+                      ordered ? "chained, installed in order" : "independent results",
+                      (long long)s.installs, (long long)s.dropped, (long long)s.max_staleness,
+                      breaks);
+        assert_true(s.max_staleness <= 3);
+        if (ordered) {
+            assert_int_equal(s.dropped, 0);
+            assert_int_equal(breaks, 0);
+        } else {
+            assert_true(s.dropped >= 2 * 2 * NPARAM); /* versions 1 and 2 of every block */
+        }
+        run_close(&r);
+    }
+}
+
 /* Steps with the training thread's own work (forward and backward) standing
  * in as a sleep of step_us before each; *roots gets the sum of every call's
  * cnt.seconds_roots, summed in call order. */
@@ -1381,6 +1426,7 @@ int main(void)
         cmocka_unit_test(test_seam_host_pinned),
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_ring_chain),
+        cmocka_unit_test(test_ring_drops),
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),
         cmocka_unit_test(test_host_budget_plan),
