@@ -200,7 +200,11 @@ typedef struct strata_precond_family {
     void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
     /* With chain_in: install must see the chained results one after the
      * other, none skipped (SOAP's permutation of V is relative to the basis
-     * before it), so the engine installs such a group in FIXED mode. */
+     * before it), so the engine installs such a group in FIXED mode. Not
+     * covered: a parameter skipped (strata_param_set_active) past a refresh
+     * point with two results of a block ready at once installs the newer
+     * and drops the older (coherence.h), so SOAP's V is then reordered
+     * relative to a basis it never had, until its EMA forgets it. */
     bool chain_ordered;
     size_t (*refresh_work_doubles)(int max_dim);
     size_t (*refresh_work_ints)(int max_dim);
