@@ -370,8 +370,7 @@ static const train_flag train_flag_rows[] = {
      .help = "factor and eigenvalue EMA (default: {})"},
 
     {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
-     .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads (kl-shampoo: "
-             "eigenbasis form only)"},
+     .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads"},
     {CFG(staleness), .type = FT_CUSTOM, .set = set_staleness, .lo = 0, .hi = 1000000,
      .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
@@ -734,7 +733,7 @@ static void print_train_help(FILE *out, train_cmd cmd)
         fprintf(out,
                 "usage: strata sweep-staleness [--values %s] [--out DIR] [train options]\n\n"
                 "Train the GPT with a synchronous matrix optimizer (shampoo, or --optimizer\n"
-                "soap or kl-shampoo in its eigenbasis form) and with the asynchronous runtime\n"
+                "soap or kl-shampoo) and with the asynchronous runtime\n"
                 "at each staleness budget S (same model, data, seed and steps), then write\n"
                 "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
                 "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
@@ -836,10 +835,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     gpt_optimizer_refresh_info(&o->strata, &refresh);
     if (o->strata.async && !refresh.async)
         fprintf(stderr, "strata: note: --async moves Shampoo's inverse roots and the SOAP and "
-                        "KL-Shampoo (eigenbasis form) eigenbases to workers; it has no effect "
-                        "with --optimizer %s%s\n",
-                strata_optimizer_name(mopt),
-                mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
+                        "KL-Shampoo eigenbases to workers; it has no effect with --optimizer "
+                        "%s\n",
+                strata_optimizer_name(mopt));
     if (cmd == CMD_TRAIN && o->strata.async && refresh.async && refresh.max_staleness >= 0 &&
         o->strata.staleness > refresh.max_staleness) {
         /* Two flags that contradict each other: exit 1, as every contradiction
@@ -1011,9 +1009,8 @@ static int cmd_sweep(int argc, char **argv)
     gpt_optimizer_refresh_info(&a.o.strata, &refresh);
     if (!refresh.async) {
         fprintf(stderr, "strata sweep-staleness: the staleness budget applies to shampoo, soap and "
-                        "kl-shampoo (eigenbasis form), not --optimizer %s%s\n",
-                strata_optimizer_name(mopt),
-                mopt == STRATA_OPTIM_KL_SHAMPOO ? " --kl-form exact" : "");
+                        "kl-shampoo, not --optimizer %s\n",
+                strata_optimizer_name(mopt));
         return 2;
     }
     if (a.o.strata.async)

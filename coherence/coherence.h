@@ -131,6 +131,15 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
 strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,
                                    strata_coh_slot_state *state);
 
+/* Worker: wait (bounded by timeout_s) until the job of refresh point
+ * `version` in slot `slot` of block b has finished (the slot no longer holds
+ * `version` PENDING or COMPUTING). Not counted as a wait (the training
+ * thread's waits are the stats'). Used by a refresh that continues the one
+ * before it (engine/refresh.c, chained refreshes). Errors:
+ * STRATA_ERR_INVALID_ARG, STRATA_ERR_TIMEOUT (still in flight). */
+strata_status strata_coh_wait_done(strata_coh_registry *reg, int b, int slot, int64_t version,
+                                   double timeout_s);
+
 /* The refresh point whose result step t must use: the latest refresh point
  * <= t - S, or -1 when there is none yet (a block with offset 0). */
 int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t);

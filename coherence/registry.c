@@ -403,6 +403,26 @@ strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,
     return st;
 }
 
+strata_status strata_coh_wait_done(strata_coh_registry *reg, int b, int slot, int64_t version,
+                                   double timeout_s)
+{
+    if (!reg || b < 0 || b >= reg->n_blocks || slot < 0 || slot >= reg->n_slots)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_wait_done: bad block %d slot %d", b,
+                            slot);
+    struct timespec dl = strata_deadline_after(timeout_s);
+    pthread_mutex_lock(&reg->mu);
+    const coh_slot *s = slot_at(reg, b, slot);
+    int rc = 0;
+    while (s->version == version && slot_busy(s) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&reg->cv, &reg->mu, &dl);
+    const bool busy = s->version == version && slot_busy(s);
+    pthread_mutex_unlock(&reg->mu);
+    return busy ? strata_error(STRATA_ERR_TIMEOUT,
+                               "coherence: block %d: the refresh of step %lld still runs after "
+                               "%.1f s", b, (long long)version, timeout_s)
+                : STRATA_OK;
+}
+
 int strata_coh_find(strata_coh_registry *reg, int b, int64_t version, strata_coh_slot_state *state)
 {
     pthread_mutex_lock(&reg->mu);

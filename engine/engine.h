@@ -9,7 +9,7 @@
  * prefetch. It never branches on which family it runs.
  *
  * A group is *inline* when the runtime is synchronous or its family cannot
- * refresh asynchronously (KL-Shampoo's exact form): its refresh runs on the
+ * refresh asynchronously: its refresh runs on the
  * training thread right after the snapshot, with S = 0 and fixed install —
  * the synchronous algorithm, through the same registry, slots and install as
  * the asynchronous one. So an asynchronous run with S = 0 computes exactly
@@ -201,8 +201,14 @@ strata_status strata_refresh_add(strata_refresh *e, const strata_precond_family 
                                  const char *name, int *id);
 
 /* Groups, registries, slots (placement in the host/nvme tiers), workers.
- * Errors: STRATA_ERR_INVALID_ARG (S too large for a family, e.g. SOAP's
- * S < F), STRATA_ERR_NOMEM (a tier budget cannot hold the slots, with the
+ * A group whose family chains its refreshes (precond.h chain_in: SOAP's and
+ * KL-Shampoo's QR steps) runs them chained when S >= F: ceil(S/F) + 2 slots
+ * per block (a ring: several refreshes of a block in flight), one chain
+ * head per block in the host tier, the block's jobs one after the other,
+ * each continuing the one before it; installed in FIXED mode when the
+ * family says chain_ordered. S < F runs as before (no head, no chaining).
+ * Errors: STRATA_ERR_INVALID_ARG (S too large for a family whose schedule
+ * sets max_staleness), STRATA_ERR_NOMEM (a tier budget cannot hold the slots, with the
  * sizes), STRATA_ERR_IO (the nvme tier). On error the engine is unusable
  * (destroy it). */
 strata_status strata_refresh_commit(strata_refresh *e);

@@ -61,6 +61,10 @@ typedef struct eng_job {
     struct strata_refresh *e;
     struct eng_block *blk;
     int slot;
+    /* chained groups: the block's job submitted before this one (-1: none),
+     * which this one waits for before it reads the chain head */
+    int pred_slot;
+    int64_t pred_version;
 } eng_job;
 
 typedef struct eng_slot {
@@ -82,6 +86,7 @@ typedef struct eng_group {
     int n_blocks;
     int n_slots;
     int filled;      /* blocks given a registry index so far (commit) */
+    bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F */
 } eng_group;
 
 typedef struct eng_entry {
@@ -126,6 +131,14 @@ typedef struct eng_block {
     strata_event *ev_stage[2];     /* shadow: the copy into dev[i] is done */
     strata_event *ev_release[2];   /* training: dev[i] is no longer read */
     strata_event *snap_wait;       /* training must wait on it before the factors change */
+    /* chained groups (precond.h chain_in): the base the next refresh
+     * continues from (slot layout; valid once a job or a restore wrote it,
+     * else the snapshot's copy of the installed result is the base), and
+     * the job submitted last (the next one's predecessor) */
+    void *head;
+    bool head_valid;
+    int last_slot;
+    int64_t last_version;
 } eng_block;
 
 struct strata_refresh {
@@ -315,21 +328,29 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
             return st;
         }
     }
+    const strata_precond_family *f = blk->ent->fam;
+    const bool chain = blk->grp->chain && blk->head;
+    if (chain && blk->head_valid) /* continue from the refresh before this one */
+        f->chain_in(blk->ent->state, blk->b, buf, blk->head);
     strata_optim_counters lc = {0};
     unsigned failed = 0;
-    st = blk->ent->fam->refresh(blk->ent->state, blk->b, buf, work, iwork, &failed, &lc);
+    st = f->refresh(blk->ent->state, blk->b, buf, work, iwork, &failed, &lc);
     slot->failed = failed;
     add_counters(e, &lc);
-    if (st != STRATA_OK)
-        return st;
-    if (blk->on_nvme) {
+    if (st == STRATA_OK && blk->on_nvme) {
         st = strata_tier_write(e->nvme, slot->nvme, 0, buf, bytes);
         if (st != STRATA_OK) {
             atomic_fetch_add(&e->io_errors, 1);
-            return st;
+            return st; /* FAILED: its base stays the chain's (the head unchanged) */
         }
     }
-    return STRATA_OK;
+    /* The next refresh continues from what this slot will be worth at
+     * install: its result, or (every part failed: FAILED) its base. */
+    if (chain && (st == STRATA_OK || st == STRATA_ERR_LINALG)) {
+        f->chain_out(blk->ent->state, blk->b, buf, failed, blk->head);
+        blk->head_valid = true;
+    }
+    return st;
 }
 
 /* Testing (strata_refresh_hold_jobs): is this block's job held? */
@@ -346,6 +367,16 @@ static strata_status job_run(strata_job *j, strata_worker_ctx *w)
     while (job_held(e, job->blk))
         usleep(500);
     strata_coh_mark_computing(job->blk->grp->reg, job->blk->rb, job->slot);
+    /* Chained: the predecessor was popped first (its deadline is earlier),
+     * so it runs or has run; its chain_out comes before its completion. */
+    if (job->pred_slot >= 0)
+        while (strata_coh_wait_done(job->blk->grp->reg, job->blk->rb, job->pred_slot,
+                                    job->pred_version, e->cfg.wait_timeout_s) ==
+               STRATA_ERR_TIMEOUT)
+            strata_logf(e->cfg.log, STRATA_LOG_WARN, "async",
+                        "'%s' block %d: a refresh waits for refresh %lld, which it "
+                        "continues; still waiting",
+                        job->blk->ent->name, job->blk->b, (long long)job->pred_version);
     eng_slot *slot = &job->blk->slots[job->slot];
     if (slot->snap_queued) { /* the snapshot's copies on the shadow stream */
         strata_status st = strata_backend_event_synchronize(slot->ev_snap);
@@ -655,7 +686,8 @@ static strata_status place(strata_refresh *e)
     for (int i = 0; i < e->n_blocks; i++) {
         const eng_block *blk = &e->blocks[i];
         if (!blk->grp->inline_) {
-            nvme_need += 2 * strata_tier_charge_size(e->host, blk->info.slot_bytes);
+            nvme_need += (size_t)(2 + blk->grp->chain) *
+                         strata_tier_charge_size(e->host, blk->info.slot_bytes);
             if (blk->info.slot_bytes > max_slot)
                 max_slot = blk->info.slot_bytes;
         }
@@ -671,12 +703,13 @@ static strata_status place(strata_refresh *e)
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         const size_t one = strata_tier_charge_size(e->host, blk->info.slot_bytes);
-        const size_t k_slots = (size_t)blk->grp->n_slots * one;
+        const size_t head = blk->grp->chain ? one : 0; /* the chain head, host always */
+        const size_t k_slots = (size_t)blk->grp->n_slots * one + head;
         if (blk->grp->inline_) {
             planned += k_slots;
             continue;
         }
-        nvme_need -= 2 * one;
+        nvme_need -= 2 * one + head;
         const bool host_ok =
             e->cfg.results_tier == STRATA_TIER_HOST &&
             (budget == 0 || !e->nvme ||
@@ -684,7 +717,7 @@ static strata_status place(strata_refresh *e)
         blk->on_nvme = !host_ok;
         if (blk->on_nvme && !e->nvme)
             return strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
-        planned += blk->on_nvme ? 2 * one : k_slots;
+        planned += blk->on_nvme ? 2 * one + head : k_slots;
         any_nvme |= blk->on_nvme;
     }
     if (any_nvme)
@@ -714,6 +747,8 @@ static strata_status place(strata_refresh *e)
             for (int r = 0; r < 2 && st == STRATA_OK; r++)
                 st = strata_tier_alloc(e->host, bytes, &blk->resident[r]);
         }
+        if (st == STRATA_OK && blk->grp->chain)
+            st = strata_tier_alloc(e->host, bytes, &blk->head);
     }
     if (st == STRATA_OK && any_nvme) {
         e->scratch_bytes = max_slot;
@@ -851,13 +886,27 @@ strata_status strata_refresh_commit(strata_refresh *e)
     for (int k = 0; k < e->n_groups; k++) {
         eng_group *g = &e->groups[k];
         const int S = g->inline_ ? 0 : e->cfg.staleness;
+        /* S >= F: a refresh point comes before the result of the one before
+         * it is installed (several in flight: a ring of slots). */
+        g->chain = !g->inline_ && g->fam->chain_in && g->fam->chain_out && S >= g->sch.frequency;
         g->cc = (strata_coh_config){
             .precondition_frequency = g->sch.frequency,
             .start = g->sch.start < 1 ? 1 : g->sch.start,
             .staleness = S,
-            .mode = g->inline_ || e->cfg.replicas ? STRATA_COH_FIXED : e->cfg.mode,
+            .mode = g->inline_ || e->cfg.replicas || (g->chain && g->fam->chain_ordered)
+                        ? STRATA_COH_FIXED
+                        : e->cfg.mode,
             .timeout_s = e->cfg.wait_timeout_s,
         };
+        if (g->chain)
+            strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
+                        "%s: S = %d >= F = %d: %d refreshes per block in flight, each "
+                        "continuing the one before it%s",
+                        g->fam->name, S, g->sch.frequency, (S + g->sch.frequency - 1) /
+                        g->sch.frequency + 1,
+                        g->fam->chain_ordered && e->cfg.mode == STRATA_COH_EAGER
+                            ? " (installed in order: eager runs as fixed)"
+                            : "");
         g->n_slots = strata_coh_slots_needed(g->sch.frequency, S);
         st = strata_coh_create(&g->cc, g->n_blocks, &g->reg);
         if (st != STRATA_OK)
@@ -880,6 +929,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
             blk->rb = en->grp->filled++;
             blk->installed_slot = -1;
             blk->staged_version = -1;
+            blk->last_slot = -1;
+            blk->last_version = -1;
             en->fam->block(en->state, b, &blk->info);
             blk->slots = calloc((size_t)en->grp->n_slots, sizeof *blk->slots);
             if (!blk->slots)
@@ -889,6 +940,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
                 job->e = e;
                 job->blk = blk;
                 job->slot = k;
+                job->pred_slot = -1;
                 job->job.run = job_run;
                 job->job.done = job_done;
                 job->job.user = job;
@@ -1131,6 +1183,8 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
     }
     slot->job.job.deadline = version + g->cc.staleness;
+    slot->job.pred_slot = g->chain ? blk->last_slot : -1;
+    slot->job.pred_version = blk->last_version;
     st = strata_worker_submit(e->pool, &slot->job.job);
     if (st != STRATA_OK) { /* no callback fires: the refresh of `version` failed */
         strata_coh_mark_computing(g->reg, blk->rb, k);
@@ -1138,6 +1192,10 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         return st;
     }
     e->jobs_submitted++;
+    if (g->chain) {
+        blk->last_slot = k;
+        blk->last_version = version;
+    }
     return STRATA_OK;
 }
 
@@ -1637,6 +1695,22 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
     blk->installed_slot = installed;
     blk->have = installed >= 0 ? have : 0;
     blk->io_pending = false;
+    if (blk->head) {
+        /* Chained: the next refresh continues from the newest restored
+         * result that is not installed yet (a FAILED one after it continued
+         * from it too), else from the installed one (its snapshot copies it). */
+        int newest = -1;
+        for (int k = 0; k < n; k++)
+            if (states[k] == STRATA_SLOT_READY &&
+                (newest < 0 || versions[k] > versions[newest]))
+                newest = k;
+        blk->head_valid = newest >= 0;
+        if (newest >= 0)
+            blk->ent->fam->chain_out(blk->ent->state, blk->b, slots[newest].data,
+                                     slots[newest].failed, blk->head);
+        blk->last_slot = -1;
+        blk->last_version = -1;
+    }
     blk->staged_version = -1;
     blk->n_unshipped = 0; /* restored slots are complete on every replica */
     if (installed < 0)
@@ -1702,6 +1776,7 @@ void strata_refresh_destroy(strata_refresh *e)
         }
         for (int r = 0; r < 2; r++)
             strata_tier_free(e->host, blk->resident[r], blk->info.slot_bytes);
+        strata_tier_free(e->host, blk->head, blk->info.slot_bytes);
         for (int k = 0; blk->slots && k < blk->grp->n_slots; k++)
             strata_backend_event_destroy(blk->slots[k].ev_snap);
         for (int d = 0; d < 2; d++) {

@@ -626,15 +626,20 @@ static bool fam_true(const void *cfg)
     return true;
 }
 
-/* The exact form decomposes and uses its factors in the same step (lag 0);
- * it stays on the training thread. */
+/* Both forms refresh on workers: the exact form's eigendecomposition is a
+ * pure function of its snapshot of the factors (lag 0, as Shampoo's roots:
+ * at S = 0 the step waits for it, the synchronous result bit for bit; at
+ * S > 0 the factor update of the steps in between uses the basis and
+ * estimates installed before). */
 static bool fam_async_capable(const void *cfg)
 {
-    return ((const strata_kl_shampoo_config *)cfg)->form == STRATA_KL_EIGENBASIS;
+    (void)cfg;
+    return true;
 }
 
 /* Eigenbasis form: as SOAP (refresh after Adam step k = F + o, ... at the end
- * of runtime step k + 1, first used at k + 2; S < F). Exact form: the
+ * of runtime step k + 1, first used at k + 2; with S >= F the engine chains
+ * the QR refreshes, fam_chain_in/out). Exact form: the
  * factors absorb G first (steps = t), then refresh at t = F + o, 2F + o, ...
  * and use the result in the same step (lag 0). */
 static void fam_schedule(const void *cfg, strata_precond_schedule *out)
@@ -647,8 +652,7 @@ static void fam_schedule(const void *cfg, strata_precond_schedule *out)
     else
         *out = (strata_precond_schedule){
             .frequency = F, .start = (int64_t)F + 2, .lag = 1, .offset = c->refresh_offset,
-            .max_staleness = F - 1,
-            .why_max = "each QR refresh continues the eigenbasis installed before it"};
+            .max_staleness = -1};
 }
 
 static double fam_refresh_cost(const void *cfg, const strata_precond_shape *sh)
@@ -800,6 +804,40 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
                   : strata_error(STRATA_ERR_LINALG, "kl_shampoo: both eigenbasis refreshes failed");
 }
 
+/* Chained refreshes (precond.h), eigenbasis form only (the exact form
+ * decomposes its factors afresh): per side [S | Q | Q_new], Q the base; the
+ * head keeps the next base in Q's place. The unsorted QR keeps the columns'
+ * order, so s stays with its columns whichever result is installed. */
+static void fam_chain_in(const void *state, int b, void *slot, const void *head)
+{
+    (void)b;
+    const strata_kl_shampoo_state *s = state;
+    if (s->cfg.form == STRATA_KL_EXACT)
+        return;
+    size_t off = 0;
+    for (int k = 0; k < 2; k++) {
+        const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+        memcpy((float *)slot + off + dd, (const float *)head + off + dd, dd * sizeof(float));
+        off += 3 * dd;
+    }
+}
+
+static void fam_chain_out(const void *state, int b, const void *slot, unsigned failed,
+                          void *head)
+{
+    (void)b;
+    const strata_kl_shampoo_state *s = state;
+    if (s->cfg.form == STRATA_KL_EXACT)
+        return;
+    size_t off = 0;
+    for (int k = 0; k < 2; k++) {
+        const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+        const float *src = (const float *)slot + off + (failed & (1u << k) ? dd : 2 * dd);
+        memcpy((float *)head + off + dd, src, dd * sizeof(float));
+        off += 3 * dd;
+    }
+}
+
 static size_t fam_work_doubles(int n)
 {
     return strata_eigenbasis_work_doubles(n);
@@ -918,6 +956,8 @@ const strata_precond_family strata_family_kl_shampoo = {
     .before = fam_before,
     .snapshot = fam_snapshot,
     .refresh = fam_refresh,
+    .chain_in = fam_chain_in,
+    .chain_out = fam_chain_out,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

@@ -122,7 +122,7 @@ typedef struct strata_precond_family {
     /* ---- configuration-level questions (cfg is the family's config struct) */
     /* Does the family refresh anything? (false: Muon, AdamW) */
     bool (*has_refresh)(const void *cfg);
-    /* May its refreshes run on worker threads? (KL-Shampoo's exact form may not.) */
+    /* May its refreshes run on worker threads? */
     bool (*async_capable)(const void *cfg);
     void (*schedule)(const void *cfg, strata_precond_schedule *out);
     /* Relative cost of one parameter's refreshes (stagger and planner). */
@@ -180,6 +180,32 @@ typedef struct strata_precond_family {
      * STRATA_ERR_LINALG when every part failed. */
     strata_status (*refresh)(const void *state, int b, void *slot, double *work, int *iwork,
                              unsigned *failed, strata_optim_counters *cnt);
+    /* Optional (NULL: every refresh starts from what its snapshot holds).
+     * Chained refreshes: a family whose refresh continues the result of
+     * the refresh before it (SOAP's and KL-Shampoo's QR power step starts
+     * from the previous eigenbasis, which its snapshot copies from the
+     * installed one). With S < F that result is installed before the next
+     * snapshot, so the snapshot holds it. With S >= F several refreshes of
+     * a block are in flight (a ring of slots) and the result before a
+     * snapshot's is not installed yet: the engine then keeps a per-block
+     * *chain head* (a buffer of the slot's layout, slot_bytes), runs the
+     * block's jobs one after the other in refresh order, and calls, on the
+     * worker, chain_in before refresh (copy the head's base into the slot,
+     * replacing the snapshot's copy of the installed result) and chain_out
+     * after it (write into the head the base the next refresh continues
+     * from: this result's parts that did not fail, the slot's own base for
+     * those that did). So every refresh continues from the one before it,
+     * as with S < F. Both may read only what is immutable after create. */
+    void (*chain_in)(const void *state, int b, void *slot, const void *head);
+    void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
+    /* With chain_in: install must see the chained results one after the
+     * other, none skipped (SOAP's permutation of V is relative to the basis
+     * before it), so the engine installs such a group in FIXED mode. Not
+     * covered: a parameter skipped (strata_param_set_active) past a refresh
+     * point with two results of a block ready at once installs the newer
+     * and drops the older (coherence.h), so SOAP's V is then reordered
+     * relative to a basis it never had, until its EMA forgets it. */
+    bool chain_ordered;
     size_t (*refresh_work_doubles)(int max_dim);
     size_t (*refresh_work_ints)(int max_dim);
     /* Install a result (complete: failed parts hold the previous result, or

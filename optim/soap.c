@@ -616,8 +616,8 @@ static bool fam_true(const void *cfg)
 /* The eigenbasis refresh after Adam step k = F + o, 2F + o, ... happens at
  * the end of runtime step t = k + 1 (the first call only initializes) and is
  * first used at t + 1: refresh points ("versions") F + 2 + o + jF, lag 1. A
- * QR step continues the basis installed before it, so at most one refresh
- * per parameter may be in flight: S < F. */
+ * QR step continues the basis before it: with S >= F the engine chains the
+ * refreshes (fam_chain_in/out), so any S is accepted. */
 static void fam_schedule(const void *cfg, strata_precond_schedule *out)
 {
     const strata_soap_config *c = cfg;
@@ -626,8 +626,7 @@ static void fam_schedule(const void *cfg, strata_precond_schedule *out)
         .start = (int64_t)c->precondition_frequency + 2,
         .lag = 1,
         .offset = c->refresh_offset,
-        .max_staleness = c->precondition_frequency - 1,
-        .why_max = "each QR refresh continues the eigenbasis installed before it",
+        .max_staleness = -1,
     };
 }
 
@@ -769,6 +768,38 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
                : strata_error(STRATA_ERR_LINALG, "soap: every eigenbasis refresh failed");
 }
 
+/* Chained refreshes (precond.h): per rotated side the slot's q_old is the
+ * base; the head keeps the next base in the same place. */
+static void fam_chain_in(const void *state, int b, void *slot, const void *head)
+{
+    (void)b;
+    const strata_soap_state *s = state;
+    size_t off = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!s->side[k].rotated)
+            continue;
+        const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+        memcpy((float *)slot + off + dd, (const float *)head + off + dd, dd * sizeof(float));
+        off += 3 * dd;
+    }
+}
+
+static void fam_chain_out(const void *state, int b, const void *slot, unsigned failed,
+                          void *head)
+{
+    (void)b;
+    const strata_soap_state *s = state;
+    size_t off = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!s->side[k].rotated)
+            continue;
+        const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+        const float *src = (const float *)slot + off + (failed & (1u << k) ? dd : 2 * dd);
+        memcpy((float *)head + off + dd, src, dd * sizeof(float));
+        off += 3 * dd;
+    }
+}
+
 static size_t fam_work_doubles(int n)
 {
     return strata_eigenbasis_work_doubles(n);
@@ -891,6 +922,9 @@ const strata_precond_family strata_family_soap = {
     .before = fam_before,
     .snapshot = fam_snapshot,
     .refresh = fam_refresh,
+    .chain_in = fam_chain_in,
+    .chain_out = fam_chain_out,
+    .chain_ordered = true, /* install permutes V relative to the basis before */
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

@@ -57,10 +57,9 @@ bool gpt_enum_parse(const gpt_enum_name *names, const char *name, int *value);
 /* What a configuration's matrix optimizer refreshes every F steps:
  *   shampoo            inverse roots;        async yes; stagger yes
  *   soap               eigenbasis refreshes; async yes; stagger yes
- *   kl-shampoo         eigenbasis refreshes; async in the eigenbasis form only
- *                      (the exact form stays synchronous); stagger yes
- * (async SOAP and KL-Shampoo also need S < F, which strata_commit checks:
- * each QR refresh continues the eigenbasis installed before it)
+ *   kl-shampoo         eigenbasis refreshes (both forms); async yes; stagger yes
+ * (any S for async SOAP and KL-Shampoo: at S >= F the engine chains their QR
+ * refreshes, each continuing the eigenbasis of the one before it)
  *   muon, adamw        nothing (no async, no stagger). */
 typedef struct gpt_refresh_info {
     bool refreshes;      /* the optimizer computes inverse roots or eigenbases at all */

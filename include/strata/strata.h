@@ -153,7 +153,7 @@ typedef struct strata_config {
                                  summed over the team's threads: thread time, not wall. */
 
     /* Asynchronous second-order state (DESIGN.md parts 2 and 3): Shampoo inverse roots,
-       SOAP and KL-Shampoo (eigenbasis form) eigenbasis refreshes. */
+       SOAP and KL-Shampoo eigenbasis refreshes (both forms). */
     bool async;               /* inverse roots on worker threads; default false */
     int staleness;            /* S, steps a root may be used past its refresh point's
                                  due step; the block's staleness stays <= F-1+S; default 1 */
@@ -322,8 +322,9 @@ STRATA_API strata_status strata_param_add(strata_runtime *rt, const strata_param
  * device tier. After commit no allocation happens on the step path.
  * On error the optimizer state, the engine and the workers commit made are
  * freed again.
- * Errors: STRATA_ERR_INVALID_ARG (rt NULL; S too large for an optimizer,
- * e.g. SOAP and KL-Shampoo's eigenbasis form need staleness < F; results
+ * Errors: STRATA_ERR_INVALID_ARG (rt NULL; S too large for an optimizer
+ * whose strata_optimizer_info sets max_staleness, none of the built-in
+ * ones since S >= F chains SOAP's and KL-Shampoo's refreshes; results
  * placed on nvme without an nvme tier), STRATA_ERR_STATE (no parameters, or
  * committed twice), STRATA_ERR_UNSUPPORTED (a stacked parameter routed to a
  * matrix optimizer other than Muon), STRATA_ERR_NOMEM (the device memory, or
@@ -736,8 +737,8 @@ typedef struct strata_optimizer_info {
                                estimates before anything is allocated): Shampoo 8, others 4 */
 } strata_optimizer_info;
 
-/* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide, e.g.
- * KL-Shampoo's exact form is not async-capable). Errors:
+/* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide).
+ * Errors:
  * STRATA_ERR_INVALID_ARG (NULL, unknown optimizer). */
 STRATA_API strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
                                                    strata_optimizer_info *out);

@@ -83,6 +83,7 @@ typedef struct variant {
     int S;
     bool nvme;
     int kl_form; /* -1: default */
+    int F;       /* 0: 2 for Shampoo, 3 for the others */
 } variant;
 
 static char nvme_dir[] = "/tmp/strata_ckpt_nvmeXXXXXX";
@@ -97,7 +98,7 @@ static strata_runtime *make(const variant *v, model *m, int delay_us)
      * ThreadSanitizer (its races would be false reports), and the threads
      * under test are strata's workers. */
     c.blas_threads = 1;
-    c.precondition_frequency = v->opt == STRATA_OPTIM_SHAMPOO ? 2 : 3;
+    c.precondition_frequency = v->F ? v->F : v->opt == STRATA_OPTIM_SHAMPOO ? 2 : 3;
     c.shampoo.max_preconditioner_dim = 8; /* several blocks */
     c.kl_shampoo.init_factor = -1.0f; /* estimates from the first nonzero gradient */
     if (v->kl_form >= 0)
@@ -197,20 +198,25 @@ static void check_variant(const variant *v, int k)
 }
 
 static const variant variants[] = {
-    {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1},
-    {"muon", STRATA_OPTIM_MUON, false, 0, false, -1},
-    {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1},
-    {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1},
-    {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1},
-    {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1},
-    {"shampoo-s2-nvme", STRATA_OPTIM_SHAMPOO, true, 2, true, -1},
-    {"soap", STRATA_OPTIM_SOAP, false, 0, false, -1},
-    {"soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1},
-    {"soap-s2", STRATA_OPTIM_SOAP, true, 2, false, -1},
-    {"kl", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, -1},
-    {"kl-s2", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, -1},
-    {"kl-exact", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, STRATA_KL_EXACT},
-    {"kl-exact-async", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, STRATA_KL_EXACT},
+    {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1, 0},
+    {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0},
+    {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1, 0},
+    {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
+    {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0},
+    {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0},
+    {"shampoo-s2-nvme", STRATA_OPTIM_SHAMPOO, true, 2, true, -1, 0},
+    {"soap", STRATA_OPTIM_SOAP, false, 0, false, -1, 0},
+    {"soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0},
+    {"soap-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 0},
+    {"kl", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, -1, 0},
+    {"kl-s2", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, -1, 0},
+    {"kl-exact", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, STRATA_KL_EXACT, 0},
+    {"kl-exact-async", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, STRATA_KL_EXACT, 0},
+    /* F = 1, S >= F: rings of results in flight at the save (issue 23) */
+    {"shampoo-f1-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 1},
+    {"soap-f1-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 1},
+    {"soap-f1-s3-nvme", STRATA_OPTIM_SOAP, true, 3, true, -1, 1},
+    {"kl-f1-s3", STRATA_OPTIM_KL_SHAMPOO, true, 3, false, -1, 1},
 };
 
 static void test_resume_every_optimizer(void **state)
@@ -230,7 +236,7 @@ static void test_mismatch(void **state)
     (void)state;
     model a;
     model_init(&a);
-    const variant v = {"mm", STRATA_OPTIM_SHAMPOO, true, 2, false, -1};
+    const variant v = {"mm", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0};
     strata_runtime *rt = make(&v, &a, 0);
     run_steps(rt, &a, 0, 3, 0);
     char dir[256];
@@ -238,8 +244,8 @@ static void test_mismatch(void **state)
     assert_int_equal(strata_save(rt, dir, NULL, NULL), STRATA_OK);
     assert_int_equal(strata_save(rt, dir, "[1]", NULL), STRATA_ERR_INVALID_ARG);
     strata_destroy(rt);
-    const variant other[] = {{"s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1},
-                             {"muon", STRATA_OPTIM_MUON, false, 0, false, -1}};
+    const variant other[] = {{"s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0},
+                             {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0}};
     for (int i = 0; i < 2; i++) {
         rt = make(&other[i], &a, 0);
         strata_status st = strata_load(rt, dir, NULL, NULL);
@@ -255,9 +261,9 @@ static void test_mismatch(void **state)
 static void test_stats_resume(void **state)
 {
     (void)state;
-    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1},
-                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1},
-                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1}};
+    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
+                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0},
+                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0}};
     enum { K = 4 };
     for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
         const variant *v = &vs[vi];
@@ -416,7 +422,7 @@ static void fault_loop(const variant *v, strata_runtime *rt, const model *m, con
 static void test_save_faults(void **state)
 {
     (void)state;
-    const variant v = {"faults", STRATA_OPTIM_SHAMPOO, true, 2, false, -1};
+    const variant v = {"faults", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0};
     model a;
     model_init(&a);
     strata_runtime *rt = make(&v, &a, 0);

@@ -174,7 +174,11 @@ def main():
                     check(all(r["step_matrix_bytes"] == 0 for r in ranks),
                           f"{name} -np {n}: owner sharding moves 0 matrix bytes at the step")
         # Hierarchical sync: 2 emulated nodes of 2 ranks, owner groups of 2.
-        for name, args in cases + [("soap", ["--optimizer", "soap"])]:
+        # soap-ring: F = 1, S = 2, a ring of chained eigenbasis refreshes in
+        # flight per block (issue 23), shipped from the replica that chains them.
+        ring = ["--optimizer", "soap", "--async", "--staleness", "2", "--precondition-frequency",
+                "1", "--workers", "1"]
+        for name, args in cases + [("soap", ["--optimizer", "soap"]), ("soap-ring", ring)]:
             ref = train(tmp, f"{name}-ga4-hsdp", 1, args + ["--grad-accum", "4"])
             env = {"STRATA_RANKS_PER_NODE": "2"}
             hsdp = train(tmp, f"{name}-hsdp", 4, args + ["--shard-group-size", "2"], env)

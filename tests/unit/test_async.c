@@ -161,6 +161,8 @@ typedef struct s0_case {
     strata_tier_kind tier;
     int delay_us;
     bool stagger;
+    int F;             /* 0: base_config's (3) */
+    strata_kl_form form; /* KL-Shampoo's form (0: the eigenbasis form) */
     strata_root_method root_method; /* Shampoo's; 0 = EIGH */
 } s0_case;
 
@@ -177,6 +179,9 @@ static void test_s0_bit_identical(void **state)
         sync.shampoo.root_method = as.shampoo.root_method = k->root_method;
         sync.shampoo.epsilon_rel = as.shampoo.epsilon_rel = 1e-5f;
     }
+    if (k->F)
+        sync.precondition_frequency = as.precondition_frequency = k->F;
+    sync.kl_shampoo.form = as.kl_shampoo.form = k->form;
     as.async = true;
     as.staleness = 0;
     as.workers = 1;
@@ -193,10 +198,11 @@ static void test_s0_bit_identical(void **state)
     strata_stats sa, sb;
     strata_stats_get(a.rt, &sa);
     strata_stats_get(b.rt, &sb);
-    print_message("S=0 async %s (%s, delay %d us%s) vs sync over 50 steps: %s (loss %.6f vs "
+    print_message("S=0 async %s%s F=%d (%s, delay %d us%s) vs sync over 50 steps: %s (loss %.6f vs "
                   "%.6f, %lld vs %lld roots, max staleness %lld, device bytes %zu vs %zu, host "
                   "%zu, nvme %zu)\n",
-                  strata_optimizer_name(k->opt), strata_tier_kind_name(k->tier), k->delay_us,
+                  strata_optimizer_name(k->opt), k->form == STRATA_KL_EXACT ? " exact" : "",
+                  k->F ? k->F : 3, strata_tier_kind_name(k->tier), k->delay_us,
                   k->stagger ? ", staggered" : "", eq ? "bit-identical" : "DIFFERENT", la, lb,
                   (long long)sa.root_refreshes, (long long)sb.root_refreshes,
                   (long long)sb.max_staleness, sa.device_bytes, sb.device_bytes, sb.host_bytes,
@@ -222,12 +228,15 @@ static void test_s0_bit_identical(void **state)
      * refresh taken at the last step is first needed at step 51: its job may
      * still be running (two sides per matrix at most). Shampoo's roots of a
      * step are used in that same step at S = 0: the counts must agree. */
-    const int64_t in_flight = k->opt == STRATA_OPTIM_SHAMPOO ? 0 : 2 * (int64_t)sa.n_matrix;
+    const int64_t in_flight =
+        k->opt == STRATA_OPTIM_SHAMPOO || k->form == STRATA_KL_EXACT ? 0 : 2 * (int64_t)sa.n_matrix;
     CHECK(sb.root_refreshes > 0 && sb.root_refreshes <= sa.root_refreshes &&
               sa.root_refreshes - sb.root_refreshes <= in_flight,
           "root counts %lld (sync) vs %lld (async)", (long long)sa.root_refreshes,
           (long long)sb.root_refreshes);
-    CHECK(sb.max_staleness <= 2, "staleness %lld > F-1 = 2", (long long)sb.max_staleness);
+    const int F = k->F ? k->F : 3;
+    CHECK(sb.max_staleness <= F - 1, "staleness %lld > F-1 = %d", (long long)sb.max_staleness,
+          F - 1);
     /* One engine: sync and async keep the roots (eigenbases) out of the
      * device tier, in the host tier's slots (or nvme's). */
     CHECK(sb.device_bytes == sa.device_bytes && sa.host_bytes > 0 &&
@@ -392,43 +401,47 @@ static void test_stagger_spreads(void **state)
           (long long)max[1], (long long)max[0]);
 }
 
-/* Async SOAP and KL-Shampoo (eigenbasis) at S = 1, 2 (< F = 3) under random
- * worker delays stay within their bound; S >= F is refused at commit with a
- * clear message. */
+/* Async Shampoo, SOAP and KL-Shampoo (eigenbasis) with several refreshes of
+ * a block in flight (issue 23: a ring of result slots): F = 1 with
+ * S = 1, 2, 3 and F = 3 with S = 4 (S >= F: SOAP's and KL-Shampoo's QR
+ * refreshes are chained, each continuing the one before it), and F = 3,
+ * S = 2 (S < F: as before), two workers with random delays: the staleness
+ * stays within F - 1 + S, results are installed, the weights stay finite.
+ * Each installed SOAP/KL-Shampoo basis continuing the one before it is the
+ * engine test's (test_refresh_engine ring_chain). */
 static void test_eigenbasis_staleness(void **state)
 {
-    const strata_optimizer opt = *(const strata_optimizer *)*state;
-    for (int S = 1; S <= 3; S++) {
+    const s0_case *k = *state;
+    const strata_optimizer opt = k->opt;
+    static const int FS[][2] = {{1, 1}, {1, 2}, {1, 3}, {3, 4}, {3, 2}};
+    for (size_t i = 0; i < sizeof FS / sizeof FS[0]; i++) {
+        const int F = FS[i][0], S = FS[i][1];
         strata_config c = base_config();
         c.matrix_optimizer = opt;
+        c.kl_shampoo.form = k->form;
+        c.precondition_frequency = F;
         c.async = true;
         c.staleness = S;
-        c.workers = 1;
-        next_delay_us = 20000;
+        c.workers = 2;
+        next_delay_us = 2000;
         run r = {0};
-        strata_status st = run_open(&r, &c);
-        if (S >= 3) {
-            print_message("%s S=%d >= F: %s: %s\n", strata_optimizer_name(opt), S,
-                          strata_status_str(st), strata_last_error());
-            CHECK(st == STRATA_ERR_INVALID_ARG, "%s with S >= F must be refused, got %s",
-                  strata_optimizer_name(opt), strata_status_str(st));
-            run_close(&r);
-            continue;
-        }
-        CHECK(st == STRATA_OK, "open: %s", strata_last_error());
+        CHECK(run_open(&r, &c) == STRATA_OK, "%s F=%d S=%d: open: %s",
+              strata_optimizer_name(opt), F, S, strata_last_error());
         double loss = 0;
-        CHECK(run_steps(&r, &corpus, 30, 5, &loss) == STRATA_OK, "steps: %s",
+        CHECK(run_steps(&r, &corpus, 20, 5, &loss) == STRATA_OK, "steps: %s",
               strata_last_error());
         strata_stats s;
         strata_stats_get(r.rt, &s);
-        print_message("async %s S=%d with random worker delays: max staleness %lld (bound %d), "
-                      "%lld waits, %lld installs\n",
-                      strata_optimizer_name(opt), S, (long long)s.max_staleness, 3 - 1 + S,
-                      (long long)s.coh_waits, (long long)s.coh_installs);
-        CHECK(s.max_staleness <= 3 - 1 + S, "%s: max staleness %lld > %d",
-              strata_optimizer_name(opt), (long long)s.max_staleness, 3 - 1 + S);
+        print_message("async %s%s F=%d S=%d with random worker delays: max staleness %lld "
+                      "(bound %d), %lld waits, %lld installs, %lld dropped, loss %.4f\n",
+                      strata_optimizer_name(opt), k->form == STRATA_KL_EXACT ? " exact" : "", F,
+                      S, (long long)s.max_staleness, F - 1 + S,
+                      (long long)s.coh_waits, (long long)s.coh_installs,
+                      (long long)s.coh_dropped, loss);
+        CHECK(s.max_staleness <= F - 1 + S, "%s: max staleness %lld > %d",
+              strata_optimizer_name(opt), (long long)s.max_staleness, F - 1 + S);
         CHECK(s.coh_bound_exceeded == 0, "%s: bound exceeded", strata_optimizer_name(opt));
-        CHECK(s.coh_installs > 0, "%s: no eigenbasis installed", strata_optimizer_name(opt));
+        CHECK(s.coh_installs > 0, "%s: nothing installed", strata_optimizer_name(opt));
         CHECK(weights_finite(&r) && isfinite(loss), "%s: non-finite weights or loss",
               strata_optimizer_name(opt));
         run_close(&r);
@@ -562,18 +575,31 @@ static void remove_tmpdir(void)
 }
 
 static const s0_case s0_cases[] = {
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_NEWTON},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 0, 0},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, false, 0, 0},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, true, 0, 0},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true, 0, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 0, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, true, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, true, 0, 0},
+    /* F = 1: every step refreshes (issue 23) */
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false, 1, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, STRATA_KL_EXACT},
+    /* eigh-free roots (issue 23 item 4) */
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 0, 0, STRATA_ROOT_NEWTON},
+};
+/* test_eigenbasis_staleness: the optimizer and KL-Shampoo's form */
+static const s0_case ring_cases[] = {
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, 0},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, 0, STRATA_KL_EXACT},
 };
 static const bound_case bound_cases[] = {
     {0, STRATA_COH_FIXED, false, false}, {1, STRATA_COH_FIXED, false, false},
@@ -620,9 +646,15 @@ int main(void)
         CASE("stagger_spreads_kl_shampoo", test_stagger_spreads, &opt_kl),
         CASE("s0_soap_host_delay_stagger", test_s0_bit_identical, &s0_cases[9]),
         CASE("s0_kl_shampoo_host_delay_stagger", test_s0_bit_identical, &s0_cases[10]),
-        CASE("s0_shampoo_host_delay_newton", test_s0_bit_identical, &s0_cases[11]),
-        CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &opt_soap),
-        CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &opt_kl),
+        CASE("s0_shampoo_host_delay_newton", test_s0_bit_identical, &s0_cases[15]),
+        CASE("s0_shampoo_f1", test_s0_bit_identical, &s0_cases[11]),
+        CASE("s0_soap_f1", test_s0_bit_identical, &s0_cases[12]),
+        CASE("s0_kl_shampoo_f1", test_s0_bit_identical, &s0_cases[13]),
+        CASE("s0_kl_shampoo_exact_f1", test_s0_bit_identical, &s0_cases[14]),
+        CASE("ring_staleness_shampoo", test_eigenbasis_staleness, &ring_cases[0]),
+        CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &ring_cases[1]),
+        CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &ring_cases[2]),
+        CASE("ring_staleness_kl_shampoo_exact", test_eigenbasis_staleness, &ring_cases[3]),
         CASE("bound_s0_fixed", test_staleness_bound, &bound_cases[0]),
         CASE("bound_s1_fixed", test_staleness_bound, &bound_cases[1]),
         CASE("bound_s2_fixed", test_staleness_bound, &bound_cases[2]),

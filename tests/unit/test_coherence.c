@@ -3,6 +3,7 @@
  * exceeds F-1+S after the first install, versions never go backwards, and
  * nothing deadlocks. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -265,7 +266,17 @@ typedef struct stress_job {
     int block, slot;
     unsigned delay_us;
     bool fail;
+    /* chained (a ring of results whose refreshes continue each other, as
+     * the engine runs SOAP's at S >= F): the block's job begun before this
+     * one, waited for with strata_coh_wait_done before this one runs */
+    int pred_slot;
+    int64_t pred_version, version;
 } stress_job;
+
+/* chained stress: per block the version of the job that finished last, and
+ * the jobs that found their predecessor unfinished after the wait */
+static _Atomic int64_t chain_done[8];
+static _Atomic int chain_out_of_order;
 
 typedef struct queue {
     pthread_mutex_t mu;
@@ -289,12 +300,22 @@ static void *stress_worker(void *arg)
         stress_job j = q->items[q->head++ % 4096];
         pthread_mutex_unlock(&q->mu);
         strata_coh_mark_computing(j.reg, j.block, j.slot);
+        if (j.pred_slot >= 0) {
+            while (strata_coh_wait_done(j.reg, j.block, j.pred_slot, j.pred_version, 5.0) !=
+                   STRATA_OK)
+                ;
+            if (atomic_load(&chain_done[j.block]) != j.pred_version)
+                atomic_fetch_add(&chain_out_of_order, 1);
+        }
         usleep(j.delay_us);
+        if (j.pred_slot >= 0 || j.pred_version == -2)
+            atomic_store(&chain_done[j.block], j.version);
         strata_coh_complete(j.reg, j.block, j.slot, !j.fail);
     }
 }
 
-static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stagger)
+static void stress_run(int F, int S, strata_coh_mode mode, int fail_every, bool stagger,
+                       bool chained)
 {
     enum { BLOCKS = 5, STEPS = 120, WORKERS = 2 };
     strata_coh_config c = {.precondition_frequency = F, .start = F, .staleness = S, .mode = mode,
@@ -315,9 +336,15 @@ static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stag
     for (int i = 0; i < WORKERS; i++)
         pthread_create(&th[i], NULL, stress_worker, q);
     unsigned seed = (unsigned)(F * 131 + S * 7 + mode);
-    int64_t last_v[BLOCKS];
-    for (int b = 0; b < BLOCKS; b++)
+    int64_t last_v[BLOCKS], last_version[BLOCKS];
+    int last_slot[BLOCKS];
+    for (int b = 0; b < BLOCKS; b++) {
         last_v[b] = -1;
+        last_slot[b] = -1;
+        last_version[b] = -1;
+        atomic_store(&chain_done[b], -1);
+    }
+    atomic_store(&chain_out_of_order, 0);
     int njobs = 0;
     for (int64_t t = 1; t <= STEPS; t++) {
         for (int b = 0; b < BLOCKS; b++) {
@@ -326,7 +353,13 @@ static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stag
                 assert_int_equal(strata_coh_begin_refresh(reg, b, t, &slot), STRATA_OK);
                 seed = seed * 1103515245u + 12345u;
                 stress_job j = {reg, b, slot, (seed >> 16) % 3000,
-                                fail_every && (++njobs % fail_every == 0)};
+                                fail_every && (++njobs % fail_every == 0), -1, -1, t};
+                if (chained) { /* -2: the block's first job, no predecessor */
+                    j.pred_slot = last_slot[b];
+                    j.pred_version = last_slot[b] >= 0 ? last_version[b] : -2;
+                    last_slot[b] = slot;
+                    last_version[b] = t;
+                }
                 pthread_mutex_lock(&q->mu);
                 q->items[q->tail++ % 4096] = j;
                 pthread_cond_signal(&q->cv);
@@ -358,10 +391,16 @@ static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stag
     strata_coh_stats_get(reg, &st);
     if (!fail_every)
         assert_true(st.max_staleness <= F - 1 + S);
+    assert_int_equal(atomic_load(&chain_out_of_order), 0);
     pthread_cond_destroy(&q->cv);
     pthread_mutex_destroy(&q->mu);
     free(q);
     strata_coh_destroy(reg);
+}
+
+static void stress(int F, int S, strata_coh_mode mode, int fail_every, bool stagger)
+{
+    stress_run(F, S, mode, fail_every, stagger, false);
 }
 
 static void test_stress_random_delays(void **state)
@@ -377,6 +416,13 @@ static void test_stress_random_delays(void **state)
         }
     stress(2, 3, STRATA_COH_FIXED, 4, false); /* with failed jobs: monotone, no deadlock */
     stress(3, 1, STRATA_COH_FIXED, 4, true);
+    /* Rings of chained results (issue 23): F = 1, S = 1..3, each job waiting
+     * for the one before it; the bound holds and no job runs before its
+     * predecessor finished. */
+    for (int S = 1; S <= 3; S++)
+        stress_run(1, S, S == 2 ? STRATA_COH_EAGER : STRATA_COH_FIXED, 0, false, true);
+    stress_run(3, 5, STRATA_COH_FIXED, 0, true, true);
+    stress_run(1, 2, STRATA_COH_FIXED, 4, false, true);
 }
 
 int main(void)

@@ -48,6 +48,10 @@ typedef struct diag_state {
     float *acc;        /* accumulated g^2 (backend memory) */
     const float *d[2]; /* lent results per block (NULL: none yet) */
     int snapshots;     /* counts snapshots (decides the injected failures) */
+    /* the chained variant (chain_family): the installed result's counter per
+     * block, and installs whose result did not continue the installed one */
+    float chain_count[2];
+    int chain_breaks;
 } diag_state;
 
 static size_t half(const diag_state *s, int b)
@@ -261,6 +265,73 @@ static const strata_precond_family diag_family = {
 /* The same family, using the stream seam's slots (queued snapshots,
  * installs from device memory). */
 static strata_precond_family diag_family_seam;
+
+/* ---- the chained variant: a refresh that continues the one before it
+ *
+ * As SOAP's QR step continues the previous eigenbasis, this refresh's
+ * result counter is its base counter + 1, the base being what the snapshot
+ * copies from the installed result (the state's counter), or, chained, the
+ * engine's chain head. Install checks that each installed result continues
+ * exactly the installed one (result == installed + 1), which holds for
+ * every S only if the engine chains the refreshes at S >= F and installs
+ * them in order: a refresh that started from the installed counter while
+ * the one before it was still in flight breaks it. Slot: d_block's, then
+ * [base | result] as part 2 (never failed). */
+
+static size_t c_at(const diag_state *s, int b)
+{
+    return 1 + half(s, b); /* the base's float index */
+}
+
+static void c_block(const void *state, int b, strata_precond_block *out)
+{
+    d_block(state, b, out);
+    out->part_offset[2] = out->slot_bytes;
+    out->part_bytes[2] = 2 * sizeof(float);
+    out->n_parts = 3;
+    out->slot_bytes += 2 * sizeof(float);
+}
+
+static strata_status c_snapshot(const void *state, int b, void *slot)
+{
+    const diag_state *s = state;
+    float *p = slot;
+    p[c_at(s, b)] = s->chain_count[b];
+    p[c_at(s, b) + 1] = -1.0f;
+    return d_snapshot(state, b, slot);
+}
+
+static strata_status c_refresh(const void *state, int b, void *slot, double *work, int *iwork,
+                               unsigned *failed, strata_optim_counters *cnt)
+{
+    strata_status st = d_refresh(state, b, slot, work, iwork, failed, cnt);
+    float *p = slot;
+    p[c_at(state, b) + 1] = p[c_at(state, b)] + 1.0f;
+    return st;
+}
+
+static void c_chain_in(const void *state, int b, void *slot, const void *head)
+{
+    ((float *)slot)[c_at(state, b)] = ((const float *)head)[c_at(state, b)];
+}
+
+static void c_chain_out(const void *state, int b, const void *slot, unsigned failed, void *head)
+{
+    const float *p = slot;
+    ((float *)head)[c_at(state, b)] = p[c_at(state, b) + ((failed & 4u) ? 0 : 1)];
+}
+
+static strata_status c_install(void *state, int b, const void *slot, unsigned failed,
+                               unsigned have)
+{
+    diag_state *s = state;
+    const float r = ((const float *)slot)[c_at(s, b) + 1];
+    s->chain_breaks += r != s->chain_count[b] + 1.0f;
+    s->chain_count[b] = r;
+    return d_install(state, b, slot, failed, have);
+}
+
+static strata_precond_family chain_family;
 
 /* ---- a backend with a deferred shadow stream
  *
@@ -583,6 +654,9 @@ typedef struct run {
 
 static char nvme_dir[] = "/tmp/strata-test-engine-XXXXXX";
 static bool open_host_pinned; /* run_open_be's host_pinned (the CUDA runtime's setting) */
+static int open_workers = 1;  /* run_open_be's worker count */
+static strata_coh_mode open_mode = STRATA_COH_FIXED;
+static const strata_precond_family *open_family; /* NULL: diag_family (or _seam) */
 /* Why the nvme cases skip (no io_uring here: qemu-user, a seccomp profile,
  * io_uring_disabled), "" when they run. */
 static char nvme_skip[512];
@@ -598,14 +672,15 @@ static void run_open_be(run *r, const diag_config *dc, bool async, int S, int de
         r->be = seam_be;
     else
         assert_int_equal(strata_backend_cpu_create(1, &r->be), STRATA_OK);
-    strata_refresh_config rc = {.async = async, .staleness = S, .mode = STRATA_COH_FIXED,
-                                .workers = 1, .worker_delay_us = delay_us,
+    strata_refresh_config rc = {.async = async, .staleness = S, .mode = open_mode,
+                                .workers = open_workers, .worker_delay_us = delay_us,
                                 .wait_timeout_s = 60.0, .results_tier = tier,
                                 .nvme_dir = tier == STRATA_TIER_NVME ? nvme_dir : NULL,
                                 .nvme_queue_depth = 8, .be = seam_be,
                                 .device_roots = device_roots,
                                 .host_pinned = seam_be && open_host_pinned};
-    const strata_precond_family *fam = seam_be ? &diag_family_seam : &diag_family;
+    const strata_precond_family *fam =
+        open_family ? open_family : seam_be ? &diag_family_seam : &diag_family;
     assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
     for (int p = 0; p < NPARAM; p++) {
         diag_config c = *dc;
@@ -631,10 +706,10 @@ static void run_open(run *r, const diag_config *dc, bool async, int S, int delay
     run_open_be(r, dc, async, S, delay_us, tier, NULL, false);
 }
 
-static void run_steps(run *r, int steps)
+static void run_steps_range(run *r, int first, int last)
 {
     float g[64];
-    for (int t = 1; t <= steps; t++) {
+    for (int t = first; t <= last; t++) {
         strata_refresh_prefetch(r->e, 0, t);
         for (int p = 0; p < NPARAM; p++) {
             for (size_t i = 0; i < sizes[p]; i++)
@@ -646,6 +721,11 @@ static void run_steps(run *r, int steps)
                              STRATA_OK);
         }
     }
+}
+
+static void run_steps(run *r, int steps)
+{
+    run_steps_range(r, 1, steps);
 }
 
 static void run_close(run *r)
@@ -936,6 +1016,121 @@ static void test_staleness_bound(void **state)
     }
 }
 
+/* Rings of results (issue 23): F = 1..3, S = 0..3 (S >= F: several
+ * refreshes of a block in flight), three workers with random delays, a
+ * refresh that continues the one before it (chain_family), fixed and eager
+ * install, injected snapshot failures: the staleness stays within
+ * F - 1 + S, every installed result continues the installed one, and the
+ * ring is used (at S >= F more than one refresh of a block is begun before
+ * the one before it is installed). Negative control: the same family
+ * without the chain hooks breaks the chain at S >= F. */
+static void ring_run(const strata_precond_family *fam, int F, int S, strata_coh_mode mode,
+                     int lag, int *breaks, strata_refresh_stats *bounded)
+{
+    diag_config dc = {.F = F, .start = 1, .lag = lag, .lr = 0.05f, .eps = 1e-3,
+                      .fail_every = 7};
+    run r;
+    open_family = fam;
+    open_workers = 3;
+    open_mode = mode;
+    run_open(&r, &dc, true, S, 1000, STRATA_TIER_HOST);
+    open_family = NULL;
+    open_workers = 1;
+    open_mode = STRATA_COH_FIXED;
+    run_steps_range(&r, 1, 16);
+    strata_refresh_stats_get(r.e, bounded); /* before any snapshot failure */
+    assert_int_equal(strata_refresh_inject_snapshot_errors(r.e, 2), STRATA_OK);
+    run_steps_range(&r, 17, 30);
+    strata_refresh_stats s;
+    strata_refresh_stats_get(r.e, &s);
+    *breaks = 0;
+    for (int p = 0; p < NPARAM; p++)
+        *breaks += ((diag_state *)r.state[p])->chain_breaks;
+    print_message("ring %s F=%d S=%d %s lag %d: %lld jobs, %lld installs, %lld dropped, max "
+                  "staleness %lld before the snapshot failures (bound %d), %lld after, %lld "
+                  "snapshot failures, %d chain breaks\n",
+                  fam->chain_in ? "chained" : "unchained", F, S,
+                  mode == STRATA_COH_EAGER ? "eager" : "fixed", lag,
+                  (long long)s.jobs_submitted, (long long)s.installs, (long long)s.dropped,
+                  (long long)bounded->max_staleness, F - 1 + S, (long long)s.max_staleness,
+                  (long long)s.snapshot_failures, *breaks);
+    assert_int_equal(s.snapshot_failures, 2);
+    assert_true(s.installs > 0);
+    run_close(&r);
+}
+
+static void test_ring_chain(void **state)
+{
+    (void)state;
+    static const struct { int F, S; strata_coh_mode mode; int lag; } cases[] = {
+        {1, 0, STRATA_COH_FIXED, 1}, {1, 1, STRATA_COH_FIXED, 1}, {1, 2, STRATA_COH_EAGER, 1},
+        {1, 3, STRATA_COH_FIXED, 0}, {1, 1, STRATA_COH_EAGER, 0}, {2, 1, STRATA_COH_FIXED, 1},
+        {2, 3, STRATA_COH_FIXED, 1}, {3, 5, STRATA_COH_EAGER, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int breaks = 0;
+        strata_refresh_stats b;
+        ring_run(&chain_family, cases[i].F, cases[i].S, cases[i].mode, cases[i].lag, &breaks,
+                 &b);
+        assert_int_equal(breaks, 0);
+        assert_true(b.max_staleness <= cases[i].F - 1 + cases[i].S);
+        assert_int_equal(b.bound_exceeded, 0);
+    }
+    /* The control: refreshes that all start from the installed result. */
+    strata_precond_family unchained = chain_family;
+    unchained.chain_in = NULL;
+    unchained.chain_out = NULL;
+    int breaks = 0;
+    strata_refresh_stats b;
+    ring_run(&unchained, 1, 2, STRATA_COH_FIXED, 1, &breaks, &b);
+    assert_true(breaks > 0);
+}
+
+/* Rings in eager mode: when several results of a block finish between two
+ * steps, the newest is installed and the older ones are dropped, counted in
+ * `dropped`; a family whose chained results must be installed in order
+ * (chain_ordered, SOAP) runs fixed instead: nothing dropped, the chain
+ * unbroken. F = 1, S = 3: nothing is due at steps 1..3, whose jobs are held
+ * and then released together. */
+static void test_ring_drops(void **state)
+{
+    (void)state;
+    for (int ordered = 0; ordered < 2; ordered++) {
+        diag_config dc = {.F = 1, .start = 1, .lag = 0, .lr = 0.05f, .eps = 1e-3};
+        run r;
+        open_family = ordered ? &chain_family : &diag_family;
+        open_workers = 2;
+        open_mode = STRATA_COH_EAGER;
+        run_open(&r, &dc, true, 3, 0, STRATA_TIER_HOST);
+        open_family = NULL;
+        open_workers = 1;
+        open_mode = STRATA_COH_FIXED;
+        assert_int_equal(strata_refresh_hold_jobs(r.e, -1), STRATA_OK);
+        run_steps_range(&r, 1, 3);
+        assert_int_equal(strata_refresh_hold_jobs(r.e, -2), STRATA_OK);
+        assert_int_equal(strata_refresh_drain(r.e, NULL), STRATA_OK);
+        run_steps_range(&r, 4, 12);
+        strata_refresh_stats s;
+        strata_refresh_stats_get(r.e, &s);
+        int breaks = 0;
+        for (int p = 0; p < NPARAM; p++)
+            breaks += ((diag_state *)r.state[p])->chain_breaks;
+        print_message("eager ring (%s): %lld installs, %lld dropped, max staleness %lld, %d "
+                      "chain breaks\n",
+                      ordered ? "chained, installed in order" : "independent results",
+                      (long long)s.installs, (long long)s.dropped, (long long)s.max_staleness,
+                      breaks);
+        assert_true(s.max_staleness <= 3);
+        if (ordered) {
+            assert_int_equal(s.dropped, 0);
+            assert_int_equal(breaks, 0);
+        } else {
+            assert_true(s.dropped >= 2 * 2 * NPARAM); /* versions 1 and 2 of every block */
+        }
+        run_close(&r);
+    }
+}
+
 /* Steps with the training thread's own work (forward and backward) standing
  * in as a sleep of step_us before each; *roots gets the sum of every call's
  * cnt.seconds_roots, summed in call order. */
@@ -1206,6 +1401,15 @@ int main(void)
     diag_family_seam.name = "test-diagonal-seam";
     diag_family_seam.snapshot_async = d_snapshot_async;
     diag_family_seam.install_device = true;
+    chain_family = diag_family;
+    chain_family.name = "test-chained";
+    chain_family.block = c_block;
+    chain_family.snapshot = c_snapshot;
+    chain_family.refresh = c_refresh;
+    chain_family.install = c_install;
+    chain_family.chain_in = c_chain_in;
+    chain_family.chain_out = c_chain_out;
+    chain_family.chain_ordered = true;
     static const s0_case c0 = {0, STRATA_TIER_HOST, 0}, c1 = {1, STRATA_TIER_HOST, 0},
                          c2 = {0, STRATA_TIER_HOST, 4}, c3 = {1, STRATA_TIER_NVME, 5},
                          c4 = {0, STRATA_TIER_NVME, 3};
@@ -1221,6 +1425,8 @@ int main(void)
         cmocka_unit_test(test_seam_waits_only_when_needed),
         cmocka_unit_test(test_seam_host_pinned),
         cmocka_unit_test(test_staleness_bound),
+        cmocka_unit_test(test_ring_chain),
+        cmocka_unit_test(test_ring_drops),
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),
         cmocka_unit_test(test_host_budget_plan),

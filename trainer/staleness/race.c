@@ -67,7 +67,7 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
     if (!refresh.async)
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "race: '%s-async': %s has no refreshes that can run on workers "
-                            "(shampoo, soap and kl-shampoo's eigenbasis form have)",
+                            "(shampoo, soap and kl-shampoo have)",
                             name, oname);
     for (int k = 0; k < o->n_staleness; k++) {
         r.staleness = o->staleness[k];

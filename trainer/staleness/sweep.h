@@ -21,16 +21,15 @@
 
 typedef struct strata_sweep_options {
     gpt_train_options train; /* the base run: its optimizer when it can run async (SOAP,
-                                KL-Shampoo's eigenbasis form), otherwise Shampoo */
+                                KL-Shampoo), otherwise Shampoo */
     const int *values;       /* staleness budgets S >= 0 */
     int n_values;
     const char *out_dir;     /* created if missing */
 } strata_sweep_options;
 
 /* Check `o` before any run: 1..64 budgets, each S >= 0 and, for an
- * optimizer whose asynchronous refreshes bound S (SOAP, KL-Shampoo's
- * eigenbasis form: S < precondition_frequency, as strata_commit requires),
- * within that bound. strata_sweep_staleness calls it first, so a bad budget
+ * optimizer whose asynchronous refreshes bound S (its max_staleness, as
+ * strata_commit requires; no built-in optimizer bounds it), within that bound. strata_sweep_staleness calls it first, so a bad budget
  * fails before the synchronous run. Errors: STRATA_ERR_INVALID_ARG (the
  * budget named). */
 strata_status strata_sweep_check(const strata_sweep_options *o);
