@@ -801,10 +801,13 @@ typedef struct strata_save_info {
  * Collective: with several ranks every rank calls it with the same `dir`
  * (a file system they share); rank 0 writes the manifest and the weights,
  * each rank its own shard. Call between steps, after commit. Managed
- * weights (strata_param_desc.managed): every layer is materialized for the
- * save; rank 0 holds the whole model until the weights file is written (its
- * stats.param_bytes_peak counts it), the other ranks one layer at a time;
- * afterwards no layer is held.
+ * weights (strata_param_desc.managed): rank 0 writes the weights file while
+ * the layers stream past, each materialized (broadcast from its owners) just
+ * before its tensors are written and released after them, so no rank holds
+ * more than its shard plus one layer (stats.param_bytes_peak); afterwards no
+ * layer is held. strata_load likewise keeps only this rank's weights of the
+ * weights file in memory (it streams the file through a 4 MiB buffer to
+ * check its SHA-256).
  * A trailing '/' in `dir` names the same directory. An existing `dir` is
  * replaced only when it is a strata checkpoint (its manifest.json says so)
  * or an empty directory.

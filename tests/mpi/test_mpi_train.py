@@ -23,8 +23,9 @@ Checks (issue #9's acceptance):
     final layernorm, held together with the tied embedding at the LM head),
     and within 1.1 x total weights / N + the largest tensor + the largest
     layer's materialized bytes; zero1 keeps every weight on every rank;
-  * a checkpoint saved by N ranks resumes bit-identically on N ranks, and
-    reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
+  * a checkpoint saved by N ranks resumes bit-identically on N ranks (a
+    save streams the layers: no rank's weights exceed its shard plus one
+    layer), and reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
     and 3 ranks, and 3 ranks' on 4; saved again right after the resharding
     load (--save-after-load), every logical tensor (weights and optimizer
     state, reassembled by name across the rank files: `strata ckpt inspect
@@ -313,6 +314,18 @@ def main():
                 ok = full and res and full["weights_hash"] == res["weights_hash"]
                 check(bool(ok), f"{name} -np {n}: resume from step 10 bit-identical to the "
                                 f"uninterrupted run")
+                # Streaming save (issue #21 item 4): rank 0 writes the model while the
+                # layers stream past, so no rank's weights ever exceed its shard plus
+                # one layer (before: rank 0 held the whole model during the save).
+                if full:
+                    whole = sum(r["owned_param_bytes"] for r in full["ranks"])
+                    peaks = [(r["param_bytes_peak"], r["owned_param_bytes"],
+                              r["largest_layer_bytes"]) for r in full["ranks"]]
+                    check(all(pk <= own + layer + 4 * 2 * 32 and pk < whole
+                              for pk, own, layer in peaks),
+                          f"{name} -np {n}: peak weights with a save "
+                          f"{', '.join(str(pk) for pk, _, _ in peaks)} B <= owned + one layer, "
+                          f"< the model's {whole} B")
         # Resharding: 4 ranks' checkpoint on 1 rank with --grad-accum 4 (the
         # same numbers as 4 ranks) continues bit-identically; on 2 and 3 ranks,
         # and 3 ranks' on 4, it loads and trains on.
