@@ -346,8 +346,11 @@ strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
 /* Copy slot k's result (slot_bytes) into host memory `buf`: for the
  * installed slot, the result as installed (failed parts filled from the
  * previous result; an nvme block's host resident buffer); for another slot,
- * its bytes (read back from the nvme tier when it lives there). Call after
- * a drain. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (nvme read). */
+ * its bytes (read back from the nvme tier when it lives there). Only the
+ * result's bytes (the block's parts and aux) are kept; the rest of the slot
+ * (the snapshot's inputs) reads as zeros, so HSDP replicas, one of which
+ * computed the result and the others received it, read the same bytes. Call
+ * after a drain. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (nvme read). */
 strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *buf);
 
 typedef struct strata_refresh_slot_image {

@@ -1577,17 +1577,41 @@ strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *bu
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_slot_read: bad block %d slot %d",
                             i, k);
     const size_t bytes = blk->info.slot_bytes;
+    strata_status st = STRATA_OK;
     if (blk->on_nvme && k == blk->installed_slot) {
         memcpy(buf, blk->resident[blk->cur], bytes);
-        return STRATA_OK;
-    }
-    if (blk->on_nvme) {
-        strata_status st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
+    } else if (blk->on_nvme) {
+        st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
         if (st != STRATA_OK)
             atomic_fetch_add(&e->io_errors, 1);
-        return st;
+    } else {
+        memcpy(buf, blk->slots[k].buf, bytes);
     }
-    memcpy(buf, blk->slots[k].buf, bytes);
+    if (st != STRATA_OK)
+        return st;
+    /* The result only: the snapshot's inputs around it (factors, the old
+     * basis) are zeroed. An HSDP replica that received the result holds
+     * nothing else there, so the replicas' slots read the same (issue #22
+     * item 7); an install reads only the parts and aux. */
+    size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+    int nr = 0;
+    ship_ranges(&blk->info, off, len, &nr);
+    for (int a = 1; a < nr; a++) /* in offset order (a few ranges) */
+        for (int b = a; b > 0 && off[b - 1] > off[b]; b--) {
+            const size_t o = off[b], l = len[b];
+            off[b] = off[b - 1];
+            len[b] = len[b - 1];
+            off[b - 1] = o;
+            len[b - 1] = l;
+        }
+    size_t at = 0;
+    for (int r = 0; r <= nr; r++) {
+        const size_t next = r < nr ? off[r] : bytes;
+        if (next > at)
+            memset((char *)buf + at, 0, next - at);
+        if (r < nr && off[r] + len[r] > at)
+            at = off[r] + len[r];
+    }
     return STRATA_OK;
 }
 
