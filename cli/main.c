@@ -328,6 +328,10 @@ static const train_flag train_flag_rows[] = {
      .help = "added to factor eigenvalues (default {})"},
     {CFG(shampoo_grafting), .type = FT_NAME,
      .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})"},
+    {CFG(shampoo_root_method), .type = FT_NAME, .names = gpt_root_method_names,
+     .group = G_SHAMPOO,
+     .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
+             "(default {})"},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})"},

@@ -163,6 +163,7 @@ typedef struct strata_refresh_stats {
     int64_t jobs_submitted, jobs_cancelled;
     /* every group */
     int64_t refreshes, refresh_failures, refresh_retries; /* per part (factor / side) */
+    int64_t refresh_newton, refresh_fallbacks; /* eigh-free roots, and those that fell back */
     uint64_t snapshot_bytes;  /* bytes packed into slots (device -> host) */
     int64_t io_errors;        /* nvme transfers that failed (previous result kept) */
     int32_t blocks, blocks_on_nvme;

@@ -148,6 +148,7 @@ struct strata_refresh {
     int *inline_iwork;
     int64_t jobs_submitted;
     _Atomic int64_t refreshes, refresh_failures, refresh_retries;
+    _Atomic int64_t refresh_newton, refresh_fallbacks;
     _Atomic uint64_t snapshot_bytes;
     _Atomic int64_t io_errors;
     int64_t blocks_computed, blocks_received; /* training thread */
@@ -196,6 +197,8 @@ static void add_counters(strata_refresh *e, const strata_optim_counters *c)
     atomic_fetch_add(&e->refreshes, c->root_refreshes);
     atomic_fetch_add(&e->refresh_failures, c->root_failures);
     atomic_fetch_add(&e->refresh_retries, c->root_retries);
+    atomic_fetch_add(&e->refresh_newton, c->root_newton);
+    atomic_fetch_add(&e->refresh_fallbacks, c->root_fallbacks);
 }
 
 /* The training thread spent [since, now) on second-order state: add it to
@@ -1424,6 +1427,8 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->refreshes = atomic_load(&e->refreshes);
     s->refresh_failures = atomic_load(&e->refresh_failures);
     s->refresh_retries = atomic_load(&e->refresh_retries);
+    s->refresh_newton = atomic_load(&e->refresh_newton);
+    s->refresh_fallbacks = atomic_load(&e->refresh_fallbacks);
     s->snapshot_bytes = atomic_load(&e->snapshot_bytes);
     s->io_errors = atomic_load(&e->io_errors);
     s->blocks_computed = e->blocks_computed;

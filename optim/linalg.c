@@ -34,6 +34,7 @@
 #include <lapacke.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 _Static_assert(sizeof(lapack_int) == sizeof(int), "strata expects 32-bit LAPACK integers");
@@ -57,7 +58,10 @@ size_t strata_inv_root_work_doubles(int n)
 {
     if (n <= 0)
         return 0;
-    return (size_t)n * n + (size_t)n * (1 + 3 * N_PROBES) + lapack_lwork(n);
+    const size_t eigh = (size_t)n * n + (size_t)n * (1 + 3 * N_PROBES) + lapack_lwork(n);
+    /* NEWTON: four n x n matrices and two power-iteration vectors. */
+    const size_t newton = 4 * (size_t)n * n + 2 * (size_t)n;
+    return eigh > newton ? eigh : newton;
 }
 
 size_t strata_inv_root_work_ints(int n)
@@ -76,6 +80,10 @@ void strata_inv_root_opts_default(strata_inv_root_opts *o)
     o->ortho_check = STRATA_ORTHO_PROBE;
     o->ortho_tol = 1e-8;
     o->flags = 0;
+    o->method = STRATA_ROOT_EIGH;
+    o->newton_max_iter = 40;
+    o->newton_tol = 1e-10;
+    o->newton_residual_tol = 1e-6;
 }
 
 /* Tile edge for the transposed passes (64 x 64 doubles: 32 KiB). */
@@ -219,26 +227,16 @@ static int decompose(int n, const float *a, int driver, const strata_inv_root_op
     return DEC_OK;
 }
 
-strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
-                                 float *out, double *work, int *iwork, strata_inv_root_info *info)
+/* The eigendecomposition root (steps 2-5 of the header); arguments checked,
+ * *inf zeroed by the caller. */
+static strata_status eigh_root(int n, const float *a, const strata_inv_root_opts *o,
+                               float *out, double *work, int *iwork, strata_inv_root_info *inf)
 {
-    if (n <= 0 || !a || !o || !out || !work || !iwork || !(o->exponent > 0.0) ||
-        !isfinite(o->exponent) || !(o->eps >= 0.0) || !isfinite(o->eps) ||
-        !(o->eps_rel >= 0.0) || !isfinite(o->eps_rel) || !isfinite(o->rank_rtol) ||
-        !(o->rank_atol >= 0.0) || !isfinite(o->rank_atol) ||
-        (o->mode != STRATA_ROOT_REGULARIZED && o->mode != STRATA_ROOT_PSEUDO_INVERSE) ||
-        (unsigned)o->ortho_check > (unsigned)STRATA_ORTHO_OFF || !(o->ortho_tol > 0.0))
-        return strata_error(STRATA_ERR_INVALID_ARG,
-                            "inv_root: bad arguments (n=%d, exponent=%g, eps=%g, eps_rel=%g)", n,
-                            o ? o->exponent : 0.0, o ? o->eps : 0.0, o ? o->eps_rel : 0.0);
     const size_t nn = (size_t)n * n;
     double *v = work;
     double *lambda = v + nn;
     double *probe = lambda + n;
     double *lwork = probe + 3 * N_PROBES * (size_t)n;
-    strata_inv_root_info local = {0};
-    strata_inv_root_info *inf = info ? info : &local;
-    memset(inf, 0, sizeof *inf);
 
     const char *why = "";
     double ortho = NAN;
@@ -334,6 +332,310 @@ strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_op
                     out[(size_t)i * n + j] = out[(size_t)j * n + i];
         }
     return STRATA_OK;
+}
+
+/* ------------------------------------------------- eigh-free roots: coupled Newton
+ * The iteration of the header (strata_root_method NEWTON): Guo & Higham 2006,
+ * eq. (2.9)-(2.10), with X_0 = c^(-1/p) I; Higham 2008, section 7.3. All
+ * iterates are polynomials in B, so they commute and are symmetric in exact
+ * arithmetic; M is re-symmetrized each iteration (O(n^2)) so that rounding
+ * does not drift it off the symmetric matrices, and N^2 is one DSYRK.
+ *
+ * Layout of `work` (doubles): four n x n matrices P0..P3, then two vectors
+ * of n (power iteration). */
+
+/* Power iterations for the lambda_max estimate (2 n^2 flops each: 64 cost
+ * about 1% of one Newton iteration at n = 1024). */
+#define POWER_ITERS 64
+
+/* p of exponent 1/p when NEWTON supports it, else 0. */
+static int newton_p(double exponent)
+{
+    if (exponent == 0.5)
+        return 2;
+    if (exponent == 0.25)
+        return 4;
+    return 0;
+}
+
+static bool newton_supported(const strata_inv_root_opts *o)
+{
+    return o->mode == STRATA_ROOT_REGULARIZED && newton_p(o->exponent) != 0;
+}
+
+/* Copy the upper triangle of row-major v over its lower triangle. */
+static void mirror_upper(int n, double *v)
+{
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int j0 = 0; j0 <= i0; j0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, j1 = j0 + TILE < n ? j0 + TILE : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1 && j < i; j++)
+                    v[(size_t)i * n + j] = v[(size_t)j * n + i];
+        }
+}
+
+/* c = a a^T for symmetric a (= a^2), full matrix. */
+static void sym_square(int n, const double *a, double *c)
+{
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, n, n, 1.0, a, n, 0.0, c, n);
+    mirror_upper(n, c);
+}
+
+/* v = (v + v^T) / 2. */
+static void symmetrize(int n, double *v)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            const double m = 0.5 * (v[(size_t)i * n + j] + v[(size_t)j * n + i]);
+            v[(size_t)i * n + j] = m;
+            v[(size_t)j * n + i] = m;
+        }
+}
+
+/* B = sym(a) + eps_eff I, full, into b; false on a non-finite a. */
+static bool load_shifted(int n, const float *a, double eps_eff, double *b)
+{
+    if (!load_symmetric(n, a, 1.0, b))
+        return false;
+    mirror_upper(n, b);
+    for (int i = 0; i < n; i++)
+        b[(size_t)i * n + i] += eps_eff;
+    return true;
+}
+
+/* max |m - I| (NaN sticks). */
+static double dist_identity_max(int n, const double *m)
+{
+    double err = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const double e = fabs(m[(size_t)i * n + j] - (i == j ? 1.0 : 0.0));
+            if (!(e <= err))
+                err = e;
+        }
+    return err;
+}
+
+/* x . y in a fixed order (level-1 BLAS may split it over threads). */
+static double dot_fixed(size_t n, const double *x, const double *y)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i] * y[i];
+    return s;
+}
+
+/* Rayleigh quotient after `iters` power iterations from the fixed Gaussian
+ * vector: a lower bound of lambda_max of the symmetric b (PSD: >= 0). */
+static double power_estimate(int n, const double *b, double *x, double *y, int iters)
+{
+    fill_normal(x, (size_t)n);
+    double rq = 0.0;
+    for (int k = 0; k < iters; k++) {
+        const double nx = sqrt(dot_fixed((size_t)n, x, x));
+        if (!(nx > 0.0) || !isfinite(nx))
+            return rq;
+        for (int i = 0; i < n; i++)
+            x[i] /= nx;
+        /* y = b x by rows in a fixed order (not DSYMV, whose threaded
+         * partial sums would make the estimate, and so the root, depend on
+         * the BLAS thread count: the synchronous and asynchronous paths
+         * must compute the same root) */
+        for (int i = 0; i < n; i++) {
+            const double *row = b + (size_t)i * n;
+            double s = 0.0;
+            for (int j = 0; j < n; j++)
+                s += row[j] * x[j];
+            y[i] = s;
+        }
+        rq = dot_fixed((size_t)n, x, y);
+        double *t = x;
+        x = y;
+        y = t;
+    }
+    return rq;
+}
+
+/* One NEWTON attempt. STRATA_OK with the root in float32 `out`, or
+ * STRATA_ERR_LINALG (not converged, residual too large, non-finite: `out`
+ * untouched) with *why set; inf->newton_iters, residual, eps_eff and
+ * lambda_max (the estimate) filled. */
+static strata_status newton_root(int n, const float *a, const strata_inv_root_opts *o,
+                                 float *out, double *work, strata_inv_root_info *inf,
+                                 const char **why)
+{
+    const int p = newton_p(o->exponent);
+    const size_t nn = (size_t)n * n;
+    double *X = work, *M = work + nn, *B1 = work + 2 * nn, *B2 = work + 3 * nn;
+    double *vx = work + 4 * nn, *vy = vx + n;
+    inf->residual = NAN;
+
+    if (!load_shifted(n, a, 0.0, B1)) {
+        *why = "non-finite input";
+        return STRATA_ERR_LINALG;
+    }
+    const double lmax = power_estimate(n, B1, vx, vy, POWER_ITERS);
+    const double eps_eff = fmax(o->eps, o->eps_rel * fmax(lmax, 0.0));
+    inf->lambda_max = lmax;
+    inf->lambda_min = NAN;
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    for (int i = 0; i < n; i++)
+        B1[(size_t)i * n + i] += eps_eff;
+    const double fro = sqrt(dot_fixed(nn, B1, B1));
+    const double c = fmin(fro, 1.25 * (fmax(lmax, 0.0) + eps_eff));
+    if (!(c > 0.0) || !isfinite(c)) {
+        *why = "zero or non-finite spectral bound";
+        return STRATA_ERR_LINALG;
+    }
+    /* M_0 = B / c, X_0 = c^(-1/p) I */
+    for (size_t i = 0; i < nn; i++)
+        M[i] = B1[i] / c;
+    memset(X, 0, nn * sizeof(double));
+    const double x0 = pow(c, -1.0 / p);
+    for (int i = 0; i < n; i++)
+        X[(size_t)i * n + i] = x0;
+
+    double err = dist_identity_max(n, M), prev = INFINITY;
+    int k = 0;
+    while (k < o->newton_max_iter && err > o->newton_tol) {
+        k++;
+        /* B1 = N = ((p + 1) I - M) / p */
+        for (size_t i = 0; i < nn; i++)
+            B1[i] = -M[i] / p;
+        for (int i = 0; i < n; i++)
+            B1[(size_t)i * n + i] += (double)(p + 1) / p;
+        /* X = X N */
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, X, n, B1, n, 0.0,
+                    B2, n);
+        double *t = X;
+        X = B2;
+        B2 = t;
+        /* M = N^p M */
+        sym_square(n, B1, B2); /* N^2 */
+        if (p == 4) {
+            sym_square(n, B2, B1); /* N^4 */
+            t = B1;
+            B1 = B2;
+            B2 = t;
+        }
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, B2, n, M, n, 0.0,
+                    B1, n);
+        t = M;
+        M = B1;
+        B1 = t;
+        symmetrize(n, M);
+        prev = err;
+        err = dist_identity_max(n, M);
+        if (!isfinite(err)) {
+            inf->newton_iters = k;
+            *why = "non-finite iterate";
+            return STRATA_ERR_LINALG;
+        }
+        if (err < 1e-2 && err >= prev)
+            break; /* at the rounding floor */
+    }
+    inf->newton_iters = k;
+
+    /* Residual ||X^p B - I||_F from B afresh (not from M, whose agreement
+     * with X^p B is what rounding may have broken). */
+    symmetrize(n, X);
+    load_shifted(n, a, eps_eff, B1);
+    sym_square(n, X, B2); /* X^2 */
+    if (p == 4) {
+        sym_square(n, B2, M); /* X^4 */
+        double *t = M;
+        M = B2;
+        B2 = t;
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, B2, n, B1, n, 0.0, M,
+                n);
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const double e = M[(size_t)i * n + j] - (i == j ? 1.0 : 0.0);
+            ss += e * e;
+        }
+    inf->residual = sqrt(ss);
+    if (!(inf->residual <= o->newton_residual_tol)) {
+        *why = k >= o->newton_max_iter ? "no convergence within the iteration cap"
+                                       : "residual over newton_residual_tol";
+        return STRATA_ERR_LINALG;
+    }
+    for (int i = 0; i < n; i++) {
+        const double d = X[(size_t)i * n + i];
+        if (!(d <= 0.5 * FLT_MAX) || !(d > 0.0)) {
+            *why = "root diagonal not positive, not finite or over float32";
+            return STRATA_ERR_LINALG;
+        }
+    }
+    for (size_t i = 0; i < nn; i++)
+        out[i] = (float)X[i];
+    return STRATA_OK;
+}
+
+/* The method that runs for this call. */
+static strata_root_method method_for(int n, const strata_inv_root_opts *o)
+{
+    if (o->method == STRATA_ROOT_AUTO)
+        return n >= STRATA_ROOT_AUTO_MIN_DIM && newton_supported(o) ? STRATA_ROOT_NEWTON
+                                                                      : STRATA_ROOT_EIGH;
+    return o->method;
+}
+
+strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
+                                 float *out, double *work, int *iwork, strata_inv_root_info *info)
+{
+    if (n <= 0 || !a || !o || !out || !work || !iwork || !(o->exponent > 0.0) ||
+        !isfinite(o->exponent) || !(o->eps >= 0.0) || !isfinite(o->eps) ||
+        !(o->eps_rel >= 0.0) || !isfinite(o->eps_rel) || !isfinite(o->rank_rtol) ||
+        !(o->rank_atol >= 0.0) || !isfinite(o->rank_atol) ||
+        (o->mode != STRATA_ROOT_REGULARIZED && o->mode != STRATA_ROOT_PSEUDO_INVERSE) ||
+        (unsigned)o->ortho_check > (unsigned)STRATA_ORTHO_OFF || !(o->ortho_tol > 0.0) ||
+        (unsigned)o->method > (unsigned)STRATA_ROOT_AUTO || o->newton_max_iter < 1 ||
+        !(o->newton_tol > 0.0) || !(o->newton_residual_tol > 0.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root: bad arguments (n=%d, exponent=%g, eps=%g, eps_rel=%g)", n,
+                            o ? o->exponent : 0.0, o ? o->eps : 0.0, o ? o->eps_rel : 0.0);
+    if (o->method == STRATA_ROOT_NEWTON && !newton_supported(o))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root: method NEWTON needs the regularized mode and exponent "
+                            "1/2 or 1/4 (got mode %d, exponent %g)",
+                            (int)o->mode, o->exponent);
+    strata_inv_root_info local = {0};
+    strata_inv_root_info *inf = info ? info : &local;
+    memset(inf, 0, sizeof *inf);
+    inf->residual = NAN;
+    inf->ortho_error = NAN;
+    if (method_for(n, o) == STRATA_ROOT_NEWTON) {
+        const char *why = "";
+        strata_status st = newton_root(n, a, o, out, work, inf, &why);
+        if (st == STRATA_OK) {
+            inf->method = STRATA_ROOT_NEWTON;
+            return st;
+        }
+        if (strcmp(why, "non-finite input") == 0)
+            return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input (n=%d)", n);
+        /* Fall back to the float64 eigendecomposition; keep what NEWTON saw. */
+        const int iters = inf->newton_iters;
+        const double res = inf->residual;
+        memset(inf, 0, sizeof *inf);
+        inf->newton_iters = iters;
+        inf->residual = res;
+        inf->fallback = 1;
+        strata_status se = eigh_root(n, a, o, out, work, iwork, inf);
+        inf->method = STRATA_ROOT_EIGH;
+        if (se != STRATA_OK) {
+            char eigh_msg[256];
+            snprintf(eigh_msg, sizeof eigh_msg, "%s", strata_last_error());
+            return strata_error(se, "inv_root: newton rejected (%s, residual %g after %d "
+                                "iterations), then: %s", why, res, iters, eigh_msg);
+        }
+        return se;
+    }
+    inf->method = STRATA_ROOT_EIGH;
+    return eigh_root(n, a, o, out, work, iwork, inf);
 }
 
 strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,

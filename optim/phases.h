@@ -319,6 +319,31 @@ size_t strata_inv_root_work_doubles(int n);
 
 size_t strata_inv_root_work_ints(int n);
 
+/* The float32 form of the NEWTON method through the backend's sgemm/ssyrk and
+ * elementwise ops (optim/root_newton_f32.c): `a` and `out` are n x n float32
+ * in backend memory (device memory on CUDA; out may not alias a), `dwork`
+ * strata_inv_root_newton_f32_work_floats(n) floats of backend memory.
+ * o->method must be NEWTON, exponent 1/2 or 1/4, REGULARIZED; o's
+ * newton_max_iter, newton_tol (here on ||M - I||_F) and newton_residual_tol
+ * apply, and float32 rounding bounds the residual below by about
+ * cond(B) * n * 6e-8: pass STRATA_ROOT_F32_RESIDUAL_TOL or a tolerance of that
+ * order (the float64 default 1e-6 rejects nearly every float32 root).
+ * Rejected (not converged, residual over the tolerance, non-finite): the
+ * float64 EIGH root of the same matrix is computed on the host in
+ * `host_stage` (n x n floats, host), `work` and `iwork` (as strata_inv_root_ex)
+ * and copied to `out`; info->fallback = 1. Synchronous: returns after the
+ * backend finished (its reductions synchronize). `info` may be NULL.
+ * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_LINALG (non-finite input, or the
+ * fallback failed too: `out` untouched), backend errors. */
+#define STRATA_ROOT_F32_RESIDUAL_TOL 3e-2
+
+size_t strata_inv_root_newton_f32_work_floats(int n);
+
+strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float *a,
+                                         const strata_inv_root_opts *o, float *out,
+                                         float *dwork, float *host_stage, double *work,
+                                         int *iwork, strata_inv_root_info *info);
+
 /* `info` may be NULL. */
 strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
                                             float *out, double *work, int *iwork,

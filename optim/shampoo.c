@@ -116,6 +116,7 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
     c->pseudo_inverse_atol = 0.0f;
     c->inverse_exponent_override[0] = -1.0f;
     c->inverse_exponent_override[1] = -1.0f;
+    c->root_method = STRATA_ROOT_EIGH;
 }
 
 static int64_t start_step(const strata_shampoo_config *c)
@@ -168,6 +169,23 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
                                        c->inverse_exponent_override[0]));
     OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
                                        c->inverse_exponent_override[1]));
+    OPTIM_CHECK(st, optim_check_int(n, "root_method", (long long)c->root_method,
+                                    STRATA_ROOT_EIGH, STRATA_ROOT_AUTO));
+    if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON) {
+        for (int f = 0; f < 2 && st == STRATA_OK; f++) {
+            const float e = c->inverse_exponent_override[f];
+            if (!(e < 0.0f || e == 0.0f || e == 0.25f || e == 0.5f))
+                st = strata_error(STRATA_ERR_INVALID_ARG,
+                                  "shampoo.root_method = newton computes exponents 1/4 and "
+                                  "1/2 only (shampoo.inverse_exponent_override[%d] = %g); use "
+                                  "eigh or auto",
+                                  f, (double)e);
+        }
+        if (st == STRATA_OK && c->use_pseudo_inverse)
+            st = strata_error(STRATA_ERR_INVALID_ARG,
+                              "shampoo.root_method = newton has no pseudo-inverse mode "
+                              "(shampoo.use_pseudo_inverse); use eigh or auto");
+    }
     if (st == STRATA_OK && c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "shampoo.use_pseudo_inverse needs shampoo.epsilon = "
@@ -276,10 +294,14 @@ strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int fac
         o.eps = c->epsilon;
         o.eps_rel = c->epsilon_rel;
     }
+    o.method = c->root_method;
     strata_inv_root_info info = {0};
     strata_status st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
     if (cnt) {
         cnt->root_retries += info.retries;
+        cnt->root_fallbacks += info.fallback;
+        if (st == STRATA_OK && info.method == STRATA_ROOT_NEWTON)
+            cnt->root_newton++;
         if (st == STRATA_OK)
             cnt->root_refreshes++;
         else if (st == STRATA_ERR_LINALG)
@@ -622,6 +644,8 @@ static void counters_add(strata_optim_counters *to, const strata_optim_counters 
     to->root_refreshes += from->root_refreshes;
     to->root_failures += from->root_failures;
     to->root_retries += from->root_retries;
+    to->root_newton += from->root_newton;
+    to->root_fallbacks += from->root_fallbacks;
 }
 
 /* compute_roots with root_threads > 1 (see the prose block at the top). */

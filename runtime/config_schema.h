@@ -70,6 +70,7 @@
     X(shampoo_pseudo_inverse_atol, shampoo.pseudo_inverse_atol, FLOAT, NOCKPT, NULL, NULL, "", "absolute cutoff") \
     X(shampoo_inverse_exponent_override0, shampoo.inverse_exponent_override[0], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_inverse_exponent_override1, shampoo.inverse_exponent_override[1], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
+    X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback) or auto") \
     X(muon_lr, muon.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.02") \
     X(muon_momentum, muon.momentum, FLOAT, CKPT, "muon-momentum", "muon_momentum", "", "mu in [0, 1)") \
     X(muon_nesterov, muon.nesterov, BOOL, CKPT, NULL, NULL, "", "default true") \

@@ -1010,6 +1010,8 @@ static void counters_add(strata_optim_counters *to, const strata_optim_counters 
     to->root_refreshes += c->root_refreshes;
     to->root_failures += c->root_failures;
     to->root_retries += c->root_retries;
+    to->root_newton += c->root_newton;
+    to->root_fallbacks += c->root_fallbacks;
     to->nonfinite_rejected += c->nonfinite_rejected;
     to->overflow_skipped += c->overflow_skipped;
     to->nonfinite_directions += c->nonfinite_directions;
@@ -1919,6 +1921,8 @@ static void step_stats(strata_runtime *rt, int64_t t, const strata_optim_counter
     s->root_refreshes += cnt->root_refreshes;
     s->root_failures += cnt->root_failures;
     s->root_retries += cnt->root_retries;
+    s->root_newton += cnt->root_newton;
+    s->root_fallbacks += cnt->root_fallbacks;
     s->overflow_skipped += cnt->overflow_skipped;
     s->nonfinite_directions += cnt->nonfinite_directions;
     s->last_seconds_factors = cnt->seconds_factors;
@@ -2007,6 +2011,8 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
     out->root_refreshes += e.refreshes;
     out->root_failures += e.refresh_failures;
     out->root_retries += e.refresh_retries;
+    out->root_newton += e.refresh_newton;
+    out->root_fallbacks += e.refresh_fallbacks;
     {
         out->coh_installs = e.installs;
         out->coh_waits = e.waits;

@@ -84,6 +84,7 @@ static const strata_rt_stat_field stat_fields[] = {
     SF(bytes_device_to_host, 'u', 'r'), SF(nvme_bytes_written, 'u', 'r'),
     SF(nvme_bytes_read, 'u', 'r'), SF(step_matrix_bytes, 'u', 'r'),
     SF(comm_bytes_intra_node, 'u', 'r'), SF(comm_bytes_inter_node, 'u', 'r'),
+    SF(root_newton, 'i', 'c'), SF(root_fallbacks, 'i', 'c'),
 };
 #undef SF
 _Static_assert(sizeof stat_fields / sizeof stat_fields[0] == STRATA_RT_N_STATS,

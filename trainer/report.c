@@ -295,6 +295,7 @@ static const config_key config_keys[] = {
     SK(shampoo_beta2, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_epsilon, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, gpt_grafting_names, NULL),
+    SK(shampoo_root_method, SHAMPOO, WHEN_ALWAYS, gpt_root_method_names, NULL),
     SK(shampoo_momentum, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(muon_momentum, MUON, WHEN_ALWAYS, NULL, NULL),
     SK(muon_momentum_form, MUON, WHEN_ALWAYS, gpt_muon_momentum_form_names, NULL),
@@ -708,6 +709,12 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             val, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             res->tokens_per_second, refreshes, t->device_bytes / 1048576.0, over);
+    /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
+     * fallback to the eigendecomposition is never silent. */
+    if (t->root_newton > 0 || t->root_fallbacks > 0)
+        fprintf(f, "roots: %lld by the Newton iteration, %lld fell back to eigh (residual "
+                "check or iteration cap)\n",
+                (long long)t->root_newton, (long long)t->root_fallbacks);
     /* The numerical guards (strata_stats): said only when they acted. */
     if (s->overflow_skipped > 0 || s->nonfinite_directions > 0)
         fprintf(f,
@@ -806,6 +813,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_object_object_add(j, "totals_ranks", json_object_new_int(t->ranks));
     json_add_int64(j, "root_refreshes", t->root_refreshes);
     json_add_int64(j, "root_failures", t->root_failures);
+    json_add_int64(j, "root_newton", t->root_newton);
+    json_add_int64(j, "root_fallbacks", t->root_fallbacks);
     json_add_int64(j, "overflow_skipped", s->overflow_skipped);
     json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
     json_add_int64(j, "snapshot_failures", s->snapshot_failures);

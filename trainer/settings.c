@@ -9,6 +9,11 @@ const gpt_enum_name gpt_grafting_names[] = {
     {NULL, 0},
 };
 
+const gpt_enum_name gpt_root_method_names[] = {
+    {"eigh", STRATA_ROOT_EIGH}, {"newton", STRATA_ROOT_NEWTON}, {"auto", STRATA_ROOT_AUTO},
+    {NULL, 0},
+};
+
 const gpt_enum_name gpt_muon_scale_names[] = {
     {"shape", STRATA_MUON_SCALE_SHAPE}, {"adamw", STRATA_MUON_SCALE_ADAMW_RMS},
     {"spectral", STRATA_MUON_SCALE_SPECTRAL}, {"none", STRATA_MUON_SCALE_NONE},

@@ -373,7 +373,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 27 };
+    enum { K = 29 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -403,6 +403,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[24] = (double)s->device_bytes;
     m[25] = (double)s->host_bytes_peak;
     m[26] = (double)s->nvme_bytes_peak;
+    m[27] = (double)s->root_newton;
+    m[28] = (double)s->root_fallbacks;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -441,6 +443,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
         t->device_bytes += v[24];
         t->host_bytes_peak += v[25];
         t->nvme_bytes_peak += v[26];
+        t->root_newton += (int64_t)v[27];
+        t->root_fallbacks += (int64_t)v[28];
     }
     return STRATA_OK;
 }
@@ -453,6 +457,8 @@ static void local_totals(gpt_train_result *res)
     res->totals = (gpt_run_totals){.ranks = 1,
                                    .root_refreshes = s->root_refreshes,
                                    .root_failures = s->root_failures,
+                                   .root_newton = s->root_newton,
+                                   .root_fallbacks = s->root_fallbacks,
                                    .coh_waits = s->coh_waits,
                                    .coh_installs = s->coh_installs,
                                    .coh_dropped = s->coh_dropped,

@@ -114,6 +114,7 @@ typedef struct gpt_run_totals {
     int ranks;                      /* ranks summed: world_size, or 1 (this rank's alone,
                                        e.g. a run that diverged on one rank) */
     int64_t root_refreshes, root_failures; /* strata_stats, summed */
+    int64_t root_newton, root_fallbacks;   /* eigh-free roots, and those that fell back */
     int64_t coh_waits, coh_installs, coh_dropped; /* async coherence counters, summed */
     double coh_wait_seconds;        /* the ranks' waits for roots, summed (s) */
     int64_t max_staleness;          /* the largest over the ranks (steps) */

@@ -108,7 +108,10 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *                 cutoff = max(pseudo_inverse_atol, rtol * max(lambda_max, 0)),
  *                 rtol = pseudo_inverse_rtol, or n * FLT_EPSILON when < 0
  *             e_L = inverse_exponent_override[0] (< 0: 1/4; 0: L_inv = I,
- *             no eigendecomposition); R_inv likewise with index 1
+ *             no eigendecomposition); R_inv likewise with index 1;
+ *             root_method NEWTON computes the regularized root eigh-free
+ *             (coupled Newton, falling back to the above per root; see
+ *             strata_root_method)
  *   grafting  Adam: A = b_g A + (1-b_g) G^2,  D = M_hat / (sqrt(A/(1-b_g^t)) + eps_g)
  *             AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
  *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block;
@@ -168,6 +171,24 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  * dimension; 0 = that dimension not preconditioned); the older
  * exponent_multiplier eta equals an override of eta / 4. Its grafting
  * epsilons default to 1e-10; strata's grafting_epsilon to 1e-8. */
+/* How inverse roots are computed: see "linear algebra" below
+ * (strata_inv_root_opts.method). */
+typedef enum strata_root_method {
+    STRATA_ROOT_EIGH = 0,   /* default */
+    STRATA_ROOT_NEWTON = 1,
+    STRATA_ROOT_AUTO = 2,
+} strata_root_method;
+
+/* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU).
+ * bench/bench_roots.c measured NEWTON slower than EIGH at every size it runs
+ * (n = 256 .. 3072, 2 cores, OpenBLAS 0.3.21 SkylakeX kernels: 0.1x - 0.4x
+ * in float64, 0.2x - 0.5x in float32 through the CPU backend; README.md
+ * "Eigh-free roots"), so on such a machine AUTO is EIGH for every factor:
+ * this bound is above any factor dimension. Lower it where the benchmark
+ * shows a crossover (many cores, where DGEMM scales and dsyevd's
+ * tridiagonalization does not). */
+#define STRATA_ROOT_AUTO_MIN_DIM 0x7fffffff
+
 typedef enum strata_grafting {
     STRATA_GRAFT_NONE = 0,    /* use L_inv M R_inv unscaled */
     STRATA_GRAFT_ADAM = 1,    /* default */
@@ -206,13 +227,20 @@ typedef struct strata_shampoo_config {
     float inverse_exponent_override[2]; /* root exponent e of L ([0]) and R ([1]):
                                       roots are (.)^(-e); < 0 = 1/4 (default -1, -1);
                                       0 = that side not preconditioned (identity) */
+    strata_root_method root_method; /* EIGH (default), NEWTON (eigh-free coupled Newton,
+                                      float64, falling back to EIGH when its residual check
+                                      fails; counted in root_fallbacks) or AUTO (NEWTON
+                                      for factors of dimension >= STRATA_ROOT_AUTO_MIN_DIM:
+                                      none, as measured on a 2-core CPU).
+                                      NEWTON needs exponents 1/4, 1/2 or 0 and no
+                                      pseudo-inverse; AUTO uses EIGH where NEWTON cannot */
 } strata_shampoo_config;
 
 /* Fields of the struct above (an array counts one per element). Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_SHAMPOO_CONFIG_FIELDS 20
+#define STRATA_SHAMPOO_CONFIG_FIELDS 21
 
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
 
@@ -223,7 +251,8 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
  * start_preconditioning_step >= -1; refresh_offset in [0, F);
  * max_preconditioner_dim >= 1; grafting known; pseudo_inverse_rtol and
  * inverse_exponent_override finite; use_pseudo_inverse only with
- * epsilon = epsilon_rel = 0. Errors: STRATA_ERR_INVALID_ARG naming the
+ * epsilon = epsilon_rel = 0; root_method known, and NEWTON only with
+ * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false. Errors: STRATA_ERR_INVALID_ARG naming the
  * field ("shampoo.<field>"). */
 STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);
 
@@ -247,6 +276,10 @@ typedef struct strata_optim_counters {
     double seconds_factors;    /* time spent updating factor matrices */
     double seconds_roots;      /* time spent computing inverse roots */
     double seconds_precondition; /* grafting + preconditioning + momentum + apply */
+    int64_t root_newton;       /* roots computed by the eigh-free Newton iteration (also in
+                                  root_refreshes) */
+    int64_t root_fallbacks;    /* Newton roots rejected (no convergence within the cap, or
+                                  residual over its tolerance) and computed by eigh instead */
 } strata_optim_counters;
 
 typedef struct strata_shampoo_state strata_shampoo_state;
@@ -908,6 +941,42 @@ typedef enum strata_ortho_check {
  * so that the dsyev retry runs. */
 #define STRATA_INV_ROOT_FORCE_RETRY 1u
 
+/* How the inverse root is computed (strata_inv_root_opts.method,
+ * strata_shampoo_config.root_method).
+ * EIGH: the eigendecomposition above (steps 1-5).
+ * NEWTON: eigh-free, the coupled Newton iteration for the inverse p-th root
+ *   (Guo & Higham, "A Schur-Newton method for the matrix p-th root and its
+ *   inverse", SIAM J. Matrix Anal. Appl. 28(3), 2006, eq. (2.9)-(2.10);
+ *   Higham, "Functions of Matrices", SIAM 2008, section 7.3), in float64,
+ *   only GEMM/SYRK work, for the REGULARIZED mode with exponent 1/2 or 1/4
+ *   (p = 2, 4; other exponents and PSEUDO_INVERSE are STRATA_ERR_INVALID_ARG):
+ *     B = v + eps_eff I, eps_eff = max(eps, eps_rel * lambda_max_est),
+ *     lambda_max_est the Rayleigh quotient of 64 power iterations from a
+ *     fixed Gaussian vector (<= lambda_max);
+ *     c = min(||B||_F, 1.25 (lambda_max_est + eps_eff)) (a bound of the
+ *     largest eigenvalue up to a factor (p+1)/1.25 of safety: the iteration
+ *     converges for every eigenvalue of B / c in (0, p + 1));
+ *     X_0 = c^(-1/p) I, M_0 = B / c,
+ *     N_k = ((p + 1) I - M_k) / p, X_{k+1} = X_k N_k, M_{k+1} = N_k^p M_k
+ *   (M_k = X_k^p B throughout; X_k -> B^(-1/p), M_k -> I quadratically).
+ *   Stops when max|M_k - I| <= newton_tol, or when that error stops
+ *   decreasing below 1e-2 (rounding floor), or after newton_max_iter
+ *   iterations. Accepted when the residual ||X^p B - I||_F, computed afresh
+ *   from B, is <= newton_residual_tol and the root is finite; otherwise the
+ *   EIGH root is computed instead (info->fallback = 1, counted by the
+ *   callers in root_fallbacks: a fallback is never silent). The result is
+ *   exactly symmetric. It agrees with EIGH on positive semi-definite input
+ *   up to the residual (relative root error ~ residual / p) and the
+ *   difference of eps_eff that lambda_max_est makes when eps_rel > 0; a
+ *   factor with negative eigenvalues below -eps_eff (float32 roundoff of a
+ *   singular factor with eps_eff = 0) does not converge and falls back.
+ *   Cost per iteration 5 n^3 (p = 2) or 6 n^3 (p = 4) flops, about
+ *   log(cond(B)) / log(((p+1)/p)^p) + 5 iterations.
+ * AUTO: NEWTON where bench/bench_roots.c measured it faster than EIGH on
+ *   this kind of machine (n >= STRATA_ROOT_AUTO_MIN_DIM, a supported
+ *   exponent and mode), EIGH elsewhere. (The enum is defined before
+ *   strata_shampoo_config, which names it.) */
+
 typedef struct strata_inv_root_opts {
     double exponent;          /* e > 0: out = a^(-e); default 0.25 */
     strata_root_mode mode;    /* default STRATA_ROOT_REGULARIZED */
@@ -919,6 +988,10 @@ typedef struct strata_inv_root_opts {
     strata_ortho_check ortho_check; /* default STRATA_ORTHO_PROBE */
     double ortho_tol;         /* > 0; default 1e-8 (dsyevd reaches ~1e-13 at n = 1024) */
     unsigned flags;           /* STRATA_INV_ROOT_* bits; default 0 */
+    strata_root_method method; /* default STRATA_ROOT_EIGH */
+    int newton_max_iter;      /* NEWTON iteration cap >= 1; default 40 */
+    double newton_tol;        /* > 0: stop when max|M - I| <= this; default 1e-10 */
+    double newton_residual_tol; /* > 0: accept when ||X^p B - I||_F <= this; default 1e-6 */
 } strata_inv_root_opts;
 
 /* What one call saw (filled on success and on LINALG failures after the
@@ -927,10 +1000,15 @@ typedef struct strata_inv_root_info {
     int retries;         /* 0, or 1 when dsyevd's result was rejected */
     int driver;          /* the accepted decomposition: 0 dsyevd, 1 dsyev */
     double ortho_error;  /* measured on the last decomposition (NaN if not measured) */
-    double lambda_min, lambda_max; /* eigenvalues of the accepted decomposition */
+    double lambda_min, lambda_max; /* eigenvalues of the accepted decomposition (NEWTON:
+                                      lambda_min NaN, lambda_max the power estimate) */
     double eps_eff;      /* REGULARIZED: the regularizer added */
     double cutoff;       /* PSEUDO_INVERSE: eigenvalues at or below it were dropped */
     int rank;            /* eigenvalues kept (n in the regularized mode) */
+    int method;          /* what produced `out`: STRATA_ROOT_EIGH or STRATA_ROOT_NEWTON */
+    int newton_iters;    /* NEWTON iterations run (0 if not tried) */
+    int fallback;        /* 1: NEWTON was tried, rejected, and EIGH ran instead */
+    double residual;     /* NEWTON's ||X^p B - I||_F (NaN if not measured) */
 } strata_inv_root_info;
 
 #ifdef __cplusplus

@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 5
+#define STRATA_CONFIG_VERSION 6
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -694,6 +694,12 @@ typedef struct strata_stats {
     int64_t grad_bucket_ring_waits; /* posts that first waited for an older bucket because
                                    the staging was full */
     size_t grad_staging_bytes;  /* this rank's bucket staging (0: blocking per tensor) */
+    int64_t root_newton;        /* inverse roots computed eigh-free by the coupled Newton
+                                   iteration (shampoo.root_method newton or auto; also in
+                                   root_refreshes) */
+    int64_t root_fallbacks;     /* Newton roots rejected by their residual check (or not
+                                   converged within the iteration cap) and computed by the
+                                   float64 eigendecomposition instead */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

@@ -37,7 +37,7 @@ class ShampooConfig(Structure):
                 ("grafting_beta2", c_float), ("grafting_epsilon", c_float),
                 ("epsilon_rel", c_float), ("use_pseudo_inverse", c_bool),
                 ("pseudo_inverse_rtol", c_float), ("pseudo_inverse_atol", c_float),
-                ("inverse_exponent_override", c_float * 2)]
+                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum)]
 
 
 class MuonConfig(Structure):
@@ -95,7 +95,7 @@ class Config(Structure):
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 5
+CONFIG_VERSION = 6
 
 
 class ParamDesc(Structure):
@@ -203,6 +203,8 @@ class Stats(Structure):
         ("grad_buckets", c_int64),
         ("grad_bucket_ring_waits", c_int64),
         ("grad_staging_bytes", c_size_t),
+        ("root_newton", c_int64),
+        ("root_fallbacks", c_int64),
     ]
 
 
@@ -232,6 +234,7 @@ STATUS_NAMES = ["STRATA_OK", "STRATA_ERR_INVALID_ARG", "STRATA_ERR_NOMEM", "STRA
                 "STRATA_ERR_UNSUPPORTED", "STRATA_ERR_TIMEOUT", "STRATA_ERR_INTERNAL"]
 ENUMS = {
     "grafting": {"none": 0, "adam": 1, "adagrad": 2},
+    "root_method": {"eigh": 0, "newton": 1, "auto": 2},
     "scale": {"shape": 0, "adamw": 1, "adamw_rms": 1, "spectral": 2, "none": 3},
     "momentum_form": {"sum": 0, "ema": 1},
     "ns_schedule": {"quintic": 0, "original": 0, "polar_express": 1, "polar-express": 1},

@@ -65,7 +65,7 @@ _RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
     "version", "matrix_optimizer", "adamw", "shampoo", "muon", "soap", "kl_shampoo", "normuon",
     "comm",
     "log_fn", "log_user")]
-_ENUM_FIELDS = {"grafting", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
+_ENUM_FIELDS = {"grafting", "root_method", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
                 "update_scale",
                 "backend", "install_mode", "roots_tier", "sharding", "log_level"}
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}

@@ -291,6 +291,19 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
                 (float)json_object_get_double(ov);
         }
     }
+    {
+        const char *rm = jget_str(cfg, "root_method", "eigh");
+        if (!strcmp(rm, "eigh"))
+            c.root_method = STRATA_ROOT_EIGH;
+        else if (!strcmp(rm, "newton"))
+            c.root_method = STRATA_ROOT_NEWTON;
+        else if (!strcmp(rm, "auto"))
+            c.root_method = STRATA_ROOT_AUTO;
+        else {
+            fprintf(stderr, "optim_driver: root_method must be eigh, newton or auto\n");
+            return 2;
+        }
+    }
     bool split = !strcmp(jget_str(cfg, "api", "step"), "split");
     bool skip_nonfinite = jget_bool(cfg, "skip_nonfinite", false);
 
@@ -348,9 +361,10 @@ out_free:
     if (rc == 0) {
         printf("{\"blocks\": %d, \"state_bytes\": %zu, \"root_refreshes\": %lld, "
                "\"root_failures\": %lld, \"root_retries\": %lld, \"nonfinite_rejected\": %lld, "
-               "\"refresh\": [",
+               "\"root_newton\": %lld, \"root_fallbacks\": %lld, \"refresh\": [",
                blocks, state_bytes, (long long)cnt.root_refreshes, (long long)cnt.root_failures,
-               (long long)cnt.root_retries, (long long)cnt.nonfinite_rejected);
+               (long long)cnt.root_retries, (long long)cnt.nonfinite_rejected,
+               (long long)cnt.root_newton, (long long)cnt.root_fallbacks);
         for (int64_t k = 1; k <= p->steps; k++)
             printf("%s%d", k > 1 ? ", " : "", strata_shampoo_is_refresh_step(&c, k) ? 1 : 0);
         printf("], ");
@@ -540,6 +554,18 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     const char *check = jget_str(cfg, "ortho_check", "probe");
     if (jget_bool(cfg, "force_retry", false))
         o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
+    const char *method = jget_str(cfg, "method", "eigh");
+    const bool f32 = !strcmp(method, "newton32"); /* strata_inv_root_newton_f32, CPU backend */
+    if (f32)
+        o.newton_residual_tol = STRATA_ROOT_F32_RESIDUAL_TOL;
+    o.method = !strcmp(method, "newton") || f32 ? STRATA_ROOT_NEWTON
+               : !strcmp(method, "auto") ? STRATA_ROOT_AUTO
+                                         : STRATA_ROOT_EIGH;
+    if (strcmp(method, "eigh") && strcmp(method, "auto") && o.method == STRATA_ROOT_EIGH)
+        n = 0;
+    o.newton_max_iter = (int)jget_int(cfg, "newton_max_iter", o.newton_max_iter);
+    o.newton_tol = jget_double(cfg, "newton_tol", o.newton_tol);
+    o.newton_residual_tol = jget_double(cfg, "newton_residual_tol", o.newton_residual_tol);
     if (!strcmp(mode, "pseudo"))
         o.mode = STRATA_ROOT_PSEUDO_INVERSE;
     else if (strcmp(mode, "regularized"))
@@ -552,7 +578,7 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
         n = 0;
     if (n < 1 || n > 1 << 14) {
         fprintf(stderr, "optim_driver: inv_root needs 1 <= n <= 16384, mode regularized|pseudo, "
-                        "ortho_check probe|full|off\n");
+                        "ortho_check probe|full|off, method eigh|newton|newton32|auto\n");
         return 2;
     }
     size_t nn = (size_t)n * (size_t)n;
@@ -570,7 +596,38 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     for (size_t i = 0; i < nn; i++)
         out[i] = SENTINEL;
     strata_inv_root_info info;
-    strata_status st = strata_inv_root_ex((int)n, a, &o, out, work, iwork, &info);
+    strata_status st;
+    if (f32) {
+        strata_backend *be = NULL;
+        buf da = {0}, dout = {0}, dwork = {0};
+        float *stage = malloc(nn * sizeof(float));
+        st = stage ? strata_backend_cpu_create(1, &be) : STRATA_ERR_NOMEM;
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &da, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &dout, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = buf_alloc(be, &dwork, strata_inv_root_newton_f32_work_floats((int)n) *
+                                           sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(be, da.p, a, nn * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(be, dout.p, out, nn * sizeof(float)); /* the sentinel */
+        if (st == STRATA_OK)
+            st = strata_inv_root_newton_f32(be, (int)n, da.p, &o, dout.p, dwork.p, stage, work,
+                                            iwork, &info);
+        if (dout.p && strata_backend_copy(be, out, dout.p, nn * sizeof(float)) != STRATA_OK)
+            st = STRATA_ERR_INTERNAL;
+        if (be) {
+            buf_free(be, &dwork);
+            buf_free(be, &dout);
+            buf_free(be, &da);
+            strata_backend_destroy(be);
+        }
+        free(stage);
+    } else {
+        st = strata_inv_root_ex((int)n, a, &o, out, work, iwork, &info);
+    }
     FILE *f = open_out(out_path);
     if (!f)
         goto out_free;
@@ -580,10 +637,12 @@ static int run_inv_root(json_object *cfg, const char *in_path, const char *out_p
     rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root_ex");
     if (rc == 0)
         printf("{\"retries\": %d, \"driver\": %d, \"ortho_error\": %.6g, \"lambda_min\": %.17g, "
-               "\"lambda_max\": %.17g, \"eps_eff\": %.17g, \"cutoff\": %.17g, \"rank\": %d}\n",
+               "\"lambda_max\": %.17g, \"eps_eff\": %.17g, \"cutoff\": %.17g, \"rank\": %d, "
+               "\"method\": %d, \"newton_iters\": %d, \"fallback\": %d, \"residual\": %.6g}\n",
                info.retries, info.driver, isnan(info.ortho_error) ? -1.0 : info.ortho_error,
-               info.lambda_min, info.lambda_max,
-               info.eps_eff, info.cutoff, info.rank);
+               isnan(info.lambda_min) ? -1.0 : info.lambda_min, info.lambda_max,
+               info.eps_eff, info.cutoff, info.rank, info.method, info.newton_iters,
+               info.fallback, isnan(info.residual) ? -1.0 : info.residual);
 out_free:
     free(iwork);
     free(work);

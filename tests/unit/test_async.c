@@ -161,6 +161,7 @@ typedef struct s0_case {
     strata_tier_kind tier;
     int delay_us;
     bool stagger;
+    strata_root_method root_method; /* Shampoo's; 0 = EIGH */
 } s0_case;
 
 static void test_s0_bit_identical(void **state)
@@ -170,6 +171,12 @@ static void test_s0_bit_identical(void **state)
     strata_config sync = base_config(), as = base_config();
     sync.matrix_optimizer = as.matrix_optimizer = k->opt;
     sync.stagger_refresh = as.stagger_refresh = k->stagger;
+    if (k->root_method != STRATA_ROOT_EIGH) {
+        /* eps_rel keeps eps_eff above the float32 noise of the factors'
+         * null space, so that Newton converges (its fallbacks are counted) */
+        sync.shampoo.root_method = as.shampoo.root_method = k->root_method;
+        sync.shampoo.epsilon_rel = as.shampoo.epsilon_rel = 1e-5f;
+    }
     as.async = true;
     as.staleness = 0;
     as.workers = 1;
@@ -195,6 +202,22 @@ static void test_s0_bit_identical(void **state)
                   (long long)sb.max_staleness, sa.device_bytes, sb.device_bytes, sb.host_bytes,
                   sb.nvme_bytes);
     CHECK(eq, "S=0 must be bit-identical to the synchronous path");
+    if (k->root_method == STRATA_ROOT_NEWTON) {
+        print_message("  newton roots %lld vs %lld, fallbacks %lld vs %lld\n",
+                      (long long)sa.root_newton, (long long)sb.root_newton,
+                      (long long)sa.root_fallbacks, (long long)sb.root_fallbacks);
+        CHECK(sa.root_newton > 0 && sa.root_newton == sb.root_newton &&
+                  sa.root_fallbacks == sb.root_fallbacks &&
+                  sa.root_newton + sa.root_fallbacks == sa.root_refreshes,
+              "newton %lld/%lld, fallbacks %lld/%lld, refreshes %lld",
+              (long long)sa.root_newton, (long long)sb.root_newton,
+              (long long)sa.root_fallbacks, (long long)sb.root_fallbacks,
+              (long long)sa.root_refreshes);
+    } else {
+        CHECK(sa.root_newton == 0 && sb.root_newton == 0 && sa.root_fallbacks == 0 &&
+                  sb.root_fallbacks == 0,
+              "eigh roots counted as newton");
+    }
     /* Async counts a refresh when its job finishes. A SOAP or KL-Shampoo
      * refresh taken at the last step is first needed at step 51: its job may
      * still be running (two sides per matrix at most). Shampoo's roots of a
@@ -539,17 +562,18 @@ static void remove_tmpdir(void)
 }
 
 static const s0_case s0_cases[] = {
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, false},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, true},
-    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false},
-    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, true},
-    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, true},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_NVME, 0, true, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 0, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SOAP, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, true, STRATA_ROOT_EIGH},
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, STRATA_ROOT_NEWTON},
 };
 static const bound_case bound_cases[] = {
     {0, STRATA_COH_FIXED, false, false}, {1, STRATA_COH_FIXED, false, false},
@@ -596,6 +620,7 @@ int main(void)
         CASE("stagger_spreads_kl_shampoo", test_stagger_spreads, &opt_kl),
         CASE("s0_soap_host_delay_stagger", test_s0_bit_identical, &s0_cases[9]),
         CASE("s0_kl_shampoo_host_delay_stagger", test_s0_bit_identical, &s0_cases[10]),
+        CASE("s0_shampoo_host_delay_newton", test_s0_bit_identical, &s0_cases[11]),
         CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &opt_soap),
         CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &opt_kl),
         CASE("bound_s0_fixed", test_staleness_bound, &bound_cases[0]),

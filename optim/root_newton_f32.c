@@ -1,0 +1,261 @@
+/* Eigh-free inverse roots in float32 through the backend's GEMM: the coupled
+ * Newton iteration of strata_inv_root_ex's NEWTON method (Guo & Higham, SIAM
+ * J. Matrix Anal. Appl. 28(3), 2006, eq. (2.9)-(2.10); Higham, "Functions of
+ * Matrices", 2008, section 7.3), every product an sgemm/ssyrk of the backend
+ * (cuBLAS on the CUDA backend, OpenBLAS on the CPU backend) and every
+ * elementwise step a backend op, so the factor never leaves the device
+ * unless the iteration is rejected. The rejected case falls back to the
+ * float64 eigendecomposition on the host (strata_inv_root_ex, method EIGH),
+ * whose root is copied back: a fallback costs two n x n copies and is
+ * reported in info->fallback.
+ *
+ * Differences from the float64 form (optim/linalg.c), all forced by float32:
+ *   - the stopping error is ||M - I||_F (a backend reduction) instead of
+ *     max |M - I|; the rounding floor is reached near sqrt(n) * 1e-6;
+ *   - lambda_max is estimated by ||B x|| after power iterations with unit x
+ *     (a lower bound, as the Rayleigh quotient);
+ *   - the acceptance residual ||X^p B - I||_F is bounded below by float32
+ *     rounding of X^p B (about cond(B) * sqrt(n) * 6e-8): callers pass a
+ *     newton_residual_tol of that order (STRATA_ROOT_F32_RESIDUAL_TOL).
+ * Nothing is allocated: device scratch is the caller's `dwork`, host
+ * scratch (for the fallback) `host_stage`, `work` and `iwork`. */
+#include "strata/optim.h"
+#include "backend/ops.h"
+#include "optim/phases.h"
+
+#include <math.h>
+#include <string.h>
+
+#define POWER_ITERS 64
+
+size_t strata_inv_root_newton_f32_work_floats(int n)
+{
+    return n <= 0 ? 0 : 5 * (size_t)n * n + 2 * (size_t)n;
+}
+
+/* c = a a (a symmetric), full n x n. */
+static strata_status sq(strata_backend *be, int n, const float *a, float *c)
+{
+    return strata_backend_ssyrk(be, 0, n, n, 1.0f, a, n, 0.0f, c, n);
+}
+
+static strata_status mul(strata_backend *be, int n, const float *a, const float *b, float *c)
+{
+    return strata_backend_sgemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+}
+
+/* ||m - I||_F, using t as scratch. */
+static strata_status dist_identity(strata_backend *be, int n, const float *m, float *t,
+                                   double *out)
+{
+    strata_status st = strata_backend_copy_2d(be, NULL, n, n, t, n, m, n);
+    if (st == STRATA_OK)
+        st = strata_backend_diag_update(be, NULL, n, t, n, -1.0f, true);
+    if (st == STRATA_OK)
+        st = strata_backend_sumsq_2d(be, NULL, n, n, t, n, out);
+    *out = sqrt(*out);
+    return st;
+}
+
+/* m = (m + m^T) / 2, t scratch. */
+static strata_status symmetrize(strata_backend *be, int n, float *m, float *t)
+{
+    strata_status st = strata_backend_transpose(be, NULL, n, n, m, t);
+    if (st == STRATA_OK)
+        st = strata_backend_ema(be, NULL, (size_t)n * n, m, t, 0.5f, NULL, 1.0f);
+    return st;
+}
+
+/* B = sym(a) + shift I into b (t scratch). */
+static strata_status load_shifted(strata_backend *be, int n, const float *a, float shift,
+                                  float *b, float *t)
+{
+    strata_status st = strata_backend_copy_2d(be, NULL, n, n, b, n, a, n);
+    if (st == STRATA_OK)
+        st = symmetrize(be, n, b, t);
+    if (st == STRATA_OK && shift != 0.0f)
+        st = strata_backend_diag_update(be, NULL, n, b, n, shift, true);
+    return st;
+}
+
+/* One float32 attempt; STRATA_ERR_LINALG with *why when rejected; other
+ * statuses are backend failures. */
+static strata_status attempt(strata_backend *be, int n, const float *a,
+                             const strata_inv_root_opts *o, int p, float *out, float *dwork,
+                             strata_inv_root_info *inf, const char **why)
+{
+    const size_t nn = (size_t)n * n;
+    float *X = dwork, *M = dwork + nn, *B1 = dwork + 2 * nn, *B2 = dwork + 3 * nn,
+          *T = dwork + 4 * nn, *vx = dwork + 5 * nn, *vy = vx + n;
+    strata_status st;
+    {
+        size_t first = nn;
+        st = strata_backend_find_nonfinite(be, NULL, nn, a, &first);
+        if (st != STRATA_OK)
+            return st;
+        if (first != nn) {
+            *why = "non-finite input";
+            return STRATA_ERR_LINALG;
+        }
+    }
+    if ((st = load_shifted(be, n, a, 0.0f, B1, T)) != STRATA_OK)
+        return st;
+    /* lambda_max estimate: ||B x||, x unit, after power iterations from 1/sqrt(n). */
+    if ((st = strata_backend_fill_2d(be, NULL, n, 1, vx, 1, 1.0f / sqrtf((float)n))) !=
+        STRATA_OK)
+        return st;
+    double lmax = 0.0;
+    for (int k = 0; k < POWER_ITERS; k++) {
+        if ((st = strata_backend_sgemm(be, 0, 0, n, 1, n, 1.0f, B1, n, vx, 1, 0.0f, vy, 1)) !=
+                STRATA_OK ||
+            (st = strata_backend_sumsq(be, NULL, (size_t)n, vy, &lmax)) != STRATA_OK)
+            return st;
+        lmax = sqrt(lmax);
+        if (!(lmax > 0.0) || !isfinite(lmax))
+            break;
+        if ((st = strata_backend_scale_f64(be, NULL, (size_t)n, vx, vy, 1.0 / lmax)) !=
+            STRATA_OK)
+            return st;
+    }
+    const double eps_eff = fmax(o->eps, o->eps_rel * (isfinite(lmax) ? lmax : 0.0));
+    inf->lambda_max = lmax;
+    inf->lambda_min = NAN;
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    if (eps_eff != 0.0 &&
+        (st = strata_backend_diag_update(be, NULL, n, B1, n, (float)eps_eff, true)) != STRATA_OK)
+        return st;
+    double fro2 = 0.0;
+    if ((st = strata_backend_sumsq_2d(be, NULL, n, n, B1, n, &fro2)) != STRATA_OK)
+        return st;
+    const double c = fmin(sqrt(fro2), 1.25 * (fmax(lmax, 0.0) + eps_eff));
+    if (!(c > 0.0) || !isfinite(c) || !((float)c > 0.0f)) {
+        *why = "zero or non-finite spectral bound";
+        return STRATA_ERR_LINALG;
+    }
+    /* M_0 = B / c, X_0 = c^(-1/p) I */
+    if ((st = strata_backend_copy_2d(be, NULL, n, n, M, n, B1, n)) != STRATA_OK ||
+        (st = strata_backend_scale_2d(be, NULL, n, n, M, n, (float)(1.0 / c))) != STRATA_OK ||
+        (st = strata_backend_fill_2d(be, NULL, n, n, X, n, 0.0f)) != STRATA_OK ||
+        (st = strata_backend_diag_update(be, NULL, n, X, n, (float)pow(c, -1.0 / p), false)) !=
+            STRATA_OK)
+        return st;
+    double err = 0.0, prev = INFINITY;
+    if ((st = dist_identity(be, n, M, T, &err)) != STRATA_OK)
+        return st;
+    int k = 0;
+    while (k < o->newton_max_iter && err > o->newton_tol) {
+        k++;
+        /* B1 = N = ((p + 1) I - M) / p */
+        if ((st = strata_backend_copy_2d(be, NULL, n, n, B1, n, M, n)) != STRATA_OK ||
+            (st = strata_backend_scale_2d(be, NULL, n, n, B1, n, -1.0f / (float)p)) !=
+                STRATA_OK ||
+            (st = strata_backend_diag_update(be, NULL, n, B1, n, (float)(p + 1) / (float)p,
+                                             true)) != STRATA_OK)
+            return st;
+        if ((st = mul(be, n, X, B1, B2)) != STRATA_OK)
+            return st;
+        float *t = X;
+        X = B2;
+        B2 = t;
+        if ((st = sq(be, n, B1, B2)) != STRATA_OK)
+            return st;
+        if (p == 4) {
+            if ((st = sq(be, n, B2, B1)) != STRATA_OK)
+                return st;
+            t = B1;
+            B1 = B2;
+            B2 = t;
+        }
+        if ((st = mul(be, n, B2, M, B1)) != STRATA_OK)
+            return st;
+        t = M;
+        M = B1;
+        B1 = t;
+        if ((st = symmetrize(be, n, M, T)) != STRATA_OK)
+            return st;
+        prev = err;
+        if ((st = dist_identity(be, n, M, T, &err)) != STRATA_OK)
+            return st;
+        if (!isfinite(err)) {
+            inf->newton_iters = k;
+            *why = "non-finite iterate";
+            return STRATA_ERR_LINALG;
+        }
+        if (err < 1e-2 && err >= prev)
+            break;
+    }
+    inf->newton_iters = k;
+    /* residual ||X^p B - I||_F from B afresh */
+    if ((st = symmetrize(be, n, X, T)) != STRATA_OK ||
+        (st = load_shifted(be, n, a, (float)eps_eff, B1, T)) != STRATA_OK ||
+        (st = sq(be, n, X, B2)) != STRATA_OK)
+        return st;
+    if (p == 4) {
+        if ((st = sq(be, n, B2, M)) != STRATA_OK)
+            return st;
+        float *t = M;
+        M = B2;
+        B2 = t;
+    }
+    if ((st = mul(be, n, B2, B1, M)) != STRATA_OK ||
+        (st = dist_identity(be, n, M, T, &inf->residual)) != STRATA_OK)
+        return st;
+    if (!(inf->residual <= o->newton_residual_tol)) {
+        *why = k >= o->newton_max_iter ? "no convergence within the iteration cap"
+                                       : "residual over newton_residual_tol";
+        return STRATA_ERR_LINALG;
+    }
+    return strata_backend_copy_2d(be, NULL, n, n, out, n, X, n);
+}
+
+strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float *a,
+                                         const strata_inv_root_opts *o, float *out,
+                                         float *dwork, float *host_stage, double *work,
+                                         int *iwork, strata_inv_root_info *info)
+{
+    if (!be || n <= 0 || !a || !o || !out || !dwork || !host_stage || !work || !iwork ||
+        o->method != STRATA_ROOT_NEWTON)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root_newton_f32: bad arguments (n=%d; method must be NEWTON)",
+                            n);
+    const int p = o->exponent == 0.5 ? 2 : o->exponent == 0.25 ? 4 : 0;
+    if (p == 0 || o->mode != STRATA_ROOT_REGULARIZED || o->newton_max_iter < 1 ||
+        !(o->newton_tol > 0.0) || !(o->newton_residual_tol > 0.0) || !(o->eps >= 0.0) ||
+        !(o->eps_rel >= 0.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root_newton_f32: NEWTON needs the regularized mode, exponent "
+                            "1/2 or 1/4 and positive tolerances (exponent %g)",
+                            o->exponent);
+    strata_inv_root_info local;
+    strata_inv_root_info *inf = info ? info : &local;
+    memset(inf, 0, sizeof *inf);
+    inf->residual = NAN;
+    inf->ortho_error = NAN;
+    const char *why = "";
+    strata_status st = attempt(be, n, a, o, p, out, dwork, inf, &why);
+    if (st == STRATA_OK) {
+        inf->method = STRATA_ROOT_NEWTON;
+        return st;
+    }
+    if (st != STRATA_ERR_LINALG)
+        return st;
+    if (strcmp(why, "non-finite input") == 0)
+        return strata_error(STRATA_ERR_LINALG, "inv_root_newton_f32: non-finite input (n=%d)", n);
+    /* float64 eigendecomposition on the host, the root copied back */
+    const size_t bytes = (size_t)n * n * sizeof(float);
+    if ((st = strata_backend_copy(be, host_stage, a, bytes)) != STRATA_OK)
+        return st;
+    strata_inv_root_opts eo = *o;
+    eo.method = STRATA_ROOT_EIGH;
+    const int iters = inf->newton_iters;
+    const double res = inf->residual;
+    st = strata_inv_root_ex(n, host_stage, &eo, host_stage, work, iwork, inf);
+    inf->newton_iters = iters;
+    inf->residual = res;
+    inf->fallback = 1;
+    inf->method = STRATA_ROOT_EIGH;
+    if (st != STRATA_OK)
+        return st;
+    return strata_backend_copy(be, out, host_stage, bytes);
+}
