@@ -182,6 +182,15 @@ typedef struct strata_refresh_stats {
     int64_t stream_installs;      /* installs from device memory */
     int64_t stream_waits;         /* installs where the training stream waited on the event */
     uint64_t stream_wait_bytes;   /* bytes of those results */
+    /* every wait of the training stream on incomplete shadow-stream work
+     * (installs' stages and snapshots' copies), timed with the backend's
+     * timing events where it has them (issue #20): seconds the training
+     * stream stood still, summed over the completed timed waits */
+    int64_t stream_blocking_waits;
+    int64_t stream_waits_timed;   /* measured with a timing-event pair */
+    int64_t stream_waits_untimed; /* no timing events, or all pairs in flight */
+    int64_t stream_waits_pending; /* timed, not yet complete (not in the seconds yet) */
+    double stream_wait_seconds;
     double critical_seconds;  /* the critical path, cumulative (strata_refresh_critical_seconds) */
     /* refresh points whose snapshot could not be taken or stored (an nvme
      * write, no free slot, a job not accepted): previous result kept */

@@ -700,6 +700,19 @@ typedef struct strata_stats {
     int64_t root_fallbacks;     /* Newton roots rejected by their residual check (or not
                                    converged within the iteration cap) and computed by the
                                    float64 eigendecomposition instead */
+    /* the training stream's waits on the shadow stream (result stages and
+     * snapshot copies not yet complete), measured with the backend's timing
+     * events (CUDA: cudaEventElapsedTime between events recorded on the
+     * training stream just before and after the wait): the time the training
+     * stream stood still for second-order state, the figure the device check
+     * reports as the wait fraction (issue #20). The cpu backend's streams are
+     * inline: all 0 there. */
+    int64_t stream_blocking_waits; /* waits on incomplete shadow-stream work */
+    int64_t stream_waits_timed;    /* of them, measured */
+    int64_t stream_waits_untimed;  /* of them, not measured (no timing events, or 16 pairs
+                                      already in flight) */
+    double stream_wait_seconds;    /* the measured waits, summed, seconds (completed ones: a
+                                      drain or strata_save counts every one) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
