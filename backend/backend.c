@@ -34,6 +34,7 @@ struct strata_stream {
 struct strata_event {
     strata_backend *be;
     void *impl;
+    bool timing; /* made by timing_event_create */
 };
 
 const strata_backend_iface *backend_iface(const strata_backend *be)
@@ -96,6 +97,12 @@ strata_status strata_backend_create(const strata_backend_iface *iface, void *ctx
     if (!streams_consistent(iface))
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "backend '%s': the stream and event slots must be all set or all NULL",
+                            iface->name ? iface->name : "?");
+    if (!iface->timing_event_create != !iface->event_elapsed ||
+        (iface->timing_event_create && !iface->stream_create))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "backend '%s': timing_event_create and event_elapsed must be both set "
+                            "or both NULL, and only with the stream and event slots",
                             iface->name ? iface->name : "?");
     if (!iface->alloc_kind != !iface->free_kind)
         return strata_error(STRATA_ERR_INVALID_ARG,
@@ -417,6 +424,42 @@ strata_status strata_backend_event_create(strata_backend *be, strata_event **out
     }
     *out = e;
     return STRATA_OK;
+}
+
+strata_status strata_backend_timing_event_create(strata_backend *be, strata_event **out)
+{
+    if (!be || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "timing_event_create: NULL argument");
+    *out = NULL;
+    if (!be->iface->timing_event_create)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "backend '%s' has no timing events",
+                            be->iface->name);
+    strata_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return strata_error(STRATA_ERR_NOMEM, "timing_event_create: out of memory");
+    e->be = be;
+    e->timing = true;
+    strata_status st = be->iface->timing_event_create(be->ctx, &e->impl);
+    if (st != STRATA_OK) {
+        free(e);
+        return st;
+    }
+    *out = e;
+    return STRATA_OK;
+}
+
+strata_status strata_backend_event_elapsed(strata_event *start, strata_event *end, bool *done,
+                                           double *seconds)
+{
+    if (!start || !end || !done || !seconds || !start->timing || !end->timing ||
+        start->be != end->be)
+        return strata_error(STRATA_ERR_INVALID_ARG, "event_elapsed: NULL argument, not timing "
+                            "events, or events of two backends");
+    int d = 0;
+    strata_status st = start->be->iface->event_elapsed(start->be->ctx, start->impl, end->impl,
+                                                       &d, seconds);
+    *done = st == STRATA_OK && d != 0;
+    return st;
 }
 
 void strata_backend_event_destroy(strata_event *e)

@@ -75,6 +75,20 @@ strata_status strata_backend_stream_synchronize(strata_backend *be, strata_strea
 /* Create an event (complete until first recorded). Errors as stream_create. */
 strata_status strata_backend_event_create(strata_backend *be, strata_event **out);
 
+/* Create a timing event: an event (as strata_backend_event_create) whose
+ * record carries a timestamp that strata_backend_event_elapsed reads.
+ * Errors: STRATA_ERR_UNSUPPORTED (the backend has no timing events: the
+ * synchronous cpu backend, whose stream waits never block), as
+ * stream_create otherwise. */
+strata_status strata_backend_timing_event_create(strata_backend *be, strata_event **out);
+
+/* Seconds from timing event `start` to timing event `end` (both recorded,
+ * `end` after `start` on one stream): *done = false, *seconds untouched,
+ * while `end` has not completed. Errors: STRATA_ERR_INVALID_ARG (NULL, not
+ * timing events, events of two backends), the backend's error. */
+strata_status strata_backend_event_elapsed(strata_event *start, strata_event *end, bool *done,
+                                           double *seconds);
+
 /* Destroy an event (NULL is a no-op). */
 void strata_backend_event_destroy(strata_event *e);
 

@@ -2,17 +2,19 @@
  * layout in ckpt/ckpt.h).
  *
  * Save, per rank: drain the refresh engine (strata_refresh_drain), bring
- * every rank the current weights (strata_sync_weights; managed weights
- * layer by layer, kept whole on rank 0 only), then write into a
+ * every rank the current weights (strata_sync_weights), then write into a
  * temporary sibling directory created by rank 0: rank-R.safetensors and
- * rank-R.json by every rank, model.safetensors by rank 0; each file is
+ * rank-R.json by every rank, model.safetensors by rank 0 while managed
+ * weights stream past layer by layer (each rank holds its shard plus one
+ * layer, never the whole model); each file is
  * hashed (SHA-256, OpenSSL's libcrypto) while it is written and fsynced.
  * The sizes and digests reach rank 0 through one allreduce; rank 0 writes
  * manifest.json, fsyncs the directory, renames it into place and fsyncs the
  * parent. A killed save leaves only a "*.tmp-*" directory.
  *
- * Load: read the manifest and the files this rank needs whole, check sizes
- * and digests, parse, match everything against the runtime (names, shapes,
+ * Load: read the manifest and the rank files this rank needs whole, and of
+ * model.safetensors only this rank's weights (streamed through one buffer
+ * to check the digest), check sizes and digests, parse, match everything against the runtime (names, shapes,
  * dtypes, routing, phases, engine configuration) — only then change state:
  * engine blocks first (the registry's slots and a replay of the installed
  * result's install), then the family tensors (overwriting what the replayed
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -394,8 +397,26 @@ static char *joinf(const char *a, const char *b)
     return s;
 }
 
+/* Called before item i's bytes are written (or, after a failure, where they
+ * would have been): may make them available and return where they are. */
+typedef strata_status (*item_walk_fn)(void *ctx, int i, const void **ptr);
+
+static strata_status st_write_walk(strata_runtime *rt, const char *path, const item_list *l,
+                                   item_walk_fn walk, void *ctx, uint64_t *bytes,
+                                   uint8_t digest[32]);
+
 static strata_status st_write(strata_runtime *rt, const char *path, const item_list *l,
                               uint64_t *bytes, uint8_t digest[32])
+{
+    return st_write_walk(rt, path, l, NULL, NULL, bytes, digest);
+}
+
+/* Write items `l` as a safetensors file; `walk` (may be NULL) runs before
+ * every item, also after a failure (it may be a collective every rank
+ * walks), and gives the item's bytes. */
+static strata_status st_write_walk(strata_runtime *rt, const char *path, const item_list *l,
+                                   item_walk_fn walk, void *ctx, uint64_t *bytes,
+                                   uint8_t digest[32])
 {
     strata_rt_view v;
     strata_rt_view_get(rt, &v);
@@ -440,14 +461,25 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
         st = wfile_open(rt, &w, path);
         if (st == STRATA_OK) {
             st = wfile_write(&w, hdr, 8 + padded);
-            for (int i = 0; i < l->n && st == STRATA_OK; i++) {
+            for (int i = 0; i < l->n; i++) {
                 const st_item *it = &l->v[i];
+                const void *src = it->ptr;
+                if (walk) {
+                    strata_status sw = walk(ctx, i, &src);
+                    if (st == STRATA_OK)
+                        st = sw;
+                }
+                if (st != STRATA_OK) {
+                    if (walk)
+                        continue; /* the walk goes on: the other ranks walk with it */
+                    break;
+                }
                 if (it->bytes == 0)
                     continue;
                 if (it->src == SRC_BACKEND)
-                    st = strata_backend_copy(v.be, stage, it->ptr, it->bytes);
+                    st = strata_backend_copy(v.be, stage, src, it->bytes);
                 else if (it->src == SRC_HOST)
-                    memcpy(stage, it->ptr, it->bytes);
+                    memcpy(stage, src, it->bytes);
                 else
                     st = strata_refresh_slot_read(v.engine, it->blk, it->slot, stage);
                 if (st == STRATA_OK)
@@ -458,6 +490,12 @@ static strata_status st_write(strata_runtime *rt, const char *path, const item_l
             *bytes = n;
         }
     }
+    /* a failure before the items: the walk still runs (collective) */
+    if (walk && w.fd < 0)
+        for (int i = 0; i < l->n; i++) {
+            const void *src = NULL;
+            (void)walk(ctx, i, &src);
+        }
     free(stage);
     free(hdr);
     json_object_put(h);
@@ -680,6 +718,7 @@ typedef struct saver {
     uint64_t bytes;          /* bytes this rank wrote */
     uint64_t model_bytes;    /* rank 0: model.safetensors */
     uint8_t model_digest[32];
+    int walk_layer;          /* the managed layer materialized for the model file, or -1 */
 } saver;
 
 /* The manifest's parameter table: every parameter's name, shape, routing,
@@ -934,25 +973,15 @@ static void release_layers(strata_runtime *rt, const strata_rt_view *v)
         strata_rt_layer_release(rt, l);
 }
 
-/* Drain the refresh engine and bring every rank the current weights.
- * Managed weights: rank 0 holds every layer until the model file is
- * written; the other ranks take part in each broadcast and drop the layer
- * at once. Collective. */
+/* Drain the refresh engine and bring every rank the current weights
+ * (managed weights stay with their owners: save_model streams them).
+ * Collective. */
 static strata_status save_drain(saver *s)
 {
     strata_status st = strata_refresh_drain(s->v.engine, &s->jobs);
     s->t_drain = strata_now_seconds() - s->t0;
     strata_status sw = strata_sync_weights(s->rt);
-    if (st == STRATA_OK)
-        st = sw;
-    for (int l = 0; l < s->v.managed_layers; l++) {
-        sw = strata_rt_layer_materialize(s->rt, l);
-        if (st == STRATA_OK)
-            st = sw;
-        if (s->v.rank != 0)
-            strata_rt_layer_release(s->rt, l);
-    }
-    return st;
+    return st == STRATA_OK ? sw : st;
 }
 
 /* Rank 0 creates the temporary directory; its 6-letter suffix reaches the
@@ -1050,12 +1079,48 @@ static strata_status save_rank_files(saver *s)
     return st;
 }
 
-/* Rank 0: the weights, whole, under their registered names and shapes
- * (model.safetensors). */
+/* Before parameter i's weights are written: its managed layer materialized
+ * (a broadcast from its owner in the shard group) and the one before it
+ * released, so that a rank holds its shard plus one layer at a time. Every
+ * rank walks the parameters in the same order. */
+static strata_status model_walk(void *ctx, int i, const void **ptr)
+{
+    saver *s = ctx;
+    strata_rt_param_view p;
+    strata_rt_param_get(s->rt, i, &p);
+    strata_status st = STRATA_OK;
+    if (p.managed && p.layer != s->walk_layer) {
+        if (s->walk_layer >= 0)
+            strata_rt_layer_release(s->rt, s->walk_layer);
+        s->walk_layer = p.layer;
+        st = strata_rt_layer_materialize(s->rt, p.layer);
+        strata_rt_param_get(s->rt, i, &p); /* its buffer now */
+    }
+    *ptr = p.data;
+    return st;
+}
+
+/* The weights, whole, under their registered names and shapes
+ * (model.safetensors), written by rank 0 while the managed layers stream
+ * past one at a time (model_walk): no rank holds the whole model (issue #21
+ * item 4). The other ranks take part in each layer's broadcast. Collective
+ * with managed weights. */
 static strata_status save_model(saver *s)
 {
     item_list items = {0};
     strata_status st = STRATA_OK;
+    s->walk_layer = -1;
+    if (s->v.rank != 0) {
+        for (int i = 0; i < s->v.n_params; i++) {
+            const void *ptr;
+            strata_status sw = model_walk(s, i, &ptr);
+            if (st == STRATA_OK)
+                st = sw;
+        }
+        if (s->walk_layer >= 0)
+            strata_rt_layer_release(s->rt, s->walk_layer);
+        return st;
+    }
     for (int i = 0; i < s->v.n_params && st == STRATA_OK; i++) {
         strata_rt_param_view p;
         strata_rt_param_get(s->rt, i, &p);
@@ -1066,9 +1131,20 @@ static strata_status save_model(saver *s)
         st = items_add(&items, it);
     }
     char *path = joinf(s->tmp, MODEL_FILE);
-    if (st == STRATA_OK)
-        st = path ? st_write(s->rt, path, &items, &s->model_bytes, s->model_digest)
-                  : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == STRATA_OK && !path)
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == STRATA_OK) {
+        st = st_write_walk(s->rt, path, &items, model_walk, s, &s->model_bytes,
+                           s->model_digest);
+    } else {
+        /* the walk still runs: the other ranks broadcast every layer */
+        for (int i = 0; i < s->v.n_params; i++) {
+            const void *ptr;
+            (void)model_walk(s, i, &ptr);
+        }
+    }
+    if (s->walk_layer >= 0)
+        strata_rt_layer_release(s->rt, s->walk_layer);
     free(path);
     items_free(&items);
     s->bytes += s->model_bytes;
@@ -1161,7 +1237,15 @@ static strata_status save_unguarded(strata_runtime *rt, const char *dir, const c
     st = save_prepare(&s, st);
     if (st == STRATA_OK)
         st = save_rank_files(&s);
-    if (st == STRATA_OK && s.v.rank == 0)
+    /* every rank agrees whether the model is written: its walk is collective */
+    if (s.v.world > 1 && s.v.managed_layers > 0) {
+        double bad = st == STRATA_OK ? 0.0 : 1.0;
+        strata_status sc = strata_comm_allreduce_f64(s.v.comm, &bad, 1, STRATA_REDUCE_MAX);
+        if (st == STRATA_OK && (sc != STRATA_OK || bad != 0.0))
+            st = sc != STRATA_OK ? sc
+                                 : strata_error(STRATA_ERR_IO, "strata_save: another rank failed");
+    }
+    if (st == STRATA_OK)
         st = save_model(&s);
     release_layers(rt, &s.v);
     st = save_gather(&s, st);
@@ -1419,16 +1503,157 @@ static strata_status load_check_params(loader *c)
     return STRATA_OK;
 }
 
-/* The model file, read whole, checked and parsed; room for the old ranks. */
+/* A byte range [begin, end) of a file. */
+typedef struct byte_range {
+    uint64_t begin, end;
+} byte_range;
+
+static int cmp_range(const void *a, const void *b)
+{
+    const byte_range *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+#define MODEL_CHUNK ((size_t)4 << 20) /* bytes of model.safetensors read at a time */
+
+static strata_status read_at(int fd, const char *path, void *buf, size_t n, uint64_t off)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)buf + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return strata_error(STRATA_ERR_DATA, "checkpoint: %s is truncated or unreadable at "
+                                "byte %llu: %s", path, (unsigned long long)(off + got),
+                                k < 0 ? strerror(errno) : "end of file");
+        got += (size_t)k;
+    }
+    return STRATA_OK;
+}
+
+/* The model file, checked and parsed, holding only the weights this rank
+ * keeps (issue #21 item 4: no rank holds the whole model at a load).
+ * The header is read and parsed first; then the file streams through one
+ * MODEL_CHUNK buffer, hashed whole against the manifest's SHA-256, and only
+ * the byte ranges of the parameters this rank keeps (unmanaged ones, and
+ * managed ones it owns) are copied out. They land at their file offsets in
+ * an anonymous mapping of the file's size (MAP_NORESERVE): pages never
+ * written are never backed, so the resident cost is those tensors plus one
+ * chunk, and c->fm.buf + offset addresses a tensor as before. Room for the
+ * old ranks too. */
 static strata_status load_read_model(loader *c)
 {
     c->old = calloc((size_t)c->m->world_size, sizeof *c->old);
     if (!c->old)
         return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    strata_status st = load_file(c->dir, c->m, MODEL_FILE, &c->fm);
-    if (st == STRATA_OK)
-        st = strata_st_header_parse(c->what_m, c->fm.buf, c->fm.len, c->fm.len, &c->hm);
+    loaded_file *f = &c->fm;
+    memset(f, 0, sizeof *f);
+    for (int i = 0; i < c->m->n_files; i++)
+        if (strcmp(c->m->files[i].name, MODEL_FILE) == 0)
+            f->meta = &c->m->files[i];
+    if (!f->meta)
+        return strata_error(STRATA_ERR_DATA, "checkpoint %s: the manifest lists no %s", c->dir,
+                            MODEL_FILE);
+    const char *path = c->what_m;
+    const uint64_t size = f->meta->bytes;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "checkpoint: %s: %s", path,
+                            errno == ENOENT ? "missing file" : strerror(errno));
+    struct stat sb;
+    strata_status st = STRATA_OK;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        st = strata_error(STRATA_ERR_IO, "checkpoint: %s is not a regular file", path);
+    else if ((uint64_t)sb.st_size != size)
+        st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is %s: %lld bytes, the manifest "
+                          "says %llu", path, (uint64_t)sb.st_size < size ? "truncated" : "too long",
+                          (long long)sb.st_size, (unsigned long long)size);
+    uint8_t *head = NULL, *chunk = NULL;
+    byte_range *keep = NULL;
+    int n_keep = 0;
+    EVP_MD_CTX *md = NULL;
+    /* the header: its length, then the JSON */
+    uint8_t len8[8] = {0};
+    uint64_t hl = 0;
+    if (st == STRATA_OK && size >= 8 && (st = read_at(fd, path, len8, 8, 0)) == STRATA_OK)
+        for (int i = 0; i < 8; i++)
+            hl |= (uint64_t)len8[i] << (8 * i);
+    if (st == STRATA_OK) {
+        const uint64_t hn = size < 8 ? size : 8 + (hl < STRATA_CKPT_MAX_HEADER && hl <= size - 8
+                                                   ? hl : 0);
+        head = malloc(hn ? hn : 1);
+        if (!head)
+            st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        else if ((st = read_at(fd, path, head, hn, 0)) == STRATA_OK)
+            st = strata_st_header_parse(c->what_m, head, hn, size, &c->hm);
+    }
+    /* the ranges this rank keeps, in file order */
+    if (st == STRATA_OK && !(keep = calloc((size_t)c->v.n_params + 1, sizeof *keep)))
+        st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    for (int i = 0; st == STRATA_OK && i < c->v.n_params; i++) {
+        strata_rt_param_view p;
+        strata_rt_param_get(c->rt, i, &p);
+        const strata_st_tensor *t = strata_st_find(&c->hm, p.name);
+        if (t && (!p.managed || p.owner == c->v.rank)) /* a missing one: load_match_tensors */
+            keep[n_keep++] = (byte_range){c->hm.data_start + t->begin, c->hm.data_start + t->end};
+    }
+    if (n_keep)
+        qsort(keep, (size_t)n_keep, sizeof *keep, cmp_range);
+    if (st == STRATA_OK) {
+        f->len = (size_t)size;
+        void *map = mmap(NULL, f->len ? f->len : 1, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        chunk = malloc(MODEL_CHUNK);
+        md = EVP_MD_CTX_new();
+        if (map == MAP_FAILED)
+            st = strata_error(STRATA_ERR_NOMEM, "checkpoint: cannot map %llu bytes for %s: %s",
+                              (unsigned long long)size, path, strerror(errno));
+        else
+            f->buf = map;
+        if (st == STRATA_OK &&
+            (!chunk || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1))
+            st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    /* stream: hash everything, keep this rank's ranges */
+    int k = 0;
+    for (uint64_t off = 0; st == STRATA_OK && off < size;) {
+        const size_t n = size - off < MODEL_CHUNK ? (size_t)(size - off) : MODEL_CHUNK;
+        if ((st = read_at(fd, path, chunk, n, off)) != STRATA_OK)
+            break;
+        EVP_DigestUpdate(md, chunk, n);
+        const uint64_t end = off + n;
+        while (k < n_keep && keep[k].end <= off)
+            k++;
+        for (int j = k; j < n_keep && keep[j].begin < end; j++) {
+            const uint64_t a = keep[j].begin > off ? keep[j].begin : off;
+            const uint64_t b = keep[j].end < end ? keep[j].end : end;
+            if (a < b)
+                memcpy(f->buf + a, chunk + (a - off), (size_t)(b - a));
+        }
+        off = end;
+    }
+    if (st == STRATA_OK) {
+        uint8_t d[32];
+        unsigned dl = 0;
+        EVP_DigestFinal_ex(md, d, &dl);
+        if (memcmp(d, f->meta->sha256, 32) != 0)
+            st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is corrupt: its SHA-256 does not "
+                              "match the manifest", path);
+    }
+    EVP_MD_CTX_free(md);
+    free(chunk);
+    free(keep);
+    free(head);
+    close(fd);
     return st;
+}
+
+static void model_file_free(loaded_file *f)
+{
+    if (f->buf)
+        munmap(f->buf, f->len ? f->len : 1);
+    f->buf = NULL;
 }
 
 /* Owned parameter i's family tensors, from the rank that owned it at save:
@@ -1664,7 +1889,7 @@ static void load_free(loader *c)
     free(c->block_src);
     free(c->block_rank);
     strata_st_header_free(&c->hm);
-    free(c->fm.buf);
+    model_file_free(&c->fm);
     if (c->old)
         for (int r = 0; r < c->m->world_size; r++)
             old_rank_free(&c->old[r]);

@@ -182,6 +182,15 @@ typedef struct strata_refresh_stats {
     int64_t stream_installs;      /* installs from device memory */
     int64_t stream_waits;         /* installs where the training stream waited on the event */
     uint64_t stream_wait_bytes;   /* bytes of those results */
+    /* every wait of the training stream on incomplete shadow-stream work
+     * (installs' stages and snapshots' copies), timed with the backend's
+     * timing events where it has them (issue #20): seconds the training
+     * stream stood still, summed over the completed timed waits */
+    int64_t stream_blocking_waits;
+    int64_t stream_waits_timed;   /* measured with a timing-event pair */
+    int64_t stream_waits_untimed; /* no timing events, or all pairs in flight */
+    int64_t stream_waits_pending; /* timed, not yet complete (not in the seconds yet) */
+    double stream_wait_seconds;
     double critical_seconds;  /* the critical path, cumulative (strata_refresh_critical_seconds) */
     /* refresh points whose snapshot could not be taken or stored (an nvme
      * write, no free slot, a job not accepted): previous result kept */
@@ -353,8 +362,11 @@ strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
 /* Copy slot k's result (slot_bytes) into host memory `buf`: for the
  * installed slot, the result as installed (failed parts filled from the
  * previous result; an nvme block's host resident buffer); for another slot,
- * its bytes (read back from the nvme tier when it lives there). Call after
- * a drain. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (nvme read). */
+ * its bytes (read back from the nvme tier when it lives there). Only the
+ * result's bytes (the block's parts and aux) are kept; the rest of the slot
+ * (the snapshot's inputs) reads as zeros, so HSDP replicas, one of which
+ * computed the result and the others received it, read the same bytes. Call
+ * after a drain. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_IO (nvme read). */
 strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *buf);
 
 typedef struct strata_refresh_slot_image {

@@ -55,6 +55,7 @@ struct strata_refresh;
 struct eng_block;
 
 #define SHIP_MAX 16 /* slots per block a shipped block may have */
+#define WAIT_TIMERS 16 /* timing-event pairs in flight for the training stream's waits */
 
 typedef struct eng_job {
     strata_job job;
@@ -174,6 +175,14 @@ struct strata_refresh {
     int64_t stream_snapshots, stream_stages, stream_stages_early, stream_installs,
         stream_waits;
     uint64_t stream_wait_bytes;
+    /* the training stream's blocking waits on the shadow stream, timed with
+     * a ring of timing-event pairs (none: the backend has no timing events) */
+    strata_event *wait_t0[WAIT_TIMERS], *wait_t1[WAIT_TIMERS];
+    bool wait_pending[WAIT_TIMERS];
+    int n_wait_timers;             /* 0 or WAIT_TIMERS */
+    int64_t stream_blocking_waits; /* training-stream waits on incomplete shadow work */
+    int64_t stream_waits_timed, stream_waits_untimed;
+    double stream_wait_seconds;    /* the timed waits, summed */
     double critical_seconds; /* training thread only (strata_refresh_critical_seconds) */
     /* failed snapshots at refresh points (previous result kept), and whether
      * the first was logged */
@@ -774,6 +783,20 @@ static strata_status seam_create(strata_refresh *e)
     strata_status st = strata_backend_stream_create(be, STRATA_STREAM_SHADOW, &e->shadow);
     if (st == STRATA_OK)
         st = strata_backend_event_create(be, &e->ev_factors);
+    /* timing pairs for the training stream's waits, where the backend has them */
+    if (st == STRATA_OK) {
+        strata_event *probe = NULL;
+        if (strata_backend_timing_event_create(be, &probe) == STRATA_OK) {
+            strata_backend_event_destroy(probe);
+            for (int k = 0; k < WAIT_TIMERS && st == STRATA_OK; k++) {
+                st = strata_backend_timing_event_create(be, &e->wait_t0[k]);
+                if (st == STRATA_OK)
+                    st = strata_backend_timing_event_create(be, &e->wait_t1[k]);
+            }
+            if (st == STRATA_OK)
+                e->n_wait_timers = WAIT_TIMERS;
+        }
+    }
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
         eng_block *blk = &e->blocks[i];
         for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
@@ -792,6 +815,62 @@ static strata_status seam_create(strata_refresh *e)
     return st;
 }
 
+/* Completed timing pairs into stream_wait_seconds; with `block`, wait for
+ * the pending ones first (drain, destroy). */
+static void wait_timers_harvest(strata_refresh *e, bool block)
+{
+    for (int k = 0; k < e->n_wait_timers; k++) {
+        if (!e->wait_pending[k])
+            continue;
+        if (block)
+            (void)strata_backend_event_synchronize(e->wait_t1[k]);
+        bool done = false;
+        double sec = 0.0;
+        if (strata_backend_event_elapsed(e->wait_t0[k], e->wait_t1[k], &done, &sec) !=
+            STRATA_OK) {
+            e->wait_pending[k] = false; /* not measured: counted untimed */
+            e->stream_waits_timed--;
+            e->stream_waits_untimed++;
+            continue;
+        }
+        if (done) {
+            e->stream_wait_seconds += sec > 0.0 ? sec : 0.0;
+            e->wait_pending[k] = false;
+        }
+    }
+}
+
+/* The training stream waits for shadow-stream event `ev` that has not
+ * completed (issue #20: measured with events, not estimated from bytes):
+ * timing events before and after the wait on the training stream give the
+ * time the stream stood still. Without a free pair (all in flight) the wait
+ * is counted untimed. */
+static strata_status training_wait(strata_refresh *e, strata_event *ev)
+{
+    e->stream_blocking_waits++;
+    int k = -1;
+    if (e->n_wait_timers) {
+        wait_timers_harvest(e, false);
+        for (int j = 0; j < e->n_wait_timers && k < 0; j++)
+            if (!e->wait_pending[j])
+                k = j;
+    }
+    strata_status st = STRATA_OK;
+    if (k >= 0)
+        st = strata_backend_event_record(e->wait_t0[k], NULL);
+    if (st == STRATA_OK)
+        st = strata_backend_stream_wait_event(NULL, ev);
+    if (st == STRATA_OK && k >= 0)
+        st = strata_backend_event_record(e->wait_t1[k], NULL);
+    if (k >= 0 && st == STRATA_OK) {
+        e->wait_pending[k] = true;
+        e->stream_waits_timed++;
+    } else {
+        e->stream_waits_untimed++;
+    }
+    return st;
+}
+
 /* Before the training stream changes a block's factors again: the
  * snapshot's copies of them on the shadow stream come first. */
 static strata_status seam_wait_snapshots(strata_refresh *e, eng_entry *en)
@@ -800,7 +879,10 @@ static strata_status seam_wait_snapshots(strata_refresh *e, eng_entry *en)
     for (int b = 0; b < en->n_blocks && st == STRATA_OK; b++) {
         eng_block *blk = &e->blocks[en->first_block + b];
         if (blk->snap_wait) {
-            st = strata_backend_stream_wait_event(NULL, blk->snap_wait);
+            bool done = false;
+            st = strata_backend_event_query(blk->snap_wait, &done);
+            if (st == STRATA_OK && !done)
+                st = training_wait(e, blk->snap_wait);
             blk->snap_wait = NULL;
         }
     }
@@ -856,7 +938,7 @@ static strata_status seam_install(strata_refresh *e, eng_block *blk, int k, cons
     if (st == STRATA_OK)
         st = strata_backend_event_query(blk->ev_stage[d], &done);
     if (st == STRATA_OK && !done) {
-        st = strata_backend_stream_wait_event(NULL, blk->ev_stage[d]);
+        st = training_wait(e, blk->ev_stage[d]);
         e->stream_waits++;
         e->stream_wait_bytes += blk->info.slot_bytes;
     }
@@ -1499,6 +1581,14 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->stream_installs = e->stream_installs;
     s->stream_waits = e->stream_waits;
     s->stream_wait_bytes = e->stream_wait_bytes;
+    wait_timers_harvest(e, false);
+    s->stream_blocking_waits = e->stream_blocking_waits;
+    s->stream_waits_timed = e->stream_waits_timed;
+    s->stream_waits_untimed = e->stream_waits_untimed;
+    s->stream_wait_seconds = e->stream_wait_seconds;
+    s->stream_waits_pending = 0;
+    for (int k = 0; k < e->n_wait_timers; k++)
+        s->stream_waits_pending += e->wait_pending[k];
     s->critical_seconds = e->critical_seconds;
     s->snapshot_failures = e->snapshot_failures;
     s->blocks = e->n_blocks;
@@ -1580,6 +1670,7 @@ strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
 {
     if (!e)
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_drain: NULL engine");
+    wait_timers_harvest(e, true); /* the timed waits so far, all counted */
     int64_t busy = 0;
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
@@ -1640,17 +1731,41 @@ strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *bu
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_slot_read: bad block %d slot %d",
                             i, k);
     const size_t bytes = blk->info.slot_bytes;
+    strata_status st = STRATA_OK;
     if (blk->on_nvme && k == blk->installed_slot) {
         memcpy(buf, blk->resident[blk->cur], bytes);
-        return STRATA_OK;
-    }
-    if (blk->on_nvme) {
-        strata_status st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
+    } else if (blk->on_nvme) {
+        st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
         if (st != STRATA_OK)
             atomic_fetch_add(&e->io_errors, 1);
-        return st;
+    } else {
+        memcpy(buf, blk->slots[k].buf, bytes);
     }
-    memcpy(buf, blk->slots[k].buf, bytes);
+    if (st != STRATA_OK)
+        return st;
+    /* The result only: the snapshot's inputs around it (factors, the old
+     * basis) are zeroed. An HSDP replica that received the result holds
+     * nothing else there, so the replicas' slots read the same (issue #22
+     * item 7); an install reads only the parts and aux. */
+    size_t off[STRATA_PRECOND_MAX_PARTS + 1], len[STRATA_PRECOND_MAX_PARTS + 1];
+    int nr = 0;
+    ship_ranges(&blk->info, off, len, &nr);
+    for (int a = 1; a < nr; a++) /* in offset order (a few ranges) */
+        for (int b = a; b > 0 && off[b - 1] > off[b]; b--) {
+            const size_t o = off[b], l = len[b];
+            off[b] = off[b - 1];
+            len[b] = len[b - 1];
+            off[b - 1] = o;
+            len[b - 1] = l;
+        }
+    size_t at = 0;
+    for (int r = 0; r <= nr; r++) {
+        const size_t next = r < nr ? off[r] : bytes;
+        if (next > at)
+            memset((char *)buf + at, 0, next - at);
+        if (r < nr && off[r] + len[r] > at)
+            at = off[r] + len[r];
+    }
     return STRATA_OK;
 }
 
@@ -1795,6 +1910,11 @@ void strata_refresh_destroy(strata_refresh *e)
     strata_tier_free(e->host, e->staging, e->scratch_bytes);
     strata_tier_free(e->host, e->ship_buf, e->ship_bytes);
     free(e->blocks);
+    wait_timers_harvest(e, true);
+    for (int k = 0; k < WAIT_TIMERS; k++) {
+        strata_backend_event_destroy(e->wait_t0[k]);
+        strata_backend_event_destroy(e->wait_t1[k]);
+    }
     strata_backend_event_destroy(e->ev_factors);
     strata_backend_stream_destroy(e->shadow);
     strata_tier_destroy(e->nvme);

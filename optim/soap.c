@@ -667,10 +667,13 @@ static size_t fam_bytes(const void *s)
     return strata_soap_state_bytes(s);
 }
 
-static int fam_n_blocks(const void *s)
+/* One block holding both sides' eigenbases; none when no side is rotated
+ * (every side 1 or above max_precond_dim: Adam in SOAP's step order, nothing
+ * to refresh, no slot of 0 bytes). */
+static int fam_n_blocks(const void *state)
 {
-    (void)s;
-    return 1;
+    const strata_soap_state *s = state;
+    return s->side[0].rotated || s->side[1].rotated ? 1 : 0;
 }
 
 /* Slot: per rotated side [factor | q_old | q_new] (dim^2 floats each), then

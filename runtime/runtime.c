@@ -2043,6 +2043,10 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->stream_installs = e.stream_installs;
         out->stream_waits = e.stream_waits;
         out->stream_wait_bytes = e.stream_wait_bytes;
+        out->stream_blocking_waits = e.stream_blocking_waits;
+        out->stream_waits_timed = e.stream_waits_timed;
+        out->stream_waits_untimed = e.stream_waits_untimed;
+        out->stream_wait_seconds = e.stream_wait_seconds;
     }
     strata_rt_stats_base_add(rt, out);
     return STRATA_OK;

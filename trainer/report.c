@@ -844,6 +844,12 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         json_add_int64(j, "stream_waits", s->stream_waits);
         json_add_int64(j, "stream_wait_bytes", (int64_t)s->stream_wait_bytes);
     }
+    if (s->stream_blocking_waits > 0) { /* the training stream's waits, timed (CUDA) */
+        json_add_int64(j, "stream_blocking_waits", s->stream_blocking_waits);
+        json_add_int64(j, "stream_waits_timed", s->stream_waits_timed);
+        json_add_int64(j, "stream_waits_untimed", s->stream_waits_untimed);
+        json_add_double(j, "stream_wait_s", s->stream_wait_seconds);
+    }
     char hash[24];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)res->weights_hash);
     json_object_object_add(j, "weights_hash", json_object_new_string(hash));

@@ -601,6 +601,12 @@ static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
     json_object_object_add(j, "steps", json_object_new_int(o->steps));
     json_object_object_add(j, "batch", json_object_new_int(o->batch));
     json_object_object_add(j, "seq_len", json_object_new_int(o->seq_len));
+    /* the global batch: micro-batches of `batch` sequences per step (one per
+     * rank, or --grad-accum on one rank), and the ranks that drew them */
+    const int world = o->strata.comm ? strata_comm_size(o->strata.comm) : 1;
+    json_object_object_add(j, "world_size", json_object_new_int(world));
+    json_object_object_add(j, "micro_batches",
+                           json_object_new_int(world > 1 ? world : o->grad_accum));
     json_object *model = json_object_new_object();
     for (size_t k = 0; k < N_MODEL_FIELDS; k++)
         json_object_object_add(model, model_fields[k].key,
@@ -649,12 +655,40 @@ static strata_status loop_state_parse(const char *dir, const char *txt,
         int64_t now;
     } same[] = {{"seed", (int64_t)o->seed}, {"batch", o->batch}, {"seq_len", o->seq_len},
                 {"steps", o->steps}};
+    const int world = o->strata.comm ? strata_comm_size(o->strata.comm) : 1;
+    const bool rank0 = !o->strata.comm || strata_comm_rank(o->strata.comm) == 0;
     for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
-        if (NEED(same[k].key, json_type_int) && json_object_get_int64(v) != same[k].now)
+        if (NEED(same[k].key, json_type_int) && json_object_get_int64(v) != same[k].now &&
+            rank0)
             fprintf(stderr, "strata: note: the checkpoint was trained with --%s %lld, this run "
                             "has %lld: the continuation differs from the original run\n",
                     strcmp(same[k].key, "seq_len") == 0 ? "seq-len" : same[k].key,
                     (long long)json_object_get_int64(v), (long long)same[k].now);
+    /* Another world size (issue #22 item 5): said once, with what it changes.
+     * The global batch is micro_batches x batch sequences per step. */
+    const int m_now = world > 1 ? world : o->grad_accum;
+    if (NEED("micro_batches", json_type_int) && rank0) {
+        const int m_then = json_object_get_int(v);
+        const int w_then = NEED("world_size", json_type_int) ? json_object_get_int(v) : 0;
+        if (m_then != m_now && m_then > 0) {
+            char keep[96] = "";
+            if (world == 1 && m_then <= GPT_MAX_RANKS)
+                snprintf(keep, sizeof keep, "; --grad-accum %d keeps it (the same numbers as "
+                         "the original run)", m_then);
+            else if (world > 1 && m_then > 0)
+                snprintf(keep, sizeof keep, "; %d ranks (or 1 rank with --grad-accum %d) keep "
+                         "it", m_then, m_then);
+            fprintf(stderr, "strata: note: the checkpoint was saved by %d rank%s with %d "
+                            "micro-batch%s per step (global batch %d sequences); this run has "
+                            "%d rank%s with %d micro-batch%s (global batch %d): each step now "
+                            "sees %s data, so the loss curve and the schedule's steps change "
+                            "meaning%s\n",
+                    w_then, w_then == 1 ? "" : "s", m_then, m_then == 1 ? "" : "es",
+                    m_then * o->batch, world, world == 1 ? "" : "s", m_now,
+                    m_now == 1 ? "" : "es", m_now * o->batch,
+                    m_now > m_then ? "more" : "less", keep);
+        }
+    }
 #undef NEED
 out:
     json_object_put(j);

@@ -291,6 +291,36 @@ static strata_status cu_event_synchronize(void *ctx, void *event)
     return STRATA_CUDA_CALL(cudaEventSynchronize((cudaEvent_t)event));
 }
 
+/* A timing event (the engine's measure of the training stream's waits on
+ * roots, issue #20): blocking-sync, timestamps kept. */
+static strata_status cu_timing_event_create(void *ctx, void **out)
+{
+    (void)ctx;
+    cudaEvent_t e;
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
+    *out = e;
+    return STRATA_OK;
+}
+
+static strata_status cu_event_elapsed(void *ctx, void *start, void *end, int *done,
+                                      double *seconds)
+{
+    (void)ctx;
+    const cudaError_t q = cudaEventQuery((cudaEvent_t)end);
+    if (q == cudaErrorNotReady) {
+        *done = 0;
+        return STRATA_OK;
+    }
+    strata_status st = STRATA_CUDA_CALL(q);
+    float ms = 0.0f;
+    if (st == STRATA_OK)
+        st = STRATA_CUDA_CALL(cudaEventElapsedTime(&ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    *done = st == STRATA_OK;
+    if (st == STRATA_OK)
+        *seconds = 1e-3 * (double)ms;
+    return st;
+}
+
 static strata_status cu_stream_wait_event(void *ctx, void *stream, void *event)
 {
     (void)ctx;
@@ -425,6 +455,8 @@ static const strata_backend_iface cuda_iface = {
     .event_query = cu_event_query,
     .event_synchronize = cu_event_synchronize,
     .stream_wait_event = cu_stream_wait_event,
+    .timing_event_create = cu_timing_event_create,
+    .event_elapsed = cu_event_elapsed,
     .sgemm_strided_batched = cu_sgemm_strided_batched,
     .ops = {
         .adamw_update = strata_cuda_adamw_update,

@@ -11,7 +11,7 @@
  * optim/, and no optimizer needs to dereference backend memory on the host.
  *
  * Interface rules (see DESIGN.md "Backends and tiers"):
- *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (3); an older
+ *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (4); an older
  *    table is refused at strata_backend_create.
  *  - Required slots: alloc, free, copy, sgemm. Optional slots may be NULL and
  *    have a documented fallback in the strata_backend_* wrapper:
@@ -56,7 +56,7 @@
 extern "C" {
 #endif
 
-#define STRATA_BACKEND_IFACE_VERSION 3
+#define STRATA_BACKEND_IFACE_VERSION 4
 
 typedef struct strata_backend strata_backend;
 
@@ -230,6 +230,18 @@ typedef struct strata_backend_iface {
                                            int64_t stride_c, int batch);
     /* Optional slots, each with the C reference as its fallback. */
     strata_backend_ops ops;
+    /* --- version 4 --- */
+    /* Optional, both or none (and only with the stream/event slots): events
+     * that carry a timestamp. timing_event_create makes an event that
+     * event_record, event_query, event_synchronize, stream_wait_event and
+     * event_destroy take like any other; event_elapsed gives the seconds
+     * between two recorded, completed timing events (*done = 0, *seconds
+     * untouched, when `end` has not completed). CUDA: an event created
+     * without cudaEventDisableTiming and cudaEventElapsedTime. NULL: the
+     * training stream's waits are counted but not timed. */
+    strata_status (*timing_event_create)(void *ctx, void **out);
+    strata_status (*event_elapsed)(void *ctx, void *start, void *end, int *done,
+                                   double *seconds);
 } strata_backend_iface;
 
 /* Wrap a backend implementation in a handle (used by backend authors).

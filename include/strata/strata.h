@@ -701,6 +701,19 @@ typedef struct strata_stats {
     int64_t root_fallbacks;     /* Newton roots rejected by their residual check (or not
                                    converged within the iteration cap) and computed by the
                                    float64 eigendecomposition instead */
+    /* the training stream's waits on the shadow stream (result stages and
+     * snapshot copies not yet complete), measured with the backend's timing
+     * events (CUDA: cudaEventElapsedTime between events recorded on the
+     * training stream just before and after the wait): the time the training
+     * stream stood still for second-order state, the figure the device check
+     * reports as the wait fraction (issue #20). The cpu backend's streams are
+     * inline: all 0 there. */
+    int64_t stream_blocking_waits; /* waits on incomplete shadow-stream work */
+    int64_t stream_waits_timed;    /* of them, measured */
+    int64_t stream_waits_untimed;  /* of them, not measured (no timing events, or 16 pairs
+                                      already in flight) */
+    double stream_wait_seconds;    /* the measured waits, summed, seconds (completed ones: a
+                                      drain or strata_save counts every one) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
@@ -808,10 +821,13 @@ typedef struct strata_save_info {
  * Collective: with several ranks every rank calls it with the same `dir`
  * (a file system they share); rank 0 writes the manifest and the weights,
  * each rank its own shard. Call between steps, after commit. Managed
- * weights (strata_param_desc.managed): every layer is materialized for the
- * save; rank 0 holds the whole model until the weights file is written (its
- * stats.param_bytes_peak counts it), the other ranks one layer at a time;
- * afterwards no layer is held.
+ * weights (strata_param_desc.managed): rank 0 writes the weights file while
+ * the layers stream past, each materialized (broadcast from its owners) just
+ * before its tensors are written and released after them, so no rank holds
+ * more than its shard plus one layer (stats.param_bytes_peak); afterwards no
+ * layer is held. strata_load likewise keeps only this rank's weights of the
+ * weights file in memory (it streams the file through a 4 MiB buffer to
+ * check its SHA-256).
  * A trailing '/' in `dir` names the same directory. An existing `dir` is
  * replaced only when it is a strata checkpoint (its manifest.json says so)
  * or an empty directory.

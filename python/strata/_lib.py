@@ -205,6 +205,10 @@ class Stats(Structure):
         ("grad_staging_bytes", c_size_t),
         ("root_newton", c_int64),
         ("root_fallbacks", c_int64),
+        ("stream_blocking_waits", c_int64),
+        ("stream_waits_timed", c_int64),
+        ("stream_waits_untimed", c_int64),
+        ("stream_wait_seconds", c_double),
     ]
 
 

@@ -10,6 +10,9 @@ usage: test_ckpt_runs.py STRATA).
 3. Every field of the model's shape (vocab, max_seq, n_layer, n_head,
    d_model) is stored and compared on resume, each named with both values;
    a checkpoint without them (saved before) still resumes.
+5. Another global batch on resume (item 5: another world size, or another
+   --grad-accum) is said once, with both values and how to keep it; the same
+   one says nothing.
 Exit 0 pass, 1 fail.
 """
 import json
@@ -138,8 +141,24 @@ def refused_resume(tmp, ckpt):
           f"an accepted resume writes --metrics: rc {p.returncode} {p.stderr[-300:]}")
 
 
+def global_batch(tmp):
+    d = os.path.join(tmp, "ga")
+    p = train("--steps", "2", "--grad-accum", "2", "--save-every", "2", "--save-dir", d)
+    check(p.returncode == 0, f"a --grad-accum 2 run saves: rc {p.returncode} {p.stderr[-300:]}")
+    ck = os.path.join(d, "step-00000002")
+    p = train("--steps", "3", "--resume", ck)
+    notes = [l for l in p.stderr.splitlines() if "micro-batch" in l]
+    check(p.returncode == 0 and len(notes) == 1 and "global batch 8" in notes[0] and
+          "global batch 4" in notes[0] and "--grad-accum 2 keeps it" in notes[0],
+          f"resumed with half the global batch: said once, both values, the fix: {notes}")
+    p = train("--steps", "3", "--grad-accum", "2", "--resume", ck)
+    check(p.returncode == 0 and "micro-batch" not in p.stderr,
+          f"resumed with the same global batch: nothing said: {p.stderr[-300:]}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     ckpt = save_dirs(tmp)
     refused_resume(tmp, ckpt)
+    global_batch(tmp)
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

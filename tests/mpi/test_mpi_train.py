@@ -23,8 +23,11 @@ Checks (issue #9's acceptance):
     final layernorm, held together with the tied embedding at the LM head),
     and within 1.1 x total weights / N + the largest tensor + the largest
     layer's materialized bytes; zero1 keeps every weight on every rank;
-  * a checkpoint saved by N ranks resumes bit-identically on N ranks, and
-    reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
+  * under HSDP the replicas save identical state for every family (a
+    replica that received a shipped refresh and the one that computed it);
+  * a checkpoint saved by N ranks resumes bit-identically on N ranks (a
+    save streams the layers: no rank's weights exceed its shard plus one
+    layer), and reshards: 4 ranks' on 1 rank with --grad-accum 4 bit-identically, on 2
     and 3 ranks, and 3 ranks' on 4; saved again right after the resharding
     load (--save-after-load), every logical tensor (weights and optimizer
     state, reassembled by name across the rank files: `strata ckpt inspect
@@ -302,6 +305,25 @@ def main():
                    res["weights_hash"]),
               "async S=2 HSDP: saving at step 10 changes nothing, resuming from it is "
               "bit-identical")
+        # HSDP checkpoints hold identical replicas (issue #22 item 7): a replica
+        # that received a shipped refresh saves the same slot bytes as the one
+        # that computed it (`strata ckpt inspect --hash` compares the replicas'
+        # copies of every tensor and exits 1 when any differ), every family.
+        for name, args in (("shampoo", ["--optimizer", "shampoo"]),
+                           ("soap", ["--optimizer", "soap"]),
+                           ("kl-shampoo", ["--optimizer", "kl-shampoo"]),
+                           ("kl-exact-async", ["--optimizer", "kl-shampoo", "--kl-form", "exact",
+                                               "--async", "--staleness", "1", "--workers", "1"]),
+                           ("muon", ["--optimizer", "muon"]),
+                           ("normuon", ["--optimizer", "normuon"]),
+                           ("adamw", ["--optimizer", "adamw"])):
+            ck = os.path.join(tmp, f"rep-{name}")
+            got = train(tmp, f"rep-{name}", 4, args + hs + ["--steps", "8", "--save-every", "7",
+                                                            "--save-dir", ck], env)
+            hashes = ckpt_hashes(os.path.join(ck, "step-00000007")) if got else None
+            check(bool(hashes), f"{name} HSDP (--shard-group-size 2 of 4): the replicas' saved "
+                                f"state is identical (ckpt inspect --hash, "
+                                f"{len(hashes or [])} tensors)")
         # Checkpoints across ranks: save at step 6 of 12, resume, same weights.
         for n in (2, 4):
             for name, args in (("shampoo", ["--optimizer", "shampoo"]),
@@ -317,6 +339,18 @@ def main():
                 ok = full and res and full["weights_hash"] == res["weights_hash"]
                 check(bool(ok), f"{name} -np {n}: resume from step 10 bit-identical to the "
                                 f"uninterrupted run")
+                # Streaming save (issue #21 item 4): rank 0 writes the model while the
+                # layers stream past, so no rank's weights ever exceed its shard plus
+                # one layer (before: rank 0 held the whole model during the save).
+                if full:
+                    whole = sum(r["owned_param_bytes"] for r in full["ranks"])
+                    peaks = [(r["param_bytes_peak"], r["owned_param_bytes"],
+                              r["largest_layer_bytes"]) for r in full["ranks"]]
+                    check(all(pk <= own + layer + 4 * 2 * 32 and pk < whole
+                              for pk, own, layer in peaks),
+                          f"{name} -np {n}: peak weights with a save "
+                          f"{', '.join(str(pk) for pk, _, _ in peaks)} B <= owned + one layer, "
+                          f"< the model's {whole} B")
         # Resharding: 4 ranks' checkpoint on 1 rank with --grad-accum 4 (the
         # same numbers as 4 ranks) continues bit-identically; on 2 and 3 ranks,
         # and 3 ranks' on 4, it loads and trains on.

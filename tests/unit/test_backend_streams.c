@@ -132,6 +132,15 @@ static void test_streams_and_events(void **state)
     assert_int_equal(strata_backend_event_record(NULL, NULL), STRATA_ERR_INVALID_ARG);
     assert_int_equal(strata_backend_event_query(ev, NULL), STRATA_ERR_INVALID_ARG);
     strata_backend_event_destroy(ev2);
+    /* Timing events (issue #20): the cpu backend has none (its waits never
+     * block), and elapsed takes only timing events. */
+    strata_event *tev = (strata_event *)&tev;
+    assert_int_equal(strata_backend_timing_event_create(be, &tev), STRATA_ERR_UNSUPPORTED);
+    assert_null(tev);
+    double sec = 42.0;
+    assert_int_equal(strata_backend_event_elapsed(ev, ev, &done, &sec), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_backend_event_elapsed(NULL, ev, &done, &sec), STRATA_ERR_INVALID_ARG);
+    assert_true(sec == 42.0);
     strata_backend_destroy(other);
 
     strata_backend_free(be, dev, sizeof host);

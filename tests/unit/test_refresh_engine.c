@@ -355,6 +355,8 @@ typedef struct tb_op {
 typedef struct tb_event {
     bool done;
     uint64_t seq; /* shadow queue position of its record; 0: recorded on the training stream */
+    bool timing;  /* timing_event_create */
+    int64_t ts;   /* timing: the virtual clock when it completed (1 ms per shadow op run) */
 } tb_event;
 
 typedef struct tb_stream {
@@ -365,6 +367,7 @@ typedef struct tb_counts {
     int64_t copies_shadow_d2h, copies_shadow_h2d, copies_training, copies_sync;
     int64_t records_shadow, records_training;
     int64_t training_waits, training_waits_pending, shadow_waits;
+    int64_t wait_ops; /* shadow ops the training stream's waits ran (1 virtual ms each) */
     int64_t syncs;
     int64_t pinned_allocs, pinned_frees; /* HOST_PINNED (alloc_kind) */
 } tb_counts;
@@ -373,6 +376,7 @@ typedef struct tb_ctx {
     pthread_mutex_t mu;
     tb_op q[4096];
     uint64_t head, tail; /* ops [head, tail) are queued */
+    int64_t clock;       /* the virtual clock: shadow ops run so far */
     tb_counts n;
 } tb_ctx;
 
@@ -382,10 +386,13 @@ static void tb_run_to(tb_ctx *c, uint64_t upto) /* caller holds mu */
 {
     while (c->head < c->tail && c->head < upto) {
         tb_op *o = &c->q[c->head % 4096];
-        if (o->kind == TB_COPY)
+        if (o->kind == TB_COPY) {
             memcpy(o->dst, o->src, o->bytes);
-        else
+        } else {
             o->ev->done = true;
+            o->ev->ts = c->clock;
+        }
+        c->clock++;
         c->head++;
     }
 }
@@ -544,6 +551,7 @@ static strata_status tb_event_record(void *ctx, void *event, void *stream)
         c->n.records_training++;
         e->done = true; /* the training stream runs inline */
         e->seq = 0;
+        e->ts = c->clock;
     }
     pthread_mutex_unlock(&c->mu);
     return STRATA_OK;
@@ -582,9 +590,34 @@ static strata_status tb_wait_event(void *ctx, void *stream, void *event)
     } else {
         c->n.training_waits++;
         c->n.training_waits_pending += !e->done;
+        const int64_t before = c->clock;
         if (!e->done)
             tb_run_to(c, e->seq); /* the training stream waits for the shadow stream */
+        c->n.wait_ops += c->clock - before;
     }
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+static strata_status tb_timing_event_create(void *ctx, void **out)
+{
+    strata_status st = tb_event_create(ctx, out);
+    if (st == STRATA_OK)
+        ((tb_event *)*out)->timing = true;
+    return st;
+}
+
+/* Virtual seconds: 1 ms per shadow op run between the two records. */
+static strata_status tb_event_elapsed(void *ctx, void *start, void *end, int *done,
+                                      double *seconds)
+{
+    tb_ctx *c = ctx;
+    tb_event *a = start, *b = end;
+    assert_true(a->timing && b->timing);
+    pthread_mutex_lock(&c->mu);
+    *done = b->done;
+    if (b->done)
+        *seconds = 1e-3 * (double)(b->ts - a->ts);
     pthread_mutex_unlock(&c->mu);
     return STRATA_OK;
 }
@@ -616,9 +649,23 @@ static const strata_backend_iface tb_iface = {
     .event_query = tb_event_query,
     .event_synchronize = tb_event_sync,
     .stream_wait_event = tb_wait_event,
+    .timing_event_create = tb_timing_event_create,
+    .event_elapsed = tb_event_elapsed,
     .alloc_kind = tb_alloc_kind,
     .free_kind = tb_free_kind,
 };
+
+/* The timing slots come both or none, and only with streams. */
+static void test_timing_slots_paired(void **state)
+{
+    (void)state;
+    strata_backend_iface half = tb_iface;
+    half.event_elapsed = NULL;
+    strata_backend *be = NULL;
+    assert_int_equal(strata_backend_create(&half, NULL, 0, &be), STRATA_ERR_INVALID_ARG);
+    assert_null(be);
+    assert_non_null(strstr(strata_last_error(), "timing_event_create"));
+}
 
 static strata_backend *tb_create(void)
 {
@@ -799,13 +846,15 @@ static void test_s0_bit_identical(void **state)
 static void print_seam(const char *what, const strata_refresh_stats *s, const tb_counts *n)
 {
     print_message("%s: %lld snapshots and %lld stages on the shadow stream (%lld early), %lld "
-                  "device installs, %lld training-stream waits (%llu bytes); backend: "
+                  "device installs, %lld training-stream waits (%llu bytes; %lld blocking, "
+                  "%lld timed: %.3f virtual s); backend: "
                   "%lld D2H + %lld H2D shadow copies, %lld training copies, %lld training waits "
                   "(%lld on incomplete work)\n",
                   what, (long long)s->stream_snapshots, (long long)s->stream_stages,
                   (long long)s->stream_stages_early, (long long)s->stream_installs,
                   (long long)s->stream_waits, (unsigned long long)s->stream_wait_bytes,
-                  (long long)n->copies_shadow_d2h, (long long)n->copies_shadow_h2d,
+                  (long long)s->stream_blocking_waits, (long long)s->stream_waits_timed,
+                  s->stream_wait_seconds, (long long)n->copies_shadow_d2h, (long long)n->copies_shadow_h2d,
                   (long long)n->copies_training, (long long)n->training_waits,
                   (long long)n->training_waits_pending);
 }
@@ -823,6 +872,16 @@ static void check_seam_streams(const strata_refresh_stats *s, const tb_counts *n
     assert_int_equal(n->records_shadow, s->stream_snapshots + s->stream_stages);
     assert_int_equal(n->shadow_waits, s->stream_snapshots + s->stream_stages);
     assert_true(n->training_waits_pending >= s->stream_waits);
+    /* issue #20: every blocking wait of the training stream timed with events,
+     * and the seconds exactly the shadow work those waits ran (1 virtual ms an
+     * op), not a bound from bytes */
+    assert_int_equal(s->stream_blocking_waits, n->training_waits_pending);
+    assert_int_equal(s->stream_waits_timed, s->stream_blocking_waits);
+    assert_int_equal(s->stream_waits_untimed, 0);
+    assert_int_equal(s->stream_waits_pending, 0);
+    assert_true(fabs(s->stream_wait_seconds - 1e-3 * (double)n->wait_ops) < 1e-9);
+    if (n->training_waits_pending > 0)
+        assert_true(s->stream_wait_seconds > 0.0);
     if (device_roots) {
         assert_true(s->stream_installs > 0);
         assert_true(s->stream_stages >= s->stream_installs);
@@ -1424,6 +1483,7 @@ int main(void)
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c2),
         cmocka_unit_test(test_seam_waits_only_when_needed),
         cmocka_unit_test(test_seam_host_pinned),
+        cmocka_unit_test(test_timing_slots_paired),
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_ring_chain),
         cmocka_unit_test(test_ring_drops),
