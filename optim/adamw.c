@@ -93,6 +93,7 @@ typedef struct adamw_state {
     strata_backend *be;
     size_t numel;
     float *m, *v;
+    strata_ledger_hold held; /* the moments, in the runtime's ledger */
 } adamw_state;
 
 static bool fam_false(const void *cfg)
@@ -122,6 +123,8 @@ static strata_status fam_create(const void *cfg, strata_backend *be,
     }
     s->m = mem;
     s->v = s->m + sh->numel;
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, 2 * sh->numel * sizeof(float));
     *out = s;
     return STRATA_OK;
 }
@@ -131,6 +134,7 @@ static void fam_destroy(void *state)
     adamw_state *s = state;
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->m, 2 * s->numel * sizeof(float));
     free(s);
 }

@@ -43,6 +43,7 @@ typedef struct kl_side {
 } kl_side;
 
 struct strata_kl_shampoo_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_kl_shampoo_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -193,6 +194,29 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
                           maxdim);
         goto out_free_work;
     }
+    {
+        /* The ledger: factors; bases and their scales; the first moment; the
+         * rest (three full-size buffers, diagonals, padding) and the host
+         * eigen workspace are workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0, qb = 0;
+        for (int k = 0; k < 2; k++) {
+            const size_t d = (size_t)s->side[k].dim;
+            fb += d * d * sizeof(float);
+            qb += (d * d + d) * sizeof(float);
+        }
+        const size_t mb = n * sizeof(float);
+        const size_t md = (size_t)maxdim;
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, qb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - qb - mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE,
+                               strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+                                   strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
+                                   md * sizeof(double) + (3 * md * md + md) * sizeof(float));
+    }
     *out = s;
     return STRATA_OK;
 
@@ -212,6 +236,7 @@ void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->lambda);
     free(s->work);

@@ -24,6 +24,7 @@
 #include <time.h>
 
 struct strata_muon_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_muon_config cfg;
     strata_ns_config ns; /* from cfg, restart mask resolved */
     strata_backend *be;
@@ -148,6 +149,10 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     s->mom = s->mem;
     s->x = s->mom + n_pad;
     s->work = s->x + n_pad;
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, n_pad * sizeof(float));
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_WORKSPACE, s->mem_bytes - n_pad * sizeof(float));
     if (ns.batch_threads > 1) {
         st = strata_worker_team_create(ns.batch_threads, &s->team);
         if (st != STRATA_OK)
@@ -157,6 +162,7 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     return STRATA_OK;
 
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -174,6 +180,7 @@ void strata_muon_state_destroy(strata_muon_state *s)
     if (!s)
         return;
     strata_worker_team_destroy(s->team);
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s);
 }

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 struct strata_normuon_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_normuon_config cfg;
     strata_backend *be;
     strata_muon_state *muon; /* momentum, update buffer, Newton-Schulz */
@@ -124,6 +125,8 @@ strata_status strata_normuon_state_create(const strata_normuon_config *c, strata
         free(s);
         return st;
     }
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, s->v_bytes);
     *out = s;
     return STRATA_OK;
 }
@@ -132,6 +135,7 @@ void strata_normuon_state_destroy(strata_normuon_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->v, s->v_bytes);
     strata_muon_state_destroy(s->muon);
     free(s);

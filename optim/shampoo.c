@@ -69,6 +69,7 @@ typedef struct root_ws {
 } root_ws;
 
 struct strata_shampoo_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_shampoo_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -431,6 +432,25 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     s->dir = optim_carve(&p, n);
     s->pre = optim_carve(&p, n);
     s->tmp = optim_carve(&p, tmp_floats);
+    {
+        /* The ledger: factors, own roots (the engine charges lent ones),
+         * grafting, momentum / filtered gradient; the rest (m_hat, dir,
+         * pre, tmp, padding) is workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0;
+        for (int i = 0; i < s->nblocks; i++)
+            fb += ((size_t)s->blocks[i].rows * s->blocks[i].rows +
+                   (size_t)s->blocks[i].cols * s->blocks[i].cols) * sizeof(float);
+        const size_t rb = external_roots ? 0 : fb;
+        const size_t gb = need_a ? n * sizeof(float) : 0;
+        const size_t mb = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, rb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_GRAFTING, gb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - rb - gb - mb);
+    }
 
     s->maxdim = maxdim;
     if (!external_roots) {
@@ -442,6 +462,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     return STRATA_OK;
 
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_blocks:
     free(s->blocks);
@@ -458,6 +479,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
     ws_free(s->ws, s->root_threads);
     free(s->root_order);
     free(s->root_status);
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s->blocks);
     free(s);

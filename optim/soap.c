@@ -47,6 +47,7 @@ typedef struct soap_side {
 } soap_side;
 
 struct strata_soap_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_soap_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -154,6 +155,24 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     s->exp_avg_sq = optim_carve(&p, n);
     s->buf[0] = optim_carve(&p, n);
     s->buf[1] = optim_carve(&p, n);
+    {
+        /* The ledger: factors, bases (+ permutations), moments; the rest of
+         * the allocation (two full-size buffers, padding) is workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0, qb = 0;
+        for (int k = 0; k < 2; k++)
+            if (s->side[k].rotated) {
+                const size_t d = (size_t)s->side[k].dim;
+                fb += d * d * sizeof(float);
+                qb += (d * d + d) * sizeof(float);
+            }
+        const size_t mb = 2 * n * sizeof(float);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, qb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - qb - mb);
+    }
 
     if (maxdim > 0) {
         size_t lw = strata_eigenbasis_work_doubles(maxdim);
@@ -166,6 +185,10 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
                               maxdim);
             goto out_free_work;
         }
+        strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_WORKSPACE,
+                               lw * sizeof(double) + (li + (size_t)perm_ints) * sizeof(int) +
+                                   3 * (size_t)maxdim * maxdim * sizeof(float));
         int *pp = s->iwork + li;
         for (int k = 0; k < 2; k++)
             if (s->side[k].rotated) {
@@ -177,10 +200,12 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     return STRATA_OK;
 
 out_free_work:
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->work);
     free(s->iwork);
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -230,6 +255,7 @@ void strata_soap_state_destroy(strata_soap_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->work);
     free(s->iwork);

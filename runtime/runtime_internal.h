@@ -4,6 +4,7 @@
 #define STRATA_RUNTIME_INTERNAL_H
 
 #include "base/clock.h"
+#include "base/ledger.h"
 #include "base/log.h"
 #include "optim/precond.h"
 #include "engine/engine.h"
@@ -121,6 +122,12 @@ struct strata_runtime {
                               NULL: the blocking per-tensor path (one rank, gather
                               sharding, a transport without the non-blocking slots, a
                               non-CPU backend) */
+    /* The memory ledger (strata_memory_ledger_get): the backend, the engine
+       and the families' states charge it; `held` is what commit charged here
+       (the weights and gradients registered, owned managed weights, the
+       gather stage, the gradient buckets), released by uncommit. */
+    strata_ledger ledger;
+    strata_ledger_hold held;
 };
 
 /* state.c: add the counters a load restored (rt->stats_base, set by

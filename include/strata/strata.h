@@ -749,6 +749,32 @@ STRATA_API strata_status strata_config_optimizer_lr(strata_config *cfg, strata_o
 /* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out);
 
+/* The memory ledger of this rank (strata/types.h strata_memory_ledger):
+ * every byte the runtime holds, by tier and kind, now and at its peaks since
+ * strata_create, as the allocating code charged it (sizes as allocated:
+ * page-rounded host-tier slots, 4 KiB nvme extents). What it counts: the
+ * registered weights and gradient buffers (the caller's, each gradient
+ * buffer once; managed weights strata owns and its layer buffers), every
+ * family's state (factors, roots/eigenbases, moments, grafting, the
+ * full-size workspaces a family keeps, its LAPACK workspaces), the refresh
+ * engine's result slots, nvme extents, staging and worker workspaces, the
+ * gradient buckets' ring, the HSDP ship buffer, and what the caller charged
+ * (strata_memory_ledger_charge). Not counted: per-parameter bookkeeping
+ * (names, tables: O(parameters) bytes), thread stacks, the BLAS library's
+ * own buffers, an MPI/NCCL transport's internal buffers. Thread-safe
+ * (relaxed atomic counters). Errors: STRATA_ERR_INVALID_ARG (NULL). */
+STRATA_API strata_status strata_memory_ledger_get(const strata_runtime *rt,
+                                                  strata_memory_ledger *out);
+
+/* Charge (delta > 0) or release (delta < 0) bytes the caller holds for this
+ * training run to the ledger's cell (tier, kind): what a training loop adds
+ * (its activations: STRATA_LEDGER_ACTIVATIONS), so that one ledger covers
+ * the run. A release past what was charged reads as 0. Thread-safe. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL runtime, tier not in [0, STRATA_LEDGER_TIERS),
+ * kind not in [0, STRATA_LEDGER_KINDS)). */
+STRATA_API strata_status strata_memory_ledger_charge(strata_runtime *rt, int tier, int kind,
+                                                     int64_t delta);
+
 /* Which optimizer a registered parameter was routed to (valid after commit). */
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);
