@@ -203,6 +203,18 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The two moments fam_create allocates and charges. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    (void)cfg;
+    (void)blocks;
+    (void)cap;
+    memset(out, 0, sizeof *out);
+    out->device[STRATA_LEDGER_MOMENTS] = 2 * sh->numel * sizeof(float);
+    return 0;
+}
+
 const strata_precond_family strata_family_adamw = {
     .name = "adamw",
     .has_refresh = fam_false,
@@ -216,6 +228,7 @@ const strata_precond_family strata_family_adamw = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

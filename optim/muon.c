@@ -320,6 +320,28 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The sizes strata_muon_state_create_batched allocates and charges. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    (void)blocks;
+    (void)cap;
+    memset(out, 0, sizeof *out);
+    strata_ns_config ns;
+    strata_muon_ns_config(cfg, &ns);
+    ns.gram_restart_mask = strata_ns_restart_mask(&ns);
+    if (!ns.gram_restart_mask)
+        ns.gram_restarts = 0;
+    if (ns.batch_threads > sh->batch)
+        ns.batch_threads = (int)sh->batch;
+    const size_t n = (size_t)sh->batch * (size_t)sh->rows * (size_t)sh->cols;
+    const size_t n_pad = (n + 15) / 16 * 16;
+    const size_t nw = strata_ns_work_floats(&ns, sh->rows, sh->cols);
+    out->device[STRATA_LEDGER_MOMENTS] = n_pad * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = (n_pad + nw) * sizeof(float);
+    return 0;
+}
+
 const strata_precond_family strata_family_muon = {
     .name = "muon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -334,6 +356,7 @@ const strata_precond_family strata_family_muon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

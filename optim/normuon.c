@@ -265,6 +265,17 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* Muon's sizes plus the row second moments. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    strata_muon_config m;
+    muon_part(cfg, &m);
+    const int nb = strata_family_muon.plan(&m, sh, out, blocks, cap);
+    out->device[STRATA_LEDGER_MOMENTS] += (size_t)sh->batch * (size_t)sh->rows * sizeof(float);
+    return nb;
+}
+
 const strata_precond_family strata_family_normuon = {
     .name = "normuon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -279,6 +290,7 @@ const strata_precond_family strata_family_normuon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

@@ -966,6 +966,46 @@ static int fam_n_blocks(const void *s)
 }
 
 /* Slot: [L | R] (rows^2 + cols^2 floats), the roots in place; parts L, R. */
+/* The sizes create_ex(external_roots = true) allocates and charges (its
+ * carve, padding included), without a state. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    const strata_shampoo_config *c = cfg;
+    memset(out, 0, sizeof *out);
+    const int64_t rows = sh->rows, cols = sh->cols, d = c->max_preconditioner_dim;
+    const int64_t nbr = (rows + d - 1) / d, nbc = (cols + d - 1) / d;
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t factors = 0, tmp = 0;
+    int nb = 0;
+    for (int64_t bi = 0; bi < nbr; bi++)
+        for (int64_t bj = 0; bj < nbc; bj++) {
+            const size_t r = (size_t)((rows - bi * d) < d ? rows - bi * d : d);
+            const size_t q = (size_t)((cols - bj * d) < d ? cols - bj * d : d);
+            factors += r * r + q * q;
+            tmp = r * q > tmp ? r * q : tmp;
+            if (blocks && nb < cap)
+                blocks[nb] = (strata_precond_block){
+                    .slot_bytes = (r * r + q * q) * sizeof(float),
+                    .max_dim = (int)(r > q ? r : q),
+                    .n_parts = 2,
+                    .part_bytes = {r * r * sizeof(float), q * q * sizeof(float)},
+                };
+            nb++;
+        }
+    const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
+               need_b = c->momentum > 0.0f;
+    const size_t floats = factors + n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b) +
+                          tmp + 16 * (size_t)(4 * nb + 8);
+    out->device[STRATA_LEDGER_FACTORS] = factors * sizeof(float);
+    out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
+    out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = (floats - factors) * sizeof(float) -
+                                           out->device[STRATA_LEDGER_GRAFTING] -
+                                           out->device[STRATA_LEDGER_MOMENTS];
+    return nb;
+}
+
 static void fam_block(const void *state, int b, strata_precond_block *out)
 {
     const strata_shampoo_state *s = state;
@@ -1172,6 +1212,7 @@ const strata_precond_family strata_family_shampoo = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

@@ -893,6 +893,44 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The sizes soap_create allocates and charges (strata_soap_state_create's
+ * rotation rule, its carve with padding, the host eigen workspace). */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    const strata_soap_config *c = cfg;
+    memset(out, 0, sizeof *out);
+    const int64_t dims[2] = {sh->rows, sh->cols};
+    const size_t n = (size_t)sh->rows * (size_t)sh->cols;
+    size_t fb = 0, qb = 0, slot = 0, part[2] = {0, 0};
+    int maxdim = 0, perm_ints = 0;
+    for (int k = 0; k < 2; k++) {
+        const int64_t d = dims[k];
+        if (!(d > 1 && d <= c->max_precond_dim))
+            continue;
+        part[k] = (size_t)d * d * sizeof(float);
+        fb += (size_t)d * d * sizeof(float);
+        qb += ((size_t)d * d + (size_t)d) * sizeof(float);
+        slot += 3 * (size_t)d * d * sizeof(float) + (size_t)d * sizeof(int);
+        maxdim = (int)d > maxdim ? (int)d : maxdim;
+        perm_ints += (int)d;
+    }
+    const size_t mem = (fb + qb + 4 * n * sizeof(float)) + 16 * 10 * sizeof(float);
+    out->device[STRATA_LEDGER_FACTORS] = fb;
+    out->device[STRATA_LEDGER_ROOTS] = qb;
+    out->device[STRATA_LEDGER_MOMENTS] = 2 * n * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = mem - fb - qb - 2 * n * sizeof(float);
+    if (maxdim > 0)
+        out->host[STRATA_LEDGER_WORKSPACE] =
+            strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+            (strata_eigenbasis_work_ints(maxdim) + (size_t)perm_ints) * sizeof(int) +
+            3 * (size_t)maxdim * maxdim * sizeof(float);
+    if (blocks && cap > 0)
+        blocks[0] = (strata_precond_block){.slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
+                                           .part_bytes = {part[0], part[1]}};
+    return 1;
+}
+
 const strata_precond_family strata_family_soap = {
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
@@ -912,6 +950,7 @@ const strata_precond_family strata_family_soap = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

@@ -556,9 +556,7 @@ static strata_optimizer route(const strata_runtime *rt, const rt_param *p)
  * matrix optimizer is. */
 static bool is_tail_by_rule(const strata_runtime *rt, const rt_param *p)
 {
-    return p->role == STRATA_ROLE_EMBEDDING || p->role == STRATA_ROLE_HEAD ||
-           p->role == STRATA_ROLE_VECTOR || p->ndim <= 1 ||
-           (rt->cfg.route_degenerate_to_adamw && (p->view.rows == 1 || p->view.cols == 1));
+    return strata_rt_is_tail_rule(&rt->cfg, p->role, p->ndim, p->view.rows, p->view.cols);
 }
 
 strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
@@ -2225,4 +2223,30 @@ strata_status strata_testing_inject_snapshot_errors(strata_runtime *rt, int n)
     if (!rt->committed)
         return strata_error(STRATA_ERR_STATE, "testing_inject_snapshot_errors: call after commit");
     return strata_refresh_inject_snapshot_errors(rt->engine, n);
+}
+
+/* ---- for plan.c (runtime_internal.h) */
+
+const strata_precond_family *strata_rt_family_for(const strata_config *c, strata_optimizer o,
+                                                  const void **cfg)
+{
+    return family_for(c, o, cfg);
+}
+
+bool strata_rt_is_tail_rule(const strata_config *c, strata_role role, int ndim, int64_t rows,
+                            int64_t cols)
+{
+    return role == STRATA_ROLE_EMBEDDING || role == STRATA_ROLE_HEAD ||
+           role == STRATA_ROLE_VECTOR || ndim <= 1 ||
+           (c->route_degenerate_to_adamw && (rows == 1 || cols == 1));
+}
+
+void strata_rt_config_resolve(strata_config *c)
+{
+    config_resolve(c);
+}
+
+strata_status strata_rt_check_config(const strata_config *c)
+{
+    return check_config(c);
 }

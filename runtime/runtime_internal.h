@@ -130,6 +130,17 @@ struct strata_runtime {
     strata_ledger_hold held;
 };
 
+/* runtime.c, for plan.c: the family of kind `o` under *c and its
+ * configuration (*cfg; NULL for an unknown kind); the routing rule's tail
+ * test for a parameter of this role and view; the configuration as
+ * strata_create resolves it; strata_create's configuration check. */
+const strata_precond_family *strata_rt_family_for(const strata_config *c, strata_optimizer o,
+                                                  const void **cfg);
+bool strata_rt_is_tail_rule(const strata_config *c, strata_role role, int ndim, int64_t rows,
+                            int64_t cols);
+void strata_rt_config_resolve(strata_config *c);
+strata_status strata_rt_check_config(const strata_config *c);
+
 /* state.c: add the counters a load restored (rt->stats_base, set by
  * strata_rt_stats_resume) to `out`, a strata_stats_get result. */
 void strata_rt_stats_base_add(const strata_runtime *rt, strata_stats *out);
