@@ -40,9 +40,9 @@ strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_
  * Newton-Schulz), R = sum over its blocks of r^3 + c^3 (one refresh: the
  * eigendecompositions), r and c the block's factor sides (from the
  * family's plan slot). The three coefficients are fitted by least squares
- * to strata_cost_step_seconds measured (and cached) on this machine at
- * square anchors d x d, d in {96, 192, 384}, with F = 1 and F = 2^20 to
- * separate the refresh from the step. The family must have a plan slot. */
+ * to steps measured (as strata_cost_step_seconds measures them, the minimum
+ * of three, cached) on this machine at square anchors d x d, d in {128,
+ * 256, 384}, with F = 1 and F = 2^20 to separate the refresh from the step. The family must have a plan slot. */
 typedef struct strata_cost_fit {
     double product_s, element_s, refresh_s;
     int measured;          /* anchor measurements taken now (0: all from the cache) */

@@ -217,10 +217,19 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     }
     if (st == STRATA_OK) {
         if (managed) {
-            uint64_t big = 0;
-            for (int l = 0; l <= max_layer; l++)
-                big = layer_other[l] > big ? layer_other[l] : big;
-            charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS, round64(big));
+            /* The example trainer holds two layers at once at most (the
+             * head with the tied embedding; a layer and the next around a
+             * hook): the two largest layers' others. */
+            uint64_t big = 0, second = 0;
+            for (int l = 0; l <= max_layer; l++) {
+                if (layer_other[l] > big) {
+                    second = big;
+                    big = layer_other[l];
+                } else if (layer_other[l] > second) {
+                    second = layer_other[l];
+                }
+            }
+            charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS, round64(big) + round64(second));
         }
         if (max_slot > 0) { /* the nvme tier's scratch, staging and ring staging */
             charge(r, host, STRATA_LEDGER_WORKSPACE,
@@ -293,10 +302,9 @@ strata_status strata_plan_estimate(const strata_config *cfg, const strata_param_
         st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
         goto out;
     }
-    int blas = c.blas_threads;
-    if (c.async && blas == 0)
-        blas = 1; /* as strata_create: the cost model's keys carry the BLAS threads */
-    st = strata_backend_create_kind(STRATA_BACKEND_CPU, blas, &be);
+    /* One BLAS thread: a refresh worker's (OpenBLAS runs single-threaded
+     * inside worker threads), and the steps of one rank per core. */
+    st = strata_backend_create_kind(STRATA_BACKEND_CPU, 1, &be);
     const double t0 = strata_now_seconds();
     double total_bytes = 0.0;
     for (int i = 0; i < n && st == STRATA_OK; i++) {
