@@ -2,7 +2,8 @@
 """`strata plan` against the memory ledger of real runs (issue #21 items 1-2;
 usage: test_plan.py STRATA [SOURCE_ROOT]).
 
-1. For small GPTs that train here (Shampoo sync and async, SOAP, Muon, AdamW;
+1. For small GPTs that train here (Shampoo sync and async, SOAP, Muon, AdamW,
+   NorMuon, KL-Shampoo;
    one rank, and two ranks under mpirun when it is there), the plan's
    per-rank bytes match the ledger the run reports in its JSONL summary
    ("memory", rank 0's peaks) within 10%: the total, and every tier/kind cell
@@ -89,6 +90,8 @@ with tempfile.TemporaryDirectory() as tmp:
     compare("soap", ["--optimizer", "soap"])
     compare("muon", ["--optimizer", "muon"])
     compare("adamw", ["--optimizer", "adamw"])
+    compare("normuon", ["--optimizer", "normuon"])
+    compare("kl-shampoo", ["--optimizer", "kl-shampoo"])
     mpi = shutil.which("mpirun") is not None
     if mpi:
         probe = subprocess.run(["mpirun", "-np", "1", STRATA, "train", "--steps", "1",
