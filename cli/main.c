@@ -852,6 +852,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             fprintf(stderr, "strata: --%s belongs to %s\n", f->name,
                     f->only == 1u << CMD_RACE    ? "race"
                     : f->only == 1u << CMD_SWEEP ? "sweep-staleness"
+                    : f->only == 1u << CMD_PLAN  ? "plan"
                                                  : "sweep-staleness and race");
             return 2;
         }
