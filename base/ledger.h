@@ -43,7 +43,7 @@ void strata_ledger_read(const strata_ledger *l, strata_memory_ledger *out);
  * object embeds a hold (zeroed with the object), charges through it, and
  * calls strata_ledger_hold_release in its destroy. Entries of the same
  * tier and kind merge; at most STRATA_LEDGER_HOLD_MAX distinct cells. */
-#define STRATA_LEDGER_HOLD_MAX 8
+#define STRATA_LEDGER_HOLD_MAX 12
 typedef struct strata_ledger_hold {
     strata_ledger *l;
     int n;
