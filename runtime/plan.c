@@ -6,7 +6,8 @@
  * match strata_memory_ledger_get of a real run (tests/cli/test_plan.py):
  *   - the registered weights and gradient buffers: the caller's tier, every
  *     rank (managed weights: owned ones in host memory, 64-byte rounded, and
- *     the largest layer's others, runtime.c managed_setup / materialize);
+ *     the two largest layers' others, runtime.c managed_setup / materialize,
+ *     as the example trainer holds them);
  *   - each family's state on the ranks that update it: its plan slot
  *     (optim/precond.h), the same sizes its create charges;
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =

@@ -803,8 +803,10 @@ typedef struct strata_plan_options {
                                 of (s); <= 0: no frequency or staleness answer */
     uint64_t activation_bytes; /* per rank: what the training loop's forward and backward
                                   hold (charged as ACTIVATIONS in the caller's tier) */
-    bool managed;            /* parameters registered managed (ZeRO-3 weights: a rank holds
-                                its owned weights and the largest layer's others) */
+    bool managed;            /* parameters registered managed (ZeRO-3 weights, in effect
+                                with owner sharding over several ranks on the CPU
+                                backend): a rank holds its owned weights and the two
+                                largest layers' others (the example trainer's peak) */
 } strata_plan_options;
 
 /* One rank's planned figures. */
