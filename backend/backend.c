@@ -23,6 +23,7 @@ struct strata_backend {
     _Atomic size_t bytes_budget[STRATA_MEM_KINDS];
     _Atomic size_t bytes_in_use[STRATA_MEM_KINDS];
     _Atomic size_t bytes_peak[STRATA_MEM_KINDS];
+    strata_ledger *ledger; /* the runtime's (strata_backend_ledger_set), NULL: none */
 };
 
 struct strata_stream {
@@ -218,6 +219,27 @@ strata_status strata_backend_alloc_kind(strata_backend *be, strata_mem_kind kind
                                                   memory_order_relaxed, memory_order_relaxed))
         ;
     return STRATA_OK;
+}
+
+void strata_backend_ledger_set(strata_backend *be, strata_ledger *l)
+{
+    if (be)
+        be->ledger = l;
+}
+
+strata_ledger *strata_backend_ledger(const strata_backend *be)
+{
+    return be ? be->ledger : NULL;
+}
+
+int strata_ledger_tier_of_mem(strata_mem_kind kind)
+{
+    switch (kind) {
+    case STRATA_MEM_HOST: return STRATA_LEDGER_HOST;
+    case STRATA_MEM_HOST_PINNED: return STRATA_LEDGER_HOST_PINNED;
+    case STRATA_MEM_MANAGED: return STRATA_LEDGER_MANAGED;
+    default: return STRATA_LEDGER_DEVICE;
+    }
 }
 
 strata_status strata_backend_alloc(strata_backend *be, size_t bytes, void **out)

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/ledger.h"
 #include "strata/backend.h"
 
 /* ---- memory kinds, streams, events, asynchronous copies, products (the
@@ -29,6 +30,16 @@ strata_status strata_backend_sgemm(strata_backend *be, int trans_a, int trans_b,
 strata_status strata_backend_ssyrk(strata_backend *be, int trans, int n, int k,
                                               float alpha, const float *a, int lda, float beta,
                                               float *c, int ldc);
+
+/* The memory ledger (base/ledger.h) that code allocating through this
+ * backend charges (the runtime sets its own on the backend it creates;
+ * NULL: none, the default). The backend itself charges nothing: the
+ * allocating site knows the bytes' kind. Set before any allocation that
+ * charges it; not thread-safe against a concurrent get. */
+void strata_backend_ledger_set(strata_backend *be, strata_ledger *l);
+strata_ledger *strata_backend_ledger(const strata_backend *be);
+/* The ledger tier of a backend memory kind (DEVICE -> STRATA_LEDGER_DEVICE). */
+int strata_ledger_tier_of_mem(strata_mem_kind kind);
 
 /* Wait until all queued work on the backend has finished. */
 strata_status strata_backend_synchronize(strata_backend *be);

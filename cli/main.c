@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blas_core.h"
@@ -31,6 +32,8 @@
 #include "runtime/config_schema.h"
 #include "sweep.h"
 #include "trainer.h"
+
+#include <json-c/json.h>
 
 #define NVME_DIR_DEFAULT "runs/nvme"
 #define SWEEP_MAX_VALUES 32
@@ -43,6 +46,8 @@ static void usage_main(FILE *f)
           "  train            train the example byte-level GPT through the strata runtime\n"
           "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
           "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
+          "  plan             per-rank memory by tier and kind, owner plan and refresh cost of a\n"
+          "                   model (the GPT's flags or --shapes FILE) on N ranks, without running it\n"
           "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
           "  help [COMMAND]   show this help, or COMMAND's (as `strata COMMAND --help`)\n"
           "  --version        print the library's version\n",
@@ -50,7 +55,7 @@ static void usage_main(FILE *f)
 }
 
 /* The commands that parse the train flags. */
-typedef enum train_cmd { CMD_TRAIN, CMD_SWEEP, CMD_RACE } train_cmd;
+typedef enum train_cmd { CMD_TRAIN, CMD_SWEEP, CMD_RACE, CMD_PLAN } train_cmd;
 
 /* What the train flags fill in: the training options, plus the flags that
  * fan out to several options after parsing, plus sweep-staleness's and
@@ -66,6 +71,15 @@ typedef struct train_args {
     const char *runs;    /* race: the run list (NULL: race.h's default) */
     bool deterministic;  /* --deterministic (the default) */
     int nondeterministic; /* --no-deterministic */
+    /* plan only */
+    const char *shapes;  /* --shapes FILE: a JSON parameter list instead of the GPT's */
+    int world;           /* --world N */
+    int ranks_per_node;  /* --ranks-per-node N */
+    double step_ms;      /* --step-ms T: the step time the workers must keep ahead of */
+    int plan_workers;    /* --plan-workers W: refresh workers per rank (0: the runtime's rule) */
+    double memory_gib;   /* --memory-gib M: one rank's memory to check the plan against */
+    size_t activation_bytes; /* --activation-mib N (shape files; the GPT's are computed) */
+    bool json;           /* --json: one JSON object instead of the text */
 } train_args;
 
 static void train_args_default(train_args *a, train_cmd cmd)
@@ -79,6 +93,8 @@ static void train_args_default(train_args *a, train_cmd cmd)
     a->n_values = (int)(sizeof values / sizeof values[0]);
     memcpy(a->values, values, sizeof values);
     a->out_dir = "runs/sweep";
+    a->world = 1;
+    a->ranks_per_node = 0; /* 0: the world on one node */
     if (cmd == CMD_RACE) {
         /* One async run at the default budget; validation often enough to
          * time when each run reaches AdamW's final loss. */
@@ -469,6 +485,21 @@ static const train_flag train_flag_rows[] = {
     {.name = "out", .type = FT_STRING, .off = OFF(out_dir),
      .only = 1u << CMD_SWEEP | 1u << CMD_RACE},
     {.name = "runs", .type = FT_STRING, .off = OFF(runs), .only = 1u << CMD_RACE},
+    /* plan only (print_plan_help lists them) */
+    {.name = "shapes", .type = FT_STRING, .off = OFF(shapes), .only = 1u << CMD_PLAN},
+    {.name = "world", .type = FT_INT, .off = OFF(world), .lo = 1, .hi = 65536,
+     .only = 1u << CMD_PLAN},
+    {.name = "ranks-per-node", .type = FT_INT, .off = OFF(ranks_per_node), .lo = 1,
+     .hi = 65536, .only = 1u << CMD_PLAN},
+    {.name = "step-ms", .type = FT_DOUBLE, .off = OFF(step_ms), .lo = 0, .hi = 1e9,
+     .only = 1u << CMD_PLAN},
+    {.name = "plan-workers", .type = FT_INT, .off = OFF(plan_workers), .lo = 0, .hi = 1024,
+     .only = 1u << CMD_PLAN},
+    {.name = "memory-gib", .type = FT_DOUBLE, .off = OFF(memory_gib), .lo = 0, .hi = 1e9,
+     .only = 1u << CMD_PLAN},
+    {.name = "activation-mib", .type = FT_MIB, .off = OFF(activation_bytes), .lo = 0,
+     .hi = INT_MAX, .only = 1u << CMD_PLAN},
+    {.name = "json", .type = FT_TRUE, .off = OFF(json), .only = 1u << CMD_PLAN},
 };
 
 #define N_FLAGS (sizeof train_flag_rows / sizeof train_flag_rows[0])
@@ -717,6 +748,25 @@ static void print_race_help(FILE *out, const train_args *d)
             STRATA_RACE_DEFAULT_RUNS, values, d->out_dir, d->o.eval_every, d->o.steps);
 }
 
+static void print_plan_help(FILE *out)
+{
+    fputs("usage: strata plan [--shapes FILE] [--world N] [--ranks-per-node N] [--step-ms T]\n"
+          "                   [--plan-workers W] [--memory-gib M] [--activation-mib N] [--json]\n"
+          "                   [train options]\n\n"
+          "Plan a run without running it (strata_plan_estimate): per-rank bytes by tier and\n"
+          "kind at the run's peak (what the memory ledger of the same run reports), the owner\n"
+          "plan's makespan and balance, one refresh round per rank on W workers, and the\n"
+          "smallest --precondition-frequency and --staleness that keep the workers ahead of\n"
+          "a step of T ms. The model: the GPT of the train flags (--layers, --d-model,\n"
+          "--heads, --seq-len, --batch; its activations included), or --shapes FILE, a JSON\n"
+          "parameter list (plan/shapes/*.json: GPT-2, Llama, OLMo); --activation-mib adds a\n"
+          "shape file's activations per rank. --world ranks, --ranks-per-node per node\n"
+          "(default: all on one), --memory-gib one rank's memory to check against. Costs come\n"
+          "from a model fitted on this machine (measured once, cached). The optimizer and\n"
+          "tier flags are the train flags below.\n\n",
+          out);
+}
+
 static void print_train_help(FILE *out, train_cmd cmd)
 {
     resolve_flags();
@@ -724,6 +774,8 @@ static void print_train_help(FILE *out, train_cmd cmd)
     train_args_default(&d, cmd);
     if (cmd == CMD_RACE)
         print_race_help(out, &d);
+    if (cmd == CMD_PLAN)
+        print_plan_help(out);
     if (cmd == CMD_SWEEP) {
         char values[160] = "";
         size_t used = 0;
@@ -806,6 +858,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             fprintf(stderr, "strata: --%s belongs to %s\n", f->name,
                     f->only == 1u << CMD_RACE    ? "race"
                     : f->only == 1u << CMD_SWEEP ? "sweep-staleness"
+                    : f->only == 1u << CMD_PLAN  ? "plan"
                                                  : "sweep-staleness and race");
             return 2;
         }
@@ -1233,6 +1286,310 @@ static int cmd_ckpt(int argc, char **argv)
     return 0;
 }
 
+
+/* ---- plan */
+
+static strata_role role_parse(const char *s, bool *ok)
+{
+    static const struct { const char *n; strata_role r; } roles[] = {
+        {"auto", STRATA_ROLE_AUTO},     {"matrix", STRATA_ROLE_MATRIX},
+        {"embedding", STRATA_ROLE_EMBEDDING}, {"head", STRATA_ROLE_HEAD},
+        {"vector", STRATA_ROLE_VECTOR}};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (strcmp(s, roles[i].n) == 0) {
+            *ok = true;
+            return roles[i].r;
+        }
+    *ok = false;
+    return STRATA_ROLE_AUTO;
+}
+
+/* A shape file: {"model": NAME, "source": URL, "params": [{"name", "shape":
+ * [..], "role", "layer"}, ...]}. *descs and *names are the caller's to free. */
+static int shapes_load(const char *path, strata_param_desc **descs, int *n, char **model,
+                       json_object **root)
+{
+    *root = json_object_from_file(path);
+    if (!*root) {
+        fprintf(stderr, "strata: plan: cannot read the shape file %s: %s\n", path,
+                json_util_get_last_err());
+        return 1;
+    }
+    json_object *params = NULL, *m = NULL;
+    if (!json_object_object_get_ex(*root, "params", &params) ||
+        !json_object_is_type(params, json_type_array) || json_object_array_length(params) == 0) {
+        fprintf(stderr, "strata: plan: %s has no \"params\" list\n", path);
+        return 1;
+    }
+    *model = json_object_object_get_ex(*root, "model", &m) ? (char *)json_object_get_string(m)
+                                                           : (char *)path;
+    const int count = (int)json_object_array_length(params);
+    *descs = calloc((size_t)count, sizeof **descs);
+    if (!*descs)
+        return 1;
+    for (int i = 0; i < count; i++) {
+        json_object *p = json_object_array_get_idx(params, (size_t)i), *v = NULL;
+        strata_param_desc *d = &(*descs)[i];
+        d->optimizer = STRATA_OPTIM_DEFAULT;
+        if (json_object_object_get_ex(p, "name", &v))
+            d->name = json_object_get_string(v);
+        json_object *shape = NULL;
+        const bool has_shape = json_object_object_get_ex(p, "shape", &shape) &&
+                               json_object_is_type(shape, json_type_array);
+        const int nd = has_shape ? (int)json_object_array_length(shape) : -1;
+        if (!d->name || nd < 1 || nd > STRATA_MAX_DIMS) {
+            fprintf(stderr, "strata: plan: %s: parameter %d needs a name and a shape of 1 to %d "
+                            "sides\n", path, i, STRATA_MAX_DIMS);
+            return 1;
+        }
+        d->ndim = nd;
+        for (int k = 0; k < nd; k++)
+            d->shape[k] = json_object_get_int64(json_object_array_get_idx(shape, (size_t)k));
+        bool ok = true;
+        if (json_object_object_get_ex(p, "role", &v))
+            d->role = role_parse(json_object_get_string(v), &ok);
+        if (!ok) {
+            fprintf(stderr, "strata: plan: %s: '%s': unknown role '%s' (auto, matrix, "
+                            "embedding, head, vector)\n", path, d->name, json_object_get_string(v));
+            return 1;
+        }
+        if (json_object_object_get_ex(p, "layer", &v))
+            d->layer = json_object_get_int(v);
+    }
+    *n = count;
+    return 0;
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void plan_print_rank(const strata_plan_rank *r, int rank)
+{
+    printf("rank %d: %.1f MiB (%.2f GiB)\n", rank, mib(r->total), (double)r->total / 1073741824.0);
+    for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
+        uint64_t tier = 0;
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            tier += r->bytes[t][k];
+        if (!tier)
+            continue;
+        printf("  %-11s %10.1f |", strata_ledger_tier_name(t), mib(tier));
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            if (r->bytes[t][k])
+                printf(" %s %.1f", strata_ledger_kind_name(k), mib(r->bytes[t][k]));
+        printf("\n");
+    }
+}
+
+static json_object *plan_rank_json(const strata_plan_rank *r)
+{
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "total", json_object_new_int64((int64_t)r->total));
+    for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
+        json_object *jt = NULL;
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++) {
+            if (!r->bytes[t][k])
+                continue;
+            if (!jt)
+                jt = json_object_new_object();
+            json_object_object_add(jt, strata_ledger_kind_name(k),
+                                   json_object_new_int64((int64_t)r->bytes[t][k]));
+        }
+        if (jt)
+            json_object_object_add(j, strata_ledger_tier_name(t), jt);
+    }
+    json_object_object_add(j, "optimizer_s", json_object_new_double(r->optimizer_seconds));
+    json_object_object_add(j, "refresh_round_s", json_object_new_double(r->refresh_round_seconds));
+    json_object_object_add(j, "refresh_serial_s",
+                           json_object_new_double(r->refresh_serial_seconds));
+    json_object_object_add(j, "owned_params", json_object_new_int(r->owned_params));
+    json_object_object_add(j, "owned_blocks", json_object_new_int(r->owned_blocks));
+    return j;
+}
+
+static int cmd_plan(int argc, char **argv)
+{
+    train_args a;
+    int rc = parse_train(argc, argv, CMD_PLAN, &a);
+    if (rc)
+        return rc == 100 ? 0 : rc;
+    const int W = a.world, rpn = a.ranks_per_node ? a.ranks_per_node : a.world;
+    if (W % rpn != 0) {
+        fprintf(stderr, "strata: plan: --ranks-per-node %d must divide --world %d\n", rpn, W);
+        return 2;
+    }
+    strata_param_desc *descs = NULL;
+    gpt_tensor *tensors = NULL;
+    char *names = NULL, *model = NULL;
+    json_object *root = NULL;
+    strata_plan_rank *ranks = NULL;
+    int n = 0;
+    rc = 1;
+    char gpt_name[160];
+    strata_plan_options opt = {.world_size = W, .ranks_per_node = rpn,
+                               .workers = a.plan_workers, .step_seconds = a.step_ms / 1e3,
+                               .activation_bytes = a.activation_bytes};
+    /* The trainer registers its weights managed over several owner-sharded ranks. */
+    opt.managed = W > 1 && a.o.strata.sharding == STRATA_SHARD_OWNER &&
+                  a.o.strata.backend == STRATA_BACKEND_CPU;
+    if (a.shapes) {
+        if (shapes_load(a.shapes, &descs, &n, &model, &root) != 0)
+            goto out;
+        opt.managed = false; /* a shape file's loop is the caller's */
+    } else {
+        const int count = gpt_describe(&a.o.model, NULL, NULL, 0);
+        if (count < 1) {
+            fprintf(stderr, "strata: plan: invalid model (--layers, --d-model, --heads)\n");
+            goto out;
+        }
+        tensors = calloc((size_t)count, sizeof *tensors);
+        names = calloc((size_t)count, GPT_DESCRIBE_NAME_LEN);
+        descs = calloc((size_t)count, sizeof *descs);
+        if (!tensors || !names || !descs)
+            goto out;
+        gpt_describe(&a.o.model, tensors, names, count);
+        for (int i = 0; i < count; i++) {
+            const gpt_tensor *t = &tensors[i];
+            descs[i] = (strata_param_desc){
+                .name = t->name, .ndim = t->ndim,
+                .shape = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1},
+                .layer = t->layer,
+                .role = t->role == GPT_ROLE_EMBEDDING ? STRATA_ROLE_EMBEDDING
+                        : t->role == GPT_ROLE_MATRIX  ? STRATA_ROLE_MATRIX
+                                                      : STRATA_ROLE_VECTOR,
+                .optimizer = STRATA_OPTIM_DEFAULT,
+            };
+        }
+        n = count;
+        /* What the trainer holds besides strata's: the activations of one
+         * (B, T) batch (gpt_activation_bytes, as the trainer charges them). */
+        if (!a.activation_bytes)
+            opt.activation_bytes = gpt_activation_bytes(&a.o.model, a.o.batch, a.o.seq_len);
+        snprintf(gpt_name, sizeof gpt_name, "example GPT (%d layers, d_model %d, %d heads, seq %d, "
+                 "batch %d)", a.o.model.n_layer, a.o.model.d_model, a.o.model.n_head,
+                 a.o.seq_len, a.o.batch);
+        model = gpt_name;
+    }
+    ranks = calloc((size_t)W, sizeof *ranks);
+    if (!ranks)
+        goto out;
+    strata_plan_summary sum;
+    const double t0 = wall_seconds();
+    strata_status st = strata_plan_estimate(&a.o.strata, descs, n, &opt, ranks, &sum);
+    const double elapsed = wall_seconds() - t0;
+    if (st != STRATA_OK) {
+        fprintf(stderr, "strata: plan: %s: %s\n", strata_status_str(st), strata_last_error());
+        goto out;
+    }
+    const char *mopt = strata_optimizer_name(a.o.strata.matrix_optimizer);
+    uint64_t tmin = UINT64_MAX, tsum = 0;
+    for (int r = 0; r < W; r++) {
+        tmin = ranks[r].total < tmin ? ranks[r].total : tmin;
+        tsum += ranks[r].total;
+    }
+    const double tmean = (double)tsum / W;
+    if (a.json) {
+        json_object *j = json_object_new_object();
+        json_object_object_add(j, "model", json_object_new_string(model));
+        json_object_object_add(j, "world", json_object_new_int(W));
+        json_object_object_add(j, "ranks_per_node", json_object_new_int(rpn));
+        json_object_object_add(j, "optimizer", json_object_new_string(mopt));
+        json_object_object_add(j, "params", json_object_new_int(sum.n_params));
+        json_object_object_add(j, "elements", json_object_new_int64(sum.elements));
+        json_object_object_add(j, "matrices", json_object_new_int(sum.n_matrix));
+        json_object_object_add(j, "blocks", json_object_new_int(sum.n_blocks));
+        json_object_object_add(j, "makespan_s", json_object_new_double(sum.makespan));
+        json_object_object_add(j, "lower_bound_s", json_object_new_double(sum.lower_bound));
+        json_object_object_add(j, "workers", json_object_new_int(sum.workers));
+        json_object_object_add(j, "refresh_round_s",
+                               json_object_new_double(sum.refresh_round_seconds));
+        json_object_object_add(j, "frequency", json_object_new_int(sum.frequency));
+        json_object_object_add(j, "min_frequency", json_object_new_int(sum.min_frequency));
+        json_object_object_add(j, "min_staleness", json_object_new_int(sum.min_staleness));
+        json_object_object_add(j, "max_total", json_object_new_int64((int64_t)sum.max_total));
+        json_object_object_add(j, "plan_s", json_object_new_double(elapsed));
+        json_object *jr = json_object_new_array();
+        for (int r = 0; r < W; r++)
+            json_object_array_add(jr, plan_rank_json(&ranks[r]));
+        json_object_object_add(j, "ranks", jr);
+        printf("%s\n", json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN));
+        json_object_put(j);
+        rc = 0;
+        goto out;
+    }
+    printf("model: %s | %d tensors, %.1fM parameters: %d matrices (%.1fM) -> %s, %d tail -> "
+           "adamw\n", model, sum.n_params, sum.elements / 1e6, sum.n_matrix,
+           sum.matrix_elements / 1e6, mopt, sum.n_tail);
+    printf("run: %d rank%s (%d per node), sharding %s, %s, F = %d%s\n", W, W == 1 ? "" : "s", rpn,
+           gpt_enum_name_of(gpt_sharding_names, (int)a.o.strata.sharding, "?"),
+           a.o.strata.async ? "async" : "sync", sum.frequency,
+           opt.managed ? ", managed weights" : "");
+    printf("per-rank bytes at the peak (MiB), as the memory ledger counts them:\n");
+    const int shown = W <= 2 ? W : 1;
+    for (int r = 0; r < shown; r++)
+        plan_print_rank(&ranks[r], r);
+    if (W > 1)
+        printf("ranks: total min %.1f, mean %.1f, max %.1f MiB (max/mean %.3f)\n", mib(tmin),
+               tmean / 1048576.0, mib(sum.max_total), sum.max_total / (tmean > 0 ? tmean : 1));
+    if (a.o.strata.async && a.o.strata.host_budget) {
+        const uint64_t roots = ranks[0].bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
+                               ranks[0].bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS];
+        if (roots > a.o.strata.host_budget)
+            printf("note: rank 0's host-tier roots (%.1f MiB) exceed --host-budget-mib %.0f: "
+                   "the run spills blocks to nvme (--tiers device,host,nvme) or is refused; "
+                   "spill is not modelled here\n", mib(roots), mib(a.o.strata.host_budget));
+    }
+    if (a.memory_gib > 0) {
+        const double cap = a.memory_gib * 1073741824.0;
+        printf("memory: the largest rank needs %.2f GiB of %.1f GiB: %s\n",
+               sum.max_total / 1073741824.0, a.memory_gib,
+               (double)sum.max_total <= cap ? "fits" : "does NOT fit");
+    }
+    printf("owner plan: makespan %.4g s per step, lower bound %.4g s (ratio %.3f), %s\n",
+           sum.makespan, sum.lower_bound,
+           sum.lower_bound > 0 ? sum.makespan / sum.lower_bound : 1.0,
+           W == 1 ? "one rank" : sum.milp ? "exact MILP" : "greedy LPT");
+    if (sum.n_blocks > 0) {
+        double serial = 0;
+        for (int r = 0; r < W; r++)
+            serial = ranks[r].refresh_serial_seconds > serial ? ranks[r].refresh_serial_seconds
+                                                              : serial;
+        printf("refresh round: %d blocks; the slowest rank's round %.3g s on %d worker%s "
+               "(%.3g s on one)\n", sum.n_blocks, sum.refresh_round_seconds, sum.workers,
+               sum.workers == 1 ? "" : "s", serial);
+        if (opt.step_seconds > 0) {
+            printf("at %.1f ms per step: smallest precondition frequency %d", a.step_ms,
+                   sum.min_frequency);
+            if (sum.min_staleness >= 0)
+                printf(", smallest staleness at F = %d: %d (--async --staleness %d)\n",
+                       sum.frequency, sum.min_staleness, sum.min_staleness);
+            else
+                printf("; at F = %d the workers fall behind%s (raise "
+                       "--precondition-frequency to %d)\n", sum.frequency,
+                       sum.max_staleness >= 0 ? " or S passes the family's limit" : "",
+                       sum.min_frequency);
+        } else {
+            printf("(give --step-ms for the smallest frequency and staleness)\n");
+        }
+    }
+    printf("cost model: fitted on this machine (%d anchor%s measured now, %.2f s); plan %.2f s\n",
+           sum.cost_measured, sum.cost_measured == 1 ? "" : "s", sum.cost_seconds, elapsed);
+    rc = 0;
+out:
+    free(ranks);
+    free(descs);
+    free(tensors);
+    free(names);
+    if (root)
+        json_object_put(root);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     main_argv = argv;
@@ -1248,6 +1605,8 @@ int main(int argc, char **argv)
         return cmd_race(argc - 1, argv + 1);
     if (strcmp(argv[1], "ckpt") == 0)
         return cmd_ckpt(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plan") == 0)
+        return cmd_plan(argc - 1, argv + 1);
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
         printf("strata %s\n", strata_version());
         return 0;
@@ -1263,6 +1622,8 @@ int main(int argc, char **argv)
             return cmd_race(2, hargv);
         if (strcmp(argv[2], "ckpt") == 0)
             return cmd_ckpt(2, hargv);
+        if (strcmp(argv[2], "plan") == 0)
+            return cmd_plan(2, hargv);
         if (strcmp(argv[2], "help") != 0) {
             fprintf(stderr, "strata: unknown command '%s'\n", argv[2]);
             usage_main(stderr);

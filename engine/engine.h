@@ -152,6 +152,11 @@ typedef struct strata_refresh_config {
      * snapshots and stages are asynchronous copies (review C3). The runtime
      * sets it for the CUDA backend. */
     bool host_pinned;
+    /* The runtime's memory ledger (base/ledger.h): the engine charges its
+     * result slots (roots), nvme extents, staging, worker scratch and
+     * workspaces, the HSDP ship buffer (comm) there, all released at
+     * destroy. NULL: none. Must outlive the engine. */
+    struct strata_ledger *ledger;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;

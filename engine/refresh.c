@@ -144,6 +144,7 @@ typedef struct eng_block {
 
 struct strata_refresh {
     strata_refresh_config cfg;
+    strata_ledger_hold held;  /* what the engine charged to cfg.ledger */
     char *nvme_dir;
     bool committed;
     eng_entry *entries;
@@ -436,6 +437,18 @@ static size_t ship_ranges(const strata_precond_block *bi, size_t off[], size_t l
  * computes the same assignment. A block whose result the transport cannot
  * move as float32 words, or that needs more than SHIP_MAX slots, keeps
  * being refreshed by every replica. */
+/* strata_tier_alloc, charged to the ledger as `kind` at what the tier
+ * charges its budget (page- or block-rounded); destroy releases it. */
+static strata_status tier_alloc_charged(strata_refresh *e, strata_tier *t, size_t bytes, int kind,
+                                        void **out)
+{
+    strata_status st = strata_tier_alloc(t, bytes, out);
+    if (st == STRATA_OK)
+        strata_ledger_hold_add(&e->held, e->cfg.ledger, strata_tier_ledger_tier(t), kind,
+                               strata_tier_charge_size(t, bytes));
+    return st;
+}
+
 static strata_status assign_computers(strata_refresh *e)
 {
     const int G = strata_replicas_count(e->cfg.replicas);
@@ -467,7 +480,7 @@ static strata_status assign_computers(strata_refresh *e)
     for (int j = 0; j < n && st == STRATA_OK; j++)
         e->blocks[idx[j]].computer = assign[j];
     if (st == STRATA_OK && n > 0) /* the broadcast buffer of one block's result */
-        st = strata_tier_alloc(e->host, e->ship_bytes, &e->ship_buf);
+        st = tier_alloc_charged(e, e->host, e->ship_bytes, STRATA_LEDGER_COMM, &e->ship_buf);
     free(cost);
     free(idx);
     free(assign);
@@ -748,13 +761,14 @@ static strata_status place(strata_refresh *e)
         const size_t bytes = blk->info.slot_bytes;
         if (!blk->on_nvme) {
             for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
-                st = strata_tier_alloc(e->host, bytes, &blk->slots[k].buf);
+                st = tier_alloc_charged(e, e->host, bytes, STRATA_LEDGER_ROOTS, &blk->slots[k].buf);
         } else {
             blk->nvme_bytes = align4k(bytes);
             for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
-                st = strata_tier_alloc(e->nvme, blk->nvme_bytes, &blk->slots[k].nvme);
+                st = tier_alloc_charged(e, e->nvme, blk->nvme_bytes, STRATA_LEDGER_ROOTS,
+                                        &blk->slots[k].nvme);
             for (int r = 0; r < 2 && st == STRATA_OK; r++)
-                st = strata_tier_alloc(e->host, bytes, &blk->resident[r]);
+                st = tier_alloc_charged(e, e->host, bytes, STRATA_LEDGER_ROOTS, &blk->resident[r]);
         }
         if (st == STRATA_OK && blk->grp->chain)
             st = strata_tier_alloc(e->host, bytes, &blk->head);
@@ -765,9 +779,10 @@ static strata_status place(strata_refresh *e)
         if (!e->worker_scratch)
             return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
         for (int w = 0; w < e->n_workers && st == STRATA_OK; w++)
-            st = strata_tier_alloc(e->host, max_slot, &e->worker_scratch[w]);
+            st = tier_alloc_charged(e, e->host, max_slot, STRATA_LEDGER_WORKSPACE,
+                                    &e->worker_scratch[w]);
         if (st == STRATA_OK)
-            st = strata_tier_alloc(e->host, max_slot, &e->staging);
+            st = tier_alloc_charged(e, e->host, max_slot, STRATA_LEDGER_STAGING, &e->staging);
     }
     return st;
 }
@@ -806,6 +821,9 @@ static strata_status seam_create(strata_refresh *e)
         blk->dev_slot[0] = blk->dev_slot[1] = -1;
         for (int d = 0; d < 2 && st == STRATA_OK && blk->on_device; d++) {
             st = strata_backend_alloc(be, blk->info.slot_bytes, &blk->dev[d]);
+            if (st == STRATA_OK)
+                strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_DEVICE,
+                                       STRATA_LEDGER_ROOTS, blk->info.slot_bytes);
             if (st == STRATA_OK)
                 st = strata_backend_event_create(be, &blk->ev_stage[d]);
             if (st == STRATA_OK)
@@ -1059,6 +1077,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
         st = strata_tier_nvme_create(&nc, &e->nvme);
         if (st != STRATA_OK)
             return st;
+        strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_STAGING, (size_t)nc.queue_depth * nc.chunk_bytes);
     }
     strata_worker_config wc;
     strata_worker_config_default(&wc);
@@ -1078,6 +1098,10 @@ strata_status strata_refresh_commit(strata_refresh *e)
         if (!e->inline_work || !e->inline_iwork)
             return strata_error(STRATA_ERR_NOMEM, "refresh engine: cannot allocate the inline "
                                 "workspace (%zu doubles)", wd_inline);
+        strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_WORKSPACE,
+                               (wd_inline ? wd_inline : 1) * sizeof(double) +
+                                   (wi_inline ? wi_inline : 1) * sizeof(int));
     }
     if (any_async) {
         wc.pin = e->cfg.pin_workers;
@@ -1088,6 +1112,10 @@ strata_status strata_refresh_commit(strata_refresh *e)
         st = strata_worker_pool_create(&wc, &e->pool);
         if (st != STRATA_OK)
             return st;
+        strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_WORKSPACE,
+                               (size_t)wc.n_workers * (wd_async * sizeof(double) +
+                                                       wi_async * sizeof(int)));
     }
     int on_nvme = 0;
     for (int i = 0; i < e->n_blocks; i++)
@@ -1930,5 +1958,6 @@ void strata_refresh_destroy(strata_refresh *e)
     free(e->inline_work);
     free(e->inline_iwork);
     free(e->nvme_dir);
+    strata_ledger_hold_release(&e->held);
     free(e);
 }

@@ -93,6 +93,7 @@ typedef struct adamw_state {
     strata_backend *be;
     size_t numel;
     float *m, *v;
+    strata_ledger_hold held; /* the moments, in the runtime's ledger */
 } adamw_state;
 
 static bool fam_false(const void *cfg)
@@ -122,6 +123,8 @@ static strata_status fam_create(const void *cfg, strata_backend *be,
     }
     s->m = mem;
     s->v = s->m + sh->numel;
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, 2 * sh->numel * sizeof(float));
     *out = s;
     return STRATA_OK;
 }
@@ -131,6 +134,7 @@ static void fam_destroy(void *state)
     adamw_state *s = state;
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->m, 2 * s->numel * sizeof(float));
     free(s);
 }
@@ -199,6 +203,18 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The two moments fam_create allocates and charges. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    (void)cfg;
+    (void)blocks;
+    (void)cap;
+    memset(out, 0, sizeof *out);
+    out->device[STRATA_LEDGER_MOMENTS] = 2 * sh->numel * sizeof(float);
+    return 0;
+}
+
 const strata_precond_family strata_family_adamw = {
     .name = "adamw",
     .has_refresh = fam_false,
@@ -212,6 +228,7 @@ const strata_precond_family strata_family_adamw = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

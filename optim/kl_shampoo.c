@@ -43,6 +43,7 @@ typedef struct kl_side {
 } kl_side;
 
 struct strata_kl_shampoo_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_kl_shampoo_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -193,6 +194,29 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
                           maxdim);
         goto out_free_work;
     }
+    {
+        /* The ledger: factors; bases and their scales; the first moment; the
+         * rest (three full-size buffers, diagonals, padding) and the host
+         * eigen workspace are workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0, qb = 0;
+        for (int k = 0; k < 2; k++) {
+            const size_t d = (size_t)s->side[k].dim;
+            fb += d * d * sizeof(float);
+            qb += (d * d + d) * sizeof(float);
+        }
+        const size_t mb = n * sizeof(float);
+        const size_t md = (size_t)maxdim;
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, qb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - qb - mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE,
+                               strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+                                   strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
+                                   md * sizeof(double) + (3 * md * md + md) * sizeof(float));
+    }
     *out = s;
     return STRATA_OK;
 
@@ -212,6 +236,7 @@ void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->lambda);
     free(s->work);
@@ -932,6 +957,42 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The sizes strata_kl_shampoo_state_create allocates and charges, and its
+ * one block as fam_block gives it. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    const strata_kl_shampoo_config *c = cfg;
+    memset(out, 0, sizeof *out);
+    const int64_t dims[2] = {sh->rows, sh->cols};
+    const size_t n = (size_t)sh->rows * (size_t)sh->cols;
+    const int maxdim = sh->rows > sh->cols ? (int)sh->rows : (int)sh->cols;
+    size_t fb = 0, qb = 0, slot = 0;
+    for (int k = 0; k < 2; k++) {
+        const size_t d = (size_t)dims[k], dd = d * d * sizeof(float);
+        fb += dd;
+        qb += dd + d * sizeof(float);
+        slot += c->form == STRATA_KL_EXACT ? 2 * dd + d * sizeof(double) : 3 * dd;
+    }
+    const size_t floats = 2 * (size_t)(sh->rows * sh->rows + sh->cols * sh->cols) +
+                          (size_t)(sh->rows + sh->cols) + 4 * n +
+                          2 * ((size_t)sh->rows + (size_t)sh->cols) + 16 * 12;
+    const size_t md = (size_t)maxdim;
+    out->device[STRATA_LEDGER_FACTORS] = fb;
+    out->device[STRATA_LEDGER_ROOTS] = qb;
+    out->device[STRATA_LEDGER_MOMENTS] = n * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = floats * sizeof(float) - fb - qb - n * sizeof(float);
+    out->host[STRATA_LEDGER_WORKSPACE] = strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+                                         strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
+                                         md * sizeof(double) + (3 * md * md + md) * sizeof(float);
+    if (blocks && cap > 0)
+        blocks[0] = (strata_precond_block){
+            .slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
+            .part_bytes = {(size_t)(sh->rows * sh->rows) * sizeof(float),
+                           (size_t)(sh->cols * sh->cols) * sizeof(float)}};
+    return 1;
+}
+
 const strata_precond_family strata_family_kl_shampoo = {
     .name = "kl-shampoo",
     .refresh_noun = "eigenbasis refreshes",
@@ -951,6 +1012,7 @@ const strata_precond_family strata_family_kl_shampoo = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

@@ -24,6 +24,7 @@
 #include <time.h>
 
 struct strata_muon_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_muon_config cfg;
     strata_ns_config ns; /* from cfg, restart mask resolved */
     strata_backend *be;
@@ -148,6 +149,10 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     s->mom = s->mem;
     s->x = s->mom + n_pad;
     s->work = s->x + n_pad;
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, n_pad * sizeof(float));
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_WORKSPACE, s->mem_bytes - n_pad * sizeof(float));
     if (ns.batch_threads > 1) {
         st = strata_worker_team_create(ns.batch_threads, &s->team);
         if (st != STRATA_OK)
@@ -157,6 +162,7 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     return STRATA_OK;
 
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -174,6 +180,7 @@ void strata_muon_state_destroy(strata_muon_state *s)
     if (!s)
         return;
     strata_worker_team_destroy(s->team);
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s);
 }
@@ -313,6 +320,28 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The sizes strata_muon_state_create_batched allocates and charges. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    (void)blocks;
+    (void)cap;
+    memset(out, 0, sizeof *out);
+    strata_ns_config ns;
+    strata_muon_ns_config(cfg, &ns);
+    ns.gram_restart_mask = strata_ns_restart_mask(&ns);
+    if (!ns.gram_restart_mask)
+        ns.gram_restarts = 0;
+    if (ns.batch_threads > sh->batch)
+        ns.batch_threads = (int)sh->batch;
+    const size_t n = (size_t)sh->batch * (size_t)sh->rows * (size_t)sh->cols;
+    const size_t n_pad = (n + 15) / 16 * 16;
+    const size_t nw = strata_ns_work_floats(&ns, sh->rows, sh->cols);
+    out->device[STRATA_LEDGER_MOMENTS] = n_pad * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = (n_pad + nw) * sizeof(float);
+    return 0;
+}
+
 const strata_precond_family strata_family_muon = {
     .name = "muon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -327,6 +356,7 @@ const strata_precond_family strata_family_muon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 struct strata_normuon_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_normuon_config cfg;
     strata_backend *be;
     strata_muon_state *muon; /* momentum, update buffer, Newton-Schulz */
@@ -124,6 +125,8 @@ strata_status strata_normuon_state_create(const strata_normuon_config *c, strata
         free(s);
         return st;
     }
+    strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_MOMENTS, s->v_bytes);
     *out = s;
     return STRATA_OK;
 }
@@ -132,6 +135,7 @@ void strata_normuon_state_destroy(strata_normuon_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->v, s->v_bytes);
     strata_muon_state_destroy(s->muon);
     free(s);
@@ -261,6 +265,17 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* Muon's sizes plus the row second moments. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    strata_muon_config m;
+    muon_part(cfg, &m);
+    const int nb = strata_family_muon.plan(&m, sh, out, blocks, cap);
+    out->device[STRATA_LEDGER_MOMENTS] += (size_t)sh->batch * (size_t)sh->rows * sizeof(float);
+    return nb;
+}
+
 const strata_precond_family strata_family_normuon = {
     .name = "normuon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
@@ -275,6 +290,7 @@ const strata_precond_family strata_family_normuon = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = strata_family_no_blocks,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,

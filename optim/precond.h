@@ -107,6 +107,12 @@ typedef struct strata_tensor_info {
     void *data;              /* the tensor's memory (read/write for a restore) */
 } strata_tensor_info;
 
+/* A state's bytes by ledger kind (strata_precond_family.plan). */
+typedef struct strata_precond_plan {
+    uint64_t device[STRATA_LEDGER_KINDS]; /* the backend's memory */
+    uint64_t host[STRATA_LEDGER_KINDS];   /* plain host memory */
+} strata_precond_plan;
+
 /* A parameter's matrix view, as the runtime routes it. */
 typedef struct strata_precond_shape {
     int64_t batch; /* stacked matrices (Muon), else 1 */
@@ -238,6 +244,18 @@ typedef struct strata_precond_family {
      * A checkpoint holding one is refused with the why (strata_load:
      * STRATA_ERR_INVALID_ARG) instead of a bare "no tensor" message. */
     const char *const *retired_tensors;
+
+    /* ---- planning (optional: NULL, the family cannot be planned; `strata
+     * plan` says so). What create(cfg, be, shape, external_results = true)
+     * allocates, computed without allocating: bytes by ledger kind
+     * (strata/types.h) in the backend's memory (`device`) and in plain host
+     * memory (`host`), exactly as create charges the ledger; and its blocks
+     * (slot_bytes and max_dim filled, as `block` would return them).
+     * Returns the number of blocks (fills at most cap of `blocks`, which
+     * may be NULL). The plan-versus-ledger test (tests/cli/test_plan.py)
+     * holds it to the ledger of real runs. */
+    int (*plan)(const void *cfg, const strata_precond_shape *shape, strata_precond_plan *out,
+                strata_precond_block *blocks, int cap);
 } strata_precond_family;
 
 extern const strata_precond_family strata_family_adamw;

@@ -69,6 +69,7 @@ typedef struct root_ws {
 } root_ws;
 
 struct strata_shampoo_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_shampoo_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -453,6 +454,25 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     s->dir = optim_carve(&p, n);
     s->pre = optim_carve(&p, n);
     s->tmp = optim_carve(&p, tmp_floats);
+    {
+        /* The ledger: factors, own roots (the engine charges lent ones),
+         * grafting, momentum / filtered gradient; the rest (m_hat, dir,
+         * pre, tmp, padding) is workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0;
+        for (int i = 0; i < s->nblocks; i++)
+            fb += ((size_t)s->blocks[i].rows * s->blocks[i].rows +
+                   (size_t)s->blocks[i].cols * s->blocks[i].cols) * sizeof(float);
+        const size_t rb = external_roots ? 0 : fb;
+        const size_t gb = need_a ? n * sizeof(float) : 0;
+        const size_t mb = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, rb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_GRAFTING, gb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - rb - gb - mb);
+    }
 
     s->maxdim = maxdim;
     if (!external_roots) {
@@ -464,6 +484,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     return STRATA_OK;
 
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_blocks:
     free(s->blocks);
@@ -480,6 +501,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
     ws_free(s->ws, s->root_threads);
     free(s->root_order);
     free(s->root_status);
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s->blocks);
     free(s);
@@ -968,6 +990,46 @@ static int fam_n_blocks(const void *s)
 }
 
 /* Slot: [L | R] (rows^2 + cols^2 floats), the roots in place; parts L, R. */
+/* The sizes create_ex(external_roots = true) allocates and charges (its
+ * carve, padding included), without a state. */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    const strata_shampoo_config *c = cfg;
+    memset(out, 0, sizeof *out);
+    const int64_t rows = sh->rows, cols = sh->cols, d = c->max_preconditioner_dim;
+    const int64_t nbr = (rows + d - 1) / d, nbc = (cols + d - 1) / d;
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t factors = 0, tmp = 0;
+    int nb = 0;
+    for (int64_t bi = 0; bi < nbr; bi++)
+        for (int64_t bj = 0; bj < nbc; bj++) {
+            const size_t r = (size_t)((rows - bi * d) < d ? rows - bi * d : d);
+            const size_t q = (size_t)((cols - bj * d) < d ? cols - bj * d : d);
+            factors += r * r + q * q;
+            tmp = r * q > tmp ? r * q : tmp;
+            if (blocks && nb < cap)
+                blocks[nb] = (strata_precond_block){
+                    .slot_bytes = (r * r + q * q) * sizeof(float),
+                    .max_dim = (int)(r > q ? r : q),
+                    .n_parts = 2,
+                    .part_bytes = {r * r * sizeof(float), q * q * sizeof(float)},
+                };
+            nb++;
+        }
+    const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
+               need_b = c->momentum > 0.0f;
+    const size_t floats = factors + n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b) +
+                          tmp + 16 * (size_t)(4 * nb + 8);
+    out->device[STRATA_LEDGER_FACTORS] = factors * sizeof(float);
+    out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
+    out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = (floats - factors) * sizeof(float) -
+                                           out->device[STRATA_LEDGER_GRAFTING] -
+                                           out->device[STRATA_LEDGER_MOMENTS];
+    return nb;
+}
+
 static void fam_block(const void *state, int b, strata_precond_block *out)
 {
     const strata_shampoo_state *s = state;
@@ -1174,6 +1236,7 @@ const strata_precond_family strata_family_shampoo = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

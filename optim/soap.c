@@ -47,6 +47,7 @@ typedef struct soap_side {
 } soap_side;
 
 struct strata_soap_state {
+    strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_soap_config cfg;
     strata_backend *be;
     int64_t rows, cols;
@@ -154,6 +155,24 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     s->exp_avg_sq = optim_carve(&p, n);
     s->buf[0] = optim_carve(&p, n);
     s->buf[1] = optim_carve(&p, n);
+    {
+        /* The ledger: factors, bases (+ permutations), moments; the rest of
+         * the allocation (two full-size buffers, padding) is workspace. */
+        strata_ledger *lg = strata_backend_ledger(be);
+        size_t fb = 0, qb = 0;
+        for (int k = 0; k < 2; k++)
+            if (s->side[k].rotated) {
+                const size_t d = (size_t)s->side[k].dim;
+                fb += d * d * sizeof(float);
+                qb += (d * d + d) * sizeof(float);
+            }
+        const size_t mb = 2 * n * sizeof(float);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, qb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                               s->mem_bytes - fb - qb - mb);
+    }
 
     if (maxdim > 0) {
         size_t lw = strata_eigenbasis_work_doubles(maxdim);
@@ -166,6 +185,10 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
                               maxdim);
             goto out_free_work;
         }
+        strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_WORKSPACE,
+                               lw * sizeof(double) + (li + (size_t)perm_ints) * sizeof(int) +
+                                   3 * (size_t)maxdim * maxdim * sizeof(float));
         int *pp = s->iwork + li;
         for (int k = 0; k < 2; k++)
             if (s->side[k].rotated) {
@@ -177,10 +200,12 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     return STRATA_OK;
 
 out_free_work:
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->work);
     free(s->iwork);
 out_free_mem:
+    strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
     free(s);
@@ -230,6 +255,7 @@ void strata_soap_state_destroy(strata_soap_state *s)
 {
     if (!s)
         return;
+    strata_ledger_hold_release(&s->held);
     free(s->stage);
     free(s->work);
     free(s->iwork);
@@ -901,6 +927,44 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The sizes soap_create allocates and charges (strata_soap_state_create's
+ * rotation rule, its carve with padding, the host eigen workspace). */
+static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
+                    strata_precond_block *blocks, int cap)
+{
+    const strata_soap_config *c = cfg;
+    memset(out, 0, sizeof *out);
+    const int64_t dims[2] = {sh->rows, sh->cols};
+    const size_t n = (size_t)sh->rows * (size_t)sh->cols;
+    size_t fb = 0, qb = 0, slot = 0, part[2] = {0, 0};
+    int maxdim = 0, perm_ints = 0;
+    for (int k = 0; k < 2; k++) {
+        const int64_t d = dims[k];
+        if (!(d > 1 && d <= c->max_precond_dim))
+            continue;
+        part[k] = (size_t)d * d * sizeof(float);
+        fb += (size_t)d * d * sizeof(float);
+        qb += ((size_t)d * d + (size_t)d) * sizeof(float);
+        slot += 3 * (size_t)d * d * sizeof(float) + (size_t)d * sizeof(int);
+        maxdim = (int)d > maxdim ? (int)d : maxdim;
+        perm_ints += (int)d;
+    }
+    const size_t mem = (fb + qb + 4 * n * sizeof(float)) + 16 * 10 * sizeof(float);
+    out->device[STRATA_LEDGER_FACTORS] = fb;
+    out->device[STRATA_LEDGER_ROOTS] = qb;
+    out->device[STRATA_LEDGER_MOMENTS] = 2 * n * sizeof(float);
+    out->device[STRATA_LEDGER_WORKSPACE] = mem - fb - qb - 2 * n * sizeof(float);
+    if (maxdim > 0)
+        out->host[STRATA_LEDGER_WORKSPACE] =
+            strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+            (strata_eigenbasis_work_ints(maxdim) + (size_t)perm_ints) * sizeof(int) +
+            3 * (size_t)maxdim * maxdim * sizeof(float);
+    if (blocks && cap > 0)
+        blocks[0] = (strata_precond_block){.slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
+                                           .part_bytes = {part[0], part[1]}};
+    return 1;
+}
+
 const strata_precond_family strata_family_soap = {
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
@@ -920,6 +984,7 @@ const strata_precond_family strata_family_soap = {
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
+    .plan = fam_plan,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

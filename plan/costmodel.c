@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,4 +313,175 @@ strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_
     if (st == STRATA_OK)
         cache_put(key, *seconds);
     return st;
+}
+
+/* ---- the fitted model (plan.h: strata_cost_fit) */
+
+static double side_of(size_t part_bytes)
+{
+    return sqrt((double)part_bytes / sizeof(float));
+}
+
+double strata_cost_block_refresh(const strata_precond_block *b)
+{
+    double r = 0.0;
+    for (int k = 0; k < b->n_parts && k < STRATA_PRECOND_MAX_PARTS; k++) {
+        const double d = side_of(b->part_bytes[k]);
+        r += d * d * d;
+    }
+    return r;
+}
+
+void strata_cost_features(const strata_precond_family *f, const void *cfg,
+                          const strata_precond_shape *sh, double *products, double *refresh)
+{
+    *products = 0.0;
+    *refresh = 0.0;
+    strata_precond_plan pl;
+    const int nb = f->plan ? f->plan(cfg, sh, &pl, NULL, 0) : 0;
+    if (nb <= 0) {
+        const double m = (double)sh->rows, n = (double)sh->cols;
+        *products = (double)sh->numel * (m < n ? m : n);
+        return;
+    }
+    strata_precond_block stack[64], *blocks = nb <= 64 ? stack : malloc((size_t)nb * sizeof *blocks);
+    if (!blocks)
+        return;
+    f->plan(cfg, sh, &pl, blocks, nb);
+    const bool refreshes = f->has_refresh && f->has_refresh(cfg);
+    for (int b = 0; b < nb; b++) {
+        const double r = side_of(blocks[b].part_bytes[0]), c = side_of(blocks[b].part_bytes[1]);
+        /* an unrotated side (SOAP) has no factor: its product is the other's */
+        const double rr = r > 0 ? r : 1.0, cc = c > 0 ? c : 1.0;
+        *products += rr * cc * ((r > 0 ? r : 0.0) + (c > 0 ? c : 0.0));
+        if (refreshes)
+            *refresh += strata_cost_block_refresh(&blocks[b]);
+    }
+    if (blocks != stack)
+        free(blocks);
+}
+
+/* cfg with its refresh period set to F (a copy in `buf`), or cfg itself
+ * when the family has no period. */
+static const void *with_frequency(const strata_precond_family *f, const void *cfg, int F,
+                                  void *buf)
+{
+    if (!f->has_frequency)
+        return cfg;
+    memcpy(buf, cfg, f->cfg_size);
+    memcpy((char *)buf + f->frequency_offset, &F, sizeof F);
+    return buf;
+}
+
+/* One anchor of the fit: the minimum of three measurements (a shared
+ * machine's load only ever adds time), cached under its own key. */
+static strata_status fit_point(strata_backend *be, const strata_precond_family *f,
+                               const void *cfg, const strata_precond_shape *sh,
+                               double *seconds, bool *cached)
+{
+    int F = 1;
+    if (f->has_refresh && f->has_refresh(cfg)) {
+        strata_precond_schedule sch;
+        f->schedule(cfg, &sch);
+        F = sch.frequency;
+    }
+    char key[1100];
+    key_of(f, sh, F, key, sizeof key - 8);
+    strcat(key, "\tmin3");
+    *cached = cache_get(key, seconds);
+    if (*cached)
+        return STRATA_OK;
+    double best = INFINITY;
+    for (int k = 0; k < 3; k++) {
+        double t = 0.0;
+        strata_status st = measure(be, f, cfg, sh, F, &t);
+        if (st != STRATA_OK)
+            return st;
+        best = t < best ? t : best;
+    }
+    *seconds = best;
+    cache_put(key, best);
+    return STRATA_OK;
+}
+
+strata_status strata_cost_fit_family(strata_backend *be, const strata_precond_family *f,
+                                     const void *cfg, strata_cost_fit *out)
+{
+    if (!be || !f || !cfg || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "cost_fit_family: NULL argument");
+    if (!f->plan)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "cost model: family '%s' cannot be planned "
+                            "(no plan slot)", f->name);
+    memset(out, 0, sizeof *out);
+    const double t0 = strata_now_seconds();
+    enum { N = 3 };
+    static const int anchors[N] = {128, 256, 384};
+    const bool refreshes = f->has_refresh && f->has_refresh(cfg) && f->has_frequency;
+    unsigned char *b1 = malloc(f->cfg_size), *binf = malloc(f->cfg_size);
+    if (!b1 || !binf) {
+        free(b1);
+        free(binf);
+        return strata_error(STRATA_ERR_NOMEM, "cost model: out of memory");
+    }
+    double P[N], E[N], R[N], step[N], refresh[N];
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < N && st == STRATA_OK; i++) {
+        const int d = anchors[i];
+        const strata_precond_shape sh = {.batch = 1, .rows = d, .cols = d,
+                                         .numel = (size_t)d * (size_t)d};
+        strata_cost_features(f, cfg, &sh, &P[i], &R[i]);
+        E[i] = (double)sh.numel;
+        bool cached = false;
+        double c_inf = 0.0, c_1 = 0.0;
+        st = fit_point(be, f, with_frequency(f, cfg, 1 << 20, binf), &sh, &c_inf, &cached);
+        out->measured += !cached;
+        if (st == STRATA_OK && refreshes) {
+            st = fit_point(be, f, with_frequency(f, cfg, 1, b1), &sh, &c_1, &cached);
+            out->measured += !cached;
+        }
+        step[i] = c_inf;
+        refresh[i] = refreshes && c_1 > c_inf ? c_1 - c_inf : 0.0;
+    }
+    free(b1);
+    free(binf);
+    if (st != STRATA_OK)
+        return st;
+    /* step = a P + e E: the 2 x 2 normal equations; a negative coefficient
+     * (noise at small anchors) falls back to the one-term fit. */
+    double pp = 0, pe = 0, ee = 0, ps = 0, es = 0, rr = 0, rs = 0;
+    for (int i = 0; i < N; i++) {
+        pp += P[i] * P[i];
+        pe += P[i] * E[i];
+        ee += E[i] * E[i];
+        ps += P[i] * step[i];
+        es += E[i] * step[i];
+        rr += R[i] * R[i];
+        rs += R[i] * refresh[i];
+    }
+    const double det = pp * ee - pe * pe;
+    double a = det > 0 ? (ps * ee - es * pe) / det : 0.0;
+    double e = det > 0 ? (pp * es - pe * ps) / det : 0.0;
+    if (a < 0 || e < 0 || det <= 0) {
+        a = pp > 0 ? ps / pp : 0.0;
+        e = 0.0;
+        if (a <= 0) {
+            a = 0.0;
+            e = ee > 0 ? es / ee : 0.0;
+        }
+    }
+    out->product_s = a;
+    out->element_s = e;
+    /* The refresh's coefficient: the median of the anchors' ratios (one
+     * anchor slowed by a loaded machine does not move it). */
+    double ratio[N];
+    int nr = 0;
+    for (int i = 0; i < N; i++)
+        if (R[i] > 0)
+            ratio[nr++] = refresh[i] / R[i];
+    qsort(ratio, (size_t)nr, sizeof ratio[0], cmp_double);
+    out->refresh_s = nr ? ratio[nr / 2] : 0.0;
+    (void)rr;
+    (void)rs;
+    out->measure_seconds = strata_now_seconds() - t0;
+    return STRATA_OK;
 }

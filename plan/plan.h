@@ -32,6 +32,34 @@ strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_
                                        const void *cfg, const strata_precond_shape *shape,
                                        double *seconds, bool *cached);
 
+/* A cost model for shapes too large to measure (the planner of `strata
+ * plan` for 1-7B models): a family's step on shape (batch, rows, cols) costs
+ *     product_s * P + element_s * numel + refresh_s * R / F
+ * seconds, P = sum over its blocks of r c (r + c) (the preconditioning
+ * products; a family without blocks: numel * min(rows, cols), Muon's
+ * Newton-Schulz), R = sum over its blocks of r^3 + c^3 (one refresh: the
+ * eigendecompositions), r and c the block's factor sides (from the
+ * family's plan slot). The three coefficients are fitted by least squares
+ * to steps measured (as strata_cost_step_seconds measures them, the minimum
+ * of three, cached) on this machine at square anchors d x d, d in {128,
+ * 256, 384}, with F = 1 and F = 2^20 to separate the refresh from the step. The family must have a plan slot. */
+typedef struct strata_cost_fit {
+    double product_s, element_s, refresh_s;
+    int measured;          /* anchor measurements taken now (0: all from the cache) */
+    double measure_seconds; /* wall time of the fit */
+} strata_cost_fit;
+
+strata_status strata_cost_fit_family(strata_backend *be, const strata_precond_family *f,
+                                     const void *cfg, strata_cost_fit *out);
+
+/* The fit's features of a shape: P and R above (blocks from f->plan). */
+void strata_cost_features(const strata_precond_family *f, const void *cfg,
+                          const strata_precond_shape *shape, double *products, double *refresh);
+
+/* One refresh of block `b` (its factor sides from part_bytes): R of that
+ * block alone. */
+double strata_cost_block_refresh(const strata_precond_block *b);
+
 #endif
 
 typedef struct strata_plan_result {

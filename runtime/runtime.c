@@ -343,7 +343,10 @@ strata_status strata_create(const strata_config *cfg, strata_runtime **out)
         blas = 1; /* the training thread keeps one core, the workers the rest */
     rt->lr_scale = 1.0f;
     rt->max_layer = -1;
+    strata_ledger_init(&rt->ledger);
     st = strata_backend_create_kind(cfg->backend, blas, &rt->be);
+    if (st == STRATA_OK)
+        strata_backend_ledger_set(rt->be, &rt->ledger);
     if (st == STRATA_OK && !cfg->comm) {
         st = strata_comm_self_create(&rt->comm);
         rt->own_comm = st == STRATA_OK;
@@ -553,9 +556,7 @@ static strata_optimizer route(const strata_runtime *rt, const rt_param *p)
  * matrix optimizer is. */
 static bool is_tail_by_rule(const strata_runtime *rt, const rt_param *p)
 {
-    return p->role == STRATA_ROLE_EMBEDDING || p->role == STRATA_ROLE_HEAD ||
-           p->role == STRATA_ROLE_VECTOR || p->ndim <= 1 ||
-           (rt->cfg.route_degenerate_to_adamw && (p->view.rows == 1 || p->view.cols == 1));
+    return strata_rt_is_tail_rule(&rt->cfg, p->role, p->ndim, p->view.rows, p->view.cols);
 }
 
 strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimizer opt,
@@ -829,6 +830,7 @@ static strata_status create_engine(strata_runtime *rt)
          * the CPU backend); results into device memory where the host
          * cannot address it. */
         .be = rt->be,
+        .ledger = &rt->ledger,
         .device_roots = c->backend == STRATA_BACKEND_CUDA || rt->testing_device_roots,
         /* pinned slots where copies to and from them are DMA (review C3) */
         .host_pinned = c->backend == STRATA_BACKEND_CUDA,
@@ -880,6 +882,8 @@ static strata_status create_buckets(strata_runtime *rt)
         strata_gb_stats gs;
         strata_gb_stats_get(rt->buckets, &gs);
         rt->stats.grad_staging_bytes = gs.staging_bytes;
+        strata_ledger_hold_add(&rt->held, &rt->ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_GRAD_BUCKETS, gs.staging_bytes);
         strata_log(rt, STRATA_LOG_INFO, "comm",
                    "gradients: %d buckets per backward (cap %zu bytes), %zu bytes of staging, "
                    "non-blocking reduce to owners over '%s'",
@@ -1022,6 +1026,7 @@ static void counters_add(strata_optim_counters *to, const strata_optim_counters 
 
 static void uncommit(strata_runtime *rt)
 {
+    strata_ledger_hold_release(&rt->held);
     team_free(rt);
     strata_gb_destroy(rt->buckets);
     rt->buckets = NULL;
@@ -1043,6 +1048,13 @@ static void uncommit(strata_runtime *rt)
  * materialize broadcasts; param_bytes_now counts the buffers that exist. */
 static size_t round64(size_t b) { return (b + 63) / 64 * 64; }
 
+/* The ledger tier of the caller's buffers (weights, gradients): host memory
+ * with the CPU backend, the device's with the others. */
+static int caller_tier(const strata_runtime *rt)
+{
+    return rt->cfg.backend == STRATA_BACKEND_CPU ? STRATA_LEDGER_HOST : STRATA_LEDGER_DEVICE;
+}
+
 static void note_param_bytes(strata_runtime *rt)
 {
     rt->stats.param_bytes = rt->param_bytes_now;
@@ -1053,7 +1065,11 @@ static void note_param_bytes(strata_runtime *rt)
 static void managed_free(strata_runtime *rt)
 {
     for (int l = 0; rt->layer_buf && l <= rt->max_layer; l++)
-        free(rt->layer_buf[l]);
+        if (rt->layer_buf[l]) {
+            strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS,
+                              -(int64_t)round64(rt->layer_bytes[l]));
+            free(rt->layer_buf[l]);
+        }
     for (int i = 0; i < rt->n_params; i++) {
         rt_param *p = &rt->params[i];
         if (rt->managed && p->managed && p->owner == rt->rank && p->data != p->user_data)
@@ -1079,8 +1095,19 @@ static strata_status managed_setup(strata_runtime *rt)
         rt_param *p = &rt->params[i];
         p->managed = p->managed && active;
         rt->managed = rt->managed || p->managed;
-        if (!p->managed)
+        if (!p->managed) {
             rt->param_bytes_now += p->view.numel * sizeof(float);
+            strata_ledger_hold_add(&rt->held, &rt->ledger, caller_tier(rt),
+                                   STRATA_LEDGER_WEIGHTS, p->view.numel * sizeof(float));
+        }
+        /* The gradient buffers registered, each once (the Python door
+         * registers one buffer of zeros for every parameter without one). */
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = rt->params[j].grad == p->grad;
+        if (!seen)
+            strata_ledger_hold_add(&rt->held, &rt->ledger, caller_tier(rt),
+                                   STRATA_LEDGER_GRADIENTS, p->view.numel * sizeof(float));
     }
     if (!rt->managed) {
         note_param_bytes(rt);
@@ -1116,6 +1143,8 @@ static strata_status managed_setup(strata_runtime *rt)
         memcpy(w, p->user_data, b);
         p->data = w;
         rt->param_bytes_now += b;
+        strata_ledger_hold_add(&rt->held, &rt->ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_WEIGHTS, round64(b));
     }
     for (size_t l = 0; l < L; l++)
         if (rt->layer_bytes[l] > rt->stats.largest_layer_bytes)
@@ -1131,6 +1160,8 @@ void strata_rt_layer_release(strata_runtime *rt, int layer)
         return;
     if (rt->layer_buf[layer]) {
         free(rt->layer_buf[layer]);
+        strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS,
+                          -(int64_t)round64(rt->layer_bytes[layer]));
         rt->layer_buf[layer] = NULL;
         rt->param_bytes_now -= rt->layer_bytes[layer];
         note_param_bytes(rt);
@@ -1162,6 +1193,8 @@ strata_status strata_rt_layer_materialize(strata_runtime *rt, int layer)
             return strata_error(STRATA_ERR_NOMEM, "materialize: cannot allocate %zu bytes for "
                                 "layer %d's weights", need, layer);
         rt->param_bytes_now += need;
+        strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS,
+                          (int64_t)round64(need));
         note_param_bytes(rt);
     }
     strata_status st = STRATA_OK;
@@ -1268,6 +1301,9 @@ static strata_status commit_unguarded(strata_runtime *rt)
             rt->gather_stage[i] = malloc((cnt ? cnt : 1) * sizeof(float));
             if (!rt->gather_stage[i])
                 st = strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+            else
+                strata_ledger_hold_add(&rt->held, &rt->ledger, STRATA_LEDGER_HOST,
+                                       STRATA_LEDGER_GRADIENTS, (cnt ? cnt : 1) * sizeof(float));
         }
         if (st != STRATA_OK) {
             uncommit(rt);
@@ -1999,6 +2035,26 @@ strata_status strata_step(strata_runtime *rt)
     BUSY_CALL(rt, "step", step_unguarded(rt));
 }
 
+strata_status strata_memory_ledger_get(const strata_runtime *rt, strata_memory_ledger *out)
+{
+    if (!rt || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "memory_ledger_get: NULL argument");
+    strata_ledger_read(&rt->ledger, out);
+    return STRATA_OK;
+}
+
+strata_status strata_memory_ledger_charge(strata_runtime *rt, int tier, int kind, int64_t delta)
+{
+    if (!rt)
+        return strata_error(STRATA_ERR_INVALID_ARG, "memory_ledger_charge: NULL runtime");
+    if (tier < 0 || tier >= STRATA_LEDGER_TIERS || kind < 0 || kind >= STRATA_LEDGER_KINDS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "memory_ledger_charge: tier %d or kind %d "
+                            "out of range ([0, %d), [0, %d))", tier, kind, STRATA_LEDGER_TIERS,
+                            STRATA_LEDGER_KINDS);
+    strata_ledger_add(&rt->ledger, tier, kind, delta);
+    return STRATA_OK;
+}
+
 strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
 {
     if (!rt || !out)
@@ -2177,4 +2233,30 @@ strata_status strata_testing_inject_snapshot_errors(strata_runtime *rt, int n)
     if (!rt->committed)
         return strata_error(STRATA_ERR_STATE, "testing_inject_snapshot_errors: call after commit");
     return strata_refresh_inject_snapshot_errors(rt->engine, n);
+}
+
+/* ---- for plan.c (runtime_internal.h) */
+
+const strata_precond_family *strata_rt_family_for(const strata_config *c, strata_optimizer o,
+                                                  const void **cfg)
+{
+    return family_for(c, o, cfg);
+}
+
+bool strata_rt_is_tail_rule(const strata_config *c, strata_role role, int ndim, int64_t rows,
+                            int64_t cols)
+{
+    return role == STRATA_ROLE_EMBEDDING || role == STRATA_ROLE_HEAD ||
+           role == STRATA_ROLE_VECTOR || ndim <= 1 ||
+           (c->route_degenerate_to_adamw && (rows == 1 || cols == 1));
+}
+
+void strata_rt_config_resolve(strata_config *c)
+{
+    config_resolve(c);
+}
+
+strata_status strata_rt_check_config(const strata_config *c)
+{
+    return check_config(c);
 }

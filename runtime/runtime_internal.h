@@ -4,6 +4,7 @@
 #define STRATA_RUNTIME_INTERNAL_H
 
 #include "base/clock.h"
+#include "base/ledger.h"
 #include "base/log.h"
 #include "optim/precond.h"
 #include "engine/engine.h"
@@ -121,7 +122,24 @@ struct strata_runtime {
                               NULL: the blocking per-tensor path (one rank, gather
                               sharding, a transport without the non-blocking slots, a
                               non-CPU backend) */
+    /* The memory ledger (strata_memory_ledger_get): the backend, the engine
+       and the families' states charge it; `held` is what commit charged here
+       (the weights and gradients registered, owned managed weights, the
+       gather stage, the gradient buckets), released by uncommit. */
+    strata_ledger ledger;
+    strata_ledger_hold held;
 };
+
+/* runtime.c, for plan.c: the family of kind `o` under *c and its
+ * configuration (*cfg; NULL for an unknown kind); the routing rule's tail
+ * test for a parameter of this role and view; the configuration as
+ * strata_create resolves it; strata_create's configuration check. */
+const strata_precond_family *strata_rt_family_for(const strata_config *c, strata_optimizer o,
+                                                  const void **cfg);
+bool strata_rt_is_tail_rule(const strata_config *c, strata_role role, int ndim, int64_t rows,
+                            int64_t cols);
+void strata_rt_config_resolve(strata_config *c);
+strata_status strata_rt_check_config(const strata_config *c);
 
 /* state.c: add the counters a load restored (rt->stats_base, set by
  * strata_rt_stats_resume) to `out`, a strata_stats_get result. */

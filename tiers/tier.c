@@ -138,6 +138,14 @@ static void host_free(strata_tier *t, void *p, size_t bytes)
     strata_tier_uncharge(t, rounded);
 }
 
+int strata_tier_ledger_tier(const strata_tier *t)
+{
+    if (t && t->kind == STRATA_TIER_NVME)
+        return STRATA_LEDGER_NVME;
+    return t && t->ops && t->impl && t->kind == STRATA_TIER_HOST ? STRATA_LEDGER_HOST_PINNED
+                                                                 : STRATA_LEDGER_HOST;
+}
+
 static const tier_ops host_ops = {host_alloc, host_free, NULL, page_round};
 
 strata_status strata_tier_host_create(size_t budget, strata_tier **out)

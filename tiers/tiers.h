@@ -79,6 +79,11 @@ void strata_tier_destroy(strata_tier *t);
 
 strata_tier_kind strata_tier_kind_of(const strata_tier *t);
 
+/* The memory ledger's tier (strata/types.h) of this tier's bytes:
+ * STRATA_LEDGER_NVME, STRATA_LEDGER_HOST_PINNED (strata_tier_host_create_pinned)
+ * or STRATA_LEDGER_HOST. NULL: STRATA_LEDGER_HOST. */
+int strata_tier_ledger_tier(const strata_tier *t);
+
 /* Bytes in use now and peak since creation. Thread-safe. */
 void strata_tier_bytes(const strata_tier *t, size_t *in_use, size_t *peak);
 

@@ -12,6 +12,7 @@
 #include "gpt.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* e^x: x = k ln2 + r with |r| <= ln2/2, e^r by the Cephes expf polynomial,
@@ -50,3 +51,42 @@ static inline float tanh_f(float u)
 #define R_TANH tanh_f
 
 #include "gpt_impl.inc"
+
+int gpt_describe(const gpt_config *cfg, gpt_tensor *out, char *names, int cap)
+{
+    if (!cfg || !config_valid(cfg))
+        return -1;
+    const int L = cfg->n_layer;
+    const int64_t C = cfg->d_model;
+    const int n = 2 + NBLOCK * L + 2;
+    for (int i = 0; out && names && i < n && i < cap; i++) {
+        char *nm = names + (size_t)i * GPT_DESCRIBE_NAME_LEN;
+        gpt_tensor *t = &out[i];
+        memset(t, 0, sizeof *t);
+        t->name = nm;
+        t->ndim = 2;
+        t->shape[1] = C;
+        if (i < 2) {
+            snprintf(nm, GPT_DESCRIBE_NAME_LEN, "%s", i == 0 ? "wte" : "wpe");
+            t->shape[0] = i == 0 ? cfg->vocab : cfg->max_seq;
+            t->role = GPT_ROLE_EMBEDDING;
+        } else if (i < 2 + NBLOCK * L) {
+            const int l = (i - 2) / NBLOCK;
+            const block_spec *s = &block_specs[(i - 2) % NBLOCK];
+            snprintf(nm, GPT_DESCRIBE_NAME_LEN, "h.%d.%s", l, s->suffix);
+            t->ndim = s->cols_c ? 2 : 1;
+            t->shape[0] = s->rows_c * C;
+            t->shape[1] = s->cols_c ? s->cols_c * C : 1;
+            t->layer = l + 1;
+            t->role = s->role;
+        } else {
+            snprintf(nm, GPT_DESCRIBE_NAME_LEN, "%s", i == n - 2 ? "lnf.weight" : "lnf.bias");
+            t->ndim = 1;
+            t->shape[0] = C;
+            t->shape[1] = 1;
+            t->layer = L + 1;
+            t->role = GPT_ROLE_VECTOR;
+        }
+    }
+    return n;
+}

@@ -157,6 +157,14 @@ const gpt_tensor *gpt_tensor_at(const gpt_model *m, int i);
 /* Total number of scalar parameters (sum over tensors). */
 size_t gpt_num_params(const gpt_model *m);
 
+/* The tensors gpt_create would make for `cfg`, in the same order, names,
+ * shapes, layers and roles, without allocating the model (data and grad
+ * NULL): fills at most `cap` entries of `out`, their names in `names`
+ * (cap * GPT_DESCRIBE_NAME_LEN bytes). Returns the tensor count, or -1 for
+ * an invalid cfg. For planning (`strata plan`). */
+#define GPT_DESCRIBE_NAME_LEN 48
+int gpt_describe(const gpt_config *cfg, gpt_tensor *out, char *names, int cap);
+
 /* Bytes of the parameter allocation for `cfg` (float32). The gradient
  * allocation is the same size again. 0 if cfg is invalid. */
 size_t gpt_param_bytes(const gpt_config *cfg);

@@ -678,6 +678,49 @@ static void human_bytes(double b, char *buf, size_t n)
     snprintf(buf, n, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
 }
 
+/* The memory ledger (strata_memory_ledger_get), this rank's: the total's
+ * peak, then each tier's peak and its kinds' peaks (nonzero ones). */
+static void print_ledger(FILE *f, const strata_memory_ledger *l, int world)
+{
+    fprintf(f, "memory%s: %.1f MiB peak (%.1f MiB now)", world > 1 ? " (rank 0)" : "",
+            l->total_peak / 1048576.0, l->total_bytes / 1048576.0);
+    for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
+        if (!l->tier_peak[t])
+            continue;
+        fprintf(f, " | %s %.1f:", strata_ledger_tier_name(t), l->tier_peak[t] / 1048576.0);
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            if (l->peak[t][k])
+                fprintf(f, " %s %.1f", strata_ledger_kind_name(k), l->peak[t][k] / 1048576.0);
+    }
+    fprintf(f, " (MiB)\n");
+}
+
+/* The ledger as JSON: {"total_bytes", "total_peak", "<tier>": {"bytes",
+ * "peak", "<kind>": {"bytes", "peak"}}} with zero cells left out. */
+static json_object *ledger_json(const strata_memory_ledger *l)
+{
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "total_bytes", json_object_new_int64((int64_t)l->total_bytes));
+    json_object_object_add(j, "total_peak", json_object_new_int64((int64_t)l->total_peak));
+    for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
+        if (!l->tier_peak[t])
+            continue;
+        json_object *jt = json_object_new_object();
+        json_object_object_add(jt, "bytes", json_object_new_int64((int64_t)l->tier_bytes[t]));
+        json_object_object_add(jt, "peak", json_object_new_int64((int64_t)l->tier_peak[t]));
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++) {
+            if (!l->peak[t][k])
+                continue;
+            json_object *jk = json_object_new_object();
+            json_object_object_add(jk, "bytes", json_object_new_int64((int64_t)l->bytes[t][k]));
+            json_object_object_add(jk, "peak", json_object_new_int64((int64_t)l->peak[t][k]));
+            json_object_object_add(jt, strata_ledger_kind_name(k), jk);
+        }
+        json_object_object_add(j, strata_ledger_tier_name(t), jt);
+    }
+    return j;
+}
+
 static void print_summary(const gpt_report *rep, const gpt_train_result *res)
 {
     FILE *f = rep->summary_out;
@@ -715,6 +758,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         fprintf(f, "roots: %lld by the Newton iteration, %lld fell back to eigh (residual "
                 "check or iteration cap)\n",
                 (long long)t->root_newton, (long long)t->root_fallbacks);
+    print_ledger(f, &res->ledger, res->world_size);
     /* The numerical guards (strata_stats): said only when they acted. */
     if (s->overflow_skipped > 0 || s->nonfinite_directions > 0)
         fprintf(f,
@@ -783,6 +827,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     const gpt_run_totals *t = &res->totals;
     json_object *j = json_object_new_object();
     json_object_object_add(j, "type", json_object_new_string("summary"));
+    json_object_object_add(j, "memory", ledger_json(&res->ledger));
     const char *name = strata_optimizer_name(rep->o.strata.matrix_optimizer);
     json_object_object_add(j, "optimizer", json_object_new_string(name));
     json_object_object_add(j, "steps", json_object_new_int(rep->n));

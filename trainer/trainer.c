@@ -1143,6 +1143,20 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         st = strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
         goto out;
     }
+    {
+        /* The ledger: the activations the first forward allocates (exactly
+         * gpt_activation_bytes for this B, T; evaluation reuses them), the
+         * batch and the gradient accumulator. Released with the runtime. */
+        const int tier = o.strata.backend == STRATA_BACKEND_CPU ? STRATA_LEDGER_HOST
+                                                                : STRATA_LEDGER_DEVICE;
+        strata_memory_ledger_charge(rt, tier, STRATA_LEDGER_ACTIVATIONS,
+                                    (int64_t)gpt_activation_bytes(&o.model, B, T));
+        strata_memory_ledger_charge(rt, STRATA_LEDGER_HOST, STRATA_LEDGER_STAGING,
+                                    2 * (int64_t)B * T);
+        if (acc)
+            strata_memory_ledger_charge(rt, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
+                                        (int64_t)(model_num_params(&model) * sizeof *acc));
+    }
     strata_stats s0;
     strata_stats_get(rt, &s0);
 
@@ -1248,6 +1262,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         }
         if (st == STRATA_ERR_NONFINITE) {
             strata_stats_get(rt, &res->stats);
+            strata_memory_ledger_get(rt, &res->ledger);
             local_totals(res);
             gpt_report_diverged(rep, res);
         }
@@ -1286,6 +1301,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
                                                 .stats = &s});
         if (diverged != STRATA_OK) {
             res->stats = s;
+            strata_memory_ledger_get(rt, &res->ledger);
             local_totals(res);
             gpt_report_diverged(rep, res);
             st = diverged;
@@ -1305,6 +1321,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     if (!res->interrupted && o.stop && *o.stop && res->steps_done < o.steps)
         res->interrupted = (int)*o.stop;
     strata_stats_get(rt, &res->stats);
+    strata_memory_ledger_get(rt, &res->ledger);
     st = strata_sync_weights(rt); /* every rank holds the final weights */
     if (st != STRATA_OK)
         goto out;

@@ -145,6 +145,8 @@ typedef struct gpt_train_result {
                                       recorded steps) */
     double critical_path_fraction; /* ... as a fraction of wall_seconds (the steps' time) */
     strata_stats stats;       /* the runtime's counters at the end (this rank's) */
+    strata_memory_ledger ledger; /* this rank's memory ledger at the end (peaks since
+                                    the runtime's creation; strata_memory_ledger_get) */
     gpt_run_totals totals;    /* the counters of `stats` the summary reports, over all ranks */
     bool diverged;            /* the run stopped because training diverged (its summary
                                  record says so; the run returns STRATA_ERR_NONFINITE) */

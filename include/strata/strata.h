@@ -769,6 +769,113 @@ STRATA_API strata_status strata_config_optimizer_lr(strata_config *cfg, strata_o
 /* Copy the current counters. Errors: STRATA_ERR_INVALID_ARG. */
 STRATA_API strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out);
 
+/* The memory ledger of this rank (strata/types.h strata_memory_ledger):
+ * every byte the runtime holds, by tier and kind, now and at its peaks since
+ * strata_create, as the allocating code charged it (sizes as allocated:
+ * page-rounded host-tier slots, 4 KiB nvme extents). What it counts: the
+ * registered weights and gradient buffers (the caller's, each gradient
+ * buffer once; managed weights strata owns and its layer buffers), every
+ * family's state (factors, roots/eigenbases, moments, grafting, the
+ * full-size workspaces a family keeps, its LAPACK workspaces), the refresh
+ * engine's result slots, nvme extents, staging and worker workspaces, the
+ * gradient buckets' ring, the HSDP ship buffer, and what the caller charged
+ * (strata_memory_ledger_charge). Not counted: per-parameter bookkeeping
+ * (names, tables: O(parameters) bytes), thread stacks, the BLAS library's
+ * own buffers, an MPI/NCCL transport's internal buffers. Thread-safe
+ * (relaxed atomic counters). Errors: STRATA_ERR_INVALID_ARG (NULL). */
+STRATA_API strata_status strata_memory_ledger_get(const strata_runtime *rt,
+                                                  strata_memory_ledger *out);
+
+/* Charge (delta > 0) or release (delta < 0) bytes the caller holds for this
+ * training run to the ledger's cell (tier, kind): what a training loop adds
+ * (its activations: STRATA_LEDGER_ACTIVATIONS), so that one ledger covers
+ * the run. A release past what was charged reads as 0. Thread-safe. Errors:
+ * STRATA_ERR_INVALID_ARG (NULL runtime, tier not in [0, STRATA_LEDGER_TIERS),
+ * kind not in [0, STRATA_LEDGER_KINDS)). */
+STRATA_API strata_status strata_memory_ledger_charge(strata_runtime *rt, int tier, int kind,
+                                                     int64_t delta);
+
+/* ---- planning (runtime/plan.c; the `strata plan` command)
+ *
+ * What a run of `cfg` over `params` would hold and cost on each of
+ * world_size ranks, without allocating any of it: per-rank bytes by ledger
+ * tier and kind (the figures strata_memory_ledger_get would report at the
+ * run's peak: the same sizes as the allocation sites, from each family's
+ * plan slot and the refresh engine's slot, staging and workspace rules),
+ * the owner plan (the runtime's: greedy LPT, resident bytes capped at
+ * 1.1 x the even share; the exact MILP when n x ranks <= 2048), one
+ * refresh round per rank on its workers (LPT over the blocks it owns), and
+ * the smallest precondition frequency and staleness that keep the workers
+ * ahead of a given step time. Costs come from a model fitted to
+ * measurements on this machine (plan/plan.h strata_cost_fit: measured once
+ * per family and configuration, cached), so a 7B model plans in seconds.
+ * Not modelled: HSDP (shard_group_size), spill from a host budget to nvme
+ * (roots_tier NVME puts every block's slots there), the CUDA backend's
+ * pinned memory (planned as the CPU backend's). */
+typedef struct strata_plan_options {
+    int world_size;          /* ranks (>= 1) */
+    int ranks_per_node;      /* ranks per node (>= 1, divides world_size): the default
+                                worker count is this machine's cores / ranks_per_node - 1 */
+    int workers;             /* refresh workers per rank for the round's cost (>= 0; 0: as
+                                the runtime chooses: strata_config.workers, else the
+                                default above; at least 1) */
+    double step_seconds;     /* the training step's wall time the workers must keep ahead
+                                of (s); <= 0: no frequency or staleness answer */
+    uint64_t activation_bytes; /* per rank: what the training loop's forward and backward
+                                  hold (charged as ACTIVATIONS in the caller's tier) */
+    bool managed;            /* parameters registered managed (ZeRO-3 weights, in effect
+                                with owner sharding over several ranks on the CPU
+                                backend): a rank holds its owned weights and the two
+                                largest layers' others (the example trainer's peak) */
+} strata_plan_options;
+
+/* One rank's planned figures. */
+typedef struct strata_plan_rank {
+    uint64_t bytes[STRATA_LEDGER_TIERS][STRATA_LEDGER_KINDS]; /* at the run's peak */
+    uint64_t total;
+    double optimizer_seconds;     /* its parameters' steps per optimizer step, refreshes
+                                     amortized over F (the owner plan's bin load) */
+    double refresh_round_seconds; /* one refresh of every block it owns, on its workers */
+    double refresh_serial_seconds; /* ... on one worker */
+    int32_t owned_params, owned_blocks;
+} strata_plan_rank;
+
+typedef struct strata_plan_summary {
+    int32_t n_params, n_matrix, n_tail, n_blocks;
+    int64_t elements, matrix_elements;
+    double makespan, lower_bound; /* the owner plan over the ranks (s per step) */
+    bool milp;                    /* the MILP's answer was taken */
+    int32_t workers;              /* per rank */
+    double refresh_round_seconds; /* the slowest rank's round on its workers */
+    int32_t frequency;            /* the configuration's precondition frequency F */
+    int32_t max_staleness;        /* the family's limit on S (-1: none) */
+    int32_t min_frequency;        /* smallest F whose refresh period covers the round:
+                                     round <= F x step_seconds; 0 when step_seconds <= 0 or
+                                     nothing refreshes */
+    int32_t min_staleness;        /* smallest S at the configuration's F whose budget covers
+                                     the round (round <= S x step_seconds: every block's
+                                     result ready when due, no wait); -1 when the workers
+                                     fall behind at this F (round > F x step) or S would
+                                     pass max_staleness; 0 as min_frequency */
+    uint64_t max_total;           /* the largest rank's total bytes */
+    int32_t cost_measured;        /* cost-model anchors measured now (0: cached) */
+    double cost_seconds;          /* wall time of the cost model */
+} strata_plan_summary;
+
+/* Plan `n` parameters (strata_param_add's descriptors; data, grad and
+ * memory are not read, managed is taken from opt->managed) under `cfg`.
+ * `ranks` receives world_size entries. Errors: STRATA_ERR_INVALID_ARG (NULL,
+ * n < 1, a bad descriptor as strata_param_add would refuse it, world_size <
+ * 1, ranks_per_node not dividing it, a bad configuration as strata_create
+ * would refuse it), STRATA_ERR_UNSUPPORTED (a family without a plan, HSDP),
+ * STRATA_ERR_NOMEM. Measuring the cost model runs a few optimizer steps on
+ * the calling thread (about a second, once per machine and family). */
+STRATA_API strata_status strata_plan_estimate(const strata_config *cfg,
+                                              const strata_param_desc *params, int n,
+                                              const strata_plan_options *opt,
+                                              strata_plan_rank *ranks,
+                                              strata_plan_summary *out);
+
 /* Which optimizer a registered parameter was routed to (valid after commit). */
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);

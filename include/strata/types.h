@@ -10,6 +10,8 @@
 
 #include "strata/status.h"
 
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,6 +46,58 @@ typedef enum strata_log_level {
  * sink writes "strata[subsystem] level: message" lines to stderr. */
 typedef void (*strata_log_fn)(void *user, strata_log_level level, const char *subsystem,
                               const char *msg);
+
+
+/* The memory ledger (strata_memory_ledger_get in strata/strata.h): every byte
+ * strata holds, by tier and by kind. Tiers: the backend's memory (on the CPU
+ * backend plain host memory the backend counts), pinned host memory, plain
+ * host memory, managed (unified) memory, nvme file space. */
+typedef enum strata_ledger_tier {
+    STRATA_LEDGER_DEVICE = 0,
+    STRATA_LEDGER_HOST_PINNED = 1,
+    STRATA_LEDGER_HOST = 2,
+    STRATA_LEDGER_MANAGED = 3,
+    STRATA_LEDGER_NVME = 4,
+} strata_ledger_tier;
+#define STRATA_LEDGER_TIERS 5
+
+/* What the bytes are. WORKSPACE: scratch a state keeps between steps (a
+ * family's full-size direction buffers, LAPACK workspaces of the refreshes);
+ * STAGING: copies in flight between tiers (factor snapshots, the nvme
+ * tier's staging); COMM: a transport's buffers; ACTIVATIONS: what an
+ * embedder charges (strata_memory_ledger_charge; the example trainer's). */
+typedef enum strata_ledger_kind {
+    STRATA_LEDGER_WEIGHTS = 0,        /* parameters' weights resident on this rank */
+    STRATA_LEDGER_MASTER_WEIGHTS = 1, /* float32 copies of lower-precision weights */
+    STRATA_LEDGER_GRADIENTS = 2,      /* gradient buffers (registered, reduced shards) */
+    STRATA_LEDGER_GRAD_BUCKETS = 3,   /* the bucketed reduce-to-owner's buffers */
+    STRATA_LEDGER_FACTORS = 4,        /* Kronecker factors (Shampoo L, R; SOAP's) */
+    STRATA_LEDGER_ROOTS = 5,          /* inverse roots, eigenbases, their result slots */
+    STRATA_LEDGER_MOMENTS = 6,        /* first/second moments, momentum */
+    STRATA_LEDGER_GRAFTING = 7,       /* grafting accumulators */
+    STRATA_LEDGER_STAGING = 8,
+    STRATA_LEDGER_COMM = 9,
+    STRATA_LEDGER_WORKSPACE = 10,
+    STRATA_LEDGER_ACTIVATIONS = 11,
+} strata_ledger_kind;
+#define STRATA_LEDGER_KINDS 12
+
+/* Bytes now and the peak of each since the runtime was created (a cell's,
+ * a tier's and the total's peaks are each their own high-water mark: the
+ * total's peak is the most held at once, not a sum of cell peaks). */
+typedef struct strata_memory_ledger {
+    uint64_t bytes[STRATA_LEDGER_TIERS][STRATA_LEDGER_KINDS];
+    uint64_t peak[STRATA_LEDGER_TIERS][STRATA_LEDGER_KINDS];
+    uint64_t tier_bytes[STRATA_LEDGER_TIERS], tier_peak[STRATA_LEDGER_TIERS];
+    uint64_t total_bytes, total_peak;
+} strata_memory_ledger;
+
+/* "device", "host-pinned", "host", "managed", "nvme" / "weights",
+ * "master_weights", "gradients", "grad_buckets", "factors", "roots",
+ * "moments", "grafting", "staging", "comm", "workspace", "activations"
+ * ("?" for an unknown value). */
+STRATA_API const char *strata_ledger_tier_name(int tier);
+STRATA_API const char *strata_ledger_kind_name(int kind);
 
 #ifdef __cplusplus
 }

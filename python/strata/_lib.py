@@ -212,6 +212,24 @@ class Stats(Structure):
     ]
 
 
+LEDGER_TIERS = ["device", "host-pinned", "host", "managed", "nvme"]
+LEDGER_KINDS = ["weights", "master_weights", "gradients", "grad_buckets", "factors", "roots",
+                "moments", "grafting", "staging", "comm", "workspace", "activations"]
+
+
+class MemoryLedger(Structure):
+    """strata_memory_ledger (strata/types.h: strata_memory_ledger_get's bytes by
+    tier and kind, now and at the peak)."""
+    _fields_ = [
+        ("bytes", (ctypes.c_uint64 * len(LEDGER_KINDS)) * len(LEDGER_TIERS)),
+        ("peak", (ctypes.c_uint64 * len(LEDGER_KINDS)) * len(LEDGER_TIERS)),
+        ("tier_bytes", ctypes.c_uint64 * len(LEDGER_TIERS)),
+        ("tier_peak", ctypes.c_uint64 * len(LEDGER_TIERS)),
+        ("total_bytes", ctypes.c_uint64),
+        ("total_peak", ctypes.c_uint64),
+    ]
+
+
 # Every mirrored struct, by its C name (the ABI test walks this table).
 STRUCTS = {
     "strata_adamw_config": AdamWConfig,
@@ -226,6 +244,7 @@ STRUCTS = {
     "strata_save_info": SaveInfo,
     "strata_load_info": LoadInfo,
     "strata_stats": Stats,
+    "strata_memory_ledger": MemoryLedger,
 }
 
 # Enums (values of include/strata/*.h).
@@ -319,6 +338,8 @@ def lib() -> ctypes.CDLL:
         "strata_destroy": (None, [rt]),
         "strata_optimizer_name": (c_char_p, [c_int]),
         "strata_stats_get": (st, [rt, POINTER(Stats)]),
+        "strata_memory_ledger_get": (st, [rt, POINTER(MemoryLedger)]),
+        "strata_memory_ledger_charge": (st, [rt, c_int, c_int, ctypes.c_int64]),
     }
     for name, (res, args) in protos.items():
         f = getattr(L, name)

@@ -451,6 +451,25 @@ class StrataOptimizer(torch.optim.Optimizer):
             L.check(self._lib.strata_stats_get(self._rt, byref(out)), "strata_stats_get")
         return {f: getattr(out, f) for f, _ in L.Stats._fields_}
 
+    def memory_ledger(self) -> dict[str, Any]:
+        """strata_memory_ledger_get: this rank's bytes by tier and kind, as
+        {"total_bytes", "total_peak", tier: {"bytes", "peak", kind: {"bytes",
+        "peak"}}} with empty tiers and kinds left out (tiers and kinds of
+        strata/types.h: "device", "host", ...; "factors", "roots", ...)."""
+        out = L.MemoryLedger()
+        with self._locked():
+            L.check(self._lib.strata_memory_ledger_get(self._rt, byref(out)),
+                    "strata_memory_ledger_get")
+        d: dict[str, Any] = {"total_bytes": out.total_bytes, "total_peak": out.total_peak}
+        for t, tn in enumerate(L.LEDGER_TIERS):
+            if not out.tier_peak[t]:
+                continue
+            d[tn] = {"bytes": out.tier_bytes[t], "peak": out.tier_peak[t]}
+            for k, kn in enumerate(L.LEDGER_KINDS):
+                if out.peak[t][k]:
+                    d[tn][kn] = {"bytes": out.bytes[t][k], "peak": out.peak[t][k]}
+        return d
+
     def routing(self) -> list[dict[str, Any]]:
         """Which parameter went to which optimizer and why: one dict per
         parameter in registration order, with "name", "shape", "optimizer"

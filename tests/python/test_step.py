@@ -180,6 +180,25 @@ def test_stats():
     assert s["missing_backward_hooks"] == 0
 
 
+def test_memory_ledger():
+    """memory_ledger(): the registered buffers at their sizes, the device tier
+    equal to stats()' device_bytes, the total the sum of its cells."""
+    named = make_params()
+    o = st.Shampoo(named, precondition_frequency=2)
+    for t in range(1, 3):
+        for (_, p), g in zip(named, grads(t)):
+            p.grad = g
+        o.step()
+    m, s = o.memory_ledger(), o.stats()
+    nbytes = sum(p.numel() * 4 for _, p in named)
+    assert m["host"]["weights"]["bytes"] == nbytes
+    assert m["device"]["bytes"] == s["device_bytes"]
+    assert m["device"]["factors"]["bytes"] > 0 and m["host"]["roots"]["bytes"] > 0
+    cells = sum(v["bytes"] for t in m.values() if isinstance(t, dict)
+                for v in t.values() if isinstance(v, dict))
+    assert cells == m["total_bytes"] and m["total_peak"] >= m["total_bytes"]
+
+
 def test_routes_by_name_pattern():
     named = make_params()
     o = st.Muon(named, routes={"*.mlp.*": "adamw", "blocks.0.heads": "shampoo"})

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""`strata plan` against the memory ledger of real runs (issue #21 items 1-2;
+usage: test_plan.py STRATA [SOURCE_ROOT]).
+
+1. For small GPTs that train here (Shampoo sync and async, SOAP, Muon, AdamW,
+   NorMuon, KL-Shampoo;
+   one rank, and two ranks under mpirun when it is there), the plan's
+   per-rank bytes match the ledger the run reports in its JSONL summary
+   ("memory", rank 0's peaks) within 10%: the total, and every tier/kind cell
+   holding at least 2% of the total.
+2. The shipped shape files plan: their parameter counts are the published
+   models' (GPT-2 124M: 124,439,808; Llama-2 7B: 6,738,415,616), a 7B model
+   on 8 ranks answers, and a missing shape file is refused with exit 1.
+Exit 0 pass, 1 fail.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+STRATA = sys.argv[1]
+ROOT = sys.argv[2] if len(sys.argv) > 2 else os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+SHAPES = os.path.join(ROOT, "plan", "shapes")
+MODEL = ["--layers", "2", "--d-model", "64", "--heads", "2", "--seq-len", "32", "--batch", "4",
+         "--threads", "1", "--precondition-frequency", "2"]
+RUN = ["--steps", "3", "--eval-every", "0", "--eval-batches", "1", "--quiet", "--no-progress"]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
+           OMPI_MCA_plm_rsh_agent="")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def plan(args):
+    p = subprocess.run([STRATA, "plan", "--json"] + args, capture_output=True, text=True,
+                       timeout=300, env=ENV)
+    if p.returncode != 0:
+        print(p.stdout[-1000:], p.stderr[-2000:])
+        return None
+    return json.loads(p.stdout)
+
+
+def ledger(tmp, tag, args, ranks):
+    metrics = os.path.join(tmp, tag + ".jsonl")
+    cmd = [STRATA, "train"] + MODEL + RUN + args + ["--metrics", metrics]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    if p.returncode != 0:
+        print(p.stdout[-1000:], p.stderr[-2000:])
+        return None
+    with open(metrics) as f:
+        return [json.loads(l) for l in f][-1]["memory"]
+
+
+def compare(tag, args, ranks=1):
+    got = ledger(tmp, tag, args, ranks)
+    want = plan(MODEL + args + ["--world", str(ranks)])
+    if got is None or want is None:
+        check(False, f"{tag}: the run and the plan complete")
+        return
+    p0 = want["ranks"][0]
+    total, ptotal = got["total_peak"], p0["total"]
+    check(abs(ptotal - total) <= 0.10 * total,
+          f"{tag}: plan total {ptotal / 2**20:.2f} MiB vs ledger peak {total / 2**20:.2f} MiB")
+    for tier, cells in got.items():
+        if not isinstance(cells, dict):
+            continue
+        for kind, v in cells.items():
+            if not isinstance(v, dict) or v["peak"] < 0.02 * total:
+                continue
+            pv = p0.get(tier, {}).get(kind, 0)
+            check(abs(pv - v["peak"]) <= 0.10 * v["peak"],
+                  f"{tag}: {tier} {kind}: plan {pv / 2**20:.3f} MiB vs ledger "
+                  f"{v['peak'] / 2**20:.3f} MiB")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    compare("shampoo-sync", ["--optimizer", "shampoo"])
+    compare("shampoo-async", ["--optimizer", "shampoo", "--async", "--staleness", "1",
+                              "--workers", "1"])
+    compare("soap", ["--optimizer", "soap"])
+    compare("muon", ["--optimizer", "muon"])
+    compare("adamw", ["--optimizer", "adamw"])
+    compare("normuon", ["--optimizer", "normuon"])
+    compare("kl-shampoo", ["--optimizer", "kl-shampoo"])
+    mpi = shutil.which("mpirun") is not None
+    if mpi:
+        probe = subprocess.run(["mpirun", "-np", "1", STRATA, "train", "--steps", "1",
+                                "--layers", "1", "--d-model", "8", "--heads", "1", "--seq-len",
+                                "8", "--batch", "1", "--eval-every", "0", "--eval-batches", "1",
+                                "--quiet"], capture_output=True, text=True, timeout=120, env=ENV)
+        mpi = "built without MPI" not in probe.stderr and probe.returncode == 0
+    if mpi:
+        compare("shampoo-2ranks", ["--optimizer", "shampoo"], ranks=2)
+    else:
+        print("skip: two ranks (no mpirun, or strata built without MPI)")
+
+    g = plan(["--shapes", os.path.join(SHAPES, "gpt2-124m.json")])
+    check(g is not None and g["elements"] == 124439808 and g["matrices"] == 48,
+          f"gpt2-124m: 124,439,808 parameters in 48 matrices ({g and g['elements']})")
+    l7 = plan(["--shapes", os.path.join(SHAPES, "llama-7b.json"), "--world", "8",
+               "--ranks-per-node", "4"])
+    check(l7 is not None and l7["elements"] == 6738415616 and len(l7["ranks"]) == 8 and
+          all(r["total"] > 0 for r in l7["ranks"]),
+          f"llama-7b on 8 ranks: 6,738,415,616 parameters, every rank planned "
+          f"({l7 and l7['elements']}, {l7 and l7['plan_s']:.2f} s)")
+    p = subprocess.run([STRATA, "plan", "--shapes", os.path.join(tmp, "missing.json")],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 1 and "missing.json" in p.stderr,
+          f"a missing shape file: exit 1 naming it (rc {p.returncode}, {p.stderr.strip()[:120]})")
+
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+sys.exit(0)
