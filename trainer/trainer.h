@@ -144,6 +144,8 @@ typedef struct gpt_train_result {
     double critical_path_fraction; /* ... as a fraction of wall_seconds (the steps' time) */
     strata_stats stats;       /* the runtime's counters at the end (this rank's) */
     gpt_run_totals totals;    /* the counters of `stats` the summary reports, over all ranks */
+    bool config_refused;      /* the options were refused before anything ran (no data,
+                                 no collective): every rank of a job finds the same */
     bool diverged;            /* the run stopped because training diverged (its summary
                                  record says so; the run returns STRATA_ERR_NONFINITE) */
     int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */
