@@ -37,7 +37,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODES = os.path.join(HERE, "..", "scripts", "nodes.sh")
-ENV = dict(os.environ, STRATA_NODES_STATE="/run/strata-nodes-bench")
+ENV = dict(os.environ, STRATA_NODES_STATE="/run/strata-nodes-bench", STRATA_NODES_PREFIX="stb")
 
 
 def rate_bytes(rate):

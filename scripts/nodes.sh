@@ -28,11 +28,16 @@
 #
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN): without it every command but
 # status exits 77 with the reason. State: $STRATA_NODES_STATE (default
-# /run/strata-nodes).
+# /run/strata-nodes). STRATA_NODES_PREFIX (default strata) names the
+# namespaces (PREFIX-sw, PREFIX-nK): two sets with different prefixes (a test
+# and a benchmark) live side by side, each with its own bridge.
 set -euo pipefail
 
 STATE=${STRATA_NODES_STATE:-/run/strata-nodes}
-SW=strata-sw
+P=${STRATA_NODES_PREFIX:-strata}
+[[ "$P" =~ ^[a-z][a-z0-9]{0,11}$ ]] || { echo "nodes.sh: STRATA_NODES_PREFIX='$P': expected" \
+  "1-12 lower-case letters and digits, starting with a letter" >&2; exit 2; }
+SW=$P-sw
 SUBNET=10.77.0.0/24
 
 die() { echo "nodes.sh: $*" >&2; exit 1; }
@@ -42,7 +47,7 @@ need_root() {
     echo "nodes.sh: needs root (network namespaces, veth, tc): run it as root" >&2
     exit 77
   fi
-  local probe="strata-probe-$$"
+  local probe="$P-probe-$$"
   if ! ip netns add "$probe" 2>/dev/null; then
     echo "nodes.sh: cannot create a network namespace here (ip netns add refused: no" \
          "CAP_SYS_ADMIN/CAP_NET_ADMIN, or a container without them)" >&2
@@ -53,7 +58,7 @@ need_root() {
 }
 
 hosts() { # the host namespaces that exist
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^strata-n[0-9]+$' | sort -V || true
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P-n[0-9]+\$" | sort -V || true
 }
 
 cmd_down() {
@@ -113,7 +118,7 @@ cmd_up() {
     hostsfile+="10.77.0.$k n$k"$'\n'
   done
   for k in $(seq 1 "$n"); do
-    ns=strata-n$k
+    ns=$P-n$k
     ip netns add "$ns"
     ip -n "$ns" link set lo up
     # a dead link is found in seconds, not TCP's default quarter hour of
@@ -139,7 +144,7 @@ cmd_up() {
 #!/bin/sh
 # Open MPI's launcher agent (plm_rsh_agent): "agent HOST COMMAND...", as ssh.
 host=\$1; shift
-exec ip netns exec "strata-\$host" unshare --uts sh -c "hostname \$host; \$*"
+exec ip netns exec "$P-\$host" unshare --uts sh -c "hostname \$host; \$*"
 EOF
   chmod +x "$STATE/agent"
   printf 'n=%s\nrate=%s\ndelay=%s\nnetem=%s\nslots=%s\n' "$n" "$rate" "$delay" "$netem" "$slots" \
@@ -150,7 +155,7 @@ EOF
   local k2 try out
   for k2 in $(seq 2 "$n"); do
     for try in 1 2 3 4 5; do
-      out=$(timeout 3 ip netns exec strata-n1 bash -c "exec 3<>/dev/tcp/10.77.0.$k2/9" 2>&1 || true)
+      out=$(timeout 3 ip netns exec "$P-n1" bash -c "exec 3<>/dev/tcp/10.77.0.$k2/9" 2>&1 || true)
       case "$out" in *refused*) break ;; esac
       sleep 0.2
     done
@@ -176,7 +181,7 @@ cmd_run() {
   export OMPI_MCA_btl_vader_single_copy_mechanism=none
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   # mpirun's own children on n1 see hostname n1 as the orteds do theirs
-  exec ip netns exec strata-n1 unshare --uts sh -c 'hostname n1; exec mpirun "$@"' mpirun \
+  exec ip netns exec "$P-n1" unshare --uts sh -c 'hostname n1; exec mpirun "$@"' mpirun \
     --hostfile "$STATE/hostfile" "$@"
 }
 
@@ -186,7 +191,7 @@ cmd_link() {
   [[ "$k" =~ ^[0-9]+$ ]] && { [ "$state" = up ] || [ "$state" = down ]; } ||
     die "link H up|down (H a host number)"
   ip -n "$SW" link set "s$k" "$state"
-  ip -n "strata-n$k" link set eth0 "$state"
+  ip -n "$P-n$k" link set eth0 "$state"
 }
 
 cmd_status() {

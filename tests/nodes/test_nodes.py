@@ -34,8 +34,7 @@ NODES = os.path.abspath(sys.argv[2])
 TINY = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32", "--batch", "4",
         "--steps", "8", "--eval-every", "0", "--eval-batches", "2", "--threads", "1",
         "--precondition-frequency", "3", "--quiet"]
-ENV = dict(os.environ, STRATA_NODES_STATE=os.environ.get("STRATA_NODES_STATE",
-                                                         "/run/strata-nodes-test"))
+ENV = dict(os.environ, STRATA_NODES_STATE="/run/strata-nodes-test", STRATA_NODES_PREFIX="stt")
 failures = 0
 
 
@@ -138,7 +137,7 @@ def main():
     finally:
         d = nodes("down")
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-        check(d.returncode == 0 and "strata-" not in left,
+        check(d.returncode == 0 and "stt-" not in left,
               "nodes.sh down removed every namespace (and what ran in them)")
     print(f"{failures} failed")
     return 1 if failures else 0
