@@ -22,6 +22,11 @@ static const strata_env_var g_vars[STRATA_ENV_COUNT] = {
     [STRATA_ENV_NCCL_TIMEOUT_S] = {"STRATA_NCCL_TIMEOUT_S", STRATA_ENV_INT, 1, 86400, false,
                                    "comm", "seconds an NCCL collective may wait before it "
                                    "fails with STRATA_ERR_TIMEOUT (default 600)"},
+    [STRATA_ENV_COMM_TIMEOUT_S] = {"STRATA_COMM_TIMEOUT_S", STRATA_ENV_INT, 0, 86400, false,
+                                   "comm", "seconds an MPI collective or message may wait "
+                                   "before every rank still running reports the ranks it "
+                                   "waited for and fails with STRATA_ERR_TIMEOUT (default "
+                                   "600; 0 waits forever, for debugging)"},
     [STRATA_ENV_COST_CACHE] = {"STRATA_COST_CACHE", STRATA_ENV_STRING, 0, 0, false, "plan",
                                "0 turns the planner's measured-cost cache off (unset: on)"},
     [STRATA_ENV_XDG_CACHE_HOME] = {"XDG_CACHE_HOME", STRATA_ENV_STRING, 0, 0, false, "plan",

@@ -33,6 +33,8 @@ typedef enum strata_env_id {
     STRATA_ENV_RANKS_PER_NODE,   /* STRATA_RANKS_PER_NODE: ranks per node, >= 1 */
     STRATA_ENV_NCCL_TIMEOUT_S,   /* STRATA_NCCL_TIMEOUT_S: bound of an NCCL wait, seconds,
                                     1..86400 (default 600) */
+    STRATA_ENV_COMM_TIMEOUT_S,   /* STRATA_COMM_TIMEOUT_S: bound of an MPI wait, seconds,
+                                    0..86400 (default 600, 0 = wait forever) */
     STRATA_ENV_COST_CACHE,       /* STRATA_COST_CACHE: "0" turns the cost cache off */
     STRATA_ENV_XDG_CACHE_HOME,   /* XDG_CACHE_HOME: where the cost cache lives */
     STRATA_ENV_HOME,             /* HOME: ~/.cache when XDG_CACHE_HOME is unset */

@@ -995,6 +995,46 @@ static void catch_stop_signals(gpt_train_options *o)
 /* main's argv, for the re-execution with a better OpenBLAS core. */
 static char **main_argv;
 
+/* parse_train under an MPI launcher: every rank parses the same flags, so a
+ * refusal is said once, by rank 0 (a communicator is created only to learn
+ * the rank); what parsing printed is held in a temporary file meanwhile.
+ * Issue #22 item 10. */
+static int parse_train_once(int argc, char **argv, train_cmd cmd, train_args *a)
+{
+    if (!strata_comm_mpi_launched())
+        return parse_train(argc, argv, cmd, a);
+    fflush(stderr);
+    FILE *hold = tmpfile();
+    const int saved = hold ? dup(STDERR_FILENO) : -1;
+    if (saved < 0 || dup2(fileno(hold), STDERR_FILENO) < 0) {
+        if (saved >= 0)
+            close(saved);
+        if (hold)
+            fclose(hold);
+        return parse_train(argc, argv, cmd, a);
+    }
+    const int rc = parse_train(argc, argv, cmd, a);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    bool say = true;
+    if (rc && rc != 100) {
+        strata_comm *c = NULL;
+        if (strata_comm_mpi_create(NULL, true, &c) == STRATA_OK)
+            say = strata_comm_rank(c) == 0;
+        strata_comm_destroy(c);
+    }
+    if (say) {
+        char buf[4096];
+        size_t got;
+        rewind(hold);
+        while ((got = fread(buf, 1, sizeof buf, hold)) > 0)
+            fwrite(buf, 1, got, stderr);
+    }
+    fclose(hold);
+    return rc;
+}
+
 /* Under an MPI launcher every process is a rank: the communicator spans
  * them, rank 0 prints and writes the metrics, and an error on any rank ends
  * every rank (MPI_Abort) after printing its message, so that none waits
@@ -1006,7 +1046,7 @@ static int cmd_train(int argc, char **argv)
      * anything is parsed or printed. */
     gpt_blas_core_reexec(main_argv);
     train_args a;
-    int rc = parse_train(argc, argv, CMD_TRAIN, &a);
+    int rc = parse_train_once(argc, argv, CMD_TRAIN, &a);
     if (rc)
         return rc == 100 ? 0 : rc;
     strata_comm *comm = NULL;
@@ -1031,6 +1071,14 @@ static int cmd_train(int argc, char **argv)
     catch_stop_signals(&a.o);
     gpt_train_result r;
     strata_status st = gpt_train(&a.o, rank == 0 ? stdout : NULL, &r);
+    if (st != STRATA_OK && r.config_refused && comm) {
+        /* Every rank refused the same options before any collective: said
+         * once, by rank 0, and no rank aborts (none waits for another). */
+        if (rank == 0)
+            fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
+        strata_comm_destroy(comm);
+        return 1;
+    }
     if (st != STRATA_OK) {
         fflush(stdout);
         if (comm && strata_comm_size(comm) > 1)

@@ -35,15 +35,31 @@
  * of a sequence that every rank advances alike (they start requests in the
  * same order), so concurrent requests between the same two ranks never
  * match each other's messages.
+ *
+ * Timeouts (issue #22 item 11): no call waits forever. Every collective and
+ * message is started non-blocking (MPI_I*) and polled with MPI_Test against
+ * a deadline of STRATA_COMM_TIMEOUT_S seconds (default 600; 0 waits forever,
+ * with MPI's own blocking wait); a non-blocking reduction that is not done
+ * that long after its start times out at the next test. On expiry the rank
+ * sends a one-int notice to every other rank of the communicator on a
+ * second duplicate (`ctl`) and listens for theirs for a short grace period:
+ * the ranks that time out too answer, and the ones that do not are the ones
+ * waited for (stopped, stalled on a disk, stuck computing, or cut off); a
+ * rank that was itself stopped restarts its clock when it runs again. The
+ * call then fails with STRATA_ERR_TIMEOUT naming the call, the time waited
+ * and those world ranks; the caller (the trainer) prints it and ends the job
+ * with MPI_Abort, so the ranks that do not answer are ended too.
  */
 #include "strata/comm.h"
 #include "base/env.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct mpi_ctx {
     MPI_Comm comm;      /* a duplicate: strata's traffic never mixes with the caller's */
@@ -56,6 +72,11 @@ typedef struct mpi_ctx {
     size_t stage_floats;
     bool contiguous;    /* every node is a block of consecutive ranks */
     unsigned seq;       /* non-blocking requests started (tags) */
+    MPI_Comm ctl;       /* a second duplicate: timeout notices only */
+    int world_rank;     /* this rank in MPI_COMM_WORLD (messages) */
+    int *world_of;      /* world rank of every rank (messages) */
+    double timeout_s;   /* a wait longer than this fails; 0: none */
+    int *notes;         /* timeout notices received (size ints; kept: pending receives) */
     uint64_t intra_own, inter_own;
     uint64_t *intra, *inter; /* bytes received + sent, by peer's node (a sub-communicator
                                 counts into its parent's) */
@@ -71,6 +92,111 @@ static strata_status mpi_check(int rc, const char *what, const char *file, int l
     return strata_error(STRATA_ERR_IO, "%s failed (%s:%d): %s", what, file, line, msg);
 }
 #define MPI_TRY(expr) mpi_check((expr), #expr, __FILE__, __LINE__)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum { TAG_NOTE = 7 };
+
+/* A wait of `what` ran past the deadline: tell every other rank, listen for
+ * a grace period (half the timeout, at most 2 s) for the ranks that time
+ * out too, and fail naming those that did not answer. `peer` is the rank
+ * waited for when the call knows it (a message), else -1. */
+static strata_status timed_out(mpi_ctx *c, const char *what, int peer, double waited)
+{
+    static const int note = 1; /* the sends may outlive this call */
+    const int N = c->size;
+    const double grace = c->timeout_s < 4.0 ? c->timeout_s / 2.0 : 2.0;
+    MPI_Request *rq = malloc(2 * (size_t)N * sizeof *rq);
+    if (!c->notes)
+        c->notes = calloc((size_t)N, sizeof *c->notes);
+    char missing[256] = "", answered[256] = "";
+    int n_missing = 0;
+    if (rq && c->notes) {
+        for (int r = 0; r < N; r++) {
+            rq[r] = rq[N + r] = MPI_REQUEST_NULL;
+            if (r == c->rank)
+                continue;
+            MPI_Irecv(&c->notes[r], 1, MPI_INT, r, TAG_NOTE, c->ctl, &rq[r]);
+            MPI_Isend(&note, 1, MPI_INT, r, TAG_NOTE, c->ctl, &rq[N + r]);
+        }
+        const double t0 = now_s();
+        int all = 0;
+        while (!all && now_s() - t0 < grace) {
+            MPI_Testall(N, rq, &all, MPI_STATUSES_IGNORE); /* the receives only */
+            if (!all) {
+                struct timespec ts = {0, 1000000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        for (int r = 0; r < N; r++) {
+            if (r == c->rank)
+                continue;
+            int got = rq[r] == MPI_REQUEST_NULL;
+            if (!got)
+                MPI_Test(&rq[r], &got, MPI_STATUS_IGNORE);
+            char *list = got ? answered : missing;
+            size_t len = strlen(list);
+            if (len < sizeof missing - 16)
+                snprintf(list + len, sizeof missing - len, "%s%d", len ? ", " : "",
+                         c->world_of[r]);
+            n_missing += !got;
+        }
+    }
+    free(rq); /* the requests left pending are never waited on: the job ends */
+    char peer_s[32] = "";
+    if (peer >= 0)
+        snprintf(peer_s, sizeof peer_s, " for rank %d", c->world_of[peer]);
+    return strata_error(STRATA_ERR_TIMEOUT,
+                        "mpi comm: rank %d waited %.1f s in %s%s (STRATA_COMM_TIMEOUT_S=%g); "
+                        "%s%s%s%s%s; raise STRATA_COMM_TIMEOUT_S, or 0 to wait forever",
+                        c->world_rank, waited, what, peer_s, c->timeout_s,
+                        n_missing ? (n_missing > 1 ? "not answering: ranks " :
+                                                     "not answering: rank ") :
+                                    "every rank answered (each waits for another)",
+                        missing, *answered ? " (timed out too: " : "", answered,
+                        *answered ? ")" : "");
+}
+
+/* Wait for n requests, at most the communicator's timeout. Spins for the
+ * first millisecond, then yields the core between tests (an oversubscribed
+ * machine's ranks need it), then sleeps 50 us between tests after 20 ms. */
+static strata_status wait_all(mpi_ctx *c, int n, MPI_Request *req, const char *what, int peer)
+{
+    if (c->timeout_s <= 0)
+        return MPI_TRY(MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    double t0 = now_s(), last = t0;
+    for (;;) {
+        int flag = 0;
+        strata_status st = MPI_TRY(MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE));
+        if (st != STRATA_OK || flag)
+            return st;
+        const double now = now_s();
+        if (now - last > 1.0) /* this rank itself did not run (stopped): the clock restarts */
+            t0 = now;
+        last = now;
+        const double t = now - t0;
+        if (t > c->timeout_s)
+            return timed_out(c, what, peer, t);
+        if (t > 0.02) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        } else if (t > 0.001) {
+            sched_yield();
+        }
+    }
+}
+
+/* A started call (`st`, the start's status; it filled *rq): wait for it. */
+static strata_status started(mpi_ctx *c, strata_status st, MPI_Request *rq, const char *what,
+                             int peer)
+{
+    return st == STRATA_OK ? wait_all(c, 1, rq, what, peer) : st;
+}
 
 static void count(mpi_ctx *c, int peer, size_t bytes)
 {
@@ -100,14 +226,19 @@ static strata_status stage_reserve(mpi_ctx *c, size_t floats)
 static strata_status m_allreduce(void *ctx, double *vals, int n, strata_reduce_op op)
 {
     mpi_ctx *c = ctx;
+    MPI_Request rq;
     if (!c->deterministic || op == STRATA_REDUCE_MAX)
-        return MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE,
-                                     op == STRATA_REDUCE_SUM ? MPI_SUM : MPI_MAX, c->comm));
+        return started(c, MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_DOUBLE,
+                                                 op == STRATA_REDUCE_SUM ? MPI_SUM : MPI_MAX,
+                                                 c->comm, &rq)),
+                       &rq, "allreduce_f64 (MPI_Iallreduce)", -1);
     /* Gather every rank's vector, sum in rank order from +0 on every rank. */
     double *all = malloc((size_t)n * (size_t)c->size * sizeof *all);
     if (!all)
         return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
-    strata_status st = MPI_TRY(MPI_Allgather(vals, n, MPI_DOUBLE, all, n, MPI_DOUBLE, c->comm));
+    strata_status st = started(c, MPI_TRY(MPI_Iallgather(vals, n, MPI_DOUBLE, all, n, MPI_DOUBLE,
+                                                         c->comm, &rq)),
+                               &rq, "allreduce_f64 (MPI_Iallgather)", -1);
     if (st == STRATA_OK)
         for (int i = 0; i < n; i++) {
             double s = 0.0;
@@ -126,17 +257,21 @@ static strata_status m_reduce_to_owner(void *ctx, float *buf, size_t n, int owne
         return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", n);
     if (c->size == 1)
         return STRATA_OK;
+    MPI_Request rq;
     if (!c->deterministic) {
-        strata_status st = MPI_TRY(MPI_Reduce(c->rank == owner ? MPI_IN_PLACE : buf,
-                                              c->rank == owner ? buf : NULL, (int)n, MPI_FLOAT,
-                                              MPI_SUM, owner, c->comm));
+        strata_status st = started(c, MPI_TRY(MPI_Ireduce(c->rank == owner ? MPI_IN_PLACE : buf,
+                                                          c->rank == owner ? buf : NULL, (int)n,
+                                                          MPI_FLOAT, MPI_SUM, owner, c->comm,
+                                                          &rq)),
+                                   &rq, "reduce_to_owner (MPI_Ireduce)", -1);
         if (c->rank != owner)
             count(c, owner, n * sizeof(float));
         return st;
     }
     if (c->rank != owner) {
         count(c, owner, n * sizeof(float));
-        return MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, owner, 17, c->comm));
+        return started(c, MPI_TRY(MPI_Isend(buf, (int)n, MPI_FLOAT, owner, 17, c->comm, &rq)),
+                       &rq, "reduce_to_owner (send to the owner)", owner);
     }
     strata_status st = stage_reserve(c, n * (size_t)(c->size - 1));
     if (st != STRATA_OK)
@@ -155,7 +290,7 @@ static strata_status m_reduce_to_owner(void *ctx, float *buf, size_t n, int owne
         k++;
     }
     if (st == STRATA_OK)
-        st = MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+        st = wait_all(c, k, req, "reduce_to_owner (the owner's receives)", -1);
     free(req);
     if (st != STRATA_OK)
         return st;
@@ -184,7 +319,9 @@ static strata_status m_broadcast(void *ctx, float *buf, size_t n, int owner)
     } else {
         count(c, owner, n * sizeof(float));
     }
-    return MPI_TRY(MPI_Bcast(buf, (int)n, MPI_FLOAT, owner, c->comm));
+    MPI_Request rq;
+    return started(c, MPI_TRY(MPI_Ibcast(buf, (int)n, MPI_FLOAT, owner, c->comm, &rq)), &rq,
+                   "broadcast_from_owner (MPI_Ibcast)", -1);
 }
 
 static strata_status to_int_arrays(const mpi_ctx *c, const size_t *counts, const size_t *displs,
@@ -223,8 +360,10 @@ static strata_status m_allgatherv(void *ctx, const float *send, float *recv, con
             count(c, r, counts[c->rank] * sizeof(float));     /* sent */
         }
     const bool in_place = send == recv + displs[c->rank];
-    st = MPI_TRY(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, ic[c->rank], MPI_FLOAT, recv, ic,
-                                id, MPI_FLOAT, c->comm));
+    MPI_Request rq;
+    st = started(c, MPI_TRY(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, ic[c->rank],
+                                            MPI_FLOAT, recv, ic, id, MPI_FLOAT, c->comm, &rq)),
+                 &rq, "allgatherv_f32 (MPI_Iallgatherv)", -1);
     free(ic);
     free(id);
     return st;
@@ -240,8 +379,11 @@ static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
     if (st != STRATA_OK)
         return st;
     const size_t mine = counts[c->rank];
+    MPI_Request rq;
     if (!c->deterministic) {
-        st = MPI_TRY(MPI_Reduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, c->comm));
+        st = started(c, MPI_TRY(MPI_Ireduce_scatter(send, recv, ic, MPI_FLOAT, MPI_SUM, c->comm,
+                                                    &rq)),
+                     &rq, "reduce_scatter_f32 (MPI_Ireduce_scatter)", -1);
     } else {
         /* Every rank sends piece r to rank r (alltoallv), then sums its pieces
          * in rank order from +0. */
@@ -253,8 +395,9 @@ static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
                 rc[r] = (int)mine;
                 rd[r] = (int)(mine * (size_t)r);
             }
-            st = MPI_TRY(MPI_Alltoallv(send, ic, id, MPI_FLOAT, c->stage, rc, rd, MPI_FLOAT,
-                                       c->comm));
+            st = started(c, MPI_TRY(MPI_Ialltoallv(send, ic, id, MPI_FLOAT, c->stage, rc, rd,
+                                                   MPI_FLOAT, c->comm, &rq)),
+                         &rq, "reduce_scatter_f32 (MPI_Ialltoallv)", -1);
         }
         if (st == STRATA_OK)
             for (size_t i = 0; i < mine; i++) {
@@ -278,7 +421,9 @@ static strata_status m_reduce_scatter(void *ctx, const float *send, float *recv,
 
 static strata_status m_barrier(void *ctx)
 {
-    return MPI_TRY(MPI_Barrier(((mpi_ctx *)ctx)->comm));
+    mpi_ctx *c = ctx;
+    MPI_Request rq;
+    return started(c, MPI_TRY(MPI_Ibarrier(c->comm, &rq)), &rq, "barrier (MPI_Ibarrier)", -1);
 }
 
 static void m_destroy(void *ctx)
@@ -290,9 +435,13 @@ static void m_destroy(void *ctx)
     MPI_Finalized(&finalized);
     if (!finalized && c->comm != MPI_COMM_NULL)
         MPI_Comm_free(&c->comm);
+    if (!finalized && c->ctl != MPI_COMM_NULL)
+        MPI_Comm_free(&c->ctl);
     if (!finalized && c->own_init)
         MPI_Finalize();
     free(c->node_of);
+    free(c->world_of);
+    free(c->notes);
     free(c->stage);
     free(c);
 }
@@ -329,12 +478,15 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
     const int me = c->rank, N = c->size;
     strata_status st = STRATA_OK;
     int holder; /* the rank that ends up with the total */
+    MPI_Request rq;
     if (!c->contiguous) {
         holder = owners[0];
-        st = c->deterministic ? m_reduce_to_owner(ctx, buf, n, holder)
-                              : MPI_TRY(MPI_Reduce(me == holder ? MPI_IN_PLACE : buf,
-                                                   me == holder ? buf : NULL, (int)n, MPI_FLOAT,
-                                                   MPI_SUM, holder, c->comm));
+        st = c->deterministic
+                 ? m_reduce_to_owner(ctx, buf, n, holder)
+                 : started(c, MPI_TRY(MPI_Ireduce(me == holder ? MPI_IN_PLACE : buf,
+                                                  me == holder ? buf : NULL, (int)n, MPI_FLOAT,
+                                                  MPI_SUM, holder, c->comm, &rq)),
+                           &rq, "reduce_to_owners (MPI_Ireduce)", -1);
     } else {
         /* my node's block [a, b) and its leader a */
         int a = me, b = me + 1;
@@ -348,7 +500,8 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
         holder = last_a;
         if (me != a) {
             count(c, a, n * sizeof(float));
-            st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, a, 19, c->comm));
+            st = started(c, MPI_TRY(MPI_Isend(buf, (int)n, MPI_FLOAT, a, 19, c->comm, &rq)),
+                         &rq, "reduce_to_owners (send to the node leader)", a);
         } else {
             const int members = b - a - 1;
             st = stage_reserve(c, n * (size_t)(members + 1));
@@ -367,11 +520,12 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
                 while (pa > 0 && c->node_of[pa - 1] == c->node_of[a - 1])
                     pa--;
                 count(c, pa, n * sizeof(float));
-                st = MPI_TRY(MPI_Recv(prev, (int)n, MPI_FLOAT, pa, 19, c->comm,
-                                      MPI_STATUS_IGNORE));
+                st = started(c, MPI_TRY(MPI_Irecv(prev, (int)n, MPI_FLOAT, pa, 19, c->comm,
+                                                  &rq)),
+                             &rq, "reduce_to_owners (the previous node's partial sum)", pa);
             }
             if (st == STRATA_OK)
-                st = MPI_TRY(MPI_Waitall(k, req, MPI_STATUSES_IGNORE));
+                st = wait_all(c, k, req, "reduce_to_owners (the node members' sums)", -1);
             if (st == STRATA_OK)
                 for (size_t i = 0; i < n; i++) {
                     float s = a > 0 ? prev[i] : 0.0f;
@@ -382,7 +536,8 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
                 }
             if (st == STRATA_OK && b < N) {
                 count(c, b, n * sizeof(float));
-                st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, b, 19, c->comm));
+                st = started(c, MPI_TRY(MPI_Isend(buf, (int)n, MPI_FLOAT, b, 19, c->comm, &rq)),
+                             &rq, "reduce_to_owners (send to the next node)", b);
             }
         }
     }
@@ -393,11 +548,13 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
             continue;
         if (me == holder) {
             count(c, o, n * sizeof(float));
-            st = MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, o, 23, c->comm));
+            st = started(c, MPI_TRY(MPI_Isend(buf, (int)n, MPI_FLOAT, o, 23, c->comm, &rq)),
+                         &rq, "reduce_to_owners (ship the total to an owner)", o);
         } else if (me == o) {
             count(c, holder, n * sizeof(float));
-            st = MPI_TRY(MPI_Recv(buf, (int)n, MPI_FLOAT, holder, 23, c->comm,
-                                  MPI_STATUS_IGNORE));
+            st = started(c, MPI_TRY(MPI_Irecv(buf, (int)n, MPI_FLOAT, holder, 23, c->comm,
+                                              &rq)),
+                         &rq, "reduce_to_owners (the total)", holder);
         }
     }
     return st;
@@ -408,12 +565,40 @@ static strata_status m_reduce_to_owners(void *ctx, float *buf, size_t n, const i
 enum { NB_RECV = 1, NB_SEND, NB_SHIP, NB_FAST };
 enum { NB_TAG0 = 1000, NB_TAGS = 30000 }; /* tags 1000..30999 <= MPI_TAG_UB (>= 32767) */
 
-_Static_assert(2 * sizeof(MPI_Request) <= sizeof(((strata_comm_request *)0)->impl),
-               "strata_comm_request.impl holds two MPI requests");
+_Static_assert(2 * sizeof(MPI_Request) <= 2 * sizeof(void *) && sizeof(double) <= sizeof(void *),
+               "strata_comm_request.impl holds two MPI requests and the start time");
 
 static MPI_Request *nb_mpi(strata_comm_request *q)
 {
     return (MPI_Request *)(void *)q->impl;
+}
+
+/* The request's start time (kept in impl[2]). */
+static double nb_t0(const strata_comm_request *q)
+{
+    double t;
+    memcpy(&t, &q->impl[2], sizeof t);
+    return t;
+}
+
+static const char *nb_phase_name(int phase)
+{
+    switch (phase) {
+    case NB_RECV: return "ireduce (the previous rank's partial sum)";
+    case NB_SEND: return "ireduce (forward to the next rank, or the owner's total)";
+    case NB_SHIP: return "ireduce (ship the total to an owner)";
+    default: return "ireduce (MPI_Ireduce)";
+    }
+}
+
+/* Not done yet: fine until the timeout after the start. */
+static strata_status nb_pending(mpi_ctx *c, strata_comm_request *q)
+{
+    const double t = now_s() - nb_t0(q);
+    if (c->timeout_s <= 0 || t <= c->timeout_s)
+        return STRATA_OK;
+    const int peer = q->phase == NB_RECV ? c->rank - 1 : q->phase == NB_SEND ? c->rank + 1 : -1;
+    return timed_out(c, nb_phase_name(q->phase), peer, t);
 }
 
 static bool nb_is_owner(const strata_comm_request *q, int rank)
@@ -450,6 +635,8 @@ static strata_status m_ireduce_start(void *ctx, strata_comm_request *q)
     if (q->n > INT32_MAX)
         return strata_error(STRATA_ERR_INVALID_ARG, "mpi comm: %zu floats in one message", q->n);
     q->tag = NB_TAG0 + (int)(c->seq++ % NB_TAGS);
+    const double t0 = now_s();
+    memcpy(&q->impl[2], &t0, sizeof t0);
     if (c->size == 1) {
         q->done = true;
         return STRATA_OK;
@@ -485,7 +672,7 @@ static strata_status m_ireduce_test(void *ctx, strata_comm_request *q)
         case NB_RECV: /* the partial sum of ranks 0..me-1 */
             st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
             if (st != STRATA_OK || !flag)
-                return st;
+                return st != STRATA_OK ? st : nb_pending(c, q);
             for (size_t i = 0; i < q->n; i++)
                 q->buf[i] = q->scratch[i] + q->buf[i];
             if (c->rank < last) {
@@ -498,7 +685,7 @@ static strata_status m_ireduce_test(void *ctx, strata_comm_request *q)
         case NB_SEND: /* the forward, and an owner's total */
             st = MPI_TRY(MPI_Testall(2, mr, &flag, MPI_STATUSES_IGNORE));
             if (st != STRATA_OK || !flag)
-                return st;
+                return st != STRATA_OK ? st : nb_pending(c, q);
             if (nb_is_owner(q, c->rank))
                 memcpy(q->buf, q->scratch, q->n * sizeof(float));
             q->done = true;
@@ -506,7 +693,7 @@ static strata_status m_ireduce_test(void *ctx, strata_comm_request *q)
         case NB_SHIP: /* the last rank: the total to each owner, one at a time */
             st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
             if (st != STRATA_OK || !flag)
-                return st;
+                return st != STRATA_OK ? st : nb_pending(c, q);
             while (q->next_owner < q->n_owners && q->owners[q->next_owner] == c->rank)
                 q->next_owner++;
             if (q->next_owner == q->n_owners) {
@@ -523,7 +710,7 @@ static strata_status m_ireduce_test(void *ctx, strata_comm_request *q)
         case NB_FAST:
             st = MPI_TRY(MPI_Test(&mr[0], &flag, MPI_STATUS_IGNORE));
             if (st != STRATA_OK || !flag)
-                return st;
+                return st != STRATA_OK ? st : nb_pending(c, q);
             q->done = true;
             break;
         default:
@@ -560,19 +747,29 @@ static strata_status m_split(void *ctx, int color, int key, strata_comm **out)
     mpi_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
-    c->comm = MPI_COMM_NULL;
+    c->comm = c->ctl = MPI_COMM_NULL;
     c->deterministic = p->deterministic;
     c->intra = p->intra;
     c->inter = p->inter;
+    c->timeout_s = p->timeout_s;
+    c->world_rank = p->world_rank;
     strata_status st = MPI_TRY(MPI_Comm_split(p->comm, color, key, &c->comm));
+    if (st == STRATA_OK)
+        st = MPI_TRY(MPI_Comm_dup(c->comm, &c->ctl));
     if (st == STRATA_OK) {
         MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
         MPI_Comm_rank(c->comm, &c->rank);
         MPI_Comm_size(c->comm, &c->size);
         c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
-        st = c->node_of ? MPI_TRY(MPI_Allgather(&p->node_of[p->rank], 1, MPI_INT, c->node_of, 1,
-                                                MPI_INT, c->comm))
-                        : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+        c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
+        st = c->node_of && c->world_of
+                 ? MPI_TRY(MPI_Allgather(&p->node_of[p->rank], 1, MPI_INT, c->node_of, 1,
+                                         MPI_INT, c->comm))
+                 : strata_error(STRATA_ERR_NOMEM, "mpi comm: out of memory");
+        if (st == STRATA_OK)
+            st = MPI_TRY(MPI_Allgather(&c->world_rank, 1, MPI_INT, c->world_of, 1, MPI_INT,
+                                       c->comm));
     }
     if (st == STRATA_OK)
         st = ctx_finish(c);
@@ -581,7 +778,10 @@ static strata_status m_split(void *ctx, int color, int key, strata_comm **out)
     if (st != STRATA_OK) {
         if (c->comm != MPI_COMM_NULL)
             MPI_Comm_free(&c->comm);
+        if (c->ctl != MPI_COMM_NULL)
+            MPI_Comm_free(&c->ctl);
         free(c->node_of);
+        free(c->world_of);
         free(c);
     }
     return st;
@@ -627,7 +827,7 @@ strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, s
     mpi_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
-    c->comm = MPI_COMM_NULL;
+    c->comm = c->ctl = MPI_COMM_NULL;
     c->own_init = !inited;
     c->intra = &c->intra_own;
     c->inter = &c->inter_own;
@@ -638,13 +838,36 @@ strata_status strata_comm_mpi_create(const void *mpi_comm, bool deterministic, s
         m_destroy(c);
         return st;
     }
+    st = MPI_TRY(MPI_Comm_dup(base, &c->ctl));
+    if (st != STRATA_OK) {
+        m_destroy(c);
+        return st;
+    }
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank);
     c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
-    if (!c->node_of) {
+    c->world_of = calloc((size_t)c->size, sizeof *c->world_of);
+    if (!c->node_of || !c->world_of) {
         m_destroy(c);
         return strata_error(STRATA_ERR_NOMEM, "comm_mpi_create: out of memory");
+    }
+    long timeout;
+    bool timeout_set;
+    st = strata_env_int(STRATA_ENV_COMM_TIMEOUT_S, 600, &timeout, &timeout_set);
+    if (st != STRATA_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        m_destroy(c);
+        return strata_error(st, "comm_mpi_create: %s", why);
+    }
+    c->timeout_s = (double)timeout;
+    st = MPI_TRY(MPI_Allgather(&c->world_rank, 1, MPI_INT, c->world_of, 1, MPI_INT, c->comm));
+    if (st != STRATA_OK) {
+        m_destroy(c);
+        return st;
     }
     long per;
     bool per_set;

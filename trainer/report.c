@@ -739,19 +739,28 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     /* A run stopped before its first validation has no val loss: said so,
      * not "nan". */
     char val[32] = "not measured";
+    /* Several ranks each train their own batch: the job's tokens/s is the
+     * ranks' sum (issue #22 item 10). */
+    char tok[96];
+    if (res->world_size > 1)
+        snprintf(tok, sizeof tok, "%.0f tok/s per rank, %.0f tok/s the job (%d ranks)",
+                 res->tokens_per_second, res->tokens_per_second * res->world_size,
+                 res->world_size);
+    else
+        snprintf(tok, sizeof tok, "%.0f tok/s", res->tokens_per_second);
     if (!isnan(res->final_val_loss))
         snprintf(val, sizeof val, "%.4f", res->final_val_loss);
     fprintf(f,
             "summary: %s | %d step%s in %.*f s | train loss %.4f | val loss %s "
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
-            "max %.1f | %.0f tok/s\n"
+            "max %.1f | %s\n"
             "optimizer: %s%.1f MiB state in the device tier%s\n",
             strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
             val, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
-            res->tokens_per_second, refreshes, t->device_bytes / 1048576.0, over);
+            tok, refreshes, t->device_bytes / 1048576.0, over);
     /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
      * fallback to the eigendecomposition is never silent. */
     if (t->root_newton > 0 || t->root_fallbacks > 0)
@@ -842,6 +851,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_double(j, "opt_ms_p50", res->opt_ms_p50);
     json_add_double(j, "opt_ms_max", res->opt_ms_max);
     json_add_double(j, "tokens_per_s", res->tokens_per_second);
+    json_add_double(j, "tokens_per_s_job",
+                    res->tokens_per_second * (res->world_size > 1 ? res->world_size : 1));
     json_add_double(j, "critical_path_s", res->critical_path_seconds);
     json_add_double(j, "critical_path_fraction", res->critical_path_fraction);
     json_add_double(j, "step_max_over_median",

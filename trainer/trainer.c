@@ -1088,6 +1088,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_status st = validate(&o);
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
+    res->config_refused = st != STRATA_OK;
     /* A bad --resume path fails before anything is loaded or printed. */
     char resume_dir[4096];
     if (st == STRATA_OK && o.resume)

@@ -148,6 +148,8 @@ typedef struct gpt_train_result {
     strata_memory_ledger ledger; /* this rank's memory ledger at the end (peaks since
                                     the runtime's creation; strata_memory_ledger_get) */
     gpt_run_totals totals;    /* the counters of `stats` the summary reports, over all ranks */
+    bool config_refused;      /* the options were refused before anything ran (no data,
+                                 no collective): every rank of a job finds the same */
     bool diverged;            /* the run stopped because training diverged (its summary
                                  record says so; the run returns STRATA_ERR_NONFINITE) */
     int interrupted;          /* the signal that stopped the run early (*o->stop), 0 = none */

@@ -16,12 +16,18 @@ ranks is bit-identical to one process accumulating the same N micro-batch
 gradients. Transport: the blocking slots only (no ireduce: strata reduces
 per tensor at strata_hook_backward). Not here: split (HSDP, several shard
 groups) and the gather sharding baseline's allgatherv / reduce_scatter return
-STRATA_ERR_UNSUPPORTED. Threading: called from the thread inside the strata
+STRATA_ERR_UNSUPPORTED. Timeouts (issue #22 item 11): every collective is
+started with async_op=True and waited at most `timeout_s` seconds (default
+600; 0 or None waits forever); on expiry the call fails with
+STRATA_ERR_TIMEOUT naming this rank, the call and the peer when there is
+one, and the step raises it (torchrun then ends the other ranks). Threading: called from the thread inside the strata
 call (the binding holds its lock), which takes the GIL for each callback.
 """
 from __future__ import annotations
 
 import ctypes
+import datetime
+import time
 from ctypes import CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_int, c_size_t, c_void_p
 from typing import Any
 
@@ -54,18 +60,24 @@ def _status(name: str) -> int:
     return L.STATUS_NAMES.index(name)
 
 
+class _Timeout(Exception):
+    """A collective waited longer than TorchComm.timeout_s."""
+
+
 class TorchComm:
     """strata_comm over torch.distributed's default group; `.handle` is the
     strata_comm pointer for strata_config.comm. Keep the object alive as
     long as a runtime uses it; close() destroys the handle."""
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, timeout_s: float | None = 600.0) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise L.StrataError("STRATA_ERR_STATE", "torch.distributed is not initialized")
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
-        self._err = (_status("STRATA_ERR_IO"), _status("STRATA_ERR_UNSUPPORTED"))
+        self.timeout_s = float(timeout_s) if timeout_s else 0.0
+        self._err = (_status("STRATA_ERR_IO"), _status("STRATA_ERR_UNSUPPORTED"),
+                     _status("STRATA_ERR_TIMEOUT"))
         lib = L.lib()
         lib.strata_comm_create.restype = c_int
         lib.strata_comm_create.argtypes = [POINTER(_Iface), c_void_p, POINTER(c_void_p)]
@@ -86,7 +98,8 @@ class TorchComm:
         cb.broadcast_from_owner = _TOOWNER(self._guard(self._broadcast))
         cb.allgatherv_f32 = _GATHERV(self._unsupported("allgatherv (gather sharding)"))
         cb.reduce_scatter_f32 = _GATHERV(self._unsupported("reduce_scatter (gather sharding)"))
-        cb.barrier = _BARRIER(self._guard(lambda: dist.barrier(self.group)))
+        cb.barrier = _BARRIER(self._guard(
+            lambda: self._wait(dist.barrier(self.group, async_op=True), "barrier")))
         cb.reduce_to_owners = _TOOWNERS(self._guard(self._reduce_to_owners))
         cb.split = _SPLIT(self._unsupported("split (HSDP shard groups)"))
         h = c_void_p()
@@ -99,6 +112,10 @@ class TorchComm:
             try:
                 fn(*args)
                 return 0
+            except _Timeout as e:
+                L.lib().strata_error(c_int(self._err[2]), b"%s",
+                                     c_char_p(str(e).encode()[:400]))
+                return self._err[2]
             except Exception as e:  # a C caller: report, never raise through ctypes
                 L.lib().strata_error(c_int(self._err[0]), b"%s",
                                      c_char_p(f"torch.distributed: {e}".encode()[:400]))
@@ -110,6 +127,23 @@ class TorchComm:
             return self._err[1]
         return call
 
+    def _wait(self, work: Any, what: str, peer: int = -1) -> None:
+        """Wait for an async_op's work, at most timeout_s."""
+        if not self.timeout_s:
+            work.wait()
+            return
+        t0 = time.monotonic()
+        try:
+            work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
+        except RuntimeError as e:
+            waited = time.monotonic() - t0
+            if waited < 0.9 * self.timeout_s:
+                raise
+            who = f" for rank {peer}" if peer >= 0 else ""
+            raise _Timeout(f"torch.distributed: rank {self.rank} waited {waited:.1f} s in "
+                           f"{what}{who} (timeout_s={self.timeout_s:g}): a rank stopped "
+                           f"answering ({e})") from None
+
     @staticmethod
     def _view(ptr: Any, n: int, ctype: Any, dtype: torch.dtype) -> torch.Tensor:
         arr = (ctype * n).from_address(ctypes.cast(ptr, c_void_p).value)
@@ -118,7 +152,8 @@ class TorchComm:
     def _sum_in_order(self, t: torch.Tensor, dst: int) -> None:
         """Sum t over ranks, in rank order from +0, into dst's t."""
         parts = [torch.empty_like(t) for _ in range(self.size)] if self.rank == dst else None
-        dist.gather(t.clone(), parts, dst=dst, group=self.group)
+        self._wait(dist.gather(t.clone(), parts, dst=dst, group=self.group, async_op=True),
+                   "gather", dst if self.rank != dst else -1)
         if self.rank == dst:
             acc = torch.zeros_like(t)
             for p in parts:
@@ -130,10 +165,11 @@ class TorchComm:
             return
         t = self._view(vals, n, c_double, torch.float64)
         if op == 1:  # STRATA_REDUCE_MAX
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+            self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group, async_op=True),
+                       "all_reduce")
             return
         self._sum_in_order(t, 0)
-        dist.broadcast(t, 0, group=self.group)
+        self._wait(dist.broadcast(t, 0, group=self.group, async_op=True), "broadcast", 0)
 
     def _reduce_to_owner(self, buf: Any, n: int, owner: int) -> None:
         if n:
@@ -150,14 +186,15 @@ class TorchComm:
             if o == first:
                 continue
             if self.rank == first:
-                dist.send(t, o, group=self.group)
+                self._wait(dist.isend(t, o, group=self.group), "send", o)
             elif self.rank == o:
-                dist.recv(t, first, group=self.group)
+                self._wait(dist.irecv(t, first, group=self.group), "recv", first)
 
     def _broadcast(self, buf: Any, n: int, owner: int) -> None:
         if n:
-            dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32), owner,
-                           group=self.group)
+            self._wait(dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32), owner,
+                                      group=self.group, async_op=True),
+                       "broadcast", owner if self.rank != owner else -1)
 
     def close(self) -> None:
         h, self.handle = getattr(self, "handle", None), None
