@@ -11,7 +11,7 @@
  * optim/, and no optimizer needs to dereference backend memory on the host.
  *
  * Interface rules (see DESIGN.md "Backends and tiers"):
- *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (3); an older
+ *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (4); an older
  *    table is refused at strata_backend_create.
  *  - Required slots: alloc, free, copy, sgemm. Optional slots may be NULL and
  *    have a documented fallback in the strata_backend_* wrapper:
@@ -56,7 +56,7 @@
 extern "C" {
 #endif
 
-#define STRATA_BACKEND_IFACE_VERSION 3
+#define STRATA_BACKEND_IFACE_VERSION 4
 
 typedef struct strata_backend strata_backend;
 
@@ -175,6 +175,9 @@ typedef struct strata_backend_ops {
     /* --- version 3 --- */
     strata_status (*row_ms_normalize)(void *ctx, void *stream, int64_t rows, int64_t cols,
                                       float *x, int64_t ld, float *v, float beta, float eps);
+    /* --- version 4 --- */
+    strata_status (*abs_sums)(void *ctx, void *stream, int64_t rows, int64_t cols,
+                              const float *x, int64_t ld, int axis, double *out);
 } strata_backend_ops;
 
 typedef struct strata_backend_iface {
