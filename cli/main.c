@@ -225,9 +225,9 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
 static void dflt_lr(const train_args *d, char *buf, size_t n)
 {
     const strata_config *c = &d->o.strata;
-    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g, normuon %g",
+    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g, normuon %g, dion2 %g",
              (double)c->adamw.lr, (double)c->shampoo.lr, (double)c->muon.lr, (double)c->soap.lr,
-             (double)c->kl_shampoo.lr, (double)c->normuon.lr);
+             (double)c->kl_shampoo.lr, (double)c->normuon.lr, (double)c->dion2.lr);
 }
 
 static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
@@ -255,6 +255,7 @@ static const char G_TRAIN[] = "training";
 static const char G_SHAMPOO[] = "shampoo";
 static const char G_MUON[] = "muon";
 static const char G_KL[] = "kl-shampoo";
+static const char G_DION2[] = "dion2";
 static const char G_ASYNC[] = "asynchronous second-order state (shampoo inverse roots, soap and "
                               "kl-shampoo\neigenbases)";
 static const char G_RANKS[] = "ranks (mpirun -np N build/cli/strata train ...)";
@@ -281,7 +282,7 @@ static const train_flag train_flag_rows[] = {
 
     {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
-     .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon (default {})"},
+     .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon |\ndion2 (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
@@ -351,6 +352,18 @@ static const train_flag train_flag_rows[] = {
              "ratio)"},
     {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100,
      .group = G_MUON, .arg = "N", .help = "Newton-Schulz iterations (default {})"},
+
+    {CFG(dion2_fraction), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0, .group = G_DION2, .arg = "X",
+     .help = "share of the rows (or columns: the shorter side)\northonormalized each step "
+             "(default {})"},
+    {CFG(dion2_ef_decay), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_DION2, .arg = "X",
+     .help = "error-feedback decay of the selected slices (default {})"},
+    {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
+     .group = G_DION2, .arg = "RULE",
+     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none"},
+    {CFG(dion2_ns_method), .type = FT_NAME, .names = gpt_ns_method_names, .group = G_DION2,
+     .arg = "standard|gram|auto",
+     .help = "Newton-Schulz of the submatrix (default {}; auto:\ngram by aspect ratio)"},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
@@ -695,7 +708,8 @@ static void print_race_help(FILE *out, const train_args *d)
             "Train the GPT once per run of LIST, one run after another, with the same model,\n"
             "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
             "thread unless --threads says otherwise (the async runs' workers take the other\n"
-            "cores). A run is an optimizer name (adamw, muon, normuon, shampoo, soap, kl-shampoo:\n"
+            "cores). A run is an optimizer name (adamw, muon, normuon, dion2, shampoo, soap,\n"
+            "kl-shampoo:\n"
             "synchronous, as `strata train` runs it) or NAME-async (its refreshes on worker\n"
             "threads, staggered over the period: one run per staleness budget in --staleness).\n"
             "AdamW runs first: its final validation loss is the target. Then write\n"
@@ -888,6 +902,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             o->strata.soap.lr = a->lr;
             o->strata.kl_shampoo.lr = a->lr;
             o->strata.normuon.lr = a->lr;
+            o->strata.dion2.lr = a->lr;
         }
         if (a->wd >= 0.0f) {
             o->strata.shampoo.weight_decay = a->wd;
@@ -895,6 +910,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             o->strata.soap.weight_decay = a->wd;
             o->strata.kl_shampoo.weight_decay = a->wd;
             o->strata.normuon.weight_decay = a->wd;
+            o->strata.dion2.weight_decay = a->wd;
         }
     }
     return 0;

@@ -123,13 +123,13 @@
     X(normuon_ns_gram_restart_mask, normuon.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
     X(normuon_ns_batch_threads, normuon.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
     X(dion2_lr, dion2.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.01") \
-    X(dion2_fraction, dion2.fraction, FLOAT, CKPT, NULL, NULL, "", "share of the slices orthonormalized, in (0, 1]; default 0.25") \
-    X(dion2_ef_decay, dion2.ef_decay, FLOAT, CKPT, NULL, NULL, "", "error-feedback decay of the selected slices, in [0, 1]; default 0.95") \
+    X(dion2_fraction, dion2.fraction, FLOAT, CKPT, "dion2-fraction", "dion2_fraction", "", "share of the slices orthonormalized, in (0, 1]; default 0.25") \
+    X(dion2_ef_decay, dion2.ef_decay, FLOAT, CKPT, "dion2-ef-decay", "dion2_ef_decay", "", "error-feedback decay of the selected slices, in [0, 1]; default 0.95") \
     X(dion2_weight_decay, dion2.weight_decay, FLOAT, CKPT, NULL, NULL, "", "decoupled, times the unadjusted lr; default 0.01") \
-    X(dion2_adjust_lr, dion2.adjust_lr, ENUM, CKPT, NULL, NULL, "", "default STRATA_DION2_ADJUST_SPECTRAL_NORM") \
+    X(dion2_adjust_lr, dion2.adjust_lr, ENUM, CKPT, "dion2-adjust-lr", "dion2_adjust_lr", "", "default STRATA_DION2_ADJUST_SPECTRAL_NORM") \
     X(dion2_ns_steps, dion2.ns_steps, INT, CKPT, NULL, NULL, "iterations", "Newton-Schulz iterations; default 5") \
     X(dion2_ns_schedule, dion2.ns_schedule, ENUM, NOCKPT, NULL, NULL, "", "default STRATA_NS_POLAR_EXPRESS") \
-    X(dion2_ns_method, dion2.ns_method, ENUM, CKPT, NULL, NULL, "", "default STRATA_NS_STANDARD") \
+    X(dion2_ns_method, dion2.ns_method, ENUM, CKPT, "dion2-ns-method", "dion2_ns_method", "", "default STRATA_NS_STANDARD") \
     X(dion2_ns_gram_min_aspect, dion2.ns_gram_min_aspect, FLOAT, NOCKPT, NULL, NULL, "", "default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT") \
     X(dion2_ns_gram_restarts, dion2.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
     X(dion2_ns_gram_restart_mask, dion2.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
