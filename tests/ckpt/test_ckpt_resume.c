@@ -200,6 +200,7 @@ static const variant variants[] = {
     {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1},
     {"muon", STRATA_OPTIM_MUON, false, 0, false, -1},
     {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1},
+    {"dion2", STRATA_OPTIM_DION2, false, 0, false, -1},
     {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1},
     {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1},
     {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1},
