@@ -222,6 +222,35 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
     snprintf(buf, n, "%d", d->o.strata.staleness);
 }
 
+/* --ns-steps, --ns-schedule, --ns-method set Muon's fields (their schema
+ * rows) and the same fields of every Newton-Schulz family: NorMuon and
+ * Dion2 (each family's default stays its own when the flag is absent). */
+static void fan_ns_steps(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_steps = c->dion2.ns_steps = c->muon.ns_steps;
+}
+
+static void fan_ns_schedule(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_schedule = c->dion2.ns_schedule = c->muon.ns_schedule;
+}
+
+static void fan_ns_method(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_method = c->dion2.ns_method = c->muon.ns_method;
+}
+
+static void dflt_ns_schedule(const train_args *d, char *buf, size_t n)
+{
+    const strata_config *c = &d->o.strata;
+    snprintf(buf, n, "muon and normuon %s,\ndion2 %s",
+             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->muon.ns_schedule, "?"),
+             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->dion2.ns_schedule, "?"));
+}
+
 static void dflt_lr(const train_args *d, char *buf, size_t n)
 {
     const strata_config *c = &d->o.strata;
@@ -344,14 +373,16 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_muon_momentum_form_names, .group = G_MUON,
      .help = "B = mu B + G (default) or mu B + (1-mu) G"},
     {CFG(muon_ns_schedule), .type = FT_NAME,
-     .names = gpt_ns_schedule_names, .group = G_MUON,
-     .help = "Newton-Schulz coefficients (default {})"},
-    {CFG(muon_ns_method), .type = FT_NAME,
+     .names = gpt_ns_schedule_names, .group = G_MUON, .then = fan_ns_schedule,
+     .dflt = dflt_ns_schedule,
+     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})"},
+    {CFG(muon_ns_method), .type = FT_NAME, .then = fan_ns_method,
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
-     .help = "Gram Newton-Schulz for wide matrices (default\n{}; auto picks gram by aspect "
-             "ratio)"},
-    {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100,
-     .group = G_MUON, .arg = "N", .help = "Newton-Schulz iterations (default {})"},
+     .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
+             "picks gram by aspect\nratio)"},
+    {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100, .then = fan_ns_steps,
+     .group = G_MUON, .arg = "N",
+     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})"},
 
     {CFG(dion2_fraction), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0, .group = G_DION2, .arg = "X",
      .help = "share of the rows (or columns: the shorter side)\northonormalized each step "
@@ -361,9 +392,6 @@ static const train_flag train_flag_rows[] = {
     {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
      .group = G_DION2, .arg = "RULE",
      .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none"},
-    {CFG(dion2_ns_method), .type = FT_NAME, .names = gpt_ns_method_names, .group = G_DION2,
-     .arg = "standard|gram|auto",
-     .help = "Newton-Schulz of the submatrix (default {}; auto:\ngram by aspect ratio)"},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
