@@ -253,8 +253,9 @@ static double adjust_ratio(strata_dion2_adjust_lr a, int64_t rows, int64_t cols)
     }
 }
 
-/* Insertion sort would be quadratic on 4096 slices; qsort's comparator
- * reads the norms through this (the step runs on one thread per state). */
+/* qsort's comparator reads the norms through this: one state's step runs
+ * on one thread at a time, and several states may step on several threads
+ * (the runtime's step team), hence thread-local. */
 static _Thread_local const double *sort_norms;
 
 /* Larger norm first, ties to the lower index. */
@@ -436,8 +437,8 @@ static strata_status fam_config_check(const void *cfg)
 }
 
 /* Newton-Schulz on the k x len submatrix: ~numel x k (Muon's numel x
- * min(m, n), shrunk by the fraction), plus O(numel) for the gather and the
- * scatter. */
+ * min(m, n), shrunk by the fraction; the default fraction: the cost sees
+ * only the shape), plus O(numel) for the gather and the scatter. */
 static double fam_step_cost(const strata_precond_shape *sh)
 {
     const double m = (double)sh->rows, n = (double)sh->cols;
