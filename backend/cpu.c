@@ -149,6 +149,7 @@ static const strata_backend_iface cpu_iface = {
         .eigen_ema_clamp = strata_ref_eigen_ema_clamp,
         .row_col_sq_means = strata_ref_row_col_sq_means,
         .row_ms_normalize = strata_ref_row_ms_normalize,
+        .abs_sums = strata_ref_abs_sums,
         .fill_2d = strata_ref_fill_2d,
         .diag_update = strata_ref_diag_update,
         .copy_2d = strata_ref_copy_2d,

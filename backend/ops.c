@@ -172,6 +172,15 @@ strata_status strata_backend_row_ms_normalize(strata_backend *be, strata_stream 
     return SLOT(be, row_ms_normalize)(backend_ctx(be), impl, rows, cols, x, ld, v, beta, eps);
 }
 
+strata_status strata_backend_abs_sums(strata_backend *be, strata_stream *s, int64_t rows,
+                                      int64_t cols, const float *x, int64_t ld, int axis,
+                                      double *out)
+{
+    PROLOGUE("abs_sums", rows < 1 || cols < 1 || ld < cols || (axis != 0 && axis != 1) || !x ||
+                             !out);
+    return SLOT(be, abs_sums)(backend_ctx(be), impl, rows, cols, x, ld, axis, out);
+}
+
 strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s, int64_t rows,
                                      int64_t cols, float *x, int64_t ld, float value)
 {

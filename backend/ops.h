@@ -261,6 +261,15 @@ strata_status strata_backend_row_ms_normalize(strata_backend *be, strata_stream 
                                               int64_t rows, int64_t cols, float *x, int64_t ld,
                                               float *v, float beta, float eps);
 
+/* Slice L1 norms of a rows x cols block (Dion2's submatrix selection,
+ * optim/dion2.c): axis 1: out[i] = sum_j |x_ij| (rows values); axis 0:
+ * out[j] = sum_i |x_ij| (cols values); each sum in float64, in index order
+ * (a GPU computes one slice per thread: bit-identical). `out` is float64
+ * BACKEND memory. Both sides must be >= 1. Errors also: axis not 0/1. */
+strata_status strata_backend_abs_sums(strata_backend *be, strata_stream *s, int64_t rows,
+                                      int64_t cols, const float *x, int64_t ld, int axis,
+                                      double *out);
+
 /* x_ij = value over a rows x cols block (zeroing, constant init). */
 strata_status strata_backend_fill_2d(strata_backend *be, strata_stream *s,
                                                 int64_t rows, int64_t cols, float *x, int64_t ld,

@@ -162,4 +162,15 @@ STRATA_HD static inline void strata_om_row_ms_normalize(float *x, int64_t cols, 
         x[j] = x[j] / d;
 }
 
+/* Dion2's slice norm (abs_sums): sum of |x[k stride]| over k in [0, n), in
+ * float64, in index order. The C reference runs it per row or column, the
+ * CUDA kernel one row or column per thread. */
+STRATA_HD static inline double strata_om_abs_sum(const float *x, int64_t n, int64_t stride)
+{
+    double acc = 0.0;
+    for (int64_t k = 0; k < n; k++)
+        acc += fabs((double)x[k * stride]);
+    return acc;
+}
+
 #endif /* STRATA_BACKEND_OPS_MATH_H */

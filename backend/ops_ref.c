@@ -167,6 +167,25 @@ strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows,
     return STRATA_OK;
 }
 
+strata_status strata_ref_abs_sums(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                  const float *x, int64_t ld, int axis, double *out)
+{
+    (void)ctx, (void)stream;
+    if (axis == 1) {
+        for (int64_t i = 0; i < rows; i++)
+            out[i] = strata_om_abs_sum(x + i * ld, cols, 1);
+        return STRATA_OK;
+    }
+    /* Columns in one row-major pass: each out[j] still adds its column in
+     * index order, so the sums are strata_om_abs_sum's, bit for bit. */
+    for (int64_t j = 0; j < cols; j++)
+        out[j] = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            out[j] += fabs((double)x[i * ld + j]);
+    return STRATA_OK;
+}
+
 strata_status strata_ref_fill_2d(void *ctx, void *stream, int64_t rows, int64_t cols, float *x,
                                  int64_t ld, float value)
 {

@@ -40,6 +40,8 @@ strata_status strata_ref_eigen_ema_clamp(void *ctx, void *stream, size_t n, floa
                                          const double *diag, float beta, float clamp);
 strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows, int64_t cols,
                                           float *x, int64_t ld, float *v, float beta, float eps);
+strata_status strata_ref_abs_sums(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                  const float *x, int64_t ld, int axis, double *out);
 strata_status strata_ref_row_col_sq_means(void *ctx, void *stream, int64_t rows, int64_t cols,
                                           const float *x, int64_t ld, const float *sa,
                                           const float *sb, double *row_mean, double *col_mean);

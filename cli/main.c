@@ -238,12 +238,41 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
     snprintf(buf, n, "%d", d->o.strata.staleness);
 }
 
+/* --ns-steps, --ns-schedule, --ns-method set Muon's fields (their schema
+ * rows) and the same fields of every Newton-Schulz family: NorMuon and
+ * Dion2 (each family's default stays its own when the flag is absent). */
+static void fan_ns_steps(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_steps = c->dion2.ns_steps = c->muon.ns_steps;
+}
+
+static void fan_ns_schedule(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_schedule = c->dion2.ns_schedule = c->muon.ns_schedule;
+}
+
+static void fan_ns_method(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_method = c->dion2.ns_method = c->muon.ns_method;
+}
+
+static void dflt_ns_schedule(const train_args *d, char *buf, size_t n)
+{
+    const strata_config *c = &d->o.strata;
+    snprintf(buf, n, "muon and normuon %s,\ndion2 %s",
+             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->muon.ns_schedule, "?"),
+             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->dion2.ns_schedule, "?"));
+}
+
 static void dflt_lr(const train_args *d, char *buf, size_t n)
 {
     const strata_config *c = &d->o.strata;
-    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g, normuon %g",
+    snprintf(buf, n, "adamw %g, shampoo %g, muon %g, soap %g,\nkl-shampoo %g, normuon %g, dion2 %g",
              (double)c->adamw.lr, (double)c->shampoo.lr, (double)c->muon.lr, (double)c->soap.lr,
-             (double)c->kl_shampoo.lr, (double)c->normuon.lr);
+             (double)c->kl_shampoo.lr, (double)c->normuon.lr, (double)c->dion2.lr);
 }
 
 static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
@@ -271,6 +300,7 @@ static const char G_TRAIN[] = "training";
 static const char G_SHAMPOO[] = "shampoo";
 static const char G_MUON[] = "muon";
 static const char G_KL[] = "kl-shampoo";
+static const char G_DION2[] = "dion2";
 static const char G_ASYNC[] = "asynchronous second-order state (shampoo inverse roots, soap and "
                               "kl-shampoo\neigenbases)";
 static const char G_RANKS[] = "ranks (mpirun -np N build/cli/strata train ...)";
@@ -300,7 +330,7 @@ static const train_flag train_flag_rows[] = {
 
     {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
-     .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon (default {})"},
+     .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon |\ndion2 (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
@@ -366,14 +396,25 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_muon_momentum_form_names, .group = G_MUON,
      .help = "B = mu B + G (default) or mu B + (1-mu) G"},
     {CFG(muon_ns_schedule), .type = FT_NAME,
-     .names = gpt_ns_schedule_names, .group = G_MUON,
-     .help = "Newton-Schulz coefficients (default {})"},
-    {CFG(muon_ns_method), .type = FT_NAME,
+     .names = gpt_ns_schedule_names, .group = G_MUON, .then = fan_ns_schedule,
+     .dflt = dflt_ns_schedule,
+     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})"},
+    {CFG(muon_ns_method), .type = FT_NAME, .then = fan_ns_method,
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
-     .help = "Gram Newton-Schulz for wide matrices (default\n{}; auto picks gram by aspect "
-             "ratio)"},
-    {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100,
-     .group = G_MUON, .arg = "N", .help = "Newton-Schulz iterations (default {})"},
+     .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
+             "picks gram by aspect\nratio)"},
+    {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100, .then = fan_ns_steps,
+     .group = G_MUON, .arg = "N",
+     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})"},
+
+    {CFG(dion2_fraction), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0, .group = G_DION2, .arg = "X",
+     .help = "share of the rows (or columns: the shorter side)\northonormalized each step "
+             "(default {})"},
+    {CFG(dion2_ef_decay), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_DION2, .arg = "X",
+     .help = "error-feedback decay of the selected slices (default {})"},
+    {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
+     .group = G_DION2, .arg = "RULE",
+     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none"},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
@@ -732,9 +773,10 @@ static void print_race_help(FILE *out, const train_args *d)
             "Train the GPT once per run of LIST, one run after another, with the same model,\n"
             "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
             "thread unless --threads says otherwise (the async runs' workers take the other\n"
-            "cores). A run is an optimizer name (adamw, muon, normuon, shampoo, soap, kl-shampoo:\n"
-            "synchronous, as `strata train` runs it) or NAME-async (its refreshes on worker\n"
-            "threads, staggered over the period: one run per staleness budget in --staleness).\n"
+            "cores). A run is an optimizer name (adamw, muon, normuon, dion2, shampoo, soap,\n"
+            "kl-shampoo: synchronous, as `strata train` runs it) or NAME-async (its refreshes\n"
+            "on worker threads, staggered over the period: one run per staleness budget in\n"
+            "--staleness).\n"
             "AdamW runs first: its final validation loss is the target. Then write\n"
             "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s, val_loss\n"
             "  DIR/ratios.tsv      per run: the wall time at which its validation loss first\n"
@@ -946,6 +988,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             o->strata.soap.lr = a->lr;
             o->strata.kl_shampoo.lr = a->lr;
             o->strata.normuon.lr = a->lr;
+            o->strata.dion2.lr = a->lr;
         }
         if (a->wd >= 0.0f) {
             o->strata.shampoo.weight_decay = a->wd;
@@ -953,6 +996,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             o->strata.soap.weight_decay = a->wd;
             o->strata.kl_shampoo.weight_decay = a->wd;
             o->strata.normuon.weight_decay = a->wd;
+            o->strata.dion2.weight_decay = a->wd;
         }
     }
     return 0;

@@ -9,14 +9,14 @@
  * rule's tail asks strata_family_tail_kind().
  *
  * Two kinds of rows:
- *  - built-in rows (STRATA_FAMILY_BUILTINS below): kinds 0..5, whose
+ *  - built-in rows (STRATA_FAMILY_BUILTINS below): kinds 0..6, whose
  *    configuration is a member of strata_config. optim/ cannot see
  *    strata_config (it is the runtime's), so the list names the member and
  *    the runtime expands it with offsetof where strata_config is visible
  *    (runtime/runtime.c: family_for). Adding a built-in family: its file
  *    in optim/ (and meson.build), a row here, its enum value in
  *    strata/optim.h, its configuration member in strata/strata.h.
- *  - registered rows (strata_family_register): kinds 6.. given out at run
+ *  - registered rows (strata_family_register): kinds 7.. given out at run
  *    time to a family whose configuration lives outside strata_config (the
  *    registrant's, e.g. tests/unit/test_toy_family.c's). They route like any
  *    kind (strata_config.matrix_optimizer, strata_param_desc.optimizer);
@@ -42,7 +42,8 @@
     X(STRATA_OPTIM_MUON, strata_family_muon, muon)                                             \
     X(STRATA_OPTIM_SOAP, strata_family_soap, soap)                                             \
     X(STRATA_OPTIM_KL_SHAMPOO, strata_family_kl_shampoo, kl_shampoo)                          \
-    X(STRATA_OPTIM_NORMUON, strata_family_normuon, normuon)
+    X(STRATA_OPTIM_NORMUON, strata_family_normuon, normuon)                                    \
+    X(STRATA_OPTIM_DION2, strata_family_dion2, dion2)
 
 /* Registered rows beyond the built-in ones. */
 #define STRATA_FAMILY_REGISTERED_MAX 8

@@ -264,6 +264,7 @@ extern const strata_precond_family strata_family_shampoo;
 extern const strata_precond_family strata_family_soap;
 extern const strata_precond_family strata_family_kl_shampoo;
 extern const strata_precond_family strata_family_normuon;
+extern const strata_precond_family strata_family_dion2;
 
 /* Slots of a family without refreshes (Muon, NorMuon): has_refresh and
  * async_capable answering false, n_blocks answering 0. */

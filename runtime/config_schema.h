@@ -113,16 +113,28 @@
     X(normuon_beta2, normuon.beta2, FLOAT, CKPT, NULL, NULL, "", "row second-moment EMA; default 0.95") \
     X(normuon_weight_decay, normuon.weight_decay, FLOAT, CKPT, NULL, NULL, "", "decoupled, times the unadjusted lr") \
     X(normuon_nesterov, normuon.nesterov, BOOL, CKPT, NULL, NULL, "", "default true") \
-    X(normuon_ns_steps, normuon.ns_steps, INT, CKPT, NULL, NULL, "iterations", "Newton-Schulz iterations; default 5") \
+    X(normuon_ns_steps, normuon.ns_steps, INT, CKPT, NULL, "normuon_ns_steps", "iterations", "Newton-Schulz iterations; default 5") \
     X(normuon_update_scale, normuon.update_scale, ENUM, CKPT, NULL, NULL, "", "default STRATA_NORMUON_PRESERVE_NORM") \
     X(normuon_use_adjusted_lr, normuon.use_adjusted_lr, BOOL, CKPT, NULL, NULL, "", "PRESERVE_NORM's lr ratio 0.2 sqrt(max(m, n))") \
     X(normuon_eps, normuon.eps, FLOAT, CKPT, NULL, NULL, "", "in sqrt(v) + eps and ||X||_F + eps; default 1e-10") \
-    X(normuon_ns_schedule, normuon.ns_schedule, ENUM, NOCKPT, NULL, NULL, "", "default STRATA_NS_QUINTIC") \
-    X(normuon_ns_method, normuon.ns_method, ENUM, CKPT, NULL, NULL, "", "default STRATA_NS_STANDARD") \
+    X(normuon_ns_schedule, normuon.ns_schedule, ENUM, NOCKPT, NULL, "normuon_ns_schedule", "", "default STRATA_NS_QUINTIC") \
+    X(normuon_ns_method, normuon.ns_method, ENUM, CKPT, NULL, "normuon_ns_method", "", "default STRATA_NS_STANDARD") \
     X(normuon_ns_gram_min_aspect, normuon.ns_gram_min_aspect, FLOAT, NOCKPT, NULL, NULL, "", "default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT") \
     X(normuon_ns_gram_restarts, normuon.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
     X(normuon_ns_gram_restart_mask, normuon.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
     X(normuon_ns_batch_threads, normuon.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
+    X(dion2_lr, dion2.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.01") \
+    X(dion2_fraction, dion2.fraction, FLOAT, CKPT, "dion2-fraction", "dion2_fraction", "", "share of the slices orthonormalized, in (0, 1]; default 0.25") \
+    X(dion2_ef_decay, dion2.ef_decay, FLOAT, CKPT, "dion2-ef-decay", "dion2_ef_decay", "", "error-feedback decay of the selected slices, in [0, 1]; default 0.95") \
+    X(dion2_weight_decay, dion2.weight_decay, FLOAT, CKPT, NULL, NULL, "", "decoupled, times the unadjusted lr; default 0.01") \
+    X(dion2_adjust_lr, dion2.adjust_lr, ENUM, CKPT, "dion2-adjust-lr", "dion2_adjust_lr", "", "default STRATA_DION2_ADJUST_SPECTRAL_NORM") \
+    X(dion2_ns_steps, dion2.ns_steps, INT, CKPT, NULL, "dion2_ns_steps", "iterations", "Newton-Schulz iterations; default 5") \
+    X(dion2_ns_schedule, dion2.ns_schedule, ENUM, NOCKPT, NULL, "dion2_ns_schedule", "", "default STRATA_NS_POLAR_EXPRESS") \
+    X(dion2_ns_method, dion2.ns_method, ENUM, CKPT, NULL, "dion2_ns_method", "", "default STRATA_NS_STANDARD") \
+    X(dion2_ns_gram_min_aspect, dion2.ns_gram_min_aspect, FLOAT, NOCKPT, NULL, NULL, "", "default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT") \
+    X(dion2_ns_gram_restarts, dion2.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
+    X(dion2_ns_gram_restart_mask, dion2.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
+    X(dion2_ns_batch_threads, dion2.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
     X(precondition_frequency, precondition_frequency, INT, NOCKPT, "precondition-frequency", "precondition_frequency", "steps", "F, the refresh period of every family (Shampoo roots, SOAP and KL-Shampoo eigenbases); 0 = each family's default") \
     X(max_grad_norm, max_grad_norm, FLOAT, CKPT, "max-grad-norm", "max_grad_norm", "", "clip the global gradient L2 norm to this") \
     X(route_degenerate_to_adamw, route_degenerate_to_adamw, BOOL, CKPT, NULL, NULL, "", "1 x N and N x 1 matrices to AdamW; default true") \

@@ -114,6 +114,7 @@ typedef enum config_cond {
 #define SHAMPOO FOR(STRATA_OPTIM_SHAMPOO)
 #define MUON FOR(STRATA_OPTIM_MUON)
 #define NORMUON FOR(STRATA_OPTIM_NORMUON)
+#define DION2 FOR(STRATA_OPTIM_DION2)
 #define SOAP FOR(STRATA_OPTIM_SOAP)
 #define KL FOR(STRATA_OPTIM_KL_SHAMPOO)
 #define OFF(member) offsetof(gpt_train_options, member)
@@ -264,6 +265,7 @@ static const config_key config_keys[] = {
     {"lr", SHAMPOO, WHEN_ALWAYS, CK_FLOAT, OFF(strata.shampoo.lr), NULL, NULL, 0},
     {"lr", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.lr), NULL, NULL, 0},
     {"lr", NORMUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.normuon.lr), NULL, NULL, 0},
+    {"lr", DION2, WHEN_ALWAYS, CK_FLOAT, OFF(strata.dion2.lr), NULL, NULL, 0},
     {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL, 0},
     {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL, 0},
     {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL, 0},
@@ -285,6 +287,7 @@ static const config_key config_keys[] = {
     {"weight_decay", MUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.muon.weight_decay), NULL, NULL, 0},
     {"weight_decay", NORMUON, WHEN_ALWAYS, CK_FLOAT, OFF(strata.normuon.weight_decay), NULL, NULL,
      0},
+    {"weight_decay", DION2, WHEN_ALWAYS, CK_FLOAT, OFF(strata.dion2.weight_decay), NULL, NULL, 0},
     {"weight_decay", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.weight_decay), NULL, NULL, 0},
     {"weight_decay", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.weight_decay), NULL, NULL,
      0},
@@ -303,6 +306,16 @@ static const config_key config_keys[] = {
     SK(muon_ns_steps, MUON, WHEN_ALWAYS, NULL, NULL),
     SK(muon_ns_schedule, MUON, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
     SK(muon_ns_method, MUON, WHEN_ALWAYS, gpt_ns_method_names, NULL),
+    /* the other Newton-Schulz families' copies (--ns-* set all three) */
+    SK(normuon_ns_steps, NORMUON, WHEN_ALWAYS, NULL, NULL),
+    SK(normuon_ns_schedule, NORMUON, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
+    SK(normuon_ns_method, NORMUON, WHEN_ALWAYS, gpt_ns_method_names, NULL),
+    SK(dion2_ns_steps, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(dion2_ns_schedule, DION2, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
+    SK(dion2_ns_method, DION2, WHEN_ALWAYS, gpt_ns_method_names, NULL),
+    SK(dion2_fraction, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(dion2_ef_decay, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(dion2_adjust_lr, DION2, WHEN_ALWAYS, gpt_dion2_adjust_lr_names, NULL),
     SK(kl_shampoo_form, KL, WHEN_ALWAYS, gpt_kl_form_names, NULL),
     SK(kl_shampoo_init_factor, KL, WHEN_ALWAYS, NULL, get_kl_init),
     SK(kl_shampoo_shampoo_beta, KL, WHEN_ALWAYS, NULL, get_kl_beta),

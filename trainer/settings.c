@@ -33,6 +33,11 @@ const gpt_enum_name gpt_ns_method_names[] = {
     {NULL, 0},
 };
 
+const gpt_enum_name gpt_dion2_adjust_lr_names[] = {
+    {"spectral-norm", STRATA_DION2_ADJUST_SPECTRAL_NORM}, {"rms-norm", STRATA_DION2_ADJUST_RMS_NORM},
+    {"none", STRATA_DION2_ADJUST_NONE}, {NULL, 0},
+};
+
 const gpt_enum_name gpt_kl_form_names[] = {
     {"eigenbasis", STRATA_KL_EIGENBASIS}, {"exact", STRATA_KL_EXACT}, {NULL, 0},
 };

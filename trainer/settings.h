@@ -34,6 +34,7 @@ extern const gpt_enum_name gpt_muon_momentum_form_names[]; /* strata_muon_moment
 extern const gpt_enum_name gpt_ns_schedule_names[];    /* strata_ns_schedule */
 extern const gpt_enum_name gpt_ns_method_names[];      /* strata_ns_method */
 extern const gpt_enum_name gpt_kl_form_names[];        /* strata_kl_form */
+extern const gpt_enum_name gpt_dion2_adjust_lr_names[]; /* strata_dion2_adjust_lr */
 extern const gpt_enum_name gpt_install_mode_names[];   /* strata_coh_mode */
 extern const gpt_enum_name gpt_sharding_names[];       /* strata_sharding */
 

@@ -473,6 +473,7 @@ static const strata_backend_iface cuda_iface = {
         .eigen_ema_clamp = strata_cuda_eigen_ema_clamp,
         .row_col_sq_means = strata_cuda_row_col_sq_means,
         .row_ms_normalize = strata_cuda_row_ms_normalize,
+        .abs_sums = strata_cuda_abs_sums,
         .fill_2d = strata_cuda_fill_2d,
         .diag_update = strata_cuda_diag_update,
         .copy_2d = strata_cuda_copy_2d,

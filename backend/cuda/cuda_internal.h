@@ -90,6 +90,8 @@ strata_status strata_cuda_eigen_ema_clamp(void *ctx, void *stream, size_t n, flo
                                    const double *diag, float beta, float clamp);
 strata_status strata_cuda_row_ms_normalize(void *ctx, void *stream, int64_t rows, int64_t cols,
                                            float *x, int64_t ld, float *v, float beta, float eps);
+strata_status strata_cuda_abs_sums(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                   const float *x, int64_t ld, int axis, double *out);
 strata_status strata_cuda_row_col_sq_means(void *ctx, void *stream, int64_t rows, int64_t cols,
                                         const float *x, int64_t ld, const float *sa,
                                         const float *sb, double *row_mean, double *col_mean);

@@ -13,7 +13,7 @@
  *    order differs from the reference's sequential sum (last bits).
  *  - row_col_sq_means: one thread per row, one per column, each summing in index
  *    order: bit-identical to the reference; row_ms_normalize likewise, one
- *    thread per row.
+ *    thread per row, and abs_sums, one thread per row or column.
  *  - find_nonfinite: atomicMin of the offending indices: exact.
  * Scratch for reductions comes from the stream-ordered pool (cudaMallocAsync)
  * and is freed on the same stream.
@@ -282,6 +282,29 @@ extern "C" strata_status strata_cuda_row_ms_normalize(void *ctx, void *stream, i
                                                       float beta, float eps)
 {
     LAUNCH(k_row_ms_normalize, rows, stream, rows, cols, x, ld, v, beta, eps);
+}
+
+/* One thread per slice, the reference's sum (bit-identical). */
+__global__ void k_slice_l1_rows(int64_t rows, int64_t cols, const float *x, int64_t ld,
+                                double *out)
+{
+    FOR_EACH(i, rows)
+    out[i] = strata_om_abs_sum(x + i * ld, cols, 1);
+}
+
+__global__ void k_slice_l1_cols(int64_t rows, int64_t cols, const float *x, int64_t ld,
+                                double *out)
+{
+    FOR_EACH(j, cols)
+    out[j] = strata_om_abs_sum(x + j, rows, ld);
+}
+
+extern "C" strata_status strata_cuda_abs_sums(void *ctx, void *stream, int64_t rows, int64_t cols,
+                                              const float *x, int64_t ld, int axis, double *out)
+{
+    if (axis == 1)
+        LAUNCH(k_slice_l1_rows, rows, stream, rows, cols, x, ld, out);
+    LAUNCH(k_slice_l1_cols, cols, stream, rows, cols, x, ld, out);
 }
 
 __global__ void k_fill_2d(int64_t rows, int64_t cols, float *x, int64_t ld, float value)

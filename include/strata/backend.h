@@ -175,6 +175,9 @@ typedef struct strata_backend_ops {
     /* --- version 3 --- */
     strata_status (*row_ms_normalize)(void *ctx, void *stream, int64_t rows, int64_t cols,
                                       float *x, int64_t ld, float *v, float beta, float eps);
+    /* --- version 4 --- */
+    strata_status (*abs_sums)(void *ctx, void *stream, int64_t rows, int64_t cols,
+                              const float *x, int64_t ld, int axis, double *out);
 } strata_backend_ops;
 
 typedef struct strata_backend_iface {

@@ -34,9 +34,10 @@ typedef enum strata_optimizer {
     STRATA_OPTIM_SOAP = 3,
     STRATA_OPTIM_KL_SHAMPOO = 4,
     STRATA_OPTIM_NORMUON = 5,
+    STRATA_OPTIM_DION2 = 6,
 } strata_optimizer;
 
-/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo", "normuon", and the name of
+/* Name ("adamw", "shampoo", "muon", "soap", "kl-shampoo", "normuon", "dion2", and the name of
  * any family registered at run time; "default" for STRATA_OPTIM_DEFAULT,
  * "unknown" otherwise) and its inverse (STRATA_ERR_INVALID_ARG for an
  * unknown name; the message lists the known ones). Both read the family
@@ -640,6 +641,107 @@ STRATA_API size_t strata_normuon_state_bytes(const strata_normuon_state *s);
 STRATA_API strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64_t t,
                                              float *w, const float *g,
                                              strata_optim_counters *cnt);
+
+/* ------------------------------------------------------------------ Dion2
+ * Ahn et al., "Dion2: A Simple Method to Shrink Matrix in Muon" (arXiv
+ * 2512.16928); names, defaults and step order follow the reference code in
+ * Microsoft's Dion repository (github.com/microsoft/dion, dion/dion2.py,
+ * class Dion2, its single-process path: whole matrices, where the
+ * reference's selection_scope "local" and "global" coincide, as they do on
+ * strata's owner). Per matrix (m = rows, n = cols of one matrix):
+ *   M = M + G                      (no decay here: the error feedback below)
+ *   slices     the rows when m <= n, else the columns (the shorter side);
+ *              num = their count, k = max(1, ceil(fraction num)) of them
+ *              selected: the k largest L1 norms sum |M_slice| (float64);
+ *              ties go to the lower index. k is the smallest k >= 1 with
+ *              (float)(k / num) >= fraction, i.e. ceil(fraction num) up to
+ *              the float rounding of fraction (fraction = 0.1, num = 10
+ *              selects 1; the reference multiplies in double and selects one
+ *              more where the product lands just above an integer, as
+ *              0.3 * 10 does).
+ *   S = M[selected]                (k x n, or m x k for columns)
+ *   M[selected] = ef_decay M[selected]     (error feedback)
+ *   O = NS(S)    (Muon's Newton-Schulz, every schedule and method above, on
+ *                 the k x n / m x k submatrix)
+ *   lr_eff = lr * r, r = sqrt(m / n)        (SPECTRAL_NORM, default)
+ *                        0.2 sqrt(max(m, n)) (RMS_NORM), 1 (NONE); m, n of
+ *                        the whole matrix
+ *   W = W - lr wd W - lr_eff P, P = O scattered into the selected slices,
+ *                                zero elsewhere (so every entry decays)
+ * With fraction = 1 and ef_decay = mu this is Muon without Nesterov,
+ * momentum B = mu B + G (exact arithmetic). Differences from the
+ * reference, float rounding only: the reference casts S to bfloat16 and
+ * runs Newton-Schulz in bfloat16, dividing by 1.02 ||S||_F + epsilon with
+ * its own five-step Polar Express coefficients (strata: float32, the Polar
+ * Express paper's coefficients and safety factor 1.01, as Muon; no epsilon:
+ * an all-zero S gives O = 0 exactly, so the reference's epsilon = 1e-8 has
+ * no field here); it sums the L1 norms in float32 (strata: float64). A
+ * stack of `batch` matrices selects per matrix (the reference's 3-D
+ * batches, flatten = False). The state is M alone; nothing is allocated per
+ * step. */
+typedef enum strata_dion2_adjust_lr {
+    STRATA_DION2_ADJUST_SPECTRAL_NORM = 0, /* lr sqrt(m/n) (reference "spectral_norm", default) */
+    STRATA_DION2_ADJUST_RMS_NORM = 1,      /* lr 0.2 sqrt(max(m, n)) ("rms_norm") */
+    STRATA_DION2_ADJUST_NONE = 2,          /* lr (None) */
+} strata_dion2_adjust_lr;
+
+typedef struct strata_dion2_config {
+    float lr;           /* default 0.01 */
+    float fraction;     /* share of the slices orthonormalized, in (0, 1]; default 0.25 */
+    float ef_decay;     /* error-feedback decay of the selected slices, in [0, 1];
+                           default 0.95 */
+    float weight_decay; /* decoupled, times the unadjusted lr; default 0.01 */
+    strata_dion2_adjust_lr adjust_lr; /* default STRATA_DION2_ADJUST_SPECTRAL_NORM */
+    int ns_steps;       /* Newton-Schulz iterations; default 5 */
+    strata_ns_schedule ns_schedule; /* default STRATA_NS_POLAR_EXPRESS (the reference's
+                                       use_polar_express = True) */
+    strata_ns_method ns_method;     /* default STRATA_NS_STANDARD (use_gram_newton_schulz
+                                       = False) */
+    float ns_gram_min_aspect;       /* default STRATA_NS_GRAM_MIN_ASPECT_DEFAULT */
+    int ns_gram_restarts;           /* default 1 */
+    uint64_t ns_gram_restart_mask;  /* default 0 (automatic placement) */
+    int ns_batch_threads;           /* default 1; as Muon's */
+} strata_dion2_config;
+
+/* Fields of the struct above (see STRATA_ADAMW_CONFIG_FIELDS). */
+#define STRATA_DION2_CONFIG_FIELDS 12
+
+STRATA_API void strata_dion2_config_default(strata_dion2_config *c);
+
+/* Validate every field (as strata_dion2_state_create and strata_create): lr
+ * and weight_decay finite and >= 0, fraction in (0, 1] (the reference's
+ * check), ef_decay in [0, 1] (the reference refuses only < 0; above 1 the
+ * residual of the selected slices would grow without bound), adjust_lr
+ * known, the ns_* fields as strata_ns_config_check. Errors:
+ * STRATA_ERR_INVALID_ARG naming the field ("dion2.<field>"). */
+STRATA_API strata_status strata_dion2_config_check(const strata_dion2_config *c);
+
+typedef struct strata_dion2_state strata_dion2_state;
+
+/* Create Dion2 state for `batch` >= 1 rows x cols matrices: M (batch x rows x
+ * cols float, zero), two rows x cols scratch matrices, the batch x k x n (or
+ * m x k) submatrices and their Newton-Schulz workspace, the slice norms and
+ * permutations; one backend allocation, one host allocation. `be` must
+ * outlive it. Threads as strata_muon_state_create_batched. Errors: as
+ * strata_muon_state_create_batched, the fields named "dion2.<field>". */
+STRATA_API strata_status strata_dion2_state_create(const strata_dion2_config *c,
+                                                   strata_backend *be, int64_t batch,
+                                                   int64_t rows, int64_t cols,
+                                                   strata_dion2_state **out);
+STRATA_API void strata_dion2_state_destroy(strata_dion2_state *s);
+STRATA_API size_t strata_dion2_state_bytes(const strata_dion2_state *s);
+/* The number k of slices each step selects (>= 1), for tests and reports. */
+STRATA_API int64_t strata_dion2_selected(const strata_dion2_state *s);
+
+/* One Dion2 update at step t (1-based) of w and g (batch x rows x cols);
+ * updates w and M. `lr_scale` multiplies c->lr. A NaN/Inf in g returns
+ * STRATA_ERR_NONFINITE with nothing changed (cnt->nonfinite_rejected); a
+ * finite g with ||M||_F + ||G||_F > FLT_MAX/4 skips the step (nothing
+ * changes, cnt->overflow_skipped, STRATA_OK). Counters:
+ * seconds_precondition, nonfinite_rejected, overflow_skipped. Errors:
+ * STRATA_ERR_INVALID_ARG, STRATA_ERR_NONFINITE, a backend error. */
+STRATA_API strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t,
+                                           float *w, const float *g, strata_optim_counters *cnt);
 
 /* ------------------------------------------------------------------- SOAP
  * Vyas et al., "SOAP: Improving and Stabilizing Shampoo using Adam"

@@ -104,6 +104,7 @@ typedef struct strata_config {
     strata_soap_config soap;
     strata_kl_shampoo_config kl_shampoo;
     strata_normuon_config normuon;
+    strata_dion2_config dion2;
     int precondition_frequency; /* F, the engine's refresh period in steps: Shampoo's
                                  inverse roots, SOAP's and KL-Shampoo's eigenbases are
                                  refreshed every F steps (each family's start and lag
@@ -219,7 +220,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 35
+#define STRATA_CONFIG_FIELDS 36
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to

@@ -73,6 +73,14 @@ class NorMuonConfig(Structure):
                 ("ns_batch_threads", c_int)]
 
 
+class Dion2Config(Structure):
+    _fields_ = [("lr", c_float), ("fraction", c_float), ("ef_decay", c_float),
+                ("weight_decay", c_float), ("adjust_lr", c_enum), ("ns_steps", c_int),
+                ("ns_schedule", c_enum), ("ns_method", c_enum), ("ns_gram_min_aspect", c_float),
+                ("ns_gram_restarts", c_int), ("ns_gram_restart_mask", c_uint64),
+                ("ns_batch_threads", c_int)]
+
+
 # void (*)(void *user, strata_log_level level, const char *subsystem, const char *msg)
 LOG_FN = CFUNCTYPE(None, c_void_p, c_enum, c_char_p, c_char_p)
 
@@ -81,7 +89,7 @@ class Config(Structure):
     _fields_ = [("version", c_int), ("matrix_optimizer", c_enum),
                 ("adamw", AdamWConfig), ("shampoo", ShampooConfig), ("muon", MuonConfig),
                 ("soap", SoapConfig), ("kl_shampoo", KLShampooConfig),
-                ("normuon", NorMuonConfig),
+                ("normuon", NorMuonConfig), ("dion2", Dion2Config),
                 ("precondition_frequency", c_int), ("max_grad_norm", c_float), ("route_degenerate_to_adamw", c_bool),
                 ("stagger_refresh", c_bool), ("backend", c_enum), ("blas_threads", c_int),
                 ("step_threads", c_int), ("async", c_bool), ("staleness", c_int),
@@ -238,6 +246,7 @@ STRUCTS = {
     "strata_soap_config": SoapConfig,
     "strata_kl_shampoo_config": KLShampooConfig,
     "strata_normuon_config": NorMuonConfig,
+    "strata_dion2_config": Dion2Config,
     "strata_config": Config,
     "strata_param_desc": ParamDesc,
     "strata_param_layout": ParamLayout,
@@ -249,7 +258,7 @@ STRUCTS = {
 
 # Enums (values of include/strata/*.h).
 OPTIMIZERS = {"default": -1, "adamw": 0, "shampoo": 1, "muon": 2, "soap": 3, "kl-shampoo": 4,
-              "normuon": 5}
+              "normuon": 5, "dion2": 6}
 OPTIMIZER_NAMES = {v: k for k, v in OPTIMIZERS.items()}
 ROLES = {"auto": 0, "matrix": 1, "embedding": 2, "head": 3, "vector": 4}
 STATUS_NAMES = ["STRATA_OK", "STRATA_ERR_INVALID_ARG", "STRATA_ERR_NOMEM", "STRATA_ERR_STATE",
@@ -262,6 +271,8 @@ ENUMS = {
     "momentum_form": {"sum": 0, "ema": 1},
     "ns_schedule": {"quintic": 0, "original": 0, "polar_express": 1, "polar-express": 1},
     "update_scale": {"preserve_norm": 0, "match_rms": 1},
+    "adjust_lr": {"spectral_norm": 0, "spectral-norm": 0, "rms_norm": 1, "rms-norm": 1,
+                  "none": 2},
     "ns_method": {"auto": 0, "standard": 1, "gram": 2},
     "form": {"eigenbasis": 0, "exact": 1},
     "backend": {"cpu": 0, "cuda": 1},

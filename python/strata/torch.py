@@ -1,5 +1,5 @@
 """strata's optimizers as torch.optim optimizers: Shampoo, SOAP, KLShampoo, Muon, NorMuon,
-AdamW.
+Dion2, AdamW.
 
 Each optimizer is one strata runtime (strata_create ... strata_commit) over
 the parameters it is given; `step()` is strata_step. The binding is thin: no
@@ -49,24 +49,25 @@ import torch
 from . import _lib as L
 from ._lib import StrataError
 
-__all__ = ["Shampoo", "SOAP", "KLShampoo", "Muon", "NorMuon", "AdamW", "StrataError",
+__all__ = ["Shampoo", "SOAP", "KLShampoo", "Muon", "NorMuon", "Dion2", "AdamW", "StrataError",
            "StrataOptimizer"]
 
 log = logging.getLogger("strata.torch")
 
 _FAMILY_STRUCT = {"adamw": L.AdamWConfig, "shampoo": L.ShampooConfig, "muon": L.MuonConfig,
                   "soap": L.SoapConfig, "kl-shampoo": L.KLShampooConfig,
-                  "normuon": L.NorMuonConfig}
+                  "normuon": L.NorMuonConfig, "dion2": L.Dion2Config}
 _FAMILY_FIELD = {"adamw": "adamw", "shampoo": "shampoo", "muon": "muon", "soap": "soap",
-                 "kl-shampoo": "kl_shampoo", "normuon": "normuon"}
+                 "kl-shampoo": "kl_shampoo", "normuon": "normuon", "dion2": "dion2"}
 # strata_config's own fields a user sets (the nested configs, version, the
 # matrix optimizer, comm and the log sink are the binding's)
 _RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
     "version", "matrix_optimizer", "adamw", "shampoo", "muon", "soap", "kl_shampoo", "normuon",
+    "dion2",
     "comm",
     "log_fn", "log_user")]
 _ENUM_FIELDS = {"grafting", "root_method", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
-                "update_scale",
+                "update_scale", "adjust_lr",
                 "backend", "install_mode", "roots_tier", "sharding", "log_level"}
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
@@ -81,6 +82,8 @@ def _err(status: str, msg: str) -> StrataError:
 
 
 def _set_field(struct: ctypes.Structure, field: str, value: Any, where: str) -> None:
+    if field == "adjust_lr" and value is None:
+        value = "none"  # the reference's adjust_lr=None
     if field in _ENUM_FIELDS and isinstance(value, str):
         table = L.ENUMS[field]
         key = value.lower()
@@ -139,7 +142,7 @@ class StrataOptimizer(torch.optim.Optimizer):
     Parameters: an iterable of tensors, of (name, tensor) pairs
     (`model.named_parameters()`: the names go to strata's routing table and
     checkpoints), or of param-group dicts. A group may carry `"optimizer"`
-    (one of "adamw", "shampoo", "muon", "normuon", "soap", "kl-shampoo") to route its
+    (one of "adamw", "shampoo", "muon", "normuon", "dion2", "soap", "kl-shampoo") to route its
     parameters explicitly; its "lr" and "weight_decay" default to that
     optimizer's.
 
@@ -208,7 +211,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         for pat, o in self._routes.items():
             if o not in L.OPTIMIZERS or o == "default":
                 raise _err("STRATA_ERR_INVALID_ARG", f"routes[{pat!r}] = {o!r}: not one of "
-                           "adamw, shampoo, muon, soap, kl-shampoo, normuon")
+                           "adamw, shampoo, muon, soap, kl-shampoo, normuon, dion2")
         self._cfg = self._make_config(dict(options))
         import torch.distributed as dist
         if distributed is None:
@@ -325,7 +328,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             if opt is not None:
                 if opt not in L.OPTIMIZERS or opt == "default":
                     raise _err("STRATA_ERR_INVALID_ARG", f"param group optimizer {opt!r}: not "
-                               "one of adamw, shampoo, muon, soap, kl-shampoo, normuon")
+                               "one of adamw, shampoo, muon, soap, kl-shampoo, normuon, dion2")
                 if opt != self._matrix:
                     ofam = getattr(self._cfg, _FAMILY_FIELD[opt])
                     g.setdefault("lr", float(ofam.lr))
@@ -796,10 +799,14 @@ class NorMuon(StrataOptimizer):
     _matrix = "normuon"
 
 
+class Dion2(StrataOptimizer):
+    _matrix = "dion2"
+
+
 class AdamW(StrataOptimizer):
     _matrix = "adamw"
 
 
 for _c, _f in ((Shampoo, "shampoo"), (SOAP, "soap"), (KLShampoo, "kl-shampoo"), (Muon, "muon"),
-               (NorMuon, "normuon"), (AdamW, "adamw")):
+               (NorMuon, "normuon"), (Dion2, "dion2"), (AdamW, "adamw")):
     _doc(_c, _f)

@@ -201,6 +201,7 @@ static const variant variants[] = {
     {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1, 0},
     {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0},
     {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1, 0},
+    {"dion2", STRATA_OPTIM_DION2, false, 0, false, -1, 0},
     {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
     {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0},
     {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0},

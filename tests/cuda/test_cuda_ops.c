@@ -1,7 +1,7 @@
 /* The CUDA backend against the C reference, on a GPU: every elementwise op
  * bit for bit (memcmp; the kernels run backend/ops_math.h compiled with
  * -fmad=false), the reductions within their documented order difference
- * (sumsq: relative 1e-12; row_col_sq_means, row_ms_normalize and
+ * (sumsq: relative 1e-12; row_col_sq_means, row_ms_normalize, abs_sums and
  * find_nonfinite exactly), the
  * products against OpenBLAS within float32 rounding, and the streams,
  * events, copies of every direction and memory kinds with their budgets.
@@ -262,6 +262,19 @@ static void test_2d_ops(void **state)
         down_same(dv, v, (size_t)R * 4, "row_ms_normalize v");
         dfree(dv, (size_t)R * 4);
         free(v);
+
+        /* Dion2's slice norms: one thread per row or column, bit for bit. */
+        for (int axis = 0; axis < 2; axis++) {
+            const size_t cnt = (size_t)(axis ? R : C);
+            double *h = calloc(cnt, 8);
+            assert_non_null(h);
+            double *dh = up(h, cnt * 8);
+            assert_int_equal(strata_backend_abs_sums(be, s, R, C, dx, ld, axis, dh), STRATA_OK);
+            strata_ref_abs_sums(NULL, NULL, R, C, x, ld, axis, h);
+            down_same(dh, h, cnt * 8, "abs_sums");
+            dfree(dh, cnt * 8);
+            free(h);
+        }
 
         double got = 0, want = 0;
         assert_int_equal(strata_backend_sumsq_2d(be, s, R, C, dx, ld, &got), STRATA_OK);

@@ -149,6 +149,7 @@ def main():
             return 77
         cases = [("muon", ["--optimizer", "muon"]),
                  ("normuon", ["--optimizer", "normuon"]),
+                 ("dion2", ["--optimizer", "dion2"]),
                  ("shampoo", ["--optimizer", "shampoo"]),
                  ("shampoo-async-S0", ["--optimizer", "shampoo", "--async", "--staleness", "0",
                                        "--workers", "1"])]
@@ -194,7 +195,7 @@ def main():
                 hi = sum(r["inter_node_bytes"] for r in hsdp["ranks"])
                 fi = sum(r["inter_node_bytes"] for r in flat["ranks"])
                 check(hi < fi, f"{name}: HSDP inter-node bytes per step {hi:.0f} < flat {fi:.0f}")
-            if hsdp and flat and name not in ("muon", "normuon"):  # nothing to refresh
+            if hsdp and flat and name not in ("muon", "normuon", "dion2"):  # nothing to refresh
                 check_shipped(name, hsdp, flat)
         # Four replicas per matrix, two on each of 2 nodes (8 ranks, groups of
         # 2): a result crosses to the other node once, to its node leader,
@@ -330,7 +331,8 @@ def main():
                                ("shampoo-async-S2", ["--optimizer", "shampoo", "--async",
                                                      "--staleness", "2", "--workers", "1"]),
                                ("muon", ["--optimizer", "muon"]),
-                               ("normuon", ["--optimizer", "normuon"])):
+                               ("normuon", ["--optimizer", "normuon"]),
+                               ("dion2", ["--optimizer", "dion2"])):
                 ck = os.path.join(tmp, f"ck-{name}-{n}")
                 full = train(tmp, f"ck-full-{name}-{n}", n,
                              args + ["--save-every", "10", "--save-dir", ck])

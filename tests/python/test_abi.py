@@ -58,7 +58,8 @@ def test_field_counts_match_headers():
         return n
     for macro, py in (("ADAMW", L.AdamWConfig), ("SHAMPOO", L.ShampooConfig),
                       ("MUON", L.MuonConfig), ("SOAP", L.SoapConfig),
-                      ("KL_SHAMPOO", L.KLShampooConfig), ("NORMUON", L.NorMuonConfig)):
+                      ("KL_SHAMPOO", L.KLShampooConfig), ("NORMUON", L.NorMuonConfig),
+                      ("DION2", L.Dion2Config)):
         m = re.search(rf"#define STRATA_{macro}_CONFIG_FIELDS (\d+)", text)
         assert m and int(m.group(1)) == count(py), macro
     m = re.search(r"#define STRATA_CONFIG_FIELDS (\d+)", text)

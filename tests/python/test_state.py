@@ -31,7 +31,8 @@ def fresh_copy(named, opt, mode):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("opt", ["shampoo", "soap", "kl-shampoo", "muon", "normuon", "adamw"])
+@pytest.mark.parametrize("opt", ["shampoo", "soap", "kl-shampoo", "muon", "normuon", "dion2",
+                                 "adamw"])
 def test_state_dict_resume(opt, mode):
     full, _ = run(opt, mode, STEPS)
     half, o = run(opt, mode, CUT)

@@ -11,9 +11,9 @@ from oracle import CRun, same_bits
 SHAPES = {"blocks.0.attn.weight": (12, 8), "blocks.0.mlp.weight": (8, 12),
           "blocks.0.heads": (2, 3, 4), "blocks.0.norm.weight": (8,), "head.proj": (1, 8)}
 CLASSES = {"shampoo": st.Shampoo, "soap": st.SOAP, "kl-shampoo": st.KLShampoo, "muon": st.Muon,
-           "normuon": st.NorMuon, "adamw": st.AdamW}
+           "normuon": st.NorMuon, "dion2": st.Dion2, "adamw": st.AdamW}
 FAMILY = {"shampoo": "shampoo", "soap": "soap", "kl-shampoo": "kl_shampoo", "muon": "muon",
-          "normuon": "normuon", "adamw": "adamw"}
+          "normuon": "normuon", "dion2": "dion2", "adamw": "adamw"}
 STEPS = 6
 
 

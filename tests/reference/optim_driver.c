@@ -6,7 +6,7 @@
  *   optim_driver defaults OUT.json
  *       writes the *_config_default() values of the three optimizers as JSON.
  *   optim_driver MODE CONFIG.json IN.f32 OUT.f32
- *       MODE adamw | shampoo | muon | normuon: CONFIG holds rows, cols, steps, lr_scale
+ *       MODE adamw | shampoo | muon | normuon | dion2: CONFIG holds rows, cols, steps, lr_scale
  *       and the hyperparameters (every field of the optimizer's config struct
  *       that is present overrides its default). IN holds W0 (rows x cols)
  *       followed by `steps` gradients of the same shape; OUT receives the
@@ -68,7 +68,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: optim_driver defaults OUT.json\n"
-                    "       optim_driver adamw|shampoo|muon|normuon|inv_root|newton_schulz|ns "
+                    "       optim_driver adamw|shampoo|muon|normuon|dion2|inv_root|newton_schulz|ns "
                     "CONFIG.json IN.f32 OUT.f32\n");
     return 2;
 }
@@ -153,10 +153,18 @@ static int run_defaults(const char *out_path)
             " \"normuon\": {\"lr\": %.9g, \"momentum\": %.9g, \"beta2\": %.9g, "
             "\"weight_decay\": %.9g, \"nesterov\": %s, \"ns_steps\": %d, "
             "\"update_scale\": %d, \"use_adjusted_lr\": %s, \"eps\": %.9g, "
-            "\"ns_schedule\": %d, \"ns_method\": %d}}\n",
+            "\"ns_schedule\": %d, \"ns_method\": %d},\n",
             u.lr, u.momentum, u.beta2, u.weight_decay, u.nesterov ? "true" : "false",
             u.ns_steps, (int)u.update_scale, u.use_adjusted_lr ? "true" : "false", u.eps,
             (int)u.ns_schedule, (int)u.ns_method);
+    strata_dion2_config d;
+    strata_dion2_config_default(&d);
+    fprintf(f,
+            " \"dion2\": {\"lr\": %.9g, \"fraction\": %.9g, \"ef_decay\": %.9g, "
+            "\"weight_decay\": %.9g, \"adjust_lr\": %d, \"ns_steps\": %d, "
+            "\"ns_schedule\": %d, \"ns_method\": %d}}\n",
+            d.lr, d.fraction, d.ef_decay, d.weight_decay, (int)d.adjust_lr, d.ns_steps,
+            (int)d.ns_schedule, (int)d.ns_method);
     return close_out(f) ? 0 : 2;
 }
 
@@ -503,6 +511,52 @@ static int run_normuon(json_object *cfg, const problem *p, FILE *out, strata_bac
                       &ns, "strata_normuon_step");
 }
 
+static strata_status dion2_step(void *s, float l, int64_t t, float *w, const float *g,
+                                strata_optim_counters *cnt)
+{
+    return strata_dion2_step(s, l, t, w, g, cnt);
+}
+static void dion2_destroy(void *s) { strata_dion2_state_destroy(s); }
+
+/* Dion2: the Newton-Schulz fields as Muon's (ns_*; the schedule defaults to
+ * Dion2's polar_express), adjust_lr "spectral_norm" | "rms_norm" | "none".
+ * The JSON line's ns_method is the one used on the k-slice submatrix. */
+static int run_dion2(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
+{
+    strata_dion2_config c;
+    strata_dion2_config_default(&c);
+    c.lr = (float)jget_double(cfg, "lr", c.lr);
+    c.fraction = (float)jget_double(cfg, "fraction", c.fraction);
+    c.ef_decay = (float)jget_double(cfg, "ef_decay", c.ef_decay);
+    c.weight_decay = (float)jget_double(cfg, "weight_decay", c.weight_decay);
+    static const char *const adjust_names[] = {"spectral_norm", "rms_norm", "none", NULL};
+    const int adjust = name_index(jget_str(cfg, "adjust_lr", "spectral_norm"), adjust_names);
+    if (adjust < 0) {
+        fprintf(stderr, "optim_driver: adjust_lr must be spectral_norm, rms_norm or none\n");
+        return 2;
+    }
+    c.adjust_lr = (strata_dion2_adjust_lr)adjust;
+    strata_ns_config ns;
+    strata_ns_config_default(&ns);
+    ns.schedule = c.ns_schedule;
+    ns.method = c.ns_method;
+    if (!parse_ns(cfg, "ns_", &ns))
+        return 2;
+    NS_INTO(c, ns);
+    strata_dion2_state *s = NULL;
+    strata_status st = strata_dion2_state_create(&c, be, p->batch, p->rows, p->cols, &s);
+    if (st != STRATA_OK)
+        return fail(st, "strata_dion2_state_create");
+    problem q = *p; /* the reported method: the submatrix's */
+    const int64_t k = strata_dion2_selected(s);
+    if (p->rows <= p->cols)
+        q.rows = k;
+    else
+        q.cols = k;
+    return run_states(&q, out, be, s, dion2_step, dion2_destroy, strata_dion2_state_bytes(s),
+                      &ns, "strata_dion2_step");
+}
+
 static int run_muon(json_object *cfg, const problem *p, FILE *out, strata_backend *be)
 {
     strata_muon_config c;
@@ -783,6 +837,8 @@ int main(int argc, char **argv)
         run = run_muon;
     } else if (!strcmp(mode, "normuon")) {
         run = run_normuon;
+    } else if (!strcmp(mode, "dion2")) {
+        run = run_dion2;
     } else {
         rc = usage();
         goto out_backend;

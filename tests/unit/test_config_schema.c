@@ -20,11 +20,12 @@ STRATA_CFG_TABLE(schema);
 static void test_rows_tile_the_struct(void **state)
 {
     (void)state;
-    assert_int_equal(STRATA_CFG_ROWS, STRATA_CONFIG_FIELDS - 6 + STRATA_ADAMW_CONFIG_FIELDS +
+    assert_int_equal(STRATA_CFG_ROWS, STRATA_CONFIG_FIELDS - 7 + STRATA_ADAMW_CONFIG_FIELDS +
                                           STRATA_SHAMPOO_CONFIG_FIELDS +
                                           STRATA_MUON_CONFIG_FIELDS + STRATA_SOAP_CONFIG_FIELDS +
                                           STRATA_KL_SHAMPOO_CONFIG_FIELDS +
-                                          STRATA_NORMUON_CONFIG_FIELDS);
+                                          STRATA_NORMUON_CONFIG_FIELDS +
+                                          STRATA_DION2_CONFIG_FIELDS);
     size_t end = 0;
     int bad = 0;
     for (int i = 0; i < STRATA_CFG_ROWS; i++) {

@@ -260,6 +260,12 @@ static strata_status g_row_ms_normalize(void *ctx, void *s, int64_t r, int64_t c
     GUARDED(ctx, strata_ref_row_ms_normalize(ctx, s, r, c, x, ld, v, beta, eps));
 }
 
+static strata_status g_abs_sums(void *ctx, void *s, int64_t r, int64_t c, const float *x,
+                                int64_t ld, int axis, double *out)
+{
+    GUARDED(ctx, strata_ref_abs_sums(ctx, s, r, c, x, ld, axis, out));
+}
+
 static strata_status g_fill_2d(void *ctx, void *s, int64_t r, int64_t c, float *x, int64_t ld,
                                float v)
 {
@@ -327,6 +333,7 @@ static const strata_backend_iface guard_iface = {
         .eigen_ema_clamp = g_eigen_ema_clamp,
         .row_col_sq_means = g_row_col_sq_means,
         .row_ms_normalize = g_row_ms_normalize,
+        .abs_sums = g_abs_sums,
         .fill_2d = g_fill_2d,
         .diag_update = g_diag_update,
         .copy_2d = g_copy_2d,
@@ -391,6 +398,7 @@ typedef struct opt_case {
     union {
         strata_muon_config muon;
         strata_normuon_config normuon;
+        strata_dion2_config dion2;
         strata_shampoo_config shampoo;
         strata_soap_config soap;
         strata_kl_shampoo_config kl;
@@ -421,6 +429,18 @@ static strata_status normuon_step(void *s, int64_t t, float *w, const float *g,
     return strata_normuon_step(s, 1.0f, t, w, g, cnt);
 }
 static void normuon_destroy(void *s) { strata_normuon_state_destroy(s); }
+
+static strata_status dion2_create(const opt_case *c, strata_backend *be, void **out)
+{
+    return strata_dion2_state_create(&c->cfg.dion2, be, 1, c->rows, c->cols,
+                                     (strata_dion2_state **)out);
+}
+static strata_status dion2_step(void *s, int64_t t, float *w, const float *g,
+                                strata_optim_counters *cnt)
+{
+    return strata_dion2_step(s, 1.0f, t, w, g, cnt);
+}
+static void dion2_destroy(void *s) { strata_dion2_state_destroy(s); }
 
 static strata_status shampoo_create(const opt_case *c, strata_backend *be, void **out)
 {
@@ -594,6 +614,24 @@ static void test_normuon(void **state)
     c.cols = 40;
     c.cfg.normuon.ns_method = STRATA_NS_GRAM;
     c.cfg.normuon.update_scale = STRATA_NORMUON_MATCH_RMS;
+    check_case(&c);
+}
+
+/* Dion2: rows selected (wide) and columns selected (tall), Gram on the
+ * submatrix. */
+static void test_dion2(void **state)
+{
+    (void)state;
+    opt_case c = {.name = "dion2 tall", .create = dion2_create, .step = dion2_step,
+                  .destroy = dion2_destroy, .rows = 24, .cols = 10, .steps = 6,
+                  .zero_first = 1};
+    strata_dion2_config_default(&c.cfg.dion2);
+    check_case(&c);
+    c.name = "dion2 gram wide";
+    c.rows = 8;
+    c.cols = 40;
+    c.cfg.dion2.ns_method = STRATA_NS_GRAM;
+    c.cfg.dion2.fraction = 0.5f;
     check_case(&c);
 }
 
@@ -788,6 +826,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_guard_faults), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_muon),         cmocka_unit_test(test_normuon),
+        cmocka_unit_test(test_dion2),
         cmocka_unit_test(test_shampoo),
         cmocka_unit_test(test_soap),         cmocka_unit_test(test_kl_shampoo),
         cmocka_unit_test(test_families),

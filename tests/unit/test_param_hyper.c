@@ -76,7 +76,8 @@ static float *family_lr(strata_config *c, float **wd)
 
 static const strata_optimizer families[] = {STRATA_OPTIM_SHAMPOO, STRATA_OPTIM_SOAP,
                                             STRATA_OPTIM_KL_SHAMPOO, STRATA_OPTIM_MUON,
-                                            STRATA_OPTIM_ADAMW, STRATA_OPTIM_NORMUON};
+                                            STRATA_OPTIM_ADAMW, STRATA_OPTIM_NORMUON,
+                                            STRATA_OPTIM_DION2};
 
 /* Replace, not multiply: set_hyper(x) == a configuration with lr x, for the
  * matrix family and the AdamW tail; the global scale multiplies both. */

@@ -220,7 +220,7 @@ static void test_error_changes_nothing(void **state)
     (void)state;
     const strata_optimizer opts[] = {STRATA_OPTIM_SHAMPOO, STRATA_OPTIM_SOAP,
                                      STRATA_OPTIM_KL_SHAMPOO, STRATA_OPTIM_MUON,
-                                     STRATA_OPTIM_NORMUON};
+                                     STRATA_OPTIM_NORMUON, STRATA_OPTIM_DION2};
     for (size_t o = 0; o < sizeof opts / sizeof opts[0]; o++) {
         model a, b;
         strata_config cfg;
@@ -266,6 +266,7 @@ int main(void)
         {"muon, 2 step threads", STRATA_OPTIM_MUON, STRATA_KL_EIGENBASIS, 2e38f, 2},
         {"adamw, 2 step threads", STRATA_OPTIM_ADAMW, STRATA_KL_EIGENBASIS, 1e20f, 2},
         {"normuon", STRATA_OPTIM_NORMUON, STRATA_KL_EIGENBASIS, 2e38f, 0},
+        {"dion2", STRATA_OPTIM_DION2, STRATA_KL_EIGENBASIS, 2e38f, 0},
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[0]),
@@ -277,6 +278,7 @@ int main(void)
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[6]),
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[7]),
         cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[8]),
+        cmocka_unit_test_prestate(test_overflow_caught, (void *)&cases[9]),
         cmocka_unit_test(test_nonfinite_direction_not_an_error),
         cmocka_unit_test(test_root_failures_warned_with_reason),
         cmocka_unit_test(test_error_changes_nothing),

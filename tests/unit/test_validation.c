@@ -142,6 +142,23 @@ static const row normuon_rows[] = {
 };
 #undef U
 
+#define D strata_dion2_config
+static const row dion2_rows[] = {
+    ROW(D, lr, float, K_F32, -1e-3, END),
+    ROW(D, fraction, float, K_F32, 0.0, -0.25, 1.01, END), /* (0, 1], the reference's */
+    ROW(D, ef_decay, float, K_F32, -0.1, 1.01, END),
+    ROW(D, weight_decay, float, K_F32, -0.01, END),
+    ROW(D, adjust_lr, strata_dion2_adjust_lr, K_ENUM, -1, 3, END),
+    ROW(D, ns_steps, int, K_INT, -1, 100001, END),
+    ROW(D, ns_schedule, strata_ns_schedule, K_ENUM, -1, 2, END),
+    ROW(D, ns_method, strata_ns_method, K_ENUM, -1, 3, END),
+    ROW(D, ns_gram_min_aspect, float, K_F32, 0.5, 0.0, -1.0, END),
+    ROW(D, ns_gram_restarts, int, K_INT, -1, 64, END),
+    ROW(D, ns_gram_restart_mask, uint64_t, K_U64, 1, 32, 9223372036854775808.0, END),
+    ROW(D, ns_batch_threads, int, K_INT, 0, -1, 65, END),
+};
+#undef D
+
 #define O strata_soap_config
 static const row soap_rows[] = {
     ROW(O, lr, float, K_F32, -1e-3, END),
@@ -179,13 +196,14 @@ static const row kl_rows[] = {
 #define C strata_config
 static const row config_rows[] = {
     ROW(C, version, int, K_INT, 0, 99, END),
-    ROW(C, matrix_optimizer, strata_optimizer, K_ENUM, -1, 6, 7, END),
+    ROW(C, matrix_optimizer, strata_optimizer, K_ENUM, -1, 7, 8, END),
     ROW(C, adamw, strata_adamw_config, K_NESTED, END),
     ROW(C, shampoo, strata_shampoo_config, K_NESTED, END),
     ROW(C, muon, strata_muon_config, K_NESTED, END),
     ROW(C, soap, strata_soap_config, K_NESTED, END),
     ROW(C, kl_shampoo, strata_kl_shampoo_config, K_NESTED, END),
     ROW(C, normuon, strata_normuon_config, K_NESTED, END),
+    ROW(C, dion2, strata_dion2_config, K_NESTED, END),
     ROW(C, precondition_frequency, int, K_INT, -1, END), /* 0: the families' defaults */
     ROW(C, max_grad_norm, float, K_F32, -1.0, END),
     ROW(C, route_degenerate_to_adamw, bool, K_BOOL, END),
@@ -264,6 +282,7 @@ static void test_tables_cover_every_field(void **state)
     LAYOUT(soap_rows, strata_soap_config, STRATA_SOAP_CONFIG_FIELDS);
     LAYOUT(kl_rows, strata_kl_shampoo_config, STRATA_KL_SHAMPOO_CONFIG_FIELDS);
     LAYOUT(normuon_rows, strata_normuon_config, STRATA_NORMUON_CONFIG_FIELDS);
+    LAYOUT(dion2_rows, strata_dion2_config, STRATA_DION2_CONFIG_FIELDS);
     LAYOUT(config_rows, strata_config, STRATA_CONFIG_FIELDS);
 #undef LAYOUT
     assert_int_equal(bad, 0);
@@ -394,6 +413,20 @@ static void try_normuon(const void *c, const char *expect, double v)
     try_create(&cfg, expect, v);
 }
 
+static void try_dion2(const void *c, const char *expect, double v)
+{
+    strata_dion2_state *s = (strata_dion2_state *)0x1;
+    strata_error_clear();
+    strata_status st = strata_dion2_state_create(c, g_be, 1, 4, 3, &s);
+    verdict("strata_dion2_state_create", expect, v, st, s == NULL);
+    if (st == STRATA_OK)
+        strata_dion2_state_destroy(s);
+    strata_config cfg;
+    strata_config_default(&cfg);
+    cfg.dion2 = *(const strata_dion2_config *)c;
+    try_create(&cfg, expect, v);
+}
+
 static void try_soap(const void *c, const char *expect, double v)
 {
     strata_soap_state *s = (strata_soap_state *)0x1;
@@ -483,6 +516,7 @@ static void def_shampoo(void *c) { strata_shampoo_config_default(c); }
 static void def_ns(void *c) { strata_ns_config_default(c); }
 static void def_muon(void *c) { strata_muon_config_default(c); }
 static void def_normuon(void *c) { strata_normuon_config_default(c); }
+static void def_dion2(void *c) { strata_dion2_config_default(c); }
 static void def_soap(void *c) { strata_soap_config_default(c); }
 static void def_kl(void *c) { strata_kl_shampoo_config_default(c); }
 static void def_config(void *c) { strata_config_default(c); }
@@ -504,6 +538,7 @@ static void test_every_bad_value_refused(void **state)
     assert_int_equal(strata_soap_config_check(&cfg.soap), STRATA_OK);
     assert_int_equal(strata_kl_shampoo_config_check(&cfg.kl_shampoo), STRATA_OK);
     assert_int_equal(strata_normuon_config_check(&cfg.normuon), STRATA_OK);
+    assert_int_equal(strata_dion2_config_check(&cfg.dion2), STRATA_OK);
 
     walk("adamw", adamw_rows, COUNT(adamw_rows), sizeof(strata_adamw_config), def_adamw,
          try_adamw);
@@ -513,6 +548,8 @@ static void test_every_bad_value_refused(void **state)
     walk("muon", muon_rows, COUNT(muon_rows), sizeof(strata_muon_config), def_muon, try_muon);
     walk("normuon", normuon_rows, COUNT(normuon_rows), sizeof(strata_normuon_config),
          def_normuon, try_normuon);
+    walk("dion2", dion2_rows, COUNT(dion2_rows), sizeof(strata_dion2_config), def_dion2,
+         try_dion2);
     walk("soap", soap_rows, COUNT(soap_rows), sizeof(strata_soap_config), def_soap, try_soap);
     walk("kl_shampoo", kl_rows, COUNT(kl_rows), sizeof(strata_kl_shampoo_config), def_kl,
          try_kl);

@@ -48,7 +48,7 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
     if (strata_optimizer_parse(name, &r.optimizer) != STRATA_OK)
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "race: unknown optimizer '%s' in the run list (adamw, muon, normuon, "
-                            "shampoo, soap, kl-shampoo, each optionally NAME-async)",
+                            "dion2, shampoo, soap, kl-shampoo, each optionally NAME-async)",
                             name);
     strata_config c = o->train.strata;
     c.matrix_optimizer = r.optimizer;

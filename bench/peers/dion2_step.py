@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""strata's Dion2 step beside the reference's (Microsoft's Dion repository,
+dion/dion2.py, taken by path; never vendored), on the CPU, one process.
+
+Both sides get the same matrices and gradients: a GPT-2-small-shaped set,
+--layers x (4 x 768x768, 768x3072, 3072x768), fraction 0.25, the defaults of
+both (lr 0.01, ef_decay 0.95, weight decay 0.01, spectral_norm, 5 Polar
+Express steps). strata runs through its PyTorch door (strata.torch.Dion2: one
+strata_step over every matrix); the reference is Dion2(params) on its
+single-process path (distributed_mesh=None), its torch.compile'd functions
+replaced by the eager functions they wrap (inductor on this CPU is not what
+its users run either: they run CUDA), in its own bfloat16.
+
+Same work, checked before timing: one step from the same state on both
+sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set (the reference
+in bfloat16 with its own Polar Express polynomial: ~0.15 expected, see
+tests/reference/compare_dion2_reference_code.py, whose exact mode measures
+<= 5.1e-6 with the precision and the polynomial matched).
+
+Timing: --rounds rounds of --steps steps per side after 2 warm-up steps,
+alternating which side goes first; median ms per step. One thread each
+(torch.set_num_threads(1), strata blas_threads 1) unless --threads.
+
+Usage:
+  STRATA_DION_PATH=/path/to/dion PYTHON bench/peers/dion2_step.py --build build
+PYTHON needs torch (e.g. the project's .venv).
+"""
+import argparse
+import importlib
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--dion", default=os.environ.get("STRATA_DION_PATH"))
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ns-method", default="standard",
+                    help="strata's Newton-Schulz method (the reference: standard)")
+    args = ap.parse_args()
+    if not args.dion or not os.path.isfile(os.path.join(args.dion, "dion", "dion2.py")):
+        print("SKIP: no Dion checkout (--dion or STRATA_DION_PATH)")
+        return 77
+    lib = next((os.path.join(args.build, "runtime", n) for n in
+                sorted(os.listdir(os.path.join(args.build, "runtime")))
+                if n.startswith("libstrata.so")), None)
+    os.environ.setdefault("STRATA_LIBRARY", os.path.abspath(lib))
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, args.dion)
+    import torch
+    import strata.torch as st
+    from dion.dion2 import Dion2
+
+    def eager(f):
+        for _ in range(8):
+            g = getattr(f, "_torchdynamo_orig_callable", None) or getattr(f, "__wrapped__", None)
+            if g is None:
+                return f
+            f = g
+        return f
+    for modname in ("dion.dion2", "dion.megabatch_base", "dion.polar_express",
+                    "dion.newton_schulz_triton"):
+        mod = importlib.import_module(modname)
+        for k, v in list(vars(mod).items()):
+            if callable(v) and (hasattr(v, "_torchdynamo_orig_callable") or
+                                hasattr(v, "__wrapped__")):
+                setattr(mod, k, eager(v))
+
+    torch.set_num_threads(args.threads)
+    shapes = [(768, 768)] * 4 + [(768, 3072), (3072, 768)]
+    shapes = shapes * args.layers
+    gen = torch.Generator().manual_seed(7)
+    w0 = [0.02 * torch.randn(s, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
+
+    def make(side):
+        ps = [torch.nn.Parameter(w.clone()) for w in w0]
+        if side == "strata":
+            opt = st.Dion2([(f"m{i}", p) for i, p in enumerate(ps)], blas_threads=args.threads,
+                           ns_method=args.ns_method)
+        else:
+            opt = Dion2(ps)
+        return ps, opt
+
+    def step(ps, opt, k):
+        for p, g in zip(ps, grads[k % len(grads)]):
+            p.grad = g
+        opt.step()
+
+    # Same work: one step from the same state.
+    sides = {s: make(s) for s in ("strata", "reference")}
+    for s in sides:
+        step(*sides[s], 0)
+    num = sum(float(((a.detach() - w) - (b.detach() - w)).double().norm() ** 2)
+              for a, b, w in zip(sides["strata"][0], sides["reference"][0], w0))
+    den = sum(float((b.detach() - w).double().norm() ** 2)
+              for b, w in zip(sides["reference"][0], w0))
+    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s), "
+          "strata ns_method %s" % (len(shapes), args.layers, args.threads, args.ns_method))
+    print("same work: step 1 update relative error %.3e (reference in bfloat16, its own "
+          "Polar Express)" % ((num / den) ** 0.5))
+
+    for s in sides:  # warm-up
+        step(*sides[s], 1)
+    times = {s: [] for s in sides}
+    for r in range(args.rounds):
+        order = ("strata", "reference") if r % 2 == 0 else ("reference", "strata")
+        for s in order:
+            for k in range(args.steps):
+                t0 = time.perf_counter()
+                step(*sides[s], k)
+                times[s].append(1e3 * (time.perf_counter() - t0))
+    med = {s: statistics.median(v) for s, v in times.items()}
+    print("ms/step (median of %d): strata %.1f, reference %.1f, ratio reference/strata %.2f" % (
+        len(times["strata"]), med["strata"], med["reference"], med["reference"] / med["strata"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

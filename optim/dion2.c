@@ -1,0 +1,477 @@
+/* Dion2: Newton-Schulz orthonormalization of a selected submatrix of the
+ * accumulated gradient, with error feedback on the selected part (Ahn et
+ * al. 2025, arXiv 2512.16928; the reference code is dion/dion2.py of
+ * Microsoft's Dion repository). Formulas in include/strata/optim.h
+ * ("Dion2").
+ *
+ * Object life: one strata_dion2_state per matrix parameter (or stack of
+ * `batch` same-shape matrices). Every buffer comes from one backend
+ * allocation made at creation (M, two scratch matrices, the submatrices,
+ * the Newton-Schulz workspace, the slice norms, the permutation and the
+ * decay vector) and one host allocation (the norms read back, the slice
+ * order, the permutations of the batch); nothing is allocated per step.
+ * With ns_batch_threads = T > 1 (clamped to the batch) the state owns a
+ * worker team of T threads for the batch's Newton-Schulz, as Muon's.
+ *
+ * Where the work runs: the selection reads back num float64 slice norms
+ * per matrix (a backend reduction, abs_sums) and sorts them on the host;
+ * the gather and the scatter are the backend's permute of the whole matrix
+ * by a permutation the host uploads (the selected slices first, in index
+ * order), then a 2-D copy of the first k slices; the error feedback is the
+ * backend's scale_rc by a vector holding ef_decay at the selected slices
+ * and 1 elsewhere (x * 1 is exact). The host never touches a matrix. */
+#include "strata/optim.h"
+#include "backend/ops.h"
+#include "optim/phases.h"
+#include "workers/workers.h"
+
+#include "optim_internal.h"
+#include "precond.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct strata_dion2_state {
+    strata_dion2_config cfg;
+    strata_ns_config ns; /* from cfg, restart mask resolved */
+    strata_backend *be;
+    int64_t batch, rows, cols;
+    bool sel_rows;           /* the slices are rows (rows <= cols), else columns */
+    int64_t num, len, k;     /* slices, their length, selected per step */
+    int64_t sub_rows, sub_cols; /* the submatrix: k x cols or rows x k */
+    float *mom;   /* M, batch x rows x cols */
+    float *z, *z2; /* rows x cols scratch: the permuted M, then the scattered update */
+    float *sub;   /* batch submatrices, sub_rows x sub_cols each */
+    float *work;  /* Newton-Schulz workspace */
+    double *dnorm; /* num slice norms (backend) */
+    int *dperm;    /* num (backend) */
+    float *dscale; /* num (backend) */
+    strata_worker_team *team;
+    void *mem;
+    size_t mem_bytes;
+    /* host */
+    double *hnorm;  /* num */
+    int64_t *order; /* num */
+    int *hperm;     /* num: selected first, each group in index order */
+    int *hinv;      /* batch * num: the inverse permutation of every matrix */
+    float *hscale;  /* num */
+};
+
+void strata_dion2_config_default(strata_dion2_config *c)
+{
+    strata_ns_config ns;
+    strata_ns_config_default(&ns);
+    c->lr = 0.01f;
+    c->fraction = 0.25f;
+    c->ef_decay = 0.95f;
+    c->weight_decay = 0.01f;
+    c->adjust_lr = STRATA_DION2_ADJUST_SPECTRAL_NORM;
+    c->ns_steps = ns.steps;
+    c->ns_schedule = STRATA_NS_POLAR_EXPRESS;
+    c->ns_method = STRATA_NS_STANDARD;
+    c->ns_gram_min_aspect = ns.gram_min_aspect;
+    c->ns_gram_restarts = ns.gram_restarts;
+    c->ns_gram_restart_mask = ns.gram_restart_mask;
+    c->ns_batch_threads = ns.batch_threads;
+}
+
+static void dion2_ns_config(const strata_dion2_config *c, strata_ns_config *out)
+{
+    out->steps = c->ns_steps;
+    out->schedule = c->ns_schedule;
+    out->method = c->ns_method;
+    out->gram_min_aspect = c->ns_gram_min_aspect;
+    out->gram_restarts = c->ns_gram_restarts;
+    out->gram_restart_mask = c->ns_gram_restart_mask;
+    out->batch_threads = c->ns_batch_threads;
+}
+
+strata_status strata_dion2_config_check(const strata_dion2_config *c)
+{
+    if (!c)
+        return strata_error(STRATA_ERR_INVALID_ARG, "dion2_config_check: NULL config");
+    strata_status st = optim_check_nonneg("dion2", "lr", c->lr);
+    OPTIM_CHECK(st, optim_check_float("dion2", "fraction", c->fraction, 0.0, false, 1.0, true));
+    OPTIM_CHECK(st, optim_check_float("dion2", "ef_decay", c->ef_decay, 0.0, true, 1.0, true));
+    OPTIM_CHECK(st, optim_check_nonneg("dion2", "weight_decay", c->weight_decay));
+    OPTIM_CHECK(st, optim_check_int("dion2", "adjust_lr", (long long)c->adjust_lr,
+                                    STRATA_DION2_ADJUST_SPECTRAL_NORM, STRATA_DION2_ADJUST_NONE));
+    if (st == STRATA_OK) {
+        strata_ns_config ns;
+        dion2_ns_config(c, &ns);
+        st = strata_ns_config_check_as(&ns, "dion2", "ns_");
+    }
+    return st;
+}
+
+/* k: the smallest count >= 1 whose share of num, rounded to float, reaches
+ * fraction (ceil(fraction num) up to fraction's float rounding). */
+static int64_t selected_count(float fraction, int64_t num)
+{
+    int64_t k = (int64_t)ceil((double)fraction * (double)num);
+    if (k < 1)
+        k = 1;
+    if (k > num)
+        k = num;
+    while (k > 1 && (float)((double)(k - 1) / (double)num) >= fraction)
+        k--;
+    while (k < num && (float)((double)k / (double)num) < fraction)
+        k++;
+    return k;
+}
+
+strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_backend *be,
+                                        int64_t batch, int64_t rows, int64_t cols,
+                                        strata_dion2_state **out)
+{
+    if (!c || !be || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "dion2_state_create: NULL argument");
+    *out = NULL;
+    /* As Muon's: rows x cols < 2^40 elements, then batch against what is left. */
+    if (batch < 1 || rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX ||
+        (uint64_t)rows * (uint64_t)cols > ((uint64_t)1 << 40) ||
+        (uint64_t)batch > ((uint64_t)1 << 40) / ((uint64_t)rows * (uint64_t)cols))
+        return strata_error(STRATA_ERR_INVALID_ARG, "dion2: bad shape %lld x %lld x %lld",
+                            (long long)batch, (long long)rows, (long long)cols);
+    strata_status st = strata_dion2_config_check(c);
+    if (st != STRATA_OK)
+        return st;
+    strata_dion2_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return strata_error(STRATA_ERR_NOMEM, "dion2: out of memory");
+    s->cfg = *c;
+    s->be = be;
+    s->batch = batch;
+    s->rows = rows;
+    s->cols = cols;
+    s->sel_rows = rows <= cols; /* the reference: rows when num_rows <= num_cols */
+    s->num = s->sel_rows ? rows : cols;
+    s->len = s->sel_rows ? cols : rows;
+    s->k = selected_count(c->fraction, s->num);
+    s->sub_rows = s->sel_rows ? s->k : rows;
+    s->sub_cols = s->sel_rows ? cols : s->k;
+
+    dion2_ns_config(c, &s->ns);
+    /* The submatrix shape against the Newton-Schulz limits (a zero batch
+     * touches nothing). */
+    st = strata_ns_run(be, &s->ns, NULL, 0, s->sub_rows, s->sub_cols, NULL, NULL);
+    if (st != STRATA_OK)
+        goto fail;
+    s->ns.gram_restart_mask = strata_ns_restart_mask(&s->ns);
+    if (!s->ns.gram_restart_mask)
+        s->ns.gram_restarts = 0;
+    if (s->ns.batch_threads > batch)
+        s->ns.batch_threads = (int)batch;
+
+    const size_t mn = (size_t)rows * (size_t)cols;
+    const size_t n_mom = (size_t)batch * mn;
+    const size_t n_sub = (size_t)batch * (size_t)s->sub_rows * (size_t)s->sub_cols;
+    const size_t n_work = strata_ns_work_floats(&s->ns, s->sub_rows, s->sub_cols);
+    const size_t num = (size_t)s->num;
+    /* In float units, each piece padded to 64 bytes: the doubles take 2
+     * floats each, the ints 1. */
+    size_t total = 0;
+#define PAD(n) (((n) + 15) / 16 * 16)
+    total += PAD(n_mom) + 2 * PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) + PAD(num) +
+             PAD(num);
+    s->mem_bytes = total * sizeof(float);
+    st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
+    if (st != STRATA_OK)
+        goto fail;
+    float *p = s->mem;
+    s->mom = optim_carve(&p, n_mom);
+    s->z = optim_carve(&p, mn);
+    s->z2 = optim_carve(&p, mn);
+    s->sub = optim_carve(&p, n_sub);
+    s->work = optim_carve(&p, n_work);
+    s->dnorm = (double *)(void *)optim_carve(&p, 2 * num);
+    s->dperm = (int *)(void *)optim_carve(&p, num);
+    s->dscale = optim_carve(&p, num);
+#undef PAD
+
+    s->hnorm = malloc(num * sizeof *s->hnorm);
+    s->order = malloc(num * sizeof *s->order);
+    s->hperm = malloc(num * sizeof *s->hperm);
+    s->hinv = malloc((size_t)batch * num * sizeof *s->hinv);
+    s->hscale = malloc(num * sizeof *s->hscale);
+    if (!s->hnorm || !s->order || !s->hperm || !s->hinv || !s->hscale) {
+        st = strata_error(STRATA_ERR_NOMEM, "dion2: out of memory");
+        goto fail;
+    }
+    if (s->ns.batch_threads > 1) {
+        st = strata_worker_team_create(s->ns.batch_threads, &s->team);
+        if (st != STRATA_OK)
+            goto fail;
+    }
+    *out = s;
+    return STRATA_OK;
+
+fail:
+    strata_dion2_state_destroy(s);
+    return st;
+}
+
+void strata_dion2_state_destroy(strata_dion2_state *s)
+{
+    if (!s)
+        return;
+    strata_worker_team_destroy(s->team);
+    if (s->mem)
+        strata_backend_free(s->be, s->mem, s->mem_bytes);
+    free(s->hnorm);
+    free(s->order);
+    free(s->hperm);
+    free(s->hinv);
+    free(s->hscale);
+    free(s);
+}
+
+size_t strata_dion2_state_bytes(const strata_dion2_state *s)
+{
+    return s ? s->mem_bytes : 0;
+}
+
+int64_t strata_dion2_selected(const strata_dion2_state *s)
+{
+    return s ? s->k : 0;
+}
+
+/* The learning-rate ratio of adjust_lr (the reference's adjust_lr_* on the
+ * whole matrix's shape). */
+static double adjust_ratio(strata_dion2_adjust_lr a, int64_t rows, int64_t cols)
+{
+    const double m = (double)rows, n = (double)cols;
+    switch (a) {
+    case STRATA_DION2_ADJUST_RMS_NORM:
+        return 0.2 * sqrt(m > n ? m : n);
+    case STRATA_DION2_ADJUST_NONE:
+        return 1.0;
+    case STRATA_DION2_ADJUST_SPECTRAL_NORM:
+    default:
+        return sqrt(m / n);
+    }
+}
+
+/* qsort's comparator reads the norms through this: one state's step runs
+ * on one thread at a time, and several states may step on several threads
+ * (the runtime's step team), hence thread-local. */
+static _Thread_local const double *sort_norms;
+
+/* Larger norm first, ties to the lower index. */
+static int by_norm(const void *a, const void *b)
+{
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    const double x = sort_norms[i], y = sort_norms[j];
+    if (x != y)
+        return x > y ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static int by_index(const void *a, const void *b)
+{
+    const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+    return i < j ? -1 : i > j;
+}
+
+/* Matrix b's selection: the norms of M_b's slices, the k largest, the
+ * permutation that puts them first (hperm, uploaded to dperm), its inverse
+ * (hinv of b), the decay vector (uploaded to dscale). */
+static strata_status select_slices(strata_dion2_state *s, int64_t b)
+{
+    const float *mb = s->mom + (size_t)b * (size_t)s->rows * (size_t)s->cols;
+    const size_t num = (size_t)s->num;
+    strata_status st = strata_backend_abs_sums(s->be, NULL, s->rows, s->cols, mb, s->cols,
+                                               s->sel_rows ? 1 : 0, s->dnorm);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->hnorm, s->dnorm, num * sizeof(double));
+    if (st != STRATA_OK)
+        return st;
+    for (size_t i = 0; i < num; i++)
+        s->order[i] = (int64_t)i;
+    sort_norms = s->hnorm;
+    qsort(s->order, num, sizeof *s->order, by_norm);
+    /* Each group in index order: the selected, then the rest. */
+    qsort(s->order, (size_t)s->k, sizeof *s->order, by_index);
+    qsort(s->order + s->k, num - (size_t)s->k, sizeof *s->order, by_index);
+    int *inv = s->hinv + (size_t)b * num;
+    for (size_t j = 0; j < num; j++) {
+        s->hperm[j] = (int)s->order[j];
+        inv[s->order[j]] = (int)j;
+        s->hscale[s->order[j]] = j < (size_t)s->k ? s->cfg.ef_decay : 1.0f;
+    }
+    st = strata_backend_copy(s->be, s->dperm, s->hperm, num * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->dscale, s->hscale, num * sizeof(float));
+    return st;
+}
+
+strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t, float *w,
+                                const float *g, strata_optim_counters *cnt)
+{
+    strata_status st = optim_check_step("dion2_step", s, w, g, t);
+    if (st == STRATA_OK)
+        st = optim_check_lr_scale("dion2_step", lr_scale);
+    if (st != STRATA_OK)
+        return st;
+    const double t0 = strata_now_seconds();
+    const strata_dion2_config *c = &s->cfg;
+    const int64_t m = s->rows, n = s->cols;
+    const size_t mn = (size_t)m * (size_t)n;
+    const size_t all = (size_t)s->batch * mn;
+    const size_t sub_n = (size_t)s->sub_rows * (size_t)s->sub_cols;
+    const int axis = s->sel_rows ? 0 : 1; /* permute's axis: rows or columns */
+
+    /* Reject before touching M: one bad element would poison it. */
+    double gamma = 0.0;
+    bool finite = false;
+    st = optim_gamma(s->be, g, all, &gamma, &finite);
+    if (st != STRATA_OK)
+        return st;
+    if (!finite) {
+        size_t bad = all;
+        st = strata_backend_find_nonfinite(s->be, NULL, all, g, &bad);
+        if (st != STRATA_OK)
+            return st;
+        if (cnt)
+            cnt->nonfinite_rejected++;
+        return strata_error(STRATA_ERR_NONFINITE, "dion2_step: non-finite gradient at %zu", bad);
+    }
+    /* The overflow rule (optim_internal.h): M is a running sum (the error
+     * feedback only shrinks it), |M + G| <= ||M||_F + ||G||_F. */
+    double b2 = 0.0;
+    st = strata_backend_sumsq(s->be, NULL, all, s->mom, &b2);
+    if (st != STRATA_OK)
+        return st;
+    if (!optim_state_absorbs(sqrt(b2) + sqrt(gamma), cnt))
+        return STRATA_OK;
+
+    /* M = M + G (1 * M + 1 * G: exact products). */
+    st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
+    for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
+        float *mb = s->mom + (size_t)b * mn;
+        float *sb = s->sub + (size_t)b * sub_n;
+        st = select_slices(s, b);
+        /* Gather: the selected slices first, then the first k of them. */
+        if (st == STRATA_OK)
+            st = strata_backend_permute(s->be, NULL, m, n, axis, s->dperm, mb, s->z);
+        if (st == STRATA_OK)
+            st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, sb, s->sub_cols,
+                                        s->z, n);
+        /* Error feedback on the selected slices of M. */
+        if (st == STRATA_OK)
+            st = strata_backend_scale_rc(s->be, NULL, m, n, mb, n, s->sel_rows ? s->dscale : NULL,
+                                         s->sel_rows ? NULL : s->dscale);
+    }
+    if (st == STRATA_OK)
+        st = strata_ns_run(s->be, &s->ns, s->team, s->batch, s->sub_rows, s->sub_cols, s->sub,
+                           s->work);
+    const float lr = c->lr * lr_scale;
+    const float decay = lr * c->weight_decay;
+    const float step = (float)((double)lr * adjust_ratio(c->adjust_lr, m, n));
+    for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
+        /* Scatter: O into the first k slices of a zero matrix, then every
+         * slice back to its place; the unselected ones are zero. */
+        st = strata_backend_fill_2d(s->be, NULL, m, n, s->z, n, 0.0f);
+        if (st == STRATA_OK)
+            st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, s->z, n,
+                                        s->sub + (size_t)b * sub_n, s->sub_cols);
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, s->dperm, s->hinv + (size_t)b * (size_t)s->num,
+                                     (size_t)s->num * sizeof(int));
+        if (st == STRATA_OK)
+            st = strata_backend_permute(s->be, NULL, m, n, axis, s->dperm, s->z, s->z2);
+        if (st == STRATA_OK)
+            st = strata_backend_apply_update(s->be, NULL, mn, w + (size_t)b * mn, s->z2, step,
+                                             decay, STRATA_APPLY_DECAY_STEP);
+    }
+    if (st == STRATA_OK && cnt)
+        cnt->seconds_precondition += strata_now_seconds() - t0;
+    return st;
+}
+
+/* ------------------------------------------------ preconditioner family */
+
+static strata_status fam_create(const void *cfg, strata_backend *be,
+                                const strata_precond_shape *sh, bool external, void **out)
+{
+    (void)external;
+    return strata_dion2_state_create(cfg, be, sh->batch, sh->rows, sh->cols,
+                                     (strata_dion2_state **)out);
+}
+
+static void fam_destroy(void *s)
+{
+    strata_dion2_state_destroy(s);
+}
+
+static size_t fam_bytes(const void *s)
+{
+    return strata_dion2_state_bytes(s);
+}
+
+static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                               strata_optim_counters *cnt)
+{
+    return strata_dion2_step(state, lr_scale, t, w, g, cnt);
+}
+
+/* M is the whole state (the selection is recomputed from it every step). */
+static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
+{
+    const strata_dion2_state *s = state;
+    if (out && cap > 0)
+        strata_tensor_info_set(&out[0], "momentum", -1, STRATA_F32, s->batch * s->rows, s->cols,
+                               STRATA_TIER_DEVICE, s->mom);
+    return 1;
+}
+
+static void fam_config_default(void *cfg)
+{
+    strata_dion2_config_default(cfg);
+}
+
+static strata_status fam_config_check(const void *cfg)
+{
+    return strata_dion2_config_check(cfg);
+}
+
+/* Newton-Schulz on the k x len submatrix: ~numel x k (Muon's numel x
+ * min(m, n), shrunk by the fraction; the default fraction: the cost sees
+ * only the shape), plus O(numel) for the gather and the scatter. */
+static double fam_step_cost(const strata_precond_shape *sh)
+{
+    const double m = (double)sh->rows, n = (double)sh->cols;
+    const double num = m < n ? m : n;
+    strata_dion2_config d;
+    strata_dion2_config_default(&d);
+    const double k = ceil((double)d.fraction * num);
+    return (double)sh->numel * (k > 1.0 ? k : 1.0);
+}
+
+static void fam_set_hyper(void *state, float lr, float weight_decay)
+{
+    strata_dion2_state *s = state;
+    s->cfg.lr = lr;
+    s->cfg.weight_decay = weight_decay;
+}
+
+const strata_precond_family strata_family_dion2 = {
+    .name = "dion2",
+    .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
+    .async_capable = strata_family_never, /* applies and enumerates */
+    .cfg_size = sizeof(strata_dion2_config),
+    .config_default = fam_config_default,
+    .config_check = fam_config_check,
+    .lr_offset = offsetof(strata_dion2_config, lr),
+    .weight_decay_offset = offsetof(strata_dion2_config, weight_decay),
+    .state_per_param = 4,
+    .step_cost = fam_step_cost,
+    .create = fam_create,
+    .destroy = fam_destroy,
+    .bytes = fam_bytes,
+    .n_blocks = strata_family_no_blocks,
+    .apply = fam_apply,
+    .set_hyper = fam_set_hyper,
+    .tensors = fam_tensors,
+};
