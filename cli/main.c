@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blas_core.h"
@@ -906,16 +907,31 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
  * progress (it then prints and writes its summary and removes its tier
  * files; the command exits 128 + the signal's number: 130, 143); a second
  * one ends the process at once (the nvme tier's file has no name, so
- * nothing is left behind either way). */
+ * nothing is left behind either way). A second signal counts only when it
+ * comes STOP_GRACE_S or more after the first: `timeout -s TERM`, `kill --
+ * -PGID` and a terminal's Ctrl-C deliver one signal to every process of the
+ * group, and a wrapper (timeout, a shell, a launcher) that forwards its own
+ * copy makes two arrive within microseconds; those are one request (issue
+ * #22 item 9). clock_gettime is async-signal-safe (POSIX.1-2008, signal-
+ * safety(7)). */
+#define STOP_GRACE_S 0.5
 static volatile sig_atomic_t stop_signal;
+static struct timespec stop_first; /* written once, before stop_signal */
 
 static void on_stop_signal(int sig)
 {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     if (stop_signal) {
+        const double since = (double)(now.tv_sec - stop_first.tv_sec) +
+                             1e-9 * (double)(now.tv_nsec - stop_first.tv_nsec);
+        if (since < STOP_GRACE_S)
+            return; /* a copy of the first (a process-group signal) */
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
+    stop_first = now;
     stop_signal = sig;
     static const char msg[] = "\nstrata: stopping after this step (again to stop at once)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -928,6 +944,8 @@ static void catch_stop_signals(gpt_train_options *o)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT); /* the handler never interrupts itself */
+    sigaddset(&sa.sa_mask, SIGTERM);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
