@@ -295,8 +295,9 @@ static const train_flag train_flag_rows[] = {
      .help = "decoupled weight decay for matrices (default {})"},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N",
-     .help = "linear warm-up steps (default max(steps/10,\nmin(20, steps/2)): 20 is AdamW's "
-             "second-moment\nhorizon 1/(1 - 0.95))"},
+     .help = "linear warm-up steps (default max(steps/10,\nmin(H, steps)), H the slowest "
+             "second-moment\nhorizon 1/(1 - beta) in use: 20 (AdamW's 0.95),\n50 for "
+             "kl-shampoo (0.98))"},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
      .help = "cosine floor, fraction of peak (default {})"},
