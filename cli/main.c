@@ -985,6 +985,7 @@ static int cmd_train(int argc, char **argv)
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
     if (rank == 0) {
+        gpt_blas_core_probe_forced(); /* a forced weaker core: the header and summary say */
         gpt_blas_core bc;
         gpt_blas_core_get(&bc);
         gpt_blas_core_warn(&bc, stderr);
@@ -1255,6 +1256,8 @@ int main(int argc, char **argv)
         usage_main(stderr);
         return 2;
     }
+    if (strcmp(argv[1], "__blas-probe") == 0) /* internal: gpt_blas_core_probe_forced */
+        return gpt_blas_core_probe_main();
     if (strcmp(argv[1], "train") == 0)
         return cmd_train(argc - 1, argv + 1);
     if (strcmp(argv[1], "sweep-staleness") == 0)

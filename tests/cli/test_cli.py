@@ -124,7 +124,7 @@ with tempfile.TemporaryDirectory() as tmp:
                  "                              nonzero gradient (default auto)\n",
                  "  --progress / --no-progress  progress bar",
                  "  --warmup N                  linear warm-up steps (default max(steps/10,\n"
-                 "                              min(20, steps/2))"):
+                 "                              min(H, steps)), H the slowest second-moment\n"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
