@@ -532,12 +532,12 @@ static void print_step(const gpt_report *rep, const gpt_step_record *r, double s
                 "##############################", width - filled, "", r->step, steps,
                 (double)r->loss, step_ms, tps);
         if (r->evaluated)
-            fprintf(out, "\n  step %d: val loss %.4f\n", r->step, r->val_loss);
+            fprintf(out, "\n  val %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
     } else {
         fprintf(out, "step %d/%d | loss %.4f | %.1f ms | %.0f tok/s\n", r->step, steps,
                 (double)r->loss, step_ms, tps);
         if (r->evaluated)
-            fprintf(out, "step %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
+            fprintf(out, "val  %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
     }
     fflush(out);
 }
