@@ -255,3 +255,15 @@ void gpt_blas_core_probe_forced(void)
     probed_gflops_detected = g;
     snprintf(probed_core, sizeof probed_core, "%s", name);
 }
+
+void gpt_blas_core_print(FILE *f)
+{
+    gpt_blas_core c;
+    gpt_blas_core_get(&c);
+    fprintf(f, "%s core: %s", strata_blas_name(), c.core ? c.core : "?");
+    if (c.detected)
+        fprintf(f, "; forced weaker than this CPU's %s: SGEMM probe 0.1 s each, %s %.1f GFLOP/s, "
+                   "%s %.1f GFLOP/s", c.detected, c.core ? c.core : "?", c.gflops_core,
+                c.detected, c.gflops_detected);
+    fputc('\n', f);
+}

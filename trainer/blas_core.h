@@ -80,6 +80,13 @@ void gpt_blas_core_probe_forced(void);
 /* The child's side: prints "CORE GFLOPS" to stdout. */
 int gpt_blas_core_probe_main(void);
 
+/* For a benchmark's header: "<BLAS> core: X" and, after
+ * gpt_blas_core_probe_forced found a forced weaker core, "; forced weaker
+ * than this CPU's Y: SGEMM probe 0.1 s each, X a GFLOP/s, Y b GFLOP/s".
+ * A program that calls gpt_blas_core_probe_forced must answer argv[1] ==
+ * "__blas-probe" with gpt_blas_core_probe_main() (the child runs it). */
+void gpt_blas_core_print(FILE *f);
+
 /* Print the warning with the remedy to `f` when the core is generic and the
  * CPU supports a better one (the user chose the core, or the re-execution
  * did not happen); nothing otherwise. */
