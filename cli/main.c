@@ -985,7 +985,8 @@ static int cmd_train(int argc, char **argv)
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
     if (rank == 0) {
-        gpt_blas_core_probe_forced(); /* a forced weaker core: the header and summary say */
+        if (a.o.steps >= GPT_BLAS_PROBE_MIN_STEPS) /* a forced weaker core: measured */
+            gpt_blas_core_probe_forced();
         gpt_blas_core bc;
         gpt_blas_core_get(&bc);
         gpt_blas_core_warn(&bc, stderr);

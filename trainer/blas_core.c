@@ -73,6 +73,8 @@ static bool user_chose_core(void)
            !strata_env_is_set(STRATA_ENV_TEST_CORE_AS_DETECTED);
 }
 
+static int core_rank(const char *c);
+
 /* The probe's findings (gpt_blas_core_probe_forced; the CLI's thread). */
 static char probed_core[64];
 static double probed_gflops_core, probed_gflops_detected;
@@ -102,6 +104,11 @@ void gpt_blas_core_get(gpt_blas_core *out)
         const char *b = gpt_blas_core_better();
         if (b && strcasecmp(b, out->core) != 0)
             out->better = b;
+    }
+    if (strcmp(out->source, "user") == 0) {
+        const int have = core_rank(out->core), can = core_rank(gpt_blas_core_better());
+        if (have >= 0 && can >= 0 && have < can)
+            out->supports = gpt_blas_core_better();
     }
 }
 

@@ -40,7 +40,15 @@ typedef struct gpt_blas_core {
      * 256^3 products at the same thread count); else NULL and 0. */
     const char *detected;
     double gflops_core, gflops_detected;
+    /* The user's OPENBLAS_CORETYPE is weaker than the kernels this CPU's
+     * features allow: their name (gpt_blas_core_better); else NULL. Set
+     * whether or not the probe ran. */
+    const char *supports;
 } gpt_blas_core;
+
+/* Runs shorter than this many steps are not probed (the probe adds ~0.3 s
+ * to start-up); their blas line still names the forced and supported cores. */
+#define GPT_BLAS_PROBE_MIN_STEPS 50
 
 /* True for OpenBLAS's generic fallback cores (Prescott, Core2, Katmai, ...,
  * armv8), compared without case. */

@@ -3,8 +3,8 @@
 strata keeps the user's core and says, in the start-up blas line and in the
 summary's (also under --quiet) and in the JSONL summary, which core OpenBLAS
 would pick without it and a 0.1 s SGEMM throughput probe of each. Forced here:
-Sandybridge (AVX) on a CPU with AVX2+FMA. Without OPENBLAS_CORETYPE nothing
-is said. Exit 0 pass, 1 fail, 77 skip (no AVX2/FMA, not x86-64, or a BLIS
+Sandybridge (AVX) on a CPU with AVX2+FMA, 50 steps (a shorter run names both
+cores without probing). Without OPENBLAS_CORETYPE nothing is said. Exit 0 pass, 1 fail, 77 skip (no AVX2/FMA, not x86-64, or a BLIS
 build). Usage: test_blas_forced.py path/to/strata"""
 import json
 import os
@@ -39,7 +39,7 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(text, "w") as f:
         f.write("the quick brown fox jumps over the lazy dog\n" * 200)
     base = [STRATA, "train", "--data", text, "--layers", "1", "--d-model", "16", "--heads", "2",
-            "--seq-len", "16", "--batch", "4", "--steps", "2", "--eval-every", "0",
+            "--seq-len", "16", "--batch", "4", "--steps", "50", "--eval-every", "0",
             "--no-progress"]
     env = {k: v for k, v in os.environ.items()
            if k not in ("OPENBLAS_CORETYPE", "STRATA_BLAS_CORE_FROM",
@@ -68,6 +68,13 @@ with tempfile.TemporaryDirectory() as tmp:
         except Exception as e:  # noqa: BLE001
             ok, s = False, e
         check(ok, "JSONL summary: blas_core_cpu, blas_gflops_core, blas_gflops_cpu", repr(s))
+    # A run under 50 steps is not probed (~0.3 s of start-up) but still says so.
+    p = subprocess.run([("2" if x == "50" else x) for x in base], capture_output=True,
+                       text=True, timeout=120, env={**env, "OPENBLAS_CORETYPE": "Sandybridge"})
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("blas:")]
+    check(p.returncode == 0 and len(lines) == 2 and
+          all("forced weaker than this CPU's kernels (it supports" in ln and "GFLOP/s" not in ln
+              for ln in lines), "forced Sandybridge, 2 steps: cores named, no probe", p.stdout)
     p = subprocess.run(base, capture_output=True, text=True, env=env, timeout=120)
     check(p.returncode == 0 and "forced weaker" not in p.stdout,
           "OPENBLAS_CORETYPE unset: no forced-core note", p.stdout)
