@@ -27,9 +27,11 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/blas.h"
 #include "bench_util.h"
+#include "blas_core.h"
 #include "trainer.h"
 
 enum { MAX_ROUNDS = 16 };
@@ -92,6 +94,9 @@ static double f_wait_s(const gpt_train_result *a, const gpt_train_result *s)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "__blas-probe") == 0) /* gpt_blas_core_probe_forced's child */
+        return gpt_blas_core_probe_main();
+    gpt_blas_core_probe_forced();
     if (bench_wants_help(argc, argv, "usage: bench_async [steps (default 100)] [rounds (default 3)] [corpus]\n"))
         return 0;
     const int steps = argc > 1 ? atoi(argv[1]) : 100;
@@ -139,7 +144,7 @@ int main(int argc, char **argv)
     printf("default GPT, %d steps, precondition frequency 10, training on 1 thread, 1 worker;\n"
            "%d interleaved round%s, medians over rounds\n\n",
            steps, rounds, rounds == 1 ? "" : "s");
-    printf("%s core: %s\n", strata_blas_name(), strata_blas_core());
+    gpt_blas_core_print(stdout); /* with both cores' GEMM probes when one is forced */
     printf("%-19s %8s %8s %8s %8s %8s %9s %12s\n", "variant", "p50 ms", "p99 ms", "max ms",
            "mean ms", "max/p50", "val loss", "device MiB");
     for (int i = 0; i < nv; i++)

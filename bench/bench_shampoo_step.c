@@ -11,10 +11,12 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/blas.h"
 #include "trainer.h"
 #include "bench_util.h"
+#include "blas_core.h"
 
 static int run(strata_optimizer opt, int steps, const char *corpus, gpt_train_result *r)
 {
@@ -38,6 +40,9 @@ static int run(strata_optimizer opt, int steps, const char *corpus, gpt_train_re
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "__blas-probe") == 0) /* gpt_blas_core_probe_forced's child */
+        return gpt_blas_core_probe_main();
+    gpt_blas_core_probe_forced();
     if (bench_wants_help(argc, argv, "usage: bench_shampoo_step [steps (default 60)] [corpus]\n"))
         return 0;
     int steps = argc > 1 ? atoi(argv[1]) : 60;
@@ -54,7 +59,7 @@ int main(int argc, char **argv)
     const double opt_total = s->seconds_factors + s->seconds_roots + s->seconds_precondition +
                              s->seconds_tail;
     printf("synchronous Shampoo, precondition frequency 10, default GPT, %d steps\n", steps);
-    printf("%s core: %s\n", strata_blas_name(), strata_blas_core());
+    gpt_blas_core_print(stdout); /* with both cores' GEMM probes when one is forced */
     printf("%-34s %10s %8s\n", "optimizer phase", "ms/step", "share");
     printf("%-34s %10.2f %7.1f%%\n", "factor update (L,R += G G^T ...)", 1e3 * s->seconds_factors / n,
            100 * s->seconds_factors / opt_total);

@@ -1452,6 +1452,8 @@ typedef struct loader {
     strata_refresh_slot_image *images; /* nb x STRATA_CKPT_MAX_SLOTS */
     int *block_src;          /* per engine block: index into its old rank's block table */
     int *block_rank;         /* per engine block: that old rank */
+    int *block_nslots;       /* per engine block: slots of its image table (the engine's) */
+    int n_retuned, n_dropped; /* blocks saved under other refresh settings; results dropped */
 } loader;
 
 /* The manifest's parameter table against this runtime's: count, names,
@@ -1718,20 +1720,96 @@ static strata_status load_match_tensors(loader *c)
     return STRATA_OK;
 }
 
-/* The first of a saved block's schedule fields that differs from the
- * engine's, or NULL. */
-static const char *block_differs(const strata_ckpt_block *b, const strata_refresh_block_desc *d)
+/* The first of a saved block's fields that fix its state's layout or its
+ * refresh points and differ from the engine's, with both values in
+ * buf[n]; NULL when they all match. These cannot change on resume: they
+ * come from the optimizer's config (its block size, frequency, start,
+ * phase), which the saved state was computed under. */
+static const char *block_fixed_differs(const strata_ckpt_block *b,
+                                       const strata_refresh_block_desc *d, char *buf, size_t n)
 {
-    return b->slot_bytes != d->slot_bytes ? "slot bytes"
-           : b->n_slots != d->n_slots     ? "slots (S or F)"
-           : b->inline_ != d->inline_     ? "async (inline vs workers)"
-           : b->frequency != d->frequency ? "precondition frequency"
-           : b->start != d->start         ? "start step"
-           : b->lag != d->lag             ? "lag"
-           : b->offset != d->offset       ? "refresh phase"
-           : b->staleness != d->staleness ? "staleness S"
-           : b->mode != (int)d->mode      ? "install mode"
-                                          : NULL;
+    const char *f = NULL;
+    long long was = 0, now = 0;
+    if (b->slot_bytes != d->slot_bytes)
+        f = "result bytes (the block's layout: another optimizer or block size)",
+        was = (long long)b->slot_bytes, now = (long long)d->slot_bytes;
+    else if (b->frequency != d->frequency)
+        f = "precondition frequency", was = b->frequency, now = d->frequency;
+    else if (b->start != d->start)
+        f = "first refresh step (start_preconditioning_step)", was = b->start, now = d->start;
+    else if (b->lag != d->lag)
+        f = "refresh lag", was = b->lag, now = d->lag;
+    else if (b->offset != d->offset)
+        f = "refresh phase (stagger_refresh or refresh_offset)", was = b->offset, now = d->offset;
+    if (f)
+        snprintf(buf, n, "%s: saved %lld, now %lld", f, was, now);
+    return f;
+}
+
+/* The runtime's settings of a block (not its state): staleness, install
+ * mode, async or inline, and with them the slot count. A resume may change
+ * them; true (and what changed in buf[n]) when one did. */
+static bool block_runtime_differs(const strata_ckpt_block *b, const strata_refresh_block_desc *d,
+                                  char *buf, size_t n)
+{
+    static const char *const mode_name[] = {"fixed", "eager"};
+    const char *ms = b->mode >= 0 && b->mode <= 1 ? mode_name[b->mode] : "?";
+    const char *md = (int)d->mode >= 0 && (int)d->mode <= 1 ? mode_name[d->mode] : "?";
+    if (b->n_slots == d->n_slots && b->inline_ == d->inline_ && b->staleness == d->staleness &&
+        b->mode == (int)d->mode)
+        return false;
+    snprintf(buf, n, "%s S=%d %s -> %s S=%d %s", b->inline_ ? "inline" : "async", b->staleness,
+             ms, d->inline_ ? "inline" : "async", d->staleness, md);
+    return true;
+}
+
+/* A block saved under other runtime settings (block_runtime_differs): its
+ * installed result stays installed (the optimizer's state, e.g. SOAP's
+ * moments in that basis, belongs to it) and finished results newer than
+ * it are kept, newest first, as long as the new slot table keeps one slot
+ * free for the next refresh; the others are dropped (they were finished,
+ * never in flight: a save drains first). A dropped result's refresh point
+ * is then skipped: the block keeps its installed version until the next
+ * refresh point's result is due (its staleness may exceed the new bound
+ * once, counted in bound_exceeded). Returns how many were dropped. */
+static int remap_slots(const strata_ckpt_block *b, int n_new, strata_refresh_slot_image *saved,
+                       strata_refresh_slot_image *out)
+{
+    int inst = -1, dropped = 0;
+    for (int k = 0; k < b->n_slots; k++)
+        if (saved[k].state == STRATA_SLOT_INSTALLED)
+            inst = k;
+    int used = 0;
+    if (inst >= 0)
+        out[used++] = saved[inst];
+    bool taken[STRATA_CKPT_MAX_SLOTS] = {false};
+    for (;;) { /* the newest READY not yet taken */
+        int best = -1;
+        for (int k = 0; k < b->n_slots; k++)
+            if (!taken[k] && saved[k].state == STRATA_SLOT_READY &&
+                (best < 0 || saved[k].version > saved[best].version))
+                best = k;
+        if (best < 0)
+            break;
+        taken[best] = true;
+        if (used < n_new - 1 && (inst < 0 || saved[best].version > saved[inst].version))
+            out[used++] = saved[best];
+        else
+            dropped++;
+    }
+    for (int k = 0; k < b->n_slots; k++)
+        dropped += saved[k].state == STRATA_SLOT_FAILED;
+    for (int k = used; k < n_new; k++)
+        out[k] = (strata_refresh_slot_image){.state = STRATA_SLOT_FREE};
+    /* the registry wants the kept READY results in any order; oldest first
+     * reads better in a dump */
+    for (int i = 1 + (inst >= 0); i < used; i++)
+        for (int j = i; j > (inst >= 0) && out[j - 1].version > out[j].version; j--) {
+            strata_refresh_slot_image t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return dropped;
 }
 
 /* Engine block i: found in the table of the rank that owned its parameter,
@@ -1761,18 +1839,22 @@ static strata_status match_block(loader *c, int i)
     c->block_src[i] = j;
     c->block_rank[i] = src;
     const strata_ckpt_block *b = &o->rk->blocks[j];
-    const char *field = block_differs(b, &d);
-    if (field)
+    char why[200];
+    if (block_fixed_differs(b, &d, why, sizeof why))
         return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d ('%s' "
-                            "block %d): its %s differs from this runtime's (saved S=%d F=%d "
-                            "%s; now S=%d F=%d %s)", o->what, i, b->param, b->block, field,
-                            b->staleness, b->frequency, b->inline_ ? "inline" : "async",
-                            d.staleness, d.frequency, d.inline_ ? "inline" : "async");
+                            "block %d) cannot continue under this optimizer config: %s",
+                            o->what, i, b->param, b->block, why);
+    if (d.n_slots > STRATA_CKPT_MAX_SLOTS || b->n_slots > STRATA_CKPT_MAX_SLOTS)
+        return strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: refresh block %d has %d "
+                            "slots now (saved %d; at most %d)", o->what, i, d.n_slots,
+                            b->n_slots, STRATA_CKPT_MAX_SLOTS);
+    strata_refresh_slot_image saved[STRATA_CKPT_MAX_SLOTS];
     for (int k = 0; k < b->n_slots; k++) {
-        strata_refresh_slot_image *im = &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS + k];
+        strata_refresh_slot_image *im = &saved[k];
         im->state = (strata_coh_slot_state)b->slots[k].state;
         im->version = b->slots[k].version;
         im->failed = b->slots[k].failed;
+        im->data = NULL;
         if (im->state != STRATA_SLOT_READY && im->state != STRATA_SLOT_INSTALLED)
             continue;
         char nm[64];
@@ -1787,6 +1869,19 @@ static strata_status match_block(loader *c, int i)
             return st;
         im->data = o->fs.buf + o->hs.data_start + t->begin;
     }
+    strata_refresh_slot_image *out = &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS];
+    if (block_runtime_differs(b, &d, why, sizeof why)) {
+        const int dropped = remap_slots(b, d.n_slots, saved, out);
+        c->n_retuned++;
+        c->n_dropped += dropped;
+        if (c->n_retuned == 1)
+            strata_log(c->rt, STRATA_LOG_WARN, "ckpt",
+                       "%s: refresh settings changed (%s): installed results kept, the run "
+                       "continues with the new settings", o->what, why);
+    } else {
+        memcpy(out, saved, (size_t)b->n_slots * sizeof *out);
+    }
+    c->block_nslots[i] = d.n_slots;
     return STRATA_OK;
 }
 
@@ -1797,7 +1892,8 @@ static strata_status load_match_blocks(loader *c)
     c->images = calloc(nb * STRATA_CKPT_MAX_SLOTS, sizeof *c->images);
     c->block_src = calloc(nb, sizeof *c->block_src);
     c->block_rank = calloc(nb, sizeof *c->block_rank);
-    if (!c->images || !c->block_src || !c->block_rank)
+    c->block_nslots = calloc(nb, sizeof *c->block_nslots);
+    if (!c->images || !c->block_src || !c->block_rank || !c->block_nslots)
         return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     strata_status st = STRATA_OK;
     for (int i = 0; i < c->nb && st == STRATA_OK; i++)
@@ -1842,7 +1938,7 @@ static strata_status load_apply(loader *c)
         const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
         st = strata_refresh_block_restore(c->v.engine, i,
                                           &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
-                                          b->n_slots, b->have);
+                                          c->block_nslots[i], b->have);
     }
     for (int i = 0; i < c->n_copies && st == STRATA_OK; i++) {
         const pending_copy *k = &c->copies[i];
@@ -1875,6 +1971,10 @@ static strata_status load_restore(loader *c, char **user_json, strata_load_info 
         *info = (strata_load_info){.step = m->step,
                                    .seconds = strata_now_seconds() - t0,
                                    .bytes = bytes};
+    if (st == STRATA_OK && c->n_retuned)
+        strata_log(c->rt, STRATA_LOG_INFO, "ckpt", "%d refresh blocks continue under new "
+                   "refresh settings; %d finished results that did not fit were dropped (their "
+                   "refresh points are skipped)", c->n_retuned, c->n_dropped);
     if (st == STRATA_OK)
         strata_log(c->rt, STRATA_LOG_INFO, "ckpt", "loaded step %lld from %s (%d ranks at save, "
                    "%d now; %d refresh jobs were drained at save)", (long long)m->step, c->dir,
@@ -1888,6 +1988,7 @@ static void load_free(loader *c)
     free(c->copies);
     free(c->block_src);
     free(c->block_rank);
+    free(c->block_nslots);
     strata_st_header_free(&c->hm);
     model_file_free(&c->fm);
     if (c->old)
@@ -1914,16 +2015,16 @@ static strata_status load_unguarded(strata_runtime *rt, const char *dir, char **
     strata_status st = read_manifest(dir, &c.m);
     if (st == STRATA_OK)
         st = load_check_params(&c);
-    if (st == STRATA_OK) {
-        config_compare(rt, c.v.cfg, c.m->config, dir); /* warnings only */
+    if (st == STRATA_OK)
         st = load_read_model(&c);
-    }
     if (st == STRATA_OK)
         st = load_match_tensors(&c);
     if (st == STRATA_OK)
         st = load_match_blocks(&c);
     if (st == STRATA_OK)
         st = load_check_count(&c);
+    if (st == STRATA_OK) /* only for a load that goes ahead: warnings, what continues changed */
+        config_compare(rt, c.v.cfg, c.m->config, dir);
     if (st == STRATA_OK)
         st = load_apply(&c);
     if (st == STRATA_OK)

@@ -34,7 +34,21 @@ typedef struct gpt_blas_core {
     const char *from;   /* source "strata": the generic core OpenBLAS had picked; else NULL */
     const char *better; /* core is generic and this CPU supports faster kernels: their
                            OPENBLAS_CORETYPE name ("SkylakeX", "Haswell", ...); else NULL */
+    /* After gpt_blas_core_probe_forced found the user's OPENBLAS_CORETYPE weaker
+     * than this CPU's kernels (Haswell on AVX-512): the core OpenBLAS picks
+     * without it, and each one's SGEMM throughput (GFLOP/s, a 0.1 s probe of
+     * 256^3 products at the same thread count); else NULL and 0. */
+    const char *detected;
+    double gflops_core, gflops_detected;
+    /* The user's OPENBLAS_CORETYPE is weaker than the kernels this CPU's
+     * features allow: their name (gpt_blas_core_better); else NULL. Set
+     * whether or not the probe ran. */
+    const char *supports;
 } gpt_blas_core;
+
+/* Runs shorter than this many steps are not probed (the probe adds ~0.3 s
+ * to start-up); their blas line still names the forced and supported cores. */
+#define GPT_BLAS_PROBE_MIN_STEPS 50
 
 /* True for OpenBLAS's generic fallback cores (Prescott, Core2, Katmai, ...,
  * armv8), compared without case. */
@@ -57,6 +71,29 @@ void gpt_blas_core_get(gpt_blas_core *out);
  * not re-execute; if execv fails it prints a warning with the remedy to
  * stderr and the run goes on with the generic core. */
 void gpt_blas_core_reexec(char **argv);
+
+/* SGEMM throughput of this process's BLAS in GFLOP/s: 256 x 256 products
+ * (float32, 2 n^3 flops each) repeated for `seconds` (at least 2). */
+double gpt_blas_gemm_probe(double seconds);
+
+/* When the user's OPENBLAS_CORETYPE names a core weaker than the kernels
+ * this CPU supports (gpt_blas_core_better, ranked Sandybridge < Haswell/Zen
+ * < SkylakeX < Cooperlake < SapphireRapids; arm64 NeoverseN1 < NeoverseV1):
+ * probe this process's GEMM, run /proc/self/exe `argv0 __blas-probe` without
+ * OPENBLAS_CORETYPE to learn which core OpenBLAS picks and its throughput
+ * (about 0.2 s in all), and keep both for gpt_blas_core_get. The user's
+ * choice is kept. Nothing otherwise (and nothing when the child fails). */
+void gpt_blas_core_probe_forced(void);
+
+/* The child's side: prints "CORE GFLOPS" to stdout. */
+int gpt_blas_core_probe_main(void);
+
+/* For a benchmark's header: "<BLAS> core: X" and, after
+ * gpt_blas_core_probe_forced found a forced weaker core, "; forced weaker
+ * than this CPU's Y: SGEMM probe 0.1 s each, X a GFLOP/s, Y b GFLOP/s".
+ * A program that calls gpt_blas_core_probe_forced must answer argv[1] ==
+ * "__blas-probe" with gpt_blas_core_probe_main() (the child runs it). */
+void gpt_blas_core_print(FILE *f);
 
 /* Print the warning with the remedy to `f` when the core is generic and the
  * CPU supports a better one (the user chose the core, or the re-execution

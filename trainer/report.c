@@ -478,6 +478,21 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
                  how, b->better ? "; generic, this CPU supports " : "",
                  b->better ? b->better : "", rep->blas_threads,
                  rep->blas_threads == 1 ? "" : "s");
+        if (b->supports) { /* the user forced a weaker core: both probes */
+            char more[240];
+            if (b->detected)
+                snprintf(more, sizeof more, "; forced weaker than this CPU's %s (OpenBLAS's "
+                         "pick without it): SGEMM probe 0.1 s each, %s %.1f GFLOP/s, %s %.1f "
+                         "GFLOP/s", b->detected, b->core ? b->core : "?", b->gflops_core,
+                         b->detected, b->gflops_detected);
+            else
+                snprintf(more, sizeof more, "; forced weaker than this CPU's kernels (it "
+                         "supports %s; GEMM probed only in runs of %d steps or more)",
+                         b->supports, GPT_BLAS_PROBE_MIN_STEPS);
+            const size_t used = strlen(buf);
+            if (used < n)
+                snprintf(buf + used, n - used, "%s", more);
+        }
     }
     if (rep->step_threads > 1) {
         const size_t used = strlen(buf);
@@ -515,7 +530,7 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
                 o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
                 o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
                 info->n_matrix, name, info->n_tail, name, info->unigram_val_loss, async_note);
-        char blas[160];
+        char blas[400];
         blas_line(rep, blas, sizeof blas);
         fprintf(rep->out, "%s\n", blas);
         fflush(rep->out);
@@ -537,12 +552,12 @@ static void print_step(const gpt_report *rep, const gpt_step_record *r, double s
                 "##############################", width - filled, "", r->step, steps,
                 (double)r->loss, step_ms, tps);
         if (r->evaluated)
-            fprintf(out, "\n  step %d: val loss %.4f\n", r->step, r->val_loss);
+            fprintf(out, "\n  val %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
     } else {
         fprintf(out, "step %d/%d | loss %.4f | %.1f ms | %.0f tok/s\n", r->step, steps,
                 (double)r->loss, step_ms, tps);
         if (r->evaluated)
-            fprintf(out, "step %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
+            fprintf(out, "val  %d/%d | val loss %.4f\n", r->step, steps, r->val_loss);
     }
     fflush(out);
 }
@@ -797,7 +812,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 o->strata.async && rep->refresh.async ? "" : ", inline refreshes",
                 res->step_ms_p50 > 0.0 ? res->step_ms_max / res->step_ms_p50 : 0.0,
                 res->step_spike_warm, rep->n > GPT_WARMUP_STEPS ? GPT_WARMUP_STEPS : 0);
-    char blas[160];
+    char blas[400];
     blas_line(rep, blas, sizeof blas);
     fprintf(f, "%s\n", blas);
     if (res->interrupted)
@@ -889,6 +904,11 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "snapshot_failures", s->snapshot_failures);
     json_add_int64(j, "device_bytes", (int64_t)t->device_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
+    if (rep->blas.detected) {
+        json_object_object_add(j, "blas_core_cpu", json_object_new_string(rep->blas.detected));
+        json_add_double(j, "blas_gflops_core", rep->blas.gflops_core);
+        json_add_double(j, "blas_gflops_cpu", rep->blas.gflops_detected);
+    }
     json_object_object_add(j, "blas_threads", json_object_new_int(rep->blas_threads));
     json_object_object_add(j, "step_threads", json_object_new_int(rep->step_threads));
     if (res->interrupted)

@@ -34,8 +34,9 @@ typedef struct gpt_train_options {
     int seq_len;             /* T, bytes per sequence; default 128 */
     int batch;               /* B, sequences per step; default 16 */
     int steps;               /* optimizer steps; default 300 */
-    int warmup;              /* warm-up steps; -1: max(steps/10, min(1/(1-adamw beta2),
-                                steps/2)), i.e. steps/10 from 200 steps (default -1) */
+    int warmup;              /* warm-up steps; -1: max(steps/10, min(H, steps)), H the
+                                slowest second-moment horizon 1/(1-beta) in use (AdamW
+                                tail 20, KL-Shampoo 50) (default -1) */
     float min_lr_ratio;      /* cosine floor as a fraction of peak; default 0.1 */
     int eval_every;          /* steps between validation evaluations; default 50 (0 = end only) */
     int eval_batches;        /* batches per validation; default 8 */

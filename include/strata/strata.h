@@ -957,8 +957,13 @@ typedef struct strata_load_info {
 
 /* Restore a checkpoint written by strata_save into `rt` (committed, with the
  * same parameters registered in the same order, routed to the same
- * optimizers with the same refresh phases, the same world size and owners,
- * and the same refresh engine configuration: async, S, install mode). A
+ * optimizers with the same refresh phases, precondition frequencies, first
+ * refresh steps and block sizes; world size and owners may differ). The
+ * engine's runtime settings may differ (async or inline, staleness S,
+ * install mode, workers, tiers): each block keeps its installed result and
+ * the finished newer ones its new slot table holds with a slot free (the
+ * others dropped, their refresh points skipped; logged), and continues
+ * under the new settings. A
  * runtime that never stepped gets every state back: weights (into each
  * parameter's data buffer; a managed parameter's into its owner's buffer,
  * and every materialized layer is released), optimizer state, engine results and their
@@ -971,8 +976,8 @@ typedef struct strata_load_info {
  * it). Collective, like strata_save. `info` may be NULL.
  * Errors: STRATA_ERR_INVALID_ARG (NULL arguments; a mismatch with this
  * runtime: parameter name/shape/routing/phase, a state tensor's dtype or
- * shape, the engine's configuration; the message names the file and the
- * tensor or field), STRATA_ERR_DATA (corrupt: truncated file, checksum
+ * shape, a block's frequency, start, phase or result size; the message
+ * names the file and the tensor or field with both values), STRATA_ERR_DATA (corrupt: truncated file, checksum
  * mismatch, unparsable manifest or header, naming file and tensor),
  * STRATA_ERR_IO (a missing or unreadable file), STRATA_ERR_STATE (before
  * commit), STRATA_ERR_NOMEM.

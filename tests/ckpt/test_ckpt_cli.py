@@ -175,8 +175,12 @@ def hostile(tmp):
           f"missing: verify names rank-00000.json: {v.stderr.strip()[-300:]}")
     case("bad-manifest", bad_manifest, "STRATA_ERR_DATA", ["manifest.json"])
     case("header-length", header_lie, "STRATA_ERR_DATA", ["rank-00000.safetensors", "header length"])
-    case("other-S", lambda d: None, "STRATA_ERR_INVALID_ARG", ["staleness", "block"],
-         resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "1"])
+    # Another staleness is a runtime setting and continues (#22 item 4, ckpt_retune);
+    # another precondition frequency is the optimizer's and is refused, both values named.
+    case("other-F", lambda d: None, "STRATA_ERR_INVALID_ARG",
+         ["precondition frequency", "saved 2", "now 3", "block"],
+         resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "2",
+                      "--precondition-frequency", "3"])
     case("other-model", lambda d: None, "STRATA_ERR_INVALID_ARG", ["d_model", "is 32", "48"],
          resume_opts=["--optimizer", "shampoo", "--async", "--staleness", "2", "--d-model", "48"])
     case("other-optimizer", lambda d: None, "STRATA_ERR_INVALID_ARG", ["routed", "muon"],

@@ -94,6 +94,50 @@ with tempfile.TemporaryDirectory() as tmp:
             check(os.path.isdir(nvme) and os.listdir(nvme) == [],
                   f"{name}: nothing left in the nvme directory", repr(os.listdir(nvme)))
 
+    # A process-group signal (timeout -s TERM, kill -- -PGID, a terminal's
+    # Ctrl-C) reaches the run once directly and once through its group: the
+    # copies are one request, not "again to stop at once" (issue #22 item 9).
+    # Before: one run in ten died by the second copy without its summary.
+    # Steps of ~0.2 s, so that the second copy comes while the first is handled
+    # (the tiny model's step ends in 0.3 ms and the run is gone before it).
+    slow = [*tiny, "--d-model", "128", "--seq-len", "128", "--batch", "16"]
+    for trial in range(3):
+        metrics = os.path.join(tmp, f"pgrp-{trial}.jsonl")
+        p = subprocess.Popen([STRATA, "train", *slow, "--steps", "1000000", "--metrics", metrics],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        head = wait_for_line(p, "step 3/")
+        os.kill(p.pid, signal.SIGTERM)      # what timeout sends its child...
+        time.sleep(0.05)                    # (delivered and handled: no kernel merge)
+        os.killpg(p.pid, signal.SIGTERM)    # ...and then its process group
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        out = head + out
+        try:
+            last = json.loads(open(metrics).read().splitlines()[-1])
+            ok = last["type"] == "summary" and last["interrupted"] == "SIGTERM"
+        except Exception:  # noqa: BLE001 - any parse problem is a failure
+            ok = False
+        check(p.returncode == 143 and "summary:" in out and ok,
+              f"SIGTERM to the process and its group (try {trial + 1}): one stop, exit "
+              f"{p.returncode}, summary printed and written", out + err)
+    # The same through timeout(1) itself, which signals its child and its group.
+    metrics = os.path.join(tmp, "timeout.jsonl")
+    p = subprocess.run(["timeout", "-s", "TERM", "3", STRATA, "train", *slow, "--steps",
+                        "1000000", "--metrics", metrics], capture_output=True, text=True,
+                       timeout=120)
+    try:
+        last = json.loads(open(metrics).read().splitlines()[-1])
+        ok = last["type"] == "summary" and last["interrupted"] == "SIGTERM"
+    except Exception:  # noqa: BLE001
+        ok = False
+    check(p.returncode == 124 and "summary:" in p.stdout and ok,
+          f"timeout -s TERM 3 strata train: exit {p.returncode} (timeout's 124), summary printed "
+          f"and written", p.stdout[-800:] + p.stderr)
+
     # SIGKILL: no handler runs, and still nothing is left behind.
     if not nvme_skip:
         nvme = os.path.join(tmp, "nvme-kill")

@@ -9,6 +9,7 @@
    --save-dir), a malformed flag 2.
 Exit 0 pass, 1 fail.
 """
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,25 @@ summary = [l for l in out.splitlines() if l.startswith("summary:")]
 check(p.returncode == 130 and summary and "val loss not measured" in summary[0] and
       "nan" not in summary[0],
       f"interrupted before validation: rc {p.returncode} {summary[:1]} {err[-200:]}")
+
+# 4. A validation's line says so at its start ("val  N/M"); "step" lines are
+#    training steps only; the blas line is printed at start-up and in the
+#    summary, once each (only the summary's under --quiet).
+for quiet in (False, True):
+    r = subprocess.run([STRATA, "train", *TINY, "--steps", "4", "--eval-every", "2",
+                        "--eval-batches", "1", *(["--quiet"] if quiet else [])],
+                       capture_output=True, text=True, timeout=120)
+    lines = r.stdout.splitlines()
+    vals = [l for l in lines if re.match(r"val +\d+/\d+ ", l)]
+    steps = [l for l in lines if re.match(r"step \d+/\d+ ", l)]
+    blas = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("blas:")]
+    if quiet:
+        check(r.returncode == 0 and not vals and not steps and len(blas) == 1,
+              f"--quiet: no step or val lines, one blas line ({len(blas)})")
+    else:
+        check(r.returncode == 0 and [v.split("|")[0].split()[1] for v in vals] == ["2/4", "4/4"]
+              and len(steps) == 4 and not any("val" in l for l in steps) and len(blas) == 2,
+              f"val lines labelled 'val': {vals}; {len(steps)} step lines; {len(blas)} blas lines")
 
 r = subprocess.run([STRATA, "ckpt", "show", "x"], capture_output=True, text=True)
 check(r.returncode == 2 and "unknown subcommand 'show'" in r.stderr and "usage:" in r.stderr,
