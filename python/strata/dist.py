@@ -18,6 +18,15 @@ per tensor at strata_hook_backward). Not here: split (HSDP, several shard
 groups) and the gather sharding baseline's allgatherv / reduce_scatter return
 STRATA_ERR_UNSUPPORTED. Threading: called from the thread inside the strata
 call (the binding holds its lock), which takes the GIL for each callback.
+
+Failures: a collective that raises on one rank aborts strata's use of the
+group (abort(): a flag in the group's store, which every pending collective
+checks each POLL_S while it waits; NCCL groups are aborted too), so the
+other ranks' collectives fail within that time and every rank's strata call
+returns STRATA_ERR_IO (a StrataError in the binding) instead of waiting for
+the group's timeout; the binding's checks of a step run on
+every rank first and are agreed by one small all_reduce (agree()), so a
+step refused on one rank is refused on all, with nothing changed.
 """
 from __future__ import annotations
 
@@ -59,6 +68,9 @@ class TorchComm:
     strata_comm pointer for strata_config.comm. Keep the object alive as
     long as a runtime uses it; close() destroys the handle."""
 
+    _created = 0
+    POLL_S = 0.1  # a pending collective checks the abort flag this often
+
     def __init__(self, group: Any = None) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise L.StrataError("STRATA_ERR_STATE", "torch.distributed is not initialized")
@@ -66,6 +78,16 @@ class TorchComm:
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self._err = (_status("STRATA_ERR_IO"), _status("STRATA_ERR_UNSUPPORTED"))
+        self.failed: "str | None" = None  # set by abort()
+        # the abort flag in the group's store: the same key on every rank (the
+        # ranks create their communicators in the same order)
+        TorchComm._created += 1
+        self._abort_key = f"strata/abort/{TorchComm._created}"
+        try:
+            from torch.distributed.distributed_c10d import _get_default_store
+            self._store: Any = _get_default_store()
+        except Exception:  # no store: aborts stay local (the waits block)
+            self._store = None
         lib = L.lib()
         lib.strata_comm_create.restype = c_int
         lib.strata_comm_create.argtypes = [POINTER(_Iface), c_void_p, POINTER(c_void_p)]
@@ -86,7 +108,8 @@ class TorchComm:
         cb.broadcast_from_owner = _TOOWNER(self._guard(self._broadcast))
         cb.allgatherv_f32 = _GATHERV(self._unsupported("allgatherv (gather sharding)"))
         cb.reduce_scatter_f32 = _GATHERV(self._unsupported("reduce_scatter (gather sharding)"))
-        cb.barrier = _BARRIER(self._guard(lambda: dist.barrier(self.group)))
+        cb.barrier = _BARRIER(self._guard(
+            lambda: self._wait(dist.barrier(self.group, async_op=True))))
         cb.reduce_to_owners = _TOOWNERS(self._guard(self._reduce_to_owners))
         cb.split = _SPLIT(self._unsupported("split (HSDP shard groups)"))
         h = c_void_p()
@@ -96,14 +119,86 @@ class TorchComm:
 
     def _guard(self, fn: Any) -> Any:
         def call(ctx: Any, *args: Any) -> int:
+            if self.failed is not None:
+                return self._report(f"the process group was aborted earlier ({self.failed})")
             try:
                 fn(*args)
                 return 0
             except Exception as e:  # a C caller: report, never raise through ctypes
-                L.lib().strata_error(c_int(self._err[0]), b"%s",
-                                     c_char_p(f"torch.distributed: {e}".encode()[:400]))
-                return self._err[0]
+                self.abort(f"torch.distributed on rank {self.rank}: {e}")
+                return self._report(self.failed or str(e))
         return call
+
+    def _report(self, msg: str) -> int:
+        L.lib().strata_error(c_int(self._err[0]), b"%s", c_char_p(msg.encode()[:600]))
+        return self._err[0]
+
+    def _wait(self, work: Any) -> None:
+        """Wait for a collective, checking every POLL_S whether another rank
+        aborted (its flag in the store): then raise instead of waiting on
+        a rank that will not come. gloo has no abort that wakes a peer's
+        pending operation (ProcessGroup.abort and _abort_process_group leave
+        its sockets open); a timed-out wait can be waited on again."""
+        if self._store is None:
+            work.wait()
+            return
+        import datetime
+        step = datetime.timedelta(seconds=self.POLL_S)
+        while True:
+            try:
+                work.wait(timeout=step)
+                return
+            except RuntimeError as e:
+                if "timed out" not in str(e).lower():
+                    raise
+            if self._store.check([self._abort_key]):
+                why = self._store.get(self._abort_key).decode(errors="replace")
+                raise RuntimeError(f"another rank aborted: {why}")
+
+    def abort(self, reason: str) -> None:
+        """Abort strata's collectives after a failed one (or an error on this
+        rank while the others may be inside one): the flag in the store makes
+        the other ranks' pending and later collectives fail within POLL_S
+        (_wait) instead of waiting for the group's timeout, so every rank
+        raises; a non-gloo group (NCCL) is also aborted. strata's use of the group ends (every later callback
+        fails: STRATA_ERR_IO); re-initialize it to go on. Idempotent."""
+        if self.failed is not None:
+            return
+        self.failed = (f"{reason}; strata's collectives on this process group were aborted "
+                       "so that every rank fails instead of waiting on this one")
+        try:  # the other ranks' pending and later collectives see it (_wait)
+            if self._store is not None:
+                self._store.set(self._abort_key, reason[:400])
+        except Exception:
+            pass
+        try:
+            if dist.get_backend(self.group) != "gloo":  # NCCL: its abort wakes the peers
+                from torch.distributed.distributed_c10d import _abort_process_group
+                _abort_process_group(self.group)
+        except Exception:
+            pass
+
+    def agree(self, err: "BaseException | None") -> None:
+        """Every rank's verdict on a step before any collective of it: one
+        small all_reduce. Raises on every rank when any refused (this rank's
+        own error, else a StrataError naming the ranks that refused), so a
+        refusal on one rank leaves no other waiting, and nothing changed on
+        any of them (the group stays usable)."""
+        if self.failed is not None:
+            raise L.StrataError("STRATA_ERR_IO", self.failed)
+        flags = torch.zeros(self.size, dtype=torch.int32)
+        flags[self.rank] = 0 if err is None else 1
+        try:
+            self._wait(dist.all_reduce(flags, group=self.group, async_op=True))
+        except Exception as e:
+            self.abort(f"torch.distributed on rank {self.rank}: {e}")
+            raise L.StrataError("STRATA_ERR_IO", self.failed or str(e)) from err
+        if err is not None:
+            raise err
+        bad = [r for r in range(self.size) if flags[r]]
+        if bad:
+            raise L.StrataError("STRATA_ERR_STATE", f"rank(s) {bad} refused this step (see "
+                                "their error); nothing changed on any rank")
 
     def _unsupported(self, what: str) -> Any:
         def call(ctx: Any, *args: Any) -> int:
@@ -118,7 +213,7 @@ class TorchComm:
     def _sum_in_order(self, t: torch.Tensor, dst: int) -> None:
         """Sum t over ranks, in rank order from +0, into dst's t."""
         parts = [torch.empty_like(t) for _ in range(self.size)] if self.rank == dst else None
-        dist.gather(t.clone(), parts, dst=dst, group=self.group)
+        self._wait(dist.gather(t.clone(), parts, dst=dst, group=self.group, async_op=True))
         if self.rank == dst:
             acc = torch.zeros_like(t)
             for p in parts:
@@ -130,10 +225,11 @@ class TorchComm:
             return
         t = self._view(vals, n, c_double, torch.float64)
         if op == 1:  # STRATA_REDUCE_MAX
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+            self._wait(dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group,
+                                       async_op=True))
             return
         self._sum_in_order(t, 0)
-        dist.broadcast(t, 0, group=self.group)
+        self._wait(dist.broadcast(t, 0, group=self.group, async_op=True))
 
     def _reduce_to_owner(self, buf: Any, n: int, owner: int) -> None:
         if n:
@@ -150,14 +246,14 @@ class TorchComm:
             if o == first:
                 continue
             if self.rank == first:
-                dist.send(t, o, group=self.group)
+                self._wait(dist.isend(t, o, group=self.group))
             elif self.rank == o:
-                dist.recv(t, first, group=self.group)
+                self._wait(dist.irecv(t, first, group=self.group))
 
     def _broadcast(self, buf: Any, n: int, owner: int) -> None:
         if n:
-            dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32), owner,
-                           group=self.group)
+            self._wait(dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32),
+                                      owner, group=self.group, async_op=True))
 
     def close(self) -> None:
         h, self.handle = getattr(self, "handle", None), None

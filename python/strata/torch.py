@@ -111,17 +111,23 @@ def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = No
     """The zero-copy contract: a strided, contiguous float32 CPU tensor."""
     if not isinstance(t, torch.Tensor):
         raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is {type(t).__name__}, not a tensor")
+    if type(t).__name__ == "DTensor":  # FSDP2 / tensor parallel shards
+        raise _wrapper_refusal(f"{name}: {what} is a DTensor")
     if t.layout != torch.strided:
         raise _err("STRATA_ERR_INVALID_ARG",
                    f"{name}: {what} has layout {t.layout}; strata reads dense (strided) storage")
     if t.device.type != "cpu":
-        raise _err("STRATA_ERR_UNSUPPORTED",
-                   f"{name}: {what} is on {t.device}; this version reads CPU tensors only")
+        raise _err("STRATA_ERR_UNSUPPORTED", f"{name}: {what} is on {t.device}; " +
+                   (_cuda_refusal() if t.device.type == "cuda" else
+                    "strata reads CPU tensors only"))
     if t.dtype != torch.float32:
-        status = "STRATA_ERR_UNSUPPORTED" if t.dtype in (torch.bfloat16, torch.float16) else \
-            "STRATA_ERR_INVALID_ARG"
-        raise _err(status, f"{name}: {what} is {t.dtype}; strata steps float32 tensors "
-                           "(bfloat16 master weights: not yet)")
+        if t.dtype in (torch.bfloat16, torch.float16):
+            raise _err("STRATA_ERR_UNSUPPORTED",
+                       f"{name}: {what} is {t.dtype}; strata steps float32 tensors and this "
+                       "version keeps no float32 master copy: keep the parameters in float32 "
+                       "(torch.autocast runs the forward in bfloat16 over float32 weights)")
+        raise _err("STRATA_ERR_INVALID_ARG",
+                   f"{name}: {what} is {t.dtype}; strata steps float32 tensors only")
     if not t.is_contiguous():
         raise _err("STRATA_ERR_INVALID_ARG",
                    f"{name}: {what} is not contiguous (strides {t.stride()}); strata reads the "
@@ -131,6 +137,82 @@ def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = No
                    f"{name}: {what} has shape {tuple(t.shape)}, the parameter {tuple(shape)}")
     if t.numel() == 0:
         raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is empty")
+
+
+_CUDA_BUILT: Optional[bool] = None
+
+
+def _cuda_refusal() -> str:
+    """Why a CUDA tensor is refused: whether the loaded libstrata has the CUDA
+    backend (strata_backend_create_kind probes it once), and that the binding
+    does not drive it in this version either way."""
+    global _CUDA_BUILT
+    if _CUDA_BUILT is None:
+        lib = L.lib()
+        lib.strata_backend_create_kind.restype = c_int
+        lib.strata_backend_create_kind.argtypes = [c_int, c_int, ctypes.POINTER(c_void_p)]
+        lib.strata_backend_destroy.restype = None
+        lib.strata_backend_destroy.argtypes = [c_void_p]
+        be = c_void_p()
+        _CUDA_BUILT = lib.strata_backend_create_kind(L.ENUMS["backend"]["cuda"], 1,
+                                                     byref(be)) == 0
+        if _CUDA_BUILT:
+            lib.strata_backend_destroy(be)
+        lib.strata_error_clear()
+    built = ("the loaded libstrata has the CUDA backend, but" if _CUDA_BUILT else
+             "the loaded libstrata was built without the CUDA backend (or finds no device), and")
+    return (f"{built} this version of the binding steps CPU tensors only (it does not run "
+            "strata's CUDA backend on torch's stream): keep the parameters on the CPU "
+            "(model.cpu()) or use a torch.optim optimizer for GPU parameters")
+
+
+def _wrapper_refusal(what: str) -> StrataError:
+    return _err("STRATA_ERR_UNSUPPORTED",
+                f"{what}: strata reduces the gradients of its parameters itself (owner "
+                "sharding over the process group: each gradient reduced to its matrix's "
+                "owner, the new weights broadcast), so a DistributedDataParallel / "
+                "FullyShardedDataParallel wrapper would reduce them twice (and FSDP's flat "
+                "shards are not the model's matrices). Give strata the unwrapped model "
+                "(model.module's parameters) and do not wrap it: "
+                "strata.torch.<Optimizer>(model.named_parameters()) under torchrun does the "
+                "data parallelism")
+
+
+def _is_wrapper(m: Any) -> bool:
+    """A DDP or FSDP (1 or 2) wrapper module."""
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if isinstance(m, DDP):
+            return True
+    except ImportError:  # pragma: no cover - torch without distributed
+        pass
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if isinstance(m, FSDP):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from torch.distributed.fsdp import FSDPModule  # fully_shard (FSDP2)
+        if isinstance(m, FSDPModule):
+            return True
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    return False
+
+
+def _wrapped_params() -> set[int]:
+    """ids of the parameters of every live DDP/FSDP wrapper (they exist only
+    with torch.distributed initialized; the scan runs at construction then)."""
+    import gc
+    import warnings
+    out: set[int] = set()
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        for o in gc.get_objects():
+            if isinstance(o, torch.nn.Module) and _is_wrapper(o):
+                out.update(id(p) for p in o.parameters())
+    return out
 
 
 class StrataOptimizer(torch.optim.Optimizer):
@@ -224,8 +306,22 @@ class StrataOptimizer(torch.optim.Optimizer):
                     "optimizer": None}
         groups = self._normalize(params)
         super().__init__(groups, defaults)
+        if model is not None and _is_wrapper(model):
+            raise _wrapper_refusal(f"model is a {type(model).__name__}")
         self._collect()
+        if dist.is_available() and dist.is_initialized():
+            wrapped = _wrapped_params()
+            for p, n in zip(self._params, self._names):
+                if id(p) in wrapped:
+                    raise _wrapper_refusal(f"{n} belongs to a DDP/FSDP-wrapped model")
         self._base = [(float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups]
+        # hook layers (attach(); all 0 without it) and the hooks' per-step record
+        self._layers = [0] * len(self._params)
+        self._hooks: list[Any] = []
+        self._reduced: set[int] = set()   # layers whose strata_hook_backward ran this step
+        self._ready: dict[int, set[int]] = {}  # layer -> its parameters whose grad is final
+        self._no_sync = False
+        self._stepped = False
         self._scale = 1.0
         self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
         self._rt = self._build([_ptr(p) for p in self._params])
@@ -285,6 +381,8 @@ class StrataOptimizer(torch.optim.Optimizer):
                     ["async_roots"] + [f for f in _RUNTIME_FIELDS if f != "async"]
                 raise TypeError(f"{type(self).__name__}: unknown keyword {key!r}; "
                                 f"valid: {', '.join(valid)}")
+        if cfg.backend != L.ENUMS["backend"]["cpu"]:
+            raise _err("STRATA_ERR_UNSUPPORTED", "backend='cuda': " + _cuda_refusal())
         self._log_cb = L.LOG_FN(self._on_log)
         cfg.log_fn = self._log_cb
         return cfg
@@ -398,7 +496,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 d.ndim = p.dim()
                 for k, s in enumerate(p.shape):
                     d.shape[k] = s
-                d.layer = 0
+                d.layer = self._layers[i]
                 d.role = self._role(self._names[i], p)[0]
                 req = self._requested[i]
                 d.optimizer = L.OPTIMIZERS[req] if req else -1
@@ -568,8 +666,16 @@ class StrataOptimizer(torch.optim.Optimizer):
             rt = self._rt
             if rt is None:
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
-            wanted = self._wanted()
-            bufs = self._gather()
+            err: Optional[StrataError] = None
+            try:
+                wanted = self._wanted()
+                bufs = self._gather()
+            except StrataError as e:
+                err = e
+            if self._comm is not None:  # a refusal on one rank is a refusal on all
+                self._comm.agree(err)
+            elif err is not None:
+                raise err
             self._repoint(rt, bufs)
             if self._scale != 1.0:  # the groups' lrs are absolute (strata_param_set_hyper)
                 L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(1.0)),
@@ -588,11 +694,185 @@ class StrataOptimizer(torch.optim.Optimizer):
                     L.check(self._lib.strata_param_set_active(rt, i, active),
                             f"strata_param_set_active({self._names[i]})")
                     self._active[i] = active
-            L.check(self._lib.strata_hook_backward(rt, 0), "strata_hook_backward")
+            # the layers attach()'s gradient hooks did not reduce (all of them
+            # without attach: layer 0), in the same order on every rank
+            for layer in sorted(set(self._layers) - self._reduced):
+                L.check(self._lib.strata_hook_backward(rt, layer),
+                        f"strata_hook_backward({layer})")
+            self._reduced.clear()
+            self._ready.clear()
             L.check(self._lib.strata_step(rt), "strata_step")
+            self._stepped = True
             if self._comm is not None:  # the owners' new weights to every rank
                 L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
         return loss
+
+    # ---- module hooks
+    def attach(self, model: torch.nn.Module) -> "StrataOptimizer":
+        """Register module hooks on `model` (the module whose parameters this
+        optimizer steps), as strata's C training loop calls its hooks:
+
+        - every module that directly holds some of the parameters becomes one
+          strata layer (ids 0, 1, ... in `model.modules()` order; a parameter
+          shared by two modules, a tied embedding, belongs to the first;
+          parameters outside `model` form one more layer);
+        - a forward pre-hook on each such module calls
+          strata_hook_forward(layer): the layer is about to run (the roots it
+          will use are prefetched from the nvme tier);
+        - a post-accumulate-grad hook on each parameter: once every parameter
+          of a layer has its final gradient of this backward, the layer's
+          gradients go to strata (strata_param_set_buffers) and
+          strata_hook_backward(layer) runs: under torchrun it reduces them to
+          their owners while the backward of the layers below goes on (one
+          blocking reduce per tensor over the process group: strata's
+          bucketed non-blocking reduce needs a transport with non-blocking
+          slots, MPI, which TorchComm is not).
+
+        step() then runs strata_hook_backward only for the layers whose
+        gradients did not all arrive (a parameter without a gradient). The
+        results are bit-identical to the same training without attach.
+        Under torchrun the owners' gradients are the mean after the backward
+        (they are reduced in place), not after step(): clip with
+        max_grad_norm rather than torch.nn.utils.clip_grad_norm_, and wrap
+        all but the last micro-batch's backward of a gradient accumulation in
+        `with opt.no_sync():` (a second reduce of a layer in one step is
+        refused, STRATA_ERR_STATE). Call before the first step (the layers
+        are set at strata_commit: the runtime is rebuilt); once.
+        Returns self. Errors: StrataError (STRATA_ERR_STATE: after a step, or
+        attached already; STRATA_ERR_UNSUPPORTED: a DDP/FSDP wrapper;
+        STRATA_ERR_INVALID_ARG: no parameter of this optimizer in `model`)."""
+        if _is_wrapper(model):
+            raise _wrapper_refusal(f"attach({type(model).__name__})")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"attach: a torch.nn.Module, not {type(model).__name__}")
+        index = {id(p): i for i, p in enumerate(self._params)}
+        layers = [-1] * len(self._params)
+        modules: list[tuple[torch.nn.Module, int]] = []
+        for m in model.modules():
+            mine = [index[id(p)] for p in m.parameters(recurse=False)
+                    if id(p) in index and layers[index[id(p)]] < 0]
+            if not mine:
+                continue
+            for i in mine:
+                layers[i] = len(modules)
+            modules.append((m, len(modules)))
+        if not modules:
+            raise _err("STRATA_ERR_INVALID_ARG", "attach: the model holds none of this "
+                       "optimizer's parameters")
+        extra = len(modules)
+        layers = [extra if x < 0 else x for x in layers]
+        with self._locked():
+            if self._hooks:
+                raise _err("STRATA_ERR_STATE", "attach: attached already")
+            if self._stepped:
+                raise _err("STRATA_ERR_STATE", "attach after a step: strata's layers are set "
+                           "when its runtime is committed; attach before the first step")
+            old_layers, self._layers = self._layers, layers
+            try:  # a fresh runtime with the layers (collective under torchrun)
+                rt = self._build([_ptr(p) for p in self._params])
+            except BaseException:
+                self._layers = old_layers
+                raise
+            old, self._rt = self._rt, rt
+            self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+            self._sync_cache(rt)
+            self._scale = float("nan")
+            if old is not None:
+                self._lib.strata_destroy(old)
+        # a layer is handed over when its parameters that take gradients all have one
+        self._layer_size = {}
+        for m, layer in modules:
+            self._hooks.append(m.register_forward_pre_hook(
+                lambda mod, args, layer=layer: self._on_forward(layer)))
+        for i, p in enumerate(self._params):
+            if layers[i] != extra and p.requires_grad:
+                self._layer_size[layers[i]] = self._layer_size.get(layers[i], 0) + 1
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda t, i=i: self._on_grad(i)))
+        log.info("attach: %d layers over %s (%d parameters outside it)", len(modules),
+                 type(model).__name__, sum(1 for x in layers if x == extra))
+        return self
+
+    def detach(self) -> None:
+        """Remove attach()'s hooks (the layers stay; step() runs every
+        layer's strata_hook_backward again)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's zero_grad; also forgets which layers attach()'s hooks
+        handed over since the last step (their gradients are discarded)."""
+        super().zero_grad(set_to_none=set_to_none)
+        self._reduced.clear()
+        self._ready.clear()
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Any:
+        """Within it, attach()'s gradient hooks do nothing: the backward of a
+        micro-batch that is not the last of a gradient accumulation (as
+        DistributedDataParallel.no_sync). The last micro-batch's backward,
+        outside it, hands the accumulated gradients to strata."""
+        prev, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = prev
+
+    def _fail_ranks(self, e: BaseException) -> None:
+        """An error on this rank while the others may be inside a collective
+        of the same hook: abort the group so that they fail too."""
+        if self._comm is not None:
+            self._comm.abort(f"rank {self._comm.rank}: {e}")
+
+    def _on_forward(self, layer: int) -> None:
+        with self._locked():
+            try:
+                L.check(self._lib.strata_hook_forward(self._rt, layer),
+                        f"strata_hook_forward({layer})")
+            except BaseException as e:
+                self._fail_ranks(e)
+                raise
+
+    @torch.no_grad()
+    def _on_grad(self, i: int) -> None:
+        if self._no_sync:
+            return
+        layer = self._layers[i]
+        with self._locked():
+            try:
+                if layer in self._reduced:
+                    if self._comm is None:
+                        return  # one rank: the hook reduces nothing; step() reads .grad
+                    raise _err("STRATA_ERR_STATE",
+                               f"{self._names[i]}: a second backward before step() under "
+                               "torchrun (its layer's gradients were reduced already): "
+                               "wrap all but the last micro-batch's backward of a gradient "
+                               "accumulation in `with opt.no_sync():`")
+                p, n = self._params[i], self._names[i]
+                g = p.grad
+                if g is None:
+                    return
+                if g.is_sparse or g.layout != torch.strided:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
+                _check_tensor(g, n, "its gradient", p.shape)
+                od, og = self._bufs[i]
+                if _ptr(g) != og:
+                    L.check(self._lib.strata_param_set_buffers(self._rt, i, None,
+                                                               c_void_p(_ptr(g))),
+                            f"strata_param_set_buffers({n})")
+                    self._bufs[i] = (od, _ptr(g))
+                ready = self._ready.setdefault(layer, set())
+                ready.add(i)
+                if len(ready) == self._layer_size[layer]:
+                    L.check(self._lib.strata_hook_backward(self._rt, layer),
+                            f"strata_hook_backward({layer})")
+                    self._reduced.add(layer)
+                    del self._ready[layer]
+            except BaseException as e:
+                self._fail_ranks(e)
+                raise
 
     # ---- checkpoints
     def _meta(self) -> dict[str, Any]:
