@@ -27,8 +27,10 @@ lower case ("adam", "eager", "nvme", ...).
 
 This version: CPU float32 tensors; under torchrun (torch.distributed
 initialized, world > 1) owner sharding over the default process group
-(strata/dist.py; `distributed=False` opts out). Not yet: ZeRO-3 and HSDP
-under torchrun, CUDA tensors, bfloat16 master weights, attach() hooks.
+(strata/dist.py; `distributed=False` opts out); attach(model) for strata's
+module hooks. Refused (StrataError): DDP/FSDP-wrapped models and DTensors,
+CUDA tensors and backend="cuda", bfloat16/float16 parameters (no float32
+master copy yet). Not yet: ZeRO-3 and HSDP under torchrun.
 """
 from __future__ import annotations
 
