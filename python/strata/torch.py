@@ -29,8 +29,9 @@ This version: CPU float32 tensors; under torchrun (torch.distributed
 initialized, world > 1) owner sharding over the default process group
 (strata/dist.py; `distributed=False` opts out); attach(model) for strata's
 module hooks. Refused (StrataError): DDP/FSDP-wrapped models and DTensors,
-CUDA tensors and backend="cuda", bfloat16/float16 parameters (no float32
-master copy yet). Not yet: ZeRO-3 and HSDP under torchrun.
+CUDA tensors and backend="cuda". bfloat16/float16 parameters are stepped
+through a float32 master copy (the class docstring). Not yet: ZeRO-3 and
+HSDP under torchrun.
 """
 from __future__ import annotations
 
@@ -109,8 +110,13 @@ def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
-def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = None) -> None:
-    """The zero-copy contract: a strided, contiguous float32 CPU tensor."""
+_LOW = (torch.bfloat16, torch.float16)  # stepped through a float32 master copy
+
+
+def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = None,
+                  low_ok: bool = False) -> None:
+    """The zero-copy contract: a strided, contiguous float32 CPU tensor
+    (bfloat16/float16 too where `low_ok`: a parameter with a master copy)."""
     if not isinstance(t, torch.Tensor):
         raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is {type(t).__name__}, not a tensor")
     if type(t).__name__ == "DTensor":  # FSDP2 / tensor parallel shards
@@ -122,12 +128,12 @@ def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = No
         raise _err("STRATA_ERR_UNSUPPORTED", f"{name}: {what} is on {t.device}; " +
                    (_cuda_refusal() if t.device.type == "cuda" else
                     "strata reads CPU tensors only"))
-    if t.dtype != torch.float32:
-        if t.dtype in (torch.bfloat16, torch.float16):
+    if t.dtype != torch.float32 and not (low_ok and t.dtype in _LOW):
+        if t.dtype in _LOW:
             raise _err("STRATA_ERR_UNSUPPORTED",
-                       f"{name}: {what} is {t.dtype}; strata steps float32 tensors and this "
-                       "version keeps no float32 master copy: keep the parameters in float32 "
-                       "(torch.autocast runs the forward in bfloat16 over float32 weights)")
+                       f"{name}: {what} is {t.dtype}, its parameter float32: strata reads "
+                       "float32 gradients of float32 parameters (a bfloat16/float16 "
+                       "parameter is stepped through a float32 master copy)")
         raise _err("STRATA_ERR_INVALID_ARG",
                    f"{name}: {what} is {t.dtype}; strata steps float32 tensors only")
     if not t.is_contiguous():
@@ -229,6 +235,15 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     Parameter tensors: float32, contiguous, on the CPU, one to four
     dimensions (a 0-d scalar too), each its storage read and updated in place.
+    bfloat16 and float16 parameters: strata steps a float32 master copy of
+    the weights (taken at construction) and reads a float32 copy of each
+    gradient (converted at step(), or in attach()'s hook); after each step
+    the parameter gets the master rounded to its dtype, as mixed-precision
+    master weights do. Memory: 8 bytes per such element besides the
+    parameter and its gradient (4 the master, 4 the gradient copy).
+    state_dict/save hold the master; a parameter written outside the
+    optimizer (the model's load_state_dict) re-seeds its master from it at
+    the next step (a warning: the lower bits are lost).
     Routing (the C runtime's rule, strata.h): 2-D to the matrix optimizer
     (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
     the names matching `embedding_patterns` / `head_patterns` (any dotted
@@ -326,8 +341,16 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._stepped = False
         self._scale = 1.0
         self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
-        self._rt = self._build([_ptr(p) for p in self._params])
-        self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+        # bfloat16/float16 parameters: strata steps a float32 master copy of the
+        # weights (and reads a float32 copy of the gradient); the parameter gets
+        # the master's rounding after each step
+        self._master: list[Optional[torch.Tensor]] = [
+            p.detach().float().contiguous() if p.dtype in _LOW else None for p in self._params]
+        self._g32: list[Optional[torch.Tensor]] = [
+            None if m is None else torch.zeros_like(m) for m in self._master]
+        self._master_warned = False
+        self._rt = self._build(self._data_ptrs())
+        self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
         self._routing = self._read_routing(self._rt)
         self._sync_cache(self._rt)
         for r in self._routing:
@@ -449,7 +472,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         device = None
         for g in self.param_groups:
             for p, n in zip(g["params"], g["param_names"]):
-                _check_tensor(p, n, "the parameter")
+                _check_tensor(p, n, "the parameter", low_ok=True)
                 if p.dim() > L.MAX_DIMS:
                     raise _err("STRATA_ERR_INVALID_ARG",
                                f"{n}: {p.dim()} dimensions, at most {L.MAX_DIMS}")
@@ -627,23 +650,63 @@ class StrataOptimizer(torch.optim.Optimizer):
         any_grad = False
         for i, p in enumerate(self._params):
             n = self._names[i]
-            _check_tensor(p, n, "the parameter")
+            _check_tensor(p, n, "the parameter", low_ok=self._master[i] is not None)
+            d = _ptr(self._data(i))
             g = p.grad
             if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
                 # stands in for the gradient torch may have freed (several ranks still
                 # reduce it at strata_hook_backward; nothing reads the result)
-                bufs.append((_ptr(p), _ptr(self._zeros)))
+                bufs.append((d, _ptr(self._zeros)))
                 continue
-            if g.is_sparse or g.layout != torch.strided:
-                raise _err("STRATA_ERR_INVALID_ARG",
-                           f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
-            _check_tensor(g, n, "its gradient", p.shape)
+            self._check_grad(i, g)
             any_grad = True
-            bufs.append((_ptr(p), _ptr(g)))
+            bufs.append((d, self._grad_ptr(i, g)))
         if not any_grad:
             raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
                        "gradient (nothing changed)")
         return bufs
+
+    def _data(self, i: int) -> torch.Tensor:
+        """What strata steps for parameter i: the parameter, or its float32 master."""
+        m = self._master[i]
+        return self._params[i] if m is None else m
+
+    def _data_ptrs(self) -> list[int]:
+        return [_ptr(self._data(i)) for i in range(len(self._params))]
+
+    def _check_grad(self, i: int, g: torch.Tensor) -> None:
+        n, p = self._names[i], self._params[i]
+        if g.is_sparse or g.layout != torch.strided:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
+        _check_tensor(g, n, "its gradient", p.shape, low_ok=self._master[i] is not None)
+
+    def _grad_ptr(self, i: int, g: torch.Tensor) -> int:
+        """The gradient strata reads: g itself, or (a low-precision parameter)
+        its float32 copy, refreshed from g now."""
+        g32 = self._g32[i]
+        if g32 is None:
+            return _ptr(g)
+        g32.copy_(g)
+        return _ptr(g32)
+
+    def _masters_current(self) -> None:
+        """A low-precision parameter written outside the optimizer (the
+        model's load_state_dict, an init): its master follows (warned once)."""
+        for i, m in enumerate(self._master):
+            if m is not None and not torch.equal(self._params[i], m.to(self._params[i].dtype)):
+                if not self._master_warned:
+                    log.warning("%s changed outside the optimizer: its float32 master copy "
+                                "is taken from it again (the bits below its %s are lost)",
+                                self._names[i], self._params[i].dtype)
+                    self._master_warned = True
+                m.copy_(self._params[i])
+
+    @torch.no_grad()
+    def _write_back(self) -> None:
+        for i, m in enumerate(self._master):
+            if m is not None:
+                self._params[i].copy_(m)
 
     def _repoint(self, rt: int, bufs: list[tuple[int, int]]) -> None:
         for i, (d, g) in enumerate(bufs):
@@ -671,6 +734,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             err: Optional[StrataError] = None
             try:
                 wanted = self._wanted()
+                self._masters_current()
                 bufs = self._gather()
             except StrataError as e:
                 err = e
@@ -707,6 +771,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             self._stepped = True
             if self._comm is not None:  # the owners' new weights to every rank
                 L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
+            self._write_back()
         return loss
 
     # ---- module hooks
@@ -771,12 +836,12 @@ class StrataOptimizer(torch.optim.Optimizer):
                            "when its runtime is committed; attach before the first step")
             old_layers, self._layers = self._layers, layers
             try:  # a fresh runtime with the layers (collective under torchrun)
-                rt = self._build([_ptr(p) for p in self._params])
+                rt = self._build(self._data_ptrs())
             except BaseException:
                 self._layers = old_layers
                 raise
             old, self._rt = self._rt, rt
-            self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+            self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
             self._sync_cache(rt)
             self._scale = float("nan")
             if old is not None:
@@ -855,16 +920,14 @@ class StrataOptimizer(torch.optim.Optimizer):
                 g = p.grad
                 if g is None:
                     return
-                if g.is_sparse or g.layout != torch.strided:
-                    raise _err("STRATA_ERR_INVALID_ARG",
-                               f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
-                _check_tensor(g, n, "its gradient", p.shape)
+                self._check_grad(i, g)
+                gp = self._grad_ptr(i, g)
                 od, og = self._bufs[i]
-                if _ptr(g) != og:
+                if gp != og:
                     L.check(self._lib.strata_param_set_buffers(self._rt, i, None,
-                                                               c_void_p(_ptr(g))),
+                                                               c_void_p(gp)),
                             f"strata_param_set_buffers({n})")
-                    self._bufs[i] = (od, _ptr(g))
+                    self._bufs[i] = (od, gp)
                 ready = self._ready.setdefault(layer, set())
                 ready.add(i)
                 if len(ready) == self._layer_size[layer]:
@@ -926,9 +989,10 @@ class StrataOptimizer(torch.optim.Optimizer):
     def _load_dir(self, path: str, restore_weights: bool,
                   hypers: Optional[list[tuple[float, float]]] = None) -> None:
         with self._locked():
-            scratch = None if restore_weights else [p.detach().clone() for p in self._params]
-            ptrs = [_ptr(p) for p in (self._params if scratch is None else scratch)]
-            rt = self._build(ptrs)
+            # strata_load writes the checkpoint's weights into scratch copies: the
+            # parameters change only once everything was accepted
+            scratch = [self._data(i).detach().clone() for i in range(len(self._params))]
+            rt = self._build([_ptr(t) for t in scratch])
             try:
                 uj = c_void_p()
                 L.check(self._lib.strata_load(rt, os.fsencode(path), byref(uj), None),
@@ -940,16 +1004,20 @@ class StrataOptimizer(torch.optim.Optimizer):
                     user = json.loads(text)
                 self._check_meta(user.get("strata_torch") if isinstance(user, dict) else None,
                                  path)
-                if scratch is not None:
-                    for i, p in enumerate(self._params):
-                        L.check(self._lib.strata_param_set_buffers(rt, i, c_void_p(_ptr(p)),
-                                                                   None),
-                                "strata_param_set_buffers")
+                for i in range(len(self._params)):
+                    L.check(self._lib.strata_param_set_buffers(
+                        rt, i, c_void_p(_ptr(self._data(i))), None),
+                        "strata_param_set_buffers")
             except BaseException:
                 self._lib.strata_destroy(rt)
                 raise
+            if restore_weights:
+                with torch.no_grad():
+                    for i, t in enumerate(scratch):
+                        self._data(i).copy_(t)
+                self._write_back()
             old, self._rt = self._rt, rt
-            self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+            self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
             self._scale = float("nan")  # set again at the next step (strata_load restored it)
             self._sync_cache(rt)        # strata_load restored the per-parameter lr and decay
             hyper = hypers if hypers is not None else user.get("hyper", [])
