@@ -660,7 +660,12 @@ class StrataOptimizer(torch.optim.Optimizer):
                 continue
             self._check_grad(i, g)
             any_grad = True
-            bufs.append((d, self._grad_ptr(i, g)))
+            if self._g32[i] is not None and self._comm is not None and \
+                    self._layers[i] in self._reduced:
+                # attach()'s hook copied and reduced it already (the owner holds the mean)
+                bufs.append((d, _ptr(self._g32[i])))
+            else:
+                bufs.append((d, self._grad_ptr(i, g)))
         if not any_grad:
             raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
                        "gradient (nothing changed)")

@@ -6,6 +6,7 @@ binding's hooks and failure handling over gloo, in one launch:
    backward; 4 steps (the last a gradient accumulation of two micro-batches
    under no_sync) bit-identical to one process stepping the rank-ordered
    mean of the same micro-batch gradients (rank 0 computes that reference);
+   bfloat16 parameters too (float32 masters and gradient copies);
 3. a step refused on one rank only (a non-contiguous gradient on rank 1) raises on
    both, changes nothing, and the next step is still bit-identical;
 4. a collective that raises on rank 1 (injected) aborts the process group:
@@ -54,7 +55,7 @@ def loss_of(m: Net, xy: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
 
 
 def same(a: nn.Module, b: nn.Module) -> bool:
-    return all(torch.equal(p.detach().view(torch.int32), q.detach().view(torch.int32))
+    return all(torch.equal(p.detach().view(torch.uint8), q.detach().view(torch.uint8))
                for p, q in zip(a.parameters(), b.parameters()))
 
 
@@ -114,6 +115,35 @@ def main() -> int:
     expect(s["missing_backward_hooks"] == 0 and s["backward_hooks"] == 4 * 5 and
            s["forward_hooks"] == 5 * 5, f"hook counts {s['forward_hooks']} "
            f"{s['backward_hooks']} {s['missing_backward_hooks']}")
+
+    # 2b. bfloat16 parameters with attach: the float32 gradient copies are
+    # reduced in the hooks, the float32 masters stepped, bit-identical
+    lowp = make().to(torch.bfloat16)
+    lopt = st.Muon(lowp.named_parameters(), model=lowp).attach(lowp)
+    ref_lp = make().to(torch.bfloat16)
+    ref32 = [p.detach().float().clone() for p in ref_lp.parameters()]
+    ref_l = st.Muon(list(zip([n for n, _ in ref_lp.named_parameters()], ref32)),
+                    embedding_patterns=("emb",), distributed=False)  # as model= routes it
+    for t in range(1, 3):
+        loss_of(lowp, batch(t, rank)).float().backward()
+        lopt.step()
+        lopt.zero_grad(set_to_none=True)
+        acc = [torch.zeros_like(w) for w in ref32]
+        for r in range(world):
+            ref_lp.zero_grad(set_to_none=True)
+            loss_of(ref_lp, batch(t, r)).float().backward()
+            for a, p in zip(acc, ref_lp.parameters()):
+                a += p.grad.float()
+        for a, w in zip(acc, ref32):
+            w.grad = a * (1.0 / world)
+        ref_l.step()
+        ref_l.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, w in zip(ref_lp.parameters(), ref32):
+                p.copy_(w)
+        expect(all(torch.equal(m.view(torch.int32), w.view(torch.int32))
+                   for m, w in zip(lopt._master, ref32)), f"bfloat16 step {t} bit-identical")
+        expect(same(lowp, ref_lp), f"bfloat16 weights at step {t}")
 
     # 3. a step refused on rank 1 only: both raise, nothing changes
     for p in model.parameters():
