@@ -4,6 +4,8 @@ optimizers (or torch's own, for comparison), printing the loss.
 
     python examples/torch/train_gpt.py --optimizer shampoo            # ~1 min, 2 cores
     python examples/torch/train_gpt.py --optimizer muon --attach
+    python examples/torch/make_tokens.py /usr/share/games/fortunes runs/tok --merges 256
+    python examples/torch/train_gpt.py --data runs/tok          # token files, vocab 512
     torchrun --nproc-per-node 2 examples/torch/train_gpt.py --optimizer shampoo
 
 The model: byte-level (vocabulary 256) GPT-2 blocks, the shapes of
@@ -11,7 +13,10 @@ The model: byte-level (vocabulary 256) GPT-2 blocks, the shapes of
 batch 16), the LM head tied to the token embedding. The data: the fortunes
 corpus (/usr/share/games/fortunes, Debian's fortunes-min/fortune-mod; the
 same default as `strata train`) or any text file or directory (--data),
-split into train/val chunks as `strata train` splits it. The learning rate:
+split into train/val chunks as `strata train` splits it; or nanoGPT-style
+token files (--data DIR with train.bin/val.bin, uint16 ids; make_tokens.py
+writes them from a text corpus, bytes or a byte-pair vocabulary learned
+locally), the vocabulary then --vocab-size or DIR/meta.json's. The learning rate:
 linear warm-up over steps/10, cosine to 0.1 of the peak, set through each
 param group's "lr" (strata's groups are live, as torch's are).
 
@@ -60,7 +65,7 @@ def read_corpus(path: str) -> bytes:
         return f.read()
 
 
-def split(data: bytes, val_fraction: float, min_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+def split_bytes(data: bytes, val_fraction: float, min_len: int) -> tuple[bytes, bytes]:
     """Chunks of a power of two (4096 down to 256 until about 8 land in val);
     chunk i goes to val when floor((i+1) f) > floor(i f)."""
     chunk = 4096
@@ -73,9 +78,40 @@ def split(data: bytes, val_fraction: float, min_len: int) -> tuple[torch.Tensor,
         piece = data[i * chunk:(i + 1) * chunk]
         is_val = math.floor((i + 1) * val_fraction) > math.floor(i * val_fraction)
         (val if is_val else train).append(piece)
-    def as_tensor(ps: list[bytes]) -> torch.Tensor:
-        return torch.frombuffer(bytearray(b"".join(ps)), dtype=torch.uint8).long()
-    return as_tensor(train), as_tensor(val)
+    return b"".join(train), b"".join(val)
+
+
+def load_data(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(train, val, vocab): the bytes of a text corpus (vocab 256), or a
+    directory of nanoGPT token files (train.bin, val.bin: little-endian
+    uint16 ids; vocab from --vocab-size, else its meta.json: make_tokens.py)."""
+    tok = os.path.join(args.data, "train.bin")
+    if os.path.isdir(args.data) and os.path.isfile(tok):
+        vocab = args.vocab_size
+        meta = os.path.join(args.data, "meta.json")
+        if vocab is None and os.path.isfile(meta):
+            with open(meta) as f:
+                vocab = int(json.load(f)["vocab_size"])
+        if vocab is None:
+            sys.exit(f"train_gpt: {args.data} holds token files: give --vocab-size")
+        parts = []
+        for name in ("train.bin", "val.bin"):
+            with open(os.path.join(args.data, name), "rb") as f:
+                raw = bytearray(f.read())
+            if len(raw) % 2:
+                sys.exit(f"train_gpt: {name} has an odd size: not uint16 tokens")
+            t = torch.frombuffer(raw, dtype=torch.int16).long() & 0xFFFF
+            if sys.byteorder != "little":
+                t = ((t & 0xFF) << 8) | (t >> 8)
+            if len(t) and int(t.max()) >= vocab:
+                sys.exit(f"train_gpt: {name} has token {int(t.max())} >= --vocab-size {vocab}")
+            parts.append(t)
+        return parts[0], parts[1], vocab
+    if args.vocab_size not in (None, 256):
+        sys.exit("train_gpt: --vocab-size is for token files; a text corpus is bytes (256)")
+    train, val = split_bytes(read_corpus(args.data), args.val_fraction, args.seq_len + 1)
+    return (torch.frombuffer(bytearray(train), dtype=torch.uint8).long(),
+            torch.frombuffer(bytearray(val), dtype=torch.uint8).long(), 256)
 
 
 def batch_of(data: torch.Tensor, b: int, t: int, gen: torch.Generator) -> tuple[torch.Tensor,
@@ -182,7 +218,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--optimizer", default="shampoo",
                     choices=list(STRATA) + ["torch-adamw", "torch-muon"])
-    ap.add_argument("--data", default=DEFAULT_CORPUS, help="text file or directory")
+    ap.add_argument("--data", default=DEFAULT_CORPUS,
+                    help="text file or directory, or a directory of token files "
+                         "(train.bin, val.bin; make_tokens.py)")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="token files' vocabulary (default: their meta.json)")
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=60,
                     help="optimizer steps (60: about a minute on 2 cores; strata train: 300)")
@@ -224,11 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("strata").setLevel(logging.INFO)
     if not os.path.exists(args.data):
         sys.exit(f"train_gpt: no corpus at {args.data} (install fortunes-min, or --data FILE)")
-    train, val = split(read_corpus(args.data), args.val_fraction, args.seq_len + 1)
+    train, val, vocab = load_data(args)
     if len(train) <= args.seq_len + 1 or len(val) <= args.seq_len + 1:
         sys.exit(f"train_gpt: {args.data} is too small for --seq-len {args.seq_len}")
     torch.manual_seed(args.seed)
-    model = GPT(256, args.seq_len, args.d_model, args.n_layer, args.n_head)
+    model = GPT(vocab, args.seq_len, args.d_model, args.n_layer, args.n_head)
     opt = make_optimizer(args, model)
     logging.getLogger("strata").setLevel(logging.WARNING)
     for g in opt.param_groups:
@@ -249,19 +289,21 @@ def main(argv: list[str] | None = None) -> int:
         tot = 0.0
         for _ in range(args.eval_batches):
             x, y = batch_of(val, args.batch, args.seq_len, g)
-            tot += F.cross_entropy(model(x).view(-1, 256), y.view(-1)).item()
+            tot += F.cross_entropy(model(x).view(-1, vocab), y.view(-1)).item()
         return tot / args.eval_batches
 
     if rank == 0:
         n = sum(p.numel() for p in model.parameters())
+        unit = "bytes" if vocab == 256 and not os.path.isfile(
+            os.path.join(args.data, "train.bin")) else f"tokens, vocab {vocab}"
         print(f"train_gpt: {args.optimizer} on {args.data} ({len(train)} train, {len(val)} val "
-              f"bytes), {n} parameters, {args.steps} steps, {world} rank(s)", flush=True)
+              f"{unit}), {n} parameters, {args.steps} steps, {world} rank(s)", flush=True)
     t0 = time.perf_counter()
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = g["peak_lr"] * lr_scale(step)
         x, y = batch_of(train, args.batch, args.seq_len, gen)
-        loss = F.cross_entropy(model(x).view(-1, 256), y.view(-1))
+        loss = F.cross_entropy(model(x).view(-1, vocab), y.view(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
