@@ -808,8 +808,9 @@ class StrataOptimizer(torch.optim.Optimizer):
         max_grad_norm rather than torch.nn.utils.clip_grad_norm_, and wrap
         all but the last micro-batch's backward of a gradient accumulation in
         `with opt.no_sync():` (a second reduce of a layer in one step is
-        refused, STRATA_ERR_STATE). Call before the first step (the layers
-        are set at strata_commit: the runtime is rebuilt); once.
+        refused, STRATA_ERR_STATE). Call before the first step and before
+        load()/load_state_dict() (the layers are set at strata_commit: the
+        runtime is rebuilt); once.
         Returns self. Errors: StrataError (STRATA_ERR_STATE: after a step, or
         attached already; STRATA_ERR_UNSUPPORTED: a DDP/FSDP wrapper;
         STRATA_ERR_INVALID_ARG: no parameter of this optimizer in `model`)."""
@@ -837,8 +838,10 @@ class StrataOptimizer(torch.optim.Optimizer):
             if self._hooks:
                 raise _err("STRATA_ERR_STATE", "attach: attached already")
             if self._stepped:
-                raise _err("STRATA_ERR_STATE", "attach after a step: strata's layers are set "
-                           "when its runtime is committed; attach before the first step")
+                raise _err("STRATA_ERR_STATE", "attach after a step or a load: strata's layers "
+                           "are set when its runtime is committed (attach rebuilds it, which "
+                           "would drop its state); attach before the first step and before "
+                           "load/load_state_dict")
             old_layers, self._layers = self._layers, layers
             try:  # a fresh runtime with the layers (collective under torchrun)
                 rt = self._build(self._data_ptrs())
@@ -1022,6 +1025,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                         self._data(i).copy_(t)
                 self._write_back()
             old, self._rt = self._rt, rt
+            self._stepped = True  # attach() would rebuild the runtime: refused from here
             self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
             self._scale = float("nan")  # set again at the next step (strata_load restored it)
             self._sync_cache(rt)        # strata_load restored the per-parameter lr and decay

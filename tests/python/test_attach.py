@@ -107,6 +107,12 @@ def test_attach_refusals():
     with pytest.raises(strata.StrataError) as e:
         opt.attach(m)
     assert e.value.status == "STRATA_ERR_STATE" and "before the first step" in e.value.message
+    m3 = make()
+    opt3 = st.Shampoo(m3.named_parameters())
+    opt3.load_state_dict(opt.state_dict())  # then attach would drop the loaded state
+    with pytest.raises(strata.StrataError) as e:
+        opt3.attach(m3)
+    assert e.value.status == "STRATA_ERR_STATE" and "load" in e.value.message
     m2 = make()
     opt2 = st.Shampoo(m2.named_parameters()).attach(m2)
     with pytest.raises(strata.StrataError) as e:
