@@ -83,11 +83,7 @@ class TorchComm:
         # ranks create their communicators in the same order)
         TorchComm._created += 1
         self._abort_key = f"strata/abort/{TorchComm._created}"
-        try:
-            from torch.distributed.distributed_c10d import _get_default_store
-            self._store: Any = _get_default_store()
-        except Exception:  # no store: aborts stay local (the waits block)
-            self._store = None
+        self._has_store = self._store() is not None
         lib = L.lib()
         lib.strata_comm_create.restype = c_int
         lib.strata_comm_create.argtypes = [POINTER(_Iface), c_void_p, POINTER(c_void_p)]
@@ -133,13 +129,24 @@ class TorchComm:
         L.lib().strata_error(c_int(self._err[0]), b"%s", c_char_p(msg.encode()[:600]))
         return self._err[0]
 
+    @staticmethod
+    def _store() -> Any:
+        """The default group's store, looked up when needed (a reference kept
+        past destroy_process_group outlives the group's threads at exit);
+        None when there is none."""
+        try:
+            from torch.distributed.distributed_c10d import _get_default_store
+            return _get_default_store()
+        except Exception:
+            return None
+
     def _wait(self, work: Any) -> None:
         """Wait for a collective, checking every POLL_S whether another rank
         aborted (its flag in the store): then raise instead of waiting on
         a rank that will not come. gloo has no abort that wakes a peer's
         pending operation (ProcessGroup.abort and _abort_process_group leave
         its sockets open); a timed-out wait can be waited on again."""
-        if self._store is None:
+        if not self._has_store:
             work.wait()
             return
         import datetime
@@ -151,8 +158,9 @@ class TorchComm:
             except RuntimeError as e:
                 if "timed out" not in str(e).lower():
                     raise
-            if self._store.check([self._abort_key]):
-                why = self._store.get(self._abort_key).decode(errors="replace")
+            store = self._store()
+            if store is not None and store.check([self._abort_key]):
+                why = store.get(self._abort_key).decode(errors="replace")
                 raise RuntimeError(f"another rank aborted: {why}")
 
     def abort(self, reason: str) -> None:
@@ -167,8 +175,9 @@ class TorchComm:
         self.failed = (f"{reason}; strata's collectives on this process group were aborted "
                        "so that every rank fails instead of waiting on this one")
         try:  # the other ranks' pending and later collectives see it (_wait)
-            if self._store is not None:
-                self._store.set(self._abort_key, reason[:400])
+            store = self._store()
+            if store is not None:
+                store.set(self._abort_key, reason[:400])
         except Exception:
             pass
         try:
