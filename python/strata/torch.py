@@ -27,8 +27,11 @@ lower case ("adam", "eager", "nvme", ...).
 
 This version: CPU float32 tensors; under torchrun (torch.distributed
 initialized, world > 1) owner sharding over the default process group
-(strata/dist.py; `distributed=False` opts out). Not yet: ZeRO-3 and HSDP
-under torchrun, CUDA tensors, bfloat16 master weights, attach() hooks.
+(strata/dist.py; `distributed=False` opts out); attach(model) for strata's
+module hooks. Refused (StrataError): DDP/FSDP-wrapped models and DTensors,
+CUDA tensors and backend="cuda". bfloat16/float16 parameters are stepped
+through a float32 master copy (the class docstring). Not yet: ZeRO-3 and
+HSDP under torchrun.
 """
 from __future__ import annotations
 
@@ -110,21 +113,32 @@ def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
-def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = None) -> None:
-    """The zero-copy contract: a strided, contiguous float32 CPU tensor."""
+_LOW = (torch.bfloat16, torch.float16)  # stepped through a float32 master copy
+
+
+def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = None,
+                  low_ok: bool = False) -> None:
+    """The zero-copy contract: a strided, contiguous float32 CPU tensor
+    (bfloat16/float16 too where `low_ok`: a parameter with a master copy)."""
     if not isinstance(t, torch.Tensor):
         raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is {type(t).__name__}, not a tensor")
+    if type(t).__name__ == "DTensor":  # FSDP2 / tensor parallel shards
+        raise _wrapper_refusal(f"{name}: {what} is a DTensor")
     if t.layout != torch.strided:
         raise _err("STRATA_ERR_INVALID_ARG",
                    f"{name}: {what} has layout {t.layout}; strata reads dense (strided) storage")
     if t.device.type != "cpu":
-        raise _err("STRATA_ERR_UNSUPPORTED",
-                   f"{name}: {what} is on {t.device}; this version reads CPU tensors only")
-    if t.dtype != torch.float32:
-        status = "STRATA_ERR_UNSUPPORTED" if t.dtype in (torch.bfloat16, torch.float16) else \
-            "STRATA_ERR_INVALID_ARG"
-        raise _err(status, f"{name}: {what} is {t.dtype}; strata steps float32 tensors "
-                           "(bfloat16 master weights: not yet)")
+        raise _err("STRATA_ERR_UNSUPPORTED", f"{name}: {what} is on {t.device}; " +
+                   (_cuda_refusal() if t.device.type == "cuda" else
+                    "strata reads CPU tensors only"))
+    if t.dtype != torch.float32 and not (low_ok and t.dtype in _LOW):
+        if t.dtype in _LOW:
+            raise _err("STRATA_ERR_UNSUPPORTED",
+                       f"{name}: {what} is {t.dtype}, its parameter float32: strata reads "
+                       "float32 gradients of float32 parameters (a bfloat16/float16 "
+                       "parameter is stepped through a float32 master copy)")
+        raise _err("STRATA_ERR_INVALID_ARG",
+                   f"{name}: {what} is {t.dtype}; strata steps float32 tensors only")
     if not t.is_contiguous():
         raise _err("STRATA_ERR_INVALID_ARG",
                    f"{name}: {what} is not contiguous (strides {t.stride()}); strata reads the "
@@ -134,6 +148,82 @@ def _check_tensor(t: Any, name: str, what: str, shape: Optional[torch.Size] = No
                    f"{name}: {what} has shape {tuple(t.shape)}, the parameter {tuple(shape)}")
     if t.numel() == 0:
         raise _err("STRATA_ERR_INVALID_ARG", f"{name}: {what} is empty")
+
+
+_CUDA_BUILT: Optional[bool] = None
+
+
+def _cuda_refusal() -> str:
+    """Why a CUDA tensor is refused: whether the loaded libstrata has the CUDA
+    backend (strata_backend_create_kind probes it once), and that the binding
+    does not drive it in this version either way."""
+    global _CUDA_BUILT
+    if _CUDA_BUILT is None:
+        lib = L.lib()
+        lib.strata_backend_create_kind.restype = c_int
+        lib.strata_backend_create_kind.argtypes = [c_int, c_int, ctypes.POINTER(c_void_p)]
+        lib.strata_backend_destroy.restype = None
+        lib.strata_backend_destroy.argtypes = [c_void_p]
+        be = c_void_p()
+        _CUDA_BUILT = lib.strata_backend_create_kind(L.ENUMS["backend"]["cuda"], 1,
+                                                     byref(be)) == 0
+        if _CUDA_BUILT:
+            lib.strata_backend_destroy(be)
+        lib.strata_error_clear()
+    built = ("the loaded libstrata has the CUDA backend, but" if _CUDA_BUILT else
+             "the loaded libstrata was built without the CUDA backend (or finds no device), and")
+    return (f"{built} this version of the binding steps CPU tensors only (it does not run "
+            "strata's CUDA backend on torch's stream): keep the parameters on the CPU "
+            "(model.cpu()) or use a torch.optim optimizer for GPU parameters")
+
+
+def _wrapper_refusal(what: str) -> StrataError:
+    return _err("STRATA_ERR_UNSUPPORTED",
+                f"{what}: strata reduces the gradients of its parameters itself (owner "
+                "sharding over the process group: each gradient reduced to its matrix's "
+                "owner, the new weights broadcast), so a DistributedDataParallel / "
+                "FullyShardedDataParallel wrapper would reduce them twice (and FSDP's flat "
+                "shards are not the model's matrices). Give strata the unwrapped model "
+                "(model.module's parameters) and do not wrap it: "
+                "strata.torch.<Optimizer>(model.named_parameters()) under torchrun does the "
+                "data parallelism")
+
+
+def _is_wrapper(m: Any) -> bool:
+    """A DDP or FSDP (1 or 2) wrapper module."""
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if isinstance(m, DDP):
+            return True
+    except ImportError:  # pragma: no cover - torch without distributed
+        pass
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if isinstance(m, FSDP):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from torch.distributed.fsdp import FSDPModule  # fully_shard (FSDP2)
+        if isinstance(m, FSDPModule):
+            return True
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    return False
+
+
+def _wrapped_params() -> set[int]:
+    """ids of the parameters of every live DDP/FSDP wrapper (they exist only
+    with torch.distributed initialized; the scan runs at construction then)."""
+    import gc
+    import warnings
+    out: set[int] = set()
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        for o in gc.get_objects():
+            if isinstance(o, torch.nn.Module) and _is_wrapper(o):
+                out.update(id(p) for p in o.parameters())
+    return out
 
 
 class StrataOptimizer(torch.optim.Optimizer):
@@ -148,6 +238,15 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     Parameter tensors: float32, contiguous, on the CPU, one to four
     dimensions (a 0-d scalar too), each its storage read and updated in place.
+    bfloat16 and float16 parameters: strata steps a float32 master copy of
+    the weights (taken at construction) and reads a float32 copy of each
+    gradient (converted at step(), or in attach()'s hook); after each step
+    the parameter gets the master rounded to its dtype, as mixed-precision
+    master weights do. Memory: 8 bytes per such element besides the
+    parameter and its gradient (4 the master, 4 the gradient copy).
+    state_dict/save hold the master; a parameter written outside the
+    optimizer (the model's load_state_dict) re-seeds its master from it at
+    the next step (a warning: the lower bits are lost).
     Routing (the C runtime's rule, strata.h): 2-D to the matrix optimizer
     (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
     the names matching `embedding_patterns` / `head_patterns` (any dotted
@@ -227,12 +326,34 @@ class StrataOptimizer(torch.optim.Optimizer):
                     "optimizer": None}
         groups = self._normalize(params)
         super().__init__(groups, defaults)
+        if model is not None and _is_wrapper(model):
+            raise _wrapper_refusal(f"model is a {type(model).__name__}")
         self._collect()
+        if dist.is_available() and dist.is_initialized():
+            wrapped = _wrapped_params()
+            for p, n in zip(self._params, self._names):
+                if id(p) in wrapped:
+                    raise _wrapper_refusal(f"{n} belongs to a DDP/FSDP-wrapped model")
         self._base = [(float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups]
+        # hook layers (attach(); all 0 without it) and the hooks' per-step record
+        self._layers = [0] * len(self._params)
+        self._hooks: list[Any] = []
+        self._reduced: set[int] = set()   # layers whose strata_hook_backward ran this step
+        self._ready: dict[int, set[int]] = {}  # layer -> its parameters whose grad is final
+        self._no_sync = False
+        self._stepped = False
         self._scale = 1.0
         self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
-        self._rt = self._build([_ptr(p) for p in self._params])
-        self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+        # bfloat16/float16 parameters: strata steps a float32 master copy of the
+        # weights (and reads a float32 copy of the gradient); the parameter gets
+        # the master's rounding after each step
+        self._master: list[Optional[torch.Tensor]] = [
+            p.detach().float().contiguous() if p.dtype in _LOW else None for p in self._params]
+        self._g32: list[Optional[torch.Tensor]] = [
+            None if m is None else torch.zeros_like(m) for m in self._master]
+        self._master_warned = False
+        self._rt = self._build(self._data_ptrs())
+        self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
         self._routing = self._read_routing(self._rt)
         self._sync_cache(self._rt)
         for r in self._routing:
@@ -288,6 +409,8 @@ class StrataOptimizer(torch.optim.Optimizer):
                     ["async_roots"] + [f for f in _RUNTIME_FIELDS if f != "async"]
                 raise TypeError(f"{type(self).__name__}: unknown keyword {key!r}; "
                                 f"valid: {', '.join(valid)}")
+        if cfg.backend != L.ENUMS["backend"]["cpu"]:
+            raise _err("STRATA_ERR_UNSUPPORTED", "backend='cuda': " + _cuda_refusal())
         self._log_cb = L.LOG_FN(self._on_log)
         cfg.log_fn = self._log_cb
         return cfg
@@ -352,7 +475,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         device = None
         for g in self.param_groups:
             for p, n in zip(g["params"], g["param_names"]):
-                _check_tensor(p, n, "the parameter")
+                _check_tensor(p, n, "the parameter", low_ok=True)
                 if p.dim() > L.MAX_DIMS:
                     raise _err("STRATA_ERR_INVALID_ARG",
                                f"{n}: {p.dim()} dimensions, at most {L.MAX_DIMS}")
@@ -401,7 +524,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 d.ndim = p.dim()
                 for k, s in enumerate(p.shape):
                     d.shape[k] = s
-                d.layer = 0
+                d.layer = self._layers[i]
                 d.role = self._role(self._names[i], p)[0]
                 req = self._requested[i]
                 d.optimizer = L.OPTIMIZERS[req] if req else -1
@@ -549,23 +672,68 @@ class StrataOptimizer(torch.optim.Optimizer):
         any_grad = False
         for i, p in enumerate(self._params):
             n = self._names[i]
-            _check_tensor(p, n, "the parameter")
+            _check_tensor(p, n, "the parameter", low_ok=self._master[i] is not None)
+            d = _ptr(self._data(i))
             g = p.grad
             if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
                 # stands in for the gradient torch may have freed (several ranks still
                 # reduce it at strata_hook_backward; nothing reads the result)
-                bufs.append((_ptr(p), _ptr(self._zeros)))
+                bufs.append((d, _ptr(self._zeros)))
                 continue
-            if g.is_sparse or g.layout != torch.strided:
-                raise _err("STRATA_ERR_INVALID_ARG",
-                           f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
-            _check_tensor(g, n, "its gradient", p.shape)
+            self._check_grad(i, g)
             any_grad = True
-            bufs.append((_ptr(p), _ptr(g)))
+            if self._g32[i] is not None and self._comm is not None and \
+                    self._layers[i] in self._reduced:
+                # attach()'s hook copied and reduced it already (the owner holds the mean)
+                bufs.append((d, _ptr(self._g32[i])))
+            else:
+                bufs.append((d, self._grad_ptr(i, g)))
         if not any_grad:
             raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
                        "gradient (nothing changed)")
         return bufs
+
+    def _data(self, i: int) -> torch.Tensor:
+        """What strata steps for parameter i: the parameter, or its float32 master."""
+        m = self._master[i]
+        return self._params[i] if m is None else m
+
+    def _data_ptrs(self) -> list[int]:
+        return [_ptr(self._data(i)) for i in range(len(self._params))]
+
+    def _check_grad(self, i: int, g: torch.Tensor) -> None:
+        n, p = self._names[i], self._params[i]
+        if g.is_sparse or g.layout != torch.strided:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{n}: sparse gradient ({g.layout}); strata reads dense gradients")
+        _check_tensor(g, n, "its gradient", p.shape, low_ok=self._master[i] is not None)
+
+    def _grad_ptr(self, i: int, g: torch.Tensor) -> int:
+        """The gradient strata reads: g itself, or (a low-precision parameter)
+        its float32 copy, refreshed from g now."""
+        g32 = self._g32[i]
+        if g32 is None:
+            return _ptr(g)
+        g32.copy_(g)
+        return _ptr(g32)
+
+    def _masters_current(self) -> None:
+        """A low-precision parameter written outside the optimizer (the
+        model's load_state_dict, an init): its master follows (warned once)."""
+        for i, m in enumerate(self._master):
+            if m is not None and not torch.equal(self._params[i], m.to(self._params[i].dtype)):
+                if not self._master_warned:
+                    log.warning("%s changed outside the optimizer: its float32 master copy "
+                                "is taken from it again (the bits below its %s are lost)",
+                                self._names[i], self._params[i].dtype)
+                    self._master_warned = True
+                m.copy_(self._params[i])
+
+    @torch.no_grad()
+    def _write_back(self) -> None:
+        for i, m in enumerate(self._master):
+            if m is not None:
+                self._params[i].copy_(m)
 
     def _repoint(self, rt: int, bufs: list[tuple[int, int]]) -> None:
         for i, (d, g) in enumerate(bufs):
@@ -590,8 +758,17 @@ class StrataOptimizer(torch.optim.Optimizer):
             rt = self._rt
             if rt is None:
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
-            wanted = self._wanted()
-            bufs = self._gather()
+            err: Optional[StrataError] = None
+            try:
+                wanted = self._wanted()
+                self._masters_current()
+                bufs = self._gather()
+            except StrataError as e:
+                err = e
+            if self._comm is not None:  # a refusal on one rank is a refusal on all
+                self._comm.agree(err)
+            elif err is not None:
+                raise err
             self._repoint(rt, bufs)
             if self._scale != 1.0:  # the groups' lrs are absolute (strata_param_set_hyper)
                 L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(1.0)),
@@ -610,11 +787,187 @@ class StrataOptimizer(torch.optim.Optimizer):
                     L.check(self._lib.strata_param_set_active(rt, i, active),
                             f"strata_param_set_active({self._names[i]})")
                     self._active[i] = active
-            L.check(self._lib.strata_hook_backward(rt, 0), "strata_hook_backward")
+            # the layers attach()'s gradient hooks did not reduce (all of them
+            # without attach: layer 0), in the same order on every rank
+            for layer in sorted(set(self._layers) - self._reduced):
+                L.check(self._lib.strata_hook_backward(rt, layer),
+                        f"strata_hook_backward({layer})")
+            self._reduced.clear()
+            self._ready.clear()
             L.check(self._lib.strata_step(rt), "strata_step")
+            self._stepped = True
             if self._comm is not None:  # the owners' new weights to every rank
                 L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
+            self._write_back()
         return loss
+
+    # ---- module hooks
+    def attach(self, model: torch.nn.Module) -> "StrataOptimizer":
+        """Register module hooks on `model` (the module whose parameters this
+        optimizer steps), as strata's C training loop calls its hooks:
+
+        - every module that directly holds some of the parameters becomes one
+          strata layer (ids 0, 1, ... in `model.modules()` order; a parameter
+          shared by two modules, a tied embedding, belongs to the first;
+          parameters outside `model` form one more layer);
+        - a forward pre-hook on each such module calls
+          strata_hook_forward(layer): the layer is about to run (the roots it
+          will use are prefetched from the nvme tier);
+        - a post-accumulate-grad hook on each parameter: once every parameter
+          of a layer has its final gradient of this backward, the layer's
+          gradients go to strata (strata_param_set_buffers) and
+          strata_hook_backward(layer) runs: under torchrun it reduces them to
+          their owners while the backward of the layers below goes on (one
+          blocking reduce per tensor over the process group: strata's
+          bucketed non-blocking reduce needs a transport with non-blocking
+          slots, MPI, which TorchComm is not).
+
+        step() then runs strata_hook_backward only for the layers whose
+        gradients did not all arrive (a parameter without a gradient). The
+        results are bit-identical to the same training without attach.
+        Under torchrun the owners' gradients are the mean after the backward
+        (they are reduced in place), not after step(): clip with
+        max_grad_norm rather than torch.nn.utils.clip_grad_norm_, and wrap
+        all but the last micro-batch's backward of a gradient accumulation in
+        `with opt.no_sync():` (a second reduce of a layer in one step is
+        refused, STRATA_ERR_STATE). Call before the first step and before
+        load()/load_state_dict() (the layers are set at strata_commit: the
+        runtime is rebuilt); once.
+        Returns self. Errors: StrataError (STRATA_ERR_STATE: after a step, or
+        attached already; STRATA_ERR_UNSUPPORTED: a DDP/FSDP wrapper;
+        STRATA_ERR_INVALID_ARG: no parameter of this optimizer in `model`)."""
+        if _is_wrapper(model):
+            raise _wrapper_refusal(f"attach({type(model).__name__})")
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"attach: a torch.nn.Module, not {type(model).__name__}")
+        index = {id(p): i for i, p in enumerate(self._params)}
+        layers = [-1] * len(self._params)
+        modules: list[tuple[torch.nn.Module, int]] = []
+        for m in model.modules():
+            mine = [index[id(p)] for p in m.parameters(recurse=False)
+                    if id(p) in index and layers[index[id(p)]] < 0]
+            if not mine:
+                continue
+            for i in mine:
+                layers[i] = len(modules)
+            modules.append((m, len(modules)))
+        if not modules:
+            raise _err("STRATA_ERR_INVALID_ARG", "attach: the model holds none of this "
+                       "optimizer's parameters")
+        extra = len(modules)
+        layers = [extra if x < 0 else x for x in layers]
+        with self._locked():
+            if self._hooks:
+                raise _err("STRATA_ERR_STATE", "attach: attached already")
+            if self._stepped:
+                raise _err("STRATA_ERR_STATE", "attach after a step or a load: strata's layers "
+                           "are set when its runtime is committed (attach rebuilds it, which "
+                           "would drop its state); attach before the first step and before "
+                           "load/load_state_dict")
+            old_layers, self._layers = self._layers, layers
+            try:  # a fresh runtime with the layers (collective under torchrun)
+                rt = self._build(self._data_ptrs())
+            except BaseException:
+                self._layers = old_layers
+                raise
+            old, self._rt = self._rt, rt
+            self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
+            self._sync_cache(rt)
+            self._scale = float("nan")
+            if old is not None:
+                self._lib.strata_destroy(old)
+        # a layer is handed over when its parameters that take gradients all have one
+        self._layer_size = {}
+        for m, layer in modules:
+            self._hooks.append(m.register_forward_pre_hook(
+                lambda mod, args, layer=layer: self._on_forward(layer)))
+        for i, p in enumerate(self._params):
+            if layers[i] != extra and p.requires_grad:
+                self._layer_size[layers[i]] = self._layer_size.get(layers[i], 0) + 1
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda t, i=i: self._on_grad(i)))
+        log.info("attach: %d layers over %s (%d parameters outside it)", len(modules),
+                 type(model).__name__, sum(1 for x in layers if x == extra))
+        return self
+
+    def detach(self) -> None:
+        """Remove attach()'s hooks (the layers stay; step() runs every
+        layer's strata_hook_backward again)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's zero_grad; also forgets which layers attach()'s hooks
+        handed over since the last step (their gradients are discarded)."""
+        super().zero_grad(set_to_none=set_to_none)
+        self._reduced.clear()
+        self._ready.clear()
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Any:
+        """Within it, attach()'s gradient hooks do nothing: the backward of a
+        micro-batch that is not the last of a gradient accumulation (as
+        DistributedDataParallel.no_sync). The last micro-batch's backward,
+        outside it, hands the accumulated gradients to strata."""
+        prev, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = prev
+
+    def _fail_ranks(self, e: BaseException) -> None:
+        """An error on this rank while the others may be inside a collective
+        of the same hook: abort the group so that they fail too."""
+        if self._comm is not None:
+            self._comm.abort(f"rank {self._comm.rank}: {e}")
+
+    def _on_forward(self, layer: int) -> None:
+        with self._locked():
+            try:
+                L.check(self._lib.strata_hook_forward(self._rt, layer),
+                        f"strata_hook_forward({layer})")
+            except BaseException as e:
+                self._fail_ranks(e)
+                raise
+
+    @torch.no_grad()
+    def _on_grad(self, i: int) -> None:
+        if self._no_sync:
+            return
+        layer = self._layers[i]
+        with self._locked():
+            try:
+                if layer in self._reduced:
+                    if self._comm is None:
+                        return  # one rank: the hook reduces nothing; step() reads .grad
+                    raise _err("STRATA_ERR_STATE",
+                               f"{self._names[i]}: a second backward before step() under "
+                               "torchrun (its layer's gradients were reduced already): "
+                               "wrap all but the last micro-batch's backward of a gradient "
+                               "accumulation in `with opt.no_sync():`")
+                p, n = self._params[i], self._names[i]
+                g = p.grad
+                if g is None:
+                    return
+                self._check_grad(i, g)
+                gp = self._grad_ptr(i, g)
+                od, og = self._bufs[i]
+                if gp != og:
+                    L.check(self._lib.strata_param_set_buffers(self._rt, i, None,
+                                                               c_void_p(gp)),
+                            f"strata_param_set_buffers({n})")
+                    self._bufs[i] = (od, gp)
+                ready = self._ready.setdefault(layer, set())
+                ready.add(i)
+                if len(ready) == self._layer_size[layer]:
+                    L.check(self._lib.strata_hook_backward(self._rt, layer),
+                            f"strata_hook_backward({layer})")
+                    self._reduced.add(layer)
+                    del self._ready[layer]
+            except BaseException as e:
+                self._fail_ranks(e)
+                raise
 
     # ---- checkpoints
     def _meta(self) -> dict[str, Any]:
@@ -666,9 +1019,10 @@ class StrataOptimizer(torch.optim.Optimizer):
     def _load_dir(self, path: str, restore_weights: bool,
                   hypers: Optional[list[tuple[float, float]]] = None) -> None:
         with self._locked():
-            scratch = None if restore_weights else [p.detach().clone() for p in self._params]
-            ptrs = [_ptr(p) for p in (self._params if scratch is None else scratch)]
-            rt = self._build(ptrs)
+            # strata_load writes the checkpoint's weights into scratch copies: the
+            # parameters change only once everything was accepted
+            scratch = [self._data(i).detach().clone() for i in range(len(self._params))]
+            rt = self._build([_ptr(t) for t in scratch])
             try:
                 uj = c_void_p()
                 L.check(self._lib.strata_load(rt, os.fsencode(path), byref(uj), None),
@@ -680,16 +1034,21 @@ class StrataOptimizer(torch.optim.Optimizer):
                     user = json.loads(text)
                 self._check_meta(user.get("strata_torch") if isinstance(user, dict) else None,
                                  path)
-                if scratch is not None:
-                    for i, p in enumerate(self._params):
-                        L.check(self._lib.strata_param_set_buffers(rt, i, c_void_p(_ptr(p)),
-                                                                   None),
-                                "strata_param_set_buffers")
+                for i in range(len(self._params)):
+                    L.check(self._lib.strata_param_set_buffers(
+                        rt, i, c_void_p(_ptr(self._data(i))), None),
+                        "strata_param_set_buffers")
             except BaseException:
                 self._lib.strata_destroy(rt)
                 raise
+            if restore_weights:
+                with torch.no_grad():
+                    for i, t in enumerate(scratch):
+                        self._data(i).copy_(t)
+                self._write_back()
             old, self._rt = self._rt, rt
-            self._bufs = [(_ptr(p), _ptr(self._zeros)) for p in self._params]
+            self._stepped = True  # attach() would rebuild the runtime: refused from here
+            self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
             self._scale = float("nan")  # set again at the next step (strata_load restored it)
             self._sync_cache(rt)        # strata_load restored the per-parameter lr and decay
             hyper = hypers if hypers is not None else user.get("hyper", [])

@@ -26,3 +26,21 @@ def test_torchrun_bit_identical(opt, nproc, mode):
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.count("bit-identical") == nproc, out.stdout
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or
+                    not torch.distributed.is_gloo_available(), reason="no gloo")
+def test_torchrun_hooks_and_failures():
+    """attach()'s reduce-to-owner in the gradient hooks bit-identical to one
+    process (no_sync accumulation too); DDP parameters refused; a step refused
+    on one rank refused on both; a collective failing on one rank aborts the
+    group so that no rank waits (torchrun_hooks.py). A hang fails by the
+    subprocess timeout."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1")
+    port = 29500 + (os.getpid() % 1000) * 4 % 4000 + 3001
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-port", str(port), os.path.join(HERE, "torchrun_hooks.py")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("hooks ok") == 2, out.stdout
