@@ -41,7 +41,8 @@ def test_unknown_keyword_and_bad_values():
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
     assert "precondition_frequency" in e.value.message
     with pytest.raises(strata.StrataError) as e:
-        st.SOAP([p], precondition_frequency=2, async_roots=True, staleness=5)
+        # (staleness >= F is legal since the rings of results, issue #23)
+        st.SOAP([p], precondition_frequency=2, async_roots=True, staleness=-1)
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
     with pytest.raises(strata.StrataError) as e:
         st.Shampoo([p], grafting="sgd")
