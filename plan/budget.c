@@ -57,8 +57,6 @@ static strata_status sustains(budget_ctx *b, int F, int S, int W, bool *ok, doub
         *lat = b->A;
         return STRATA_OK;
     }
-    if (b->A > W * (double)F * T * b->u)
-        return STRATA_OK;
     double L = 0;
     strata_status st = heaviest(b, F, &L);
     if (st != STRATA_OK)
@@ -73,7 +71,8 @@ static strata_status sustains(budget_ctx *b, int F, int S, int W, bool *ok, doub
             B = w > B ? w : B;
         }
     *lat = (B + L) / W + 2.0 * (1.0 - 1.0 / W) * b->c;
-    *ok = *lat <= S * T * b->u;
+    *ok = *lat <= S * T * b->u && b->A <= W * (double)F * T * b->u &&
+          (!b->in->chained || *lat <= F * T * b->u);
     return STRATA_OK;
 }
 
@@ -185,8 +184,34 @@ strata_status strata_plan_budget(const strata_budget_input *in, strata_budget_pl
         goto out;
     p.feasible = found;
     if (!found) {
+        /* The workers fall behind: F at its limit, S the smallest whose deadline
+         * covers a result's latency (or the limit), and the smallest F that would
+         * sustain (fixed F only). */
         F = in->fixed_frequency > 0 ? in->fixed_frequency : b.fmax;
-        S = smax_of(in);
+        bool ok = false;
+        double lat = 0;
+        st = sustains(&b, F, 1, in->workers, &ok, &lat);
+        if (st != STRATA_OK)
+            goto out;
+        const double need = ceil(lat / (in->step_seconds * b.u) - 1e-12);
+        S = need > smax_of(in) ? smax_of(in) : need < in->min_staleness ? in->min_staleness
+                                                                         : (int)need;
+        if (in->fixed_frequency > 0) {
+            strata_budget_input free_f = *in;
+            free_f.fixed_frequency = 0;
+            budget_ctx b2 = b;
+            b2.in = &free_f;
+            int f2 = 0, s2 = 0;
+            bool found2 = false;
+            if (b.fmax >= in->fixed_frequency) {
+                st = search(&b2, in->workers, &f2, &s2, &found2);
+                if (st != STRATA_OK)
+                    goto out;
+            }
+            p.sustainable_frequency = found2 ? f2 : 0;
+        }
+    } else {
+        p.sustainable_frequency = F;
     }
     p.frequency = F;
     p.staleness = S;

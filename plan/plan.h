@@ -83,6 +83,8 @@ typedef struct strata_budget_input {
     int max_staleness;  /* largest S (the family's limit); < 0: 1000 */
     int max_frequency;  /* largest F; <= 0: 1000 */
     int fixed_frequency; /* > 0: F is given (plan S only: F cannot change after commit) */
+    bool chained;       /* a block's refreshes run one after the other (precond.h chain_in:
+                           SOAP, KL-Shampoo): also latency <= F T u */
 } strata_budget_input;
 
 typedef struct strata_budget_plan {
@@ -98,6 +100,8 @@ typedef struct strata_budget_plan {
                              fixed, -1 when no count up to 4096 does by the rule below
                              (the longest block is too long: faster cores, or split it) */
     int workers_for_s;    /* ... (F, S - 1): 0 when S == min_staleness */
+    int sustainable_frequency; /* the smallest F some S sustains (F itself when feasible;
+                                  0: none up to max_frequency) */
 } strata_budget_plan;
 
 /* Choose the freshest sustainable schedule: the (F, S) of smallest bound
@@ -121,6 +125,10 @@ typedef struct strata_budget_plan {
  * j starts all W workers are busy with that, its own point's other jobs
  * (<= L - c_j) or the running ones, so j ends within
  * ((W - 1) c + B + L - c_j) / W + c_j of a: the latency above at c_j = c.
+ * Chained refreshes (a block's next starts from its previous result) add
+ * latency <= F T u: then a job's predecessor, F steps earlier, is done by
+ * the job's own point plus latency - F T, and the same bound carries over
+ * by induction (at S < F it follows from the deadline).
  * Conservative (the engine usually does better); S appears only in the
  * deadline, so for each F the smallest S is ceil(latency / (T u)).
  * S = 0 (synchronous, the refresh on the critical path) is chosen only when
@@ -130,7 +138,9 @@ typedef struct strata_budget_plan {
  * non-finite cost, a group out of range, workers < 1, step_seconds <= 0,
  * ceiling > 1, min_staleness < 0, max_staleness < min_staleness),
  * STRATA_ERR_NOMEM. Nothing is written on an error. An infeasible plan is
- * not an error: out->feasible is false and F, S are the limits. */
+ * not an error: out->feasible is false, F is the fixed one (or the limit), S
+ * the smallest whose deadline covers the latency bound (or the limit), and
+ * sustainable_frequency says which F would do. */
 strata_status strata_plan_budget(const strata_budget_input *in, strata_budget_plan *out);
 
 /* Whether a step time `now_s` has drifted from the one a plan was made for

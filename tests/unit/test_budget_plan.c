@@ -120,6 +120,7 @@ static void test_against_search(void **state)
         assert_int_equal(p.frequency, bf);
         assert_int_equal(p.staleness, bs);
         assert_int_equal(p.bound, bf - 1 + bs);
+        assert_int_equal(p.sustainable_frequency, bf);
         assert_true(p.utilization <= 0.8 + 1e-12);
         if (p.workers_for_s > 0) {
             assert_true(ref_sustains(cost, n, p.workers_for_s, T, 0.8, bf, bs - 1));
@@ -169,6 +170,25 @@ static void test_replan(void **state)
     assert_int_equal(s.workers_for_f, 0);
 }
 
+/* Chained refreshes (SOAP, KL-Shampoo): one 2 s block, 4 workers, 1 s steps:
+ * latency 2/4 + 2 (3/4) 2 = 3.5 s; unchained F = 1, S = 5 (3.5 <= 4); chained
+ * also 3.5 <= 0.8 F: F = 5, S = 5. */
+static void test_chained(void **state)
+{
+    (void)state;
+    const double cost[1] = {2.0};
+    strata_budget_input in = input(cost, 1, 4, 1.0);
+    strata_budget_plan p;
+    assert_int_equal(strata_plan_budget(&in, &p), STRATA_OK);
+    assert_int_equal(p.frequency, 1);
+    assert_int_equal(p.staleness, 5);
+    in.chained = true;
+    assert_int_equal(strata_plan_budget(&in, &p), STRATA_OK);
+    assert_int_equal(p.frequency, 5);
+    assert_int_equal(p.staleness, 5);
+    assert_true(fabs(p.latency_seconds - 3.5) < 1e-12);
+}
+
 /* Staggered: the heaviest phase, not the whole period, is in flight. */
 static void test_staggered(void **state)
 {
@@ -216,6 +236,17 @@ static void test_refusals(void **state)
     in = input(big, 1, 1, 0.01);
     assert_int_equal(strata_plan_budget(&in, &p), STRATA_OK);
     assert_false(p.feasible);
+    assert_int_equal(p.sustainable_frequency, 0);
+    /* F fixed at 2 for one 2 s block on one worker, 1 s steps: throughput needs F >= 3;
+     * S covers the latency (2 s at 0.8 s per step: 3), F = 3 named */
+    const double two[1] = {2.0};
+    in = input(two, 1, 1, 1.0);
+    in.fixed_frequency = 2;
+    assert_int_equal(strata_plan_budget(&in, &p), STRATA_OK);
+    assert_false(p.feasible);
+    assert_int_equal(p.frequency, 2);
+    assert_int_equal(p.staleness, 3);
+    assert_int_equal(p.sustainable_frequency, 3);
 }
 
 int main(void)
@@ -223,7 +254,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_by_hand),   cmocka_unit_test(test_against_search),
         cmocka_unit_test(test_replan),    cmocka_unit_test(test_staggered),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals),  cmocka_unit_test(test_chained),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
