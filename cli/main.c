@@ -230,7 +230,35 @@ static int set_staleness(train_args *a, const train_flag *f, const char *arg)
 {
     if (a->cmd == CMD_RACE)
         return set_values(a, f, arg);
-    return parse_int("--staleness", arg, (long)f->lo, (long)f->hi, &a->o.strata.staleness);
+    a->o.auto_staleness = a->cmd == CMD_TRAIN && strcmp(arg, "auto") == 0;
+    if (a->o.auto_staleness)
+        return 0;
+    if (parse_int("--staleness", arg, (long)f->lo, (long)f->hi, &a->o.strata.staleness)) {
+        if (a->cmd == CMD_TRAIN)
+            fprintf(stderr, "strata: --staleness also accepts 'auto' (train)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* --precondition-frequency: N, or auto (train: planned with the staleness). */
+static int set_frequency(train_args *a, const train_flag *f, const char *arg)
+{
+    a->o.auto_frequency = a->cmd == CMD_TRAIN && strcmp(arg, "auto") == 0;
+    if (a->o.auto_frequency)
+        return 0;
+    if (parse_int("--precondition-frequency", arg, (long)f->lo, (long)f->hi,
+                  &a->o.strata.precondition_frequency)) {
+        if (a->cmd == CMD_TRAIN)
+            fprintf(stderr, "strata: --precondition-frequency also accepts 'auto' (train)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void dflt_frequency(const train_args *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%d", d->o.strata.precondition_frequency);
 }
 
 static void dflt_staleness(const train_args *d, char *buf, size_t n)
@@ -359,10 +387,10 @@ static const train_flag train_flag_rows[] = {
     {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
      .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
 
-    {CFG(precondition_frequency), .type = FT_INT, .lo = 1, .hi = INT_MAX / 2,
-     .group = G_SHAMPOO, .arg = "N",
+    {CFG(precondition_frequency), .type = FT_CUSTOM, .set = set_frequency, .lo = 1,
+     .hi = INT_MAX / 2, .dflt = dflt_frequency, .group = G_SHAMPOO, .arg = "N|auto",
      .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
-             "(default {})"},
+             "(default {}); auto (train): the\nsmallest the workers sustain, with --staleness"},
     {CFG(shampoo_start_preconditioning_step), .type = FT_INT, .lo = -1, .hi = INT_MAX / 2,
      .group = G_SHAMPOO, .arg = "N",
      .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1"},
@@ -430,9 +458,10 @@ static const train_flag train_flag_rows[] = {
     {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads"},
     {CFG(staleness), .type = FT_CUSTOM, .set = set_staleness, .lo = 0, .hi = 1000000,
-     .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S",
+     .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S|auto",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
-             "precondition-frequency - 1 + S"},
+             "precondition-frequency - 1 + S; auto (train):\nthe smallest the workers sustain "
+             "at the measured\nstep time (80% busy at most; implies --async)"},
     {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)"},
     {CFG(install_mode), .type = FT_NAME,

@@ -425,3 +425,148 @@ out:
     free(assign);
     return st;
 }
+
+/* ---- the staleness budget (strata.h strata_plan_budget_auto) */
+
+strata_status strata_plan_budget_auto(const strata_config *cfg, const strata_param_desc *params,
+                                      int n, double loop_seconds, double ceiling,
+                                      bool plan_frequency, bool plan_staleness,
+                                      strata_budget_choice *out)
+{
+    if (!cfg || !params || n < 1 || !out || !(loop_seconds > 0) || !isfinite(loop_seconds) ||
+        ceiling > 1 || (!plan_frequency && !plan_staleness))
+        return strata_error(STRATA_ERR_INVALID_ARG, "plan_budget_auto: NULL, n < 1, loop "
+                            "%g s (> 0), ceiling %g (<= 1) or nothing to plan",
+                            loop_seconds, ceiling);
+    if (cfg->comm && strata_comm_size(cfg->comm) > 1)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "the staleness budget is planned for one "
+                            "rank only (give --staleness and --precondition-frequency)");
+    strata_config c = *cfg;
+    strata_rt_config_resolve(&c);
+    strata_status st = strata_rt_check_config(&c);
+    if (st != STRATA_OK)
+        return st;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int workers = c.workers > 0 ? c.workers : (int)cores - 1;
+    workers = workers < 1 ? 1 : workers;
+    plan_param *pp = calloc((size_t)n, sizeof *pp);
+    double *jobs = NULL;
+    int *group = NULL, n_jobs = 0, cap_jobs = 0, n_groups = 0;
+    strata_cost_fit fit[32];
+    bool have_fit[32] = {false};
+    strata_backend *be = NULL;
+    int frequency = 0, max_staleness = -1;
+    bool chained = false;
+    double optimizer = 0;
+    if (!pp) {
+        st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
+        goto out;
+    }
+    st = strata_backend_create_kind(STRATA_BACKEND_CPU, 1, &be);
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        plan_param *p = &pp[i];
+        const strata_param_desc *d = &params[i];
+        st = view_of(d, &p->view);
+        if (st != STRATA_OK)
+            break;
+        p->tail = strata_rt_is_tail_rule(&c, d->role, d->ndim, p->view.rows, p->view.cols);
+        p->kind = d->optimizer != STRATA_OPTIM_DEFAULT ? d->optimizer
+                  : p->tail                            ? strata_family_tail_kind()
+                                                       : c.matrix_optimizer;
+        p->fam = strata_rt_family_for(&c, p->kind, &p->fc);
+        const int k = (int)p->kind;
+        if (!p->fam || k < 0 || k >= 32) {
+            st = strata_error(STRATA_ERR_INVALID_ARG, "plan: '%s': unknown optimizer %d",
+                              d->name, k);
+            break;
+        }
+        if (!p->fam->plan) {
+            st = strata_error(STRATA_ERR_UNSUPPORTED, "plan: '%s': the %s family cannot be "
+                              "planned", d->name, p->fam->name);
+            break;
+        }
+        if (!have_fit[k]) {
+            st = strata_cost_fit_family(be, p->fam, p->fc, &fit[k]);
+            if (st != STRATA_OK)
+                break;
+            have_fit[k] = true;
+        }
+        double P, R;
+        strata_cost_features(p->fam, p->fc, &p->view, &P, &R);
+        optimizer += fit[k].product_s * P + fit[k].element_s * (double)p->view.numel;
+        p->refreshes = p->fam->has_refresh && p->fam->has_refresh(p->fc) &&
+                       c.async && p->fam->async_capable(p->fc);
+        if (!p->refreshes)
+            continue;
+        strata_precond_schedule sch;
+        p->fam->schedule(p->fc, &sch);
+        frequency = sch.frequency;
+        max_staleness = sch.max_staleness;
+        chained = chained || p->fam->chain_in != NULL;
+        int nb = 0;
+        strata_precond_block *blk = blocks_of(p, &nb);
+        for (int b = 0; b < nb && st == STRATA_OK; b++) {
+            if (n_jobs == cap_jobs) {
+                cap_jobs = cap_jobs ? 2 * cap_jobs : 256;
+                double *nj = realloc(jobs, (size_t)cap_jobs * sizeof *nj);
+                int *ng = nj ? realloc(group, (size_t)cap_jobs * sizeof *ng) : NULL;
+                if (nj)
+                    jobs = nj;
+                if (ng)
+                    group = ng;
+                if (!nj || !ng) {
+                    st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
+                    break;
+                }
+            }
+            jobs[n_jobs] = fit[k].refresh_s * strata_cost_block_refresh(&blk[b]);
+            group[n_jobs++] = n_groups;
+        }
+        if (nb < 0)
+            st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
+        free(blk);
+        n_groups++;
+    }
+    if (st != STRATA_OK)
+        goto out;
+    if (n_jobs == 0) {
+        st = strata_error(STRATA_ERR_UNSUPPORTED, "the staleness budget: no parameter refreshes "
+                          "asynchronously (%s%s): nothing to plan",
+                          strata_optimizer_name(c.matrix_optimizer),
+                          c.async ? "" : ", not --async");
+        goto out;
+    }
+    strata_budget_input in = {.block_seconds = jobs, .n_blocks = n_jobs, .group = group,
+                              .n_groups = n_groups, .workers = workers,
+                              .step_seconds = loop_seconds + optimizer, .ceiling = ceiling,
+                              .staggered = c.stagger_refresh,
+                              .chained = chained,
+                              .min_staleness = plan_staleness ? 1 : c.staleness,
+                              .max_staleness = plan_staleness ? max_staleness : c.staleness,
+                              .fixed_frequency = plan_frequency ? 0 : frequency};
+    if (in.max_staleness >= 0 && in.max_staleness < in.min_staleness) {
+        st = strata_error(STRATA_ERR_UNSUPPORTED, "the staleness budget: %s accepts S <= %d "
+                          "asynchronously", strata_optimizer_name(c.matrix_optimizer),
+                          in.max_staleness);
+        goto out;
+    }
+    strata_budget_plan bp;
+    st = strata_plan_budget(&in, &bp);
+    if (st != STRATA_OK)
+        goto out;
+    *out = (strata_budget_choice){
+        .feasible = bp.feasible, .frequency = bp.frequency, .staleness = bp.staleness,
+        .bound = bp.bound, .workers = workers, .blocks = n_jobs,
+        .step_seconds = in.step_seconds, .optimizer_seconds = optimizer,
+        .period_seconds = bp.period_work, .largest_block_seconds = bp.largest_block,
+        .latency_seconds = bp.latency_seconds, .utilization = bp.utilization,
+        .ceiling = ceiling > 0 ? ceiling : 0.8, .workers_for_frequency = bp.workers_for_f,
+        .workers_for_staleness = plan_staleness ? bp.workers_for_s : 0,
+        .sustainable_frequency = bp.sustainable_frequency};
+out:
+    strata_backend_destroy(be);
+    free(pp);
+    free(jobs);
+    free(group);
+    return st;
+}

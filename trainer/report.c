@@ -836,6 +836,11 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)t->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
                 (long long)t->coh_installs, (long long)t->coh_dropped,
                 t->host_bytes_peak / 1048576.0, t->nvme_bytes_peak / 1048576.0, over);
+    if (res->budget_planned) {
+        char line[512];
+        fprintf(f, "budget: %s%s\n", gpt_budget_line(res, line, sizeof line),
+                res->budget_drift_step_s > 0 ? " | drifted: see the budget note" : "");
+    }
     if (res->world_size > 1) {
         fprintf(f, "ranks: %d, sharding %s (planned makespan / lower bound %.3f)\n",
                 res->world_size,
@@ -855,6 +860,70 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                     intra, inter, g->refreshes_computed, g->refreshes_received);
         }
     }
+}
+
+const char *gpt_budget_line(const gpt_train_result *res, char *buf, size_t n)
+{
+    const strata_budget_choice *b = &res->budget;
+    char fresher[160] = "";
+    int k = 0;
+    if (!b->feasible)
+        k += snprintf(fresher + k, sizeof fresher - (size_t)k, "; %s",
+                      b->sustainable_frequency > 0 ? "" : "no F up to 1000 sustains");
+    if (!b->feasible && b->sustainable_frequency > 0)
+        k += snprintf(fresher + k, sizeof fresher - (size_t)k,
+                      "F >= %d sustains (--precondition-frequency auto)",
+                      b->sustainable_frequency);
+    if (b->workers_for_frequency != 0)
+        k += snprintf(fresher + k, sizeof fresher - (size_t)k, "; F = %d needs %s%d workers",
+                      b->frequency - 1, b->workers_for_frequency < 0 ? "more than " : "",
+                      b->workers_for_frequency < 0 ? 4096 : b->workers_for_frequency);
+    if (b->workers_for_staleness != 0 && k < (int)sizeof fresher)
+        snprintf(fresher + k, sizeof fresher - (size_t)k, "; S = %d needs %s%d workers",
+                 b->staleness - 1, b->workers_for_staleness < 0 ? "more than " : "",
+                 b->workers_for_staleness < 0 ? 4096 : b->workers_for_staleness);
+    snprintf(buf, n,
+             "%sF = %d, S = %d (staleness <= %d) for a %.1f ms step (forward+backward %.1f "
+             "ms measured, optimizer %.1f ms modelled) | %d blocks, %.3g s of refreshes per "
+             "period on %d worker%s: %.0f%% busy (ceiling %.0f%%), results within %.3g s%s",
+             b->feasible ? "" : "NOT SUSTAINABLE (steps will wait): ", b->frequency,
+             b->staleness, b->bound, 1e3 * b->step_seconds, 1e3 * res->budget_loop_s,
+             1e3 * b->optimizer_seconds, b->blocks, b->period_seconds, b->workers,
+             b->workers == 1 ? "" : "s", 100.0 * b->utilization, 100.0 * b->ceiling,
+             b->latency_seconds, fresher);
+    return buf;
+}
+
+static json_object *budget_json(const gpt_train_result *res)
+{
+    const strata_budget_choice *b = &res->budget;
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "feasible", json_object_new_boolean(b->feasible));
+    json_object_object_add(j, "frequency", json_object_new_int(b->frequency));
+    json_object_object_add(j, "staleness", json_object_new_int(b->staleness));
+    json_object_object_add(j, "bound", json_object_new_int(b->bound));
+    json_object_object_add(j, "workers", json_object_new_int(b->workers));
+    json_object_object_add(j, "blocks", json_object_new_int(b->blocks));
+    json_add_double(j, "step_s", b->step_seconds);
+    json_add_double(j, "loop_s", res->budget_loop_s);
+    json_add_double(j, "optimizer_s", b->optimizer_seconds);
+    json_add_double(j, "period_s", b->period_seconds);
+    json_add_double(j, "largest_block_s", b->largest_block_seconds);
+    json_add_double(j, "latency_s", b->latency_seconds);
+    json_add_double(j, "utilization", b->utilization);
+    json_add_double(j, "ceiling", b->ceiling);
+    json_object_object_add(j, "workers_for_frequency",
+                           json_object_new_int(b->workers_for_frequency));
+    json_object_object_add(j, "workers_for_staleness",
+                           json_object_new_int(b->workers_for_staleness));
+    json_object_object_add(j, "sustainable_frequency",
+                           json_object_new_int(b->sustainable_frequency));
+    if (res->budget_drift_step_s > 0) {
+        json_add_double(j, "drift_step_s", res->budget_drift_step_s);
+        json_object_object_add(j, "drift_staleness",
+                               json_object_new_int(res->budget_drift_staleness));
+    }
+    return j;
 }
 
 static void write_summary(const gpt_report *rep, const gpt_train_result *res)
@@ -913,6 +982,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_object_object_add(j, "step_threads", json_object_new_int(rep->step_threads));
     if (res->interrupted)
         json_object_object_add(j, "interrupted", json_object_new_string(signal_name(res->interrupted)));
+    if (res->budget_planned)
+        json_object_object_add(j, "budget", budget_json(res));
     json_object_object_add(j, "async", json_object_new_boolean(async));
     if (async) {
         json_object_object_add(j, "staleness", json_object_new_int(rep->o.strata.staleness));

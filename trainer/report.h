@@ -78,6 +78,10 @@ void gpt_report_seed_losses(gpt_report *rep, const float *losses, int n);
  * res->stats and res->unigram_val_loss must already hold the run's values. */
 void gpt_report_summary(gpt_report *rep, gpt_train_result *res);
 
+/* The staleness budget's choice (res->budget, --staleness auto) in one line,
+ * written into buf (n bytes); returns buf. */
+const char *gpt_budget_line(const gpt_train_result *res, char *buf, size_t n);
+
 /* A run that diverged (STRATA_ERR_NONFINITE): fill res like
  * gpt_report_summary (from the steps recorded so far, possibly none) and
  * write the summary record with "diverged": true to the metrics file; no

@@ -1118,6 +1118,77 @@ static strata_status register_params(strata_runtime *rt, const train_model *mode
     return STRATA_OK;
 }
 
+/* ---- the staleness budget (--staleness auto, --precondition-frequency auto) */
+
+enum { BUDGET_DRIFT_STEPS = 5 };
+#define BUDGET_DRIFT_FACTOR 1.5 /* re-plan when a warm step is 1.5x slower or faster */
+
+static int budget_noop_layer(void *ctx, int layer)
+{
+    (void)ctx;
+    (void)layer;
+    return 0;
+}
+
+/* The parameters as register_params gives them to the runtime. */
+static strata_param_desc *budget_descs(const train_model *m, int *n)
+{
+    *n = model_num_tensors(m);
+    strata_param_desc *d = calloc((size_t)*n, sizeof *d);
+    for (int i = 0; d && i < *n; i++) {
+        const gpt_tensor *t = model_tensor_at(m, i);
+        d[i] = (strata_param_desc){
+            .name = t->name,
+            .ndim = t->ndim,
+            .shape = {t->shape[0], t->ndim == 2 ? t->shape[1] : 1},
+            .layer = t->layer,
+            .role = t->role == GPT_ROLE_EMBEDDING ? STRATA_ROLE_EMBEDDING
+                    : t->role == GPT_ROLE_MATRIX  ? STRATA_ROLE_MATRIX
+                                                  : STRATA_ROLE_VECTOR,
+            .optimizer = STRATA_OPTIM_DEFAULT,
+            .memory = m->gpu ? STRATA_MEM_MANAGED : STRATA_MEM_DEVICE,
+            .data = t->data,
+            .grad = t->grad,
+        };
+    }
+    return d;
+}
+
+/* The loop's time per step outside strata_step: the fastest of three
+ * forward+backward passes after one warm-up (the fastest: a plan for a faster
+ * step is the stricter one), times the micro-batches of a step. The batch
+ * comes from a copy of the sampler, so the run's batches do not change. */
+static strata_status budget_loop_seconds(const gpt_train_options *o, train_model *m,
+                                         gpt_data *data, double *out)
+{
+    const int B = o->batch, T = o->seq_len;
+    uint8_t *x = malloc((size_t)B * T), *y = malloc((size_t)B * T);
+    strata_status st = x && y ? STRATA_OK
+                              : strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+    uint64_t rng = o->seed ^ 0x5DEECE66Dull;
+    double best = INFINITY;
+    for (int k = 0; k < 4 && st == STRATA_OK; k++) {
+        gpt_data_batch(data, 0, B, T, &rng, x, y);
+        float loss = 0.0f;
+        const double t0 = now_seconds();
+        st = (strata_status)model_zero_grad(m);
+        if (st == STRATA_OK)
+            st = (strata_status)model_forward(m, x, y, B, T, budget_noop_layer, NULL, &loss);
+        if (st == STRATA_OK)
+            st = (strata_status)model_backward(m, budget_noop_layer, NULL);
+        const double dt = now_seconds() - t0;
+        if (k > 0 && dt < best)
+            best = dt;
+    }
+    if (st == STRATA_OK)
+        st = (strata_status)model_zero_grad(m);
+    free(x);
+    free(y);
+    const int M = o->grad_accum > 1 ? o->grad_accum : 1;
+    *out = best * M;
+    return st;
+}
+
 strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_result *res)
 {
     if (!opts || !res)
@@ -1134,9 +1205,13 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_status st = validate(&o);
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
+    if (st == STRATA_OK && o.resume && o.auto_frequency)
+        st = strata_error(STRATA_ERR_INVALID_ARG, "--precondition-frequency auto: F is the "
+                          "resumed run's schedule; give the checkpoint's F (--staleness auto "
+                          "re-plans S on a resume)");
     res->config_refused = st != STRATA_OK;
     /* A bad --resume path fails before anything is loaded or printed. */
-    char resume_dir[4096];
+    char resume_dir[4096], buf_budget[512];
     if (st == STRATA_OK && o.resume)
         st = resolve_resume(o.resume, resume_dir, sizeof resume_dir);
     if (st == STRATA_OK && o.resume)
@@ -1164,6 +1239,26 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     st = (strata_status)model_create(&o, &model);
     if (st != STRATA_OK)
         goto out;
+    if (o.auto_staleness || o.auto_frequency) {
+        /* Plan before the runtime exists: F sizes the engine's rings at commit and
+         * cannot change after it. */
+        int nd = 0;
+        strata_param_desc *descs = budget_descs(&model, &nd);
+        o.strata.async = true;
+        st = descs ? budget_loop_seconds(&o, &model, &data, &res->budget_loop_s)
+                   : strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+        if (st == STRATA_OK)
+            st = strata_plan_budget_auto(&o.strata, descs, nd, res->budget_loop_s, 0.8,
+                                         o.auto_frequency, o.auto_staleness, &res->budget);
+        free(descs);
+        if (st != STRATA_OK)
+            goto out;
+        res->budget_planned = true;
+        if (o.auto_frequency)
+            o.strata.precondition_frequency = res->budget.frequency;
+        if (o.auto_staleness)
+            o.strata.staleness = res->budget.staleness;
+    }
     st = strata_create(&o.strata, &rt);
     if (st != STRATA_OK)
         goto out;
@@ -1280,6 +1375,9 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         if (st != STRATA_OK)
             goto out;
     }
+    double drift_sum = 0.0;
+    if (res->budget_planned && out && !o.quiet && rank0)
+        fprintf(out, "budget: %s\n", gpt_budget_line(res, buf_budget, sizeof buf_budget));
     for (int step = first_step; step < o.steps; step++) {
         /* A signal: stop between steps, never inside one; with several ranks
          * all of them stop at the same step (a signal to any rank counts). */
@@ -1317,6 +1415,37 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
             goto out;
         const double t2 = now_seconds();
         res->steps_done = step + 1;
+        if (res->budget_planned && o.auto_staleness && step > first_step &&
+            step <= first_step + BUDGET_DRIFT_STEPS) {
+            /* Drift: steps 2..6 of this run against the step time planned for. S
+             * sizes the engine's rings at commit and has no run-time setter, so a
+             * drifted plan is reported (apply it by resuming with --staleness). */
+            drift_sum += t2 - t0;
+            if (step == first_step + BUDGET_DRIFT_STEPS) {
+                const double now_s = drift_sum / BUDGET_DRIFT_STEPS,
+                             plan_s = res->budget.step_seconds;
+                if (now_s > BUDGET_DRIFT_FACTOR * plan_s || now_s * BUDGET_DRIFT_FACTOR < plan_s) {
+                    int nd = 0;
+                    strata_param_desc *descs = budget_descs(&model, &nd);
+                    strata_budget_choice again;
+                    const double loop_s = now_s - res->budget.optimizer_seconds;
+                    if (descs && loop_s > 0 &&
+                        strata_plan_budget_auto(&o.strata, descs, nd, loop_s, 0.8, false, true,
+                                                &again) == STRATA_OK) {
+                        res->budget_drift_step_s = now_s;
+                        res->budget_drift_staleness = again.staleness;
+                        if (out && !o.quiet)
+                            fprintf(out, "budget: steps %d-%d took %.1f ms, %.2fx the %.1f ms "
+                                    "planned for: re-planned S = %d at F = %d (S is fixed once "
+                                    "the run has started: resume with --staleness %d to apply)\n",
+                                    first_step + 2, step + 1, 1e3 * now_s, now_s / plan_s,
+                                    1e3 * plan_s, again.staleness, again.frequency,
+                                    again.staleness);
+                    }
+                    free(descs);
+                }
+            }
+        }
         strata_stats s;
         strata_stats_get(rt, &s);
         if (step == 0) {

@@ -78,6 +78,12 @@ typedef struct gpt_train_options {
     bool save_after_load;    /* with resume: save into save_dir/step-NNNNNNNN right after the
                                 load, before any step: the checkpoint as this run's ranks,
                                 owners and shard groups hold it (a resharded copy) */
+    /* The staleness budget (--staleness auto, --precondition-frequency auto): before
+     * the runtime is created, time a few forward+backward passes, add the cost model's
+     * optimizer step and plan the freshest sustainable S (and F) on the workers
+     * (strata_plan_budget_auto, ceiling 80%); implies async. F is not planned on a
+     * resume (the run's schedule); S is (the checkpoint accepts another staleness). */
+    bool auto_staleness, auto_frequency;
 } gpt_train_options;
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
@@ -160,6 +166,13 @@ typedef struct gpt_train_result {
     double ckpt_bytes;        /* bytes of the last checkpoint (this rank) */
     double ckpt_save_mib_s;   /* the last save's throughput (bytes / its pause) */
     double ckpt_load_s, ckpt_load_mib_s; /* the resume's load (0 without --resume) */
+    bool budget_planned;      /* auto_staleness / auto_frequency: the choice below */
+    strata_budget_choice budget;
+    double budget_loop_s;     /* forward+backward per step measured for it (s) */
+    double budget_drift_step_s; /* a warm step's measured time when it drifted more than
+                                   1.5x from budget.step_seconds (0: no drift seen) */
+    int budget_drift_staleness; /* ... and the S planned for it (S is fixed once the runtime
+                                   is committed: apply it by resuming with --staleness) */
 } gpt_train_result;
 
 /* Defaults as documented on each field (matrix optimizer: Shampoo with Adam

@@ -877,6 +877,54 @@ STRATA_API strata_status strata_plan_estimate(const strata_config *cfg,
                                               strata_plan_rank *ranks,
                                               strata_plan_summary *out);
 
+/* The staleness budget of a run (--staleness auto, --precondition-frequency
+ * auto): the freshest precondition frequency F and staleness S the refresh
+ * workers sustain, planned by plan/plan.h's strata_plan_budget (its rule and
+ * reference are there) from each block's refresh cost (the fitted cost model
+ * of strata_plan_estimate) and the step time. */
+typedef struct strata_budget_choice {
+    bool feasible;           /* some (F, S) within the limits sustains (else F is the
+                                configuration's or 1000, S the smallest whose deadline
+                                covers one result's latency: the workers fall behind and
+                                steps wait; see sustainable_frequency) */
+    int32_t frequency;       /* F chosen (or the configuration's when not planned) */
+    int32_t staleness;       /* S chosen (>= 1: asynchronous) */
+    int32_t bound;           /* F - 1 + S: the staleness the choice guarantees */
+    int32_t workers;         /* refresh workers planned for */
+    int32_t blocks;          /* preconditioner blocks that refresh */
+    double step_seconds;     /* T planned for: loop_seconds + optimizer_seconds */
+    double optimizer_seconds; /* the modelled optimizer step, refreshes excluded (s) */
+    double period_seconds;   /* one refresh of every block on one worker (s) */
+    double largest_block_seconds; /* the longest single refresh (s) */
+    double latency_seconds;  /* the bound on a result's arrival after its refresh point (s) */
+    double utilization;      /* period_seconds / (workers F T) */
+    double ceiling;          /* the utilization ceiling used */
+    int32_t workers_for_frequency; /* workers that would sustain (F - 1, S); 0: F is 1 or
+                                      was not planned; -1: no count up to 4096 */
+    int32_t workers_for_staleness; /* ... (F, S - 1); 0: S is 1 or was not planned */
+    int32_t sustainable_frequency; /* the smallest F the workers sustain (= frequency when
+                                      feasible; 0: none up to 1000) */
+} strata_budget_choice;
+
+/* Plan the budget of `n` parameters (strata_param_add's descriptors, as
+ * strata_plan_estimate reads them) under `cfg` on one rank: loop_seconds is
+ * the training loop's measured time per step outside strata_step (forward
+ * and backward, s, > 0); the optimizer's own step is added from the cost
+ * model. ceiling in (0, 1] is the workers' utilization ceiling (<= 0: 0.8).
+ * plan_frequency: choose F (else cfg's, resolved); plan_staleness: choose S
+ * >= 1 (else cfg->staleness). Workers: cfg->workers, else online cores - 1.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL, n < 1, loop_seconds <= 0, neither
+ * planned, a bad descriptor or configuration as strata_plan_estimate),
+ * STRATA_ERR_UNSUPPORTED (several ranks, a family without a plan or without
+ * refreshes: nothing to plan), STRATA_ERR_NOMEM. Measuring the cost model
+ * runs a few optimizer steps on the calling thread (once per machine and
+ * family; cached). */
+STRATA_API strata_status strata_plan_budget_auto(const strata_config *cfg,
+                                                 const strata_param_desc *params, int n,
+                                                 double loop_seconds, double ceiling,
+                                                 bool plan_frequency, bool plan_staleness,
+                                                 strata_budget_choice *out);
+
 /* Which optimizer a registered parameter was routed to (valid after commit). */
 STRATA_API strata_status strata_param_optimizer(const strata_runtime *rt, strata_param_id id,
                                                 strata_optimizer *out);

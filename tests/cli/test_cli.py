@@ -117,8 +117,10 @@ with tempfile.TemporaryDirectory() as tmp:
     # --help comes from the flag table: groups, derived defaults, choices.
     p = run("train", "--help", expect_rc=0, expect_text="\n\nkl-shampoo:\n", stream="stdout")
     for want in ("\n\ndata and model:\n", "\n\nshampoo:\n", "\n\nmuon:\n", "\n\noutput:\n",
-                 "  --precondition-frequency N  steps between inverse-root (shampoo) or eigenbasis\n"
-                 "                              (soap, kl-shampoo) refreshes (default 10)\n",
+                 "  --precondition-frequency N|auto  steps between inverse-root (shampoo) or "
+                 "eigenbasis\n"
+                 "                              (soap, kl-shampoo) refreshes (default 10); auto "
+                 "(train): the\n",
                  "  --grafting adam|adagrad|none  (default adam)\n",
                  "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
                  "                              nonzero gradient (default auto)\n",
