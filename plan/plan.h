@@ -147,8 +147,6 @@ strata_status strata_plan_budget(const strata_budget_input *in, strata_budget_pl
  * (`planned_s`) by more than `factor` (> 1; e.g. 1.5) either way: re-plan. */
 bool strata_plan_budget_drifted(double planned_s, double now_s, double factor);
 
-#endif
-
 typedef struct strata_plan_result {
     double makespan;     /* the largest bin load of the chosen assignment */
     double lower_bound;  /* max(total / bins, the largest item, the bins-th plus the
@@ -180,3 +178,5 @@ int strata_plan_milp(const double *cost, const double *bytes, int n, int bins, d
 
 /* Whether the exact MILP is built in (GLPK). */
 bool strata_plan_has_milp(void);
+
+#endif /* STRATA_PLAN_PLAN_H */
