@@ -57,6 +57,13 @@ static void usage_main(FILE *f)
 /* The commands that parse the train flags. */
 typedef enum train_cmd { CMD_TRAIN, CMD_SWEEP, CMD_RACE, CMD_PLAN } train_cmd;
 
+/* The subcommand's word on the command line. */
+static const char *cmd_word(train_cmd c)
+{
+    return c == CMD_SWEEP ? "sweep-staleness" : c == CMD_RACE ? "race"
+           : c == CMD_PLAN ? "plan" : "train";
+}
+
 /* What the train flags fill in: the training options, plus the flags that
  * fan out to several options after parsing, plus sweep-staleness's and
  * race's own. */
@@ -908,8 +915,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == ':') { /* a known flag at the end of the line, without its value */
             const bool known = optopt >= 256 && optopt < 256 + (int)N_FLAGS;
-            fprintf(stderr, "strata: %s%s needs a value (see strata train --help)\n",
-                    known ? "--" : "", known ? train_flags[optopt - 256].name : argv[optind - 1]);
+            fprintf(stderr, "strata: %s%s needs a value (see strata %s --help)\n",
+                    known ? "--" : "", known ? train_flags[optopt - 256].name : argv[optind - 1],
+                    cmd_word(cmd));
             return 2;
         }
         const train_flag *f = c >= 256 && c < 256 + (int)N_FLAGS ? &train_flags[c - 256] : NULL;
@@ -922,8 +930,8 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             return 100;
         }
         if (!f) {
-            fprintf(stderr, "strata: unknown or incomplete option '%s' (see strata train --help)\n",
-                    argv[optind - 1]);
+            fprintf(stderr, "strata: unknown or incomplete option '%s' (see strata %s --help)\n",
+                    argv[optind - 1], cmd_word(cmd));
             return 2;
         }
         if (f->only && !(f->only & 1u << cmd)) {
@@ -1720,7 +1728,9 @@ static int cmd_plan(int argc, char **argv)
     }
     printf("cost model: fitted on this machine (%d anchor%s measured now, %.2f s); plan %.2f s\n",
            sum.cost_measured, sum.cost_measured == 1 ? "" : "s", sum.cost_seconds, elapsed);
-    rc = 0;
+    /* a plan that does not fit the --memory-gib cap is a finding a script
+     * checks: exit 1 (everything above is still printed) */
+    rc = a.memory_gib > 0 && (double)sum.max_total > a.memory_gib * 1073741824.0 ? 1 : 0;
 out:
     free(ranks);
     free(descs);
