@@ -192,7 +192,7 @@ static void test_team(void **state)
         strata_worker_team *t;
         assert_int_equal(strata_worker_team_create(threads[k], &t), STRATA_OK);
         assert_int_equal(strata_worker_team_threads(t), threads[k]);
-        for (int rep = 0; rep < 20; rep++)
+        for (int rep = 0; rep < 5; rep++)
             for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
                 team_rec r = {.n = sizes[s], .count = count, .wait = threads[k] > 1};
                 memset(count, 0, sizeof count);
