@@ -104,6 +104,12 @@ static void run_steps(strata_runtime *rt, int layers, int steps)
 static void test_ledger_vs_rss(void **state)
 {
     (void)state;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer backs every touched page with shadow memory several
+     * times its size (measured: 721 MiB of RSS growth for 148 MiB held), so
+     * RSS says nothing about the ledger there; the other builds check it. */
+    skip();
+#endif
     const int64_t rows = 512, cols = 768;
     strata_config cfg;
     strata_config_default(&cfg);
