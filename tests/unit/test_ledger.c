@@ -110,6 +110,11 @@ static void test_ledger_vs_rss(void **state)
      * RSS says nothing about the ledger there; the other builds check it. */
     skip();
 #endif
+    /* Under an emulator (a cross build's tests run through meson's exe
+     * wrapper, qemu-user), RSS is the emulator's and holds its translation
+     * buffers (measured: 2465 MiB of growth for 148 MiB held). */
+    if (getenv("MESON_EXE_WRAPPER"))
+        skip();
     const int64_t rows = 512, cols = 768;
     strata_config cfg;
     strata_config_default(&cfg);
