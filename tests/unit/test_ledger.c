@@ -257,6 +257,9 @@ static void test_runtime_ledger(void **state)
     strata_config_default(&cfg);
     cfg.matrix_optimizer = STRATA_OPTIM_SHAMPOO;
     cfg.precondition_frequency = 2;
+    /* one BLAS thread: under ThreadSanitizer (the threads suite) OpenBLAS's own
+     * thread pool is reported as racing (dscal_k inside OpenBLAS) */
+    cfg.blas_threads = 1;
     strata_runtime *rt = runtime_for(&m, rows, cols, &cfg);
     run_steps(rt, 3, 2);
     strata_memory_ledger l;
