@@ -42,7 +42,9 @@ from test_optim_reference import Driver, Report, f32, fro, gaussian_grads, rng_f
     STEPS  # noqa: E402
 from test_muon_ns_reference import ns_ref, trajectory_error  # noqa: E402
 
-TOL_DION2 = 1e-5       # standard Newton-Schulz, per-step update
+# standard Newton-Schulz, per-step update: float32 products through the
+# build's sgemm (measured max 7.5e-6 with OpenBLAS, 1.05e-5 with BLIS)
+TOL_DION2 = 2e-5
 TOL_DION2_GRAM = 2e-5  # Gram Newton-Schulz vs float64 standard
 
 
