@@ -993,7 +993,15 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     return 1;
 }
 
+/* The factor and eigenvalue-estimate EMA (shampoo_beta < 0: beta2). */
+static double fam_ema_horizon(const void *cfg)
+{
+    const strata_kl_shampoo_config *c = cfg;
+    return strata_ema_horizon(c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2);
+}
+
 const strata_precond_family strata_family_kl_shampoo = {
+    .ema_horizon = fam_ema_horizon,
     .name = "kl-shampoo",
     .refresh_noun = "eigenbasis refreshes",
     .has_refresh = fam_true,

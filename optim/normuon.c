@@ -276,7 +276,14 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     return nb;
 }
 
+/* The per-row second moment. */
+static double fam_ema_horizon(const void *cfg)
+{
+    return strata_ema_horizon(((const strata_normuon_config *)cfg)->beta2);
+}
+
 const strata_precond_family strata_family_normuon = {
+    .ema_horizon = fam_ema_horizon,
     .name = "normuon",
     .has_refresh = strata_family_never, /* nothing to refresh: the family creates, */
     .async_capable = strata_family_never, /* applies and enumerates */

@@ -43,6 +43,7 @@
 #ifndef STRATA_OPTIM_PRECOND_H
 #define STRATA_OPTIM_PRECOND_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -160,6 +161,11 @@ typedef struct strata_precond_family {
      * configuration itself gives (e.g. Shampoo with epsilon = epsilon_rel =
      * 0), written into buf (cap bytes); false when it explains nothing. */
     bool (*failure_hint)(const void *cfg, char *buf, size_t cap);
+    /* Optional (NULL: 0): the horizon 1/(1 - beta), in steps, of the
+     * slowest second-moment, factor or eigenvalue-estimate EMA of this
+     * configuration (strata_optimizer_info.ema_horizon; a trainer's default
+     * warm-up covers it). strata_ema_horizon gives one EMA's. */
+    double (*ema_horizon)(const void *cfg);
 
     /* ---- state life */
     /* external_results: the engine owns the results (Shampoo's roots are lent
@@ -275,5 +281,12 @@ int strata_family_no_blocks(const void *state);
 void strata_tensor_info_set(strata_tensor_info *ti, const char *name, int index,
                             strata_dtype dtype, int64_t rows, int64_t cols,
                             strata_tier_kind where, void *data);
+
+/* Horizon 1/(1 - b) of an EMA with factor b, rounded, in steps (0: b not
+ * in (0, 1), not an EMA). */
+static inline double strata_ema_horizon(float b)
+{
+    return b > 0.0f && b < 1.0f ? round(1.0 / (1.0 - (double)b)) : 0.0;
+}
 
 #endif

@@ -1216,6 +1216,14 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+/* The factor EMA, and Adam grafting's second moment. */
+static double fam_ema_horizon(const void *cfg)
+{
+    const strata_shampoo_config *c = cfg;
+    return fmax(strata_ema_horizon(c->beta2),
+                c->grafting == STRATA_GRAFT_ADAM ? strata_ema_horizon(c->grafting_beta2) : 0.0);
+}
+
 const strata_precond_family strata_family_shampoo = {
     .name = "shampoo",
     .refresh_noun = "inverse roots",
@@ -1233,6 +1241,7 @@ const strata_precond_family strata_family_shampoo = {
     .weight_decay_offset = offsetof(strata_shampoo_config, weight_decay),
     .state_per_param = 8,
     .failure_hint = fam_failure_hint,
+    .ema_horizon = fam_ema_horizon,
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

@@ -965,7 +965,16 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     return 1;
 }
 
+/* The second moment and the factor EMA (shampoo_beta < 0: beta2). */
+static double fam_ema_horizon(const void *cfg)
+{
+    const strata_soap_config *c = cfg;
+    return fmax(strata_ema_horizon(c->beta2),
+                strata_ema_horizon(c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2));
+}
+
 const strata_precond_family strata_family_soap = {
+    .ema_horizon = fam_ema_horizon,
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
     .has_refresh = fam_true,

@@ -575,6 +575,7 @@ strata_status strata_optimizer_info_get(const strata_config *cfg, strata_optimiz
     out->refresh_noun = "";
     out->max_staleness = -1;
     out->state_per_param = f->state_per_param;
+    out->ema_horizon = f->ema_horizon ? f->ema_horizon(fc) : 0.0;
     out->has_refresh = f->has_refresh && f->has_refresh(fc);
     if (!out->has_refresh)
         return STRATA_OK;

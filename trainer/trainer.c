@@ -114,30 +114,15 @@ static double ema_horizon(float b)
 }
 
 /* The slowest second-moment (or factor, or eigenvalue-estimate) EMA the run
- * uses: the AdamW tail's beta2 and the matrix family's own. */
+ * uses: the AdamW tail's beta2 and the matrix family's own (the family table
+ * answers: strata_optimizer_info.ema_horizon). */
 static double slowest_horizon(const gpt_train_options *o)
 {
     const strata_config *c = &o->strata;
-    double h = ema_horizon(c->adamw.beta2);
-    double m = 0.0;
-    switch (c->matrix_optimizer) {
-    case STRATA_OPTIM_SHAMPOO:
-        m = fmax(ema_horizon(c->shampoo.beta2),
-                 c->shampoo.grafting == STRATA_GRAFT_ADAM ? ema_horizon(c->shampoo.grafting_beta2)
-                                                          : 0.0);
-        break;
-    case STRATA_OPTIM_SOAP:
-        m = fmax(ema_horizon(c->soap.beta2),
-                 ema_horizon(c->soap.shampoo_beta >= 0.0f ? c->soap.shampoo_beta : c->soap.beta2));
-        break;
-    case STRATA_OPTIM_KL_SHAMPOO:
-        m = ema_horizon(c->kl_shampoo.shampoo_beta >= 0.0f ? c->kl_shampoo.shampoo_beta
-                                                           : c->kl_shampoo.beta2);
-        break;
-    case STRATA_OPTIM_NORMUON: m = ema_horizon(c->normuon.beta2); break;
-    default: break; /* AdamW: the tail's; Muon: momentum only */
-    }
-    return fmax(h, m);
+    strata_optimizer_info info;
+    const double m = strata_optimizer_info_get(c, c->matrix_optimizer, &info) == STRATA_OK
+                         ? info.ema_horizon : 0.0;
+    return fmax(ema_horizon(c->adamw.beta2), m);
 }
 
 /* The default warm-up: steps/10, but at least the horizon 1/(1 - beta) of

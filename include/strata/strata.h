@@ -749,6 +749,12 @@ typedef struct strata_optimizer_info {
                                (-1 = F, 0 = 1); 0 when nothing is refreshed */
     int state_per_param;    /* rough bytes of optimizer state per byte of parameter (for
                                estimates before anything is allocated): Shampoo 8, others 4 */
+    double ema_horizon;     /* steps: the horizon 1/(1 - beta) of the slowest second-moment,
+                               factor or eigenvalue-estimate EMA of its configuration
+                               (Shampoo: beta2 and Adam grafting's; SOAP: beta2 and the
+                               factor EMA; KL-Shampoo: its estimates'; NorMuon: beta2);
+                               0 when it keeps none (Muon, Dion2; AdamW: see
+                               cfg.adamw.beta2) */
 } strata_optimizer_info;
 
 /* Fill *out for optimizer `opt` under `cfg` (its hyperparameters decide).
