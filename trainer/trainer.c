@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend/blas.h"
+#include "optim/precond.h"
 #include "data.h"
 #include "gpt_cuda.h"
 #include "report.h"
@@ -107,12 +108,6 @@ static size_t mem_available(void)
     return kib * 1024;
 }
 
-/* Horizon 1/(1 - b) of an EMA with factor b, in steps (0: not an EMA). */
-static double ema_horizon(float b)
-{
-    return b > 0.0f && b < 1.0f ? round(1.0 / (1.0 - (double)b)) : 0.0;
-}
-
 /* The slowest second-moment (or factor, or eigenvalue-estimate) EMA the run
  * uses: the AdamW tail's beta2 and the matrix family's own (the family table
  * answers: strata_optimizer_info.ema_horizon). */
@@ -122,7 +117,7 @@ static double slowest_horizon(const gpt_train_options *o)
     strata_optimizer_info info;
     const double m = strata_optimizer_info_get(c, c->matrix_optimizer, &info) == STRATA_OK
                          ? info.ema_horizon : 0.0;
-    return fmax(ema_horizon(c->adamw.beta2), m);
+    return fmax(strata_ema_horizon(c->adamw.beta2), m);
 }
 
 /* The default warm-up: steps/10, but at least the horizon 1/(1 - beta) of
