@@ -183,16 +183,104 @@ class Both:
             o.zero_grad(set_to_none=set_to_none)
 
 
+def strata_kwargs(pairs: list[str]) -> dict:
+    """--strata KEY=VALUE pairs as keywords of strata's optimizer classes
+    (the C configuration's field names): ints, floats, true/false, else str."""
+    kw: dict = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key:
+            sys.exit(f"train_gpt: --strata {pair!r}: expected KEY=VALUE")
+        low = val.lower()
+        if low in ("true", "false"):
+            kw[key] = low == "true"
+            continue
+        for conv in (int, float):
+            try:
+                kw[key] = conv(val)
+                break
+            except ValueError:
+                pass
+        else:
+            kw[key] = val
+    return kw
+
+
+def meta_shampoo(args: argparse.Namespace, matrices: list, soap: bool):
+    """Meta's Distributed Shampoo (facebookresearch/optimizers, taken by
+    --peer-path, never vendored) on the 2-D matrices, strata Shampoo's
+    defaults where they are the same knobs: lr 1e-2, betas (0.9, 1.0),
+    epsilon 1e-12, Adam grafting (0.999, 1e-8), blocks of
+    --max-preconditioner-dim, roots every --precondition-frequency steps
+    from step 1; single device. soap: its eigenvalue-corrected form
+    (DefaultSOAPConfig), betas (0.95, 0.95) as strata SOAP's."""
+    if args.peer_path:
+        sys.path.insert(0, os.path.abspath(args.peer_path))
+    try:
+        import distributed_shampoo as ds
+    except ImportError as e:
+        sys.exit(f"train_gpt: --optimizer {args.optimizer} needs Meta's distributed_shampoo "
+                 f"(git clone https://github.com/facebookresearch/optimizers; --peer-path "
+                 f"to it): {e}")
+    kw = dict(lr=args.lr or (3e-3 if soap else 1e-2), epsilon=1e-12 if not soap else 1e-8,
+              betas=(0.95, 0.95) if soap else (0.9, 1.0), weight_decay=0.0,
+              max_preconditioner_dim=args.max_preconditioner_dim,
+              precondition_frequency=args.precondition_frequency,
+              start_preconditioning_step=args.precondition_frequency,
+              distributed_config=ds.DefaultSingleDeviceDistributedConfig)
+    if soap:
+        kw["preconditioner_config"] = ds.DefaultSOAPConfig
+    else:
+        kw["grafting_config"] = ds.AdamPreconditionerConfig(beta2=0.999, epsilon=1e-8)
+    return ds.DistributedShampoo(matrices, **kw)
+
+
+def state_bytes(opt) -> dict:
+    """A torch optimizer's state tensors' bytes, by the last key of their
+    names (Distributed Shampoo's state is nested dicts), largest first."""
+    by: dict = {}
+    seen_storage: set = set()
+    seen: set = set()
+
+    def walk(obj, key):
+        if isinstance(obj, torch.Tensor):
+            ptr = obj.untyped_storage().data_ptr()
+            if ptr in seen_storage:  # a view of a tensor already counted
+                return
+            seen_storage.add(ptr)
+            by[key] = by.get(key, 0) + obj.untyped_storage().nbytes()
+            return
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool)) or obj is None:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, key if isinstance(k, (int, torch.Tensor)) else str(k))
+        elif isinstance(obj, (list, tuple, set)):
+            for v in obj:
+                walk(v, key)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
+            for k, v in vars(obj).items():  # dataclasses holding factor matrices
+                walk(v, k.lstrip("_"))
+
+    for o in getattr(opt, "opts", [opt]):
+        walk(dict(o.state), "state")
+        walk(getattr(o, "_per_group_state_lists", None), "group_state")
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]))
+
+
 def make_optimizer(args: argparse.Namespace, model: GPT):
     if args.optimizer in STRATA:
         import strata.torch as st
-        kw = {}
+        kw = strata_kwargs(args.strata)
         if args.lr is not None:
             kw["lr"] = args.lr
         if args.optimizer != "adamw" and args.adamw_lr is not None:
             kw["adamw_lr"] = args.adamw_lr
         if args.optimizer in ("shampoo", "soap", "kl-shampoo"):
             kw["precondition_frequency"] = args.precondition_frequency
+            if args.optimizer == "shampoo":  # SOAP and KL-Shampoo do not block
+                kw.setdefault("max_preconditioner_dim", args.max_preconditioner_dim)
         if args.async_roots:
             kw.update(async_roots=True, staleness=args.staleness, stagger_refresh=True,
                       workers=args.workers)
@@ -205,6 +293,10 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
     others = [p for n, p in model.named_parameters() if not any(p is m for m in matrices)]
     if args.optimizer == "torch-adamw":
         return torch.optim.AdamW(model.parameters(), lr=args.lr or 1e-3, weight_decay=0.0)
+    if args.optimizer in ("meta-shampoo", "meta-soap"):
+        return Both(meta_shampoo(args, matrices, args.optimizer == "meta-soap"),
+                    torch.optim.AdamW(others, lr=args.adamw_lr or 3e-3, betas=(0.9, 0.95),
+                                      weight_decay=0.0))
     if args.optimizer == "torch-muon":
         if not hasattr(torch.optim, "Muon"):
             sys.exit("train_gpt: this torch has no torch.optim.Muon")
@@ -217,7 +309,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--optimizer", default="shampoo",
-                    choices=list(STRATA) + ["torch-adamw", "torch-muon"])
+                    choices=list(STRATA) + ["torch-adamw", "torch-muon", "meta-shampoo",
+                                            "meta-soap"])
+    ap.add_argument("--peer-path", default=None,
+                    help="meta-shampoo/meta-soap: a checkout of facebookresearch/optimizers")
+    ap.add_argument("--strata", action="append", default=[], metavar="KEY=VALUE",
+                    help="a keyword of strata's optimizer (the C config's field name), e.g. "
+                         "tiers=nvme nvme_dir=/tmp/x host_budget=0; repeatable")
+    ap.add_argument("--max-preconditioner-dim", type=int, default=1024,
+                    help="Shampoo's block size (strata's and Meta's; Meta's SOAP blocks too)")
+    ap.add_argument("--memory-report", action="store_true",
+                    help="print one 'memory: {json}' line at the end: peak RSS, strata's "
+                         "ledger or a torch optimizer's state bytes")
     ap.add_argument("--data", default=DEFAULT_CORPUS,
                     help="text file or directory, or a directory of token files "
                          "(train.bin, val.bin; make_tokens.py)")
@@ -321,6 +424,15 @@ def main(argv: list[str] | None = None) -> int:
                                       "seconds": time.perf_counter() - t0}) + "\n")
     if out:
         out.close()
+    if args.memory_report and rank == 0:
+        import resource
+        rep = {"optimizer": args.optimizer, "parameters": n,
+               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if hasattr(opt, "memory_ledger"):
+            rep["strata_ledger"] = opt.memory_ledger()
+        else:
+            rep["state_bytes"] = state_bytes(opt)
+        print("memory: " + json.dumps(rep), flush=True)
     return 0
 
 
