@@ -16,7 +16,10 @@
 /* As strata_shampoo_state_create; with `external_roots` the state holds no
  * inverse roots of its own (the asynchronous runtime keeps them in the host
  * or nvme tier and lends them with strata_shampoo_block_set_roots), and
- * strata_shampoo_compute_roots fails with STRATA_ERR_STATE. */
+ * strata_shampoo_compute_roots fails with STRATA_ERR_STATE; it also borrows
+ * its step scratch (optim/precond.h: step_scratch / set_step_scratch of
+ * strata_family_shampoo), without which strata_shampoo_apply fails with
+ * STRATA_ERR_STATE. */
 strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c,
                                                         strata_backend *be, int64_t rows,
                                                         int64_t cols, bool external_roots,

@@ -112,6 +112,9 @@ typedef struct strata_tensor_info {
 typedef struct strata_precond_plan {
     uint64_t device[STRATA_LEDGER_KINDS]; /* the backend's memory */
     uint64_t host[STRATA_LEDGER_KINDS];   /* plain host memory */
+    uint64_t step_scratch; /* bytes of the runtime's shared step scratch this parameter
+                              needs (the family's step_scratch; not in device[]: the
+                              runtime allocates the largest once, as device workspace) */
 } strata_precond_plan;
 
 /* A parameter's matrix view, as the runtime routes it. */
@@ -241,6 +244,19 @@ typedef struct strata_precond_family {
      * configuration (both finite and >= 0, checked by the caller). Training
      * thread, between steps; refreshes never read them. */
     void (*set_hyper)(void *state, float lr, float weight_decay);
+
+    /* Optional (NULL: the state keeps its own scratch): the step scratch a
+     * runtime-driven state (create with external_results = true) borrows
+     * instead of allocating: device-memory buffers read and written only
+     * inside one before/apply/after of this parameter, so one buffer of the
+     * largest step_scratch serves every parameter (their steps run one after
+     * another on the training thread, in stream order on a device).
+     * step_scratch: the bytes it needs (0: none); set_step_scratch: use buf
+     * (at least that many bytes, 64-byte aligned, the runtime's, alive until
+     * destroy) from now on; the runtime calls it after create and before the
+     * first step, and apply refuses with STRATA_ERR_STATE without it. */
+    size_t (*step_scratch)(const void *state);
+    void (*set_step_scratch)(void *state, void *buf);
 
     /* ---- state enumeration: persistent tensors only (no scratch); returns
      * the count (fills at most cap entries of out, which may be NULL). */

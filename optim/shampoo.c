@@ -82,6 +82,13 @@ struct strata_shampoo_state {
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
+    /* m_hat, dir, pre, tmp: step scratch, read and written inside one step
+     * only. The one-tensor API's state carves them from its own allocation;
+     * a runtime-driven state (external roots) borrows them from the
+     * runtime's step scratch, shared by every parameter (the family's
+     * set_step_scratch; its steps run one after another on the training
+     * thread or stream), so n floats x 3 are paid once, not per matrix. */
+    size_t scratch_bytes;
     bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
@@ -417,16 +424,19 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         }
     const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
                need_b = c->momentum > 0.0f;
-    floats += n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b);
+    floats += n * ((size_t)need_m + (size_t)need_a + (size_t)need_b);
     size_t tmp_floats = 0;
     for (int i = 0; i < s->nblocks; i++) {
         size_t f = (size_t)s->blocks[i].rows * s->blocks[i].cols;
         if (f > tmp_floats)
             tmp_floats = f;
     }
-    floats += tmp_floats;
+    /* The step scratch (m_hat, dir, pre, tmp), each piece padded to 16 floats. */
+    s->scratch_bytes = (3 * ((n + 15) / 16 * 16) + (tmp_floats + 15) / 16 * 16) * sizeof(float);
+    if (!external_roots)
+        floats += s->scratch_bytes / sizeof(float);
     /* Each carved buffer starts 64-byte aligned: pad every piece to 16 floats. */
-    floats += 16 * (size_t)(4 * s->nblocks + 8);
+    floats += 16 * (size_t)(4 * s->nblocks + 4);
     s->mem_bytes = floats * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -450,14 +460,16 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         s->graft = optim_carve(&p, n);
     if (need_b)
         s->mom = optim_carve(&p, n);
-    s->m_hat = optim_carve(&p, n);
-    s->dir = optim_carve(&p, n);
-    s->pre = optim_carve(&p, n);
-    s->tmp = optim_carve(&p, tmp_floats);
+    if (!external_roots) {
+        s->m_hat = optim_carve(&p, n);
+        s->dir = optim_carve(&p, n);
+        s->pre = optim_carve(&p, n);
+        s->tmp = optim_carve(&p, tmp_floats);
+    }
     {
         /* The ledger: factors, own roots (the engine charges lent ones),
-         * grafting, momentum / filtered gradient; the rest (m_hat, dir,
-         * pre, tmp, padding) is workspace. */
+         * grafting, momentum / filtered gradient; the rest (the step
+         * scratch when own, padding) is workspace. */
         strata_ledger *lg = strata_backend_ledger(be);
         size_t fb = 0;
         for (int i = 0; i < s->nblocks; i++)
@@ -790,6 +802,8 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
 static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                            const float *g, strata_optim_counters *cnt)
 {
+    if (!s->dir) /* a runtime-driven state before set_step_scratch */
+        return strata_error(STRATA_ERR_STATE, "shampoo: the step scratch is not set");
     double t0 = strata_now_seconds();
     const strata_shampoo_config *c = &s->cfg;
     const size_t n = (size_t)s->rows * (size_t)s->cols;
@@ -1019,8 +1033,9 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
         }
     const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
                need_b = c->momentum > 0.0f;
-    const size_t floats = factors + n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b) +
-                          tmp + 16 * (size_t)(4 * nb + 8);
+    const size_t floats = factors + n * ((size_t)need_m + (size_t)need_a + (size_t)need_b) +
+                          16 * (size_t)(4 * nb + 4);
+    out->step_scratch = (3 * ((n + 15) / 16 * 16) + (tmp + 15) / 16 * 16) * sizeof(float);
     out->device[STRATA_LEDGER_FACTORS] = factors * sizeof(float);
     out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
     out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
@@ -1028,6 +1043,30 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
                                            out->device[STRATA_LEDGER_GRAFTING] -
                                            out->device[STRATA_LEDGER_MOMENTS];
     return nb;
+}
+
+static size_t fam_step_scratch(const void *state)
+{
+    const strata_shampoo_state *s = state;
+    return s->external_roots ? s->scratch_bytes : 0;
+}
+
+static void fam_set_step_scratch(void *state, void *buf)
+{
+    strata_shampoo_state *s = state;
+    if (!s->external_roots)
+        return;
+    float *p = buf;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    size_t tmp_floats = 0;
+    for (int i = 0; i < s->nblocks; i++) {
+        const size_t f = (size_t)s->blocks[i].rows * s->blocks[i].cols;
+        tmp_floats = f > tmp_floats ? f : tmp_floats;
+    }
+    s->m_hat = optim_carve(&p, n);
+    s->dir = optim_carve(&p, n);
+    s->pre = optim_carve(&p, n);
+    s->tmp = optim_carve(&p, tmp_floats);
 }
 
 static void fam_block(const void *state, int b, strata_precond_block *out)
@@ -1246,6 +1285,8 @@ const strata_precond_family strata_family_shampoo = {
     .destroy = fam_destroy,
     .bytes = fam_bytes,
     .plan = fam_plan,
+    .step_scratch = fam_step_scratch,
+    .set_step_scratch = fam_set_step_scratch,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

@@ -1025,6 +1025,37 @@ static void counters_add(strata_optim_counters *to, const strata_optim_counters 
     to->seconds_precondition += c->seconds_precondition;
 }
 
+/* The step scratch (strata_precond_family.step_scratch): the states this
+ * rank steps borrow one buffer of the largest need instead of each keeping
+ * its own; their steps run one after another (engine families step on the
+ * training thread, in stream order on a device). Charged as device
+ * workspace, once. */
+static strata_status share_step_scratch(strata_runtime *rt)
+{
+    size_t need = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        const rt_param *p = &rt->params[i];
+        if (p->state && p->fam->step_scratch) {
+            const size_t b = p->fam->step_scratch(p->state);
+            need = b > need ? b : need;
+        }
+    }
+    if (need == 0)
+        return STRATA_OK;
+    strata_status st = strata_backend_alloc(rt->be, need, &rt->step_scratch);
+    if (st != STRATA_OK)
+        return st;
+    rt->step_scratch_bytes = need;
+    strata_ledger_hold_add(&rt->held, &rt->ledger, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
+                           need);
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->state && p->fam->set_step_scratch)
+            p->fam->set_step_scratch(p->state, rt->step_scratch);
+    }
+    return STRATA_OK;
+}
+
 static void uncommit(strata_runtime *rt)
 {
     strata_ledger_hold_release(&rt->held);
@@ -1036,6 +1067,10 @@ static void uncommit(strata_runtime *rt)
     managed_free(rt);
     for (int i = 0; i < rt->n_params; i++)
         free_state(&rt->params[i]);
+    if (rt->step_scratch)
+        strata_backend_free(rt->be, rt->step_scratch, rt->step_scratch_bytes);
+    rt->step_scratch = NULL;
+    rt->step_scratch_bytes = 0;
     free(rt->layer_reduced);
     rt->layer_reduced = NULL;
     memset(&rt->stats, 0, sizeof rt->stats);
@@ -1275,6 +1310,8 @@ static strata_status commit_unguarded(strata_runtime *rt)
                    p->name, (long long)p->view.rows, (long long)p->view.cols, p->layer,
                    strata_optimizer_name(p->routed), p->tail ? " (tail)" : "");
     }
+    if (st == STRATA_OK)
+        st = share_step_scratch(rt);
     if (st == STRATA_OK)
         st = strata_refresh_commit(rt->engine);
     if (st != STRATA_OK) {

@@ -128,6 +128,12 @@ struct strata_runtime {
        gather stage, the gradient buckets), released by uncommit. */
     strata_ledger ledger;
     strata_ledger_hold held;
+    /* The step scratch every runtime-driven state borrows (the family
+       table's step_scratch / set_step_scratch): one backend buffer of the
+       largest parameter's need, set at commit, freed by uncommit after the
+       states. */
+    void *step_scratch;
+    size_t step_scratch_bytes;
 };
 
 /* runtime.c, for plan.c: the family of kind `o` under *c and its

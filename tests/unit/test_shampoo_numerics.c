@@ -137,6 +137,12 @@ static void run_twins(fixture *f, const strata_shampoo_config *c, int rows, int 
     strata_shampoo_state *own, *ext;
     assert_int_equal(strata_shampoo_state_create(c, f->be, rows, cols, &own), STRATA_OK);
     assert_int_equal(strata_shampoo_state_create_ex(c, f->be, rows, cols, true, &ext), STRATA_OK);
+    /* A runtime-driven state borrows its step scratch (precond.h): before
+     * it is set, apply refuses. */
+    const size_t sb = strata_family_shampoo.step_scratch(ext);
+    assert_true(sb >= (size_t)3 * rows * cols * sizeof(float));
+    float *scratch = aligned_alloc(64, (sb + 63) / 64 * 64);
+    assert_non_null(scratch);
     const int nb = strata_shampoo_state_blocks(ext);
     const size_t n = (size_t)rows * cols;
     float *wo = malloc(n * sizeof(float)), *we = malloc(n * sizeof(float)),
@@ -158,6 +164,10 @@ static void run_twins(fixture *f, const strata_shampoo_config *c, int rows, int 
     fill(wo, n, 7, 0.1f);
     memcpy(we, wo, n * sizeof(float));
     strata_optim_counters co = {0}, ce = {0};
+    fill(g, n, 999, 1.0f);
+    assert_int_equal(strata_shampoo_apply(ext, 1.0f, 1, we, g, &ce), STRATA_ERR_STATE);
+    assert_memory_equal(wo, we, n * sizeof(float)); /* refused: nothing written */
+    strata_family_shampoo.set_step_scratch(ext, scratch);
     for (int64_t t = 1; t <= 12; t++) {
         fill(g, n, 1000 + (uint32_t)t, 1.0f);
         if (t == 5) /* a zero row: rank-deficient factors */
@@ -195,6 +205,7 @@ static void run_twins(fixture *f, const strata_shampoo_config *c, int rows, int 
     free(we);
     free(wo);
     strata_shampoo_state_destroy(ext);
+    free(scratch);
     strata_shampoo_state_destroy(own);
 }
 
