@@ -235,11 +235,14 @@ def meta_shampoo(args: argparse.Namespace, matrices: list, soap: bool):
     return ds.DistributedShampoo(matrices, **kw)
 
 
-def state_bytes(opt) -> dict:
+def state_bytes(opt, model: nn.Module) -> dict:
     """A torch optimizer's state tensors' bytes, by the last key of their
-    names (Distributed Shampoo's state is nested dicts), largest first."""
+    names (Distributed Shampoo's state is nested dicts and dataclasses),
+    largest first; the model's parameters and gradients (which its state
+    also references) are not counted."""
     by: dict = {}
-    seen_storage: set = set()
+    seen_storage: set = {p.untyped_storage().data_ptr() for p in model.parameters()} | \
+        {p.grad.untyped_storage().data_ptr() for p in model.parameters() if p.grad is not None}
     seen: set = set()
 
     def walk(obj, key):
@@ -431,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(opt, "memory_ledger"):
             rep["strata_ledger"] = opt.memory_ledger()
         else:
-            rep["state_bytes"] = state_bytes(opt)
+            rep["state_bytes"] = state_bytes(opt, model)
         print("memory: " + json.dumps(rep), flush=True)
     return 0
 
