@@ -370,7 +370,8 @@ static int hook_bwd(void *ctx, int layer)
 typedef struct train_model {
     gpt_model *cpu;
     gpt_cuda *gpu;
-    uint8_t *narrow; /* GPU model: the batch's ids as bytes (2 B T; vocab <= 256) */
+    uint8_t *narrow; /* GPU model: the batch's ids as bytes (vocab <= 256) */
+    size_t narrow_n; /* bytes in narrow: 2 B T */
 } train_model;
 
 static int model_create(const gpt_train_options *o, train_model *m)
@@ -409,8 +410,13 @@ static int model_forward(train_model *m, const uint16_t *x, const uint16_t *y, i
     if (!m->gpu)
         return gpt_forward_tokens(m->cpu, x, y, B, T, cb, ctx, loss);
     const size_t BT = (size_t)B * (size_t)T;
-    if (!m->narrow && !(m->narrow = malloc(2 * BT)))
-        return strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+    if (m->narrow_n < 2 * BT) {
+        free(m->narrow);
+        m->narrow_n = 0;
+        if (!(m->narrow = malloc(2 * BT)))
+            return strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+        m->narrow_n = 2 * BT;
+    }
     for (size_t i = 0; i < BT; i++) {
         m->narrow[i] = (uint8_t)x[i];
         if (y)
