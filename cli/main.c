@@ -345,7 +345,16 @@ static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 /* Every flag of train and sweep-staleness, in --help order. */
 static const train_flag train_flag_rows[] = {
     {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
-     .help = "text file or directory (default {})"},
+     .help = "text file or directory, or a directory of\ntoken files (default {})"},
+    {.name = "data-format", .type = FT_NAME, .off = OFF(o.data_format),
+     .names = gpt_data_format_names, .group = G_DATA,
+     .help = "auto: token files when --data is a directory\nholding train.bin (and val.bin: "
+             "little-endian\nuint16 ids, examples/torch/make_tokens.py),\nelse bytes "
+             "(default {})"},
+    {.name = "vocab-size", .type = FT_INT, .off = OFF(o.vocab_size), .lo = 2, .hi = 65536,
+     .group = G_DATA, .arg = "V",
+     .help = "token files' vocabulary: the rows of the\nembedding and the head (default: "
+             "meta.json's\nvocab_size; bytes: 256)"},
     {.name = "data-recursive", .type = FT_TRUE, .off = OFF(o.data_recursive), .group = G_DATA,
      .help = "read a --data directory's subdirectories too (a\nHugging Face cache: symlinks "
              "are followed, a file\nreached twice is read once)"},
@@ -359,7 +368,7 @@ static const train_flag train_flag_rows[] = {
     {.name = "heads", .type = FT_INT, .off = OFF(o.model.n_head), .lo = 1, .hi = 4096,
      .group = G_DATA, .arg = "N", .help = "attention heads (default {})"},
     {.name = "seq-len", .type = FT_INT, .off = OFF(o.seq_len), .lo = 1, .hi = 1 << 20,
-     .group = G_DATA, .arg = "N", .help = "context in bytes (default {})"},
+     .group = G_DATA, .arg = "N", .help = "context in tokens (bytes) (default {})"},
     {.name = "batch", .type = FT_INT, .off = OFF(o.batch), .lo = 1, .hi = 1 << 20,
      .group = G_DATA, .arg = "N", .help = "sequences per step (default {})"},
 
@@ -1591,6 +1600,8 @@ static int cmd_plan(int argc, char **argv)
             goto out;
         opt.managed = false; /* a shape file's loop is the caller's */
     } else {
+        if (a.o.vocab_size > 0) /* the rows of wte and the tied head */
+            a.o.model.vocab = a.o.vocab_size;
         const int count = gpt_describe(&a.o.model, NULL, NULL, 0);
         if (count < 1) {
             fprintf(stderr, "strata: plan: invalid model (--layers, --d-model, --heads)\n");

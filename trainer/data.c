@@ -2,7 +2,8 @@
  *
  * The corpus is read whole into memory (fortunes: 2.8 MB), then copied
  * once into its final layout: train chunks first, val chunks after, in one
- * allocation that gpt_data.train owns.
+ * allocation that gpt_data.train owns. Token files (train.bin, val.bin) are
+ * mapped instead, read-only, and read in place.
  */
 #include "data.h"
 
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -436,6 +438,8 @@ int gpt_data_load_flags(const char *path, double val_fraction, int min_len, size
     out->n_val = n_val;
     out->n_files = n_files;
     out->text_fraction = (double)text_bytes(all.p, n) / (double)n;
+    out->format = GPT_DATA_BYTES;
+    out->vocab = 256;
 
 out_free_all:
     free(all.p);
@@ -446,8 +450,146 @@ void gpt_data_free(gpt_data *d)
 {
     if (!d)
         return;
-    free(d->train);
+    if (d->format == GPT_DATA_TOKENS) {
+        if (d->train)
+            munmap(d->train, 2 * d->n_train);
+        if (d->val)
+            munmap(d->val, 2 * d->n_val);
+    } else {
+        free(d->train);
+    }
     memset(d, 0, sizeof *d);
+}
+
+/* ---- token files */
+
+/* Map dir/name (2 bytes per id) read-only into *p, *n ids, and check every
+ * id < vocab. */
+static int map_tokens(const char *dir, const char *name, int vocab, int min_len, uint8_t **p,
+                      size_t *n)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load_tokens: path too long: %s", dir);
+    mode_t mode = 0;
+    int fd = open_regular(AT_FDCWD, path, 0, &mode);
+    if (fd == -2)
+        return strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s is %s; token files "
+                            "must be regular files", path, mode_name(mode));
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load_tokens: cannot open %s: %s%s", path,
+                            strerror(errno), errno == ENOENT ? " (a token directory holds "
+                            "train.bin and val.bin: examples/torch/make_tokens.py)" : "");
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = strata_error(STRATA_ERR_IO, "gpt_data_load_tokens: cannot stat %s: %s", path,
+                          strerror(errno));
+    } else if (st.st_size == 0) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s is empty", path);
+    } else if (st.st_size % 2) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s has %lld bytes, an odd "
+                          "number: not little-endian uint16 token ids", path,
+                          (long long)st.st_size);
+    } else if ((uint64_t)st.st_size / 2 < (uint64_t)min_len) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s has %lld tokens, needs "
+                          "at least %d (context + 1)", path, (long long)st.st_size / 2,
+                          min_len);
+    } else if ((uint64_t)st.st_size > SIZE_MAX) {
+        rc = strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s is too large to map",
+                          path);
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    const size_t len = (size_t)st.st_size;
+    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    close(fd);
+    if (m == MAP_FAILED)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load_tokens: cannot map %s (%zu bytes): "
+                            "%s", path, len, strerror(err));
+    madvise(m, len, MADV_SEQUENTIAL); /* the scan below reads it once, in order */
+    const uint8_t *b = m;
+    const size_t ids = len / 2;
+    for (size_t i = 0; i < ids; i++) {
+        const unsigned id = (unsigned)b[2 * i] | (unsigned)b[2 * i + 1] << 8;
+        if (id >= (unsigned)vocab) {
+            munmap(m, len);
+            return strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s holds id %u at "
+                                "byte offset %zu (token %zu), >= the vocabulary size %d "
+                                "(--vocab-size, or meta.json's vocab_size)", path, id, 2 * i,
+                                i, vocab);
+        }
+    }
+    madvise(m, len, MADV_RANDOM); /* training reads random windows */
+    *p = (uint8_t *)m;
+    *n = ids;
+    return 0;
+}
+
+int gpt_data_load_tokens(const char *dir, int vocab, int min_len, gpt_data *out)
+{
+    if (out)
+        memset(out, 0, sizeof *out);
+    if (!dir || !out)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_data_load_tokens: %s is NULL",
+                            dir ? "out" : "dir");
+    if (vocab < 2 || vocab > 65536)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_data_load_tokens: vocabulary size %d "
+                            "for %s, need 2 <= V <= 65536 (ids are uint16)", vocab, dir);
+    if (min_len < 2)
+        return strata_error(STRATA_ERR_INVALID_ARG, "gpt_data_load_tokens: min_len=%d, need "
+                            ">= 2", min_len);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return strata_error(STRATA_ERR_IO, "gpt_data_load_tokens: cannot access %s: %s", dir,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return strata_error(STRATA_ERR_DATA, "gpt_data_load_tokens: %s is not a directory "
+                            "(token files: a directory with train.bin and val.bin)", dir);
+    gpt_data d = {0};
+    d.format = GPT_DATA_TOKENS;
+    d.vocab = vocab;
+    int rc = map_tokens(dir, "train.bin", vocab, min_len, &d.train, &d.n_train);
+    if (!rc)
+        rc = map_tokens(dir, "val.bin", vocab, min_len, &d.val, &d.n_val);
+    if (rc) {
+        gpt_data_free(&d);
+        return rc;
+    }
+    d.n_files = 2;
+    d.text_fraction = 1.0;
+    *out = d;
+    return 0;
+}
+
+int gpt_data_is_token_dir(const char *path)
+{
+    struct stat st;
+    char tb[4096];
+    if (!path || stat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        (size_t)snprintf(tb, sizeof tb, "%s/train.bin", path) >= sizeof tb)
+        return 0;
+    return stat(tb, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Copy the window of T + 1 ids at `start` of split `p` into x and y (row b):
+ * 1-byte ids into x8/y8, or any format's ids into x16/y16. */
+static void copy_window(const gpt_data *d, int split, size_t start, int T, size_t row,
+                        uint8_t *x8, uint8_t *y8, uint16_t *x16, uint16_t *y16)
+{
+    const uint8_t *p = split == 0 ? d->train : d->val;
+    if (x8) {
+        memcpy(x8 + row, p + start, (size_t)T);
+        memcpy(y8 + row, p + start + 1, (size_t)T);
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        x16[row + (size_t)t] = (uint16_t)gpt_data_id(d, split, start + (size_t)t);
+        y16[row + (size_t)t] = (uint16_t)gpt_data_id(d, split, start + (size_t)t + 1);
+    }
 }
 
 static const uint8_t *split_of(const gpt_data *d, int split, size_t *n)
@@ -456,25 +598,38 @@ static const uint8_t *split_of(const gpt_data *d, int split, size_t *n)
     return split == 0 ? d->train : d->val;
 }
 
-void gpt_data_batch(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
-                    uint8_t *x, uint8_t *y)
+/* gpt_data_batch (x8, y8; bytes only) or gpt_data_batch_ids (x16, y16). */
+static void batch(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                  uint8_t *x8, uint8_t *y8, uint16_t *x16, uint16_t *y16)
 {
-    if (!x || !y || B < 1 || T < 1)
-        return;
-    const size_t BT = (size_t)B * (size_t)T;
+    const size_t BT = (size_t)B * (size_t)T, w = x8 ? 1 : sizeof *x16;
+    void *x = x8 ? (void *)x8 : (void *)x16, *y = y8 ? (void *)y8 : (void *)y16;
     size_t n = 0;
     const uint8_t *p = d ? split_of(d, split, &n) : NULL;
-    if (!p || !rng_state || n < (size_t)T + 1) {
-        memset(x, 0, BT);
-        memset(y, 0, BT);
+    if (!p || !rng_state || n < (size_t)T + 1 || (x8 && d->format == GPT_DATA_TOKENS)) {
+        memset(x, 0, BT * w);
+        memset(y, 0, BT * w);
         return;
     }
     const uint64_t starts = n - (size_t)T;   /* windows [s, s + T] with s < starts */
     for (int b = 0; b < B; b++) {
         size_t s = (size_t)(gpt_splitmix64(rng_state) % starts);
-        memcpy(x + (size_t)b * T, p + s, (size_t)T);
-        memcpy(y + (size_t)b * T, p + s + 1, (size_t)T);
+        copy_window(d, split, s, T, (size_t)b * T, x8, y8, x16, y16);
     }
+}
+
+void gpt_data_batch(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                    uint8_t *x, uint8_t *y)
+{
+    if (x && y && B >= 1 && T >= 1)
+        batch(d, split, B, T, rng_state, x, y, NULL, NULL);
+}
+
+void gpt_data_batch_ids(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                        uint16_t *x, uint16_t *y)
+{
+    if (x && y && B >= 1 && T >= 1)
+        batch(d, split, B, T, rng_state, NULL, NULL, x, y);
 }
 
 size_t gpt_data_eval_windows(const gpt_data *d, int T)
@@ -509,15 +664,15 @@ static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m)
     return r;
 }
 
-void gpt_data_eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x, uint8_t *y)
+static void eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x8, uint8_t *y8,
+                       uint16_t *x16, uint16_t *y16)
 {
-    if (!x || !y || B < 1 || T < 1)
-        return;
-    const size_t BT = (size_t)B * (size_t)T;
+    const size_t BT = (size_t)B * (size_t)T, w = x8 ? 1 : sizeof *x16;
+    void *x = x8 ? (void *)x8 : (void *)x16, *y = y8 ? (void *)y8 : (void *)y16;
     const uint64_t W = gpt_data_eval_windows(d, T);
-    if (W == 0 || k < 0) {
-        memset(x, 0, BT);
-        memset(y, 0, BT);
+    if (W == 0 || k < 0 || (x8 && d->format == GPT_DATA_TOKENS)) {
+        memset(x, 0, BT * w);
+        memset(y, 0, BT * w);
         return;
     }
     uint64_t P = (uint64_t)((double)W * 0.6180339887498949);
@@ -530,7 +685,18 @@ void gpt_data_eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x, uin
     for (int b = 0; b < B; b++) {
         uint64_t j = (first + (uint64_t)b) % W;
         uint64_t start = mulmod(j, P, W) * (uint64_t)T;
-        memcpy(x + (size_t)b * T, d->val + start, (size_t)T);
-        memcpy(y + (size_t)b * T, d->val + start + 1, (size_t)T);
+        copy_window(d, 1, (size_t)start, T, (size_t)b * T, x8, y8, x16, y16);
     }
+}
+
+void gpt_data_eval_batch(const gpt_data *d, int k, int B, int T, uint8_t *x, uint8_t *y)
+{
+    if (x && y && B >= 1 && T >= 1)
+        eval_batch(d, k, B, T, x, y, NULL, NULL);
+}
+
+void gpt_data_eval_batch_ids(const gpt_data *d, int k, int B, int T, uint16_t *x, uint16_t *y)
+{
+    if (x && y && B >= 1 && T >= 1)
+        eval_batch(d, k, B, T, NULL, NULL, x, y);
 }

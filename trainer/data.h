@@ -22,14 +22,23 @@
 extern "C" {
 #endif
 
+/* What a gpt_data holds: bytes (gpt_data_load*) or the ids of token files
+ * (gpt_data_load_tokens). */
+#define GPT_DATA_BYTES 0
+#define GPT_DATA_TOKENS 1
+
 typedef struct gpt_data {
-    uint8_t *train;     /* n_train bytes (one allocation with val; owned) */
-    size_t n_train;
-    uint8_t *val;       /* n_val bytes, NULL when n_val == 0 */
+    uint8_t *train;     /* bytes: n_train bytes (one allocation with val; owned);
+                           tokens: train.bin mapped read-only, 2 * n_train bytes */
+    size_t n_train;     /* tokens of the train split (a byte is a token) */
+    uint8_t *val;       /* bytes: n_val bytes, NULL when n_val == 0; tokens: val.bin mapped */
     size_t n_val;
-    size_t n_files;     /* files read (a single file counts 1) */
+    size_t n_files;     /* files read (a single file counts 1; token files: 2) */
     double text_fraction; /* share of the corpus's bytes that are text: printable ASCII,
-                             whitespace, or well-formed UTF-8 sequences (in [0, 1]) */
+                             whitespace, or well-formed UTF-8 sequences (in [0, 1]);
+                             1 for token files (not measured) */
+    int format;         /* GPT_DATA_BYTES or GPT_DATA_TOKENS */
+    int vocab;          /* ids lie in [0, vocab): 256 for bytes, V for token files */
 } gpt_data;
 
 /* Load `path` into *out and split it.
@@ -82,7 +91,50 @@ int gpt_data_load_limit(const char *path, double val_fraction, int min_len, size
 int gpt_data_load_flags(const char *path, double val_fraction, int min_len, size_t max_bytes,
                         unsigned flags, gpt_data *out);
 
-/* Free the bytes and zero *d. NULL or a zeroed struct is a no-op. */
+/* Token files (nanoGPT's layout; examples/torch/make_tokens.py writes them):
+ * directory `dir` holds train.bin and val.bin, each a sequence of
+ * little-endian uint16 token ids and nothing else. Both are mapped read-only
+ * (mmap: a multi-GB file is paged in as batches read it, never copied) and
+ * scanned once for ids >= vocab. train.bin is the train split, val.bin the
+ * validation split (no split of our own). `vocab` in [2, 65536] (the caller
+ * reads it from meta.json or --vocab-size); `min_len` as for gpt_data_load
+ * (>= 2, T + 1): each file must hold at least min_len tokens.
+ * On success *out owns the mappings (gpt_data_free), format
+ * GPT_DATA_TOKENS, vocab = `vocab`, n_files 2, text_fraction 1; on failure
+ * *out is zeroed and nothing is held.
+ * Errors (the message names the file):
+ *   STRATA_ERR_INVALID_ARG  NULL argument, vocab outside [2, 65536], min_len < 2
+ *   STRATA_ERR_IO           dir, train.bin or val.bin missing or unreadable, mmap failed
+ *   STRATA_ERR_DATA         a file that is not a regular file, empty, of odd length
+ *                           (not uint16 ids), shorter than min_len tokens, or holding
+ *                           an id >= vocab (the message gives the id, its byte offset
+ *                           and its token index) */
+int gpt_data_load_tokens(const char *dir, int vocab, int min_len, gpt_data *out);
+
+/* 1 when `path` is a directory holding a train.bin (token files, the CLI's
+ * --data-format auto), else 0. */
+int gpt_data_is_token_dir(const char *path);
+
+/* gpt_data_batch and gpt_data_eval_batch for either format, the ids as
+ * uint16: the same windows (the same draws from *rng_state, the same
+ * starts) as the byte functions, so a byte corpus gives the same ids
+ * widened. x, y: B*T ids each. */
+void gpt_data_batch_ids(const gpt_data *d, int split, int B, int T, uint64_t *rng_state,
+                        uint16_t *x, uint16_t *y);
+void gpt_data_eval_batch_ids(const gpt_data *d, int k, int B, int T, uint16_t *x, uint16_t *y);
+
+/* Token i of split (0 train, 1 val), i < n_train or n_val: a byte or a
+ * token file's id. */
+static inline unsigned gpt_data_id(const gpt_data *d, int split, size_t i)
+{
+    const uint8_t *p = split == 0 ? d->train : d->val;
+    if (d->format != GPT_DATA_TOKENS)
+        return p[i];
+    return (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8; /* little-endian */
+}
+
+/* Free the bytes (or unmap the token files) and zero *d. NULL or a zeroed
+ * struct is a no-op. */
 void gpt_data_free(gpt_data *d);
 
 /* Sample B windows of T + 1 consecutive bytes from split (0 train, 1 val),

@@ -78,10 +78,12 @@
 extern "C" {
 #endif
 
-/* Model shape. All fields must be > 0; vocab <= 256 (tokens are bytes);
- * d_model % n_head == 0. The MLP hidden width is 4 * d_model. */
+/* Model shape. All fields must be > 0; vocab <= 65536 (token ids are
+ * uint16: bytes through gpt_forward, token files' ids through
+ * gpt_forward_tokens); d_model % n_head == 0. The MLP hidden width is
+ * 4 * d_model. */
 typedef struct gpt_config {
-    int vocab;    /* vocabulary size; 256 for byte-level models */
+    int vocab;    /* vocabulary size V; 256 for byte-level models, V for token files */
     int max_seq;  /* longest sequence (rows of wpe) */
     int n_layer;  /* transformer blocks */
     int n_head;   /* attention heads per block */
@@ -120,7 +122,7 @@ typedef int (*gpt_layer_cb)(void *ctx, int layer);
  * so the double instance gets the same numbers before rounding). Gradients
  * start at zero. No activations are allocated until the first forward.
  * On success *out owns the model (free with gpt_destroy).
- * Errors: STRATA_ERR_INVALID_ARG (NULL pointer, a field <= 0, vocab > 256,
+ * Errors: STRATA_ERR_INVALID_ARG (NULL pointer, a field <= 0, vocab > 65536,
  * d_model % n_head != 0, a size too large to index), STRATA_ERR_NOMEM. */
 int gpt_create(const gpt_config *cfg, uint64_t seed, gpt_model **out);
 
@@ -191,6 +193,14 @@ size_t gpt_activation_bytes(const gpt_config *cfg, int B, int T);
 int gpt_forward(gpt_model *m, const uint8_t *inputs, const uint8_t *targets,
                 int B, int T, gpt_layer_cb before_layer, void *ctx,
                 float *loss_out);
+
+/* gpt_forward with 2-byte token ids (0 <= id < vocab <= 65536): token files'
+ * ids. The ids are the only difference: a batch of byte ids gives the same
+ * loss, probabilities and (after gpt_backward) gradients, bit for bit, either
+ * way. Same errors as gpt_forward. */
+int gpt_forward_tokens(gpt_model *m, const uint16_t *inputs, const uint16_t *targets,
+                       int B, int T, gpt_layer_cb before_layer, void *ctx,
+                       float *loss_out);
 
 /* Backward pass of the last forward, which must have had targets: adds
  * d(mean loss)/d(param) into every tensor's grad (gradients ACCUMULATE; call

@@ -42,6 +42,9 @@ size_t gptd_activation_bytes(const gpt_config *cfg, int B, int T);
 int gptd_forward(gptd_model *m, const uint8_t *inputs, const uint8_t *targets,
                  int B, int T, gpt_layer_cb before_layer, void *ctx,
                  double *loss_out);
+int gptd_forward_tokens(gptd_model *m, const uint16_t *inputs, const uint16_t *targets,
+                        int B, int T, gpt_layer_cb before_layer, void *ctx,
+                        double *loss_out);
 int gptd_backward(gptd_model *m, gpt_layer_cb after_layer, void *ctx);
 void gptd_zero_grad(gptd_model *m);
 const double *gptd_probs(const gptd_model *m);

@@ -153,6 +153,12 @@ static json_object *get_params(const config_ctx *c)
     return json_object_new_int64((int64_t)c->info->params);
 }
 
+static json_object *get_data_format(const config_ctx *c)
+{
+    return json_object_new_string(c->o->data_format == GPT_TRAIN_DATA_TOKENS ? "tokens"
+                                                                             : "bytes");
+}
+
 static json_object *get_world_size(const config_ctx *c)
 {
     return json_object_new_int(c->o->strata.comm ? strata_comm_size(c->o->strata.comm) : 1);
@@ -248,6 +254,8 @@ static const config_key config_keys[] = {
     SK(matrix_optimizer, 0, WHEN_ALWAYS, NULL, get_optimizer),
     {"data", 0, WHEN_ALWAYS, CK_STRING, OFF(data_path), NULL, NULL, 0},
     {"data_recursive", 0, WHEN_ALWAYS, CK_BOOL, OFF(data_recursive), NULL, NULL, 0},
+    {"data_format", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_data_format, 0},
+    {"vocab", 0, WHEN_ALWAYS, CK_INT, OFF(model.vocab), NULL, NULL, 0},
     {"layers", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_layer), NULL, NULL, 0},
     {"d_model", 0, WHEN_ALWAYS, CK_INT, OFF(model.d_model), NULL, NULL, 0},
     {"heads", 0, WHEN_ALWAYS, CK_INT, OFF(model.n_head), NULL, NULL, 0},
@@ -514,22 +522,27 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
         char async_note[64] = "";
         if (o->strata.async && rep->refresh.async)
             snprintf(async_note, sizeof async_note, " | async %s", rep->refresh.what);
+        const bool tok = o->data_format == GPT_TRAIN_DATA_TOKENS;
+        char unit[48] = "bytes";
+        if (tok)
+            snprintf(unit, sizeof unit, "tokens, vocab %d", o->model.vocab);
         fprintf(rep->out,
-                "strata train: %s%s | data %s (%zu file%s, %zu train / %zu val bytes)\n"
+                "strata train: %s%s | data %s (%zu file%s, %zu train / %zu val %s)\n"
                 "model: %d layer%s, d_model %d, %d head%s, seq %d, batch %d | %zu params "
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
                 "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
                 "matrices -> %s\n"
-                "unigram baseline: %.4f nats/byte (val)%s\n",
+                "unigram baseline: %.4f nats/%s (val)%s\n",
                 name,
                 mopt == STRATA_OPTIM_KL_SHAMPOO && o->strata.kl_shampoo.form == STRATA_KL_EXACT
                     ? " (exact form)"
                     : "",
                 o->data_path, info->n_files, info->n_files == 1 ? "" : "s", info->n_train,
-                info->n_val, o->model.n_layer,
+                info->n_val, unit, o->model.n_layer,
                 o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
                 o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
-                info->n_matrix, name, info->n_tail, name, info->unigram_val_loss, async_note);
+                info->n_matrix, name, info->n_tail, name, info->unigram_val_loss,
+                tok ? "token" : "byte", async_note);
         char blas[400];
         blas_line(rep, blas, sizeof blas);
         fprintf(rep->out, "%s\n", blas);

@@ -1,5 +1,6 @@
 /* Spellings of the trainer's enumerated settings and the refresh rule (settings.h). */
 #include "settings.h"
+#include "trainer.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -49,6 +50,11 @@ const gpt_enum_name gpt_install_mode_names[] = {
 const gpt_enum_name gpt_sharding_names[] = {
     {"owner", STRATA_SHARD_OWNER}, {"gather", STRATA_SHARD_GATHER}, {"zero1", STRATA_SHARD_ZERO1},
     {NULL, 0},
+};
+
+const gpt_enum_name gpt_data_format_names[] = {
+    {"auto", GPT_TRAIN_DATA_AUTO}, {"bytes", GPT_TRAIN_DATA_BYTES},
+    {"tokens", GPT_TRAIN_DATA_TOKENS}, {NULL, 0},
 };
 
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback)

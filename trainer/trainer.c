@@ -165,20 +165,78 @@ static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-b
     return (float)(o->min_lr_ratio + (1.0 - o->min_lr_ratio) * cosv);
 }
 
-/* Cross-entropy of the val split under the train split's byte unigram
- * distribution (add-one smoothing): the loss a model that ignores context
- * cannot beat. */
+/* Cross-entropy of the val split under the train split's unigram
+ * distribution of bytes or token ids (add-one smoothing over the vocab V
+ * ids): the loss a model that ignores context cannot beat. */
 static double unigram_baseline(const gpt_data *d)
 {
-    double counts[256];
-    for (int i = 0; i < 256; i++)
+    const int V = d->format == GPT_DATA_TOKENS ? d->vocab : 256;
+    double *counts = malloc((size_t)V * sizeof *counts);
+    if (!counts)
+        return NAN;
+    for (int i = 0; i < V; i++)
         counts[i] = 1.0;
     for (size_t i = 0; i < d->n_train; i++)
-        counts[d->train[i]] += 1.0;
-    double total = (double)d->n_train + 256.0, ce = 0.0;
+        counts[gpt_data_id(d, 0, i)] += 1.0;
+    double total = (double)d->n_train + (double)V, ce = 0.0;
     for (size_t i = 0; i < d->n_val; i++)
-        ce -= log(counts[d->val[i]] / total);
+        ce -= log(counts[gpt_data_id(d, 1, i)] / total);
+    free(counts);
     return d->n_val ? ce / (double)d->n_val : NAN;
+}
+
+/* Which data the run reads (o->data_format becomes BYTES or TOKENS) and the
+ * model's vocabulary: 256 for bytes; for token files --vocab-size, else
+ * data_path/meta.json's "vocab_size" (make_tokens.py). Before anything is
+ * sized or loaded: the vocabulary shapes the model, its memory estimate and
+ * the checkpoint check. */
+static strata_status resolve_data(gpt_train_options *o)
+{
+    if (o->data_format == GPT_TRAIN_DATA_AUTO)
+        o->data_format = gpt_data_is_token_dir(o->data_path) ? GPT_TRAIN_DATA_TOKENS
+                                                             : GPT_TRAIN_DATA_BYTES;
+    if (o->data_format != GPT_TRAIN_DATA_TOKENS) {
+        if (o->vocab_size != 0 && o->vocab_size != 256)
+            return strata_error(STRATA_ERR_INVALID_ARG, "--vocab-size %d: %s is read as bytes "
+                                "(vocabulary 256); token files are a directory holding "
+                                "train.bin and val.bin (--data-format tokens)", o->vocab_size,
+                                o->data_path);
+        return STRATA_OK;
+    }
+    int V = o->vocab_size;
+    if (V == 0) {
+        char path[4096 + 16];
+        snprintf(path, sizeof path, "%s/meta.json", o->data_path);
+        if (access(path, F_OK) != 0)
+            return strata_error(STRATA_ERR_INVALID_ARG, "%s holds token files but no "
+                                "meta.json: give --vocab-size V", o->data_path);
+        json_object *m = json_object_from_file(path), *v;
+        const bool ok = m && json_object_object_get_ex(m, "vocab_size", &v) &&
+                        json_object_is_type(v, json_type_int);
+        const int64_t mv = ok ? json_object_get_int64(v) : 0;
+        json_object_put(m);
+        if (!ok)
+            return strata_error(STRATA_ERR_DATA, "%s: no integer \"vocab_size\" (give "
+                                "--vocab-size V)", path);
+        if (mv < 2 || mv > 65536)
+            return strata_error(STRATA_ERR_DATA, "%s: vocab_size %lld, need 2 <= V <= 65536 "
+                                "(ids are uint16)", path, (long long)mv);
+        V = (int)mv;
+    }
+    if (V < 2 || V > 65536)
+        return strata_error(STRATA_ERR_INVALID_ARG, "--vocab-size %d: need 2 <= V <= 65536 "
+                            "(token ids are uint16)", V);
+    if (o->device == STRATA_BACKEND_CUDA && V > 256)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "--device cuda: the GPU model takes ids "
+                            "< 256 only; token files with vocabulary %d train on --device cpu",
+                            V);
+    o->model.vocab = V;
+    return STRATA_OK;
+}
+
+static const char *data_format_name(int f)
+{
+    return f == GPT_TRAIN_DATA_TOKENS ? "tokens" : "bytes";
 }
 
 /* Worker threads an asynchronous run has: cfg.workers, or by the runtime's
@@ -312,6 +370,8 @@ static int hook_bwd(void *ctx, int layer)
 typedef struct train_model {
     gpt_model *cpu;
     gpt_cuda *gpu;
+    uint8_t *narrow; /* GPU model: the batch's ids as bytes (vocab <= 256) */
+    size_t narrow_n; /* bytes in narrow: 2 B T */
 } train_model;
 
 static int model_create(const gpt_train_options *o, train_model *m)
@@ -324,6 +384,7 @@ static void model_destroy(train_model *m)
 {
     gpt_cuda_destroy(m->gpu);
     gpt_destroy(m->cpu);
+    free(m->narrow);
 }
 
 static int model_num_tensors(const train_model *m)
@@ -341,11 +402,27 @@ static size_t model_num_params(const train_model *m)
     return m->gpu ? gpt_cuda_num_params(m->gpu) : gpt_num_params(m->cpu);
 }
 
-static int model_forward(train_model *m, const uint8_t *x, const uint8_t *y, int B, int T,
+/* x, y: B*T ids (bytes widened, or token files' ids). The GPU model takes
+ * bytes: resolve_data keeps its vocabulary <= 256. */
+static int model_forward(train_model *m, const uint16_t *x, const uint16_t *y, int B, int T,
                          gpt_layer_cb cb, void *ctx, float *loss)
 {
-    return m->gpu ? gpt_cuda_forward(m->gpu, x, y, B, T, cb, ctx, loss)
-                  : gpt_forward(m->cpu, x, y, B, T, cb, ctx, loss);
+    if (!m->gpu)
+        return gpt_forward_tokens(m->cpu, x, y, B, T, cb, ctx, loss);
+    const size_t BT = (size_t)B * (size_t)T;
+    if (m->narrow_n < 2 * BT) {
+        free(m->narrow);
+        m->narrow_n = 0;
+        if (!(m->narrow = malloc(2 * BT)))
+            return strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
+        m->narrow_n = 2 * BT;
+    }
+    for (size_t i = 0; i < BT; i++) {
+        m->narrow[i] = (uint8_t)x[i];
+        if (y)
+            m->narrow[BT + i] = (uint8_t)y[i];
+    }
+    return gpt_cuda_forward(m->gpu, m->narrow, y ? m->narrow + BT : NULL, B, T, cb, ctx, loss);
 }
 
 static int model_backward(train_model *m, gpt_layer_cb cb, void *ctx)
@@ -365,15 +442,15 @@ static int model_zero_grad(train_model *m)
  * first send every rank the current weights (every rank evaluates the same
  * batches, so every rank reports the same loss). */
 static strata_status evaluate(strata_runtime *rt, const hook_ctx *h, train_model *m,
-                              const gpt_data *d, int batches, int B, int T, uint8_t *x,
-                              uint8_t *y, double *loss_out)
+                              const gpt_data *d, int batches, int B, int T, uint16_t *x,
+                              uint16_t *y, double *loss_out)
 {
     strata_status st = strata_sync_weights(rt);
     if (st != STRATA_OK)
         return st;
     double acc = 0.0;
     for (int k = 0; k < batches; k++) {
-        gpt_data_eval_batch(d, k, B, T, x, y);
+        gpt_data_eval_batch_ids(d, k, B, T, x, y);
         float loss;
         int rc = h->model ? model_forward(m, x, y, B, T, hook_eval, (void *)h, &loss)
                           : model_forward(m, x, y, B, T, NULL, NULL, &loss);
@@ -504,8 +581,8 @@ static void local_totals(gpt_train_result *res)
  * the same numbers as M ranks. The reported loss is the mean of the
  * micro-batches' losses, summed in order. */
 static strata_status train_micro_batches(const gpt_train_options *o, train_model *model,
-                                         gpt_data *data, hook_ctx *h, uint64_t *rng, uint8_t *x,
-                                         uint8_t *y, float *acc, float *loss_out)
+                                         gpt_data *data, hook_ctx *h, uint64_t *rng, uint16_t *x,
+                                         uint16_t *y, float *acc, float *loss_out)
 {
     const int B = o->batch, T = o->seq_len;
     strata_comm *comm = o->strata.comm;
@@ -516,7 +593,7 @@ static strata_status train_micro_batches(const gpt_train_options *o, train_model
     if (acc)
         memset(acc, 0, model_num_params(model) * sizeof(float));
     for (int k = 0; k < M && st == STRATA_OK; k++) {
-        gpt_data_batch(data, 0, B, T, rng, x, y);
+        gpt_data_batch_ids(data, 0, B, T, rng, x, y);
         if (world > 1 && k != rank)
             continue;
         float loss = 0.0f;
@@ -583,7 +660,7 @@ static const struct model_field {
     const char *key, *flag; /* flag: the CLI's, NULL when there is none */
     size_t off;
 } model_fields[] = {
-    {"vocab", NULL, offsetof(gpt_config, vocab)},
+    {"vocab", "vocab-size", offsetof(gpt_config, vocab)},
     {"max_seq", "seq-len", offsetof(gpt_config, max_seq)},
     {"n_layer", "layers", offsetof(gpt_config, n_layer)},
     {"n_head", "heads", offsetof(gpt_config, n_head)},
@@ -638,6 +715,8 @@ static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
         json_object_object_add(model, model_fields[k].key,
                                json_object_new_int(model_field(&o->model, k)));
     json_object_object_add(j, "model", model);
+    json_object_object_add(j, "data_format",
+                           json_object_new_string(data_format_name(o->data_format)));
     if (ls->run_id[0])
         json_object_object_add(j, "run_id", json_object_new_string(ls->run_id));
     const char *txt = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
@@ -796,6 +875,19 @@ static strata_status model_check(const char *dir, const gpt_train_options *o)
                                   model_fields[k].flag ? ")" : "",
                                   (long long)json_object_get_int64(v), now);
         }
+    /* The data format: token ids and bytes are different inputs even at one vocabulary
+     * size. A checkpoint saved before the format was stored read bytes. */
+    if (st == STRATA_OK && j) {
+        const char *then = json_object_object_get_ex(j, "data_format", &v) &&
+                                   json_object_is_type(v, json_type_string)
+                               ? json_object_get_string(v)
+                               : "bytes";
+        const char *now = data_format_name(o->data_format);
+        if (strcmp(then, now) != 0)
+            st = strata_error(STRATA_ERR_INVALID_ARG, "checkpoint %s: the model was trained on "
+                              "%s (--data-format %s) and this run reads %s (--data %s): the "
+                              "inputs differ", dir, then, then, now, o->data_path);
+    }
     json_object_put(j);
     return st;
 }
@@ -1142,13 +1234,13 @@ static strata_status budget_loop_seconds(const gpt_train_options *o, train_model
                                          gpt_data *data, double *out)
 {
     const int B = o->batch, T = o->seq_len;
-    uint8_t *x = malloc((size_t)B * T), *y = malloc((size_t)B * T);
+    uint16_t *x = malloc((size_t)B * T * sizeof *x), *y = malloc((size_t)B * T * sizeof *y);
     strata_status st = x && y ? STRATA_OK
                               : strata_error(STRATA_ERR_NOMEM, "gpt_train: out of memory");
     uint64_t rng = o->seed ^ 0x5DEECE66Dull;
     double best = INFINITY;
     for (int k = 0; k < 4 && st == STRATA_OK; k++) {
-        gpt_data_batch(data, 0, B, T, &rng, x, y);
+        gpt_data_batch_ids(data, 0, B, T, &rng, x, y);
         float loss = 0.0f;
         const double t0 = now_seconds();
         st = (strata_status)model_zero_grad(m);
@@ -1182,7 +1274,9 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     if (o.warmup < 0)
         o.warmup = default_warmup(&o);
     size_t corpus_cap = 0;
-    strata_status st = validate(&o);
+    strata_status st = resolve_data(&o);
+    if (st == STRATA_OK)
+        st = validate(&o);
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
     if (st == STRATA_OK && o.resume && o.auto_frequency)
@@ -1204,12 +1298,17 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     train_model model = {0};
     strata_runtime *rt = NULL;
     gpt_report *rep = NULL;
-    uint8_t *x = NULL, *y = NULL;
+    uint16_t *x = NULL, *y = NULL;
     float *acc = NULL;
 
-    /* Data, model, and the runtime that owns the model's optimizer. */
-    st = (strata_status)gpt_data_load_flags(o.data_path, o.val_fraction, T + 1, corpus_cap,
-                                             o.data_recursive ? GPT_DATA_RECURSIVE : 0, &data);
+    /* Data, model, and the runtime that owns the model's optimizer. Token files are
+     * mapped (page cache, not the heap): the corpus cap is for the byte loader. */
+    if (o.data_format == GPT_TRAIN_DATA_TOKENS)
+        st = (strata_status)gpt_data_load_tokens(o.data_path, o.model.vocab, T + 1, &data);
+    else
+        st = (strata_status)gpt_data_load_flags(o.data_path, o.val_fraction, T + 1, corpus_cap,
+                                                 o.data_recursive ? GPT_DATA_RECURSIVE : 0,
+                                                 &data);
     if (st != STRATA_OK)
         goto out;
     if (data.text_fraction < TEXT_FRACTION_WARN)
@@ -1257,8 +1356,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
 
     /* One batch of inputs and targets, reused by every step and evaluation;
      * the gradient accumulator of grad_accum > 1. */
-    x = malloc((size_t)B * T);
-    y = malloc((size_t)B * T);
+    x = malloc((size_t)B * T * sizeof *x);
+    y = malloc((size_t)B * T * sizeof *y);
     if (o.grad_accum > 1)
         acc = malloc(model_num_params(&model) * sizeof *acc);
     if (!x || !y || (o.grad_accum > 1 && !acc)) {
@@ -1274,7 +1373,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         strata_memory_ledger_charge(rt, tier, STRATA_LEDGER_ACTIVATIONS,
                                     (int64_t)gpt_activation_bytes(&o.model, B, T));
         strata_memory_ledger_charge(rt, STRATA_LEDGER_HOST, STRATA_LEDGER_STAGING,
-                                    2 * (int64_t)B * T);
+                                    2 * (int64_t)B * T * (int64_t)sizeof *x);
         if (acc)
             strata_memory_ledger_charge(rt, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
                                         (int64_t)(model_num_params(&model) * sizeof *acc));

@@ -84,7 +84,20 @@ typedef struct gpt_train_options {
      * (strata_plan_budget_auto, ceiling 80%); implies async. F is not planned on a
      * resume (the run's schedule); S is (the checkpoint accepts another staleness). */
     bool auto_staleness, auto_frequency;
+    /* Token files (data.h, gpt_data_load_tokens): data_format GPT_TRAIN_DATA_AUTO (the
+     * default) reads token files when data_path is a directory holding train.bin, bytes
+     * otherwise; _BYTES and _TOKENS force one. With token files the model's vocabulary
+     * (model.vocab, the rows of wte and of the tied head) is vocab_size, or when that is 0
+     * the "vocab_size" of data_path/meta.json (make_tokens.py writes it); bytes keep 256
+     * (a vocab_size other than 0 or 256 is refused). val_fraction does not apply to token
+     * files: val.bin is the validation split. */
+    int data_format;
+    int vocab_size;
 } gpt_train_options;
+
+#define GPT_TRAIN_DATA_AUTO 0
+#define GPT_TRAIN_DATA_BYTES 1
+#define GPT_TRAIN_DATA_TOKENS 2
 
 /* Per-rank figures of a multi-rank run (gpt_train_result.ranks[r]). */
 typedef struct gpt_rank_figures {

@@ -50,7 +50,7 @@ static void test_config_validation(void **state)
     const gpt_config good = { 256, 16, 2, 2, 8 };
     gpt_model *m = (gpt_model *)&m;   /* must be reset to NULL on failure */
     const gpt_config bad[] = {
-        { 0, 16, 2, 2, 8 }, { 257, 16, 2, 2, 8 }, { 256, 0, 2, 2, 8 },
+        { 0, 16, 2, 2, 8 }, { 65537, 16, 2, 2, 8 }, { 256, 0, 2, 2, 8 },
         { 256, 16, 0, 2, 8 }, { 256, 16, 2, 0, 8 }, { 256, 16, 2, 3, 8 },
         { 256, 16, 2, 2, 0 }, { 256, 16, 2, 2, -8 }, { 256, -1, 2, 2, 8 },
     };

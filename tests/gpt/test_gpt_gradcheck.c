@@ -23,6 +23,8 @@
  *      second batch adds that batch's gradient.
  *   5. callbacks: forward 0, 1, ..., L+1; backward L+1, ..., 0; a nonzero
  *      return aborts and is returned; backward needs a forward with targets.
+ *   6. 2-byte ids: byte ids through gpt_forward_tokens are bit-identical to
+ *      gpt_forward; vocab 300 passes 1.'s check on wte and a qkv matrix.
  * cmocka, one test per numbered check; exit 0 pass, 1 fail.
  */
 #include <math.h>
@@ -441,6 +443,95 @@ static void test_callbacks(void **state)
     check_callbacks(f->md, f->mf, f->x, f->y);
 }
 
+/* 6. 2-byte ids (gpt_forward_tokens): byte ids give gpt_forward's loss and
+ * gradients bit for bit; a vocabulary of 300 (ids above 255 as inputs and
+ * targets) passes the finite-difference check of 1. on wte and the first
+ * block's qkv; an id >= vocab is refused. */
+static void test_tokens(void **state)
+{
+    fixture *f = *state;
+    uint16_t x16[B * T], y16[B * T];
+    for (int i = 0; i < B * T; i++) {
+        x16[i] = f->x[i];
+        y16[i] = f->y[i];
+    }
+    float l8 = NAN, l16 = NAN;
+    gpt_zero_grad(f->mf);
+    CHECK(gpt_forward(f->mf, f->x, f->y, B, T, NULL, NULL, &l8) == 0 &&
+          gpt_backward(f->mf, NULL, NULL) == 0, "byte forward/backward");
+    const size_t np = gpt_num_params(f->mf);
+    float *g8 = malloc(np * sizeof *g8);
+    CHECK(g8 != NULL, "out of memory");
+    for (int i = 0, o = 0; i < gpt_num_tensors(f->mf); i++) {
+        const gpt_tensor *t = gpt_tensor_at(f->mf, i);
+        memcpy(g8 + o, t->grad, numel(t->shape) * sizeof *g8);
+        o += (int)numel(t->shape);
+    }
+    gpt_zero_grad(f->mf);
+    CHECK(gpt_forward_tokens(f->mf, x16, y16, B, T, NULL, NULL, &l16) == 0 &&
+          gpt_backward(f->mf, NULL, NULL) == 0, "token forward/backward");
+    CHECK(memcmp(&l8, &l16, sizeof l8) == 0, "loss: bytes %.9g, tokens %.9g", l8, l16);
+    for (int i = 0, o = 0; i < gpt_num_tensors(f->mf); i++) {
+        const gpt_tensor *t = gpt_tensor_at(f->mf, i);
+        CHECK(memcmp(g8 + o, t->grad, numel(t->shape) * sizeof *g8) == 0,
+              "%s: gradients differ between byte and token ids", t->name);
+        o += (int)numel(t->shape);
+    }
+    free(g8);
+
+    gpt_config c300 = cfg;
+    c300.vocab = 300;
+    gptd_model *m = NULL;
+    CHECK(gptd_create(&c300, 5, &m) == 0, "vocab 300: %s", strata_last_error());
+    gpt_rng r;
+    gpt_rng_seed(&r, 11);
+    for (int i = 0; i < gptd_num_tensors(m); i++) {
+        const gptd_tensor *t = gptd_tensor_at(m, i);
+        for (size_t j = 0; j < numel(t->shape); j++)
+            t->data[j] += (t->ndim == 2 ? 0.4 : 0.2) * gpt_rng_normal(&r);
+    }
+    for (int i = 0; i < B * T; i++) {
+        x16[i] = (uint16_t)(250 + gpt_rng_next(&r) % 50); /* straddles 256 */
+        y16[i] = (uint16_t)(gpt_rng_next(&r) % 300);
+    }
+    double loss = NAN;
+    gptd_zero_grad(m);
+    CHECK(gptd_forward_tokens(m, x16, y16, B, T, NULL, NULL, &loss) == 0 &&
+          gptd_backward(m, NULL, NULL) == 0, "vocab 300 forward/backward");
+    fd_stats st = {0};
+    const gptd_tensor *wte = gptd_tensor_at(m, 0), *qkv = gptd_tensor_at(m, 4);
+    CHECK(wte->shape[0] == 300 && strcmp(qkv->name, "h.0.attn.qkv.weight") == 0,
+          "tensor table: %s %lld", qkv->name, (long long)wte->shape[0]);
+    for (int k = 0; k < 24; k++) {
+        const size_t row = k < 16 ? x16[k % (B * T)] : k < 20 ? y16[k % (B * T)] : 256 + k,
+                     jw = row * (size_t)wte->shape[1] + (size_t)(k % wte->shape[1]),
+                     jq = gpt_rng_next(&r) % numel(qkv->shape);
+        const struct { const gptd_tensor *t; size_t j; } pick[2] = {{wte, jw}, {qkv, jq}};
+        for (int p = 0; p < 2; p++) {
+            double *d = pick[p].t->data;
+            const double orig = d[pick[p].j], a = pick[p].t->grad[pick[p].j];
+            double lp, lm;
+            d[pick[p].j] = orig + FD_H;
+            CHECK(gptd_forward_tokens(m, x16, y16, B, T, NULL, NULL, &lp) == 0, "fd +");
+            d[pick[p].j] = orig - FD_H;
+            CHECK(gptd_forward_tokens(m, x16, y16, B, T, NULL, NULL, &lm) == 0, "fd -");
+            d[pick[p].j] = orig;
+            const double fd = (lp - lm) / (2 * FD_H), err = fabs(a - fd);
+            st.checked++;
+            if (err > FD_REL * fmax(fabs(a), fabs(fd)) + FD_ABS) {
+                st.failed++;
+                print_error("vocab 300 %s[%zu]: analytic %.12g, central difference %.12g\n",
+                            pick[p].t->name, pick[p].j, a, fd);
+            }
+        }
+    }
+    CHECK(st.failed == 0, "vocab 300: %d of %d coordinates off", st.failed, st.checked);
+    x16[3] = 300;
+    CHECK(gptd_forward_tokens(m, x16, y16, B, T, NULL, NULL, &loss) == STRATA_ERR_INVALID_ARG,
+          "id 300 with vocab 300 accepted");
+    gptd_destroy(m);
+}
+
 int main(void)
 {
     /* In this order: each check starts from the parameters the setup left,
@@ -451,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_f32_vs_double),
         cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_callbacks),
+        cmocka_unit_test(test_tokens),
     };
     return cmocka_run_group_tests_name("gpt_gradcheck", tests, fixture_setup, fixture_teardown)
                ? 1
