@@ -87,6 +87,7 @@ typedef struct train_args {
     double memory_gib;   /* --memory-gib M: one rank's memory to check the plan against */
     size_t activation_bytes; /* --activation-mib N (shape files; the GPT's are computed) */
     bool json;           /* --json: one JSON object instead of the text */
+    bool given[128];     /* given[i]: train_flag_rows[i] was on the command line */
 } train_args;
 
 static void train_args_default(train_args *a, train_cmd cmd)
@@ -153,6 +154,26 @@ struct train_flag {
     int field;         /* 1 + the config schema row (runtime/config_schema.h) of the
                           strata_config field the flag sets (CFG): the name and the offset
                           come from there; 0: a trainer flag (name and off above) */
+    /* When the flag has an effect (no_effect_notes: a flag given where it has
+     * none is said once, in a note; README, "exit status": it is neither
+     * malformed, exit 2, nor a contradiction, exit 1) */
+    unsigned opts;     /* the matrix optimizers (OPT_*) whose configuration it sets; 0: any */
+    unsigned needs;    /* NEEDS_*: the mode it takes effect in */
+};
+
+/* The optimizers a flag configures (train_flag.opts). */
+#define OPT(k) (1u << STRATA_OPTIM_##k)
+#define OPT_REFRESH (OPT(SHAMPOO) | OPT(SOAP) | OPT(KL_SHAMPOO))
+#define OPT_NS (OPT(MUON) | OPT(NORMUON) | OPT(DION2))
+/* The mode a flag takes effect in (train_flag.needs). */
+enum {
+    NEEDS_ASYNC = 1u << 0, /* --async (and an optimizer whose refreshes it moves) */
+    NEEDS_NVME = 1u << 1,  /* --tiers naming the nvme tier */
+    NEEDS_RANKS = 1u << 2, /* more than one rank */
+    NEEDS_LINES = 1u << 3, /* per-step output: not --quiet */
+    NEEDS_SAVE = 1u << 4,  /* a checkpoint is written: --save-every or --save-after-load */
+    NEEDS_RUN = 1u << 5,   /* a training run: train, sweep-staleness, race, not plan */
+    NEEDS_GPT = 1u << 6,   /* the GPT's shape: not plan's --shapes */
 };
 
 #define OFF(member) offsetof(train_args, member)
@@ -345,122 +366,122 @@ static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 /* Every flag of train and sweep-staleness, in --help order. */
 static const train_flag train_flag_rows[] = {
     {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
-     .help = "text file or directory (default {})"},
+     .help = "text file or directory (default {})", .needs = NEEDS_RUN},
     {.name = "data-recursive", .type = FT_TRUE, .off = OFF(o.data_recursive), .group = G_DATA,
      .help = "read a --data directory's subdirectories too (a\nHugging Face cache: symlinks "
-             "are followed, a file\nreached twice is read once)"},
+             "are followed, a file\nreached twice is read once)", .needs = NEEDS_RUN},
     {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
      .hi = 0.999999, .group = G_DATA, .arg = "F", .dfmt = "%.2f",
-     .help = "validation share of the corpus (default {})"},
+     .help = "validation share of the corpus (default {})", .needs = NEEDS_RUN},
     {.name = "layers", .type = FT_INT, .off = OFF(o.model.n_layer), .lo = 1, .hi = 256,
-     .group = G_DATA, .arg = "N", .help = "transformer blocks (default {})"},
+     .group = G_DATA, .arg = "N", .help = "transformer blocks (default {})", .needs = NEEDS_GPT},
     {.name = "d-model", .type = FT_INT, .off = OFF(o.model.d_model), .lo = 1, .hi = 65536,
-     .group = G_DATA, .arg = "N", .help = "residual width (default {})"},
+     .group = G_DATA, .arg = "N", .help = "residual width (default {})", .needs = NEEDS_GPT},
     {.name = "heads", .type = FT_INT, .off = OFF(o.model.n_head), .lo = 1, .hi = 4096,
-     .group = G_DATA, .arg = "N", .help = "attention heads (default {})"},
+     .group = G_DATA, .arg = "N", .help = "attention heads (default {})", .needs = NEEDS_GPT},
     {.name = "seq-len", .type = FT_INT, .off = OFF(o.seq_len), .lo = 1, .hi = 1 << 20,
-     .group = G_DATA, .arg = "N", .help = "context in bytes (default {})"},
+     .group = G_DATA, .arg = "N", .help = "context in bytes (default {})", .needs = NEEDS_GPT},
     {.name = "batch", .type = FT_INT, .off = OFF(o.batch), .lo = 1, .hi = 1 << 20,
-     .group = G_DATA, .arg = "N", .help = "sequences per step (default {})"},
+     .group = G_DATA, .arg = "N", .help = "sequences per step (default {})", .needs = NEEDS_GPT},
 
     {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
      .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon |\ndion2 (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
-     .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
+     .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})", .needs = NEEDS_RUN},
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
      .arg = "X", .dflt = dflt_lr,
-     .help = "peak learning rate of the matrix optimizer\n(default: {})"},
+     .help = "peak learning rate of the matrix optimizer\n(default: {})", .needs = NEEDS_RUN},
     {CFG(adamw_lr), .type = FT_FLOAT, .lo = 0.0, .hi = 100.0,
-     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})"},
+     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})", .needs = NEEDS_RUN},
     {.name = "weight-decay", .type = FT_FLOAT, .off = OFF(wd), .lo = 0.0, .hi = 10.0,
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
-     .help = "decoupled weight decay for matrices (default {})"},
+     .help = "decoupled weight decay for matrices (default {})", .needs = NEEDS_RUN},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N",
      .help = "linear warm-up steps (default max(steps/10,\nmin(H, steps)), H the slowest "
              "second-moment\nhorizon 1/(1 - beta) in use: 20 (AdamW's 0.95),\n50 for "
-             "kl-shampoo (0.98))"},
+             "kl-shampoo (0.98))", .needs = NEEDS_RUN},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
-     .help = "cosine floor, fraction of peak (default {})"},
+     .help = "cosine floor, fraction of peak (default {})", .needs = NEEDS_RUN},
     {CFG(max_grad_norm), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e30, .group = G_TRAIN, .arg = "X",
-     .help = "clip the global gradient norm; 0 = off (default {})"},
+     .help = "clip the global gradient norm; 0 = off (default {})", .needs = NEEDS_RUN},
     {CFG(backend), .type = FT_CUSTOM, .set = set_device, .group = G_TRAIN, .arg = "cpu|cuda",
      .dflt = dflt_device,
      .help = "where the model and the optimizer run; cuda: the GPU\nmodel and the CUDA backend "
              "(default {})"},
     {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
-     .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
+     .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})", .needs = NEEDS_RUN},
 
     {CFG(precondition_frequency), .type = FT_CUSTOM, .set = set_frequency, .lo = 1,
      .hi = INT_MAX / 2, .dflt = dflt_frequency, .group = G_SHAMPOO, .arg = "N|auto",
      .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
-             "(default {}); auto (train): the\nsmallest the workers sustain, with --staleness"},
+             "(default {}); auto (train): the\nsmallest the workers sustain, with --staleness", .opts = OPT_REFRESH},
     {CFG(shampoo_start_preconditioning_step), .type = FT_INT, .lo = -1, .hi = INT_MAX / 2,
      .group = G_SHAMPOO, .arg = "N",
-     .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1"},
+     .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_max_preconditioner_dim), .type = FT_INT, .lo = 1, .hi = 65536,
-     .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})"},
+     .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_beta2), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0,
-     .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})"},
+     .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_epsilon), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
-     .help = "added to factor eigenvalues (default {})"},
+     .help = "added to factor eigenvalues (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_grafting), .type = FT_NAME,
-     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})"},
+     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_root_method), .type = FT_NAME, .names = gpt_root_method_names,
      .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
-             "(default {})"},
+             "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
-     .help = "heavy-ball momentum after grafting (default {})"},
+     .help = "heavy-ball momentum after grafting (default {})", .opts = OPT(SHAMPOO)},
     {CFG(stagger_refresh), .type = FT_TRUE,
      .group = G_SHAMPOO,
      .help = "spread the matrices' root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
              "over the F steps of a\nperiod (each step ~1/F of the work, no spike)"},
 
     {CFG(muon_momentum), .type = FT_FLOAT, .lo = 0.0,
-     .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})"},
+     .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})", .opts = OPT(MUON)},
     {CFG(muon_scale), .type = FT_NAME,
      .names = gpt_muon_scale_names, .group = G_MUON, .arg = "RULE",
      .help = "shape: sqrt(max(1,m/n)) (default) | adamw:\n0.2*sqrt(max(m,n)) | spectral: "
-             "sqrt(m/n) | none"},
+             "sqrt(m/n) | none", .opts = OPT(MUON)},
     {CFG(muon_momentum_form), .type = FT_NAME,
      .names = gpt_muon_momentum_form_names, .group = G_MUON,
-     .help = "B = mu B + G (default) or mu B + (1-mu) G"},
+     .help = "B = mu B + G (default) or mu B + (1-mu) G", .opts = OPT(MUON)},
     {CFG(muon_ns_schedule), .type = FT_NAME,
      .names = gpt_ns_schedule_names, .group = G_MUON, .then = fan_ns_schedule,
      .dflt = dflt_ns_schedule,
-     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})"},
+     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})", .opts = OPT_NS},
     {CFG(muon_ns_method), .type = FT_NAME, .then = fan_ns_method,
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
      .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
-             "picks gram by aspect\nratio)"},
+             "picks gram by aspect\nratio)", .opts = OPT_NS},
     {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100, .then = fan_ns_steps,
      .group = G_MUON, .arg = "N",
-     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})"},
+     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})", .opts = OPT_NS},
 
     {CFG(dion2_fraction), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0, .group = G_DION2, .arg = "X",
      .help = "share of the rows (or columns: the shorter side)\northonormalized each step "
-             "(default {})"},
+             "(default {})", .opts = OPT(DION2)},
     {CFG(dion2_ef_decay), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_DION2, .arg = "X",
-     .help = "error-feedback decay of the selected slices (default {})"},
+     .help = "error-feedback decay of the selected slices (default {})", .opts = OPT(DION2)},
     {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
      .group = G_DION2, .arg = "RULE",
-     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none"},
+     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none", .opts = OPT(DION2)},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
-     .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update"},
+     .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update", .opts = OPT(KL_SHAMPOO)},
     {CFG(kl_shampoo_init_factor), .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
      .group = G_KL, .arg = "X|auto", .dflt = dflt_kl_init,
-     .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})"},
+     .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})", .opts = OPT(KL_SHAMPOO)},
     {CFG(kl_shampoo_shampoo_beta), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_KL, .arg = "X", .dflt = dflt_kl_beta,
-     .help = "factor and eigenvalue EMA (default: {})"},
+     .help = "factor and eigenvalue EMA (default: {})", .opts = OPT(KL_SHAMPOO)},
 
     {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads"},
@@ -468,77 +489,77 @@ static const train_flag train_flag_rows[] = {
      .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S|auto",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
              "precondition-frequency - 1 + S; auto (train):\nthe smallest the workers sustain "
-             "at the measured\nstep time (80% busy at most; implies --async)"},
+             "at the measured\nstep time (80% busy at most; implies --async)", .needs = NEEDS_ASYNC},
     {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
-     .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)"},
+     .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)", .needs = NEEDS_ASYNC},
     {CFG(install_mode), .type = FT_NAME,
      .names = gpt_install_mode_names, .group = G_ASYNC,
-     .help = "fixed: reproducible (default); eager: fresher"},
+     .help = "fixed: reproducible (default); eager: fresher", .needs = NEEDS_ASYNC},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
-             "device,nvme (roots on nvme)"},
+             "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},
     {CFG(nvme_dir), .type = FT_STRING, .group = G_ASYNC,
-     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
+     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(nvme_queue_depth), .type = FT_INT, .lo = 8,
      .hi = 4096, .group = G_ASYNC, .arg = "N",
      .help = "nvme chunks in flight, one staging chunk each;\nregistered when "
-             "RLIMIT_MEMLOCK holds them (default {})"},
+             "RLIMIT_MEMLOCK holds them (default {})", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(nvme_chunk_bytes), .type = FT_KIB, .lo = 4,
      .hi = 1 << 20, .group = G_ASYNC, .arg = "N",
-     .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})"},
+     .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(host_budget), .type = FT_MIB, .lo = 1,
-     .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
+     .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)", .needs = NEEDS_ASYNC},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
-     .help = "pin workers to the last cores (hwloc)"},
+     .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
     {CFG(sharding), .type = FT_NAME,
      .names = gpt_sharding_names, .group = G_RANKS,
      .help = "owner: each matrix whole on one rank (default);\ngather, zero1: baselines to "
-             "compare with"},
+             "compare with", .needs = NEEDS_RANKS},
     {.name = "deterministic", .type = FT_TRUE, .off = OFF(deterministic), .group = G_RANKS,
      .left = "--deterministic / --no-deterministic",
      .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
-             "--grad-accum N (default on)"},
-    {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1},
+             "--grad-accum N (default on)", .needs = NEEDS_RANKS | NEEDS_RUN},
+    {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1, .needs = NEEDS_RANKS | NEEDS_RUN},
     {CFG(shard_group_size), .type = FT_INT, .lo = 0,
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
-             "groups (default: all ranks)"},
+             "groups (default: all ranks)", .needs = NEEDS_RANKS},
     {CFG(grad_bucket_bytes), .type = FT_KIB, .lo = 1,
      .hi = 1 << 20, .group = G_RANKS, .arg = "N",
-     .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})"},
+     .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})", .needs = NEEDS_RANKS},
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
      .group = G_RANKS, .arg = "N",
-     .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},
+     .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks", .needs = NEEDS_RUN},
 
     {.name = "save-every", .type = FT_INT, .off = OFF(o.save_every), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "N",
      .help = "save a checkpoint after every N-th step (default 0: never)\ninto "
-             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)"},
+             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)", .needs = NEEDS_RUN},
     {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
-     .arg = "DIR", .help = "where --save-every writes (created)"},
+     .arg = "DIR", .help = "where --save-every writes (created)", .needs = NEEDS_SAVE | NEEDS_RUN},
     {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "K",
      .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
-             "--save-after-load"},
+             "--save-after-load", .needs = NEEDS_RUN},
     {.name = "overwrite", .type = FT_TRUE, .off = OFF(o.overwrite), .group = G_CKPT,
      .help = "remove another run's checkpoints from --save-dir at start\n(without it such a "
-             "directory is refused)"},
+             "directory is refused)", .needs = NEEDS_SAVE | NEEDS_RUN},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
-             "options every later step is bit-identical"},
+             "options every later step is bit-identical", .needs = NEEDS_RUN},
     {.name = "save-after-load", .type = FT_TRUE, .off = OFF(o.save_after_load),
      .group = G_CKPT,
      .help = "with --resume: save into --save-dir right after the load,\nbefore any step (a "
-             "checkpoint resharded to this run's\nranks and layout)"},
+             "checkpoint resharded to this run's\nranks and layout)", .needs = NEEDS_RUN},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
-     .help = "steps between validation losses (default {}; 0 = end)"},
+     .help = "steps between validation losses (default {}; 0 = end)", .needs = NEEDS_RUN},
     {.name = "eval-batches", .type = FT_INT, .off = OFF(o.eval_batches), .lo = 1, .hi = 100000,
-     .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})"},
+     .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})", .needs = NEEDS_RUN},
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
-     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
+     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)", .needs = NEEDS_RUN},
     {CFG(blas_threads), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: OpenBLAS: OPENBLAS_NUM_THREADS or\nall cores; BLIS: BLIS_NUM_THREADS, OMP_NUM_THREADS or 1)"},
     {CFG(step_threads), .type = FT_INT, .lo = 0,
@@ -547,13 +568,13 @@ static const train_flag train_flag_rows[] = {
              "AdamW) side by side (bit-identical; default 0: the\ncores when BLAS runs one thread and the run is\nsync, else 1)"},
     {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
      .left = "--progress / --no-progress",
-     .help = "progress bar (default: when stdout is a terminal)"},
-    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0},
+     .help = "progress bar (default: when stdout is a terminal)", .needs = NEEDS_LINES | NEEDS_RUN},
+    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0, .needs = NEEDS_LINES | NEEDS_RUN},
     {.name = "quiet", .type = FT_TRUE, .off = OFF(o.quiet), .group = G_OUTPUT,
-     .help = "print only the summary"},
+     .help = "print only the summary", .needs = NEEDS_RUN},
     {.name = "memory-limit-mib", .type = FT_MIB, .off = OFF(o.memory_limit), .lo = 1,
      .hi = INT_MAX, .group = G_OUTPUT, .arg = "N",
-     .help = "refuse models needing more (default: MemAvailable)"},
+     .help = "refuse models needing more (default: MemAvailable)", .needs = NEEDS_RUN},
 
     {.name = "help", .type = FT_HELP},
     {.name = "version", .type = FT_HELP, .value = 1},
@@ -581,6 +602,7 @@ static const train_flag train_flag_rows[] = {
 };
 
 #define N_FLAGS (sizeof train_flag_rows / sizeof train_flag_rows[0])
+_Static_assert(N_FLAGS <= sizeof ((train_args *)0)->given, "train_args.given holds every flag");
 
 /* train_flag_rows with the schema rows' names and offsets filled in. */
 static train_flag train_flags[N_FLAGS];
@@ -946,6 +968,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             return 2;
         if (f->then)
             f->then(a);
+        a->given[c - 256] = true;
     }
     if (optind < argc) {
         fprintf(stderr, "strata: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -998,10 +1021,6 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
-    if ((o->strata.staleness != 1 || o->strata.workers || a->nvme_wanted ||
-         o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async && cmd != CMD_RACE)
-        fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
-                        "effect with --async\n");
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (o->strata.async && cores > 0 && o->strata.workers > cores)
         fprintf(stderr, "strata: warning: --workers %d exceeds the %ld online cores; the workers "
@@ -1038,6 +1057,145 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         }
     }
     return 0;
+}
+
+/* ---- flags given where they have no effect */
+
+/* Where a command's flags take effect (train_flag.opts and .needs). */
+typedef struct effect_ctx {
+    unsigned opts;         /* the matrix optimizers of the run(s): OPT_* */
+    const char *opts_what; /* "--optimizer muon", "the runs of --runs" */
+    bool async;            /* some run's refreshes are asynchronous */
+    const char *async_why; /* why not, after "take effect with ..." */
+    bool nvme, lines, save, run, gpt;
+    int world;             /* ranks */
+    const char *ranks_how; /* how to get more than one */
+} effect_ctx;
+
+static bool flag_given(const train_args *a, const char *name)
+{
+    for (size_t i = 0; i < N_FLAGS; i++)
+        if (a->given[i] && strcmp(train_flags[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* "a, b and c" of the optimizers in mask m. */
+static void opts_names(unsigned m, char *buf, size_t n)
+{
+    size_t used = 0;
+    int left = __builtin_popcount(m);
+    buf[0] = '\0';
+    for (int k = 0; k < 32 && used < n; k++)
+        if (m & 1u << k) {
+            left--;
+            used += (size_t)snprintf(buf + used, n - used, "%s%s",
+                                     strata_optimizer_name((strata_optimizer)k),
+                                     left > 1 ? ", " : left == 1 ? " and " : "");
+        }
+}
+
+/* The first reason flag f has no effect under e: a NEEDS_* bit, NEEDS_OPT
+ * for its optimizers, 0 when it has one. */
+#define NEEDS_OPT (1u << 31)
+static unsigned no_effect(const train_flag *f, const effect_ctx *e)
+{
+    static const unsigned order[] = {NEEDS_RUN, NEEDS_GPT, NEEDS_OPT, NEEDS_ASYNC,
+                                     NEEDS_NVME, NEEDS_RANKS, NEEDS_LINES, NEEDS_SAVE};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const unsigned r = order[i];
+        const bool missing = r == NEEDS_OPT ? f->opts && !(f->opts & e->opts)
+                             : !(f->needs & r)  ? false
+                             : r == NEEDS_RUN   ? !e->run
+                             : r == NEEDS_GPT   ? !e->gpt
+                             : r == NEEDS_ASYNC ? !e->async
+                             : r == NEEDS_NVME  ? !e->nvme
+                             : r == NEEDS_RANKS ? e->world < 2
+                             : r == NEEDS_LINES ? !e->lines
+                                                : !e->save;
+        if (missing)
+            return r;
+    }
+    return 0;
+}
+
+/* Every flag on the command line that has no effect in this run, said once:
+ * one note per reason (per set of optimizers) naming the flags. A note, not
+ * a refusal: such a flag is neither malformed (exit 2) nor a contradiction
+ * (exit 1); README, "exit status". */
+static void no_effect_notes(const train_args *a, const effect_ctx *e)
+{
+    bool said[N_FLAGS] = {false};
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const train_flag *f = &train_flags[i];
+        const unsigned r = a->given[i] ? no_effect(f, e) : 0;
+        if (!r || said[i])
+            continue;
+        char list[512];
+        size_t used = 0;
+        int n = 0;
+        for (size_t j = i; j < N_FLAGS; j++) { /* the flags of the same reason */
+            const train_flag *g = &train_flags[j];
+            if (!a->given[j] || said[j] || no_effect(g, e) != r ||
+                (r == NEEDS_OPT && g->opts != f->opts))
+                continue;
+            said[j] = true;
+            n++;
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0,
+                                     "%s--%s", n > 1 ? ", " : "", g->name);
+        }
+        const char *has = n == 1 ? "has" : "have", *takes = n == 1 ? "takes" : "take";
+        fprintf(stderr, "strata%s%s: note: %s ", a->cmd == CMD_TRAIN ? "" : " ",
+                a->cmd == CMD_TRAIN ? "" : cmd_word(a->cmd), list);
+        if (r == NEEDS_OPT) {
+            char names[160];
+            opts_names(f->opts, names, sizeof names);
+            fprintf(stderr, "%s %s's configuration; %s no effect with %s\n",
+                    n == 1 ? "sets" : "set", names, n == 1 ? "it has" : "they have",
+                    e->opts_what);
+        } else if (r == NEEDS_RUN) {
+            fprintf(stderr, "%s no effect on a plan (it trains nothing)\n", has);
+        } else if (r == NEEDS_GPT) {
+            fprintf(stderr, "%s no effect with --shapes (the model is the shape file's)\n", has);
+        } else if (r == NEEDS_ASYNC) {
+            fprintf(stderr, "%s effect with %s\n", takes, e->async_why);
+        } else if (r == NEEDS_NVME) {
+            fprintf(stderr, "%s effect with --tiers device,host,nvme or device,nvme\n", takes);
+        } else if (r == NEEDS_RANKS) {
+            fprintf(stderr, "%s effect with more than one rank (%s); this run has one\n", takes,
+                    e->ranks_how);
+        } else if (r == NEEDS_LINES) {
+            fprintf(stderr, "%s no effect with --quiet (it prints only the summary)\n", has);
+        } else {
+            fprintf(stderr, "%s effect with --save-every or --save-after-load\n", takes);
+        }
+    }
+}
+
+/* The context of train, sweep-staleness and plan: one matrix optimizer. */
+static effect_ctx effect_of(const train_args *a, int world)
+{
+    const gpt_train_options *o = &a->o;
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&o->strata, &refresh);
+    static char what[64];
+    snprintf(what, sizeof what, "--optimizer %s", strata_optimizer_name(o->strata.matrix_optimizer));
+    effect_ctx e = {
+        .opts = 1u << o->strata.matrix_optimizer,
+        .opts_what = what,
+        .async = refresh.async && (o->strata.async || o->auto_staleness || a->cmd == CMD_SWEEP),
+        .async_why = !refresh.async ? "--async, which has none with this --optimizer" : "--async",
+        .nvme = a->nvme_wanted,
+        .lines = !o->quiet,
+        .save = o->save_every > 0 || o->save_after_load,
+        .run = a->cmd != CMD_PLAN,
+        .gpt = !(a->cmd == CMD_PLAN && a->shapes),
+        .world = world,
+        .ranks_how = a->cmd == CMD_PLAN ? "--world N" : a->cmd == CMD_TRAIN
+                                                          ? "mpirun -np N strata train"
+                                                          : "only train runs on several ranks",
+    };
+    return e;
 }
 
 /* ---- commands */
@@ -1163,6 +1321,8 @@ static int cmd_train(int argc, char **argv)
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
     if (rank == 0) {
+        const effect_ctx e = effect_of(&a, comm ? strata_comm_size(comm) : 1);
+        no_effect_notes(&a, &e);
         if (a.o.steps >= GPT_BLAS_PROBE_MIN_STEPS) /* a forced weaker core: measured */
             gpt_blas_core_probe_forced();
         gpt_blas_core bc;
@@ -1215,9 +1375,11 @@ static int cmd_sweep(int argc, char **argv)
                 strata_optimizer_name(mopt));
         return 2;
     }
-    if (a.o.strata.async)
+    if (a.o.strata.async || flag_given(&a, "staleness"))
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
-                        "itself\n");
+                        "itself (--values)\n");
+    const effect_ctx e = effect_of(&a, 1);
+    no_effect_notes(&a, &e);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
     if (strata_sweep_check(&so) != STRATA_OK) { /* before the synchronous run */
@@ -1257,6 +1419,20 @@ static int cmd_race(int argc, char **argv)
         fprintf(stderr, "strata %s\n", strata_last_error());
         return 2;
     }
+    effect_ctx e = effect_of(&a, 1);
+    e.opts = 0;
+    e.async = false;
+    for (int i = 0; i < n_plan; i++) {
+        e.opts |= 1u << plan[i].optimizer;
+        e.async = e.async || plan[i].async;
+    }
+    static char runs[200];
+    char names[160];
+    opts_names(e.opts, names, sizeof names);
+    snprintf(runs, sizeof runs, "the race's runs (%s)", names);
+    e.opts_what = runs;
+    e.async_why = "an asynchronous run (NAME-async in --runs)";
+    no_effect_notes(&a, &e);
     catch_stop_signals(&a.o);
     ro.train = a.o;
     strata_status st = strata_race(&ro, stdout);
@@ -1572,6 +1748,8 @@ static int cmd_plan(int argc, char **argv)
         fprintf(stderr, "strata: plan: --ranks-per-node %d must divide --world %d\n", rpn, W);
         return 2;
     }
+    const effect_ctx e = effect_of(&a, W);
+    no_effect_notes(&a, &e);
     strata_param_desc *descs = NULL;
     gpt_tensor *tensors = NULL;
     char *names = NULL, *model = NULL;

@@ -176,7 +176,37 @@ with tempfile.TemporaryDirectory() as tmp:
         "--precondition-frequency", "1", expect_rc=1, expect_text="nothing to spread")
     run("train", *nodata, "--async", "--staleness", "20", "--steps", "20", expect_rc=1,
         expect_text="--staleness 20 >= --steps 20: no asynchronous root")
-    run("train", *nodata, "--workers", "2", expect_rc=1, expect_text="take effect with --async")
+    run("train", *nodata, "--workers", "2", expect_rc=1,
+        expect_text="--workers takes effect with --async")
+    # Every family's and every mode's flag given where it has no effect: one
+    # note naming it (a note, not a refusal: README's exit classes), once.
+    for args, note in [
+            (["--optimizer", "muon", "--kl-form", "exact"],
+             "--kl-form sets kl-shampoo's configuration; it has no effect with --optimizer muon"),
+            (["--optimizer", "soap", "--grafting", "none", "--beta2", "0.9"],
+             "--beta2, --grafting set shampoo's configuration"),
+            (["--optimizer", "shampoo", "--dion2-fraction", "0.5"], "--dion2-fraction sets dion2's"),
+            (["--optimizer", "adamw", "--ns-steps", "3"],
+             "--ns-steps sets muon, normuon and dion2's"),
+            (["--optimizer", "muon", "--precondition-frequency", "3"],
+             "--precondition-frequency sets shampoo, soap and kl-shampoo's"),
+            (["--quiet", "--progress"], "--progress has no effect with --quiet"),
+            (["--sharding", "gather", "--grad-bucket-kib", "64"],
+             "--sharding, --grad-bucket-kib take effect with more than one rank"),
+            (["--async", "--nvme-dir", "x"], "--nvme-dir takes effect with --tiers"),
+            (["--overwrite"], "--overwrite takes effect with --save-every")]:
+        p = run("train", *nodata, *args, expect_rc=1, expect_text=note)
+        ok = p is not None and p.stderr.count("note:") == 1
+        print(f"{'PASS' if ok else 'FAIL'}: train {' '.join(args)}: one note")
+        failures += not ok
+    run("train", *nodata, "--optimizer", "dion2", "--ns-steps", "3", "--dion2-fraction", "0.5",
+        expect_rc=1, reject_text="note:")
+    run("race", *nodata, "--runs", "adamw,muon", "--staleness", "1,4", expect_rc=1,
+        expect_text="--staleness takes effect with an asynchronous run")
+    run("race", *nodata, "--runs", "adamw,shampoo-async", "--staleness", "1,4", expect_rc=1,
+        reject_text="note:")
+    run("plan", "--steps", "3", "--world", "2", "--sharding", "gather", expect_rc=0,
+        expect_text="--steps has no effect on a plan", reject_text="--sharding")
     # One note, not two contradictory ones: --async with Muon has no effect, so
     # nothing is said about its asynchronous roots.
     run("train", *nodata, "--optimizer", "muon", "--async", "--staleness", "3", "--steps", "3",
