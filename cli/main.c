@@ -44,11 +44,12 @@ static void usage_main(FILE *f)
           "\n"
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
-          "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
-          "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
-          "  plan             per-rank memory by tier and kind, owner plan and refresh cost of a\n"
-          "                   model (the GPT's flags or --shapes FILE) on N ranks, without running it\n"
-          "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
+          "  sweep-staleness  train at several staleness budgets; table, loss-vs-time plot\n"
+          "  race             train with several optimizers; time to AdamW's loss, a plot\n"
+          "  plan             per-rank memory by tier and kind, owner plan and refresh cost\n"
+          "                   of a model (the GPT's flags or --shapes FILE) on N ranks,\n"
+          "                   without running it\n"
+          "  ckpt             inspect or verify a checkpoint: ckpt inspect|verify DIR\n"
           "  help [COMMAND]   show this help, or COMMAND's (as `strata COMMAND --help`)\n"
           "  --version        print the library's version\n",
           f);
@@ -400,7 +401,7 @@ static const train_flag train_flag_rows[] = {
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N",
      .help = "linear warm-up steps (default max(steps/10,\nmin(H, steps)), H the slowest "
-             "second-moment\nhorizon 1/(1 - beta) in use: 20 (AdamW's 0.95),\n50 for "
+             "second-moment\nhorizon 1/(1-beta) in use: 20 (AdamW's 0.95),\n50 for "
              "kl-shampoo (0.98))", .needs = NEEDS_RUN},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
@@ -783,12 +784,14 @@ static void flag_default(const train_flag *f, const train_args *d, char *buf, si
     }
 }
 
-/* "  --name ARG                  help text", continuation lines indented to
- * the text's column, "{}" replaced by the default. */
+/* "  --name ARG                  help text", the text (its "{}" replaced by
+ * the default; a '\n' in it is a space) wrapped at HELP_WIDTH columns, each
+ * continuation line indented to the text's column. */
+enum { HELP_WIDTH = 80 };
 static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
 {
     enum { TEXT_COLUMN = 30 };
-    char left[96], dflt[160];
+    char left[96], dflt[160], text[1024];
     if (f->left)
         snprintf(left, sizeof left, "%s", f->left);
     else if (f->arg)
@@ -802,19 +805,38 @@ static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
     const int len = (int)strlen(left) + 2;
     fprintf(out, "  %s%*s", left, len <= TEXT_COLUMN - 2 ? TEXT_COLUMN - len : 2, "");
     flag_default(f, d, dflt, sizeof dflt);
-    for (const char *s = f->help; *s; s++) {
+    size_t n = 0;
+    for (const char *s = f->help; *s && n + 1 < sizeof text; s++) {
         if (s[0] == '{' && s[1] == '}') {
-            for (const char *t = dflt; *t; t++)
-                if (*t == '\n')
-                    fprintf(out, "\n%*s", TEXT_COLUMN, "");
-                else
-                    fputc(*t, out);
+            for (const char *t = dflt; *t && n + 1 < sizeof text; t++)
+                text[n++] = *t == '\n' ? ' ' : *t;
             s++;
-        } else if (*s == '\n') {
-            fprintf(out, "\n%*s", TEXT_COLUMN, "");
         } else {
-            fputc(*s, out);
+            text[n++] = *s == '\n' ? ' ' : *s;
         }
+    }
+    text[n] = '\0';
+    int col = len <= TEXT_COLUMN - 2 ? TEXT_COLUMN : len + 2;
+    bool line_start = true;
+    for (const char *w = text; *w;) {
+        while (*w == ' ')
+            w++;
+        const size_t wl = strcspn(w, " ");
+        if (!wl)
+            break;
+        if (!line_start && col + 1 + (int)wl > HELP_WIDTH) {
+            fprintf(out, "\n%*s", TEXT_COLUMN, "");
+            col = TEXT_COLUMN;
+            line_start = true;
+        }
+        if (!line_start) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(w, 1, wl, out);
+        col += (int)wl;
+        line_start = false;
+        w += wl;
     }
     fputc('\n', out);
 }
@@ -827,7 +849,8 @@ static void print_race_help(FILE *out, const train_args *d)
         used += (size_t)snprintf(values + used, sizeof values - used, "%s%d", i ? "," : "",
                                  d->values[i]);
     fprintf(out,
-            "usage: strata race [--runs LIST] [--staleness S,S,...] [--out DIR] [train options]\n"
+            "usage: strata race [--runs LIST] [--staleness S,S,...] [--out DIR]\n"
+            "                   [train options]\n"
             "\n"
             "Train the GPT once per run of LIST, one run after another, with the same model,\n"
             "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
@@ -837,10 +860,12 @@ static void print_race_help(FILE *out, const train_args *d)
             "on worker threads, staggered over the period: one run per staleness budget in\n"
             "--staleness).\n"
             "AdamW runs first: its final validation loss is the target. Then write\n"
-            "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s, val_loss\n"
-            "  DIR/ratios.tsv      per run: the wall time at which its validation loss first\n"
-            "                      reached AdamW's final one, as a ratio of AdamW's wall time;\n"
-            "                      its critical-path fraction and step time max/median\n"
+            "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s,\n"
+            "                      val_loss\n"
+            "  DIR/ratios.tsv      per run: the wall time at which its validation loss\n"
+            "                      first reached AdamW's final one, as a ratio of AdamW's\n"
+            "                      wall time; its critical-path fraction and step time\n"
+            "                      max/median\n"
             "  DIR/loss_vs_time.png  validation loss against wall time (gnuplot), and\n"
             "  DIR/<run>.jsonl     each run's metrics,\n"
             "and print the ratios. Wall time is the steps' time (validation excluded).\n"
@@ -851,20 +876,20 @@ static void print_race_help(FILE *out, const train_args *d)
 
 static void print_plan_help(FILE *out)
 {
-    fputs("usage: strata plan [--shapes FILE] [--world N] [--ranks-per-node N] [--step-ms T]\n"
-          "                   [--plan-workers W] [--memory-gib M] [--activation-mib N] [--json]\n"
-          "                   [train options]\n\n"
+    fputs("usage: strata plan [--shapes FILE] [--world N] [--ranks-per-node N]\n"
+          "                   [--step-ms T] [--plan-workers W] [--memory-gib M]\n"
+          "                   [--activation-mib N] [--json] [train options]\n\n"
           "Plan a run without running it (strata_plan_estimate): per-rank bytes by tier and\n"
-          "kind at the run's peak (what the memory ledger of the same run reports), the owner\n"
-          "plan's makespan and balance, one refresh round per rank on W workers, and the\n"
-          "smallest --precondition-frequency and --staleness that keep the workers ahead of\n"
-          "a step of T ms. The model: the GPT of the train flags (--layers, --d-model,\n"
-          "--heads, --seq-len, --batch; its activations included), or --shapes FILE, a JSON\n"
-          "parameter list (plan/shapes/*.json: GPT-2, Llama, OLMo); --activation-mib adds a\n"
-          "shape file's activations per rank. --world ranks, --ranks-per-node per node\n"
-          "(default: all on one), --memory-gib one rank's memory to check against. Costs come\n"
-          "from a model fitted on this machine (measured once, cached). The optimizer and\n"
-          "tier flags are the train flags below.\n\n",
+          "kind at the run's peak (what the memory ledger of the same run reports), the\n"
+          "owner plan's makespan and balance, one refresh round per rank on W workers, and\n"
+          "the smallest --precondition-frequency and --staleness that keep the workers\n"
+          "ahead of a step of T ms. The model: the GPT of the train flags (--layers,\n"
+          "--d-model, --heads, --seq-len, --batch; its activations included), or --shapes\n"
+          "FILE, a JSON parameter list (plan/shapes/*.json: GPT-2, Llama, OLMo);\n"
+          "--activation-mib adds a shape file's activations per rank. --world ranks,\n"
+          "--ranks-per-node per node (default: all on one), --memory-gib one rank's memory\n"
+          "to check against. Costs come from a model fitted on this machine (measured once,\n"
+          "cached). The optimizer and tier flags are the train flags below.\n\n",
           out);
 }
 
@@ -1549,40 +1574,67 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
     }
 }
 
+static void ckpt_usage(FILE *f)
+{
+    fputs("usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes,\n"
+          "                                 checksum status\n"
+          "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
+          "                                 one line per logical tensor (weights, and\n"
+          "                                 optimizer state from whichever rank holds\n"
+          "                                 it): dtype, shape, step, SHA-256; sorted by\n"
+          "                                 name, the same for any number of ranks or\n"
+          "                                 layout that saved it\n"
+          "       strata ckpt verify DIR    exit 0 only when every file and checksum is\n"
+          "                                 sound\n"
+          "       (-- before a DIR that starts with '-')\n",
+          f);
+}
+
 static int cmd_ckpt(int argc, char **argv)
 {
-    /* inspect --hash DIR, or inspect DIR --hash */
-    const bool hash = argc == 4 && strcmp(argv[1], "inspect") == 0 &&
-                      (strcmp(argv[2], "--hash") == 0 || strcmp(argv[3], "--hash") == 0);
-    const char *hash_dir = hash ? argv[strcmp(argv[2], "--hash") == 0 ? 3 : 2] : NULL;
-    /* --help (or -h, or help) anywhere asks for the usage, never names a directory. */
-    bool help = false;
+    /* --help (or -h, or help) anywhere asks for the usage, never names a
+     * directory; an option is --hash (inspect's) or refused, never taken for
+     * a directory (exit 2, as every malformed command line). */
+    bool help = argc >= 2 && strcmp(argv[1], "help") == 0, hash = false, options = true;
     for (int i = 1; i < argc; i++)
-        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
-               (i == 1 && strcmp(argv[i], "help") == 0);
+        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+    if (help) {
+        ckpt_usage(stdout);
+        return 0;
+    }
     const bool known = argc >= 2 && (strcmp(argv[1], "inspect") == 0 ||
                                      strcmp(argv[1], "verify") == 0);
-    if (help || (argc != 3 && !hash) || !known) {
-        if (!help && argc >= 2 && !known)
+    if (!known) {
+        if (argc >= 2)
             fprintf(stderr, "strata ckpt: unknown subcommand '%s'\n", argv[1]);
-        else if (!help)
-            fprintf(stderr, "strata ckpt%s%s: expects one checkpoint directory\n",
-                    argc >= 2 ? " " : "", argc >= 2 ? argv[1] : "");
-        fprintf(help ? stdout : stderr,
-                "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
-                "checksum status\n"
-                "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
-                "                                 one line per logical tensor (weights, and "
-                "optimizer\n"
-                "                                 state from whichever rank holds it): dtype, "
-                "shape,\n"
-                "                                 step, SHA-256; sorted by name, the same for "
-                "any\n"
-                "                                 number of ranks or layout that saved it\n"
-                "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
-                "sound\n");
-        return help ? 0 : 2;
+        ckpt_usage(stderr);
+        return 2;
     }
+    const char *dir = NULL;
+    int dirs = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        if (options && strcmp(arg, "--") == 0) {
+            options = false;
+        } else if (options && strcmp(arg, "--hash") == 0 && strcmp(argv[1], "inspect") == 0) {
+            hash = true;
+        } else if (options && arg[0] == '-' && arg[1]) {
+            fprintf(stderr, "strata ckpt %s: unknown option '%s'%s (see strata ckpt --help)\n",
+                    argv[1], arg,
+                    strcmp(arg, "--hash") == 0 ? ": --hash belongs to inspect" : "");
+            return 2;
+        } else {
+            dir = arg;
+            dirs++;
+        }
+    }
+    if (dirs != 1) {
+        fprintf(stderr, "strata ckpt %s: expects one checkpoint directory%s\n", argv[1],
+                dirs > 1 ? ", got several" : "");
+        ckpt_usage(stderr);
+        return 2;
+    }
+    const char *hash_dir = dir;
     if (hash) {
         ckpt_view v = {.hash = true};
         strata_status st = strata_ckpt_verify(hash_dir, ckpt_row, &v);
@@ -1598,7 +1650,7 @@ static int cmd_ckpt(int argc, char **argv)
     if (v.table)
         printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
                "tier", "step", "bytes", "checksum");
-    strata_status st = strata_ckpt_verify(argv[2], ckpt_row, &v);
+    strata_status st = strata_ckpt_verify(dir, ckpt_row, &v);
     if (st != STRATA_OK && !v.table && v.bad > 0)
         return 1; /* each problem was reported once, by ckpt_row */
     if (st != STRATA_OK) {
@@ -1606,7 +1658,7 @@ static int cmd_ckpt(int argc, char **argv)
                 strata_last_error());
         return 1;
     }
-    printf("%s: %d tensors, %.1f MiB, every file and checksum sound\n", argv[2], v.tensors,
+    printf("%s: %d tensors, %.1f MiB, every file and checksum sound\n", dir, v.tensors,
            v.bytes / 1048576.0);
     return 0;
 }

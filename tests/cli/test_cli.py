@@ -117,21 +117,27 @@ with tempfile.TemporaryDirectory() as tmp:
     # --help comes from the flag table: groups, derived defaults, choices.
     p = run("train", "--help", expect_rc=0, expect_text="\n\nkl-shampoo:\n", stream="stdout")
     for want in ("\n\ndata and model:\n", "\n\nshampoo:\n", "\n\nmuon:\n", "\n\noutput:\n",
-                 "  --precondition-frequency N|auto  steps between inverse-root (shampoo) or "
-                 "eigenbasis\n"
-                 "                              (soap, kl-shampoo) refreshes (default 10); auto "
-                 "(train): the\n",
+                 "  --precondition-frequency N|auto  steps between inverse-root (shampoo) or\n"
+                 "                              eigenbasis (soap, kl-shampoo) refreshes (default\n"
+                 "                              10); auto (train): the smallest the workers\n",
                  "  --grafting adam|adagrad|none  (default adam)\n",
-                 "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
-                 "                              nonzero gradient (default auto)\n",
+                 "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the\n"
+                 "                              first nonzero gradient (default auto)\n",
                  "  --progress / --no-progress  progress bar",
-                 "  --warmup N                  linear warm-up steps (default max(steps/10,\n"
-                 "                              min(H, steps)), H the slowest second-moment\n"):
+                 "  --warmup N                  linear warm-up steps (default max(steps/10, min(H,\n"
+                 "                              steps)), H the slowest second-moment horizon\n"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
     run("sweep-staleness", "--help", expect_rc=0,
         expect_text="Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.", stream="stdout")
+    # Every help text fits 80 columns (the flags' text is wrapped to it).
+    for args in (["--help"], ["train", "--help"], ["sweep-staleness", "--help"],
+                 ["race", "--help"], ["plan", "--help"], ["ckpt", "--help"], ["ckpt"]):
+        h = subprocess.run([STRATA, *args], capture_output=True, text=True)
+        wide = [l for l in (h.stdout + h.stderr).splitlines() if len(l) > 80]
+        print(f"{'PASS' if not wide else 'FAIL'}: strata {' '.join(args)} fits 80 columns {wide[:2]}")
+        failures += bool(wide)
     # A flag at the end of the line without its value names itself (#12).
     run("train", "--steps", expect_rc=2, expect_text="strata: --steps needs a value",
         reject_text="unknown")

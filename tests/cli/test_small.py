@@ -3,7 +3,8 @@
 
 1. A run interrupted before its first validation says "val loss not
    measured" in its summary, never "nan".
-2. `strata ckpt show` names the unknown subcommand.
+2. `strata ckpt show` names the unknown subcommand; an unknown option of any
+   ckpt subcommand is refused (exit 2), never read as a directory.
 3. Exit classes (README): a contradiction between flags exits 1 (SOAP's
    staleness >= frequency, --keep without --save-every, --save-every without
    --save-dir), a malformed flag 2.
@@ -63,6 +64,20 @@ check(r.returncode == 2 and "unknown subcommand 'show'" in r.stderr and "usage:"
 r = subprocess.run([STRATA, "ckpt", "verify"], capture_output=True, text=True)
 check(r.returncode == 2 and "expects one checkpoint directory" in r.stderr,
       f"strata ckpt verify without a directory: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+# An unknown option is refused (exit 2) by every ckpt subcommand, never taken
+# for a directory; --hash is inspect's; -- ends the options.
+for args, text in [(["inspect", "--bogus"], "unknown option '--bogus'"),
+                   (["verify", "--bogus"], "unknown option '--bogus'"),
+                   (["inspect", "--hash", "--bogus", "x"], "unknown option '--bogus'"),
+                   (["inspect", "-x", "d"], "unknown option '-x'"),
+                   (["verify", "--hash", "d"], "--hash belongs to inspect"),
+                   (["inspect", "a", "b"], "expects one checkpoint directory")]:
+    r = subprocess.run([STRATA, "ckpt", *args], capture_output=True, text=True)
+    check(r.returncode == 2 and text in r.stderr and "missing file" not in r.stderr,
+          f"strata ckpt {' '.join(args)}: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+r = subprocess.run([STRATA, "ckpt", "verify", "--", "-no-such-dir"], capture_output=True, text=True)
+check(r.returncode == 1 and "missing file" in r.stderr,
+      f"strata ckpt verify -- -no-such-dir: a directory: rc {r.returncode}")
 
 for args, rc, text in [
         (["--optimizer", "soap", "--async", "--staleness", "5", "--precondition-frequency", "2"],
