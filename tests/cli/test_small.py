@@ -91,5 +91,30 @@ for args, rc, text in [
     check(r.returncode == rc and text in r.stderr,
           f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
 
+# 5. --overwrite says what it removes (count, run identity), once; a resumed
+#    run says "resumed:" once (at start-up, or in the summary under --quiet).
+import json
+import os
+import tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    sd = os.path.join(tmp, "save")
+    base = [STRATA, "train", *TINY, "--eval-every", "0", "--save-every", "1", "--save-dir", sd]
+    r = subprocess.run([*base, "--steps", "3"], capture_output=True, text=True, timeout=120)
+    with open(os.path.join(sd, "step-00000003", "manifest.json")) as f:
+        old_id = json.dumps(json.load(f))
+    r = subprocess.run([*base, "--steps", "2", "--overwrite"], capture_output=True, text=True,
+                       timeout=120)
+    said = [l for l in r.stderr.splitlines() if "--overwrite: removed" in l]
+    check(r.returncode == 0 and len(said) == 1 and "removed 3 checkpoints" in said[0] and
+          said[0].split(" of run ")[1].split()[0] in old_id and
+          sorted(os.listdir(sd)) == ["step-00000001", "step-00000002"],
+          f"--overwrite names what it removed: {said} {r.stderr[-200:]}")
+    for quiet in ([], ["--quiet"]):
+        r = subprocess.run([STRATA, "train", *TINY, "--eval-every", "0", "--steps", "3",
+                            "--resume", sd, *quiet], capture_output=True, text=True, timeout=120)
+        n = r.stdout.count("resumed:")
+        check(r.returncode == 0 and n == 1, f"resume{' --quiet' if quiet else ''}: "
+              f"{n} 'resumed:' line(s) {r.stderr[-200:]}")
+
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
