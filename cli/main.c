@@ -175,7 +175,12 @@ enum {
     NEEDS_SAVE = 1u << 4,  /* a checkpoint is written: --save-every or --save-after-load */
     NEEDS_RUN = 1u << 5,   /* a training run: train, sweep-staleness, race, not plan */
     NEEDS_GPT = 1u << 6,   /* the GPT's shape: not plan's --shapes */
+    NEEDS_ONE = 1u << 7,   /* one run: train (sweep-staleness's and race's runs are quiet and
+                              each writes DIR/<run>.jsonl) */
 };
+/* Flags of one training run (checkpoints): refused by sweep-staleness and
+ * race, whose runs would all write (or read) the same checkpoints. */
+#define ONLY_ONE_RUN (1u << CMD_TRAIN | 1u << CMD_PLAN)
 
 #define OFF(member) offsetof(train_args, member)
 /* A flag that sets strata_config field `id`: its name is the schema row's cli
@@ -536,23 +541,23 @@ static const train_flag train_flag_rows[] = {
     {.name = "save-every", .type = FT_INT, .off = OFF(o.save_every), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "N",
      .help = "save a checkpoint after every N-th step (default 0: never)\ninto "
-             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)", .needs = NEEDS_RUN},
+             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
-     .arg = "DIR", .help = "where --save-every writes (created)", .needs = NEEDS_SAVE | NEEDS_RUN},
+     .arg = "DIR", .help = "where --save-every writes (created)", .needs = NEEDS_SAVE | NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "K",
      .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
-             "--save-after-load", .needs = NEEDS_RUN},
+             "--save-after-load", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "overwrite", .type = FT_TRUE, .off = OFF(o.overwrite), .group = G_CKPT,
      .help = "remove another run's checkpoints from --save-dir at start\n(without it such a "
-             "directory is refused)", .needs = NEEDS_SAVE | NEEDS_RUN},
+             "directory is refused)", .needs = NEEDS_SAVE | NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
-             "options every later step is bit-identical", .needs = NEEDS_RUN},
+             "options every later step is bit-identical", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "save-after-load", .type = FT_TRUE, .off = OFF(o.save_after_load),
      .group = G_CKPT,
      .help = "with --resume: save into --save-dir right after the load,\nbefore any step (a "
-             "checkpoint resharded to this run's\nranks and layout)", .needs = NEEDS_RUN},
+             "checkpoint resharded to this run's\nranks and layout)", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
@@ -560,7 +565,7 @@ static const train_flag train_flag_rows[] = {
     {.name = "eval-batches", .type = FT_INT, .off = OFF(o.eval_batches), .lo = 1, .hi = 100000,
      .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})", .needs = NEEDS_RUN},
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
-     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)", .needs = NEEDS_RUN},
+     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)", .needs = NEEDS_RUN | NEEDS_ONE},
     {CFG(blas_threads), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: OpenBLAS: OPENBLAS_NUM_THREADS or\nall cores; BLIS: BLIS_NUM_THREADS, OMP_NUM_THREADS or 1)"},
     {CFG(step_threads), .type = FT_INT, .lo = 0,
@@ -569,10 +574,10 @@ static const train_flag train_flag_rows[] = {
              "AdamW) side by side (bit-identical; default 0: the\ncores when BLAS runs one thread and the run is\nsync, else 1)"},
     {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
      .left = "--progress / --no-progress",
-     .help = "progress bar (default: when stdout is a terminal)", .needs = NEEDS_LINES | NEEDS_RUN},
-    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0, .needs = NEEDS_LINES | NEEDS_RUN},
+     .help = "progress bar (default: when stdout is a terminal)", .needs = NEEDS_LINES | NEEDS_RUN | NEEDS_ONE},
+    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0, .needs = NEEDS_LINES | NEEDS_RUN | NEEDS_ONE},
     {.name = "quiet", .type = FT_TRUE, .off = OFF(o.quiet), .group = G_OUTPUT,
-     .help = "print only the summary", .needs = NEEDS_RUN},
+     .help = "print only the summary", .needs = NEEDS_RUN | NEEDS_ONE},
     {.name = "memory-limit-mib", .type = FT_MIB, .off = OFF(o.memory_limit), .lo = 1,
      .hi = INT_MAX, .group = G_OUTPUT, .arg = "N",
      .help = "refuse models needing more (default: MemAvailable)", .needs = NEEDS_RUN},
@@ -986,6 +991,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                     f->only == 1u << CMD_RACE    ? "race"
                     : f->only == 1u << CMD_SWEEP ? "sweep-staleness"
                     : f->only == 1u << CMD_PLAN  ? "plan"
+                    : f->only == ONLY_ONE_RUN    ? "train (the runs of sweep-staleness and race "
+                                                   "would all write or read the same "
+                                                   "checkpoints)"
                                                  : "sweep-staleness and race");
             return 2;
         }
@@ -1092,7 +1100,7 @@ typedef struct effect_ctx {
     const char *opts_what; /* "--optimizer muon", "the runs of --runs" */
     bool async;            /* some run's refreshes are asynchronous */
     const char *async_why; /* why not, after "take effect with ..." */
-    bool nvme, lines, save, run, gpt;
+    bool nvme, lines, save, run, one, gpt;
     int world;             /* ranks */
     const char *ranks_how; /* how to get more than one */
 } effect_ctx;
@@ -1125,13 +1133,14 @@ static void opts_names(unsigned m, char *buf, size_t n)
 #define NEEDS_OPT (1u << 31)
 static unsigned no_effect(const train_flag *f, const effect_ctx *e)
 {
-    static const unsigned order[] = {NEEDS_RUN, NEEDS_GPT, NEEDS_OPT, NEEDS_ASYNC,
+    static const unsigned order[] = {NEEDS_RUN, NEEDS_ONE, NEEDS_GPT, NEEDS_OPT, NEEDS_ASYNC,
                                      NEEDS_NVME, NEEDS_RANKS, NEEDS_LINES, NEEDS_SAVE};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         const unsigned r = order[i];
         const bool missing = r == NEEDS_OPT ? f->opts && !(f->opts & e->opts)
                              : !(f->needs & r)  ? false
                              : r == NEEDS_RUN   ? !e->run
+                             : r == NEEDS_ONE   ? !e->one
                              : r == NEEDS_GPT   ? !e->gpt
                              : r == NEEDS_ASYNC ? !e->async
                              : r == NEEDS_NVME  ? !e->nvme
@@ -1178,6 +1187,9 @@ static void no_effect_notes(const train_args *a, const effect_ctx *e)
             fprintf(stderr, "%s %s's configuration; %s no effect with %s\n",
                     n == 1 ? "sets" : "set", names, n == 1 ? "it has" : "they have",
                     e->opts_what);
+        } else if (r == NEEDS_ONE) {
+            fprintf(stderr, "%s no effect on %s (each run prints only its summary and writes "
+                            "its metrics to --out DIR/<run>.jsonl)\n", has, cmd_word(a->cmd));
         } else if (r == NEEDS_RUN) {
             fprintf(stderr, "%s no effect on a plan (it trains nothing)\n", has);
         } else if (r == NEEDS_GPT) {
@@ -1214,6 +1226,7 @@ static effect_ctx effect_of(const train_args *a, int world)
         .lines = !o->quiet,
         .save = o->save_every > 0 || o->save_after_load,
         .run = a->cmd != CMD_PLAN,
+        .one = a->cmd != CMD_SWEEP && a->cmd != CMD_RACE,
         .gpt = !(a->cmd == CMD_PLAN && a->shapes),
         .world = world,
         .ranks_how = a->cmd == CMD_PLAN ? "--world N" : a->cmd == CMD_TRAIN

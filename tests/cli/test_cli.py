@@ -211,6 +211,11 @@ with tempfile.TemporaryDirectory() as tmp:
         expect_text="--staleness takes effect with an asynchronous run")
     run("race", *nodata, "--runs", "adamw,shampoo-async", "--staleness", "1,4", expect_rc=1,
         reject_text="note:")
+    run("race", *nodata, "--runs", "adamw", "--metrics", "m.jsonl", expect_rc=1,
+        expect_text="--metrics has no effect on race")
+    for cmd in ("race", "sweep-staleness"):
+        run(cmd, *nodata, "--save-every", "2", "--save-dir", "x", expect_rc=2,
+            expect_text="--save-every belongs to train")
     run("plan", "--steps", "3", "--world", "2", "--sharding", "gather", expect_rc=0,
         expect_text="--steps has no effect on a plan", reject_text="--sharding")
     # One note, not two contradictory ones: --async with Muon has no effect, so
