@@ -656,6 +656,8 @@ static void resolve_flags(void)
 
 /* ---- parsing */
 
+static bool flag_given(const struct train_args *a, const char *name);
+
 /* Strict number parsing: the whole argument must be a number in range. */
 static int parse_int(const char *flag, const char *s, long lo, long hi, int *out)
 {
@@ -1069,6 +1071,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     strata_config_optimizer_lr(&o->strata, mopt, &lr, &wd); /* NULLs for an unknown one */
     if (a->lr >= 0.0f && lr)
         *lr = a->lr;
+    if (a->lr >= 0.0f && lr == &o->strata.adamw.lr && flag_given(a, "adamw-lr"))
+        fprintf(stderr, "strata: note: --adamw-lr has no effect with --optimizer adamw and --lr: "
+                        "the matrices and the tail share AdamW's one learning rate, --lr's\n");
     if (a->wd >= 0.0f && wd)
         *wd = a->wd;
     if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */
@@ -1105,7 +1110,7 @@ typedef struct effect_ctx {
     const char *ranks_how; /* how to get more than one */
 } effect_ctx;
 
-static bool flag_given(const train_args *a, const char *name)
+static bool flag_given(const struct train_args *a, const char *name)
 {
     for (size_t i = 0; i < N_FLAGS; i++)
         if (a->given[i] && strcmp(train_flags[i].name, name) == 0)

@@ -200,7 +200,9 @@ with tempfile.TemporaryDirectory() as tmp:
             (["--sharding", "gather", "--grad-bucket-kib", "64"],
              "--sharding, --grad-bucket-kib take effect with more than one rank"),
             (["--async", "--nvme-dir", "x"], "--nvme-dir takes effect with --tiers"),
-            (["--overwrite"], "--overwrite takes effect with --save-every")]:
+            (["--overwrite"], "--overwrite takes effect with --save-every"),
+            (["--optimizer", "adamw", "--lr", "0.01", "--adamw-lr", "0.002"],
+             "--adamw-lr has no effect with --optimizer adamw and --lr")]:
         p = run("train", *nodata, *args, expect_rc=1, expect_text=note)
         ok = p is not None and p.stderr.count("note:") == 1
         print(f"{'PASS' if ok else 'FAIL'}: train {' '.join(args)}: one note")
