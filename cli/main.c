@@ -175,6 +175,7 @@ enum {
     NEEDS_SAVE = 1u << 4,  /* a checkpoint is written: --save-every or --save-after-load */
     NEEDS_RUN = 1u << 5,   /* a training run: train, sweep-staleness, race, not plan */
     NEEDS_GPT = 1u << 6,   /* the GPT's shape: not plan's --shapes */
+    NEEDS_DIR = 1u << 8,   /* --data names a directory (a missing path is said later) */
     NEEDS_ONE = 1u << 7,   /* one run: train (sweep-staleness's and race's runs are quiet and
                               each writes DIR/<run>.jsonl) */
 };
@@ -375,7 +376,7 @@ static const train_flag train_flag_rows[] = {
      .help = "text file or directory (default {})", .needs = NEEDS_RUN},
     {.name = "data-recursive", .type = FT_TRUE, .off = OFF(o.data_recursive), .group = G_DATA,
      .help = "read a --data directory's subdirectories too (a\nHugging Face cache: symlinks "
-             "are followed, a file\nreached twice is read once)", .needs = NEEDS_RUN},
+             "are followed, a file\nreached twice is read once)", .needs = NEEDS_RUN | NEEDS_DIR},
     {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
      .hi = 0.999999, .group = G_DATA, .arg = "F", .dfmt = "%.2f",
      .help = "validation share of the corpus (default {})", .needs = NEEDS_RUN},
@@ -1105,7 +1106,7 @@ typedef struct effect_ctx {
     const char *opts_what; /* "--optimizer muon", "the runs of --runs" */
     bool async;            /* some run's refreshes are asynchronous */
     const char *async_why; /* why not, after "take effect with ..." */
-    bool nvme, lines, save, run, one, gpt;
+    bool nvme, lines, save, run, one, gpt, dir;
     int world;             /* ranks */
     const char *ranks_how; /* how to get more than one */
 } effect_ctx;
@@ -1139,7 +1140,8 @@ static void opts_names(unsigned m, char *buf, size_t n)
 static unsigned no_effect(const train_flag *f, const effect_ctx *e)
 {
     static const unsigned order[] = {NEEDS_RUN, NEEDS_ONE, NEEDS_GPT, NEEDS_OPT, NEEDS_ASYNC,
-                                     NEEDS_NVME, NEEDS_RANKS, NEEDS_LINES, NEEDS_SAVE};
+                                     NEEDS_NVME, NEEDS_RANKS, NEEDS_LINES, NEEDS_SAVE,
+                                     NEEDS_DIR};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
         const unsigned r = order[i];
         const bool missing = r == NEEDS_OPT ? f->opts && !(f->opts & e->opts)
@@ -1151,7 +1153,8 @@ static unsigned no_effect(const train_flag *f, const effect_ctx *e)
                              : r == NEEDS_NVME  ? !e->nvme
                              : r == NEEDS_RANKS ? e->world < 2
                              : r == NEEDS_LINES ? !e->lines
-                                                : !e->save;
+                             : r == NEEDS_SAVE  ? !e->save
+                                                : !e->dir;
         if (missing)
             return r;
     }
@@ -1208,8 +1211,11 @@ static void no_effect_notes(const train_args *a, const effect_ctx *e)
                     e->ranks_how);
         } else if (r == NEEDS_LINES) {
             fprintf(stderr, "%s no effect with --quiet (it prints only the summary)\n", has);
-        } else {
+        } else if (r == NEEDS_SAVE) {
             fprintf(stderr, "%s effect with --save-every or --save-after-load\n", takes);
+        } else {
+            fprintf(stderr, "%s effect with a --data directory; %s is a file\n", takes,
+                    a->o.data_path);
         }
     }
 }
@@ -1221,6 +1227,7 @@ static effect_ctx effect_of(const train_args *a, int world)
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);
     static char what[64];
+    struct stat st;
     snprintf(what, sizeof what, "--optimizer %s", strata_optimizer_name(o->strata.matrix_optimizer));
     effect_ctx e = {
         .opts = 1u << o->strata.matrix_optimizer,
@@ -1232,6 +1239,7 @@ static effect_ctx effect_of(const train_args *a, int world)
         .save = o->save_every > 0 || o->save_after_load,
         .run = a->cmd != CMD_PLAN,
         .one = a->cmd != CMD_SWEEP && a->cmd != CMD_RACE,
+        .dir = !o->data_path || stat(o->data_path, &st) != 0 || S_ISDIR(st.st_mode),
         .gpt = !(a->cmd == CMD_PLAN && a->shapes),
         .world = world,
         .ranks_how = a->cmd == CMD_PLAN ? "--world N" : a->cmd == CMD_TRAIN

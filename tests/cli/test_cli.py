@@ -201,6 +201,7 @@ with tempfile.TemporaryDirectory() as tmp:
              "--sharding, --grad-bucket-kib take effect with more than one rank"),
             (["--async", "--nvme-dir", "x"], "--nvme-dir takes effect with --tiers"),
             (["--overwrite"], "--overwrite takes effect with --save-every"),
+            (["--data", short, "--data-recursive"], "--data-recursive takes effect with a --data"),
             (["--optimizer", "adamw", "--lr", "0.01", "--adamw-lr", "0.002"],
              "--adamw-lr has no effect with --optimizer adamw and --lr")]:
         p = run("train", *nodata, *args, expect_rc=1, expect_text=note)
