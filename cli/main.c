@@ -538,7 +538,7 @@ static const train_flag train_flag_rows[] = {
     {.name = "deterministic", .type = FT_TRUE, .off = OFF(deterministic), .group = G_RANKS,
      .left = "--deterministic / --no-deterministic",
      .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
-             "--grad-accum N (default on)", .needs = NEEDS_RANKS | NEEDS_RUN},
+             "--grad-accum N (default on)", .needs = NEEDS_RUN},
     {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1,
      .needs = NEEDS_RANKS | NEEDS_RUN},
     {CFG(shard_group_size), .type = FT_INT, .lo = 0,
@@ -597,8 +597,10 @@ static const train_flag train_flag_rows[] = {
      .left = "--progress / --no-progress",
      .help = "progress bar (default: when stdout is a terminal)",
      .needs = NEEDS_LINES | NEEDS_RUN | NEEDS_ONE},
+    /* --no-progress and --deterministic ask for what happens anyway where
+       they have no effect (--quiet, race, one rank): not said */
     {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0,
-     .needs = NEEDS_LINES | NEEDS_RUN | NEEDS_ONE},
+     .needs = NEEDS_RUN},
     {.name = "quiet", .type = FT_TRUE, .off = OFF(o.quiet), .group = G_OUTPUT,
      .help = "print only the summary", .needs = NEEDS_RUN | NEEDS_ONE},
     {.name = "memory-limit-mib", .type = FT_MIB, .off = OFF(o.memory_limit), .lo = 1,
