@@ -657,6 +657,32 @@ static bool flag_fits(flag_type t, strata_cfg_kind k)
     }
 }
 
+/* The optimizer whose configuration member holds schema field `path`
+ * ("kl_shampoo.form": kl-shampoo), found through the member of its lr
+ * (strata_config_optimizer_lr); -1 for a field of strata_config itself or of
+ * the AdamW tail (which every run has). */
+static int member_optimizer(const char *path)
+{
+    const char *dot = strchr(path, '.');
+    if (!dot)
+        return -1;
+    strata_config c;
+    strata_config_default(&c);
+    for (int k = 0; k < 32; k++) {
+        float *lr = NULL, *wd = NULL;
+        if (strata_config_optimizer_lr(&c, (strata_optimizer)k, &lr, &wd) != STRATA_OK)
+            break; /* past the last family */
+        if (!lr || k == STRATA_OPTIM_ADAMW)
+            continue;
+        const size_t off = (size_t)((char *)lr - (char *)&c);
+        for (int r = 0; r < STRATA_CFG_ROWS; r++)
+            if (schema[r].off == off && schema[r].kind == STRATA_CFG_FLOAT &&
+                strncmp(schema[r].name, path, (size_t)(dot - path) + 1) == 0)
+                return k;
+    }
+    return -1;
+}
+
 static void resolve_flags(void)
 {
     static bool done;
@@ -674,6 +700,13 @@ static void resolve_flags(void)
         if (!f->name || !flag_fits(f->type, s->kind)) { /* a broken table: a program error */
             fprintf(stderr, "strata: internal error: the flag row of strata_config.%s does not "
                             "fit its schema row\n", s->name);
+            abort();
+        }
+        const int k = member_optimizer(s->name);
+        if (k >= 0 && !(f->opts & 1u << k)) { /* a family's flag without its OPT() bit */
+            fprintf(stderr, "strata: internal error: --%s sets strata_config.%s, but its flag "
+                            "row's .opts lacks %s\n", f->name, s->name,
+                    strata_optimizer_name((strata_optimizer)k));
             abort();
         }
     }
