@@ -44,11 +44,12 @@ static void usage_main(FILE *f)
           "\n"
           "commands:\n"
           "  train            train the example byte-level GPT through the strata runtime\n"
-          "  sweep-staleness  train at several staleness budgets; table and loss-vs-time plot\n"
-          "  race             train with several optimizers; time to AdamW's loss, and a plot\n"
-          "  plan             per-rank memory by tier and kind, owner plan and refresh cost of a\n"
-          "                   model (the GPT's flags or --shapes FILE) on N ranks, without running it\n"
-          "  ckpt             inspect or verify a checkpoint: strata ckpt inspect|verify DIR\n"
+          "  sweep-staleness  train at several staleness budgets; table, loss-vs-time plot\n"
+          "  race             train with several optimizers; time to AdamW's loss, a plot\n"
+          "  plan             per-rank memory by tier and kind, owner plan and refresh cost\n"
+          "                   of a model (the GPT's flags or --shapes FILE) on N ranks,\n"
+          "                   without running it\n"
+          "  ckpt             inspect or verify a checkpoint: ckpt inspect|verify DIR\n"
           "  help [COMMAND]   show this help, or COMMAND's (as `strata COMMAND --help`)\n"
           "  --version        print the library's version\n",
           f);
@@ -87,6 +88,7 @@ typedef struct train_args {
     double memory_gib;   /* --memory-gib M: one rank's memory to check the plan against */
     size_t activation_bytes; /* --activation-mib N (shape files; the GPT's are computed) */
     bool json;           /* --json: one JSON object instead of the text */
+    bool given[128];     /* given[i]: train_flag_rows[i] was on the command line */
 } train_args;
 
 static void train_args_default(train_args *a, train_cmd cmd)
@@ -153,7 +155,33 @@ struct train_flag {
     int field;         /* 1 + the config schema row (runtime/config_schema.h) of the
                           strata_config field the flag sets (CFG): the name and the offset
                           come from there; 0: a trainer flag (name and off above) */
+    /* When the flag has an effect (no_effect_notes: a flag given where it has
+     * none is said once, in a note; README, "exit status": it is neither
+     * malformed, exit 2, nor a contradiction, exit 1) */
+    unsigned opts;     /* the matrix optimizers (OPT_*) whose configuration it sets; 0: any */
+    unsigned needs;    /* NEEDS_*: the mode it takes effect in */
 };
+
+/* The optimizers a flag configures (train_flag.opts). */
+#define OPT(k) (1u << STRATA_OPTIM_##k)
+#define OPT_REFRESH (OPT(SHAMPOO) | OPT(SOAP) | OPT(KL_SHAMPOO))
+#define OPT_NS (OPT(MUON) | OPT(NORMUON) | OPT(DION2))
+/* The mode a flag takes effect in (train_flag.needs). */
+enum {
+    NEEDS_ASYNC = 1u << 0, /* --async (and an optimizer whose refreshes it moves) */
+    NEEDS_NVME = 1u << 1,  /* --tiers naming the nvme tier */
+    NEEDS_RANKS = 1u << 2, /* more than one rank */
+    NEEDS_LINES = 1u << 3, /* per-step output: not --quiet */
+    NEEDS_SAVE = 1u << 4,  /* a checkpoint is written: --save-every or --save-after-load */
+    NEEDS_RUN = 1u << 5,   /* a training run: train, sweep-staleness, race, not plan */
+    NEEDS_GPT = 1u << 6,   /* the GPT's shape: not plan's --shapes */
+    NEEDS_DIR = 1u << 8,   /* --data names a directory (a missing path is said later) */
+    NEEDS_ONE = 1u << 7,   /* one run: train (sweep-staleness's and race's runs are quiet and
+                              each writes DIR/<run>.jsonl) */
+};
+/* Flags of one training run (checkpoints): refused by sweep-staleness and
+ * race, whose runs would all write (or read) the same checkpoints. */
+#define ONLY_ONE_RUN (1u << CMD_TRAIN | 1u << CMD_PLAN)
 
 #define OFF(member) offsetof(train_args, member)
 /* A flag that sets strata_config field `id`: its name is the schema row's cli
@@ -345,131 +373,140 @@ static const char G_CKPT[] = "checkpoints (strata ckpt inspect|verify DIR)";
 /* Every flag of train and sweep-staleness, in --help order. */
 static const train_flag train_flag_rows[] = {
     {.name = "data", .type = FT_STRING, .off = OFF(o.data_path), .group = G_DATA, .arg = "PATH",
-     .help = "text file or directory, or a directory of\ntoken files (default {})"},
+     .help = "text file or directory, or a directory of\ntoken files (default {})",
+     .needs = NEEDS_RUN},
     {.name = "data-format", .type = FT_NAME, .off = OFF(o.data_format),
      .names = gpt_data_format_names, .group = G_DATA,
      .help = "auto: token files when --data is a directory\nholding train.bin (and val.bin: "
              "little-endian\nuint16 ids, examples/torch/make_tokens.py),\nelse bytes "
-             "(default {})"},
+             "(default {})", .needs = NEEDS_RUN},
     {.name = "vocab-size", .type = FT_INT, .off = OFF(o.vocab_size), .lo = 2, .hi = 65536,
      .group = G_DATA, .arg = "V",
      .help = "token files' vocabulary: the rows of the\nembedding and the head (default: "
-             "meta.json's\nvocab_size; bytes: 256)"},
+             "meta.json's\nvocab_size; bytes: 256)", .needs = NEEDS_GPT},
     {.name = "data-recursive", .type = FT_TRUE, .off = OFF(o.data_recursive), .group = G_DATA,
      .help = "read a --data directory's subdirectories too (a\nHugging Face cache: symlinks "
-             "are followed, a file\nreached twice is read once)"},
+             "are followed, a file\nreached twice is read once)", .needs = NEEDS_RUN | NEEDS_DIR},
     {.name = "val-fraction", .type = FT_DOUBLE, .off = OFF(o.val_fraction), .lo = 1e-6,
      .hi = 0.999999, .group = G_DATA, .arg = "F", .dfmt = "%.2f",
-     .help = "validation share of the corpus (default {})"},
+     .help = "validation share of the corpus (default {})", .needs = NEEDS_RUN},
     {.name = "layers", .type = FT_INT, .off = OFF(o.model.n_layer), .lo = 1, .hi = 256,
-     .group = G_DATA, .arg = "N", .help = "transformer blocks (default {})"},
+     .group = G_DATA, .arg = "N", .help = "transformer blocks (default {})", .needs = NEEDS_GPT},
     {.name = "d-model", .type = FT_INT, .off = OFF(o.model.d_model), .lo = 1, .hi = 65536,
-     .group = G_DATA, .arg = "N", .help = "residual width (default {})"},
+     .group = G_DATA, .arg = "N", .help = "residual width (default {})", .needs = NEEDS_GPT},
     {.name = "heads", .type = FT_INT, .off = OFF(o.model.n_head), .lo = 1, .hi = 4096,
-     .group = G_DATA, .arg = "N", .help = "attention heads (default {})"},
+     .group = G_DATA, .arg = "N", .help = "attention heads (default {})", .needs = NEEDS_GPT},
     {.name = "seq-len", .type = FT_INT, .off = OFF(o.seq_len), .lo = 1, .hi = 1 << 20,
-     .group = G_DATA, .arg = "N", .help = "context in tokens (bytes) (default {})"},
+     .group = G_DATA, .arg = "N", .help = "context in tokens (bytes) (default {})",
+     .needs = NEEDS_GPT},
     {.name = "batch", .type = FT_INT, .off = OFF(o.batch), .lo = 1, .hi = 1 << 20,
-     .group = G_DATA, .arg = "N", .help = "sequences per step (default {})"},
+     .group = G_DATA, .arg = "N", .help = "sequences per step (default {})", .needs = NEEDS_GPT},
 
     {CFG(matrix_optimizer), .type = FT_OPTIMIZER,
      .group = G_TRAIN, .arg = "NAME",
      .help = "adamw | shampoo | muon | soap | kl-shampoo | normuon |\ndion2 (default {})"},
     {.name = "steps", .type = FT_INT, .off = OFF(o.steps), .lo = 1, .hi = INT_MAX / 2,
-     .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})"},
+     .group = G_TRAIN, .arg = "N", .help = "optimizer steps (default {})", .needs = NEEDS_RUN},
     {.name = "lr", .type = FT_FLOAT, .off = OFF(lr), .lo = 0.0, .hi = 100.0, .group = G_TRAIN,
      .arg = "X", .dflt = dflt_lr,
-     .help = "peak learning rate of the matrix optimizer\n(default: {})"},
+     .help = "peak learning rate of the matrix optimizer\n(default: {})", .needs = NEEDS_RUN},
     {CFG(adamw_lr), .type = FT_FLOAT, .lo = 0.0, .hi = 100.0,
-     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})"},
+     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})",
+     .needs = NEEDS_RUN},
     {.name = "weight-decay", .type = FT_FLOAT, .off = OFF(wd), .lo = 0.0, .hi = 10.0,
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
-     .help = "decoupled weight decay for matrices (default {})"},
+     .help = "decoupled weight decay for matrices (default {})", .needs = NEEDS_RUN},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N",
      .help = "linear warm-up steps (default max(steps/10,\nmin(H, steps)), H the slowest "
-             "second-moment\nhorizon 1/(1 - beta) in use: 20 (AdamW's 0.95),\n50 for "
-             "kl-shampoo (0.98))"},
+             "second-moment\nhorizon 1/(1-beta) in use: 20 (AdamW's 0.95),\n50 for "
+             "kl-shampoo (0.98))", .needs = NEEDS_RUN},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
-     .help = "cosine floor, fraction of peak (default {})"},
+     .help = "cosine floor, fraction of peak (default {})", .needs = NEEDS_RUN},
     {CFG(max_grad_norm), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e30, .group = G_TRAIN, .arg = "X",
-     .help = "clip the global gradient norm; 0 = off (default {})"},
+     .help = "clip the global gradient norm; 0 = off (default {})", .needs = NEEDS_RUN},
     {CFG(backend), .type = FT_CUSTOM, .set = set_device, .group = G_TRAIN, .arg = "cpu|cuda",
      .dflt = dflt_device,
      .help = "where the model and the optimizer run; cuda: the GPU\nmodel and the CUDA backend "
              "(default {})"},
     {.name = "seed", .type = FT_U64, .off = OFF(o.seed), .lo = 0, .hi = INT_MAX,
-     .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})"},
+     .group = G_TRAIN, .arg = "N", .help = "init and sampling seed (default {})",
+     .needs = NEEDS_RUN},
 
     {CFG(precondition_frequency), .type = FT_CUSTOM, .set = set_frequency, .lo = 1,
      .hi = INT_MAX / 2, .dflt = dflt_frequency, .group = G_SHAMPOO, .arg = "N|auto",
      .help = "steps between inverse-root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
-             "(default {}); auto (train): the\nsmallest the workers sustain, with --staleness"},
+             "(default {}); auto (train): the\nsmallest the workers sustain, with --staleness",
+     .opts = OPT_REFRESH},
     {CFG(shampoo_start_preconditioning_step), .type = FT_INT, .lo = -1, .hi = INT_MAX / 2,
      .group = G_SHAMPOO, .arg = "N",
-     .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1"},
+     .help = "first refresh step, 1-based; -1 = frequency\n(default), 0 = 1", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_max_preconditioner_dim), .type = FT_INT, .lo = 1, .hi = 65536,
-     .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})"},
+     .group = G_SHAMPOO, .arg = "N", .help = "block size (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_beta2), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0,
-     .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})"},
+     .group = G_SHAMPOO, .arg = "X", .help = "factor EMA, 1 = sum (default {})",
+     .opts = OPT(SHAMPOO)},
     {CFG(shampoo_epsilon), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
-     .help = "added to factor eigenvalues (default {})"},
+     .help = "added to factor eigenvalues (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_grafting), .type = FT_NAME,
-     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})"},
+     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_root_method), .type = FT_NAME, .names = gpt_root_method_names,
      .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
-             "(default {})"},
+             "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
-     .help = "heavy-ball momentum after grafting (default {})"},
+     .help = "heavy-ball momentum after grafting (default {})", .opts = OPT(SHAMPOO)},
     {CFG(stagger_refresh), .type = FT_TRUE,
      .group = G_SHAMPOO,
      .help = "spread the matrices' root (shampoo) or eigenbasis\n(soap, kl-shampoo) refreshes "
              "over the F steps of a\nperiod (each step ~1/F of the work, no spike)"},
 
     {CFG(muon_momentum), .type = FT_FLOAT, .lo = 0.0,
-     .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})"},
+     .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})", .opts = OPT(MUON)},
     {CFG(muon_scale), .type = FT_NAME,
      .names = gpt_muon_scale_names, .group = G_MUON, .arg = "RULE",
      .help = "shape: sqrt(max(1,m/n)) (default) | adamw:\n0.2*sqrt(max(m,n)) | spectral: "
-             "sqrt(m/n) | none"},
+             "sqrt(m/n) | none", .opts = OPT(MUON)},
     {CFG(muon_momentum_form), .type = FT_NAME,
      .names = gpt_muon_momentum_form_names, .group = G_MUON,
-     .help = "B = mu B + G (default) or mu B + (1-mu) G"},
+     .help = "B = mu B + G (default) or mu B + (1-mu) G", .opts = OPT(MUON)},
     {CFG(muon_ns_schedule), .type = FT_NAME,
      .names = gpt_ns_schedule_names, .group = G_MUON, .then = fan_ns_schedule,
      .dflt = dflt_ns_schedule,
-     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})"},
+     .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})", .opts = OPT_NS},
     {CFG(muon_ns_method), .type = FT_NAME, .then = fan_ns_method,
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
      .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
-             "picks gram by aspect\nratio)"},
+             "picks gram by aspect\nratio)", .opts = OPT_NS},
     {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100, .then = fan_ns_steps,
      .group = G_MUON, .arg = "N",
-     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})"},
+     .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})", .opts = OPT_NS},
 
     {CFG(dion2_fraction), .type = FT_FLOAT, .lo = 1e-6, .hi = 1.0, .group = G_DION2, .arg = "X",
      .help = "share of the rows (or columns: the shorter side)\northonormalized each step "
-             "(default {})"},
+             "(default {})", .opts = OPT(DION2)},
     {CFG(dion2_ef_decay), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_DION2, .arg = "X",
-     .help = "error-feedback decay of the selected slices (default {})"},
+     .help = "error-feedback decay of the selected slices (default {})", .opts = OPT(DION2)},
     {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
      .group = G_DION2, .arg = "RULE",
-     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none"},
+     .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none",
+     .opts = OPT(DION2)},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
      .names = gpt_kl_form_names, .group = G_KL,
-     .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update"},
+     .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update",
+     .opts = OPT(KL_SHAMPOO)},
     {CFG(kl_shampoo_init_factor), .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
      .group = G_KL, .arg = "X|auto", .dflt = dflt_kl_init,
-     .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})"},
+     .help = "initial eigenvalue estimate; auto: RMS of the first\nnonzero gradient (default {})",
+     .opts = OPT(KL_SHAMPOO)},
     {CFG(kl_shampoo_shampoo_beta), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_KL, .arg = "X", .dflt = dflt_kl_beta,
-     .help = "factor and eigenvalue EMA (default: {})"},
+     .help = "factor and eigenvalue EMA (default: {})", .opts = OPT(KL_SHAMPOO)},
 
     {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads"},
@@ -477,77 +514,90 @@ static const train_flag train_flag_rows[] = {
      .dflt = dflt_staleness, .group = G_ASYNC, .arg = "S|auto",
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
              "precondition-frequency - 1 + S; auto (train):\nthe smallest the workers sustain "
-             "at the measured\nstep time (80% busy at most; implies --async)"},
+             "at the measured\nstep time (80% busy at most; implies --async)",
+     .needs = NEEDS_ASYNC},
     {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
-     .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)"},
+     .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)",
+     .needs = NEEDS_ASYNC},
     {CFG(install_mode), .type = FT_NAME,
      .names = gpt_install_mode_names, .group = G_ASYNC,
-     .help = "fixed: reproducible (default); eager: fresher"},
+     .help = "fixed: reproducible (default); eager: fresher", .needs = NEEDS_ASYNC},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
-             "device,nvme (roots on nvme)"},
+             "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},
     {CFG(nvme_dir), .type = FT_STRING, .group = G_ASYNC,
-     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")"},
+     .arg = "DIR", .help = "nvme tier directory, created with its parents\n(default " NVME_DIR_DEFAULT ")",
+     .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(nvme_queue_depth), .type = FT_INT, .lo = 8,
      .hi = 4096, .group = G_ASYNC, .arg = "N",
      .help = "nvme chunks in flight, one staging chunk each;\nregistered when "
-             "RLIMIT_MEMLOCK holds them (default {})"},
+             "RLIMIT_MEMLOCK holds them (default {})", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(nvme_chunk_bytes), .type = FT_KIB, .lo = 4,
      .hi = 1 << 20, .group = G_ASYNC, .arg = "N",
-     .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})"},
+     .help = "nvme staging chunk per queue entry, a multiple of 4\n(default {})",
+     .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(host_budget), .type = FT_MIB, .lo = 1,
-     .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)"},
+     .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)",
+     .needs = NEEDS_ASYNC},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
-     .help = "pin workers to the last cores (hwloc)"},
+     .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
     {CFG(sharding), .type = FT_NAME,
      .names = gpt_sharding_names, .group = G_RANKS,
      .help = "owner: each matrix whole on one rank (default);\ngather, zero1: baselines to "
-             "compare with"},
+             "compare with", .needs = NEEDS_RANKS},
     {.name = "deterministic", .type = FT_TRUE, .off = OFF(deterministic), .group = G_RANKS,
      .left = "--deterministic / --no-deterministic",
      .help = "sum gradients over ranks in rank order, bit-identical\nto one rank with "
-             "--grad-accum N (default on)"},
-    {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1},
+             "--grad-accum N (default on)", .needs = NEEDS_RUN},
+    {.name = "no-deterministic", .type = FT_SET, .off = OFF(nondeterministic), .value = 1,
+     .needs = NEEDS_RANKS | NEEDS_RUN},
     {CFG(shard_group_size), .type = FT_INT, .lo = 0,
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
-             "groups (default: all ranks)"},
+             "groups (default: all ranks)", .needs = NEEDS_RANKS},
     {CFG(grad_bucket_bytes), .type = FT_KIB, .lo = 1,
      .hi = 1 << 20, .group = G_RANKS, .arg = "N",
-     .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})"},
+     .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})",
+     .needs = NEEDS_RANKS},
     {.name = "grad-accum", .type = FT_INT, .off = OFF(o.grad_accum), .lo = 1, .hi = 64,
      .group = G_RANKS, .arg = "N",
-     .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks"},
+     .help = "micro-batches per step on one rank (default {}); the\nsame numbers as N ranks",
+     .needs = NEEDS_RUN},
 
     {.name = "save-every", .type = FT_INT, .off = OFF(o.save_every), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "N",
      .help = "save a checkpoint after every N-th step (default 0: never)\ninto "
-             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)"},
+             "--save-dir/step-NNNNNNNN (crash-safe: temporary name,\nfsync, rename)",
+     .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "save-dir", .type = FT_STRING, .off = OFF(o.save_dir), .group = G_CKPT,
-     .arg = "DIR", .help = "where --save-every writes (created)"},
+     .arg = "DIR", .help = "where --save-every writes (created)",
+     .needs = NEEDS_SAVE | NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "keep", .type = FT_INT, .off = OFF(o.keep), .lo = 0, .hi = INT_MAX,
      .group = G_CKPT, .arg = "K",
      .help = "keep the newest K checkpoints (default 0: all); needs\n--save-every or "
-             "--save-after-load"},
+             "--save-after-load", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "overwrite", .type = FT_TRUE, .off = OFF(o.overwrite), .group = G_CKPT,
      .help = "remove another run's checkpoints from --save-dir at start\n(without it such a "
-             "directory is refused)"},
+             "directory is refused)", .needs = NEEDS_SAVE | NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "resume", .type = FT_STRING, .off = OFF(o.resume), .group = G_CKPT, .arg = "DIR",
      .help = "continue from a checkpoint (or the newest in a --save-dir);\nwith the same "
-             "options every later step is bit-identical"},
+             "options every later step is bit-identical", .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
     {.name = "save-after-load", .type = FT_TRUE, .off = OFF(o.save_after_load),
      .group = G_CKPT,
      .help = "with --resume: save into --save-dir right after the load,\nbefore any step (a "
-             "checkpoint resharded to this run's\nranks and layout)"},
+             "checkpoint resharded to this run's\nranks and layout)",
+     .needs = NEEDS_RUN, .only = ONLY_ONE_RUN},
 
     {.name = "eval-every", .type = FT_INT, .off = OFF(o.eval_every), .lo = 0, .hi = INT_MAX,
      .group = G_OUTPUT, .arg = "N",
-     .help = "steps between validation losses (default {}; 0 = end)"},
+     .help = "steps between validation losses (default {}; 0 = end)", .needs = NEEDS_RUN},
     {.name = "eval-batches", .type = FT_INT, .off = OFF(o.eval_batches), .lo = 1, .hi = 100000,
-     .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})"},
+     .group = G_OUTPUT, .arg = "N", .help = "batches per validation (default {})",
+     .needs = NEEDS_RUN},
     {.name = "metrics", .type = FT_STRING, .off = OFF(o.metrics_path), .group = G_OUTPUT,
-     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)"},
+     .arg = "FILE", .help = "write JSONL metrics (config, per step, summary)",
+     .needs = NEEDS_RUN | NEEDS_ONE},
     {CFG(blas_threads), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_OUTPUT, .arg = "N", .help = "BLAS threads (default: OpenBLAS: OPENBLAS_NUM_THREADS or\nall cores; BLIS: BLIS_NUM_THREADS, OMP_NUM_THREADS or 1)"},
     {CFG(step_threads), .type = FT_INT, .lo = 0,
@@ -556,13 +606,17 @@ static const train_flag train_flag_rows[] = {
              "AdamW) side by side (bit-identical; default 0: the\ncores when BLAS runs one thread and the run is\nsync, else 1)"},
     {.name = "progress", .type = FT_SET, .off = OFF(o.progress), .value = 1, .group = G_OUTPUT,
      .left = "--progress / --no-progress",
-     .help = "progress bar (default: when stdout is a terminal)"},
-    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0},
+     .help = "progress bar (default: when stdout is a terminal)",
+     .needs = NEEDS_LINES | NEEDS_RUN | NEEDS_ONE},
+    /* --no-progress and --deterministic ask for what happens anyway where
+       they have no effect (--quiet, race, one rank): not said */
+    {.name = "no-progress", .type = FT_SET, .off = OFF(o.progress), .value = 0,
+     .needs = NEEDS_RUN},
     {.name = "quiet", .type = FT_TRUE, .off = OFF(o.quiet), .group = G_OUTPUT,
-     .help = "print only the summary"},
+     .help = "print only the summary", .needs = NEEDS_RUN | NEEDS_ONE},
     {.name = "memory-limit-mib", .type = FT_MIB, .off = OFF(o.memory_limit), .lo = 1,
      .hi = INT_MAX, .group = G_OUTPUT, .arg = "N",
-     .help = "refuse models needing more (default: MemAvailable)"},
+     .help = "refuse models needing more (default: MemAvailable)", .needs = NEEDS_RUN},
 
     {.name = "help", .type = FT_HELP},
     {.name = "version", .type = FT_HELP, .value = 1},
@@ -590,6 +644,7 @@ static const train_flag train_flag_rows[] = {
 };
 
 #define N_FLAGS (sizeof train_flag_rows / sizeof train_flag_rows[0])
+_Static_assert(N_FLAGS <= sizeof ((train_args *)0)->given, "train_args.given holds every flag");
 
 /* train_flag_rows with the schema rows' names and offsets filled in. */
 static train_flag train_flags[N_FLAGS];
@@ -613,6 +668,32 @@ static bool flag_fits(flag_type t, strata_cfg_kind k)
     }
 }
 
+/* The optimizer whose configuration member holds schema field `path`
+ * ("kl_shampoo.form": kl-shampoo), found through the member of its lr
+ * (strata_config_optimizer_lr); -1 for a field of strata_config itself or of
+ * the AdamW tail (which every run has). */
+static int member_optimizer(const char *path)
+{
+    const char *dot = strchr(path, '.');
+    if (!dot)
+        return -1;
+    strata_config c;
+    strata_config_default(&c);
+    for (int k = 0; k < 32; k++) {
+        float *lr = NULL, *wd = NULL;
+        if (strata_config_optimizer_lr(&c, (strata_optimizer)k, &lr, &wd) != STRATA_OK)
+            break; /* past the last family */
+        if (!lr || k == STRATA_OPTIM_ADAMW)
+            continue;
+        const size_t off = (size_t)((char *)lr - (char *)&c);
+        for (int r = 0; r < STRATA_CFG_ROWS; r++)
+            if (schema[r].off == off && schema[r].kind == STRATA_CFG_FLOAT &&
+                strncmp(schema[r].name, path, (size_t)(dot - path) + 1) == 0)
+                return k;
+    }
+    return -1;
+}
+
 static void resolve_flags(void)
 {
     static bool done;
@@ -632,10 +713,19 @@ static void resolve_flags(void)
                             "fit its schema row\n", s->name);
             abort();
         }
+        const int k = member_optimizer(s->name);
+        if (k >= 0 && !(f->opts & 1u << k)) { /* a family's flag without its OPT() bit */
+            fprintf(stderr, "strata: internal error: --%s sets strata_config.%s, but its flag "
+                            "row's .opts lacks %s\n", f->name, s->name,
+                    strata_optimizer_name((strata_optimizer)k));
+            abort();
+        }
     }
 }
 
 /* ---- parsing */
+
+static bool flag_given(const struct train_args *a, const char *name);
 
 /* Strict number parsing: the whole argument must be a number in range. */
 static int parse_int(const char *flag, const char *s, long lo, long hi, int *out)
@@ -770,12 +860,14 @@ static void flag_default(const train_flag *f, const train_args *d, char *buf, si
     }
 }
 
-/* "  --name ARG                  help text", continuation lines indented to
- * the text's column, "{}" replaced by the default. */
+/* "  --name ARG                  help text", the text (its "{}" replaced by
+ * the default; a '\n' in it is a space) wrapped at HELP_WIDTH columns, each
+ * continuation line indented to the text's column. */
+enum { HELP_WIDTH = 80 };
 static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
 {
     enum { TEXT_COLUMN = 30 };
-    char left[96], dflt[160];
+    char left[96], dflt[160], text[1024];
     if (f->left)
         snprintf(left, sizeof left, "%s", f->left);
     else if (f->arg)
@@ -789,19 +881,38 @@ static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
     const int len = (int)strlen(left) + 2;
     fprintf(out, "  %s%*s", left, len <= TEXT_COLUMN - 2 ? TEXT_COLUMN - len : 2, "");
     flag_default(f, d, dflt, sizeof dflt);
-    for (const char *s = f->help; *s; s++) {
+    size_t n = 0;
+    for (const char *s = f->help; *s && n + 1 < sizeof text; s++) {
         if (s[0] == '{' && s[1] == '}') {
-            for (const char *t = dflt; *t; t++)
-                if (*t == '\n')
-                    fprintf(out, "\n%*s", TEXT_COLUMN, "");
-                else
-                    fputc(*t, out);
+            for (const char *t = dflt; *t && n + 1 < sizeof text; t++)
+                text[n++] = *t == '\n' ? ' ' : *t;
             s++;
-        } else if (*s == '\n') {
-            fprintf(out, "\n%*s", TEXT_COLUMN, "");
         } else {
-            fputc(*s, out);
+            text[n++] = *s == '\n' ? ' ' : *s;
         }
+    }
+    text[n] = '\0';
+    int col = len <= TEXT_COLUMN - 2 ? TEXT_COLUMN : len + 2;
+    bool line_start = true;
+    for (const char *w = text; *w;) {
+        while (*w == ' ')
+            w++;
+        const size_t wl = strcspn(w, " ");
+        if (!wl)
+            break;
+        if (!line_start && col + 1 + (int)wl > HELP_WIDTH) {
+            fprintf(out, "\n%*s", TEXT_COLUMN, "");
+            col = TEXT_COLUMN;
+            line_start = true;
+        }
+        if (!line_start) {
+            fputc(' ', out);
+            col++;
+        }
+        fwrite(w, 1, wl, out);
+        col += (int)wl;
+        line_start = false;
+        w += wl;
     }
     fputc('\n', out);
 }
@@ -814,7 +925,8 @@ static void print_race_help(FILE *out, const train_args *d)
         used += (size_t)snprintf(values + used, sizeof values - used, "%s%d", i ? "," : "",
                                  d->values[i]);
     fprintf(out,
-            "usage: strata race [--runs LIST] [--staleness S,S,...] [--out DIR] [train options]\n"
+            "usage: strata race [--runs LIST] [--staleness S,S,...] [--out DIR]\n"
+            "                   [train options]\n"
             "\n"
             "Train the GPT once per run of LIST, one run after another, with the same model,\n"
             "data, seed, steps and validation schedule (--eval-every), each on one BLAS\n"
@@ -824,10 +936,12 @@ static void print_race_help(FILE *out, const train_args *d)
             "on worker threads, staggered over the period: one run per staleness budget in\n"
             "--staleness).\n"
             "AdamW runs first: its final validation loss is the target. Then write\n"
-            "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s, val_loss\n"
-            "  DIR/ratios.tsv      per run: the wall time at which its validation loss first\n"
-            "                      reached AdamW's final one, as a ratio of AdamW's wall time;\n"
-            "                      its critical-path fraction and step time max/median\n"
+            "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s,\n"
+            "                      val_loss\n"
+            "  DIR/ratios.tsv      per run: the wall time at which its validation loss\n"
+            "                      first reached AdamW's final one, as a ratio of AdamW's\n"
+            "                      wall time; its critical-path fraction and step time\n"
+            "                      max/median\n"
             "  DIR/loss_vs_time.png  validation loss against wall time (gnuplot), and\n"
             "  DIR/<run>.jsonl     each run's metrics,\n"
             "and print the ratios. Wall time is the steps' time (validation excluded).\n"
@@ -838,20 +952,20 @@ static void print_race_help(FILE *out, const train_args *d)
 
 static void print_plan_help(FILE *out)
 {
-    fputs("usage: strata plan [--shapes FILE] [--world N] [--ranks-per-node N] [--step-ms T]\n"
-          "                   [--plan-workers W] [--memory-gib M] [--activation-mib N] [--json]\n"
-          "                   [train options]\n\n"
+    fputs("usage: strata plan [--shapes FILE] [--world N] [--ranks-per-node N]\n"
+          "                   [--step-ms T] [--plan-workers W] [--memory-gib M]\n"
+          "                   [--activation-mib N] [--json] [train options]\n\n"
           "Plan a run without running it (strata_plan_estimate): per-rank bytes by tier and\n"
-          "kind at the run's peak (what the memory ledger of the same run reports), the owner\n"
-          "plan's makespan and balance, one refresh round per rank on W workers, and the\n"
-          "smallest --precondition-frequency and --staleness that keep the workers ahead of\n"
-          "a step of T ms. The model: the GPT of the train flags (--layers, --d-model,\n"
-          "--heads, --seq-len, --batch; its activations included), or --shapes FILE, a JSON\n"
-          "parameter list (plan/shapes/*.json: GPT-2, Llama, OLMo); --activation-mib adds a\n"
-          "shape file's activations per rank. --world ranks, --ranks-per-node per node\n"
-          "(default: all on one), --memory-gib one rank's memory to check against. Costs come\n"
-          "from a model fitted on this machine (measured once, cached). The optimizer and\n"
-          "tier flags are the train flags below.\n\n",
+          "kind at the run's peak (what the memory ledger of the same run reports), the\n"
+          "owner plan's makespan and balance, one refresh round per rank on W workers, and\n"
+          "the smallest --precondition-frequency and --staleness that keep the workers\n"
+          "ahead of a step of T ms. The model: the GPT of the train flags (--layers,\n"
+          "--d-model, --heads, --seq-len, --batch; its activations included), or --shapes\n"
+          "FILE, a JSON parameter list (plan/shapes/*.json: GPT-2, Llama, OLMo);\n"
+          "--activation-mib adds a shape file's activations per rank. --world ranks,\n"
+          "--ranks-per-node per node (default: all on one), --memory-gib one rank's memory\n"
+          "to check against. Costs come from a model fitted on this machine (measured once,\n"
+          "cached). The optimizer and tier flags are the train flags below.\n\n",
           out);
 }
 
@@ -948,6 +1062,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                     f->only == 1u << CMD_RACE    ? "race"
                     : f->only == 1u << CMD_SWEEP ? "sweep-staleness"
                     : f->only == 1u << CMD_PLAN  ? "plan"
+                    : f->only == ONLY_ONE_RUN    ? "train (the runs of sweep-staleness and race "
+                                                   "would all write or read the same "
+                                                   "checkpoints)"
                                                  : "sweep-staleness and race");
             return 2;
         }
@@ -955,6 +1072,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
             return 2;
         if (f->then)
             f->then(a);
+        a->given[c - 256] = true;
     }
     if (optind < argc) {
         fprintf(stderr, "strata: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -1007,10 +1125,6 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
-    if ((o->strata.staleness != 1 || o->strata.workers || a->nvme_wanted ||
-         o->strata.install_mode != STRATA_COH_FIXED) && !o->strata.async && cmd != CMD_RACE)
-        fprintf(stderr, "strata: note: --staleness/--workers/--tiers/--install-mode take "
-                        "effect with --async\n");
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (o->strata.async && cores > 0 && o->strata.workers > cores)
         fprintf(stderr, "strata: warning: --workers %d exceeds the %ld online cores; the workers "
@@ -1026,6 +1140,9 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     strata_config_optimizer_lr(&o->strata, mopt, &lr, &wd); /* NULLs for an unknown one */
     if (a->lr >= 0.0f && lr)
         *lr = a->lr;
+    if (a->lr >= 0.0f && lr == &o->strata.adamw.lr && flag_given(a, "adamw-lr"))
+        fprintf(stderr, "strata: note: --adamw-lr has no effect with --optimizer adamw and --lr: "
+                        "the matrices and the tail share AdamW's one learning rate, --lr's\n");
     if (a->wd >= 0.0f && wd)
         *wd = a->wd;
     if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */
@@ -1047,6 +1164,158 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         }
     }
     return 0;
+}
+
+/* ---- flags given where they have no effect */
+
+/* Where a command's flags take effect (train_flag.opts and .needs). */
+typedef struct effect_ctx {
+    unsigned opts;         /* the matrix optimizers of the run(s): OPT_* */
+    const char *opts_what; /* "--optimizer muon", "the runs of --runs" */
+    bool async;            /* some run's refreshes are asynchronous */
+    const char *async_why; /* why not, after "take effect with ..." */
+    bool nvme, lines, save, run, one, gpt, dir;
+    int world;             /* ranks */
+    const char *ranks_how; /* how to get more than one */
+} effect_ctx;
+
+static bool flag_given(const struct train_args *a, const char *name)
+{
+    for (size_t i = 0; i < N_FLAGS; i++)
+        if (a->given[i] && strcmp(train_flags[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+/* "a, b and c" of the optimizers in mask m. */
+static void opts_names(unsigned m, char *buf, size_t n)
+{
+    size_t used = 0;
+    int left = __builtin_popcount(m);
+    buf[0] = '\0';
+    for (int k = 0; k < 32 && used < n; k++)
+        if (m & 1u << k) {
+            left--;
+            used += (size_t)snprintf(buf + used, n - used, "%s%s",
+                                     strata_optimizer_name((strata_optimizer)k),
+                                     left > 1 ? ", " : left == 1 ? " and " : "");
+        }
+}
+
+/* The first reason flag f has no effect under e: a NEEDS_* bit, NEEDS_OPT
+ * for its optimizers, 0 when it has one. */
+#define NEEDS_OPT (1u << 31)
+static unsigned no_effect(const train_flag *f, const effect_ctx *e)
+{
+    static const unsigned order[] = {NEEDS_RUN, NEEDS_ONE, NEEDS_GPT, NEEDS_OPT, NEEDS_ASYNC,
+                                     NEEDS_NVME, NEEDS_RANKS, NEEDS_LINES, NEEDS_SAVE,
+                                     NEEDS_DIR};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        const unsigned r = order[i];
+        const bool missing = r == NEEDS_OPT ? f->opts && !(f->opts & e->opts)
+                             : !(f->needs & r)  ? false
+                             : r == NEEDS_RUN   ? !e->run
+                             : r == NEEDS_ONE   ? !e->one
+                             : r == NEEDS_GPT   ? !e->gpt
+                             : r == NEEDS_ASYNC ? !e->async
+                             : r == NEEDS_NVME  ? !e->nvme
+                             : r == NEEDS_RANKS ? e->world < 2
+                             : r == NEEDS_LINES ? !e->lines
+                             : r == NEEDS_SAVE  ? !e->save
+                                                : !e->dir;
+        if (missing)
+            return r;
+    }
+    return 0;
+}
+
+/* Every flag on the command line that has no effect in this run, said once:
+ * one note per reason (per set of optimizers) naming the flags. A note, not
+ * a refusal: such a flag is neither malformed (exit 2) nor a contradiction
+ * (exit 1); README, "exit status". */
+static void no_effect_notes(const train_args *a, const effect_ctx *e)
+{
+    bool said[N_FLAGS] = {false};
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        const train_flag *f = &train_flags[i];
+        const unsigned r = a->given[i] ? no_effect(f, e) : 0;
+        if (!r || said[i])
+            continue;
+        char list[512];
+        size_t used = 0;
+        int n = 0;
+        for (size_t j = i; j < N_FLAGS; j++) { /* the flags of the same reason */
+            const train_flag *g = &train_flags[j];
+            if (!a->given[j] || said[j] || no_effect(g, e) != r ||
+                (r == NEEDS_OPT && g->opts != f->opts))
+                continue;
+            said[j] = true;
+            n++;
+            used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0,
+                                     "%s--%s", n > 1 ? ", " : "", g->name);
+        }
+        const char *has = n == 1 ? "has" : "have", *takes = n == 1 ? "takes" : "take";
+        fprintf(stderr, "strata%s%s: note: %s ", a->cmd == CMD_TRAIN ? "" : " ",
+                a->cmd == CMD_TRAIN ? "" : cmd_word(a->cmd), list);
+        if (r == NEEDS_OPT) {
+            char names[160];
+            opts_names(f->opts, names, sizeof names);
+            fprintf(stderr, "%s %s's configuration; %s no effect with %s\n",
+                    n == 1 ? "sets" : "set", names, n == 1 ? "it has" : "they have",
+                    e->opts_what);
+        } else if (r == NEEDS_ONE) {
+            fprintf(stderr, "%s no effect on %s (each run prints only its summary and writes "
+                            "its metrics to --out DIR/<run>.jsonl)\n", has, cmd_word(a->cmd));
+        } else if (r == NEEDS_RUN) {
+            fprintf(stderr, "%s no effect on a plan (it trains nothing)\n", has);
+        } else if (r == NEEDS_GPT) {
+            fprintf(stderr, "%s no effect with --shapes (the model is the shape file's)\n", has);
+        } else if (r == NEEDS_ASYNC) {
+            fprintf(stderr, "%s effect with %s\n", takes, e->async_why);
+        } else if (r == NEEDS_NVME) {
+            fprintf(stderr, "%s effect with --tiers device,host,nvme or device,nvme\n", takes);
+        } else if (r == NEEDS_RANKS) {
+            fprintf(stderr, "%s effect with more than one rank (%s); this run has one\n", takes,
+                    e->ranks_how);
+        } else if (r == NEEDS_LINES) {
+            fprintf(stderr, "%s no effect with --quiet (it prints only the summary)\n", has);
+        } else if (r == NEEDS_SAVE) {
+            fprintf(stderr, "%s effect with --save-every or --save-after-load\n", takes);
+        } else {
+            fprintf(stderr, "%s effect with a --data directory; %s is a file\n", takes,
+                    a->o.data_path);
+        }
+    }
+}
+
+/* The context of train, sweep-staleness and plan: one matrix optimizer. */
+static effect_ctx effect_of(const train_args *a, int world)
+{
+    const gpt_train_options *o = &a->o;
+    gpt_refresh_info refresh;
+    gpt_optimizer_refresh_info(&o->strata, &refresh);
+    static char what[64];
+    struct stat st;
+    snprintf(what, sizeof what, "--optimizer %s",
+             strata_optimizer_name(o->strata.matrix_optimizer));
+    effect_ctx e = {
+        .opts = 1u << o->strata.matrix_optimizer,
+        .opts_what = what,
+        .async = refresh.async && (o->strata.async || o->auto_staleness || a->cmd == CMD_SWEEP),
+        .async_why = !refresh.async ? "--async, which has none with this --optimizer" : "--async",
+        .nvme = a->nvme_wanted,
+        .lines = !o->quiet,
+        .save = o->save_every > 0 || o->save_after_load,
+        .run = a->cmd != CMD_PLAN,
+        .one = a->cmd != CMD_SWEEP && a->cmd != CMD_RACE,
+        .dir = !o->data_path || stat(o->data_path, &st) != 0 || S_ISDIR(st.st_mode),
+        .gpt = !(a->cmd == CMD_PLAN && a->shapes),
+        .world = world,
+        .ranks_how = a->cmd == CMD_PLAN ? "--world N" : a->cmd == CMD_TRAIN
+                                                          ? "mpirun -np N strata train"
+                                                          : "only train runs on several ranks",
+    };
+    return e;
 }
 
 /* ---- commands */
@@ -1172,6 +1441,8 @@ static int cmd_train(int argc, char **argv)
     }
     const int rank = comm ? strata_comm_rank(comm) : 0;
     if (rank == 0) {
+        const effect_ctx e = effect_of(&a, comm ? strata_comm_size(comm) : 1);
+        no_effect_notes(&a, &e);
         if (a.o.steps >= GPT_BLAS_PROBE_MIN_STEPS) /* a forced weaker core: measured */
             gpt_blas_core_probe_forced();
         gpt_blas_core bc;
@@ -1224,9 +1495,11 @@ static int cmd_sweep(int argc, char **argv)
                 strata_optimizer_name(mopt));
         return 2;
     }
-    if (a.o.strata.async)
+    if (a.o.strata.async || flag_given(&a, "staleness"))
         fprintf(stderr, "strata sweep-staleness: note: each run sets --async and --staleness "
-                        "itself\n");
+                        "itself (--values)\n");
+    const effect_ctx e = effect_of(&a, 1);
+    no_effect_notes(&a, &e);
     strata_sweep_options so = {.train = a.o, .values = a.values, .n_values = a.n_values,
                                .out_dir = a.out_dir};
     if (strata_sweep_check(&so) != STRATA_OK) { /* before the synchronous run */
@@ -1266,6 +1539,20 @@ static int cmd_race(int argc, char **argv)
         fprintf(stderr, "strata %s\n", strata_last_error());
         return 2;
     }
+    effect_ctx e = effect_of(&a, 1);
+    e.opts = 0;
+    e.async = false;
+    for (int i = 0; i < n_plan; i++) {
+        e.opts |= 1u << plan[i].optimizer;
+        e.async = e.async || plan[i].async;
+    }
+    static char runs[200];
+    char names[160];
+    opts_names(e.opts, names, sizeof names);
+    snprintf(runs, sizeof runs, "the race's runs (%s)", names);
+    e.opts_what = runs;
+    e.async_why = "an asynchronous run (NAME-async in --runs)";
+    no_effect_notes(&a, &e);
     catch_stop_signals(&a.o);
     ro.train = a.o;
     strata_status st = strata_race(&ro, stdout);
@@ -1382,40 +1669,67 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
     }
 }
 
+static void ckpt_usage(FILE *f)
+{
+    fputs("usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes,\n"
+          "                                 checksum status\n"
+          "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
+          "                                 one line per logical tensor (weights, and\n"
+          "                                 optimizer state from whichever rank holds\n"
+          "                                 it): dtype, shape, step, SHA-256; sorted by\n"
+          "                                 name, the same for any number of ranks or\n"
+          "                                 layout that saved it\n"
+          "       strata ckpt verify DIR    exit 0 only when every file and checksum is\n"
+          "                                 sound\n"
+          "       (-- before a DIR that starts with '-')\n",
+          f);
+}
+
 static int cmd_ckpt(int argc, char **argv)
 {
-    /* inspect --hash DIR, or inspect DIR --hash */
-    const bool hash = argc == 4 && strcmp(argv[1], "inspect") == 0 &&
-                      (strcmp(argv[2], "--hash") == 0 || strcmp(argv[3], "--hash") == 0);
-    const char *hash_dir = hash ? argv[strcmp(argv[2], "--hash") == 0 ? 3 : 2] : NULL;
-    /* --help (or -h, or help) anywhere asks for the usage, never names a directory. */
-    bool help = false;
+    /* --help (or -h, or help) anywhere asks for the usage, never names a
+     * directory; an option is --hash (inspect's) or refused, never taken for
+     * a directory (exit 2, as every malformed command line). */
+    bool help = argc >= 2 && strcmp(argv[1], "help") == 0, hash = false, options = true;
     for (int i = 1; i < argc; i++)
-        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ||
-               (i == 1 && strcmp(argv[i], "help") == 0);
+        help = help || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+    if (help) {
+        ckpt_usage(stdout);
+        return 0;
+    }
     const bool known = argc >= 2 && (strcmp(argv[1], "inspect") == 0 ||
                                      strcmp(argv[1], "verify") == 0);
-    if (help || (argc != 3 && !hash) || !known) {
-        if (!help && argc >= 2 && !known)
+    if (!known) {
+        if (argc >= 2)
             fprintf(stderr, "strata ckpt: unknown subcommand '%s'\n", argv[1]);
-        else if (!help)
-            fprintf(stderr, "strata ckpt%s%s: expects one checkpoint directory\n",
-                    argc >= 2 ? " " : "", argc >= 2 ? argv[1] : "");
-        fprintf(help ? stdout : stderr,
-                "usage: strata ckpt inspect DIR   table of tensors: owner, tier, step, bytes, "
-                "checksum status\n"
-                "       strata ckpt inspect --hash DIR  (or inspect DIR --hash)\n"
-                "                                 one line per logical tensor (weights, and "
-                "optimizer\n"
-                "                                 state from whichever rank holds it): dtype, "
-                "shape,\n"
-                "                                 step, SHA-256; sorted by name, the same for "
-                "any\n"
-                "                                 number of ranks or layout that saved it\n"
-                "       strata ckpt verify DIR    exit 0 only when every file and checksum is "
-                "sound\n");
-        return help ? 0 : 2;
+        ckpt_usage(stderr);
+        return 2;
     }
+    const char *dir = NULL;
+    int dirs = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i];
+        if (options && strcmp(arg, "--") == 0) {
+            options = false;
+        } else if (options && strcmp(arg, "--hash") == 0 && strcmp(argv[1], "inspect") == 0) {
+            hash = true;
+        } else if (options && arg[0] == '-' && arg[1]) {
+            fprintf(stderr, "strata ckpt %s: unknown option '%s'%s (see strata ckpt --help)\n",
+                    argv[1], arg,
+                    strcmp(arg, "--hash") == 0 ? ": --hash belongs to inspect" : "");
+            return 2;
+        } else {
+            dir = arg;
+            dirs++;
+        }
+    }
+    if (dirs != 1) {
+        fprintf(stderr, "strata ckpt %s: expects one checkpoint directory%s\n", argv[1],
+                dirs > 1 ? ", got several" : "");
+        ckpt_usage(stderr);
+        return 2;
+    }
+    const char *hash_dir = dir;
     if (hash) {
         ckpt_view v = {.hash = true};
         strata_status st = strata_ckpt_verify(hash_dir, ckpt_row, &v);
@@ -1431,7 +1745,7 @@ static int cmd_ckpt(int argc, char **argv)
     if (v.table)
         printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
                "tier", "step", "bytes", "checksum");
-    strata_status st = strata_ckpt_verify(argv[2], ckpt_row, &v);
+    strata_status st = strata_ckpt_verify(dir, ckpt_row, &v);
     if (st != STRATA_OK && !v.table && v.bad > 0)
         return 1; /* each problem was reported once, by ckpt_row */
     if (st != STRATA_OK) {
@@ -1439,7 +1753,7 @@ static int cmd_ckpt(int argc, char **argv)
                 strata_last_error());
         return 1;
     }
-    printf("%s: %d tensors, %.1f MiB, every file and checksum sound\n", argv[2], v.tensors,
+    printf("%s: %d tensors, %.1f MiB, every file and checksum sound\n", dir, v.tensors,
            v.bytes / 1048576.0);
     return 0;
 }
@@ -1581,6 +1895,8 @@ static int cmd_plan(int argc, char **argv)
         fprintf(stderr, "strata: plan: --ranks-per-node %d must divide --world %d\n", rpn, W);
         return 2;
     }
+    const effect_ctx e = effect_of(&a, W);
+    no_effect_notes(&a, &e);
     strata_param_desc *descs = NULL;
     gpt_tensor *tensors = NULL;
     char *names = NULL, *model = NULL;

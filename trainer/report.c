@@ -831,7 +831,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     if (res->interrupted)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
-    if (res->resumed_from > 0)
+    if (res->resumed_from > 0 && o->quiet) /* else said at start-up, once */
         fprintf(f, "resumed: from step %d (load %.3f s, %.0f MiB/s)\n", res->resumed_from,
                 res->ckpt_load_s, res->ckpt_load_mib_s);
     if (res->ckpt_saves > 0)

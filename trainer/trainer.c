@@ -1040,8 +1040,8 @@ static strata_status prepare_save_dir(const char *dir, bool rank0, const char *r
     closedir(d);
     int steps[4096];
     const int k = list_steps(dir, steps, 4096);
-    int others = 0, first = -1;
-    char first_id[24] = "";
+    int others = 0, first = -1, removed = 0, runs = 0, lo = 0, hi = 0;
+    char first_id[24] = "", ids[4][24];
     for (int i = 0; i < k; i++) {
         char id[24];
         snprintf(p, sizeof p, "%s/step-%08d", dir, steps[i]);
@@ -1049,12 +1049,33 @@ static strata_status prepare_save_dir(const char *dir, bool rank0, const char *r
             continue;
         if (overwrite) {
             remove_checkpoint(p);
+            lo = removed++ ? lo : steps[i];
+            hi = steps[i];
+            bool seen = false;
+            for (int r = 0; r < runs && r < 4; r++)
+                seen = seen || strcmp(ids[r], id) == 0;
+            if (!seen && runs++ < 4)
+                snprintf(ids[runs - 1], sizeof ids[0], "%s", id);
             continue;
         }
         if (others++ == 0) {
             first = steps[i];
             snprintf(first_id, sizeof first_id, "%s", id);
         }
+    }
+    if (removed) { /* said once, with what went */
+        char list[128] = "";
+        for (int r = 0, used = 0; r < runs && r < 4; r++)
+            used += snprintf(list + used, sizeof list - (size_t)used, "%s%s", r ? ", " : "",
+                             ids[r]);
+        char range[48];
+        if (removed > 1)
+            snprintf(range, sizeof range, "step-%08d .. step-%08d", lo, hi);
+        else
+            snprintf(range, sizeof range, "step-%08d", lo);
+        fprintf(stderr, "strata: --overwrite: removed %d checkpoint%s (%s) of %s %s%s from %s\n",
+                removed, removed == 1 ? "" : "s", range, runs == 1 ? "run" : "runs", list,
+                runs > 4 ? ", ..." : "", dir);
     }
     if (others)
         return strata_error(STRATA_ERR_INVALID_ARG,
@@ -1437,9 +1458,10 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         res->steps_done = ls.step;
         res->ckpt_load_s = li.seconds;
         res->ckpt_load_mib_s = li.seconds > 0 ? li.bytes / 1048576.0 / li.seconds : 0.0;
-        if (out && !o.quiet)
-            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms)\n", resume_dir, ls.step,
-                    li.bytes / 1048576.0, 1e3 * li.seconds);
+        if (out && !o.quiet) /* said once: here, or (--quiet) in the summary */
+            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s)\n",
+                    resume_dir, ls.step, li.bytes / 1048576.0, 1e3 * li.seconds,
+                    res->ckpt_load_mib_s);
     }
     /* A checkpoint already at (or past) --steps: nothing to train, and no
      * summary of zero steps (its losses would be NaN). */

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 DEFAULT_CORPUS = "/usr/share/games/fortunes"
 STRATA = {"shampoo": "Shampoo", "soap": "SOAP", "kl-shampoo": "KLShampoo", "muon": "Muon",
-          "normuon": "NorMuon", "adamw": "AdamW"}
+          "normuon": "NorMuon", "dion2": "Dion2", "adamw": "AdamW"}
 
 
 # ---- data: bytes, split into train/val chunks as strata train does
@@ -334,8 +334,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="optimizer steps (60: about a minute on 2 cores; strata train: 300)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-head", type=int, default=4)
+    # strata train's names (--layers, --heads); --n-layer, --n-head: the older aliases
+    ap.add_argument("--layers", "--n-layer", dest="n_layer", type=int, default=4,
+                    help="transformer blocks")
+    ap.add_argument("--heads", "--n-head", dest="n_head", type=int, default=4,
+                    help="attention heads")
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--lr", type=float, default=None,
                     help="peak lr of the matrix optimizer (default: strata's own default)")

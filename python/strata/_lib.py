@@ -371,6 +371,18 @@ def default_config() -> Config:
     return cfg
 
 
+def _once(message: str, status: str) -> str:
+    """`message` with each "prefix: " said once: a C detail that already
+    starts with the call's name ("strata_create: strata_create: ..."), or an
+    inner error's text that repeats the status name, is not repeated."""
+    out: list[str] = []
+    for part in message.split(": "):
+        if part == status or (out and part == out[-1]):
+            continue
+        out.append(part)
+    return ": ".join(out)
+
+
 class StrataError(RuntimeError):
     """A strata call failed: `status` is the strata_status name
     ("STRATA_ERR_INVALID_ARG", ...), `code` its value, `message` the C library's
@@ -383,8 +395,8 @@ class StrataError(RuntimeError):
             code = int(status)
         self.code = code
         self.status = STATUS_NAMES[code] if 0 <= code < len(STATUS_NAMES) else "STRATA_ERR_UNKNOWN"
-        self.message = message
-        super().__init__(f"{self.status}: {message}")
+        self.message = _once(message, self.status)
+        super().__init__(f"{self.status}: {self.message}")
 
 
 def check(status: int, what: str) -> None:

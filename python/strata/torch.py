@@ -103,10 +103,26 @@ def _set_field(struct: ctypes.Structure, field: str, value: Any, where: str) -> 
         arr = getattr(struct, field)
         arr[0], arr[1] = float(vals[0]), float(vals[1])
         return
+    ctype = dict(struct._fields_).get(field)
+    if ctype is ctypes.c_bool and not (isinstance(value, bool) or value in (0, 1)):
+        raise _err("STRATA_ERR_INVALID_ARG", f"{where}{field} = {value!r}: not a bool")
+    if ctype in _INT_TYPES and isinstance(value, int) and not isinstance(value, bool):
+        # ctypes keeps the low bits of an int out of the C type's range
+        # (2**32 would become 0): refused, as the C check would refuse it
+        bits = 8 * ctypes.sizeof(ctype)
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if ctype(-1).value < 0 \
+            else (0, (1 << bits) - 1)
+        if not lo <= value <= hi:
+            raise _err("STRATA_ERR_INVALID_ARG",
+                       f"{where}{field} = {value}: out of the range of its C type [{lo}, {hi}]")
     try:
         setattr(struct, field, value)
     except TypeError as e:
         raise _err("STRATA_ERR_INVALID_ARG", f"{where}{field} = {value!r}: {e}") from None
+
+
+_INT_TYPES = (ctypes.c_int, ctypes.c_uint, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t,
+              ctypes.c_long, ctypes.c_ulong, ctypes.c_longlong, ctypes.c_ulonglong)
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -392,7 +408,14 @@ class StrataOptimizer(torch.optim.Optimizer):
         for key, value in opts.items():
             if key == "precondition_frequency":
                 # one refresh period for every family (strata_config's own
-                # field; the families' copies stay at their defaults)
+                # field; the families' copies stay at their defaults). There
+                # 0 means "each family's default"; a period given here is the
+                # family's own F, which its check holds to >= 1 (0 would
+                # silently be Shampoo's 1, SOAP's 10): refused
+                if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{fam_name}.precondition_frequency = {value}: must be >= 1 "
+                               "(omit it for the family's default period)")
                 _set_field(cfg, key, value, "strata_config.")
             elif key in fam_fields:
                 _set_field(fam, key, value, fam_name + ".")

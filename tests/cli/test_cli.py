@@ -117,21 +117,27 @@ with tempfile.TemporaryDirectory() as tmp:
     # --help comes from the flag table: groups, derived defaults, choices.
     p = run("train", "--help", expect_rc=0, expect_text="\n\nkl-shampoo:\n", stream="stdout")
     for want in ("\n\ndata and model:\n", "\n\nshampoo:\n", "\n\nmuon:\n", "\n\noutput:\n",
-                 "  --precondition-frequency N|auto  steps between inverse-root (shampoo) or "
-                 "eigenbasis\n"
-                 "                              (soap, kl-shampoo) refreshes (default 10); auto "
-                 "(train): the\n",
+                 "  --precondition-frequency N|auto  steps between inverse-root (shampoo) or\n"
+                 "                              eigenbasis (soap, kl-shampoo) refreshes (default\n"
+                 "                              10); auto (train): the smallest the workers\n",
                  "  --grafting adam|adagrad|none  (default adam)\n",
-                 "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the first\n"
-                 "                              nonzero gradient (default auto)\n",
+                 "  --kl-init-factor X|auto     initial eigenvalue estimate; auto: RMS of the\n"
+                 "                              first nonzero gradient (default auto)\n",
                  "  --progress / --no-progress  progress bar",
-                 "  --warmup N                  linear warm-up steps (default max(steps/10,\n"
-                 "                              min(H, steps)), H the slowest second-moment\n"):
+                 "  --warmup N                  linear warm-up steps (default max(steps/10, min(H,\n"
+                 "                              steps)), H the slowest second-moment horizon\n"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
     run("sweep-staleness", "--help", expect_rc=0,
         expect_text="Defaults: --values 0,1,2,5,10 --out runs/sweep, --steps 300.", stream="stdout")
+    # Every help text fits 80 columns (the flags' text is wrapped to it).
+    for args in (["--help"], ["train", "--help"], ["sweep-staleness", "--help"],
+                 ["race", "--help"], ["plan", "--help"], ["ckpt", "--help"], ["ckpt"]):
+        h = subprocess.run([STRATA, *args], capture_output=True, text=True)
+        wide = [l for l in (h.stdout + h.stderr).splitlines() if len(l) > 80]
+        print(f"{'PASS' if not wide else 'FAIL'}: strata {' '.join(args)} fits 80 columns {wide[:2]}")
+        failures += bool(wide)
     # A flag at the end of the line without its value names itself (#12).
     run("train", "--steps", expect_rc=2, expect_text="strata: --steps needs a value",
         reject_text="unknown")
@@ -176,7 +182,45 @@ with tempfile.TemporaryDirectory() as tmp:
         "--precondition-frequency", "1", expect_rc=1, expect_text="nothing to spread")
     run("train", *nodata, "--async", "--staleness", "20", "--steps", "20", expect_rc=1,
         expect_text="--staleness 20 >= --steps 20: no asynchronous root")
-    run("train", *nodata, "--workers", "2", expect_rc=1, expect_text="take effect with --async")
+    run("train", *nodata, "--workers", "2", expect_rc=1,
+        expect_text="--workers takes effect with --async")
+    # Every family's and every mode's flag given where it has no effect: one
+    # note naming it (a note, not a refusal: README's exit classes), once.
+    for args, note in [
+            (["--optimizer", "muon", "--kl-form", "exact"],
+             "--kl-form sets kl-shampoo's configuration; it has no effect with --optimizer muon"),
+            (["--optimizer", "soap", "--grafting", "none", "--beta2", "0.9"],
+             "--beta2, --grafting set shampoo's configuration"),
+            (["--optimizer", "shampoo", "--dion2-fraction", "0.5"], "--dion2-fraction sets dion2's"),
+            (["--optimizer", "adamw", "--ns-steps", "3"],
+             "--ns-steps sets muon, normuon and dion2's"),
+            (["--optimizer", "muon", "--precondition-frequency", "3"],
+             "--precondition-frequency sets shampoo, soap and kl-shampoo's"),
+            (["--quiet", "--progress"], "--progress has no effect with --quiet"),
+            (["--sharding", "gather", "--grad-bucket-kib", "64"],
+             "--sharding, --grad-bucket-kib take effect with more than one rank"),
+            (["--async", "--nvme-dir", "x"], "--nvme-dir takes effect with --tiers"),
+            (["--overwrite"], "--overwrite takes effect with --save-every"),
+            (["--data", short, "--data-recursive"], "--data-recursive takes effect with a --data"),
+            (["--optimizer", "adamw", "--lr", "0.01", "--adamw-lr", "0.002"],
+             "--adamw-lr has no effect with --optimizer adamw and --lr")]:
+        p = run("train", *nodata, *args, expect_rc=1, expect_text=note)
+        ok = p is not None and p.stderr.count("note:") == 1
+        print(f"{'PASS' if ok else 'FAIL'}: train {' '.join(args)}: one note")
+        failures += not ok
+    run("train", *nodata, "--optimizer", "dion2", "--ns-steps", "3", "--dion2-fraction", "0.5",
+        expect_rc=1, reject_text="note:")
+    run("race", *nodata, "--runs", "adamw,muon", "--staleness", "1,4", expect_rc=1,
+        expect_text="--staleness takes effect with an asynchronous run")
+    run("race", *nodata, "--runs", "adamw,shampoo-async", "--staleness", "1,4", expect_rc=1,
+        reject_text="note:")
+    run("race", *nodata, "--runs", "adamw", "--metrics", "m.jsonl", expect_rc=1,
+        expect_text="--metrics has no effect on race")
+    for cmd in ("race", "sweep-staleness"):
+        run(cmd, *nodata, "--save-every", "2", "--save-dir", "x", expect_rc=2,
+            expect_text="--save-every belongs to train")
+    run("plan", "--steps", "3", "--world", "2", "--sharding", "gather", expect_rc=0,
+        expect_text="--steps has no effect on a plan", reject_text="--sharding")
     # One note, not two contradictory ones: --async with Muon has no effect, so
     # nothing is said about its asynchronous roots.
     run("train", *nodata, "--optimizer", "muon", "--async", "--staleness", "3", "--steps", "3",

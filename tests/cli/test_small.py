@@ -3,7 +3,8 @@
 
 1. A run interrupted before its first validation says "val loss not
    measured" in its summary, never "nan".
-2. `strata ckpt show` names the unknown subcommand.
+2. `strata ckpt show` names the unknown subcommand; an unknown option of any
+   ckpt subcommand is refused (exit 2), never read as a directory.
 3. Exit classes (README): a contradiction between flags exits 1 (SOAP's
    staleness >= frequency, --keep without --save-every, --save-every without
    --save-dir), a malformed flag 2.
@@ -63,6 +64,20 @@ check(r.returncode == 2 and "unknown subcommand 'show'" in r.stderr and "usage:"
 r = subprocess.run([STRATA, "ckpt", "verify"], capture_output=True, text=True)
 check(r.returncode == 2 and "expects one checkpoint directory" in r.stderr,
       f"strata ckpt verify without a directory: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+# An unknown option is refused (exit 2) by every ckpt subcommand, never taken
+# for a directory; --hash is inspect's; -- ends the options.
+for args, text in [(["inspect", "--bogus"], "unknown option '--bogus'"),
+                   (["verify", "--bogus"], "unknown option '--bogus'"),
+                   (["inspect", "--hash", "--bogus", "x"], "unknown option '--bogus'"),
+                   (["inspect", "-x", "d"], "unknown option '-x'"),
+                   (["verify", "--hash", "d"], "--hash belongs to inspect"),
+                   (["inspect", "a", "b"], "expects one checkpoint directory")]:
+    r = subprocess.run([STRATA, "ckpt", *args], capture_output=True, text=True)
+    check(r.returncode == 2 and text in r.stderr and "missing file" not in r.stderr,
+          f"strata ckpt {' '.join(args)}: rc {r.returncode} {r.stderr.splitlines()[:1]}")
+r = subprocess.run([STRATA, "ckpt", "verify", "--", "-no-such-dir"], capture_output=True, text=True)
+check(r.returncode == 1 and "missing file" in r.stderr,
+      f"strata ckpt verify -- -no-such-dir: a directory: rc {r.returncode}")
 
 for args, rc, text in [
         (["--optimizer", "soap", "--async", "--staleness", "5", "--precondition-frequency", "2"],
@@ -75,6 +90,31 @@ for args, rc, text in [
                        text=True, timeout=60)
     check(r.returncode == rc and text in r.stderr,
           f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
+
+# 5. --overwrite says what it removes (count, run identity), once; a resumed
+#    run says "resumed:" once (at start-up, or in the summary under --quiet).
+import json
+import os
+import tempfile
+with tempfile.TemporaryDirectory() as tmp:
+    sd = os.path.join(tmp, "save")
+    base = [STRATA, "train", *TINY, "--eval-every", "0", "--save-every", "1", "--save-dir", sd]
+    r = subprocess.run([*base, "--steps", "3"], capture_output=True, text=True, timeout=120)
+    with open(os.path.join(sd, "step-00000003", "manifest.json")) as f:
+        old_id = json.dumps(json.load(f))
+    r = subprocess.run([*base, "--steps", "2", "--overwrite"], capture_output=True, text=True,
+                       timeout=120)
+    said = [l for l in r.stderr.splitlines() if "--overwrite: removed" in l]
+    check(r.returncode == 0 and len(said) == 1 and "removed 3 checkpoints" in said[0] and
+          said[0].split(" of run ")[1].split()[0] in old_id and
+          sorted(os.listdir(sd)) == ["step-00000001", "step-00000002"],
+          f"--overwrite names what it removed: {said} {r.stderr[-200:]}")
+    for quiet in ([], ["--quiet"]):
+        r = subprocess.run([STRATA, "train", *TINY, "--eval-every", "0", "--steps", "3",
+                            "--resume", sd, *quiet], capture_output=True, text=True, timeout=120)
+        n = r.stdout.count("resumed:")
+        check(r.returncode == 0 and n == 1, f"resume{' --quiet' if quiet else ''}: "
+              f"{n} 'resumed:' line(s) {r.stderr[-200:]}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -49,6 +49,36 @@ def test_unknown_keyword_and_bad_values():
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
 
 
+@pytest.mark.parametrize("cls,kw", [
+    # 0 is strata_config's "each family's default" (Shampoo 1, SOAP 10), not a period
+    (st.Shampoo, {"precondition_frequency": 0}),
+    (st.SOAP, {"precondition_frequency": 0}),
+    (st.KLShampoo, {"precondition_frequency": 0}),
+    # out of the C int's range: ctypes would keep the low bits (2**32 + 3 -> 3)
+    (st.Shampoo, {"precondition_frequency": 2**32 + 3}),
+    (st.Shampoo, {"workers": 2**32}),
+    (st.Muon, {"ns_steps": -2**40}),
+    (st.Shampoo, {"stagger_refresh": 5}),
+])
+def test_values_the_c_check_would_refuse(cls, kw):
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    with pytest.raises(strata.StrataError) as e:
+        cls([p], **kw)
+    assert status_of(e) == "STRATA_ERR_INVALID_ARG"
+    assert next(iter(kw)) in e.value.message
+
+
+def test_error_message_says_each_prefix_once():
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    with pytest.raises(strata.StrataError) as e:
+        st.Shampoo([p], beta2=2.0)
+    text = str(e.value)
+    assert text.startswith("STRATA_ERR_INVALID_ARG: strata_create: shampoo.beta2"), text
+    assert text.count("STRATA_ERR_INVALID_ARG") == 1 and text.count("strata_create") == 1, text
+    inner = strata.StrataError("STRATA_ERR_IO", str(strata.StrataError("STRATA_ERR_IO", "x")))
+    assert str(inner) == "STRATA_ERR_IO: x"
+
+
 class Fixture:
     """A binding run and its oracle, one good step taken."""
 

@@ -11,7 +11,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples", "torch")
 CORPUS = "/usr/share/games/fortunes"
-TINY = ["--steps", "3", "--n-layer", "1", "--d-model", "32", "--n-head", "2", "--seq-len",
+TINY = ["--steps", "3", "--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len",
         "32", "--batch", "4", "--eval-every", "0", "--eval-batches", "1", "--quiet"]
 
 
@@ -37,6 +37,24 @@ def test_train_gpt_example(capsys, opt):
     plain = run(capsys, "--optimizer", opt, "--precondition-frequency", "2")
     hooked = run(capsys, "--optimizer", opt, "--precondition-frequency", "2", "--attach")
     assert plain == hooked
+
+
+def test_train_gpt_flags():
+    """strata train's model flags (--layers, --heads; --n-layer and --n-head
+    stay as aliases) and every strata optimizer, dion2 included."""
+    sys.path.insert(0, EXAMPLE)
+    try:
+        import train_gpt
+    finally:
+        sys.path.remove(EXAMPLE)
+    new = train_gpt.parse(["--layers", "3", "--heads", "2"])
+    old = train_gpt.parse(["--n-layer", "3", "--n-head", "2"])
+    assert (new.n_layer, new.n_head) == (old.n_layer, old.n_head) == (3, 2)
+    for opt in ("shampoo", "soap", "kl-shampoo", "muon", "normuon", "dion2", "adamw"):
+        assert train_gpt.parse(["--optimizer", opt]).optimizer == opt
+    args = train_gpt.parse(["--optimizer", "dion2", "--quiet"])
+    model = train_gpt.GPT(256, 8, 16, 1, 2)
+    assert type(train_gpt.make_optimizer(args, model)).__name__ == "Dion2"
 
 
 @pytest.mark.skipif(not os.path.isdir(CORPUS), reason="no fortunes corpus")

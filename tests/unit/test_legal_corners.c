@@ -2,7 +2,8 @@
  *
  * A table of each family's legal corners (zero and maximal dims, one-sided
  * and unrotated SOAP sides, 1 x 1 Shampoo blocks, frequency 1, staleness 0
- * and >= F, every grafting, scale, form and Newton-Schulz method), each run
+ * and >= F, every grafting, scale, form and Newton-Schulz method, Dion2's
+ * smallest and whole fraction and error-feedback extremes), each run
  * sync, async S = 0 and async S = F + 1 over a set of shapes (square, wide,
  * tall, 1 x N and N x 1 routed to the family, a vector, a 3-D tensor,
  * stacked for Muon). For every combination strata_create accepts, strata_commit and
@@ -107,6 +108,36 @@ static void nm_gram(strata_config *c)
     c->normuon.ns_steps = 1;
     c->normuon.beta2 = 0.0f;
 }
+static void mu_ns0(strata_config *c) { c->muon.ns_steps = 0; }
+/* Dion2 (strata_dion2_config_check: fraction in (0, 1], ef_decay in [0, 1],
+ * every adjust_lr, the ns_* fields as strata_ns_config_check: 0 steps,
+ * gram with no restart, auto) */
+static void d2_fraction_min(strata_config *c) { c->dion2.fraction = 1e-6f; } /* one slice */
+static void d2_fraction_all(strata_config *c) { c->dion2.fraction = 1.0f; }
+static void d2_ef0(strata_config *c)
+{
+    c->dion2.ef_decay = 0.0f;
+    c->dion2.weight_decay = 0.0f;
+}
+static void d2_ef1(strata_config *c) { c->dion2.ef_decay = 1.0f; }
+static void d2_rms(strata_config *c) { c->dion2.adjust_lr = STRATA_DION2_ADJUST_RMS_NORM; }
+static void d2_unadjusted(strata_config *c) { c->dion2.adjust_lr = STRATA_DION2_ADJUST_NONE; }
+static void d2_gram(strata_config *c)
+{
+    c->dion2.ns_method = STRATA_NS_GRAM;
+    c->dion2.ns_gram_min_aspect = 1.0f;
+    c->dion2.ns_gram_restarts = 0;
+}
+static void d2_quintic0(strata_config *c)
+{
+    c->dion2.ns_schedule = STRATA_NS_QUINTIC;
+    c->dion2.ns_steps = 0;
+}
+static void d2_auto_batch(strata_config *c)
+{
+    c->dion2.ns_method = STRATA_NS_AUTO;
+    c->dion2.ns_batch_threads = 2;
+}
 
 static const corner corners[] = {
     {"shampoo default", STRATA_OPTIM_SHAMPOO, c_none},
@@ -139,9 +170,20 @@ static const corner corners[] = {
     {"muon spectral, no momentum", STRATA_OPTIM_MUON, mu_scales},
     {"muon unscaled", STRATA_OPTIM_MUON, mu_none},
     {"muon batch threads", STRATA_OPTIM_MUON, mu_batch},
+    {"muon 0 ns steps", STRATA_OPTIM_MUON, mu_ns0},
     {"normuon default", STRATA_OPTIM_NORMUON, c_none},
     {"normuon match rms", STRATA_OPTIM_NORMUON, nm_rms},
     {"normuon gram, beta2 0", STRATA_OPTIM_NORMUON, nm_gram},
+    {"dion2 default", STRATA_OPTIM_DION2, c_none},
+    {"dion2 fraction 1e-6 (one slice)", STRATA_OPTIM_DION2, d2_fraction_min},
+    {"dion2 fraction 1", STRATA_OPTIM_DION2, d2_fraction_all},
+    {"dion2 ef_decay 0, no weight decay", STRATA_OPTIM_DION2, d2_ef0},
+    {"dion2 ef_decay 1", STRATA_OPTIM_DION2, d2_ef1},
+    {"dion2 rms-norm", STRATA_OPTIM_DION2, d2_rms},
+    {"dion2 unadjusted", STRATA_OPTIM_DION2, d2_unadjusted},
+    {"dion2 gram, no restart", STRATA_OPTIM_DION2, d2_gram},
+    {"dion2 quintic, 0 ns steps", STRATA_OPTIM_DION2, d2_quintic0},
+    {"dion2 auto, batch threads", STRATA_OPTIM_DION2, d2_auto_batch},
     {"adamw", STRATA_OPTIM_ADAMW, c_none},
 };
 
