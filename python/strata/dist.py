@@ -381,9 +381,19 @@ class TorchComm:
                        "broadcast", owner if self.rank != owner else -1)
 
     def close(self) -> None:
+        """Destroy the handle (after the runtime that used it: strata destroyed
+        the splits' handles already) and drop the splits and their torch
+        groups, so that none outlives destroy_process_group (a gloo group
+        destroyed at interpreter exit can end the process: "terminate called
+        without an active exception")."""
         h, self.handle = getattr(self, "handle", None), None
         if h and getattr(self, "_own_handle", False):
             self._lib.strata_comm_destroy(h)
+        for c in getattr(self, "_children", []):
+            c.group = None
+        if getattr(self, "_own_handle", False):
+            self._children = []
+            self._groups = {}
 
     def __del__(self) -> None:
         try:

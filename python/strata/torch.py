@@ -27,11 +27,15 @@ lower case ("adam", "eager", "nvme", ...).
 
 This version: CPU float32 tensors; under torchrun (torch.distributed
 initialized, world > 1) owner sharding over the default process group
-(strata/dist.py; `distributed=False` opts out); attach(model) for strata's
-module hooks. Refused (StrataError): DDP/FSDP-wrapped models and DTensors,
-CUDA tensors and backend="cuda". bfloat16/float16 parameters are stepped
-through a float32 master copy (the class docstring). Not yet: ZeRO-3 and
-HSDP under torchrun.
+(strata/dist.py; `distributed=False` opts out), HSDP with
+`shard_group_size=K` (its groups made with torch.distributed.new_group),
+and ZeRO-3 with `managed=True` plus attach(model) (StrataOptimizer.attach:
+non-owners hold a layer's weights only around its forward and backward);
+attach(model) for strata's module hooks. Refused (StrataError): DDP/FSDP-
+wrapped models and DTensors, CUDA tensors and backend="cuda", a ZeRO-3 step
+before attach, a ZeRO-3 load. bfloat16/float16 parameters are stepped
+through a float32 master copy (the class docstring). Not yet: gather
+sharding under torchrun.
 """
 from __future__ import annotations
 
@@ -281,6 +285,16 @@ class StrataOptimizer(torch.optim.Optimizer):
     AdamW counts per parameter), and a refresh point (roots, eigenbasis) on
     a skipped step is missed until its next one. step() with no gradient at
     all raises STRATA_ERR_STATE.
+
+    Under torchrun: `shard_group_size=K` is HSDP (strata_config; dist.py
+    makes the groups). `managed=True` is ZeRO-3 (strata_param_desc.managed,
+    in effect with owner sharding over several ranks, as in C): from
+    attach(model) on, each rank keeps only the weights it owns (the
+    parameter a view of strata's buffer) and the module hooks materialize
+    the others' around each layer's forward and backward (attach);
+    materialized() for whole-model use; stats()["weight_bytes_peak"] the
+    most weights held at once. A parameter used by two modules, a
+    bfloat16/float16 one and one outside `model` stay resident.
 
     Errors raise StrataError (status name, C message) and change nothing.
     Threading: a per-optimizer lock is held around every C call.
@@ -860,6 +874,18 @@ class StrataOptimizer(torch.optim.Optimizer):
           blocking reduce per tensor over the process group: strata's
           bucketed non-blocking reduce needs a transport with non-blocking
           slots, MPI, which TorchComm is not).
+
+        With managed=True (ZeRO-3, several ranks): the managed parameters
+        this rank does not own keep their shape over storage of 0 bytes; the
+        forward pre-hook materializes the layer (strata_hook_forward, the
+        owners broadcast) and copies it into the parameters' storage, sized
+        again (a copy, not a view of strata's buffer: autograd keeps views
+        of a weight for the backward, which must see the same storage, as
+        FSDP's resize-in-place gives), then strata's buffer is released; a
+        forward hook empties the storage again; a full-backward pre-hook
+        materializes it for the layer's backward
+        (strata_layer_materialize), emptied once its gradients are in. The
+        hooks run in the same order on every rank (the same model).
 
         step() then runs strata_hook_backward only for the layers whose
         gradients did not all arrive (a parameter without a gradient). The
