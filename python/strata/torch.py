@@ -804,8 +804,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
             err: Optional[StrataError] = None
             try:
-                if self._managed_req and self._comm is not None and not self._hooks and \
-                        not any(self._managed):
+                if self._zero3() and not self._hooks:
                     raise _err("STRATA_ERR_STATE", "managed=True (ZeRO-3) needs attach(model) "
                                "before the first step: its module hooks materialize each "
                                "layer's weights before its forward and backward and release "
@@ -928,8 +927,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         for m in model.modules():
             for p in m.parameters(recurse=False):
                 uses[id(p)] = uses.get(id(p), 0) + 1
-        zero3 = self._managed_req and self._comm is not None and self._comm.size > 1 and \
-            self._cfg.sharding == L.ENUMS["sharding"]["owner"]
+        zero3 = self._zero3()
         managed = [zero3 and layers[i] != extra and uses.get(id(p), 0) == 1 and
                    self._master[i] is None for i, p in enumerate(self._params)]
         with self._locked():
@@ -981,6 +979,12 @@ class StrataOptimizer(torch.optim.Optimizer):
         return self
 
     # ---- ZeRO-3 (managed weights)
+    def _zero3(self) -> bool:
+        """managed=True in effect (as strata_param_desc.managed: owner
+        sharding over several ranks; otherwise ignored, as in C)."""
+        return self._managed_req and self._comm is not None and self._comm.size > 1 and \
+            self._cfg.sharding == L.ENUMS["sharding"]["owner"]
+
     def _adopt(self, rt: int) -> None:
         """After a commit with managed parameters: strata holds their
         weights. The owner's parameter becomes a view of strata's buffer
@@ -1031,6 +1035,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             if st.nbytes() != nbytes:
                 st.resize_(nbytes)
                 self._mat_bytes += nbytes
+                self._charge(nbytes)
             p.data.copy_(self._view(ctypes.addressof(w.contents), p))
         self._mat_peak = max(self._mat_peak, self._mat_bytes)
         # the most this rank holds: strata's weights now (its owned ones and
@@ -1042,6 +1047,13 @@ class StrataOptimizer(torch.optim.Optimizer):
         L.check(self._lib.strata_layer_release(self._rt, layer),
                 f"strata_layer_release({layer})")
 
+    def _charge(self, delta: int) -> None:
+        """The copies in strata's memory ledger (host tier, weights), so that
+        memory_ledger() covers what this rank holds."""
+        L.check(self._lib.strata_memory_ledger_charge(
+            self._rt, L.LEDGER_TIERS.index("host"), L.LEDGER_KINDS.index("weights"), delta),
+            "strata_memory_ledger_charge")
+
     def _empty(self, layer: int) -> None:
         """The layer's managed weights that this rank does not own back to
         the placeholder (storage of 0 bytes; the shape stays)."""
@@ -1051,6 +1063,7 @@ class StrataOptimizer(torch.optim.Optimizer):
             st = self._params[i].untyped_storage()
             if st.nbytes():
                 self._mat_bytes -= st.nbytes()
+                self._charge(-st.nbytes())
                 st.resize_(0)
         self._held.discard(layer)
 
@@ -1092,7 +1105,12 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     def detach(self) -> None:
         """Remove attach()'s hooks (the layers stay; step() runs every
-        layer's strata_hook_backward again)."""
+        layer's strata_hook_backward again). Refused under ZeRO-3
+        (STRATA_ERR_STATE): its weights live in the hooks."""
+        if any(self._managed):
+            raise _err("STRATA_ERR_STATE", "detach with managed=True (ZeRO-3) weights: the "
+                       "module hooks materialize them; without them the parameters this "
+                       "rank does not own are empty")
         for h in self._hooks:
             h.remove()
         self._hooks = []

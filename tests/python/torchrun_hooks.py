@@ -227,13 +227,22 @@ def main() -> int:
     full = sum(p.numel() * 4 for p in zmodel.parameters())
     with open("/proc/self/status") as f:
         rss = next((ln.split()[1] for ln in f if ln.startswith("VmHWM")), "?")
+    zl, rl = zopt.memory_ledger(), ropt.memory_ledger()
+    zw, rw = zl["host"]["weights"]["peak"], rl["host"]["weights"]["peak"]
     print(f"rank {rank}: weights held at peak: ZeRO-3 {zpeak} B (strata's peak "
           f"{zs['param_bytes_peak']}, copies' {zs['managed_copy_bytes_peak']}; owns "
           f"{len(owned)} of {len(zp)}), resident {rs['weight_bytes_peak']} B (model {full} B); "
-          f"ledger peak ZeRO-3 {zopt.memory_ledger()['total_peak']} B, resident "
-          f"{ropt.memory_ledger()['total_peak']} B; VmHWM {rss} kB", flush=True)
-    expect(rs["weight_bytes_peak"] >= full and zpeak < rs["weight_bytes_peak"],
-           f"ZeRO-3 peak {zpeak} below resident {rs['weight_bytes_peak']}")
+          f"ledger weights peak ZeRO-3 {zw} B, resident {rw} B; ledger total peak ZeRO-3 "
+          f"{zl['total_peak']} B, resident {rl['total_peak']} B; VmHWM {rss} kB", flush=True)
+    expect(rs["weight_bytes_peak"] >= full and zpeak < rs["weight_bytes_peak"] and
+           rw >= full and zw < rw and zl["total_peak"] < rl["total_peak"],
+           f"ZeRO-3 peak {zpeak} (ledger {zw}, total {zl['total_peak']}) below resident "
+           f"{rs['weight_bytes_peak']} (ledger {rw}, total {rl['total_peak']})")
+    try:
+        zopt.detach()
+        expect(False, "ZeRO-3 detach accepted")
+    except strata.StrataError as e:
+        expect(e.status == "STRATA_ERR_STATE", f"ZeRO-3 detach: {e}")
     with zopt.materialized():  # every weight on every rank: the whole model bit-identical
         expect(same(zmodel, zref_model), "ZeRO-3: all weights bit-identical")
         x = batch(9, 0)[0]
