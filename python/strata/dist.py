@@ -192,9 +192,9 @@ class TorchComm:
         for ch in children:
             srt = tuple(sorted(ch))
             if len(ch) > 1 and srt not in root._groups:
-                root._groups[srt] = (None if list(srt) == sorted(root.members) and
-                                     root.group is None else
-                                     dist.new_group(list(srt), backend=dist.get_backend(root.group)))
+                whole = list(srt) == sorted(root.members) and root.group is None
+                root._groups[srt] = None if whole else \
+                    dist.new_group(list(srt), backend=dist.get_backend(root.group))
         parent = tuple(root.members.index(m) for m in self.members)
         ch = tuple(root.members[r] for _, _, r in sorted(found[(parent, color)]))
         pg = root._groups.get(tuple(sorted(ch)))

@@ -5,7 +5,9 @@ accumulation over N micro-batches gives it. Owner sharding (each matrix
 stepped whole by its owner, the new weights broadcast); HSDP (mode
 "hsdpK": shard_group_size K, the matrices owner-sharded within each group of
 K ranks and replicated across the groups, each refresh computed by one
-replica and shipped to the others). Arguments: cases OPT:MODE (one
+replica and shipped to the others); ZeRO-3 over a small model (mode
+"zero3", "zero3hsdpK": managed=True through attach's module hooks, with HSDP
+too). Arguments: cases OPT:MODE (one
 launch, several cases: torchrun's start-up is the slow part), or the
 older OPT MODE. Exits 0 when every weight is bit-identical on every rank in
 every case, else 1."""
@@ -33,7 +35,47 @@ def grads(t, r):
     return [torch.randn(*s, generator=g) for s in SHAPES.values()]
 
 
+def run_zero3(opt_name: str, mode: str, rank: int, world: int) -> bool:
+    """managed=True over torchrun_hooks' Deep model: 3 steps, the whole
+    model bit-identical (opt.materialized()) to one process."""
+    from torchrun_hooks import batch, loss_of, make_deep, same
+    cls = CLASSES[opt_name]
+    kw = {"precondition_frequency": 2}
+    k = int(mode[9:]) if mode.startswith("zero3hsdp") else 0
+    m = make_deep()
+    o = cls(m.named_parameters(), model=m, managed=True,
+            **dict(kw, shard_group_size=k) if k else kw).attach(m)
+    rm = make_deep()
+    r = cls(rm.named_parameters(), model=rm, distributed=False, **kw)
+    for t in range(1, 4):
+        loss_of(m, batch(t, rank)).backward()
+        o.step()
+        o.zero_grad()
+        acc = [torch.zeros_like(p) for p in rm.parameters()]
+        for q in range(world):
+            rm.zero_grad(set_to_none=True)
+            loss_of(rm, batch(t, q)).backward()
+            for a, p in zip(acc, rm.parameters()):
+                a += p.grad
+        for a, p in zip(acc, rm.parameters()):
+            p.grad = a * (1.0 / world)
+        r.step()
+        r.zero_grad()
+    peak = o.stats()["weight_bytes_peak"]  # before materialized(), which holds everything
+    full = sum(p.numel() * 4 for p in rm.parameters())
+    with o.materialized():
+        ok = same(m, rm)
+    ok = ok and all(o._managed) and peak < full
+    print(f"rank {rank}/{world} {opt_name} {mode}: {'bit-identical' if ok else 'DIFFERS'} "
+          f"(owns {sum(o._mine)} of {len(o._mine)} parameters, weights held at peak "
+          f"{peak} of {full} B)", flush=True)
+    del o, r
+    return ok
+
+
 def run_case(opt_name: str, mode: str, rank: int, world: int) -> bool:
+    if mode.startswith("zero3"):
+        return run_zero3(opt_name, mode, rank, world)
     cls = CLASSES[opt_name]
     kw = {"precondition_frequency": 2} if opt_name in ("shampoo", "soap", "kl-shampoo") else {}
     if mode == "async1":  # refreshes on a worker, S = 1
