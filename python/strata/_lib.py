@@ -335,6 +335,8 @@ def lib() -> ctypes.CDLL:
         "strata_commit": (st, [rt]),
         "strata_hook_forward": (st, [rt, c_int]),
         "strata_hook_backward": (st, [rt, c_int]),
+        "strata_layer_materialize": (st, [rt, c_int]),
+        "strata_layer_release": (st, [rt, c_int]),
         "strata_set_lr_scale": (st, [rt, c_float]),
         "strata_step": (st, [rt]),
         "strata_param_data": (st, [rt, c_int32, POINTER(POINTER(c_float))]),

@@ -14,8 +14,11 @@ Deterministic: every sum is taken in rank order from +0 on the receiving
 rank (the contributions are gathered whole, then added), so a run over N
 ranks is bit-identical to one process accumulating the same N micro-batch
 gradients. Transport: the blocking slots only (no ireduce: strata reduces
-per tensor at strata_hook_backward). Not here: split (HSDP, several shard
-groups) and the gather sharding baseline's allgatherv / reduce_scatter return
+per tensor at strata_hook_backward). HSDP (shard_group_size): split makes
+its groups with torch.distributed.new_group, agreed over the whole job so
+that every rank creates every group in the same order (TorchComm._split);
+a sum to several owners is the rank-order sum on the first, broadcast.
+Not here: the gather sharding baseline's allgatherv / reduce_scatter return
 STRATA_ERR_UNSUPPORTED. Timeouts (issue #22 item 11): every collective is
 started with async_op=True and waited at most `timeout_s` seconds (default
 600; 0 or None waits forever); on expiry the call fails with
@@ -78,23 +81,44 @@ class TorchComm:
     long as a runtime uses it; close() destroys the handle."""
 
     _created = 0
+    _solo = False  # a split of one rank: every collective is the identity
     POLL_S = 0.1  # a pending collective checks the abort flag and the deadline this often
 
-    def __init__(self, group: Any = None, timeout_s: float | None = 600.0) -> None:
+    def __init__(self, group: Any = None, timeout_s: float | None = 600.0, *,
+                 _parent: "TorchComm | None" = None,
+                 _members: "list[int] | None" = None) -> None:
         if not dist.is_available() or not dist.is_initialized():
             raise L.StrataError("STRATA_ERR_STATE", "torch.distributed is not initialized")
         self.group = group
-        self.rank = dist.get_rank(group)
-        self.size = dist.get_world_size(group)
-        self.timeout_s = float(timeout_s) if timeout_s else 0.0
+        root = self._root = self if _parent is None else _parent._root
+        # members: the global ranks of this communicator in strata's rank order
+        # (a split's are ordered by key; the root's are its group's)
+        if _members is None:
+            _members = (list(range(dist.get_world_size())) if group is None else
+                        list(dist.get_process_group_ranks(group)))
+        self.members = list(_members)
+        me = dist.get_rank()
+        self.rank = self.members.index(me)
+        self.size = len(self.members)
+        # the group's own rank order (torch's gather lists): new_group sorts its ranks
+        self._group_order = (self.members if group is None and _parent is None
+                             else sorted(self.members))
+        self.timeout_s = (float(timeout_s) if timeout_s else 0.0) if _parent is None \
+            else _parent.timeout_s
         self._err = (_status("STRATA_ERR_IO"), _status("STRATA_ERR_UNSUPPORTED"),
                      _status("STRATA_ERR_TIMEOUT"))
-        self.failed: "str | None" = None  # set by abort()
-        # the abort flag in the group's store: the same key on every rank (the
-        # ranks create their communicators in the same order)
-        TorchComm._created += 1
-        self._abort_key = f"strata/abort/{TorchComm._created}"
-        self._has_store = self._store() is not None
+        self._failed: "str | None" = None  # set by abort() (the root's serves every split)
+        if _parent is None:
+            # the abort flag in the group's store: the same key on every rank (the
+            # ranks create their communicators in the same order); splits share it
+            TorchComm._created += 1
+            self._abort_key = f"strata/abort/{TorchComm._created}"
+            self._has_store = self._store() is not None
+            self._children: list[TorchComm] = []  # splits: alive as long as the root
+            self._groups: dict[tuple[int, ...], Any] = {}  # new_group's, by sorted ranks
+        else:
+            self._abort_key = root._abort_key
+            self._has_store = root._has_store
         lib = L.lib()
         lib.strata_comm_create.restype = c_int
         lib.strata_comm_create.argtypes = [POINTER(_Iface), c_void_p, POINTER(c_void_p)]
@@ -115,14 +139,70 @@ class TorchComm:
         cb.broadcast_from_owner = _TOOWNER(self._guard(self._broadcast))
         cb.allgatherv_f32 = _GATHERV(self._unsupported("allgatherv (gather sharding)"))
         cb.reduce_scatter_f32 = _GATHERV(self._unsupported("reduce_scatter (gather sharding)"))
-        cb.barrier = _BARRIER(self._guard(
-            lambda: self._wait(dist.barrier(self.group, async_op=True), "barrier")))
+        cb.barrier = _BARRIER(self._guard(self._barrier))
         cb.reduce_to_owners = _TOOWNERS(self._guard(self._reduce_to_owners))
-        cb.split = _SPLIT(self._unsupported("split (HSDP shard groups)"))
+        cb.split = _SPLIT(self._guard(self._split))
         h = c_void_p()
         L.check(lib.strata_comm_create(ctypes.byref(cb), None, ctypes.byref(h)),
                 "strata_comm_create")
         self.handle = h.value
+        # a split's handle is strata's (strata_comm_destroy at strata_destroy)
+        self._own_handle = _parent is None
+
+    @property
+    def failed(self) -> "str | None":
+        return self._root._failed
+
+    def _g(self, r: int) -> int:
+        """The global rank of this communicator's rank r (torch's dst/src)."""
+        return self.members[r]
+
+    def _split(self, color: int, key: int, out: Any) -> None:
+        """MPI_Comm_split over torch.distributed.new_group. new_group must be
+        entered by every rank of the job, for every group, in the same order
+        (torch's rule, even for the ranks outside the group): so a split is
+        agreed over the root communicator (every rank tells its parent's
+        members, its color and its key; one all_gather) and every rank then
+        creates every new group of the round in one order. The rule this
+        asks, stronger than comm.h's: every rank of the root splits at the
+        same time, each its own communicator -- strata_create does (its
+        splits are the same on every rank: the shard groups, then the HSDP
+        replica sets and their node/leader splits); a split on some ranks
+        only waits and fails after timeout_s (STRATA_ERR_TIMEOUT). A group
+        of one rank needs no torch group (its collectives are identities); a
+        group with the same ranks as one made before reuses it."""
+        root = self._root
+        W = root.size
+        mine = torch.full((W + 2,), -1, dtype=torch.int64)
+        mine[:self.size] = torch.tensor([root.members.index(m) for m in self.members])
+        mine[W], mine[W + 1] = color, key
+        rows = [torch.empty_like(mine) for _ in range(W)]
+        root._wait(dist.all_gather(rows, mine, group=root.group, async_op=True),
+                   "all_gather (split)")
+        # every round's new groups, the same list on every rank: per parent
+        # (its root ranks in its order) and color, the ranks ordered by
+        # (key, parent rank), as global ranks
+        found: dict[tuple[tuple[int, ...], int], list[tuple[int, int, int]]] = {}
+        for r in range(W):
+            row = rows[r].tolist()
+            parent = tuple(x for x in row[:W] if x >= 0)
+            found.setdefault((parent, row[W]), []).append((row[W + 1], parent.index(r), r))
+        children = sorted(tuple(root.members[r] for _, _, r in sorted(v))
+                          for v in found.values())
+        for ch in children:
+            srt = tuple(sorted(ch))
+            if len(ch) > 1 and srt not in root._groups:
+                whole = list(srt) == sorted(root.members) and root.group is None
+                root._groups[srt] = None if whole else \
+                    dist.new_group(list(srt), backend=dist.get_backend(root.group))
+        parent = tuple(root.members.index(m) for m in self.members)
+        ch = tuple(root.members[r] for _, _, r in sorted(found[(parent, color)]))
+        pg = root._groups.get(tuple(sorted(ch)))
+        child = TorchComm(pg, _parent=self, _members=list(ch))
+        if len(ch) == 1:
+            child._solo = True
+        root._children.append(child)
+        out[0] = child.handle
 
     def _guard(self, fn: Any) -> Any:
         def call(ctx: Any, *args: Any) -> int:
@@ -164,8 +244,8 @@ class TorchComm:
         fails: STRATA_ERR_IO); re-initialize it to go on. Idempotent."""
         if self.failed is not None:
             return
-        self.failed = (f"{reason}; strata's collectives on this process group were aborted "
-                       "so that every rank fails instead of waiting on this one")
+        self._root._failed = (f"{reason}; strata's collectives on this process group were "
+                              "aborted so that every rank fails instead of waiting on this one")
         try:  # the other ranks' pending and later collectives see it (_wait)
             store = self._store()
             if store is not None:
@@ -246,18 +326,22 @@ class TorchComm:
         return torch.frombuffer(arr, dtype=dtype, count=n)
 
     def _sum_in_order(self, t: torch.Tensor, dst: int) -> None:
-        """Sum t over ranks, in rank order from +0, into dst's t."""
+        """Sum t over ranks, in this communicator's rank order from +0, into
+        dst's t (dst: a rank of this communicator)."""
+        if self._solo:
+            return
         parts = [torch.empty_like(t) for _ in range(self.size)] if self.rank == dst else None
-        self._wait(dist.gather(t.clone(), parts, dst=dst, group=self.group, async_op=True),
+        self._wait(dist.gather(t.clone(), parts, dst=self._g(dst), group=self.group,
+                               async_op=True),
                    "gather", dst if self.rank != dst else -1)
         if self.rank == dst:
             acc = torch.zeros_like(t)
-            for p in parts:
-                acc += p
+            for m in self.members:  # torch's list is in the group's order
+                acc += parts[self._group_order.index(m)]
             t.copy_(acc)
 
     def _allreduce(self, vals: Any, n: int, op: int) -> None:
-        if n == 0:
+        if n == 0 or self._solo:
             return
         t = self._view(vals, n, c_double, torch.float64)
         if op == 1:  # STRATA_REDUCE_MAX
@@ -265,37 +349,51 @@ class TorchComm:
                        "all_reduce")
             return
         self._sum_in_order(t, 0)
-        self._wait(dist.broadcast(t, 0, group=self.group, async_op=True), "broadcast", 0)
+        self._wait(dist.broadcast(t, self._g(0), group=self.group, async_op=True),
+                   "broadcast", 0)
+
+    def _barrier(self) -> None:
+        if not self._solo:
+            self._wait(dist.barrier(self.group, async_op=True), "barrier")
 
     def _reduce_to_owner(self, buf: Any, n: int, owner: int) -> None:
         if n:
             self._sum_in_order(self._view(buf, n, ctypes.c_float, torch.float32), owner)
 
     def _reduce_to_owners(self, buf: Any, n: int, owners: Any, n_owners: int) -> None:
-        if not n:
+        if not n or self._solo:
             return
         t = self._view(buf, n, ctypes.c_float, torch.float32)
         first = owners[0]
         self._sum_in_order(t, first)
-        for k in range(1, n_owners):
-            o = owners[k]
-            if o == first:
-                continue
-            if self.rank == first:
-                self._wait(dist.isend(t, o, group=self.group), "send", o)
-            elif self.rank == o:
-                self._wait(dist.irecv(t, first, group=self.group), "recv", first)
+        if any(owners[k] != first for k in range(1, n_owners)):
+            # the sum to the other owners: a broadcast over the communicator
+            # (the others' buf is unspecified after, comm.h). Not send/recv:
+            # gloo's point-to-point work never reports is_completed() before
+            # wait(), which _wait's polling (timeouts, aborts) needs.
+            self._wait(dist.broadcast(t, self._g(first), group=self.group, async_op=True),
+                       "broadcast", first if self.rank != first else -1)
 
     def _broadcast(self, buf: Any, n: int, owner: int) -> None:
-        if n:
-            self._wait(dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32), owner,
-                                      group=self.group, async_op=True),
+        if n and not self._solo:
+            self._wait(dist.broadcast(self._view(buf, n, ctypes.c_float, torch.float32),
+                                      self._g(owner), group=self.group, async_op=True),
                        "broadcast", owner if self.rank != owner else -1)
 
     def close(self) -> None:
+        """Destroy the handle (after the runtime that used it: strata destroyed
+        the splits' handles already) and drop the splits and their torch
+        groups, so that none outlives destroy_process_group (a gloo group
+        destroyed at interpreter exit can end the process: "terminate called
+        without an active exception")."""
         h, self.handle = getattr(self, "handle", None), None
-        if h:
+        if h and getattr(self, "_own_handle", False):
             self._lib.strata_comm_destroy(h)
+        for c in getattr(self, "_children", []):
+            c.group = None
+        if getattr(self, "_own_handle", False):
+            self._children = []
+            self._groups = {}
 
     def __del__(self) -> None:
         try:

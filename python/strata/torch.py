@@ -27,11 +27,15 @@ lower case ("adam", "eager", "nvme", ...).
 
 This version: CPU float32 tensors; under torchrun (torch.distributed
 initialized, world > 1) owner sharding over the default process group
-(strata/dist.py; `distributed=False` opts out); attach(model) for strata's
-module hooks. Refused (StrataError): DDP/FSDP-wrapped models and DTensors,
-CUDA tensors and backend="cuda". bfloat16/float16 parameters are stepped
-through a float32 master copy (the class docstring). Not yet: ZeRO-3 and
-HSDP under torchrun.
+(strata/dist.py; `distributed=False` opts out), HSDP with
+`shard_group_size=K` (its groups made with torch.distributed.new_group),
+and ZeRO-3 with `managed=True` plus attach(model) (StrataOptimizer.attach:
+non-owners hold a layer's weights only around its forward and backward);
+attach(model) for strata's module hooks. Refused (StrataError): DDP/FSDP-
+wrapped models and DTensors, CUDA tensors and backend="cuda", a ZeRO-3 step
+before attach, a ZeRO-3 load. bfloat16/float16 parameters are stepped
+through a float32 master copy (the class docstring). Not yet: gather
+sharding under torchrun.
 """
 from __future__ import annotations
 
@@ -298,6 +302,16 @@ class StrataOptimizer(torch.optim.Optimizer):
     a skipped step is missed until its next one. step() with no gradient at
     all raises STRATA_ERR_STATE.
 
+    Under torchrun: `shard_group_size=K` is HSDP (strata_config; dist.py
+    makes the groups). `managed=True` is ZeRO-3 (strata_param_desc.managed,
+    in effect with owner sharding over several ranks, as in C): from
+    attach(model) on, each rank keeps only the weights it owns (the
+    parameter a view of strata's buffer) and the module hooks materialize
+    the others' around each layer's forward and backward (attach);
+    materialized() for whole-model use; stats()["weight_bytes_peak"] the
+    most weights held at once. A parameter used by two modules, a
+    bfloat16/float16 one and one outside `model` stay resident.
+
     Errors raise StrataError (status name, C message) and change nothing.
     Threading: a per-optimizer lock is held around every C call.
     """
@@ -310,8 +324,18 @@ class StrataOptimizer(torch.optim.Optimizer):
                  model: Optional[torch.nn.Module] = None,
                  routes: Optional[dict[str, str]] = None,
                  distributed: Optional[bool] = None,
+                 managed: bool = False,
                  **options: Any) -> None:
         self._rt: Optional[int] = None
+        # ZeRO-3 (strata_param_desc.managed): asked for; in effect from attach()
+        self._managed_req = bool(managed)
+        self._managed: list[bool] = []     # per parameter, in effect in the runtime
+        self._mine: list[bool] = []        # ... and owned by this rank (strata's buffer)
+        self._mat_bytes = self._mat_peak = 0  # the binding's materialized copies
+        self._held_peak = 0                # ... plus strata's weights, at most
+        self._zlayers: set[int] = set()    # layers with managed parameters
+        self._held: set[int] = set()       # ... whose copies are filled now
+        self._seen: dict[int, set[int]] = {}  # ... and their gradients of this backward
         self._comm: Any = None
         self._lock = threading.Lock()
         self._owner: Optional[int] = None
@@ -353,6 +377,8 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._base = [(float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups]
         # hook layers (attach(); all 0 without it) and the hooks' per-step record
         self._layers = [0] * len(self._params)
+        self._managed = [False] * len(self._params)
+        self._mine = [False] * len(self._params)
         self._hooks: list[Any] = []
         self._reduced: set[int] = set()   # layers whose strata_hook_backward ran this step
         self._ready: dict[int, set[int]] = {}  # layer -> its parameters whose grad is final
@@ -552,6 +578,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 req = self._requested[i]
                 d.optimizer = L.OPTIMIZERS[req] if req else -1
                 d.memory = 0
+                d.managed = self._managed[i]
                 d.data = ctypes.cast(data_ptrs[i], ctypes.POINTER(ctypes.c_float))
                 d.grad = ctypes.cast(_ptr(self._zeros), ctypes.POINTER(ctypes.c_float))
                 pid = c_int32()
@@ -598,7 +625,15 @@ class StrataOptimizer(torch.optim.Optimizer):
         out = L.Stats()
         with self._locked():
             L.check(self._lib.strata_stats_get(self._rt, byref(out)), "strata_stats_get")
-        return {f: getattr(out, f) for f, _ in L.Stats._fields_}
+        d = {f: getattr(out, f) for f, _ in L.Stats._fields_}
+        # ZeRO-3: the binding's copies of materialized layers (the parameters'
+        # own storage, beside strata's param_bytes), now and at most; and the
+        # most weights this rank held at once: strata's (owned, the layer
+        # buffer being copied) plus the copies. Resident: param_bytes_peak
+        d["managed_copy_bytes"], d["managed_copy_bytes_peak"] = self._mat_bytes, self._mat_peak
+        d["weight_bytes_peak"] = max(self._held_peak, out.param_bytes_peak) \
+            if any(self._managed) else out.param_bytes_peak
+        return d
 
     def memory_ledger(self) -> dict[str, Any]:
         """strata_memory_ledger_get: this rank's bytes by tier and kind, as
@@ -629,6 +664,14 @@ class StrataOptimizer(torch.optim.Optimizer):
     def __del__(self) -> None:
         rt = getattr(self, "_rt", None)
         if rt is not None:
+            # ZeRO-3: an owner's parameters are views of strata's buffers: their
+            # own copy first (the other ranks' stay empty placeholders)
+            for i, mine in enumerate(getattr(self, "_mine", [])):
+                if mine:
+                    try:
+                        self._params[i].data = self._params[i].data.clone()
+                    except Exception:
+                        pass
             self._rt = None
             try:
                 self._lib.strata_destroy(rt)
@@ -696,7 +739,8 @@ class StrataOptimizer(torch.optim.Optimizer):
         for i, p in enumerate(self._params):
             n = self._names[i]
             _check_tensor(p, n, "the parameter", low_ok=self._master[i] is not None)
-            d = _ptr(self._data(i))
+            # a managed parameter's weights are strata's (its registered pointer stays)
+            d = self._bufs[i][0] if self._managed[i] else _ptr(self._data(i))
             g = p.grad
             if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
                 # stands in for the gradient torch may have freed (several ranks still
@@ -783,6 +827,11 @@ class StrataOptimizer(torch.optim.Optimizer):
                 raise _err("STRATA_ERR_STATE", "the optimizer's runtime is gone")
             err: Optional[StrataError] = None
             try:
+                if self._zero3() and not self._hooks:
+                    raise _err("STRATA_ERR_STATE", "managed=True (ZeRO-3) needs attach(model) "
+                               "before the first step: its module hooks materialize each "
+                               "layer's weights before its forward and backward and release "
+                               "them after (nothing changed)")
                 wanted = self._wanted()
                 self._masters_current()
                 bufs = self._gather()
@@ -819,6 +868,9 @@ class StrataOptimizer(torch.optim.Optimizer):
             self._ready.clear()
             L.check(self._lib.strata_step(rt), "strata_step")
             self._stepped = True
+            for layer in list(self._held):  # ZeRO-3: nothing stays filled past a step
+                self._empty(layer)
+            self._seen.clear()
             if self._comm is not None:  # the owners' new weights to every rank
                 L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
             self._write_back()
@@ -844,6 +896,18 @@ class StrataOptimizer(torch.optim.Optimizer):
           blocking reduce per tensor over the process group: strata's
           bucketed non-blocking reduce needs a transport with non-blocking
           slots, MPI, which TorchComm is not).
+
+        With managed=True (ZeRO-3, several ranks): the managed parameters
+        this rank does not own keep their shape over storage of 0 bytes; the
+        forward pre-hook materializes the layer (strata_hook_forward, the
+        owners broadcast) and copies it into the parameters' storage, sized
+        again (a copy, not a view of strata's buffer: autograd keeps views
+        of a weight for the backward, which must see the same storage, as
+        FSDP's resize-in-place gives), then strata's buffer is released; a
+        forward hook empties the storage again; a full-backward pre-hook
+        materializes it for the layer's backward
+        (strata_layer_materialize), emptied once its gradients are in. The
+        hooks run in the same order on every rank (the same model).
 
         step() then runs strata_hook_backward only for the layers whose
         gradients did not all arrive (a parameter without a gradient). The
@@ -879,6 +943,16 @@ class StrataOptimizer(torch.optim.Optimizer):
                        "optimizer's parameters")
         extra = len(modules)
         layers = [extra if x < 0 else x for x in layers]
+        # ZeRO-3: the parameters strata manages (managed=True under torchrun,
+        # owner sharding): those of the model's modules, each used by one
+        # module (a tied weight read by two layers stays resident), float32
+        uses: dict[int, int] = {}
+        for m in model.modules():
+            for p in m.parameters(recurse=False):
+                uses[id(p)] = uses.get(id(p), 0) + 1
+        zero3 = self._zero3()
+        managed = [zero3 and layers[i] != extra and uses.get(id(p), 0) == 1 and
+                   self._master[i] is None for i, p in enumerate(self._params)]
         with self._locked():
             if self._hooks:
                 raise _err("STRATA_ERR_STATE", "attach: attached already")
@@ -888,34 +962,178 @@ class StrataOptimizer(torch.optim.Optimizer):
                            "would drop its state); attach before the first step and before "
                            "load/load_state_dict")
             old_layers, self._layers = self._layers, layers
+            self._managed = managed
             try:  # a fresh runtime with the layers (collective under torchrun)
                 rt = self._build(self._data_ptrs())
             except BaseException:
                 self._layers = old_layers
+                self._managed = [False] * len(self._params)
                 raise
             old, self._rt = self._rt, rt
             self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
+            if any(managed):
+                self._adopt(rt)
             self._sync_cache(rt)
             self._scale = float("nan")
             if old is not None:
                 self._lib.strata_destroy(old)
         # a layer is handed over when its parameters that take gradients all have one
         self._layer_size = {}
+        zlayers = self._zlayers = {layers[i] for i in range(len(self._params)) if managed[i]}
         for m, layer in modules:
             self._hooks.append(m.register_forward_pre_hook(
                 lambda mod, args, layer=layer: self._on_forward(layer)))
+            if layer in zlayers:  # ZeRO-3: released after its forward, again for its backward
+                self._hooks.append(m.register_forward_hook(
+                    lambda mod, args, out, layer=layer: self._empty(layer)))
+                self._hooks.append(m.register_full_backward_pre_hook(
+                    lambda mod, gout, layer=layer: self._on_backward(layer)))
         for i, p in enumerate(self._params):
             if layers[i] != extra and p.requires_grad:
                 self._layer_size[layers[i]] = self._layer_size.get(layers[i], 0) + 1
                 self._hooks.append(p.register_post_accumulate_grad_hook(
                     lambda t, i=i: self._on_grad(i)))
-        log.info("attach: %d layers over %s (%d parameters outside it)", len(modules),
-                 type(model).__name__, sum(1 for x in layers if x == extra))
+        log.info("attach: %d layers over %s (%d parameters outside it)%s", len(modules),
+                 type(model).__name__, sum(1 for x in layers if x == extra),
+                 f"; ZeRO-3: {sum(managed)} parameters managed" if any(managed) else "")
+        if self._managed_req and zero3 and not any(managed):
+            log.warning("managed=True: no parameter could be managed (tied, low precision "
+                        "or outside the model): every weight stays resident")
         return self
+
+    # ---- ZeRO-3 (managed weights)
+    def _zero3(self) -> bool:
+        """managed=True in effect (as strata_param_desc.managed: owner
+        sharding over several ranks; otherwise ignored, as in C)."""
+        return self._managed_req and self._comm is not None and self._comm.size > 1 and \
+            self._cfg.sharding == L.ENUMS["sharding"]["owner"]
+
+    def _adopt(self, rt: int) -> None:
+        """After a commit with managed parameters: strata holds their
+        weights. The owner's parameter becomes a view of strata's buffer
+        (strata_param_data: valid until strata_destroy, updated in place by
+        strata_step); elsewhere the parameter keeps its shape over storage
+        of 0 bytes (the placeholder), filled by the module hooks."""
+        self._mine = [False] * len(self._params)
+        for i, p in enumerate(self._params):
+            if not self._managed[i]:
+                continue
+            w = ctypes.POINTER(ctypes.c_float)()
+            st = self._lib.strata_param_data(rt, i, byref(w))
+            with torch.no_grad():
+                if st == 0:  # owned: strata's buffer
+                    self._mine[i] = True
+                    p.data = self._view(ctypes.addressof(w.contents), p)
+                else:  # STRATA_ERR_STATE: not held here until its layer is materialized
+                    self._lib.strata_error_clear()
+                    t = torch.empty(p.shape, dtype=torch.float32)
+                    t.untyped_storage().resize_(0)
+                    p.data = t
+
+    @staticmethod
+    def _view(addr: int, p: torch.Tensor) -> torch.Tensor:
+        n = p.numel()
+        arr = (ctypes.c_float * n).from_address(addr)
+        return torch.frombuffer(arr, dtype=torch.float32, count=n).view(p.shape)
+
+    def _zero3_layer(self, layer: int) -> list[int]:
+        return [i for i in range(len(self._params))
+                if self._managed[i] and not self._mine[i] and self._layers[i] == layer]
+
+    @torch.no_grad()
+    def _fill(self, layer: int) -> None:
+        """strata materialized `layer` (its managed weights from their owners
+        into strata's layer buffer): copy them into the parameters' own
+        storage (sized again), then release strata's buffer. The copy rather
+        than a view: autograd saves views of a weight (a Linear's weight.t())
+        that must see the same storage at backward, which FSDP's
+        resize-in-place keeps (and strata frees its buffer at release)."""
+        for i in self._zero3_layer(layer):
+            p = self._params[i]
+            w = ctypes.POINTER(ctypes.c_float)()
+            L.check(self._lib.strata_param_data(self._rt, i, byref(w)),
+                    f"strata_param_data({self._names[i]})")
+            nbytes = p.numel() * 4
+            st = p.untyped_storage()
+            if st.nbytes() != nbytes:
+                st.resize_(nbytes)
+                self._mat_bytes += nbytes
+                self._charge(nbytes)
+            p.data.copy_(self._view(ctypes.addressof(w.contents), p))
+        self._mat_peak = max(self._mat_peak, self._mat_bytes)
+        # the most this rank holds: strata's weights now (its owned ones and
+        # the layer buffer, before its release) plus the copies
+        stats = L.Stats()
+        L.check(self._lib.strata_stats_get(self._rt, byref(stats)), "strata_stats_get")
+        self._held_peak = max(self._held_peak, stats.param_bytes + self._mat_bytes)
+        self._held.add(layer)
+        L.check(self._lib.strata_layer_release(self._rt, layer),
+                f"strata_layer_release({layer})")
+
+    def _charge(self, delta: int) -> None:
+        """The copies in strata's memory ledger (host tier, weights), so that
+        memory_ledger() covers what this rank holds."""
+        L.check(self._lib.strata_memory_ledger_charge(
+            self._rt, L.LEDGER_TIERS.index("host"), L.LEDGER_KINDS.index("weights"), delta),
+            "strata_memory_ledger_charge")
+
+    def _empty(self, layer: int) -> None:
+        """The layer's managed weights that this rank does not own back to
+        the placeholder (storage of 0 bytes; the shape stays)."""
+        if layer not in self._held:
+            return
+        for i in self._zero3_layer(layer):
+            st = self._params[i].untyped_storage()
+            if st.nbytes():
+                self._mat_bytes -= st.nbytes()
+                self._charge(-st.nbytes())
+                st.resize_(0)
+        self._held.discard(layer)
+
+    @contextlib.contextmanager
+    def materialized(self) -> Any:
+        """ZeRO-3 (managed=True, attached): within it every parameter holds
+        its current weights on this rank (each managed layer materialized,
+        strata_layer_materialize, in layer order: collective, every rank
+        enters it at the same point), for evaluation outside the hooks,
+        model.state_dict() or a check; on exit the ones this rank does not
+        own are placeholders again. Costs the whole model's weights while
+        inside. Without managed weights in effect it does nothing."""
+        try:
+            with self._locked():
+                for layer in sorted(self._zlayers):
+                    L.check(self._lib.strata_layer_materialize(self._rt, layer),
+                            f"strata_layer_materialize({layer})")
+                    self._fill(layer)
+        except BaseException as e:
+            self._fail_ranks(e)
+            raise
+        try:
+            yield self
+        finally:
+            for layer in list(self._held):
+                self._empty(layer)
+
+    def _on_backward(self, layer: int) -> None:
+        """ZeRO-3: before the layer's backward, its weights again
+        (strata_layer_materialize: collective within the shard group)."""
+        with self._locked():
+            try:
+                L.check(self._lib.strata_layer_materialize(self._rt, layer),
+                        f"strata_layer_materialize({layer})")
+                self._fill(layer)
+            except BaseException as e:
+                self._fail_ranks(e)
+                raise
 
     def detach(self) -> None:
         """Remove attach()'s hooks (the layers stay; step() runs every
-        layer's strata_hook_backward again)."""
+        layer's strata_hook_backward again). Refused under ZeRO-3
+        (STRATA_ERR_STATE): its weights live in the hooks."""
+        if any(self._managed):
+            raise _err("STRATA_ERR_STATE", "detach with managed=True (ZeRO-3) weights: the "
+                       "module hooks materialize them; without them the parameters this "
+                       "rank does not own are empty")
         for h in self._hooks:
             h.remove()
         self._hooks = []
@@ -926,6 +1144,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         super().zero_grad(set_to_none=set_to_none)
         self._reduced.clear()
         self._ready.clear()
+        self._seen.clear()
 
     @contextlib.contextmanager
     def no_sync(self) -> Any:
@@ -950,15 +1169,23 @@ class StrataOptimizer(torch.optim.Optimizer):
             try:
                 L.check(self._lib.strata_hook_forward(self._rt, layer),
                         f"strata_hook_forward({layer})")
+                if layer in self._zlayers:
+                    self._fill(layer)
             except BaseException as e:
                 self._fail_ranks(e)
                 raise
 
     @torch.no_grad()
     def _on_grad(self, i: int) -> None:
+        layer = self._layers[i]
+        if layer in self._zlayers:  # ZeRO-3: the layer's backward is done once all arrived
+            seen = self._seen.setdefault(layer, set())
+            seen.add(i)
+            if len(seen) == self._layer_size[layer]:
+                del self._seen[layer]
+                self._empty(layer)
         if self._no_sync:
             return
-        layer = self._layers[i]
         with self._locked():
             try:
                 if layer in self._reduced:
@@ -1041,6 +1268,10 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     def _load_dir(self, path: str, restore_weights: bool,
                   hypers: Optional[list[tuple[float, float]]] = None) -> None:
+        if any(self._managed):
+            raise _err("STRATA_ERR_UNSUPPORTED", "load/load_state_dict with managed=True "
+                       "(ZeRO-3) weights: not yet (the weights are strata's; resume with "
+                       "managed=False, then attach)")
         with self._locked():
             # strata_load writes the checkpoint's weights into scratch copies: the
             # parameters change only once everything was accepted

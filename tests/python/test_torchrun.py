@@ -1,6 +1,7 @@
 """torchrun --nproc-per-node 2 and 4 (gloo, CPU): strata's owner sharding over the
-process group (strata/dist.py) is bit-identical to one process stepping the
-accumulated mean of the same micro-batch gradients."""
+process group (strata/dist.py), flat and HSDP (shard_group_size), is
+bit-identical to one process stepping the accumulated mean of the same
+micro-batch gradients."""
 import os
 import subprocess
 import sys
@@ -14,18 +15,22 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 @pytest.mark.skipif(not torch.distributed.is_available() or
                     not torch.distributed.is_gloo_available(), reason="no gloo")
-@pytest.mark.parametrize("opt,nproc,mode", [("shampoo", 2, "sync"), ("muon", 2, "sync"),
-                                            ("shampoo", 2, "async1"), ("shampoo", 4, "sync")])
-def test_torchrun_bit_identical(opt, nproc, mode):
+@pytest.mark.parametrize("cases,nproc", [
+    # HSDP with K = 1 (two groups of one rank: replicas only) rides along
+    (["shampoo:sync", "shampoo:hsdp1"], 2), (["muon:sync"], 2), (["shampoo:async1"], 2),
+    # HSDP: shard_group_size 2 of 4 ranks (shipped refreshes: Shampoo, SOAP);
+    # ZeRO-3 with HSDP over a small model (2 ranks: torchrun_hooks.py)
+    (["shampoo:sync", "shampoo:hsdp2", "soap:hsdp2", "soap:zero3hsdp2"], 4)])
+def test_torchrun_bit_identical(cases, nproc):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
-    port = 29500 + (os.getpid() % 1000) * 4 % 4000 + (opt == "muon") + 2 * (nproc == 4) + \
-        (mode != "sync")
+    port = 29500 + (os.getpid() % 1000) * 4 % 4000 + ("muon:sync" in cases) + \
+        2 * (nproc == 4) + ("shampoo:async1" in cases)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(port), os.path.join(HERE, "torchrun_check.py"), opt, mode]
+           "--master-port", str(port), os.path.join(HERE, "torchrun_check.py")] + cases
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("bit-identical") == nproc, out.stdout
+    assert out.stdout.count("bit-identical") == nproc * len(cases), out.stdout
 
 
 @pytest.mark.skipif(not torch.distributed.is_available() or

@@ -7,6 +7,12 @@ binding's hooks and failure handling over gloo, in one launch:
    under no_sync) bit-identical to one process stepping the rank-ordered
    mean of the same micro-batch gradients (rank 0 computes that reference);
    bfloat16 parameters too (float32 masters and gradient copies);
+2c. ZeRO-3 (managed=True): refused without attach; attached, each rank
+   keeps its owned weights and the others' only around each layer's forward
+   and backward (the module hooks); 4 steps (the last a no_sync gradient
+   accumulation) bit-identical to one process, and the peak of the weights
+   held per rank (strata's param_bytes_peak plus the binding's copies) below
+   the resident mode's (printed with the RSS);
 3. a step refused on one rank only (a non-contiguous gradient on rank 1) raises on
    both, changes nothing, and the next step is still bit-identical;
 4. a collective that raises on rank 1 (injected) aborts the process group:
@@ -37,6 +43,27 @@ class Net(nn.Module):
         h = self.emb(x)
         h = h + self.l2(torch.tanh(self.l1(h)))
         return self.head(self.norm(h))
+
+
+class Deep(nn.Module):
+    """For ZeRO-3: layers of one size, so that no rank owns most of the bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, 16)
+        self.blocks = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+        self.head = nn.Linear(16, 16, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)
+        for b in self.blocks:
+            h = h + torch.tanh(b(h))
+        return self.head(h)
+
+
+def make_deep() -> Deep:
+    torch.manual_seed(0)
+    return Deep()
 
 
 def make() -> Net:
@@ -144,6 +171,86 @@ def main() -> int:
         expect(all(torch.equal(m.view(torch.int32), w.view(torch.int32))
                    for m, w in zip(lopt._master, ref32)), f"bfloat16 step {t} bit-identical")
         expect(same(lowp, ref_lp), f"bfloat16 weights at step {t}")
+
+    # 2c. ZeRO-3: managed weights through the module hooks, against the
+    # resident mode on the same model
+    rmodel = make_deep()
+    ropt = st.Shampoo(rmodel.named_parameters(), model=rmodel, **kw).attach(rmodel)
+    for t in range(1, 3):
+        loss_of(rmodel, batch(t, rank)).backward()
+        ropt.step()
+        ropt.zero_grad(set_to_none=True)
+    zmodel = make_deep()
+    zopt = st.Shampoo(zmodel.named_parameters(), model=zmodel, managed=True, **kw)
+    for p in zmodel.parameters():
+        p.grad = torch.ones_like(p)
+    try:
+        zopt.step()
+        expect(False, "managed=True stepped without attach")
+    except strata.StrataError as e:
+        expect(e.status == "STRATA_ERR_STATE" and "attach" in e.message, f"no attach: {e}")
+    zopt.zero_grad(set_to_none=True)
+    zopt.attach(zmodel)
+    zref_model = make_deep()
+    zref = st.Shampoo(zref_model.named_parameters(), model=zref_model, distributed=False, **kw)
+    owned = [i for i, m in enumerate(zopt._mine) if m]
+    expect(all(zopt._managed) and 0 < len(owned) < len(zopt._params),
+           f"managed {zopt._managed}, owned {owned}")
+    for t in range(1, 5):
+        micro = 2 if t == 4 else 1
+        for k in range(micro):
+            if k < micro - 1:
+                with zopt.no_sync():
+                    loss_of(zmodel, batch(t, rank, k)).backward()
+            else:
+                loss_of(zmodel, batch(t, rank, k)).backward()
+        zopt.step()
+        zopt.zero_grad(set_to_none=True)
+        acc = [torch.zeros_like(p) for p in zref_model.parameters()]
+        for r in range(world):
+            zref_model.zero_grad(set_to_none=True)
+            for k in range(micro):
+                loss_of(zref_model, batch(t, r, k)).backward()
+            for a, p in zip(acc, zref_model.parameters()):
+                a += p.grad
+        for a, p in zip(acc, zref_model.parameters()):
+            p.grad = a * (1.0 / world)
+        zref.step()
+        zref.zero_grad(set_to_none=True)
+        zp, rp = list(zmodel.parameters()), list(zref_model.parameters())
+        expect(all(torch.equal(zp[i].view(torch.int32), rp[i].view(torch.int32))
+                   for i in owned), f"ZeRO-3 step {t}: owned weights bit-identical")
+        expect(all(zp[i].untyped_storage().nbytes() == 0 for i in range(len(zp))
+                   if i not in owned), f"ZeRO-3 step {t}: the others' weights released")
+    zs, rs = zopt.stats(), ropt.stats()
+    zpeak = zs["weight_bytes_peak"]
+    full = sum(p.numel() * 4 for p in zmodel.parameters())
+    with open("/proc/self/status") as f:
+        rss = next((ln.split()[1] for ln in f if ln.startswith("VmHWM")), "?")
+    zl, rl = zopt.memory_ledger(), ropt.memory_ledger()
+    zw, rw = zl["host"]["weights"]["peak"], rl["host"]["weights"]["peak"]
+    print(f"rank {rank}: weights held at peak: ZeRO-3 {zpeak} B (strata's peak "
+          f"{zs['param_bytes_peak']}, copies' {zs['managed_copy_bytes_peak']}; owns "
+          f"{len(owned)} of {len(zp)}), resident {rs['weight_bytes_peak']} B (model {full} B); "
+          f"ledger weights peak ZeRO-3 {zw} B, resident {rw} B; ledger total peak ZeRO-3 "
+          f"{zl['total_peak']} B, resident {rl['total_peak']} B; VmHWM {rss} kB", flush=True)
+    expect(rs["weight_bytes_peak"] >= full and zpeak < rs["weight_bytes_peak"] and
+           rw >= full and zw < rw and zl["total_peak"] < rl["total_peak"],
+           f"ZeRO-3 peak {zpeak} (ledger {zw}, total {zl['total_peak']}) below resident "
+           f"{rs['weight_bytes_peak']} (ledger {rw}, total {rl['total_peak']})")
+    try:
+        zopt.detach()
+        expect(False, "ZeRO-3 detach accepted")
+    except strata.StrataError as e:
+        expect(e.status == "STRATA_ERR_STATE", f"ZeRO-3 detach: {e}")
+    with zopt.materialized():  # every weight on every rank: the whole model bit-identical
+        expect(same(zmodel, zref_model), "ZeRO-3: all weights bit-identical")
+        x = batch(9, 0)[0]
+        with torch.no_grad():
+            expect(torch.equal(zmodel(x), zref_model(x)), "ZeRO-3 forward bit-identical")
+    expect(all(p.untyped_storage().nbytes() == 0 for i, p in enumerate(zmodel.parameters())
+               if i not in owned), "ZeRO-3: released after materialized()")
+    del zopt, zref, ropt
 
     # 3. a step refused on rank 1 only: both raise, nothing changes
     for p in model.parameters():
