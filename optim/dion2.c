@@ -6,7 +6,8 @@
  *
  * Object life: one strata_dion2_state per matrix parameter (or stack of
  * `batch` same-shape matrices). Every buffer comes from one backend
- * allocation made at creation (M, two scratch matrices, the submatrices,
+ * allocation made at creation (M, one scratch matrix (two when columns are
+ * selected), the submatrices,
  * the Newton-Schulz workspace, the slice norms, the permutation and the
  * decay vector) and one host allocation (the norms read back, the slice
  * order, the permutations of the batch); nothing is allocated per step.
@@ -52,7 +53,7 @@ struct strata_dion2_state {
     int64_t num, len, k;     /* slices, their length, selected per step */
     int64_t sub_rows, sub_cols; /* the submatrix: k x cols or rows x k */
     float *mom;   /* M, batch x rows x cols */
-    /* rows x cols scratch. Rows selected: z is unused and z2 stays all zero
+    /* rows x cols scratch. Rows selected: z is not allocated and z2 stays all zero
      * (the update of the unselected rows). Columns selected: z2 takes the
      * permuted M, z holds [O | 0] in permuted order (its last num - k
      * columns stay zero). */
@@ -198,7 +199,8 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
      * floats each, the ints 1. */
     size_t total = 0;
 #define PAD(n) (((n) + 15) / 16 * 16)
-    total += PAD(n_mom) + 2 * PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
+    const size_t n_z = s->sel_rows ? 0 : mn; /* z: columns only */
+    total += PAD(n_mom) + PAD(n_z) + PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
              PAD(2 * (size_t)cols) + PAD(num) + PAD(num);
     s->mem_bytes = total * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
@@ -206,7 +208,7 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
         goto fail;
     float *p = s->mem;
     s->mom = optim_carve(&p, n_mom);
-    s->z = optim_carve(&p, mn);
+    s->z = n_z ? optim_carve(&p, n_z) : NULL;
     s->z2 = optim_carve(&p, mn);
     s->sub = optim_carve(&p, n_sub);
     s->work = optim_carve(&p, n_work);
