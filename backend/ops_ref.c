@@ -172,7 +172,21 @@ strata_status strata_ref_abs_sums(void *ctx, void *stream, int64_t rows, int64_t
 {
     (void)ctx, (void)stream;
     if (axis == 1) {
-        for (int64_t i = 0; i < rows; i++)
+        /* Eight rows at a time: eight independent float64 chains instead of
+         * one (the adds' latency, not memory, bounded the one-row loop);
+         * each row still adds its entries in index order, so every sum is
+         * strata_om_abs_sum's, bit for bit. */
+        int64_t i = 0;
+        for (; i + 8 <= rows; i += 8) {
+            const float *r = x + i * ld;
+            double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+            for (int64_t j = 0; j < cols; j++)
+                for (int k = 0; k < 8; k++)
+                    a[k] += fabs((double)r[k * ld + j]);
+            for (int k = 0; k < 8; k++)
+                out[i + k] = a[k];
+        }
+        for (; i < rows; i++)
             out[i] = strata_om_abs_sum(x + i * ld, cols, 1);
         return STRATA_OK;
     }

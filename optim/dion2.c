@@ -6,7 +6,8 @@
  *
  * Object life: one strata_dion2_state per matrix parameter (or stack of
  * `batch` same-shape matrices). Every buffer comes from one backend
- * allocation made at creation (M, two scratch matrices, the submatrices,
+ * allocation made at creation (M, one scratch matrix (two when columns are
+ * selected), the submatrices,
  * the Newton-Schulz workspace, the slice norms, the permutation and the
  * decay vector) and one host allocation (the norms read back, the slice
  * order, the permutations of the batch); nothing is allocated per step.
@@ -14,12 +15,22 @@
  * worker team of T threads for the batch's Newton-Schulz, as Muon's.
  *
  * Where the work runs: the selection reads back num float64 slice norms
- * per matrix (a backend reduction, abs_sums) and sorts them on the host;
- * the gather and the scatter are the backend's permute of the whole matrix
- * by a permutation the host uploads (the selected slices first, in index
- * order), then a 2-D copy of the first k slices; the error feedback is the
- * backend's scale_rc by a vector holding ef_decay at the selected slices
- * and 1 elsewhere (x * 1 is exact). The host never touches a matrix. */
+ * per matrix (a backend reduction, abs_sums) and sorts them on the host.
+ * Rows selected (rows <= cols): the gather and the error feedback are 2-D
+ * copies and scalings of the runs of consecutive selected rows, and the
+ * update is applied run by run (the selected rows from O, the others
+ * against a zero buffer): nothing else touches the whole matrix but
+ * M + G, the norms and the update itself. Columns selected: the gather
+ * and the scatter are the backend's permute of the whole matrix by a
+ * permutation the host uploads (the selected columns first, in index
+ * order) and a 2-D copy of the first k; the error feedback is the
+ * backend's scale_rc by a vector holding ef_decay at the selected columns
+ * and 1 elsewhere (x * 1 is exact). The overflow rule first tries a bound
+ * from L1 norms (column sums, which vectorize; M's from the last step's
+ * slice norms) and computes the exact Frobenius norms only when that bound
+ * does not fit. Every path computes the same per-element expressions as a
+ * scatter into a whole zero matrix would (bit for bit). The host never
+ * touches a matrix. */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
@@ -29,6 +40,7 @@
 #include "precond.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,10 +53,15 @@ struct strata_dion2_state {
     int64_t num, len, k;     /* slices, their length, selected per step */
     int64_t sub_rows, sub_cols; /* the submatrix: k x cols or rows x k */
     float *mom;   /* M, batch x rows x cols */
-    float *z, *z2; /* rows x cols scratch: the permuted M, then the scattered update */
+    /* rows x cols scratch. Rows selected: z is not allocated and z2 stays all zero
+     * (the update of the unselected rows). Columns selected: z2 takes the
+     * permuted M, z holds [O | 0] in permuted order (its last num - k
+     * columns stay zero). */
+    float *z, *z2;
     float *sub;   /* batch submatrices, sub_rows x sub_cols each */
     float *work;  /* Newton-Schulz workspace */
     double *dnorm; /* num slice norms (backend) */
+    double *dcol;  /* cols column L1 sums (backend): the overflow rule's quick bound */
     int *dperm;    /* num (backend) */
     float *dscale; /* num (backend) */
     strata_worker_team *team;
@@ -55,7 +72,16 @@ struct strata_dion2_state {
     int64_t *order; /* num */
     int *hperm;     /* num: selected first, each group in index order */
     int *hinv;      /* batch * num: the inverse permutation of every matrix */
+    int *hsel;      /* batch * k: every matrix's selected slices, in index order */
     float *hscale;  /* num */
+    double *hcol;   /* cols */
+    /* An upper bound of ||M||_F: the L1 norm sum_ij |M_ij| (>= ||M||_F) of
+     * M after the last step's M + G, summed from its slice norms; the error
+     * feedback only shrinks it. Valid only after a completed step of this
+     * state: creation, an error and any enumeration of the tensors (a
+     * checkpoint may write M) drop it. */
+    double m_l1;
+    bool m_l1_valid;
 };
 
 void strata_dion2_config_default(strata_dion2_config *c)
@@ -173,19 +199,21 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
      * floats each, the ints 1. */
     size_t total = 0;
 #define PAD(n) (((n) + 15) / 16 * 16)
-    total += PAD(n_mom) + 2 * PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) + PAD(num) +
-             PAD(num);
+    const size_t n_z = s->sel_rows ? 0 : mn; /* z: columns only */
+    total += PAD(n_mom) + PAD(n_z) + PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
+             PAD(2 * (size_t)cols) + PAD(num) + PAD(num);
     s->mem_bytes = total * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
         goto fail;
     float *p = s->mem;
     s->mom = optim_carve(&p, n_mom);
-    s->z = optim_carve(&p, mn);
+    s->z = n_z ? optim_carve(&p, n_z) : NULL;
     s->z2 = optim_carve(&p, mn);
     s->sub = optim_carve(&p, n_sub);
     s->work = optim_carve(&p, n_work);
     s->dnorm = (double *)(void *)optim_carve(&p, 2 * num);
+    s->dcol = (double *)(void *)optim_carve(&p, 2 * (size_t)cols);
     s->dperm = (int *)(void *)optim_carve(&p, num);
     s->dscale = optim_carve(&p, num);
 #undef PAD
@@ -194,11 +222,18 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     s->order = malloc(num * sizeof *s->order);
     s->hperm = malloc(num * sizeof *s->hperm);
     s->hinv = malloc((size_t)batch * num * sizeof *s->hinv);
+    s->hsel = malloc((size_t)batch * (size_t)s->k * sizeof *s->hsel);
     s->hscale = malloc(num * sizeof *s->hscale);
-    if (!s->hnorm || !s->order || !s->hperm || !s->hinv || !s->hscale) {
+    s->hcol = malloc((size_t)cols * sizeof *s->hcol);
+    if (!s->hnorm || !s->order || !s->hperm || !s->hinv || !s->hsel || !s->hscale || !s->hcol) {
         st = strata_error(STRATA_ERR_NOMEM, "dion2: out of memory");
         goto fail;
     }
+    /* The zero parts the step relies on (see z, z2 above). */
+    st = s->sel_rows ? strata_backend_fill_2d(be, NULL, rows, cols, s->z2, cols, 0.0f)
+                     : strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
+    if (st != STRATA_OK)
+        goto fail;
     if (s->ns.batch_threads > 1) {
         st = strata_worker_team_create(s->ns.batch_threads, &s->team);
         if (st != STRATA_OK)
@@ -223,7 +258,9 @@ void strata_dion2_state_destroy(strata_dion2_state *s)
     free(s->order);
     free(s->hperm);
     free(s->hinv);
+    free(s->hsel);
     free(s->hscale);
+    free(s->hcol);
     free(s);
 }
 
@@ -275,9 +312,11 @@ static int by_index(const void *a, const void *b)
 }
 
 /* Matrix b's selection: the norms of M_b's slices, the k largest, the
- * permutation that puts them first (hperm, uploaded to dperm), its inverse
- * (hinv of b), the decay vector (uploaded to dscale). */
-static strata_status select_slices(strata_dion2_state *s, int64_t b)
+ * permutation that puts them first (hperm), its inverse (hinv of b), the
+ * selected slices in index order (hsel of b), the decay vector; for
+ * columns, the permutation and the decay vector are uploaded (dperm,
+ * dscale). *l1 += the sum of the norms (M_b's L1 norm). */
+static strata_status select_slices(strata_dion2_state *s, int64_t b, double *l1)
 {
     const float *mb = s->mom + (size_t)b * (size_t)s->rows * (size_t)s->cols;
     const size_t num = (size_t)s->num;
@@ -287,23 +326,127 @@ static strata_status select_slices(strata_dion2_state *s, int64_t b)
         st = strata_backend_copy(s->be, s->hnorm, s->dnorm, num * sizeof(double));
     if (st != STRATA_OK)
         return st;
-    for (size_t i = 0; i < num; i++)
+    double sum = 0.0;
+    for (size_t i = 0; i < num; i++) {
         s->order[i] = (int64_t)i;
+        sum += s->hnorm[i];
+    }
+    *l1 += sum;
     sort_norms = s->hnorm;
     qsort(s->order, num, sizeof *s->order, by_norm);
     /* Each group in index order: the selected, then the rest. */
     qsort(s->order, (size_t)s->k, sizeof *s->order, by_index);
     qsort(s->order + s->k, num - (size_t)s->k, sizeof *s->order, by_index);
     int *inv = s->hinv + (size_t)b * num;
+    int *sel = s->hsel + (size_t)b * (size_t)s->k;
     for (size_t j = 0; j < num; j++) {
         s->hperm[j] = (int)s->order[j];
         inv[s->order[j]] = (int)j;
         s->hscale[s->order[j]] = j < (size_t)s->k ? s->cfg.ef_decay : 1.0f;
+        if (j < (size_t)s->k)
+            sel[j] = (int)s->order[j];
     }
+    if (s->sel_rows)
+        return STRATA_OK;
     st = strata_backend_copy(s->be, s->dperm, s->hperm, num * sizeof(int));
     if (st == STRATA_OK)
         st = strata_backend_copy(s->be, s->dscale, s->hscale, num * sizeof(float));
     return st;
+}
+
+/* The length of the run of consecutive indices starting at sel[j] (sel
+ * increasing, k entries). */
+static int64_t run_length(const int *sel, int64_t j, int64_t k)
+{
+    int64_t e = j + 1;
+    while (e < k && sel[e] == sel[e - 1] + 1)
+        e++;
+    return e - j;
+}
+
+/* Rows selected, matrix b: S = M[sel] (row runs copied), then the error
+ * feedback on those rows (the unselected rows' factor is 1: untouched). */
+static strata_status gather_rows(strata_dion2_state *s, int64_t b)
+{
+    const int64_t n = s->cols, k = s->k;
+    float *mb = s->mom + (size_t)b * (size_t)s->rows * (size_t)n;
+    float *sb = s->sub + (size_t)b * (size_t)k * (size_t)n;
+    const int *sel = s->hsel + (size_t)b * (size_t)k;
+    strata_status st = STRATA_OK;
+    for (int64_t j = 0; j < k && st == STRATA_OK;) {
+        const int64_t len = run_length(sel, j, k);
+        float *src = mb + (size_t)sel[j] * (size_t)n;
+        st = strata_backend_copy_2d(s->be, NULL, len, n, sb + (size_t)j * (size_t)n, n, src, n);
+        if (st == STRATA_OK)
+            st = strata_backend_scale_2d(s->be, NULL, len, n, src, n, s->cfg.ef_decay);
+        j += len;
+    }
+    return st;
+}
+
+/* Rows selected, matrix b: W = W - decay W - step P, run by run: the
+ * selected rows take O's rows, the unselected ones the zeros of z2 (the
+ * same per-element expression as on a scattered P, bit for bit). */
+static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, float step,
+                                 float decay)
+{
+    const int64_t m = s->rows, n = s->cols, k = s->k;
+    float *wb = w + (size_t)b * (size_t)m * (size_t)n;
+    const float *ob = s->sub + (size_t)b * (size_t)k * (size_t)n;
+    const int *sel = s->hsel + (size_t)b * (size_t)k;
+    strata_status st = STRATA_OK;
+    int64_t r = 0, j = 0;
+    while (r < m && st == STRATA_OK) {
+        int64_t len;
+        const float *p;
+        if (j < k && sel[j] == r) {
+            len = run_length(sel, j, k);
+            p = ob + (size_t)j * (size_t)n;
+            j += len;
+        } else {
+            len = (j < k ? sel[j] : m) - r;
+            p = s->z2;
+        }
+        st = strata_backend_apply_update(s->be, NULL, (size_t)len * (size_t)n,
+                                         wb + (size_t)r * (size_t)n, p, step, decay,
+                                         STRATA_APPLY_DECAY_STEP);
+        r += len;
+    }
+    return st;
+}
+
+/* The overflow rule's quick pass: L1 norms bound the Frobenius norms
+ * (||x||_F <= sum |x_ij|), and a column-sum pass vectorizes where the
+ * exact float64 sum of squares is one chain of dependent adds. *fits: the
+ * bound (1 + 1e-9 for the sums' rounding) is finite and within the limit,
+ * so the exact rule (below) would let the step through too; otherwise the
+ * exact rule decides. */
+static strata_status quick_fit(strata_dion2_state *s, const float *g, bool *fits)
+{
+    *fits = false;
+    const int64_t n = s->cols, r = s->batch * s->rows;
+    double gl1 = 0.0, ml1 = s->m_l1;
+    strata_status st = strata_backend_abs_sums(s->be, NULL, r, n, g, n, 0, s->dcol);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+    if (st != STRATA_OK)
+        return st;
+    for (int64_t j = 0; j < n; j++)
+        gl1 += s->hcol[j];
+    if (!isfinite(gl1))
+        return STRATA_OK;
+    if (!s->m_l1_valid) {
+        st = strata_backend_abs_sums(s->be, NULL, r, n, s->mom, n, 0, s->dcol);
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+        if (st != STRATA_OK)
+            return st;
+        ml1 = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            ml1 += s->hcol[j];
+    }
+    *fits = (ml1 + gl1) * (1.0 + 1e-9) <= OPTIM_STATE_LIMIT;
+    return STRATA_OK;
 }
 
 strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t, float *w,
@@ -320,48 +463,59 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
     const size_t mn = (size_t)m * (size_t)n;
     const size_t all = (size_t)s->batch * mn;
     const size_t sub_n = (size_t)s->sub_rows * (size_t)s->sub_cols;
-    const int axis = s->sel_rows ? 0 : 1; /* permute's axis: rows or columns */
 
-    /* Reject before touching M: one bad element would poison it. */
-    double gamma = 0.0;
-    bool finite = false;
-    st = optim_gamma(s->be, g, all, &gamma, &finite);
+    bool fits = false;
+    st = quick_fit(s, g, &fits);
     if (st != STRATA_OK)
         return st;
-    if (!finite) {
-        size_t bad = all;
-        st = strata_backend_find_nonfinite(s->be, NULL, all, g, &bad);
+    if (!fits) {
+        /* Reject before touching M: one bad element would poison it. */
+        double gamma = 0.0;
+        bool finite = false;
+        st = optim_gamma(s->be, g, all, &gamma, &finite);
         if (st != STRATA_OK)
             return st;
-        if (cnt)
-            cnt->nonfinite_rejected++;
-        return strata_error(STRATA_ERR_NONFINITE, "dion2_step: non-finite gradient at %zu", bad);
+        if (!finite) {
+            size_t bad = all;
+            st = strata_backend_find_nonfinite(s->be, NULL, all, g, &bad);
+            if (st != STRATA_OK)
+                return st;
+            if (cnt)
+                cnt->nonfinite_rejected++;
+            return strata_error(STRATA_ERR_NONFINITE, "dion2_step: non-finite gradient at %zu",
+                                bad);
+        }
+        /* The overflow rule (optim_internal.h): M is a running sum (the
+         * error feedback only shrinks it), |M + G| <= ||M||_F + ||G||_F. */
+        double b2 = 0.0;
+        st = strata_backend_sumsq(s->be, NULL, all, s->mom, &b2);
+        if (st != STRATA_OK)
+            return st;
+        if (!optim_state_absorbs(sqrt(b2) + sqrt(gamma), cnt))
+            return STRATA_OK;
     }
-    /* The overflow rule (optim_internal.h): M is a running sum (the error
-     * feedback only shrinks it), |M + G| <= ||M||_F + ||G||_F. */
-    double b2 = 0.0;
-    st = strata_backend_sumsq(s->be, NULL, all, s->mom, &b2);
-    if (st != STRATA_OK)
-        return st;
-    if (!optim_state_absorbs(sqrt(b2) + sqrt(gamma), cnt))
-        return STRATA_OK;
 
     /* M = M + G (1 * M + 1 * G: exact products). */
+    s->m_l1_valid = false;
+    double l1 = 0.0;
     st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
         float *mb = s->mom + (size_t)b * mn;
         float *sb = s->sub + (size_t)b * sub_n;
-        st = select_slices(s, b);
-        /* Gather: the selected slices first, then the first k of them. */
+        st = select_slices(s, b, &l1);
+        if (st == STRATA_OK && s->sel_rows) {
+            st = gather_rows(s, b);
+            continue;
+        }
+        /* Columns: the selected columns first (into z2), then the first k
+         * of them; the error feedback on the selected columns of M. */
         if (st == STRATA_OK)
-            st = strata_backend_permute(s->be, NULL, m, n, axis, s->dperm, mb, s->z);
+            st = strata_backend_permute(s->be, NULL, m, n, 1, s->dperm, mb, s->z2);
         if (st == STRATA_OK)
             st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, sb, s->sub_cols,
-                                        s->z, n);
-        /* Error feedback on the selected slices of M. */
+                                        s->z2, n);
         if (st == STRATA_OK)
-            st = strata_backend_scale_rc(s->be, NULL, m, n, mb, n, s->sel_rows ? s->dscale : NULL,
-                                         s->sel_rows ? NULL : s->dscale);
+            st = strata_backend_scale_rc(s->be, NULL, m, n, mb, n, NULL, s->dscale);
     }
     if (st == STRATA_OK)
         st = strata_ns_run(s->be, &s->ns, s->team, s->batch, s->sub_rows, s->sub_cols, s->sub,
@@ -370,23 +524,30 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
     const float decay = lr * c->weight_decay;
     const float step = (float)((double)lr * adjust_ratio(c->adjust_lr, m, n));
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
-        /* Scatter: O into the first k slices of a zero matrix, then every
-         * slice back to its place; the unselected ones are zero. */
-        st = strata_backend_fill_2d(s->be, NULL, m, n, s->z, n, 0.0f);
-        if (st == STRATA_OK)
-            st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, s->z, n,
-                                        s->sub + (size_t)b * sub_n, s->sub_cols);
+        if (s->sel_rows) {
+            st = update_rows(s, b, w, step, decay);
+            continue;
+        }
+        /* Columns: O into the first k columns of z (the rest are zero),
+         * then every column back to its place; the unselected ones are
+         * zero. */
+        st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, s->z, n,
+                                    s->sub + (size_t)b * sub_n, s->sub_cols);
         if (st == STRATA_OK)
             st = strata_backend_copy(s->be, s->dperm, s->hinv + (size_t)b * (size_t)s->num,
                                      (size_t)s->num * sizeof(int));
         if (st == STRATA_OK)
-            st = strata_backend_permute(s->be, NULL, m, n, axis, s->dperm, s->z, s->z2);
+            st = strata_backend_permute(s->be, NULL, m, n, 1, s->dperm, s->z, s->z2);
         if (st == STRATA_OK)
             st = strata_backend_apply_update(s->be, NULL, mn, w + (size_t)b * mn, s->z2, step,
                                              decay, STRATA_APPLY_DECAY_STEP);
     }
-    if (st == STRATA_OK && cnt)
-        cnt->seconds_precondition += strata_now_seconds() - t0;
+    if (st == STRATA_OK) {
+        s->m_l1 = l1;
+        s->m_l1_valid = true;
+        if (cnt)
+            cnt->seconds_precondition += strata_now_seconds() - t0;
+    }
     return st;
 }
 
@@ -419,7 +580,11 @@ static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w,
 /* M is the whole state (the selection is recomputed from it every step). */
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
-    const strata_dion2_state *s = state;
+    /* Whoever enumerates M may write it (a checkpoint's load): the cached
+     * bound of its norm goes (the state is the family's own, handed out
+     * as const only by this interface). */
+    strata_dion2_state *s = (strata_dion2_state *)(uintptr_t)state;
+    s->m_l1_valid = false;
     if (out && cap > 0)
         strata_tensor_info_set(&out[0], "momentum", -1, STRATA_F32, s->batch * s->rows, s->cols,
                                STRATA_TIER_DEVICE, s->mom);

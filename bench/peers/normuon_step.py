@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""strata's NorMuon step beside the reference's (pytorch_optimizer's NorMuon,
+pytorch_optimizer/optimizer/muon/normuon.py, PyPI `pytorch-optimizer`), on
+the CPU, one process. The structure is dion2_step.py's.
+
+Both sides get the same matrices and gradients: a GPT-2-small-shaped set,
+--layers x (4 x 768x768, 768x3072, 3072x768), and the same settings, the
+defaults of both (lr 0.02, momentum 0.95 with Nesterov, beta2 0.95, eps
+1e-10, 5 Newton-Schulz steps with Jordan's quintic coefficients, the
+reference's ns_coeffs 'original', update_scale preserve_norm with the lr
+ratio sqrt(max(1, rows/cols)), use_adjusted_lr False) plus weight decay
+0.01 (decoupled on both: the reference's weight_decouple True). strata runs
+through its PyTorch door (strata.torch.NorMuon: one strata_step over every
+matrix); the reference is NorMuon([{params, use_muon: True}]) with its
+defaults, foreach included (same-shape matrices stacked into one batched
+Newton-Schulz).
+
+What cannot be matched: the reference runs Newton-Schulz in bfloat16 (its
+zero_power_via_newton_schulz_5 default; strata: float32) and divides by
+||G'||_F clamped at 1e-7 (strata: no clamp), and sums the row means in
+float32 (strata: float64, rounded). So the update check below is not at
+float32 rounding: ~1e-2 expected from the bfloat16 iteration alone.
+
+Same work, checked before timing: one step from the same state on both
+sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set.
+
+Timing: --rounds rounds of --steps steps per side after 2 warm-up steps,
+alternating which side goes first; median ms per step, wall clock and
+process CPU time (the CPU time is the figure that survives a shared,
+oversubscribed machine on one thread). One thread each
+(torch.set_num_threads(1), strata blas_threads 1) unless --threads.
+
+Usage:
+  PYTHON bench/peers/normuon_step.py --build build
+PYTHON needs torch and pytorch_optimizer (e.g. the project's .venv).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--ns-method", default="standard",
+                    help="strata's Newton-Schulz method (the reference: standard)")
+    args = ap.parse_args()
+    try:
+        from pytorch_optimizer import NorMuon as RefNorMuon
+    except ImportError:
+        print("SKIP: pytorch_optimizer is not installed")
+        return 77
+    lib = next((os.path.join(args.build, "runtime", n) for n in
+                sorted(os.listdir(os.path.join(args.build, "runtime")))
+                if n.startswith("libstrata.so")), None)
+    os.environ.setdefault("STRATA_LIBRARY", os.path.abspath(lib))
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import torch
+    from importlib.metadata import version
+    import strata.torch as st
+
+    torch.set_num_threads(args.threads)
+    shapes = [(768, 768)] * 4 + [(768, 3072), (3072, 768)]
+    shapes = shapes * args.layers
+    gen = torch.Generator().manual_seed(7)
+    w0 = [0.02 * torch.randn(s, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
+
+    def make(side):
+        ps = [torch.nn.Parameter(w.clone()) for w in w0]
+        if side == "strata":
+            opt = st.NorMuon([(f"m{i}", p) for i, p in enumerate(ps)], blas_threads=args.threads,
+                             weight_decay=args.wd, ns_method=args.ns_method)
+        else:
+            opt = RefNorMuon([dict(params=ps, use_muon=True, weight_decay=args.wd)])
+        return ps, opt
+
+    def step(ps, opt, k):
+        # The reference's Nesterov lerps into p.grad in place: fresh copies.
+        for p, g in zip(ps, grads[k % len(grads)]):
+            p.grad = g.clone()
+        opt.step()
+
+    # Same work: one step from the same state.
+    sides = {s: make(s) for s in ("strata", "reference")}
+    for s in sides:
+        step(*sides[s], 0)
+    num = sum(float(((a.detach() - w) - (b.detach() - w)).double().norm() ** 2)
+              for a, b, w in zip(sides["strata"][0], sides["reference"][0], w0))
+    den = sum(float((b.detach() - w).double().norm() ** 2)
+              for b, w in zip(sides["reference"][0], w0))
+    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s), "
+          "strata ns_method %s, pytorch_optimizer %s, weight decay %g" % (
+              len(shapes), args.layers, args.threads, args.ns_method,
+              version("pytorch_optimizer"), args.wd))
+    print("same work: step 1 update relative error %.3e (reference Newton-Schulz in bfloat16)"
+          % ((num / den) ** 0.5))
+
+    for s in sides:  # warm-up
+        step(*sides[s], 1)
+    wall = {s: [] for s in sides}
+    cpu = {s: [] for s in sides}
+    for r in range(args.rounds):
+        order = ("strata", "reference") if r % 2 == 0 else ("reference", "strata")
+        for s in order:
+            for k in range(args.steps):
+                for p, g in zip(sides[s][0], grads[k % len(grads)]):
+                    p.grad = g.clone()
+                c0, t0 = time.process_time(), time.perf_counter()
+                sides[s][1].step()
+                wall[s].append(1e3 * (time.perf_counter() - t0))
+                cpu[s].append(1e3 * (time.process_time() - c0))
+    for name, d in (("wall", wall), ("cpu", cpu)):
+        med = {s: statistics.median(v) for s, v in d.items()}
+        print("%s ms/step (median of %d): strata %.1f, reference %.1f, ratio reference/strata "
+              "%.2f" % (name, len(d["strata"]), med["strata"], med["reference"],
+                        med["reference"] / med["strata"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
