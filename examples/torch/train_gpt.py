@@ -272,10 +272,47 @@ def state_bytes(opt, model: nn.Module) -> dict:
     return dict(sorted(by.items(), key=lambda kv: -kv[1]))
 
 
+# `strata train`'s defaults (trainer/trainer.c, gpt_train_options_default),
+# as keywords of strata.torch's classes, so that this example and `strata
+# train` run the same settings (tests/python/test_example.py compares them
+# with strata train's JSONL config record): every optimizer's AdamW tail and
+# clipping, then each matrix optimizer's own. Keywords not here keep the C
+# library's defaults in both.
+TRAINER_COMMON = {"adamw_lr": 3e-3, "adamw_weight_decay": 0.0, "adamw_beta2": 0.95,
+                  "max_grad_norm": 1.0}
+TRAINER_DEFAULTS = {
+    "adamw": {"lr": 3e-3, "weight_decay": 0.0, "beta2": 0.95},
+    "shampoo": {"lr": 3e-3, "beta2": 0.95, "epsilon": 1e-10, "grafting_beta2": 0.95,
+                "max_preconditioner_dim": 1024},
+    "muon": {"lr": 0.05},
+    "soap": {"lr": 3e-3, "weight_decay": 0.0},
+    "kl-shampoo": {"init_factor": -1.0, "lr": 1e-2, "weight_decay": 0.0},
+    "normuon": {},
+    "dion2": {},
+}
+
+
+def trainer_warmup(steps: int, opt) -> int:
+    """`strata train`'s default warm-up (trainer.c, default_warmup): steps/10,
+    but at least the horizon of the slowest second-moment EMA the run keeps
+    (the matrix optimizer's and the AdamW tail's, strata_optimizer_info),
+    and the whole run when it is shorter than that horizon."""
+    if not hasattr(opt, "optimizer_info"):
+        return max(1, steps // 10)
+    info = opt.optimizer_info()
+    floor_w = int(min(max(info["ema_horizon"], info["adamw_ema_horizon"]), steps))
+    return max(steps // 10, floor_w, 1)
+
+
 def make_optimizer(args: argparse.Namespace, model: GPT):
     if args.optimizer in STRATA:
         import strata.torch as st
-        kw = strata_kwargs(args.strata)
+        kw = {} if args.library_defaults else dict(TRAINER_DEFAULTS[args.optimizer])
+        if not args.library_defaults:
+            for k, v in TRAINER_COMMON.items():
+                if args.optimizer != "adamw" or not k.startswith("adamw_"):
+                    kw[k] = v  # AdamW: its own lr, wd and beta2 above
+        kw.update(strata_kwargs(args.strata))
         if args.lr is not None:
             kw["lr"] = args.lr
         if args.optimizer != "adamw" and args.adamw_lr is not None:
@@ -283,7 +320,7 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
         if args.optimizer in ("shampoo", "soap", "kl-shampoo"):
             kw["precondition_frequency"] = args.precondition_frequency
             if args.optimizer == "shampoo":  # SOAP and KL-Shampoo do not block
-                kw.setdefault("max_preconditioner_dim", args.max_preconditioner_dim)
+                kw["max_preconditioner_dim"] = args.max_preconditioner_dim
         if args.async_roots:
             kw.update(async_roots=True, staleness=args.staleness, stagger_refresh=True,
                       workers=args.workers)
@@ -321,6 +358,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                          "tiers=nvme nvme_dir=/tmp/x host_budget=0; repeatable")
     ap.add_argument("--max-preconditioner-dim", type=int, default=1024,
                     help="Shampoo's block size (strata's and Meta's; Meta's SOAP blocks too)")
+    ap.add_argument("--library-defaults", action="store_true",
+                    help="strata's optimizers with the C library's defaults instead of "
+                         "`strata train`'s (its lrs, clipping, betas: TRAINER_DEFAULTS)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="warm-up steps (default: strata train's rule, trainer_warmup)")
     ap.add_argument("--memory-report", action="store_true",
                     help="print one 'memory: {json}' line at the end: peak RSS, strata's "
                          "ledger or a torch optimizer's state bytes")
@@ -382,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("strata").setLevel(logging.WARNING)
     for g in opt.param_groups:
         g["peak_lr"] = g["lr"]
-    warmup = max(1, args.steps // 10)
+    warmup = args.warmup if args.warmup is not None else trainer_warmup(args.steps, opt)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)  # each rank its micro-batch
     out = open(args.metrics, "w") if args.metrics and rank == 0 else None
 

@@ -238,6 +238,16 @@ class MemoryLedger(Structure):
     ]
 
 
+class OptimizerInfo(Structure):
+    """strata_optimizer_info (strata/strata.h: strata_optimizer_info_get)."""
+    _fields_ = [
+        ("has_refresh", c_bool), ("async_capable", c_bool), ("staggers", c_bool),
+        ("precondition_frequency", ctypes.c_int), ("max_staleness", ctypes.c_int),
+        ("refresh_noun", c_char_p), ("first_refresh", ctypes.c_int64),
+        ("state_per_param", ctypes.c_int), ("ema_horizon", c_double),
+    ]
+
+
 # Every mirrored struct, by its C name (the ABI test walks this table).
 STRUCTS = {
     "strata_adamw_config": AdamWConfig,
@@ -254,6 +264,7 @@ STRUCTS = {
     "strata_load_info": LoadInfo,
     "strata_stats": Stats,
     "strata_memory_ledger": MemoryLedger,
+    "strata_optimizer_info": OptimizerInfo,
 }
 
 # Enums (values of include/strata/*.h).
@@ -350,6 +361,7 @@ def lib() -> ctypes.CDLL:
         "strata_load": (st, [rt, c_char_p, POINTER(c_void_p), POINTER(LoadInfo)]),
         "strata_destroy": (None, [rt]),
         "strata_optimizer_name": (c_char_p, [c_int]),
+        "strata_optimizer_info_get": (st, [POINTER(Config), c_int, POINTER(OptimizerInfo)]),
         "strata_stats_get": (st, [rt, POINTER(Stats)]),
         "strata_memory_ledger_get": (st, [rt, POINTER(MemoryLedger)]),
         "strata_memory_ledger_charge": (st, [rt, c_int, c_int, ctypes.c_int64]),

@@ -698,6 +698,23 @@ class StrataOptimizer(torch.optim.Optimizer):
         fam = getattr(self._cfg, _FAMILY_FIELD[family])
         return float(fam.lr), float(fam.weight_decay)
 
+    def optimizer_info(self) -> dict[str, Any]:
+        """strata_optimizer_info_get for the matrix optimizer under this
+        optimizer's configuration: has_refresh, async_capable, staggers,
+        precondition_frequency, max_staleness, refresh_noun, first_refresh
+        (step), state_per_param, ema_horizon (steps: 1/(1 - beta) of its
+        slowest second-moment EMA, 0 when none; the AdamW tail's is
+        adamw_ema_horizon, from adamw.beta2), as the C trainer's default
+        warm-up reads them."""
+        info = L.OptimizerInfo()
+        L.check(self._lib.strata_optimizer_info_get(byref(self._cfg), L.OPTIMIZERS[self._matrix],
+                                                    byref(info)), "strata_optimizer_info_get")
+        d = {k: getattr(info, k) for k, _ in L.OptimizerInfo._fields_}
+        d["refresh_noun"] = (info.refresh_noun or b"").decode()
+        b2 = float(self._cfg.adamw.beta2)
+        d["adamw_ema_horizon"] = float(round(1.0 / (1.0 - b2))) if 0.0 < b2 < 1.0 else 0.0
+        return d
+
     def hyperparameters(self) -> list[tuple[float, float]]:
         """Every parameter's (lr, weight_decay) as the next step will use
         them, in registration order (float32 values, as strata holds them:

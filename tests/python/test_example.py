@@ -84,3 +84,59 @@ def test_token_files(capsys, tmp_path):
     assert train_gpt.main(TINY + ["--data", str(out)]) == 0
     text = capsys.readouterr().out
     assert "vocab 280" in text and re.search(r"^step +3 +loss [0-9.]+ +val", text, re.M), text
+
+
+LIB = os.environ.get("STRATA_LIBRARY", "")
+STRATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(LIB))), "cli",
+                      "strata") if LIB else ""
+
+
+@pytest.mark.skipif(not os.path.isdir(CORPUS), reason="no fortunes corpus")
+@pytest.mark.skipif(not (STRATA and os.access(STRATA, os.X_OK)),
+                    reason="no build/cli/strata next to $STRATA_LIBRARY")
+@pytest.mark.parametrize("opt", ["shampoo", "soap", "kl-shampoo", "muon", "normuon", "dion2",
+                                 "adamw"])
+def test_example_runs_strata_trains_settings(tmp_path, opt):
+    """The example's strata optimizers take `strata train`'s defaults
+    (TRAINER_DEFAULTS, trainer_warmup): the lr, the AdamW tail's lr, weight
+    decay, clipping, precondition frequency, the family fields strata
+    train's JSONL config record names, and the warm-up at 20 and 300 steps,
+    equal to that record's (issue #19: the same settings, the same loss)."""
+    import json
+    import subprocess
+    sys.path.insert(0, EXAMPLE)
+    try:
+        import train_gpt
+    finally:
+        sys.path.remove(EXAMPLE)
+    for steps in (20, 300):
+        met = tmp_path / f"{opt}-{steps}.jsonl"
+        subprocess.run([STRATA, "train", "--optimizer", opt, "--steps", str(steps), "--layers",
+                        "1", "--d-model", "8", "--heads", "1", "--seq-len", "8", "--batch", "1",
+                        "--eval-every", "0", "--eval-batches", "1", "--quiet", "--metrics",
+                        str(met)], check=True, capture_output=True, timeout=120)
+        rec = json.loads(met.read_text().splitlines()[0])
+        args = train_gpt.parse(["--optimizer", opt, "--quiet", "--steps", str(steps)])
+        model = train_gpt.GPT(256, 8, 8, 1, 1)
+        o = train_gpt.make_optimizer(args, model)
+        cfg = o._cfg
+        fam = getattr(cfg, {"kl-shampoo": "kl_shampoo"}.get(opt, opt))
+        f32 = lambda v: float(__import__("ctypes").c_float(v).value)  # noqa: E731
+        assert f32(rec["lr"]) == float(fam.lr), (opt, rec["lr"], fam.lr)
+        assert f32(rec["weight_decay"]) == float(fam.weight_decay), opt
+        assert f32(rec["adamw_lr"]) == float(cfg.adamw.lr), opt
+        assert f32(rec["max_grad_norm"]) == float(cfg.max_grad_norm), opt
+        for k, v in rec.items():  # the family's own fields the record names
+            if k in ("lr", "weight_decay") or not hasattr(fam, k) or isinstance(v, (str, bool)) \
+                    or v is None:
+                continue
+            if k == "precondition_frequency":
+                continue  # the runtime-level value; the family's 0 means "the runtime's"
+            if k == "start_preconditioning_step" and getattr(fam, k) < 0:
+                continue  # -1 = F, which the record gives resolved
+            assert f32(v) == float(getattr(fam, k)), (opt, k, v, getattr(fam, k))
+        if "precondition_frequency" in rec and hasattr(fam, "precondition_frequency"):
+            # strata_config.precondition_frequency > 0 overrides the families' own
+            assert rec["precondition_frequency"] == (cfg.precondition_frequency or
+                                                     fam.precondition_frequency), opt
+        assert train_gpt.trainer_warmup(steps, o) == rec["warmup"], (opt, steps)
