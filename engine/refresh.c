@@ -995,6 +995,15 @@ strata_status strata_refresh_commit(strata_refresh *e)
     if (st != STRATA_OK || e->n_blocks == 0)
         return st;
 
+    for (int k = 0; k < e->n_groups; k++) {
+        const eng_group *g = &e->groups[k];
+        if (e->cfg.stale_correction && !g->inline_ && !g->fam->correct)
+            return strata_error(STRATA_ERR_UNSUPPORTED,
+                                "stale_correction newton: %s has no stale correction (%s)",
+                                g->fam->name,
+                                g->fam->no_correct_why ? g->fam->no_correct_why
+                                                       : "no correct slot");
+    }
     bool any_async = false;
     for (int k = 0; k < e->n_groups; k++) {
         eng_group *g = &e->groups[k];
@@ -1025,12 +1034,6 @@ strata_status strata_refresh_commit(strata_refresh *e)
         if (st != STRATA_OK)
             return st;
         any_async |= !g->inline_;
-        if (e->cfg.stale_correction && !g->inline_ && !g->fam->correct)
-            return strata_error(STRATA_ERR_UNSUPPORTED,
-                                "stale_correction newton: %s has no stale correction (%s)",
-                                g->fam->name,
-                                g->fam->no_correct_why ? g->fam->no_correct_why
-                                                       : "no correct slot");
     }
     e->blocks = calloc((size_t)e->n_blocks, sizeof *e->blocks);
     if (!e->blocks)
@@ -2010,7 +2013,8 @@ void strata_refresh_destroy(strata_refresh *e)
                     (long long)w.cancelled);
         strata_worker_pool_destroy(e->pool);
     }
-    for (int i = 0; i < e->n_blocks; i++) {
+    /* e->blocks is NULL when commit failed before allocating it */
+    for (int i = 0; e->blocks && i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (blk->io_pending)
             io_wait_landed(e, &blk->io);
