@@ -8,6 +8,7 @@
  *    held steps (stale_max_corrected) and the refresh points that find no
  *    free slot are skipped and counted; the weights stay finite; after the
  *    release the results install again and training goes on;
+ *    (also with device_roots: the CUDA install path, on the CPU backend);
  *  - the valve off counts nothing and S = 0 stays at staleness 0;
  *  - refused where it cannot apply (STRATA_ERR_UNSUPPORTED): SOAP and
  *    KL-Shampoo (eigenbases), the synchronous runtime, the nvme roots tier.
@@ -47,12 +48,14 @@ typedef struct run {
 static int fwd(void *ctx, int l) { return (int)strata_hook_forward(ctx, l); }
 static int bwd(void *ctx, int l) { return (int)strata_hook_backward(ctx, l); }
 
-static strata_status run_open(run *r, const strata_config *cfg)
+static strata_status run_open(run *r, const strata_config *cfg, bool device_roots)
 {
     gpt_config mc = {.vocab = 256, .max_seq = 32, .n_layer = 2, .n_head = 2, .d_model = 32};
     if (gpt_create(&mc, 7, &r->m) != 0)
         return STRATA_ERR_INTERNAL;
     strata_status st = strata_create(cfg, &r->rt);
+    if (st == STRATA_OK)
+        st = strata_testing_set_device_roots(r->rt, device_roots);
     for (int i = 0; st == STRATA_OK && i < gpt_num_tensors(r->m); i++) {
         const gpt_tensor *t = gpt_tensor_at(r->m, i);
         strata_param_desc d = {.name = t->name, .ndim = t->ndim,
@@ -129,13 +132,15 @@ static strata_config valve_config(strata_stale_correction sc)
 
 enum { PRELUDE = 4, HELD = 6, AFTER = 3 };
 
+/* state: device_roots (the CUDA backend's install path: the valve corrects
+ * the device copy of the result), exercised on the CPU backend */
 static void test_held_workers_corrected(void **state)
 {
-    (void)state;
+    const bool device_roots = *(const bool *)*state;
     strata_config c = valve_config(STRATA_STALE_CORRECTION_NEWTON);
     run r = {0};
     uint64_t rng = 11;
-    strata_status st = run_open(&r, &c);
+    strata_status st = run_open(&r, &c, device_roots);
     CHECK(st == STRATA_OK, "open: %s", strata_last_error());
     st = run_steps(&r, PRELUDE, &rng);
     CHECK(st == STRATA_OK, "prelude: %s", strata_last_error());
@@ -189,7 +194,7 @@ static void test_off_waits(void **state)
     strata_config c = valve_config(STRATA_STALE_CORRECTION_OFF);
     run r = {0};
     uint64_t rng = 11;
-    strata_status st = run_open(&r, &c);
+    strata_status st = run_open(&r, &c, false);
     CHECK(st == STRATA_OK, "open: %s", strata_last_error());
     st = run_steps(&r, PRELUDE, &rng);
     CHECK(st == STRATA_OK, "steps: %s", strata_last_error());
@@ -226,7 +231,7 @@ static void test_refused(void **state)
         if (cases[k].tier == STRATA_TIER_NVME)
             c.nvme_dir = "/tmp";
         run r = {0};
-        strata_status st = run_open(&r, &c);
+        strata_status st = run_open(&r, &c, false);
         print_message("  %s: %s (%s)\n", cases[k].what, strata_status_str(st),
                       st == STRATA_OK ? "" : strata_last_error());
         CHECK(st == STRATA_ERR_UNSUPPORTED, "%s: %s", cases[k].what, strata_status_str(st));
@@ -244,8 +249,11 @@ int main(void)
         printf("cannot load %s: %s\n", CORPUS, strata_last_error());
         return 1;
     }
+    static const bool host = false, device = true;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_held_workers_corrected),
+        {"held_workers_corrected", test_held_workers_corrected, NULL, NULL, (void *)&host},
+        {"held_workers_corrected_device_roots", test_held_workers_corrected, NULL, NULL,
+         (void *)&device},
         cmocka_unit_test(test_off_waits),
         cmocka_unit_test(test_refused),
     };
