@@ -136,6 +136,13 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
 strata_status strata_coh_acquire_nowait(strata_coh_registry *reg, int b, int64_t t, int *slot,
                                         int64_t *version, bool *installed_now, bool *would_wait);
 
+/* The valve, before a refresh point that found no free slot: install the
+ * newest READY result of block b not newer than `upto` and newer than the
+ * installed one (freeing the slots it supersedes); *slot gets the installed
+ * slot, or -1 when none was installed. Not counted in the staleness
+ * statistics (the step's acquire counts them). Errors: STRATA_ERR_INVALID_ARG. */
+strata_status strata_coh_install_ready(strata_coh_registry *reg, int b, int64_t upto, int *slot);
+
 /* As strata_coh_begin_refresh without waiting: *slot = -1 when every slot
  * of block b is busy (the valve skips that refresh point). Errors:
  * STRATA_ERR_INVALID_ARG. */

@@ -428,6 +428,18 @@ strata_status strata_coh_acquire_nowait(strata_coh_registry *reg, int b, int64_t
     return acquire_impl(reg, b, t, true, slot, version, installed_now, would_wait);
 }
 
+strata_status strata_coh_install_ready(strata_coh_registry *reg, int b, int64_t upto, int *slot)
+{
+    if (!reg || !slot || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_install_ready: bad block %d", b);
+    *slot = -1;
+    pthread_mutex_lock(&reg->mu);
+    if (install_newest_ready(reg, b, upto))
+        *slot = reg->blocks[b].installed_slot;
+    pthread_mutex_unlock(&reg->mu);
+    return STRATA_OK;
+}
+
 strata_status strata_coh_try_begin_refresh(strata_coh_registry *reg, int b, int64_t r, int *slot)
 {
     if (!reg || !slot || b < 0 || b >= reg->n_blocks)

@@ -1279,6 +1279,16 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
          * point (its next one starts from fresher factors anyway). */
         st = strata_coh_try_begin_refresh(g->reg, blk->rb, version, &k);
         if (st == STRATA_OK && k < 0) {
+            /* A ready result not yet due holds a slot: install it now (the
+             * valve is not reproducible anyway) and try again. */
+            int ready;
+            st = strata_coh_install_ready(g->reg, blk->rb, version, &ready);
+            if (st == STRATA_OK && ready >= 0)
+                st = install(e, blk, ready);
+            if (st == STRATA_OK)
+                st = strata_coh_try_begin_refresh(g->reg, blk->rb, version, &k);
+        }
+        if (st == STRATA_OK && k < 0) {
             e->stale_refreshes_skipped++;
             return STRATA_OK;
         }
