@@ -522,6 +522,11 @@ static const train_flag train_flag_rows[] = {
     {CFG(install_mode), .type = FT_NAME,
      .names = gpt_install_mode_names, .group = G_ASYNC,
      .help = "fixed: reproducible (default); eager: fresher", .needs = NEEDS_ASYNC},
+    {CFG(stale_correction), .type = FT_NAME,
+     .names = gpt_stale_correction_names, .group = G_ASYNC,
+     .help = "when a step would wait for a root still on a worker:\noff: wait (default); "
+             "newton: correct the newest ready\nroot toward the current factor (one Newton "
+             "step;\nShampoo; timing-dependent runs)", .needs = NEEDS_ASYNC},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},

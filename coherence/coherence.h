@@ -121,6 +121,33 @@ void strata_coh_complete(strata_coh_registry *reg, int b, int slot, bool ok);
 strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
                                             int64_t *version, bool *installed_now);
 
+/* The stale-correction valve (strata_config.stale_correction): as
+ * strata_coh_acquire, but never waits. Where acquire would wait for a job
+ * still in flight, this installs instead the newest READY result of the
+ * block newer than the installed one and not newer than the due version
+ * (none: the installed one stays), sets *would_wait and returns STRATA_OK;
+ * the caller then corrects the installed result, or, when it cannot, calls
+ * strata_coh_acquire, which waits. An acquire that returns *would_wait is
+ * not counted in the staleness statistics (its staleness may exceed
+ * F-1+S: the caller counts it); one that does not is counted as acquire's.
+ * Installs out of the fixed schedule, so a run with the valve depends on
+ * the workers' speed (as EAGER mode does). Errors: as acquire's, never
+ * STRATA_ERR_TIMEOUT. */
+strata_status strata_coh_acquire_nowait(strata_coh_registry *reg, int b, int64_t t, int *slot,
+                                        int64_t *version, bool *installed_now, bool *would_wait);
+
+/* The valve, before a refresh point that found no free slot: install the
+ * newest READY result of block b not newer than `upto` and newer than the
+ * installed one (freeing the slots it supersedes); *slot gets the installed
+ * slot, or -1 when none was installed. Not counted in the staleness
+ * statistics (the step's acquire counts them). Errors: STRATA_ERR_INVALID_ARG. */
+strata_status strata_coh_install_ready(strata_coh_registry *reg, int b, int64_t upto, int *slot);
+
+/* As strata_coh_begin_refresh without waiting: *slot = -1 when every slot
+ * of block b is busy (the valve skips that refresh point). Errors:
+ * STRATA_ERR_INVALID_ARG. */
+strata_status strata_coh_try_begin_refresh(strata_coh_registry *reg, int b, int64_t r, int *slot);
+
 /* Training thread: wait (bounded by timeout_s) until the job of slot `slot`
  * of block b has finished (the slot is no longer PENDING or COMPUTING),
  * without installing anything; counted as a wait, as acquire's are. *state

@@ -291,8 +291,27 @@ static int find_version(strata_coh_registry *reg, int b, int64_t v)
     return -1;
 }
 
-strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
-                                 int64_t *version, bool *installed_now)
+/* The stale-correction valve's way out of a wait (caller holds reg->mu):
+ * install the newest READY result of block b newer than the installed one
+ * and not newer than `due`, if any. True when one was installed. */
+static bool install_newest_ready(strata_coh_registry *reg, int b, int64_t due)
+{
+    coh_block *blk = &reg->blocks[b];
+    int best = -1;
+    for (int k = 0; k < reg->n_slots; k++) {
+        coh_slot *s = slot_at(reg, b, k);
+        if (s->state == STRATA_SLOT_READY && s->version > blk->installed_version &&
+            s->version <= due && (best < 0 || s->version > slot_at(reg, b, best)->version))
+            best = k;
+    }
+    if (best >= 0)
+        install(reg, b, best);
+    return best >= 0;
+}
+
+static strata_status acquire_impl(strata_coh_registry *reg, int b, int64_t t, bool no_wait,
+                                  int *slot, int64_t *version, bool *installed_now,
+                                  bool *would_wait)
 {
     if (!reg || !slot || !version || b < 0 || b >= reg->n_blocks)
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_acquire: bad block %d", b);
@@ -321,6 +340,11 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
         int k = find_version(reg, b, due);
         if (k >= 0) {
             coh_slot *s = slot_at(reg, b, k);
+            if (slot_busy(s) && no_wait) {
+                changed = install_newest_ready(reg, b, due) || changed;
+                *would_wait = true;
+                goto out;
+            }
             if (slot_busy(s)) {
                 if (!wait_while_busy(reg, s)) {
                     st = strata_error(STRATA_ERR_TIMEOUT,
@@ -352,6 +376,11 @@ strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int
                     best = j;
             }
             coh_slot *o = best >= 0 ? slot_at(reg, b, best) : NULL;
+            if (o && slot_busy(o) && no_wait) {
+                changed = install_newest_ready(reg, b, due) || changed;
+                *would_wait = true;
+                goto out;
+            }
             if (o && slot_busy(o) && !wait_while_busy(reg, o)) { /* the same for every run */
                 st = strata_error(STRATA_ERR_TIMEOUT,
                                   "coherence: block %d waited %.1f s for the root of step "
@@ -381,6 +410,54 @@ out:
         *installed_now = changed;
     pthread_mutex_unlock(&reg->mu);
     return st;
+}
+
+strata_status strata_coh_acquire(strata_coh_registry *reg, int b, int64_t t, int *slot,
+                                 int64_t *version, bool *installed_now)
+{
+    bool would_wait = false;
+    return acquire_impl(reg, b, t, false, slot, version, installed_now, &would_wait);
+}
+
+strata_status strata_coh_acquire_nowait(strata_coh_registry *reg, int b, int64_t t, int *slot,
+                                        int64_t *version, bool *installed_now, bool *would_wait)
+{
+    if (!would_wait)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_acquire_nowait: NULL would_wait");
+    *would_wait = false;
+    return acquire_impl(reg, b, t, true, slot, version, installed_now, would_wait);
+}
+
+strata_status strata_coh_install_ready(strata_coh_registry *reg, int b, int64_t upto, int *slot)
+{
+    if (!reg || !slot || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_install_ready: bad block %d", b);
+    *slot = -1;
+    pthread_mutex_lock(&reg->mu);
+    if (install_newest_ready(reg, b, upto))
+        *slot = reg->blocks[b].installed_slot;
+    pthread_mutex_unlock(&reg->mu);
+    return STRATA_OK;
+}
+
+strata_status strata_coh_try_begin_refresh(strata_coh_registry *reg, int b, int64_t r, int *slot)
+{
+    if (!reg || !slot || b < 0 || b >= reg->n_blocks)
+        return strata_error(STRATA_ERR_INVALID_ARG, "coh_try_begin_refresh: bad block %d", b);
+    *slot = -1;
+    pthread_mutex_lock(&reg->mu);
+    reg->started = true;
+    for (int i = 0; i < reg->n_slots; i++) {
+        coh_slot *s = slot_at(reg, b, i);
+        if (s->state == STRATA_SLOT_FREE) {
+            s->state = STRATA_SLOT_PENDING;
+            s->version = r;
+            *slot = i;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return STRATA_OK;
 }
 
 strata_status strata_coh_wait_slot(strata_coh_registry *reg, int b, int slot,

@@ -157,6 +157,16 @@ typedef struct strata_refresh_config {
      * workspaces, the HSDP ship buffer (comm) there, all released at
      * destroy. NULL: none. Must outlive the engine. */
     struct strata_ledger *ledger;
+    /* The stale-correction valve (strata_config.stale_correction, issue #23
+     * item 5): where a step would wait for a due result still on a worker,
+     * the newest ready result is installed and the family corrects the
+     * installed one toward its current factors (precond.h `correct`)
+     * instead; a refresh point whose block has no free slot is skipped
+     * instead of waiting for one. Async only, host results tier only, no
+     * HSDP replicas; every async family must have `correct`
+     * (STRATA_ERR_UNSUPPORTED at commit otherwise). Runs depend on the
+     * workers' speed, as EAGER installs do. */
+    bool stale_correction;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;
@@ -200,6 +210,15 @@ typedef struct strata_refresh_stats {
     /* refresh points whose snapshot could not be taken or stored (an nvme
      * write, no free slot, a job not accepted): previous result kept */
     int64_t snapshot_failures;
+    /* the stale-correction valve (config.stale_correction): block acquires
+     * whose wait the valve replaced by a correction (waits_avoided), the
+     * roots (parts) it corrected, acquires where it could not correct and
+     * waited (no result yet, or no part improved), refresh points skipped
+     * because the block had no free slot, and the largest staleness t - v
+     * of a corrected acquire (the base result's; it may exceed F-1+S, which
+     * bound_exceeded does not count) */
+    int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
+    int64_t stale_max_corrected;
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */

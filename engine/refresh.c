@@ -194,6 +194,11 @@ struct strata_refresh {
      * HOLD_NONE: none) wait before they run */
     int inject_snapshot;
     _Atomic int hold;
+    /* the stale-correction valve (cfg.stale_correction; training thread) */
+    float *corr_work;      /* the families' correct() workspace, backend memory */
+    size_t corr_bytes;
+    int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
+    int64_t stale_max_corrected;
 };
 
 #define HOLD_NONE (-2)
@@ -263,6 +268,14 @@ strata_status strata_refresh_create(const strata_refresh_config *c, strata_refre
     if (c->nvme_dir && c->nvme_queue_depth < 8)
         return strata_error(STRATA_ERR_INVALID_ARG, "nvme_queue_depth %d must be >= 8",
                             c->nvme_queue_depth);
+    if (c->stale_correction && (!c->async || c->results_tier != STRATA_TIER_HOST ||
+                                c->nvme_dir || c->replicas || !c->be))
+        return strata_error(STRATA_ERR_UNSUPPORTED,
+                            "stale_correction applies to the asynchronous runtime (async) with "
+                            "results in the host tier, no nvme tier and no HSDP replica set: a "
+                            "synchronous step never waits, an nvme result is read back before "
+                            "use and a replica's result is shipped, so there is no installed "
+                            "result to correct in place");
     strata_refresh *e = calloc(1, sizeof *e);
     if (!e)
         return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
@@ -982,6 +995,15 @@ strata_status strata_refresh_commit(strata_refresh *e)
     if (st != STRATA_OK || e->n_blocks == 0)
         return st;
 
+    for (int k = 0; k < e->n_groups; k++) {
+        const eng_group *g = &e->groups[k];
+        if (e->cfg.stale_correction && !g->inline_ && !g->fam->correct)
+            return strata_error(STRATA_ERR_UNSUPPORTED,
+                                "stale_correction newton: %s has no stale correction (%s)",
+                                g->fam->name,
+                                g->fam->no_correct_why ? g->fam->no_correct_why
+                                                       : "no correct slot");
+    }
     bool any_async = false;
     for (int k = 0; k < e->n_groups; k++) {
         eng_group *g = &e->groups[k];
@@ -1117,6 +1139,25 @@ strata_status strata_refresh_commit(strata_refresh *e)
                                (size_t)wc.n_workers * (wd_async * sizeof(double) +
                                                        wi_async * sizeof(int)));
     }
+    if (e->cfg.stale_correction) {
+        /* One workspace for every block's correction, sized for the largest. */
+        size_t floats = 0;
+        for (int i = 0; i < e->n_blocks; i++) {
+            const eng_block *blk = &e->blocks[i];
+            if (blk->grp->inline_ || !blk->ent->fam->correct_work_floats)
+                continue;
+            const size_t f = blk->ent->fam->correct_work_floats(blk->info.max_dim);
+            floats = f > floats ? f : floats;
+        }
+        if (floats > 0) {
+            st = strata_backend_alloc(e->cfg.be, floats * sizeof(float), (void **)&e->corr_work);
+            if (st != STRATA_OK)
+                return st;
+            e->corr_bytes = floats * sizeof(float);
+            strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_DEVICE,
+                                   STRATA_LEDGER_WORKSPACE, e->corr_bytes);
+        }
+    }
     int on_nvme = 0;
     for (int i = 0; i < e->n_blocks; i++)
         on_nvme += e->blocks[i].on_nvme;
@@ -1232,7 +1273,28 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
 {
     eng_group *g = blk->grp;
     int k;
-    strata_status st = strata_coh_begin_refresh(g->reg, blk->rb, version, &k);
+    strata_status st;
+    if (e->cfg.stale_correction && !g->inline_) {
+        /* The valve: no waiting for a slot; the block skips this refresh
+         * point (its next one starts from fresher factors anyway). */
+        st = strata_coh_try_begin_refresh(g->reg, blk->rb, version, &k);
+        if (st == STRATA_OK && k < 0) {
+            /* A ready result not yet due holds a slot: install it now (the
+             * valve is not reproducible anyway) and try again. */
+            int ready;
+            st = strata_coh_install_ready(g->reg, blk->rb, version, &ready);
+            if (st == STRATA_OK && ready >= 0)
+                st = install(e, blk, ready);
+            if (st == STRATA_OK)
+                st = strata_coh_try_begin_refresh(g->reg, blk->rb, version, &k);
+        }
+        if (st == STRATA_OK && k < 0) {
+            e->stale_refreshes_skipped++;
+            return STRATA_OK;
+        }
+    } else {
+        st = strata_coh_begin_refresh(g->reg, blk->rb, version, &k);
+    }
     if (st == STRATA_OK && blk->computer >= 0) {
         st = ship_note(blk, version, k);
         if (st == STRATA_OK && receives(e, blk))
@@ -1365,6 +1427,9 @@ static strata_status prepare_block(strata_refresh *e, eng_block *blk, int64_t t)
     if (k < 0)
         return STRATA_OK; /* begun by step t itself (lag 0), or dropped/failed: no wait */
     strata_status st = STRATA_OK;
+    if ((state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING) &&
+        e->cfg.stale_correction && !blk->grp->inline_)
+        return STRATA_OK; /* the valve: the step's acquire corrects instead of waiting */
     if (state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING)
         st = strata_coh_wait_slot(reg, blk->rb, k, &state);
     if (st != STRATA_OK) {
@@ -1415,6 +1480,48 @@ strata_status strata_refresh_apply_plain(strata_refresh *e, int id, int64_t t, f
     return en->fam->apply(en->state, lr_scale, t, w, g, cnt);
 }
 
+/* The stale-correction valve at block `blk`'s acquire of step t: acquire
+ * without waiting; where the due result is still on a worker, the newest
+ * ready one is installed and the family corrects the installed result in
+ * place (precond.h `correct`). *done: the block is acquired (nothing was
+ * in flight, or the installed result was corrected); false: the caller
+ * acquires as without the valve, and waits (no result yet to correct, or
+ * no part improved). */
+static strata_status valve_acquire(strata_refresh *e, eng_block *blk, int64_t t, bool *done)
+{
+    int slot;
+    int64_t version;
+    bool now = false, would_wait = false;
+    *done = false;
+    strata_status st = strata_coh_acquire_nowait(blk->grp->reg, blk->rb, t, &slot, &version,
+                                                 &now, &would_wait);
+    if (st == STRATA_OK && now && slot >= 0)
+        st = install(e, blk, slot);
+    if (st != STRATA_OK || !would_wait) {
+        *done = true; /* nothing due was in flight: acquired (and counted) as acquire does */
+        return st;
+    }
+    unsigned parts = 0;
+    if (blk->installed_slot >= 0 && blk->have) {
+        void *res = blk->on_device ? blk->dev[blk->dev_cur] : blk->slots[blk->installed_slot].buf;
+        st = blk->ent->fam->correct(blk->ent->state, blk->b, res, blk->have, e->corr_work,
+                                    &parts);
+        if (st != STRATA_OK)
+            return st;
+    }
+    if (!parts) {
+        e->stale_refused++;
+        return STRATA_OK;
+    }
+    e->stale_waits_avoided++;
+    for (unsigned m = parts; m; m &= m - 1)
+        e->stale_corrections++;
+    if (version >= 0 && t - version > e->stale_max_corrected)
+        e->stale_max_corrected = t - version;
+    *done = true;
+    return STRATA_OK;
+}
+
 strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
                                   const float *g, strata_optim_counters *cnt,
                                   double *wait_seconds)
@@ -1456,6 +1563,12 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
              * result begun before this step; only one begun in this step
              * (lag 0, S = 0 on workers) is left, and the factors already
              * absorbed G: wait on, warning each wait_timeout_s. */
+            if (e->cfg.stale_correction && !grp->inline_) {
+                bool done = false;
+                st = valve_acquire(e, blk, t, &done);
+                if (st != STRATA_OK || done)
+                    continue;
+            }
             while ((st = strata_coh_acquire(grp->reg, blk->rb, t, &slot, &version, &now)) ==
                    STRATA_ERR_TIMEOUT)
                 strata_logf(e->cfg.log, STRATA_LOG_WARN, "async", "'%s': %s; still waiting",
@@ -1598,6 +1711,11 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
     s->refresh_newton = atomic_load(&e->refresh_newton);
     s->refresh_fallbacks = atomic_load(&e->refresh_fallbacks);
     s->snapshot_bytes = atomic_load(&e->snapshot_bytes);
+    s->stale_waits_avoided = e->stale_waits_avoided;
+    s->stale_corrections = e->stale_corrections;
+    s->stale_refused = e->stale_refused;
+    s->stale_refreshes_skipped = e->stale_refreshes_skipped;
+    s->stale_max_corrected = e->stale_max_corrected;
     s->io_errors = atomic_load(&e->io_errors);
     s->blocks_computed = e->blocks_computed;
     s->blocks_received = e->blocks_received;
@@ -1905,7 +2023,8 @@ void strata_refresh_destroy(strata_refresh *e)
                     (long long)w.cancelled);
         strata_worker_pool_destroy(e->pool);
     }
-    for (int i = 0; i < e->n_blocks; i++) {
+    /* e->blocks is NULL when commit failed before allocating it */
+    for (int i = 0; e->blocks && i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         if (blk->io_pending)
             io_wait_landed(e, &blk->io);
@@ -1930,6 +2049,8 @@ void strata_refresh_destroy(strata_refresh *e)
         }
         free(blk->slots);
     }
+    if (e->corr_work)
+        strata_backend_free(e->cfg.be, e->corr_work, e->corr_bytes);
     if (e->worker_scratch) {
         for (int w = 0; w < e->n_workers; w++)
             strata_tier_free(e->host, e->worker_scratch[w], e->scratch_bytes);

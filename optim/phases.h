@@ -357,4 +357,24 @@ strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_op
 strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,
                                          double *work, int *iwork);
 
+/* The stale-root correction (the safety valve of the asynchronous runtime,
+ * issue #23 item 5; optim/root_newton_f32.c): one Newton step of the
+ * inverse p-th root X (n x n float32, symmetric, backend memory) of an
+ * older factor toward B = a + eps I (a: the current factor, n x n float32,
+ * backend memory), X+ = X + (X R + R^T X) / (2p), R = I - X^p B (Bini,
+ * Higham & Meini 2005, eq. (3.1); symmetrized). p is 2 or 4. X+ replaces X
+ * only when its residual ||I - X+^p B||_F is finite and smaller than X's
+ * (and X's is at most 2p sqrt(n): beyond, the step is not tried); both
+ * residuals are returned (either pointer may be NULL). `work` is
+ * strata_inv_root_correct_work_floats(n) floats of backend memory. Six
+ * products of n x n (p = 4; five for p = 2) plus two residual products,
+ * float32 on the backend; synchronous (its reductions synchronize).
+ * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_LINALG (a residual not finite,
+ * or the step did not shrink it: X untouched); backend errors. */
+size_t strata_inv_root_correct_work_floats(int n);
+
+strata_status strata_inv_root_correct(strata_backend *be, int n, int p, const float *a, float eps,
+                                      float *x, float *work, double *residual_before,
+                                      double *residual_after);
+
 #endif

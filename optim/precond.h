@@ -234,6 +234,24 @@ typedef struct strata_precond_family {
      * of the host slot. false: install gets the host slot (SOAP's and
      * KL-Shampoo's permutations are read on the host). */
     bool install_device;
+    /* Optional (NULL: no stale correction; the runtime refuses
+     * stale_correction for the family, with no_correct_why). The safety
+     * valve of the asynchronous runtime (issue #23 item 5): block b's due
+     * result is still being computed and the step would wait for it;
+     * instead, correct the installed result `res` in place toward the
+     * state's current factors with one cheap step, on the training thread.
+     * `res` is the pointer the last install was given (writable: the engine
+     * owns it and writes nothing into it until the next install of b), in
+     * the memory install_device says; `have` as install's; `work` is
+     * correct_work_floats(max_dim) floats of the backend's memory. *parts
+     * gets a bit per part changed. STRATA_OK with *parts != 0: use the
+     * corrected result now; STRATA_OK with *parts == 0: nothing could be
+     * improved (the engine then waits, as without the valve); other
+     * statuses are errors of the step. */
+    strata_status (*correct)(void *state, int b, void *res, unsigned have, float *work,
+                             unsigned *parts);
+    size_t (*correct_work_floats)(int max_dim);
+    const char *no_correct_why; /* why a family with refreshes has no `correct` */
     strata_status (*apply)(void *state, float lr_scale, int64_t t, float *w, const float *g,
                            strata_optim_counters *cnt);
     strata_status (*after)(void *state, const float *g, strata_optim_counters *cnt);

@@ -259,3 +259,101 @@ strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float 
         return st;
     return strata_backend_copy(be, out, host_stage, bytes);
 }
+
+/* ---- the stale-root correction (issue #23 item 5, the safety valve)
+ *
+ * One step of the (uncoupled) Newton iteration for the inverse p-th root,
+ *     X+ = X ((p + 1) I - X^p B) / p = X + X R / p,   R = I - X^p B,
+ * (Bini, Higham & Meini, "Algorithms for the matrix pth root", Numer.
+ * Algorithms 39, 2005, eq. (3.1) for the inverse root; Higham, "Functions
+ * of Matrices", 2008, eq. (7.12)), started from the stale root X of an
+ * older factor and aimed at B = a + eps I, the current one. Where X and B
+ * commute (a stale root of a factor whose eigenvectors have not moved) the
+ * step acts per eigenvalue: r+ = 1 - (1 - r)(1 + r/p)^p = (p+1)/(2p) r^2 +
+ * O(r^3), so a residual under 1 shrinks quadratically. They do not commute
+ * exactly, so X R / p is symmetrized, (X R + R^T X) / (2p), which keeps X+
+ * symmetric, and the step is kept only when it measurably helped: the
+ * residual of X+ is computed again and X+ replaces X only if it is finite
+ * and smaller than X's (FOAM-style: the measured residual decides); a
+ * residual far outside the step's region is refused before the step. */
+
+size_t strata_inv_root_correct_work_floats(int n)
+{
+    return n <= 0 ? 0 : 4 * (size_t)n * n;
+}
+
+/* r = I - X^p (a + eps I) into rm; *out = ||r||_F. t1, t2 scratch. */
+static strata_status correct_residual(strata_backend *be, int n, int p, const float *a, float eps,
+                                      const float *x, float *t1, float *t2, float *rm,
+                                      double *out)
+{
+    strata_status st = sq(be, n, x, t1); /* X^2 */
+    const float *xp = t1;
+    if (st == STRATA_OK && p == 4) {
+        st = sq(be, n, t1, t2); /* X^4 */
+        xp = t2;
+    }
+    /* rm = X^p a + eps X^p: copy, then sgemm with beta = eps */
+    if (st == STRATA_OK)
+        st = strata_backend_copy_2d(be, NULL, n, n, rm, n, xp, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(be, 0, 0, n, n, n, 1.0f, xp, n, a, n, eps, rm, n);
+    if (st == STRATA_OK)
+        st = strata_backend_scale(be, NULL, (size_t)n * n, rm, -1.0f);
+    if (st == STRATA_OK)
+        st = strata_backend_diag_update(be, NULL, n, rm, n, 1.0f, true);
+    double ss = 0.0;
+    if (st == STRATA_OK)
+        st = strata_backend_sumsq_2d(be, NULL, n, n, rm, n, &ss);
+    *out = sqrt(ss);
+    return st;
+}
+
+strata_status strata_inv_root_correct(strata_backend *be, int n, int p, const float *a, float eps,
+                                      float *x, float *work, double *residual_before,
+                                      double *residual_after)
+{
+    if (!be || n <= 0 || (p != 2 && p != 4) || !a || !x || !work || !(eps >= 0.0f))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root_correct: bad arguments (n %d, p %d, eps %g)", n, p,
+                            (double)eps);
+    const size_t nn = (size_t)n * n;
+    float *t1 = work, *t2 = work + nn, *rm = work + 2 * nn, *xn = work + 3 * nn;
+    double r0 = NAN, r1 = NAN;
+    strata_status st = correct_residual(be, n, p, a, eps, x, t1, t2, rm, &r0);
+    if (residual_before)
+        *residual_before = r0;
+    if (residual_after)
+        *residual_after = r0;
+    if (st != STRATA_OK)
+        return st;
+    if (!isfinite(r0))
+        return strata_error(STRATA_ERR_LINALG,
+                            "inv_root_correct: the stale root's residual is not finite");
+    /* Per eigenvalue (commuting case) one step shrinks r only for r in
+     * (-2p, 1) (r+ = 1 - (1 - r)(1 + r/p)^p). An RMS residual ||R||_F /
+     * sqrt(n) over 2p puts some r outside: refused without the step (a
+     * refusal costs the residual's three products, not eight). */
+    if (r0 > 2.0 * p * sqrt((double)n))
+        return strata_error(STRATA_ERR_LINALG,
+                            "inv_root_correct: the stale root is too far from the new factor "
+                            "(||I - X^p B||_F = %.3g > 2p sqrt(n)); the stale root is kept", r0);
+    /* xn = X + (X R + R^T X) / (2p) */
+    const float h = 0.5f / (float)p;
+    st = strata_backend_copy_2d(be, NULL, n, n, xn, n, x, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(be, 0, 0, n, n, n, h, x, n, rm, n, 1.0f, xn, n);
+    if (st == STRATA_OK)
+        st = strata_backend_sgemm(be, 1, 0, n, n, n, h, rm, n, x, n, 1.0f, xn, n);
+    if (st == STRATA_OK)
+        st = correct_residual(be, n, p, a, eps, xn, t1, t2, rm, &r1);
+    if (st != STRATA_OK)
+        return st;
+    if (residual_after)
+        *residual_after = r1;
+    if (!isfinite(r1) || !(r1 < r0))
+        return strata_error(STRATA_ERR_LINALG,
+                            "inv_root_correct: the Newton step did not shrink the residual "
+                            "(%.3g -> %.3g); the stale root is kept", r0, r1);
+    return strata_backend_copy_2d(be, NULL, n, n, x, n, xn, n);
+}

@@ -1176,6 +1176,49 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     return st;
 }
 
+/* The stale-root correction (precond.h `correct`; optim/phases.h
+ * strata_inv_root_correct): one Newton step of each installed inverse root
+ * toward the root of its current factor L + epsilon I (R likewise). A root
+ * is left alone (its bit not set) when the step cannot apply: its exponent
+ * is not 1/4 or 1/2 (an override), the pseudo-inverse mode or a relative
+ * epsilon (whose eps_eff needs lambda_max, which only the refresh knows),
+ * no root yet, or the Newton step did not shrink the measured residual. */
+static strata_status fam_correct(void *state, int b, void *res, unsigned have, float *work,
+                                 unsigned *parts)
+{
+    strata_shampoo_state *s = state;
+    shampoo_block *blk = &s->blocks[b];
+    *parts = 0;
+    if (s->cfg.use_pseudo_inverse || s->cfg.epsilon_rel != 0.0f)
+        return STRATA_OK;
+    /* Lent roots are the installed result itself; own roots were copied from it. */
+    float *root[2] = {res, (float *)res + (size_t)blk->rows * blk->rows};
+    if (!s->external_roots) {
+        root[0] = blk->L_inv_own;
+        root[1] = blk->R_inv_own;
+    }
+    const float *factor[2] = {blk->L, blk->R};
+    const int dim[2] = {blk->rows, blk->cols};
+    for (int f = 0; f < 2; f++) {
+        const double e = root_exponent(&s->cfg, f);
+        const int p = e == 0.25 ? 4 : e == 0.5 ? 2 : 0;
+        if (!p || !(have & (1u << f)) || !blk->has_root[f])
+            continue;
+        strata_status st = strata_inv_root_correct(s->be, dim[f], p, factor[f], s->cfg.epsilon,
+                                                   root[f], work, NULL, NULL);
+        if (st == STRATA_OK)
+            *parts |= 1u << f;
+        else if (st != STRATA_ERR_LINALG)
+            return st;
+    }
+    return STRATA_OK;
+}
+
+static size_t fam_correct_work_floats(int n)
+{
+    return strata_inv_root_correct_work_floats(n);
+}
+
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                strata_optim_counters *cnt)
 {
@@ -1297,6 +1340,8 @@ const strata_precond_family strata_family_shampoo = {
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
     .install_device = true, /* lends the roots to products, or copies them with the backend */
+    .correct = fam_correct,
+    .correct_work_floats = fam_correct_work_floats,
     .apply = fam_apply,
     .set_hyper = fam_set_hyper,
     .after = NULL,

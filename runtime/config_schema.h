@@ -161,7 +161,8 @@
     X(grad_bucket_bytes, grad_bucket_bytes, SIZE, NOCKPT, "grad-bucket-kib", NULL, "bytes", "cap of one gradient bucket, bytes: after a layer's") \
     X(log_level, log_level, ENUM, NOCKPT, NULL, NULL, "", "default STRATA_LOG_WARN") \
     X(log_fn, log_fn, PTR, NOCKPT, NULL, NULL, "", "NULL = stderr") \
-    X(log_user, log_user, PTR, NOCKPT, NULL, NULL, "", "")
+    X(log_user, log_user, PTR, NOCKPT, NULL, NULL, "", "") \
+    X(stale_correction, stale_correction, ENUM, NOCKPT, "stale-correction", "stale_correction", "", "the safety valve (async): off (default, wait) or newton")
 
 
 typedef enum strata_cfg_kind {

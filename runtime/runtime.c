@@ -112,6 +112,7 @@ strata_status strata_config_default(strata_config *cfg)
     cfg->async = false;
     cfg->staleness = 1;
     cfg->install_mode = STRATA_COH_FIXED;
+    cfg->stale_correction = STRATA_STALE_CORRECTION_OFF;
     cfg->workers = 0;
     cfg->pin_workers = false;
     cfg->wait_timeout_s = 600.0;
@@ -249,6 +250,8 @@ static strata_status check_config(const strata_config *given)
     CFG_CHECK(st, cfg_int("staleness", c->staleness, 0, INT32_MAX));
     CFG_CHECK(st, cfg_int("install_mode", (long long)c->install_mode, STRATA_COH_FIXED,
                           STRATA_COH_EAGER));
+    CFG_CHECK(st, cfg_int("stale_correction", (long long)c->stale_correction,
+                          STRATA_STALE_CORRECTION_OFF, STRATA_STALE_CORRECTION_NEWTON));
     CFG_CHECK(st, cfg_int("workers", c->workers, 0, 1024)); /* the pool's range (workers/pool.c) */
     CFG_CHECK(st, cfg_real("wait_timeout_s", c->wait_timeout_s, true));
     CFG_CHECK(st, cfg_int("roots_tier", (long long)c->roots_tier, STRATA_TIER_HOST,
@@ -835,6 +838,7 @@ static strata_status create_engine(strata_runtime *rt)
         .device_roots = c->backend == STRATA_BACKEND_CUDA || rt->testing_device_roots,
         /* pinned slots where copies to and from them are DMA (review C3) */
         .host_pinned = c->backend == STRATA_BACKEND_CUDA,
+        .stale_correction = c->stale_correction == STRATA_STALE_CORRECTION_NEWTON,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
@@ -2127,6 +2131,11 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->nvme_bytes_read = e.nvme_bytes_read;
         out->io_errors = e.io_errors;
         out->snapshot_failures = e.snapshot_failures;
+        out->stale_waits_avoided = e.stale_waits_avoided;
+        out->stale_corrections = e.stale_corrections;
+        out->stale_refused = e.stale_refused;
+        out->stale_refreshes_skipped = e.stale_refreshes_skipped;
+        out->stale_max_corrected = e.stale_max_corrected;
         out->refresh_blocks_computed = e.blocks_computed;
         out->refresh_blocks_received = e.blocks_received;
         out->refresh_ship_bytes_intra_node = e.ship_bytes_intra_node;

@@ -332,6 +332,7 @@ static const config_key config_keys[] = {
     SK(async, 0, WHEN_ALWAYS, NULL, get_async),
     SK(staleness, 0, WHEN_ASYNC, NULL, NULL),
     SK(install_mode, 0, WHEN_ASYNC, gpt_install_mode_names, NULL),
+    SK(stale_correction, 0, WHEN_ASYNC, gpt_stale_correction_names, NULL),
     SK(workers, 0, WHEN_ASYNC, NULL, get_workers),
     SK(roots_tier, 0, WHEN_ASYNC, NULL, get_roots_tier),
     SK(nvme_dir, 0, WHEN_ASYNC, NULL, NULL),
@@ -601,6 +602,10 @@ static void write_step(const gpt_report *rep, const gpt_step_record *r, double s
         json_add_int64(j, "installs", s->coh_installs);
         json_add_int64(j, "max_staleness", s->max_staleness);
         json_add_int64(j, "dropped", s->coh_dropped);
+        if (rep->o.strata.stale_correction != STRATA_STALE_CORRECTION_OFF) {
+            json_add_int64(j, "stale_waits_avoided", s->stale_waits_avoided);
+            json_add_int64(j, "stale_corrections", s->stale_corrections);
+        }
         json_add_int64(j, "host_bytes", (int64_t)s->host_bytes);
         json_add_int64(j, "nvme_bytes", (int64_t)s->nvme_bytes);
         json_add_int64(j, "bytes_device_to_host", (int64_t)s->bytes_device_to_host);
@@ -849,6 +854,17 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)t->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
                 (long long)t->coh_installs, (long long)t->coh_dropped,
                 t->host_bytes_peak / 1048576.0, t->nvme_bytes_peak / 1048576.0, over);
+    if (o->strata.async && rep->refresh.async &&
+        o->strata.stale_correction != STRATA_STALE_CORRECTION_OFF)
+        fprintf(f,
+                "stale correction: %s | %lld wait%s avoided, %lld roots corrected, %lld "
+                "refused (waited) | %lld refresh points skipped (no free slot) | max corrected "
+                "staleness %lld\n",
+                gpt_enum_name_of(gpt_stale_correction_names, (int)o->strata.stale_correction,
+                                 "?"),
+                (long long)t->stale_waits_avoided, t->stale_waits_avoided == 1 ? "" : "s",
+                (long long)t->stale_corrections, (long long)t->stale_refused,
+                (long long)t->stale_refreshes_skipped, (long long)t->stale_max_corrected);
     if (res->budget_planned) {
         char line[512];
         fprintf(f, "budget: %s%s\n", gpt_budget_line(res, line, sizeof line),
@@ -1006,6 +1022,13 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         json_add_int64(j, "staleness_bound", rep->refresh.frequency - 1 + rep->o.strata.staleness);
         json_add_int64(j, "installs", t->coh_installs);
         json_add_int64(j, "dropped", t->coh_dropped);
+        if (rep->o.strata.stale_correction != STRATA_STALE_CORRECTION_OFF) {
+            json_add_int64(j, "stale_waits_avoided", t->stale_waits_avoided);
+            json_add_int64(j, "stale_corrections", t->stale_corrections);
+            json_add_int64(j, "stale_refused", t->stale_refused);
+            json_add_int64(j, "stale_refreshes_skipped", t->stale_refreshes_skipped);
+            json_add_int64(j, "stale_max_corrected", t->stale_max_corrected);
+        }
         json_add_int64(j, "host_bytes_peak", (int64_t)t->host_bytes_peak);
         json_add_int64(j, "nvme_bytes_peak", (int64_t)t->nvme_bytes_peak);
     }

@@ -47,6 +47,10 @@ const gpt_enum_name gpt_install_mode_names[] = {
     {"fixed", STRATA_COH_FIXED}, {"eager", STRATA_COH_EAGER}, {NULL, 0},
 };
 
+const gpt_enum_name gpt_stale_correction_names[] = {
+    {"off", STRATA_STALE_CORRECTION_OFF}, {"newton", STRATA_STALE_CORRECTION_NEWTON}, {NULL, 0},
+};
+
 const gpt_enum_name gpt_sharding_names[] = {
     {"owner", STRATA_SHARD_OWNER}, {"gather", STRATA_SHARD_GATHER}, {"zero1", STRATA_SHARD_ZERO1},
     {NULL, 0},

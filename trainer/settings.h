@@ -36,6 +36,7 @@ extern const gpt_enum_name gpt_ns_method_names[];      /* strata_ns_method */
 extern const gpt_enum_name gpt_kl_form_names[];        /* strata_kl_form */
 extern const gpt_enum_name gpt_dion2_adjust_lr_names[]; /* strata_dion2_adjust_lr */
 extern const gpt_enum_name gpt_install_mode_names[];   /* strata_coh_mode */
+extern const gpt_enum_name gpt_stale_correction_names[]; /* strata_stale_correction */
 extern const gpt_enum_name gpt_sharding_names[];       /* strata_sharding */
 extern const gpt_enum_name gpt_data_format_names[];    /* GPT_TRAIN_DATA_* (trainer.h) */
 

@@ -476,7 +476,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 29 };
+    enum { K = 34 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -508,6 +508,11 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[26] = (double)s->nvme_bytes_peak;
     m[27] = (double)s->root_newton;
     m[28] = (double)s->root_fallbacks;
+    m[29] = (double)s->stale_waits_avoided;
+    m[30] = (double)s->stale_corrections;
+    m[31] = (double)s->stale_refused;
+    m[32] = (double)s->stale_refreshes_skipped;
+    m[33] = (double)s->stale_max_corrected;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -548,6 +553,11 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
         t->nvme_bytes_peak += v[26];
         t->root_newton += (int64_t)v[27];
         t->root_fallbacks += (int64_t)v[28];
+        t->stale_waits_avoided += (int64_t)v[29];
+        t->stale_corrections += (int64_t)v[30];
+        t->stale_refused += (int64_t)v[31];
+        t->stale_refreshes_skipped += (int64_t)v[32];
+        t->stale_max_corrected = (int64_t)fmax((double)t->stale_max_corrected, v[33]);
     }
     return STRATA_OK;
 }
@@ -569,7 +579,12 @@ static void local_totals(gpt_train_result *res)
                                    .max_staleness = s->max_staleness,
                                    .device_bytes = (double)s->device_bytes,
                                    .host_bytes_peak = (double)s->host_bytes_peak,
-                                   .nvme_bytes_peak = (double)s->nvme_bytes_peak};
+                                   .nvme_bytes_peak = (double)s->nvme_bytes_peak,
+                                   .stale_waits_avoided = s->stale_waits_avoided,
+                                   .stale_corrections = s->stale_corrections,
+                                   .stale_refused = s->stale_refused,
+                                   .stale_refreshes_skipped = s->stale_refreshes_skipped,
+                                   .stale_max_corrected = s->stale_max_corrected};
 }
 
 /* One step's forward and backward passes. One rank, grad_accum = 1: the

@@ -140,6 +140,10 @@ typedef struct gpt_run_totals {
     int64_t max_staleness;          /* the largest over the ranks (steps) */
     double device_bytes;            /* optimizer state in the device tier at the end, summed */
     double host_bytes_peak, nvme_bytes_peak; /* each rank's peak, summed (bytes) */
+    /* the safety valve (--stale-correction), strata_stats.stale_*, summed (the
+     * corrected staleness: the largest) */
+    int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
+    int64_t stale_max_corrected;
 } gpt_run_totals;
 
 typedef struct gpt_train_result {

@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 6
+#define STRATA_CONFIG_VERSION 7
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -213,6 +213,20 @@ typedef struct strata_config {
     strata_log_level log_level; /* default STRATA_LOG_WARN */
     strata_log_fn log_fn;     /* NULL = stderr */
     void *log_user;
+    strata_stale_correction stale_correction; /* the safety valve (async only): where a
+                                 step would wait for a due result still on a worker,
+                                 STRATA_STALE_CORRECTION_NEWTON installs the newest ready
+                                 one and corrects each inverse root toward its current
+                                 factor with one Newton step (kept only when its measured
+                                 residual ||I - X^p (L + eps I)||_F shrinks; else the
+                                 step waits), and a refresh point whose block has no free
+                                 slot is skipped. Shampoo only (SOAP and KL-Shampoo are
+                                 refused: their results are eigenbases installed in
+                                 order); host results tier, no nvme tier, no HSDP
+                                 replicas. A run then depends on the workers' speed and
+                                 its staleness may exceed F-1+S (counted:
+                                 strata_stats.stale_*). Default OFF: waits, bit for bit
+                                 as before. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -220,7 +234,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 36
+#define STRATA_CONFIG_FIELDS 37
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -715,6 +729,15 @@ typedef struct strata_stats {
                                       already in flight) */
     double stream_wait_seconds;    /* the measured waits, summed, seconds (completed ones: a
                                       drain or strata_save counts every one) */
+    /* the safety valve (strata_config.stale_correction), cumulative, this
+     * process (not carried over a resume) */
+    int64_t stale_waits_avoided;   /* block acquires whose wait was replaced by a correction */
+    int64_t stale_corrections;     /* inverse roots corrected (a block has two) */
+    int64_t stale_refused;         /* acquires the valve could not correct (no root yet, or
+                                      the Newton step did not shrink the residual): waited */
+    int64_t stale_refreshes_skipped; /* refresh points skipped: the block had no free slot */
+    int64_t stale_max_corrected;   /* largest staleness t - v of a corrected acquire (the
+                                      base root's version; may exceed F-1+S) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

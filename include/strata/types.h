@@ -34,6 +34,16 @@ typedef enum strata_coh_mode {
     STRATA_COH_EAGER = 1, /* install any newer ready result at the start of a step */
 } strata_coh_mode;
 
+/* The asynchronous runtime's safety valve (strata_config.stale_correction,
+ * issue #23 item 5): what a step does when its due preconditioner result is
+ * still on a worker and the staleness budget would make it wait. */
+typedef enum strata_stale_correction {
+    STRATA_STALE_CORRECTION_OFF = 0,    /* wait, bounded (default; DESIGN.md rule 3) */
+    STRATA_STALE_CORRECTION_NEWTON = 1, /* install the newest ready result and correct it
+                                           toward the current factors with one Newton step of
+                                           the inverse root instead (Shampoo only) */
+} strata_stale_correction;
+
 typedef enum strata_log_level {
     STRATA_LOG_ERROR = 0,
     STRATA_LOG_WARN = 1,

@@ -99,11 +99,12 @@ class Config(Structure):
                 ("nvme_queue_depth", c_int), ("nvme_chunk_bytes", c_size_t),
                 ("comm", c_void_p), ("sharding", c_enum), ("shard_group_size", c_int),
                 ("average_gradients", c_bool), ("grad_bucket_bytes", c_size_t),
-                ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p)]
+                ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
+                ("stale_correction", c_enum)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 6
+CONFIG_VERSION = 7
 
 
 class ParamDesc(Structure):
@@ -217,6 +218,11 @@ class Stats(Structure):
         ("stream_waits_timed", c_int64),
         ("stream_waits_untimed", c_int64),
         ("stream_wait_seconds", c_double),
+        ("stale_waits_avoided", c_int64),
+        ("stale_corrections", c_int64),
+        ("stale_refused", c_int64),
+        ("stale_refreshes_skipped", c_int64),
+        ("stale_max_corrected", c_int64),
     ]
 
 
@@ -288,6 +294,7 @@ ENUMS = {
     "form": {"eigenbasis": 0, "exact": 1},
     "backend": {"cpu": 0, "cuda": 1},
     "install_mode": {"fixed": 0, "eager": 1},
+    "stale_correction": {"off": 0, "newton": 1},
     "roots_tier": {"device": 0, "host": 1, "nvme": 2},
     "sharding": {"owner": 0, "gather": 1, "zero1": 2},
     "log_level": {"error": 0, "warn": 1, "info": 2, "debug": 3},

@@ -705,6 +705,64 @@ out_free:
     return rc;
 }
 
+/* root_correct: strata_inv_root_correct (the stale-root valve's Newton step)
+ * on the CPU backend. cfg: n, p (2|4), eps. Input: a (n x n) then the stale
+ * root x (n x n). Output: the root after the call (x+ or x untouched).
+ * stdout: {"status", "residual_before", "residual_after"}; exit 0 when the
+ * call returned STRATA_OK or STRATA_ERR_LINALG (a refusal is a result). */
+static int run_root_correct(json_object *cfg, const char *in_path, const char *out_path,
+                            strata_backend *be)
+{
+    const int64_t n = jget_int(cfg, "n", 0);
+    const int p = (int)jget_int(cfg, "p", 4);
+    const float eps = (float)jget_double(cfg, "eps", 0.0);
+    if (n < 1 || n > 4096) {
+        fprintf(stderr, "optim_driver: root_correct needs 1 <= n <= 4096\n");
+        return 2;
+    }
+    const size_t nn = (size_t)n * (size_t)n;
+    int rc = 2;
+    float *host = malloc(2 * nn * sizeof(float));
+    buf a = {0}, x = {0}, work = {0};
+    strata_status st = host ? STRATA_OK : STRATA_ERR_NOMEM;
+    if (st == STRATA_OK && !read_floats(in_path, host, 2 * nn))
+        goto out_free;
+    if (st == STRATA_OK)
+        st = buf_alloc(be, &a, nn * sizeof(float));
+    if (st == STRATA_OK)
+        st = buf_alloc(be, &x, nn * sizeof(float));
+    if (st == STRATA_OK)
+        st = buf_alloc(be, &work, strata_inv_root_correct_work_floats((int)n) * sizeof(float));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(be, a.p, host, nn * sizeof(float));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(be, x.p, host + nn, nn * sizeof(float));
+    double r0 = -1.0, r1 = -1.0;
+    if (st == STRATA_OK)
+        st = strata_inv_root_correct(be, (int)n, p, a.p, eps, x.p, work.p, &r0, &r1);
+    const strata_status called = st;
+    if (st == STRATA_OK || st == STRATA_ERR_LINALG)
+        st = strata_backend_copy(be, host, x.p, nn * sizeof(float));
+    if (st == STRATA_OK) {
+        FILE *f = open_out(out_path);
+        bool ok = f && write_floats(f, host, nn);
+        if (f && close_out(f) && ok) {
+            rc = 0;
+            printf("{\"status\": \"%s\", \"residual_before\": %.9g, "
+                   "\"residual_after\": %.9g}\n",
+                   strata_status_str(called), r0, r1);
+        }
+    } else {
+        rc = fail(st, "strata_inv_root_correct");
+    }
+out_free:
+    buf_free(be, &work);
+    buf_free(be, &x);
+    buf_free(be, &a);
+    free(host);
+    return rc;
+}
+
 static int run_newton_schulz(json_object *cfg, const char *in_path, const char *out_path,
                              strata_backend *be)
 {
@@ -818,6 +876,10 @@ int main(int argc, char **argv)
     if (st != STRATA_OK) {
         rc = fail(st, "strata_backend_cpu_create");
         goto out_put;
+    }
+    if (!strcmp(mode, "root_correct")) {
+        rc = run_root_correct(cfg, in_path, out_path, be);
+        goto out_backend;
     }
     if (!strcmp(mode, "newton_schulz")) {
         rc = run_newton_schulz(cfg, in_path, out_path, be);

@@ -236,6 +236,69 @@ static void test_wait_slot(void **state)
     strata_coh_destroy(r);
 }
 
+/* The stale-correction valve's registry calls (F = 1, S = 0, 2 slots):
+ * acquire_nowait never waits on a busy due job, installs the newest READY
+ * result instead and counts no staleness for that acquire; try_begin
+ * reports a full block instead of waiting; install_ready frees a slot. */
+static void test_valve_nowait(void **state)
+{
+    (void)state;
+    strata_coh_registry *r = make(1, 1, 0, STRATA_COH_FIXED, 1);
+    int s1, s2, s3, slot;
+    int64_t v;
+    bool now, would_wait;
+    assert_int_equal(strata_coh_begin_refresh(r, 0, 1, &s1), STRATA_OK);
+    strata_coh_complete(r, 0, s1, true);
+    assert_int_equal(strata_coh_acquire(r, 0, 1, &slot, &v, NULL), STRATA_OK);
+    assert_int_equal(v, 1);
+    /* step 2: its job is in flight: no wait, the installed version stays */
+    assert_int_equal(strata_coh_try_begin_refresh(r, 0, 2, &s2), STRATA_OK);
+    assert_true(s2 >= 0);
+    assert_int_equal(strata_coh_acquire_nowait(r, 0, 2, &slot, &v, &now, &would_wait),
+                     STRATA_OK);
+    assert_true(would_wait);
+    assert_false(now);
+    assert_int_equal(v, 1);
+    /* step 3: both slots busy (installed 1, computing 2): try_begin skips */
+    strata_coh_mark_computing(r, 0, s2);
+    assert_int_equal(strata_coh_try_begin_refresh(r, 0, 3, &s3), STRATA_OK);
+    assert_int_equal(s3, -1);
+    assert_int_equal(strata_coh_acquire_nowait(r, 0, 3, &slot, &v, &now, &would_wait),
+                     STRATA_OK);
+    assert_true(would_wait);
+    assert_int_equal(v, 1);
+    strata_coh_stats st;
+    strata_coh_stats_get(r, &st);
+    assert_int_equal(st.waits, 0);
+    assert_int_equal(st.max_staleness, 0); /* the corrected acquires are the caller's to count */
+    assert_int_equal(st.bound_exceeded, 0);
+    /* step 4: 2 is READY; install_ready frees the old slot for refresh 4 */
+    strata_coh_complete(r, 0, s2, true);
+    assert_int_equal(strata_coh_try_begin_refresh(r, 0, 4, &s3), STRATA_OK);
+    assert_int_equal(s3, -1);
+    assert_int_equal(strata_coh_install_ready(r, 0, 4, &slot), STRATA_OK);
+    assert_int_equal(slot, s2);
+    assert_int_equal(strata_coh_try_begin_refresh(r, 0, 4, &s3), STRATA_OK);
+    assert_int_equal(s3, s1);
+    /* refresh 3 was skipped: the skip branch finds 4 busy, installs nothing newer */
+    assert_int_equal(strata_coh_acquire_nowait(r, 0, 4, &slot, &v, &now, &would_wait),
+                     STRATA_OK);
+    assert_true(would_wait);
+    assert_int_equal(v, 2);
+    /* 4 done: a plain acquire installs it, staleness 0 counted */
+    strata_coh_complete(r, 0, s3, true);
+    assert_int_equal(strata_coh_acquire_nowait(r, 0, 4, &slot, &v, &now, &would_wait),
+                     STRATA_OK);
+    assert_false(would_wait);
+    assert_true(now);
+    assert_int_equal(v, 4);
+    strata_coh_stats_get(r, &st);
+    assert_int_equal(st.waits, 0);
+    assert_int_equal(st.installs, 3);
+    assert_int_equal(st.max_staleness, 0);
+    strata_coh_destroy(r);
+}
+
 static void test_timeout_is_an_error(void **state)
 {
     (void)state;
@@ -436,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_failure_and_drop),
         cmocka_unit_test(test_timeout_is_an_error),
         cmocka_unit_test(test_wait_slot),
+        cmocka_unit_test(test_valve_nowait),
         cmocka_unit_test(test_stress_random_delays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

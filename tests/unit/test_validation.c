@@ -231,6 +231,7 @@ static const row config_rows[] = {
     ROW(C, log_level, strata_log_level, K_ENUM, -1, 4, END),
     ROW(C, log_fn, strata_log_fn, K_PTR, END),
     ROW(C, log_user, void *, K_PTR, END),
+    ROW(C, stale_correction, strata_stale_correction, K_ENUM, -1, 2, END),
 };
 #undef C
 
