@@ -703,6 +703,13 @@ static void run_family(const strata_precond_family *fam, const void *cfg, bool e
     const strata_precond_shape sh = {.batch = 1, .rows = rows, .cols = cols, .numel = n};
     void *st = NULL;
     assert_int_equal(fam->create(cfg, be, &sh, external, &st), STRATA_OK);
+    /* The runtime's shared step scratch (precond.h), in the backend's memory. */
+    const size_t scratch_bytes = fam->step_scratch ? fam->step_scratch(st) : 0;
+    void *scratch = NULL;
+    if (scratch_bytes) {
+        assert_int_equal(strata_backend_alloc(be, scratch_bytes, &scratch), STRATA_OK);
+        fam->set_step_scratch(st, scratch);
+    }
     const int nb = fam->n_blocks(st);
     void *slots[16] = {0};
     assert_true(nb <= 16);
@@ -749,6 +756,8 @@ static void run_family(const strata_precond_family *fam, const void *cfg, bool e
     strata_backend_free(be, w, n * sizeof(float));
     strata_backend_free(be, g, n * sizeof(float));
     fam->destroy(st);
+    if (scratch)
+        strata_backend_free(be, scratch, scratch_bytes);
     for (int b = 0; b < nb; b++)
         free(slots[b]);
     free(work);
