@@ -333,6 +333,22 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
     others = [p for n, p in model.named_parameters() if not any(p is m for m in matrices)]
     if args.optimizer == "torch-adamw":
         return torch.optim.AdamW(model.parameters(), lr=args.lr or 1e-3, weight_decay=0.0)
+    if args.optimizer.startswith("po-"):  # pytorch-optimizer (PyPI), on the matrices
+        try:
+            import pytorch_optimizer as po
+        except ImportError:
+            sys.exit(f"train_gpt: --optimizer {args.optimizer} needs pytorch-optimizer "
+                     f"(pip install pytorch-optimizer)")
+        tail = torch.optim.AdamW(others, lr=args.adamw_lr or 3e-3, betas=(0.9, 0.95),
+                                 weight_decay=0.0)
+        if args.optimizer == "po-muon":
+            return Both(po.Muon([{"params": matrices, "use_muon": True}], lr=args.lr or 0.05,
+                                weight_decay=0.0), tail)
+        if args.optimizer == "po-soap":
+            return Both(po.SOAP(matrices, lr=args.lr or 3e-3, weight_decay=0.0,
+                                precondition_frequency=args.precondition_frequency), tail)
+        return Both(po.Shampoo(matrices, lr=args.lr or 3e-3,
+                               preconditioning_compute_steps=args.precondition_frequency), tail)
     if args.optimizer in ("meta-shampoo", "meta-soap"):
         return Both(meta_shampoo(args, matrices, args.optimizer == "meta-soap"),
                     torch.optim.AdamW(others, lr=args.adamw_lr or 3e-3, betas=(0.9, 0.95),
@@ -350,7 +366,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--optimizer", default="shampoo",
                     choices=list(STRATA) + ["torch-adamw", "torch-muon", "meta-shampoo",
-                                            "meta-soap"])
+                                            "meta-soap", "po-shampoo", "po-soap", "po-muon"],
+                    help="strata's (NAME), torch's (torch-*), Meta's Distributed Shampoo "
+                         "(meta-*, --peer-path) or the pytorch-optimizer package's (po-*) on "
+                         "the 2-D matrices, torch's AdamW on the rest")
     ap.add_argument("--peer-path", default=None,
                     help="meta-shampoo/meta-soap: a checkout of facebookresearch/optimizers")
     ap.add_argument("--strata", action="append", default=[], metavar="KEY=VALUE",
