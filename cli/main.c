@@ -414,6 +414,14 @@ static const train_flag train_flag_rows[] = {
      .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
              "(default {})"},
+    {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO,
+     .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "
+             "read; shampoo, needs --beta2 <= 0.996)\n(default {})"},
+    {CFG(state_dtype_roots), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})"},
+    {CFG(state_dtype_moments), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})"},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})"},

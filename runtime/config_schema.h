@@ -71,6 +71,8 @@
     X(shampoo_inverse_exponent_override0, shampoo.inverse_exponent_override[0], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_inverse_exponent_override1, shampoo.inverse_exponent_override[1], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback) or auto") \
+    X(shampoo_factor_dtype, shampoo.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of L and R: f32 (default) or bf16") \
+    X(shampoo_root_dtype, shampoo.root_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the inverse roots: f32 (default) or bf16") \
     X(muon_lr, muon.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.02") \
     X(muon_momentum, muon.momentum, FLOAT, CKPT, "muon-momentum", "muon_momentum", "", "mu in [0, 1)") \
     X(muon_nesterov, muon.nesterov, BOOL, CKPT, NULL, NULL, "", "default true") \
@@ -161,7 +163,10 @@
     X(grad_bucket_bytes, grad_bucket_bytes, SIZE, NOCKPT, "grad-bucket-kib", NULL, "bytes", "cap of one gradient bucket, bytes: after a layer's") \
     X(log_level, log_level, ENUM, NOCKPT, NULL, NULL, "", "default STRATA_LOG_WARN") \
     X(log_fn, log_fn, PTR, NOCKPT, NULL, NULL, "", "NULL = stderr") \
-    X(log_user, log_user, PTR, NOCKPT, NULL, NULL, "", "")
+    X(log_user, log_user, PTR, NOCKPT, NULL, NULL, "", "") \
+    X(state_dtype_factors, state_dtype_factors, ENUM, CKPT, "state-dtype-factors", "state_dtype_factors", "", "storage of the factors: f32 (default) or bf16") \
+    X(state_dtype_roots, state_dtype_roots, ENUM, CKPT, "state-dtype-roots", "state_dtype_roots", "", "storage of the inverse roots / eigenbases: f32 (default) or bf16") \
+    X(state_dtype_moments, state_dtype_moments, ENUM, CKPT, "state-dtype-moments", "state_dtype_moments", "", "storage of the moments: f32 (default) or bf16")
 
 
 typedef enum strata_cfg_kind {

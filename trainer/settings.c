@@ -51,6 +51,10 @@ const gpt_enum_name gpt_sharding_names[] = {
     {NULL, 0},
 };
 
+const gpt_enum_name gpt_state_dtype_names[] = {
+    {"f32", STRATA_STATE_F32}, {"bf16", STRATA_STATE_BF16}, {NULL, 0},
+};
+
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback)
 {
     for (; names->name; names++)

@@ -37,7 +37,8 @@ class ShampooConfig(Structure):
                 ("grafting_beta2", c_float), ("grafting_epsilon", c_float),
                 ("epsilon_rel", c_float), ("use_pseudo_inverse", c_bool),
                 ("pseudo_inverse_rtol", c_float), ("pseudo_inverse_atol", c_float),
-                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum)]
+                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum),
+                ("factor_dtype", c_enum), ("root_dtype", c_enum)]
 
 
 class MuonConfig(Structure):
@@ -99,11 +100,13 @@ class Config(Structure):
                 ("nvme_queue_depth", c_int), ("nvme_chunk_bytes", c_size_t),
                 ("comm", c_void_p), ("sharding", c_enum), ("shard_group_size", c_int),
                 ("average_gradients", c_bool), ("grad_bucket_bytes", c_size_t),
-                ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p)]
+                ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
+                ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
+                ("state_dtype_moments", c_enum)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 6
+CONFIG_VERSION = 7
 
 
 class ParamDesc(Structure):

@@ -89,6 +89,8 @@ static const row shampoo_rows[] = {
     ROW(S, inverse_exponent_override[0], float, K_F32, END),
     ROW(S, inverse_exponent_override[1], float, K_F32, END),
     ROW(S, root_method, strata_root_method, K_ENUM, -1, 3, END),
+    ROW(S, factor_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(S, root_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef S
 
@@ -231,6 +233,9 @@ static const row config_rows[] = {
     ROW(C, log_level, strata_log_level, K_ENUM, -1, 4, END),
     ROW(C, log_fn, strata_log_fn, K_PTR, END),
     ROW(C, log_user, void *, K_PTR, END),
+    ROW(C, state_dtype_factors, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(C, state_dtype_roots, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(C, state_dtype_moments, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef C
 
