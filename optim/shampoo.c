@@ -30,10 +30,12 @@
  *
  * bfloat16 storage (factor_dtype, root_dtype BF16; strata/optim.h
  * strata_state_dtype): the factors and/or roots are kept as bfloat16 in the
- * same carve (half the floats) and widened into `wide` (float32, maxdim x
- * maxdim, workspace) each time a product reads them: the factor update runs
- * ssyrk on the widened factor and rounds the sum back (round to nearest
- * even), the preconditioning widens L_inv, then R_inv. A refresh widens its
+ * same carve (half the floats) and widened, one panel of PANEL_FLOATS
+ * floats at a time, into `wide` (float32 workspace, small next to a factor)
+ * each time a product reads them: the factor update computes a row panel of
+ * L (R) by sgemm on the widened panel, G_i G^T (G_:j^T G), and rounds it
+ * back (round to nearest even; twice ssyrk's flops), the preconditioning
+ * multiplies row panels of L_inv, then column panels of R_inv. A refresh widens its
  * slot part into a float32 stage, computes the root in float64 as always
  * and rounds it back. With root_dtype BF16 the slot (the snapshot the
  * refresh reads, then the root) is bfloat16, so the root is computed from
@@ -96,8 +98,8 @@ struct strata_shampoo_state {
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
-    float *wide;     /* scratch maxdim x maxdim: a bfloat16 factor or root widened (NULL
-                        when both dtypes are F32) */
+    float *wide;     /* scratch panel_floats(maxdim): a panel of a bfloat16 factor or root,
+                        widened (NULL when both dtypes are F32) */
     bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
@@ -148,6 +150,23 @@ static int64_t start_step(const strata_shampoo_config *c)
 }
 
 static void fam_schedule(const void *cfg, strata_precond_schedule *out);
+
+/* bfloat16 panels: rows of a dim x dim matrix widened at once, about
+ * PANEL_FLOATS floats (at least one row), and the scratch they need. */
+#define PANEL_FLOATS 32768
+static int panel_rows(int dim)
+{
+    const int k = PANEL_FLOATS / dim;
+    return k < 1 ? 1 : k > dim ? dim : k;
+}
+
+/* A bound on panel_rows(d) * d over d <= maxdim: at most PANEL_FLOATS (or
+ * one row, when a row is longer) and at most maxdim^2. */
+static size_t panel_floats(int maxdim)
+{
+    const size_t d = (size_t)maxdim, sq = d * d;
+    return d > PANEL_FLOATS ? d : sq < PANEL_FLOATS ? sq : PANEL_FLOATS;
+}
 
 /* The family's schedule answers (lag 0: step t takes its own refresh). */
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
@@ -452,7 +471,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
             tmp_floats = f;
     }
     floats += tmp_floats;
-    const size_t wide_floats = any_bf16 ? (size_t)maxdim * maxdim : 0;
+    const size_t wide_floats = any_bf16 ? panel_floats(maxdim) : 0;
     floats += wide_floats;
     /* Each carved buffer starts 64-byte aligned: pad every piece to 16 floats. */
     floats += 16 * (size_t)(4 * s->nblocks + 9);
@@ -574,17 +593,27 @@ static strata_status update_factors(strata_shampoo_state *s, const float *g,
         shampoo_block *b = &s->blocks[i];
         const float *gb = g + b->r0 * s->cols + b->c0;
         if (s->cfg.factor_dtype == STRATA_STATE_BF16) {
-            /* The sum in float32 on the widened factor, stored rounded. */
+            /* The sum in float32 on widened row panels, stored rounded:
+             * L[i:i+k, :] = b2 L[i:i+k, :] + alpha G[i:i+k, :] G^T and
+             * R[j:j+k, :] = b2 R[j:j+k, :] + alpha G[:, j:j+k]^T G. */
             for (int f = 0; f < 2; f++) {
                 const int dim = f == 0 ? b->rows : b->cols;
-                float *fac = f == 0 ? b->L : b->R;
-                const size_t ne = (size_t)dim * dim;
-                optim_bf16_widen_n(s->wide, fac, ne);
-                strata_status st = strata_backend_ssyrk(s->be, f, dim, f == 0 ? b->cols : b->rows,
-                                                        alpha, gb, ld, b2, s->wide, dim);
-                if (st != STRATA_OK)
-                    return st;
-                optim_bf16_round_n(fac, s->wide, ne);
+                unsigned char *fac = (unsigned char *)(f == 0 ? b->L : b->R);
+                const int k = panel_rows(dim);
+                for (int p0 = 0; p0 < dim; p0 += k) {
+                    const int kk = dim - p0 < k ? dim - p0 : k;
+                    const size_t ne = (size_t)kk * dim, at = (size_t)p0 * dim * 2;
+                    optim_bf16_widen_n(s->wide, fac + at, ne);
+                    strata_status st =
+                        f == 0 ? strata_backend_sgemm(s->be, 0, 1, kk, dim, b->cols, alpha,
+                                                      gb + (size_t)p0 * ld, ld, gb, ld, b2,
+                                                      s->wide, dim)
+                               : strata_backend_sgemm(s->be, 1, 0, kk, dim, b->rows, alpha,
+                                                      gb + p0, ld, gb, ld, b2, s->wide, dim);
+                    if (st != STRATA_OK)
+                        return st;
+                    optim_bf16_round_n(fac + at, s->wide, ne);
+                }
             }
             continue;
         }
@@ -851,6 +880,38 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
     return apply(s, lr_scale, t, w, g, cnt);
 }
 
+/* P = L_inv M R_inv with bfloat16 roots: tmp = L_inv M by row panels of
+ * L_inv (contiguous), then P by column panels of R_inv (gathered into a
+ * dim x k panel). Host loops over backend memory (bf16: host-addressable). */
+static strata_status precondition_bf16(strata_shampoo_state *s, const shampoo_block *b,
+                                       const float *mb, int ld, float *pb)
+{
+    const unsigned char *li = (const unsigned char *)b->L_inv;
+    const int r = b->rows, q = b->cols;
+    const int kr = panel_rows(r);
+    for (int i = 0; i < r; i += kr) {
+        const int kk = r - i < kr ? r - i : kr;
+        optim_bf16_widen_n(s->wide, li + (size_t)i * r * 2, (size_t)kk * r);
+        strata_status st = strata_backend_sgemm(s->be, 0, 0, kk, q, r, 1.0f, s->wide, r, mb, ld,
+                                                0.0f, s->tmp + (size_t)i * q, q);
+        if (st != STRATA_OK)
+            return st;
+    }
+    const unsigned char *ri = (const unsigned char *)b->R_inv;
+    const int kc = panel_rows(q);
+    for (int j = 0; j < q; j += kc) {
+        const int kk = q - j < kc ? q - j : kc;
+        for (int p = 0; p < q; p++)
+            optim_bf16_widen_n(s->wide + (size_t)p * kk, ri + ((size_t)p * q + j) * 2,
+                               (size_t)kk);
+        strata_status st = strata_backend_sgemm(s->be, 0, 0, r, kk, q, 1.0f, s->tmp, q, s->wide,
+                                                kk, 0.0f, pb + j, ld);
+        if (st != STRATA_OK)
+            return st;
+    }
+    return STRATA_OK;
+}
+
 static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
                            const float *g, strata_optim_counters *cnt)
 {
@@ -905,21 +966,15 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
             continue;
         }
         const float *mb = m_hat + b->r0 * ld + b->c0;
-        const bool wide = c->root_dtype == STRATA_STATE_BF16;
-        const float *li = b->L_inv, *ri = b->R_inv;
-        if (wide) {
-            optim_bf16_widen_n(s->wide, li, (size_t)b->rows * b->rows);
-            li = s->wide;
+        if (c->root_dtype == STRATA_STATE_BF16)
+            st = precondition_bf16(s, b, mb, (int)ld, pb);
+        else {
+            st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv,
+                                      b->rows, mb, (int)ld, 0.0f, s->tmp, b->cols);
+            if (st == STRATA_OK)
+                st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
+                                          b->cols, b->R_inv, b->cols, 0.0f, pb, (int)ld);
         }
-        st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, li, b->rows,
-                                  mb, (int)ld, 0.0f, s->tmp, b->cols);
-        if (wide) {
-            optim_bf16_widen_n(s->wide, ri, (size_t)b->cols * b->cols);
-            ri = s->wide;
-        }
-        if (st == STRATA_OK)
-            st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
-                                      b->cols, ri, b->cols, 0.0f, pb, (int)ld);
         if (st != STRATA_OK)
             return st;
         if (c->grafting != STRATA_GRAFT_NONE) {
@@ -1102,7 +1157,7 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     const bool any_bf16 = fd == STRATA_STATE_BF16 || rd == STRATA_STATE_BF16;
     const size_t floats = factor_floats +
                           n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b) + tmp +
-                          (any_bf16 ? maxdim * maxdim : 0) + 16 * (size_t)(4 * nb + 9);
+                          (any_bf16 ? panel_floats((int)maxdim) : 0) + 16 * (size_t)(4 * nb + 9);
     out->device[STRATA_LEDGER_FACTORS] = factors;
     out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
     out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
