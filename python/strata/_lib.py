@@ -283,6 +283,12 @@ ENUMS = {
     "roots_tier": {"device": 0, "host": 1, "nvme": 2},
     "sharding": {"owner": 0, "gather": 1, "zero1": 2},
     "log_level": {"error": 0, "warn": 1, "info": 2, "debug": 3},
+    # strata_state_dtype: shampoo.factor_dtype / root_dtype, strata_config.state_dtype_*
+    "factor_dtype": {"f32": 0, "bf16": 1},
+    "root_dtype": {"f32": 0, "bf16": 1},
+    "state_dtype_factors": {"f32": 0, "bf16": 1},
+    "state_dtype_roots": {"f32": 0, "bf16": 1},
+    "state_dtype_moments": {"f32": 0, "bf16": 1},
 }
 
 
