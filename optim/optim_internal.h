@@ -326,16 +326,18 @@ static inline strata_status optim_check_bf16_ema(const char *family, const char 
                         (double)beta, field, beta_name);
 }
 
-/* BF16 storage converts on the host: refused on a backend whose memory the
- * host cannot address (CUDA). */
+/* BF16 storage converts on the host, in the backend's memory: only the CPU
+ * backend's memory is known to be host memory (cuda and any other backend:
+ * refused). */
 static inline strata_status optim_check_bf16_backend(const char *family, strata_backend *be,
                                                      bool any_bf16)
 {
-    if (!any_bf16 || strcmp(strata_backend_name(be), "cuda") != 0)
+    if (!any_bf16 || strcmp(strata_backend_name(be), "cpu") == 0)
         return STRATA_OK;
     return strata_error(STRATA_ERR_UNSUPPORTED,
-                        "%s: bf16 state storage converts on the host and is not supported "
-                        "on the cuda backend yet; use f32 state there", family);
+                        "%s: bf16 state storage converts on the host and needs the cpu "
+                        "backend (this one is %s); use f32 state there", family,
+                        strata_backend_name(be));
 }
 
 #endif

@@ -207,8 +207,9 @@ typedef enum strata_root_method {
  * factor EMA with b <= 1 - 2^-8 (0.99609375) and are refused for a running
  * sum (b = 1, Shampoo's default). Roots and eigenbases are recomputed from
  * the factors at every refresh (nothing accumulates in them): any b.
- * BF16 state needs a backend whose memory the host addresses (the CPU
- * backend; CUDA refuses it: STRATA_ERR_UNSUPPORTED). */
+ * BF16 state needs the CPU backend (its memory is host memory: the
+ * conversions are host loops); any other backend refuses it with
+ * STRATA_ERR_UNSUPPORTED. */
 typedef enum strata_state_dtype {
     STRATA_STATE_F32 = 0,  /* default */
     STRATA_STATE_BF16 = 1,
