@@ -287,6 +287,53 @@ static inline void optim_bf16_widen_n(float *dst, const void *src, size_t n)
     }
 }
 
+/* bfloat16 panels: rows of a dim x dim matrix widened at once, about
+ * OPTIM_BF16_PANEL_FLOATS floats (at least one row), and a bound on the
+ * scratch they need for any dim <= maxdim (at most the panel size, or one
+ * row when a row is longer, and at most maxdim^2). */
+#define OPTIM_BF16_PANEL_FLOATS 32768
+static inline int optim_bf16_panel_rows(int dim)
+{
+    const int k = OPTIM_BF16_PANEL_FLOATS / dim;
+    return k < 1 ? 1 : k > dim ? dim : k;
+}
+
+static inline size_t optim_bf16_panel_floats(int maxdim)
+{
+    const size_t d = (size_t)maxdim, sq = d * d;
+    return d > OPTIM_BF16_PANEL_FLOATS ? d : sq < OPTIM_BF16_PANEL_FLOATS ? sq
+                                                                          : OPTIM_BF16_PANEL_FLOATS;
+}
+
+/* strata_backend_ssyrk on a bfloat16 dim x dim factor `fac` (row-major):
+ * trans 0: C = alpha A A^T + beta C, A dim x k; trans 1: C = alpha A^T A +
+ * beta C, A k x dim (lda: A's row stride). Each row panel of C is widened
+ * into `wide` (optim_bf16_panel_floats(dim) floats), updated in float32 by
+ * sgemm (C[i:i+p, :] = beta C[i:i+p, :] + alpha A[i:i+p, :] A^T, or with
+ * A[:, i:i+p]^T) and rounded back: twice ssyrk's flops, float32 sums, one
+ * rounding per step. Host loops over backend memory (the CPU backend). */
+static inline strata_status optim_bf16_syrk(strata_backend *be, int trans, int dim, int k,
+                                            float alpha, const float *a, int lda, float beta,
+                                            void *fac, float *wide)
+{
+    unsigned char *f = fac;
+    const int panel = optim_bf16_panel_rows(dim);
+    for (int p0 = 0; p0 < dim; p0 += panel) {
+        const int kk = dim - p0 < panel ? dim - p0 : panel;
+        const size_t ne = (size_t)kk * dim, at = (size_t)p0 * dim * 2;
+        optim_bf16_widen_n(wide, f + at, ne);
+        strata_status st =
+            trans == 0 ? strata_backend_sgemm(be, 0, 1, kk, dim, k, alpha, a + (size_t)p0 * lda,
+                                              lda, a, lda, beta, wide, dim)
+                       : strata_backend_sgemm(be, 1, 0, kk, dim, k, alpha, a + p0, lda, a, lda,
+                                              beta, wide, dim);
+        if (st != STRATA_OK)
+            return st;
+        optim_bf16_round_n(f + at, wide, ne);
+    }
+    return STRATA_OK;
+}
+
 /* Bytes of one stored element of dtype d. */
 static inline size_t optim_state_elem(strata_state_dtype d)
 {

@@ -30,7 +30,7 @@
  *
  * bfloat16 storage (factor_dtype, root_dtype BF16; strata/optim.h
  * strata_state_dtype): the factors and/or roots are kept as bfloat16 in the
- * same carve (half the floats) and widened, one panel of PANEL_FLOATS
+ * same carve (half the floats) and widened, one panel of OPTIM_BF16_PANEL_FLOATS
  * floats at a time, into `wide` (float32 workspace, small next to a factor)
  * each time a product reads them: the factor update computes a row panel of
  * L (R) by sgemm on the widened panel, G_i G^T (G_:j^T G), and rounds it
@@ -98,8 +98,8 @@ struct strata_shampoo_state {
     float *dir;      /* scratch rows x cols: grafting direction D */
     float *pre;      /* scratch rows x cols: preconditioned direction P */
     float *tmp;      /* scratch d x d */
-    float *wide;     /* scratch panel_floats(maxdim): a panel of a bfloat16 factor or root,
-                        widened (NULL when both dtypes are F32) */
+    float *wide;     /* scratch optim_bf16_panel_floats(maxdim): a widened panel of a
+                        bfloat16 factor or root (NULL when both dtypes are F32) */
     bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
@@ -151,22 +151,6 @@ static int64_t start_step(const strata_shampoo_config *c)
 
 static void fam_schedule(const void *cfg, strata_precond_schedule *out);
 
-/* bfloat16 panels: rows of a dim x dim matrix widened at once, about
- * PANEL_FLOATS floats (at least one row), and the scratch they need. */
-#define PANEL_FLOATS 32768
-static int panel_rows(int dim)
-{
-    const int k = PANEL_FLOATS / dim;
-    return k < 1 ? 1 : k > dim ? dim : k;
-}
-
-/* A bound on panel_rows(d) * d over d <= maxdim: at most PANEL_FLOATS (or
- * one row, when a row is longer) and at most maxdim^2. */
-static size_t panel_floats(int maxdim)
-{
-    const size_t d = (size_t)maxdim, sq = d * d;
-    return d > PANEL_FLOATS ? d : sq < PANEL_FLOATS ? sq : PANEL_FLOATS;
-}
 
 /* The family's schedule answers (lag 0: step t takes its own refresh). */
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)
@@ -471,7 +455,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
             tmp_floats = f;
     }
     floats += tmp_floats;
-    const size_t wide_floats = any_bf16 ? panel_floats(maxdim) : 0;
+    const size_t wide_floats = any_bf16 ? optim_bf16_panel_floats(maxdim) : 0;
     floats += wide_floats;
     /* Each carved buffer starts 64-byte aligned: pad every piece to 16 floats. */
     floats += 16 * (size_t)(4 * s->nblocks + 9);
@@ -593,28 +577,15 @@ static strata_status update_factors(strata_shampoo_state *s, const float *g,
         shampoo_block *b = &s->blocks[i];
         const float *gb = g + b->r0 * s->cols + b->c0;
         if (s->cfg.factor_dtype == STRATA_STATE_BF16) {
-            /* The sum in float32 on widened row panels, stored rounded:
-             * L[i:i+k, :] = b2 L[i:i+k, :] + alpha G[i:i+k, :] G^T and
-             * R[j:j+k, :] = b2 R[j:j+k, :] + alpha G[:, j:j+k]^T G. */
-            for (int f = 0; f < 2; f++) {
-                const int dim = f == 0 ? b->rows : b->cols;
-                unsigned char *fac = (unsigned char *)(f == 0 ? b->L : b->R);
-                const int k = panel_rows(dim);
-                for (int p0 = 0; p0 < dim; p0 += k) {
-                    const int kk = dim - p0 < k ? dim - p0 : k;
-                    const size_t ne = (size_t)kk * dim, at = (size_t)p0 * dim * 2;
-                    optim_bf16_widen_n(s->wide, fac + at, ne);
-                    strata_status st =
-                        f == 0 ? strata_backend_sgemm(s->be, 0, 1, kk, dim, b->cols, alpha,
-                                                      gb + (size_t)p0 * ld, ld, gb, ld, b2,
-                                                      s->wide, dim)
-                               : strata_backend_sgemm(s->be, 1, 0, kk, dim, b->rows, alpha,
-                                                      gb + p0, ld, gb, ld, b2, s->wide, dim);
-                    if (st != STRATA_OK)
-                        return st;
-                    optim_bf16_round_n(fac + at, s->wide, ne);
-                }
-            }
+            /* The sum in float32 on widened row panels, stored rounded
+             * (optim_bf16_syrk). */
+            strata_status st = optim_bf16_syrk(s->be, 0, b->rows, b->cols, alpha, gb, ld, b2,
+                                               b->L, s->wide);
+            if (st == STRATA_OK)
+                st = optim_bf16_syrk(s->be, 1, b->cols, b->rows, alpha, gb, ld, b2, b->R,
+                                     s->wide);
+            if (st != STRATA_OK)
+                return st;
             continue;
         }
         strata_status st = strata_backend_ssyrk(s->be, 0, b->rows, b->cols, alpha, gb, ld, b2,
@@ -888,7 +859,7 @@ static strata_status precondition_bf16(strata_shampoo_state *s, const shampoo_bl
 {
     const unsigned char *li = (const unsigned char *)b->L_inv;
     const int r = b->rows, q = b->cols;
-    const int kr = panel_rows(r);
+    const int kr = optim_bf16_panel_rows(r);
     for (int i = 0; i < r; i += kr) {
         const int kk = r - i < kr ? r - i : kr;
         optim_bf16_widen_n(s->wide, li + (size_t)i * r * 2, (size_t)kk * r);
@@ -898,7 +869,7 @@ static strata_status precondition_bf16(strata_shampoo_state *s, const shampoo_bl
             return st;
     }
     const unsigned char *ri = (const unsigned char *)b->R_inv;
-    const int kc = panel_rows(q);
+    const int kc = optim_bf16_panel_rows(q);
     for (int j = 0; j < q; j += kc) {
         const int kk = q - j < kc ? q - j : kc;
         for (int p = 0; p < q; p++)
@@ -1157,7 +1128,8 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     const bool any_bf16 = fd == STRATA_STATE_BF16 || rd == STRATA_STATE_BF16;
     const size_t floats = factor_floats +
                           n * (3 + (size_t)need_m + (size_t)need_a + (size_t)need_b) + tmp +
-                          (any_bf16 ? panel_floats((int)maxdim) : 0) + 16 * (size_t)(4 * nb + 9);
+                          (any_bf16 ? optim_bf16_panel_floats((int)maxdim) : 0) +
+                          16 * (size_t)(4 * nb + 9);
     out->device[STRATA_LEDGER_FACTORS] = factors;
     out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
     out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
