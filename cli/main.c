@@ -417,7 +417,7 @@ static const train_flag train_flag_rows[] = {
     {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
      .group = G_SHAMPOO,
      .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "
-             "read; shampoo, needs --beta2 <= 0.996)\n(default {})"},
+             "read; shampoo (--beta2 <= 0.996) and soap)\n(default {})"},
     {CFG(state_dtype_roots), .type = FT_NAME, .names = gpt_state_dtype_names,
      .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})"},
     {CFG(state_dtype_moments), .type = FT_NAME, .names = gpt_state_dtype_names,

@@ -98,6 +98,7 @@
     X(soap_precondition_1d, soap.precondition_1d, BOOL, CKPT, NULL, NULL, "", "rotate 1-D tensors (create_vector)") \
     X(soap_normalize_grads, soap.normalize_grads, BOOL, CKPT, NULL, NULL, "", "RMS-normalize N; default false") \
     X(soap_correct_bias, soap.correct_bias, BOOL, CKPT, NULL, NULL, "", "Adam bias correction") \
+    X(soap_factor_dtype, soap.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the factors: f32 (default) or bf16") \
     X(kl_shampoo_form, kl_shampoo.form, ENUM, CKPT, "kl-form", "kl_form", "", "default STRATA_KL_EIGENBASIS") \
     X(kl_shampoo_lr, kl_shampoo.lr, FLOAT, CKPT, NULL, NULL, "", "default 1e-4") \
     X(kl_shampoo_beta1, kl_shampoo.beta1, FLOAT, CKPT, NULL, NULL, "", "momentum EMA; default 0.9") \

@@ -259,7 +259,7 @@ static strata_status check_config(const strata_config *given)
                 st = strata_error(STRATA_ERR_UNSUPPORTED,
                                   "strata_create: strata_config.%s = bf16: the matrix optimizer "
                                   "%s cannot store that state in bfloat16 (supported: shampoo's "
-                                  "factors and roots); leave it f32",
+                                  "factors and roots, soap's factors); leave it f32",
                                   state_kind_field[kind], mf->name);
         if (st != STRATA_OK)
             return st;

@@ -844,13 +844,17 @@ typedef struct strata_soap_config {
     bool precondition_1d;       /* rotate 1-D tensors (create_vector); default false */
     bool normalize_grads;       /* RMS-normalize N; default false */
     bool correct_bias;          /* Adam bias correction; default true */
+    strata_state_dtype factor_dtype; /* storage of the factors (strata_state_dtype); default
+                                   F32. BF16 needs the factor EMA (shampoo_beta, or beta2)
+                                   <= STRATA_STATE_BF16_MAX_BETA; the eigenbases and the
+                                   moments stay float32 */
 } strata_soap_config;
 
 /* Fields of the struct above. Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_SOAP_CONFIG_FIELDS 12
+#define STRATA_SOAP_CONFIG_FIELDS 13
 
 STRATA_API void strata_soap_config_default(strata_soap_config *c);
 
@@ -858,7 +862,8 @@ STRATA_API void strata_soap_config_default(strata_soap_config *c);
  * and weight_decay finite and >= 0, beta1 and beta2 in [0, 1), shampoo_beta
  * finite and < 1 (negative: use beta2), eps finite and > 0 (it divides: 0
  * with a zero gradient is 0/0), precondition_frequency >= 1,
- * refresh_offset in [0, F), max_precond_dim >= 0. Errors:
+ * refresh_offset in [0, F), max_precond_dim >= 0, factor_dtype known (BF16
+ * only with a factor EMA <= STRATA_STATE_BF16_MAX_BETA). Errors:
  * STRATA_ERR_INVALID_ARG naming the field ("soap.<field>"). */
 STRATA_API strata_status strata_soap_config_check(const strata_soap_config *c);
 

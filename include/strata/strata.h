@@ -220,12 +220,13 @@ typedef struct strata_config {
      * family configuration that can store that kind in bfloat16 (a family's
      * own field, e.g. shampoo.factor_dtype, is kept when this is F32).
      * Supported: shampoo factors (needs shampoo.beta2 <= 1 - 2^-8: a
-     * bfloat16 running sum stops moving) and roots. A kind the matrix
+     * bfloat16 running sum stops moving) and roots; soap factors (same
+     * rule for its factor EMA). A kind the matrix
      * optimizer cannot store in bfloat16 is refused by strata_create
      * (STRATA_ERR_UNSUPPORTED); AdamW's state (1-D parameters) stays
      * float32. Recorded in checkpoints: resuming with other dtypes is
      * refused, never converted. */
-    strata_state_dtype state_dtype_factors; /* Shampoo's L, R */
+    strata_state_dtype state_dtype_factors; /* Shampoo's L, R; SOAP's factors */
     strata_state_dtype state_dtype_roots;   /* Shampoo's inverse roots */
     strata_state_dtype state_dtype_moments; /* none supported yet */
 } strata_config;

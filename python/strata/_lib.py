@@ -54,7 +54,8 @@ class SoapConfig(Structure):
                 ("shampoo_beta", c_float), ("eps", c_float), ("weight_decay", c_float),
                 ("precondition_frequency", c_int), ("refresh_offset", c_int),
                 ("max_precond_dim", c_int), ("precondition_1d", c_bool),
-                ("normalize_grads", c_bool), ("correct_bias", c_bool)]
+                ("normalize_grads", c_bool), ("correct_bias", c_bool),
+                ("factor_dtype", c_enum)]
 
 
 class KLShampooConfig(Structure):

@@ -91,6 +91,7 @@ with tempfile.TemporaryDirectory() as tmp:
     compare("shampoo-bf16", ["--optimizer", "shampoo", "--state-dtype-factors", "bf16",
                              "--state-dtype-roots", "bf16"])
     compare("soap", ["--optimizer", "soap"])
+    compare("soap-bf16", ["--optimizer", "soap", "--state-dtype-factors", "bf16"])
     compare("muon", ["--optimizer", "muon"])
     compare("adamw", ["--optimizer", "adamw"])
     compare("normuon", ["--optimizer", "normuon"])

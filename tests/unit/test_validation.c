@@ -175,6 +175,7 @@ static const row soap_rows[] = {
     ROW(O, precondition_1d, bool, K_BOOL, END),
     ROW(O, normalize_grads, bool, K_BOOL, END),
     ROW(O, correct_bias, bool, K_BOOL, END),
+    ROW(O, factor_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef O
 
