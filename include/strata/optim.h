@@ -319,9 +319,11 @@ typedef struct strata_optim_counters {
 typedef struct strata_shampoo_state strata_shampoo_state;
 
 /* Create Shampoo state for a rows x cols matrix (rows, cols >= 1): factors,
- * roots (float32, device tier), grafting and momentum buffers, and a float64
- * eigen workspace. `be` must outlive the state.
- * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM. */
+ * roots (float32, or bfloat16 per factor_dtype / root_dtype; device tier),
+ * grafting and momentum buffers, and a float64 eigen workspace. `be` must
+ * outlive the state.
+ * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM,
+ * STRATA_ERR_UNSUPPORTED (bf16 state on a backend other than cpu). */
 STRATA_API strata_status strata_shampoo_state_create(const strata_shampoo_config *c,
                                                      strata_backend *be, int64_t rows,
                                                      int64_t cols, strata_shampoo_state **out);
@@ -871,9 +873,10 @@ typedef struct strata_soap_state strata_soap_state;
 
 /* Create SOAP state for a rows x cols matrix (rows, cols >= 1): factors and
  * eigenbases of the rotated sides, M, V and two rows x cols scratch buffers
- * (float32, one backend allocation), plus a host float64 workspace. `be`
- * must outlive the state.
- * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM. */
+ * (float32, one backend allocation; the factors bfloat16 with factor_dtype
+ * BF16), plus a host float64 workspace. `be` must outlive the state.
+ * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM,
+ * STRATA_ERR_UNSUPPORTED (bf16 factors on a backend other than cpu). */
 STRATA_API strata_status strata_soap_state_create(const strata_soap_config *c, strata_backend *be,
                                                   int64_t rows, int64_t cols,
                                                   strata_soap_state **out);
