@@ -30,18 +30,19 @@
  *
  * bfloat16 storage (factor_dtype, root_dtype BF16; strata/optim.h
  * strata_state_dtype): the factors and/or roots are kept as bfloat16 in the
- * same carve (half the floats) and widened, one panel of OPTIM_BF16_PANEL_FLOATS
- * floats at a time, into `wide` (float32 workspace, small next to a factor)
- * each time a product reads them: the factor update computes a row panel of
- * L (R) by sgemm on the widened panel, G_i G^T (G_:j^T G), and rounds it
- * back (round to nearest even; twice ssyrk's flops), the preconditioning
- * multiplies row panels of L_inv, then column panels of R_inv. A refresh widens its
- * slot part into a float32 stage, computes the root in float64 as always
- * and rounds it back. With root_dtype BF16 the slot (the snapshot the
- * refresh reads, then the root) is bfloat16, so the root is computed from
- * the factor rounded to bfloat16, in both the runtime's refreshes and the
- * one-tensor compute_roots (they stay bit-identical). The conversions are
- * host loops over backend memory: bf16 is refused on the cuda backend.
+ * same carve (half the floats) and widened, one panel of
+ * OPTIM_BF16_PANEL_FLOATS floats at a time, into `wide` (float32 workspace,
+ * small next to a factor) each time a product reads them: the factor update
+ * computes a row panel of L (R) by sgemm on the widened panel, G_i G^T
+ * (G_:j^T G), and rounds it back (round to nearest even; twice ssyrk's
+ * flops), the preconditioning multiplies row panels of L_inv, then column
+ * panels of R_inv. A refresh widens its slot part into a float32 stage,
+ * computes the root in float64 as always and rounds it back. With
+ * root_dtype BF16 the slot (the snapshot the refresh reads, then the root)
+ * is bfloat16, so the root is computed from the factor rounded to bfloat16,
+ * in both the runtime's refreshes and the one-tensor compute_roots (the
+ * same arithmetic). The conversions are host loops over backend memory:
+ * bf16 needs the cpu backend.
  *
  * Invariant: a block's `has_root[f]` becomes true only after a successful,
  * finite root of factor f; failures leave the previous root in place.
@@ -150,7 +151,6 @@ static int64_t start_step(const strata_shampoo_config *c)
 }
 
 static void fam_schedule(const void *cfg, strata_precond_schedule *out);
-
 
 /* The family's schedule answers (lag 0: step t takes its own refresh). */
 bool strata_shampoo_is_refresh_step(const strata_shampoo_config *c, int64_t t)

@@ -999,7 +999,8 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     }
     const size_t wide = c->factor_dtype == STRATA_STATE_BF16 && maxdim > 0
                             ? optim_bf16_panel_floats(maxdim) : 0;
-    const size_t mem = (factor_floats + wide + 4 * n) * sizeof(float) + qb + 16 * 11 * sizeof(float);
+    const size_t mem =
+        (factor_floats + wide + 4 * n) * sizeof(float) + qb + 16 * 11 * sizeof(float);
     out->device[STRATA_LEDGER_FACTORS] = fb;
     out->device[STRATA_LEDGER_ROOTS] = qb;
     out->device[STRATA_LEDGER_MOMENTS] = 2 * n * sizeof(float);
