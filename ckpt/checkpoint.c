@@ -49,7 +49,7 @@ _Static_assert(sizeof(bool) == 1, "STRATA_BOOL tensors are C bools of one byte")
 
 static const strata_st_dtype dtype_of[] = {
     [STRATA_F32] = STRATA_ST_F32, [STRATA_F64] = STRATA_ST_F64, [STRATA_I32] = STRATA_ST_I32,
-    [STRATA_I64] = STRATA_ST_I64, [STRATA_BOOL] = STRATA_ST_BOOL,
+    [STRATA_I64] = STRATA_ST_I64, [STRATA_BOOL] = STRATA_ST_BOOL, [STRATA_BF16] = STRATA_ST_BF16,
 };
 
 /* ---- the configuration in the manifest: the schema's CKPT rows
@@ -605,7 +605,7 @@ static strata_status state_items(strata_runtime *rt, const strata_rt_view *v, it
         int n = 0;
         st = family_tensors(&p, &ti, &n);
         for (int k = 0; k < n && st == STRATA_OK; k++) {
-            if ((int)ti[k].dtype < 0 || ti[k].dtype > STRATA_BOOL || ti[k].ndim < 0 ||
+            if ((int)ti[k].dtype < 0 || ti[k].dtype > STRATA_BF16 || ti[k].ndim < 0 ||
                 ti[k].ndim > 2) {
                 st = strata_error(STRATA_ERR_INTERNAL, "checkpoint: '%s' tensor '%s' has dtype %d "
                                   "ndim %d", p.name, ti[k].name, (int)ti[k].dtype, ti[k].ndim);

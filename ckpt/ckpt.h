@@ -53,7 +53,7 @@
 /* safetensors dtypes strata writes and reads. */
 typedef enum strata_st_dtype {
     STRATA_ST_F32 = 0, STRATA_ST_F64, STRATA_ST_I32, STRATA_ST_I64, STRATA_ST_BOOL, STRATA_ST_U8,
-    STRATA_ST_N
+    STRATA_ST_BF16, STRATA_ST_N
 } strata_st_dtype;
 
 const char *strata_st_dtype_name(strata_st_dtype d);

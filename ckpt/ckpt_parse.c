@@ -17,6 +17,7 @@ static const struct {
 } dtypes[STRATA_ST_N] = {
     [STRATA_ST_F32] = {"F32", 4}, [STRATA_ST_F64] = {"F64", 8}, [STRATA_ST_I32] = {"I32", 4},
     [STRATA_ST_I64] = {"I64", 8}, [STRATA_ST_BOOL] = {"BOOL", 1}, [STRATA_ST_U8] = {"U8", 1},
+    [STRATA_ST_BF16] = {"BF16", 2},
 };
 
 const char *strata_st_dtype_name(strata_st_dtype d)

@@ -457,6 +457,17 @@ static const train_flag train_flag_rows[] = {
      .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
              "(default {})", .opts = OPT(SHAMPOO)},
+    {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO,
+     .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "
+             "read; shampoo (--beta2 <= 0.996) and soap)\n(default {})",
+     .opts = OPT(SHAMPOO) | OPT(SOAP)},
+    {CFG(state_dtype_roots), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})",
+     .opts = OPT(SHAMPOO)},
+    {CFG(state_dtype_moments), .type = FT_NAME, .names = gpt_state_dtype_names,
+     .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})",
+     .opts = OPT(SHAMPOO) | OPT(SOAP)},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})", .opts = OPT(SHAMPOO)},

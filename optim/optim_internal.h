@@ -7,9 +7,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend/ops.h"
+#include "strata/backend.h"
 #include "base/clock.h"
 #include "strata/optim.h"
 #include "strata/status.h"
@@ -231,6 +233,158 @@ static inline float *optim_carve(float **p, size_t count)
     float *piece = *p;
     *p += (count + 15) / 16 * 16;
     return piece;
+}
+
+
+/* ---- bfloat16 storage (strata_state_dtype, strata/optim.h) */
+
+/* float32 -> bfloat16, round to nearest, ties to even (IEEE 754-2008
+ * roundTiesToEven on the upper 16 bits: add 0x7fff plus the lowest kept
+ * bit, then truncate; Intel, "BFLOAT16 - Hardware Numerics Definition",
+ * 2018). NaN stays NaN (quiet bit set: truncating could make it Inf);
+ * finite values above the largest bfloat16 round to Inf as IEEE says. */
+static inline uint16_t optim_bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* bfloat16 -> float32 (exact). */
+static inline float optim_bf16_widen(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* n floats of HOST memory -> bfloat16. dst may be src itself (in place: the
+ * bfloat16 array then fills the first half of the buffer; ascending order
+ * writes only bytes already read). */
+static inline void optim_bf16_round_n(void *dst, const float *src, size_t n)
+{
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t h = optim_bf16_round(src[i]);
+        memcpy(d + 2 * i, &h, sizeof h);
+    }
+}
+
+/* n bfloat16 of HOST memory -> float. dst may be src itself (in place, the
+ * bfloat16 array in the first half of dst's buffer: descending order writes
+ * only bytes already read). */
+static inline void optim_bf16_widen_n(float *dst, const void *src, size_t n)
+{
+    const unsigned char *s = src;
+    for (size_t i = n; i-- > 0;) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, sizeof h);
+        dst[i] = optim_bf16_widen(h);
+    }
+}
+
+/* bfloat16 panels: rows of a dim x dim matrix widened at once, about
+ * OPTIM_BF16_PANEL_FLOATS floats (at least one row), and a bound on the
+ * scratch they need for any dim <= maxdim (at most the panel size, or one
+ * row when a row is longer, and at most maxdim^2). */
+#define OPTIM_BF16_PANEL_FLOATS 32768
+static inline int optim_bf16_panel_rows(int dim)
+{
+    const int k = OPTIM_BF16_PANEL_FLOATS / dim;
+    return k < 1 ? 1 : k > dim ? dim : k;
+}
+
+static inline size_t optim_bf16_panel_floats(int maxdim)
+{
+    const size_t d = (size_t)maxdim, sq = d * d;
+    return d > OPTIM_BF16_PANEL_FLOATS ? d : sq < OPTIM_BF16_PANEL_FLOATS ? sq
+                                                                          : OPTIM_BF16_PANEL_FLOATS;
+}
+
+/* strata_backend_ssyrk on a bfloat16 dim x dim factor `fac` (row-major):
+ * trans 0: C = alpha A A^T + beta C, A dim x k; trans 1: C = alpha A^T A +
+ * beta C, A k x dim (lda: A's row stride). Each row panel of C is widened
+ * into `wide` (optim_bf16_panel_floats(dim) floats), updated in float32 by
+ * sgemm (C[i:i+p, :] = beta C[i:i+p, :] + alpha A[i:i+p, :] A^T, or with
+ * A[:, i:i+p]^T) and rounded back: twice ssyrk's flops, float32 sums, one
+ * rounding per step. Host loops over backend memory (the CPU backend). */
+static inline strata_status optim_bf16_syrk(strata_backend *be, int trans, int dim, int k,
+                                            float alpha, const float *a, int lda, float beta,
+                                            void *fac, float *wide)
+{
+    unsigned char *f = fac;
+    const int panel = optim_bf16_panel_rows(dim);
+    for (int p0 = 0; p0 < dim; p0 += panel) {
+        const int kk = dim - p0 < panel ? dim - p0 : panel;
+        const size_t ne = (size_t)kk * dim, at = (size_t)p0 * dim * 2;
+        optim_bf16_widen_n(wide, f + at, ne);
+        strata_status st =
+            trans == 0 ? strata_backend_sgemm(be, 0, 1, kk, dim, k, alpha, a + (size_t)p0 * lda,
+                                              lda, a, lda, beta, wide, dim)
+                       : strata_backend_sgemm(be, 1, 0, kk, dim, k, alpha, a + p0, lda, a, lda,
+                                              beta, wide, dim);
+        if (st != STRATA_OK)
+            return st;
+        optim_bf16_round_n(f + at, wide, ne);
+    }
+    return STRATA_OK;
+}
+
+/* Bytes of one stored element of dtype d. */
+static inline size_t optim_state_elem(strata_state_dtype d)
+{
+    return d == STRATA_STATE_BF16 ? 2 : 4;
+}
+
+/* Floats to carve for n stored elements of dtype d. */
+static inline size_t optim_state_floats(strata_state_dtype d, size_t n)
+{
+    return d == STRATA_STATE_BF16 ? (n + 1) / 2 : n;
+}
+
+/* The storage dtype `d` of state `what` is known ("<family>.<field>"). */
+static inline strata_status optim_check_state_dtype(const char *family, const char *field,
+                                                    strata_state_dtype d)
+{
+    if (d == STRATA_STATE_F32 || d == STRATA_STATE_BF16)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG, "%s.%s = %d: must be 0 (f32) or 1 (bf16)",
+                        family, field, (int)d);
+}
+
+/* BF16 accumulated state (an EMA with factor beta) needs 1 - beta >= 2^-8:
+ * the rule in strata/optim.h (strata_state_dtype). */
+static inline strata_status optim_check_bf16_ema(const char *family, const char *field,
+                                                 strata_state_dtype d, const char *beta_name,
+                                                 float beta)
+{
+    if (d != STRATA_STATE_BF16 || beta <= STRATA_STATE_BF16_MAX_BETA)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_INVALID_ARG,
+                        "%s.%s = bf16 needs %s.%s <= %.8g (1 - 2^-8), got %.8g: a bfloat16 "
+                        "EMA (or running sum, beta = 1) with smaller increments than 2^-9 of "
+                        "its value stops moving under round-to-nearest; keep %s in f32 or "
+                        "lower %s",
+                        family, field, family, beta_name, (double)STRATA_STATE_BF16_MAX_BETA,
+                        (double)beta, field, beta_name);
+}
+
+/* BF16 storage converts on the host, in the backend's memory: only the CPU
+ * backend's memory is known to be host memory (cuda and any other backend:
+ * refused). */
+static inline strata_status optim_check_bf16_backend(const char *family, strata_backend *be,
+                                                     bool any_bf16)
+{
+    if (!any_bf16 || strcmp(strata_backend_name(be), "cpu") == 0)
+        return STRATA_OK;
+    return strata_error(STRATA_ERR_UNSUPPORTED,
+                        "%s: bf16 state storage converts on the host and needs the cpu "
+                        "backend (this one is %s); use f32 state there", family,
+                        strata_backend_name(be));
 }
 
 #endif

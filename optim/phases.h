@@ -28,13 +28,15 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c,
 /* Geometry and factor matrices of block b (0 <= b < blocks): the block is
  * rows x cols, its factors L (rows x rows) and R (cols x cols) are float32
  * row-major in device memory. Read them only between steps (a snapshot).
- * Errors: STRATA_ERR_INVALID_ARG. */
+ * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_UNSUPPORTED when factor_dtype is
+ * BF16 (the factors are not float32). */
 strata_status strata_shampoo_block_factors(const strata_shampoo_state *s, int b,
                                                       int *rows, int *cols, const float **L,
                                                       const float **R);
 
 /* Lend block b the inverse roots to use from the next apply on: L_inv
- * (rows x rows) and R_inv (cols x cols) float32, owned by the caller and
+ * (rows x rows) and R_inv (cols x cols) float32 (bfloat16, 2 bytes an
+ * element, when root_dtype is BF16), owned by the caller and
  * unchanged until replaced. NULL for either means "no root yet" and the
  * block uses the grafting direction. Only for external-root states.
  * Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_STATE (not external). */
@@ -216,7 +218,8 @@ int64_t strata_soap_state_steps(const strata_soap_state *s);
  * are the basis vectors) and the permutation the last refresh applied
  * (NULL before the first QR refresh); NULL pointers for an unrotated side.
  * Read them only between steps (a snapshot). Any out-pointer may be NULL.
- * Errors: STRATA_ERR_INVALID_ARG. */
+ * Errors: STRATA_ERR_INVALID_ARG; STRATA_ERR_UNSUPPORTED for `factor` when
+ * factor_dtype is BF16 (the factor is not float32). */
 strata_status strata_soap_side(const strata_soap_state *s, int side, int *dim,
                                           const float **factor, const float **q,
                                           const int **last_perm);

@@ -94,9 +94,12 @@ static inline bool strata_precond_is_refresh(const strata_precond_schedule *s, i
 
 /* One persistent tensor of a state (checkpoints walk these). */
 /* STRATA_BOOL: a C bool (one byte, 0 or 1), for the flags a state keeps
- * (SOAP's has_basis): they are persistent state too. */
+ * (SOAP's has_basis): they are persistent state too. STRATA_BF16: bfloat16
+ * storage (strata_state_dtype BF16), two bytes an element, saved as stored
+ * (safetensors "BF16"). */
 typedef enum strata_dtype {
-    STRATA_F32 = 0, STRATA_F64 = 1, STRATA_I32 = 2, STRATA_I64 = 3, STRATA_BOOL = 4
+    STRATA_F32 = 0, STRATA_F64 = 1, STRATA_I32 = 2, STRATA_I64 = 3, STRATA_BOOL = 4,
+    STRATA_BF16 = 5
 } strata_dtype;
 
 typedef struct strata_tensor_info {
@@ -107,6 +110,13 @@ typedef struct strata_tensor_info {
     strata_tier_kind where;  /* DEVICE (backend memory) or HOST */
     void *data;              /* the tensor's memory (read/write for a restore) */
 } strata_tensor_info;
+
+/* Kinds of second-order state with a storage dtype (strata_config.
+ * state_dtype_factors, _roots, _moments). */
+enum {
+    STRATA_STATE_KIND_FACTORS = 0, STRATA_STATE_KIND_ROOTS = 1, STRATA_STATE_KIND_MOMENTS = 2,
+    STRATA_STATE_KINDS = 3
+};
 
 /* A state's bytes by ledger kind (strata_precond_family.plan). */
 typedef struct strata_precond_plan {
@@ -169,6 +179,13 @@ typedef struct strata_precond_family {
      * configuration (strata_optimizer_info.ema_horizon; a trainer's default
      * warm-up covers it). strata_ema_horizon gives one EMA's. */
     double (*ema_horizon)(const void *cfg);
+    /* Optional (false: F32 only): which kinds of second-order state
+     * (STRATA_STATE_KIND_*) the configuration can store in bfloat16, and
+     * where its strata_state_dtype field for each is (a byte offset inside
+     * it). The runtime writes strata_config.state_dtype_<kind> there and
+     * refuses a kind the matrix optimizer's family has no field for. */
+    bool has_state_dtype[STRATA_STATE_KINDS];
+    size_t state_dtype_offset[STRATA_STATE_KINDS];
 
     /* ---- state life */
     /* external_results: the engine owns the results (Shampoo's roots are lent

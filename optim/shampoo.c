@@ -28,6 +28,22 @@
  * every root comes from single-threaded LAPACK, so the result does not depend
  * on T, on which thread took which job, or on the count the caller had set.
  *
+ * bfloat16 storage (factor_dtype, root_dtype BF16; strata/optim.h
+ * strata_state_dtype): the factors and/or roots are kept as bfloat16 in the
+ * same carve (half the floats) and widened, one panel of
+ * OPTIM_BF16_PANEL_FLOATS floats at a time, into `wide` (float32 workspace,
+ * small next to a factor) each time a product reads them: the factor update
+ * computes a row panel of L (R) by sgemm on the widened panel, G_i G^T
+ * (G_:j^T G), and rounds it back (round to nearest even; twice ssyrk's
+ * flops), the preconditioning multiplies row panels of L_inv, then column
+ * panels of R_inv. A refresh widens its slot part into a float32 stage,
+ * computes the root in float64 as always and rounds it back. With
+ * root_dtype BF16 the slot (the snapshot the refresh reads, then the root)
+ * is bfloat16, so the root is computed from the factor rounded to bfloat16,
+ * in both the runtime's refreshes and the one-tensor compute_roots (the
+ * same arithmetic). The conversions are host loops over backend memory:
+ * bf16 needs the cpu backend.
+ *
  * Invariant: a block's `has_root[f]` becomes true only after a successful,
  * finite root of factor f; failures leave the previous root in place.
  * Every public entry that takes a gradient scans it for NaN/Inf before it
@@ -54,8 +70,9 @@
 typedef struct shampoo_block {
     int64_t r0, c0;   /* top-left corner in W */
     int rows, cols;   /* r_b, c_b */
-    float *L, *R;     /* factor matrices */
-    const float *L_inv, *R_inv; /* inverse 4th roots (own, or lent when external) */
+    float *L, *R;     /* factor matrices (bfloat16 data when factor_dtype is BF16) */
+    const float *L_inv, *R_inv; /* inverse 4th roots (own, or lent when external;
+                                   bfloat16 data when root_dtype is BF16) */
     float *L_inv_own, *R_inv_own;
     bool has_root[2]; /* L_inv, R_inv computed at least once */
 } shampoo_block;
@@ -89,6 +106,8 @@ struct strata_shampoo_state {
      * set_step_scratch; its steps run one after another on the training
      * thread or stream), so n floats x 3 are paid once, not per matrix. */
     size_t scratch_bytes;
+    float *wide;     /* scratch optim_bf16_panel_floats(maxdim): a widened panel of a
+                        bfloat16 factor or root (NULL when both dtypes are F32) */
     bool external_roots;
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
@@ -125,6 +144,8 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
     c->inverse_exponent_override[0] = -1.0f;
     c->inverse_exponent_override[1] = -1.0f;
     c->root_method = STRATA_ROOT_EIGH;
+    c->factor_dtype = STRATA_STATE_F32;
+    c->root_dtype = STRATA_STATE_F32;
 }
 
 static int64_t start_step(const strata_shampoo_config *c)
@@ -194,6 +215,9 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
                               "shampoo.root_method = newton has no pseudo-inverse mode "
                               "(shampoo.use_pseudo_inverse); use eigh or auto");
     }
+    OPTIM_CHECK(st, optim_check_state_dtype(n, "factor_dtype", c->factor_dtype));
+    OPTIM_CHECK(st, optim_check_state_dtype(n, "root_dtype", c->root_dtype));
+    OPTIM_CHECK(st, optim_check_bf16_ema(n, "factor_dtype", c->factor_dtype, "beta2", c->beta2));
     if (st == STRATA_OK && c->use_pseudo_inverse && (c->epsilon != 0.0f || c->epsilon_rel != 0.0f))
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "shampoo.use_pseudo_inverse needs shampoo.epsilon = "
@@ -383,6 +407,10 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     if (st == STRATA_OK)
         st = optim_check_factor("shampoo", cols < c->max_preconditioner_dim
                                                ? cols : c->max_preconditioner_dim);
+    const strata_state_dtype fd = c->factor_dtype, rd = c->root_dtype;
+    const bool any_bf16 = fd == STRATA_STATE_BF16 || rd == STRATA_STATE_BF16;
+    if (st == STRATA_OK)
+        st = optim_check_bf16_backend("shampoo", be, any_bf16);
     if (st != STRATA_OK)
         return st;
 
@@ -415,8 +443,10 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
             b->c0 = bj * d;
             b->rows = (int)((rows - b->r0) < d ? rows - b->r0 : d);
             b->cols = (int)((cols - b->c0) < d ? cols - b->c0 : d);
-            floats += (external_roots ? 1 : 2) *
-                      ((size_t)b->rows * b->rows + (size_t)b->cols * b->cols);
+            const size_t nl = (size_t)b->rows * b->rows, nr = (size_t)b->cols * b->cols;
+            floats += optim_state_floats(fd, nl) + optim_state_floats(fd, nr);
+            if (!external_roots)
+                floats += optim_state_floats(rd, nl) + optim_state_floats(rd, nr);
             if (b->rows > maxdim)
                 maxdim = b->rows;
             if (b->cols > maxdim)
@@ -435,8 +465,10 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     s->scratch_bytes = (3 * ((n + 15) / 16 * 16) + (tmp_floats + 15) / 16 * 16) * sizeof(float);
     if (!external_roots)
         floats += s->scratch_bytes / sizeof(float);
+    const size_t wide_floats = any_bf16 ? optim_bf16_panel_floats(maxdim) : 0;
+    floats += wide_floats;
     /* Each carved buffer starts 64-byte aligned: pad every piece to 16 floats. */
-    floats += 16 * (size_t)(4 * s->nblocks + 4);
+    floats += 16 * (size_t)(4 * s->nblocks + 5);
     s->mem_bytes = floats * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -445,11 +477,11 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
     float *p = s->mem;
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
-        b->L = optim_carve(&p, (size_t)b->rows * b->rows);
-        b->R = optim_carve(&p, (size_t)b->cols * b->cols);
+        b->L = optim_carve(&p, optim_state_floats(fd, (size_t)b->rows * b->rows));
+        b->R = optim_carve(&p, optim_state_floats(fd, (size_t)b->cols * b->cols));
         if (!external_roots) {
-            b->L_inv_own = optim_carve(&p, (size_t)b->rows * b->rows);
-            b->R_inv_own = optim_carve(&p, (size_t)b->cols * b->cols);
+            b->L_inv_own = optim_carve(&p, optim_state_floats(rd, (size_t)b->rows * b->rows));
+            b->R_inv_own = optim_carve(&p, optim_state_floats(rd, (size_t)b->cols * b->cols));
             b->L_inv = b->L_inv_own;
             b->R_inv = b->R_inv_own;
         }
@@ -466,16 +498,19 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         s->pre = optim_carve(&p, n);
         s->tmp = optim_carve(&p, tmp_floats);
     }
+    s->wide = wide_floats ? optim_carve(&p, wide_floats) : NULL;
     {
         /* The ledger: factors, own roots (the engine charges lent ones),
          * grafting, momentum / filtered gradient; the rest (the step
          * scratch when own, padding) is workspace. */
         strata_ledger *lg = strata_backend_ledger(be);
-        size_t fb = 0;
-        for (int i = 0; i < s->nblocks; i++)
-            fb += ((size_t)s->blocks[i].rows * s->blocks[i].rows +
-                   (size_t)s->blocks[i].cols * s->blocks[i].cols) * sizeof(float);
-        const size_t rb = external_roots ? 0 : fb;
+        size_t fb = 0, rb = 0;
+        for (int i = 0; i < s->nblocks; i++) {
+            const size_t e = (size_t)s->blocks[i].rows * s->blocks[i].rows +
+                             (size_t)s->blocks[i].cols * s->blocks[i].cols;
+            fb += e * optim_state_elem(fd);
+            rb += external_roots ? 0 : e * optim_state_elem(rd);
+        }
         const size_t gb = need_a ? n * sizeof(float) : 0;
         const size_t mb = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
         strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
@@ -553,6 +588,18 @@ static strata_status update_factors(strata_shampoo_state *s, const float *g,
     for (int i = 0; i < s->nblocks; i++) {
         shampoo_block *b = &s->blocks[i];
         const float *gb = g + b->r0 * s->cols + b->c0;
+        if (s->cfg.factor_dtype == STRATA_STATE_BF16) {
+            /* The sum in float32 on widened row panels, stored rounded
+             * (optim_bf16_syrk). */
+            strata_status st = optim_bf16_syrk(s->be, 0, b->rows, b->cols, alpha, gb, ld, b2,
+                                               b->L, s->wide);
+            if (st == STRATA_OK)
+                st = optim_bf16_syrk(s->be, 1, b->cols, b->rows, alpha, gb, ld, b2, b->R,
+                                     s->wide);
+            if (st != STRATA_OK)
+                return st;
+            continue;
+        }
         strata_status st = strata_backend_ssyrk(s->be, 0, b->rows, b->cols, alpha, gb, ld, b2,
                                                 b->L, b->rows);
         if (st == STRATA_OK)
@@ -630,13 +677,27 @@ static strata_status root_job(strata_shampoo_state *s, int job, const root_ws *w
     shampoo_block *b = &s->blocks[job / 2];
     const int f = job % 2;
     const int dim = f == 0 ? b->rows : b->cols;
-    const size_t bytes = (size_t)dim * dim * sizeof(float);
-    strata_status st = strata_backend_copy(s->be, ws->stage, f == 0 ? b->L : b->R, bytes);
+    const size_t ne = (size_t)dim * dim, bytes = ne * sizeof(float);
+    const float *fac = f == 0 ? b->L : b->R;
+    float *root = f == 0 ? b->L_inv_own : b->R_inv_own;
+    strata_status st = STRATA_OK;
+    if (s->cfg.factor_dtype == STRATA_STATE_BF16)
+        optim_bf16_widen_n(ws->stage, fac, ne);
+    else
+        st = strata_backend_copy(s->be, ws->stage, fac, bytes);
+    if (st == STRATA_OK && s->cfg.root_dtype == STRATA_STATE_BF16 &&
+        s->cfg.factor_dtype != STRATA_STATE_BF16) {
+        /* What the runtime's bfloat16 slot would carry to the refresh. */
+        optim_bf16_round_n(ws->stage, ws->stage, ne);
+        optim_bf16_widen_n(ws->stage, ws->stage, ne);
+    }
     if (st == STRATA_OK)
         st = strata_shampoo_factor_root(&s->cfg, f, dim, ws->stage, ws->stage, ws->work,
                                         ws->iwork, cnt);
-    if (st == STRATA_OK)
-        st = strata_backend_copy(s->be, f == 0 ? b->L_inv_own : b->R_inv_own, ws->stage, bytes);
+    if (st == STRATA_OK && s->cfg.root_dtype == STRATA_STATE_BF16)
+        optim_bf16_round_n(root, ws->stage, ne);
+    else if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, root, ws->stage, bytes);
     return st;
 }
 
@@ -755,6 +816,9 @@ strata_status strata_shampoo_block_factors(const strata_shampoo_state *s, int b,
 {
     if (!s || b < 0 || b >= s->nblocks)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_block_factors: bad block %d", b);
+    if (s->cfg.factor_dtype != STRATA_STATE_F32)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "shampoo_block_factors: the factors are "
+                            "stored as bfloat16 (factor_dtype), not float32");
     const shampoo_block *blk = &s->blocks[b];
     if (rows)
         *rows = blk->rows;
@@ -797,6 +861,38 @@ strata_status strata_shampoo_apply(strata_shampoo_state *s, float lr_scale, int6
     if (st != STRATA_OK)
         return st;
     return apply(s, lr_scale, t, w, g, cnt);
+}
+
+/* P = L_inv M R_inv with bfloat16 roots: tmp = L_inv M by row panels of
+ * L_inv (contiguous), then P by column panels of R_inv (gathered into a
+ * dim x k panel). Host loops over backend memory (bf16: host-addressable). */
+static strata_status precondition_bf16(strata_shampoo_state *s, const shampoo_block *b,
+                                       const float *mb, int ld, float *pb)
+{
+    const unsigned char *li = (const unsigned char *)b->L_inv;
+    const int r = b->rows, q = b->cols;
+    const int kr = optim_bf16_panel_rows(r);
+    for (int i = 0; i < r; i += kr) {
+        const int kk = r - i < kr ? r - i : kr;
+        optim_bf16_widen_n(s->wide, li + (size_t)i * r * 2, (size_t)kk * r);
+        strata_status st = strata_backend_sgemm(s->be, 0, 0, kk, q, r, 1.0f, s->wide, r, mb, ld,
+                                                0.0f, s->tmp + (size_t)i * q, q);
+        if (st != STRATA_OK)
+            return st;
+    }
+    const unsigned char *ri = (const unsigned char *)b->R_inv;
+    const int kc = optim_bf16_panel_rows(q);
+    for (int j = 0; j < q; j += kc) {
+        const int kk = q - j < kc ? q - j : kc;
+        for (int p = 0; p < q; p++)
+            optim_bf16_widen_n(s->wide + (size_t)p * kk, ri + ((size_t)p * q + j) * 2,
+                               (size_t)kk);
+        strata_status st = strata_backend_sgemm(s->be, 0, 0, r, kk, q, 1.0f, s->tmp, q, s->wide,
+                                                kk, 0.0f, pb + j, ld);
+        if (st != STRATA_OK)
+            return st;
+    }
+    return STRATA_OK;
 }
 
 static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, float *w,
@@ -855,11 +951,15 @@ static strata_status apply(strata_shampoo_state *s, float lr_scale, int64_t t, f
             continue;
         }
         const float *mb = m_hat + b->r0 * ld + b->c0;
-        st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv, b->rows,
-                                  mb, (int)ld, 0.0f, s->tmp, b->cols);
-        if (st == STRATA_OK)
-            st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
-                                      b->cols, b->R_inv, b->cols, 0.0f, pb, (int)ld);
+        if (c->root_dtype == STRATA_STATE_BF16)
+            st = precondition_bf16(s, b, mb, (int)ld, pb);
+        else {
+            st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->rows, 1.0f, b->L_inv,
+                                      b->rows, mb, (int)ld, 0.0f, s->tmp, b->cols);
+            if (st == STRATA_OK)
+                st = strata_backend_sgemm(s->be, 0, 0, b->rows, b->cols, b->cols, 1.0f, s->tmp,
+                                          b->cols, b->R_inv, b->cols, 0.0f, pb, (int)ld);
+        }
         if (st != STRATA_OK)
             return st;
         if (c->grafting != STRATA_GRAFT_NONE) {
@@ -1014,32 +1114,41 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     const int64_t rows = sh->rows, cols = sh->cols, d = c->max_preconditioner_dim;
     const int64_t nbr = (rows + d - 1) / d, nbc = (cols + d - 1) / d;
     const size_t n = (size_t)rows * (size_t)cols;
-    size_t factors = 0, tmp = 0;
+    const strata_state_dtype fd = c->factor_dtype, rd = c->root_dtype;
+    const size_t res = optim_state_elem(rd);
+    size_t factors = 0, factor_floats = 0, tmp = 0, maxdim = 1;
     int nb = 0;
     for (int64_t bi = 0; bi < nbr; bi++)
         for (int64_t bj = 0; bj < nbc; bj++) {
             const size_t r = (size_t)((rows - bi * d) < d ? rows - bi * d : d);
             const size_t q = (size_t)((cols - bj * d) < d ? cols - bj * d : d);
-            factors += r * r + q * q;
+            factors += (r * r + q * q) * optim_state_elem(fd);
+            factor_floats += optim_state_floats(fd, r * r) + optim_state_floats(fd, q * q);
             tmp = r * q > tmp ? r * q : tmp;
+            maxdim = r > maxdim ? r : maxdim;
+            maxdim = q > maxdim ? q : maxdim;
             if (blocks && nb < cap)
                 blocks[nb] = (strata_precond_block){
-                    .slot_bytes = (r * r + q * q) * sizeof(float),
+                    .slot_bytes = (r * r + q * q) * res,
                     .max_dim = (int)(r > q ? r : q),
                     .n_parts = 2,
-                    .part_bytes = {r * r * sizeof(float), q * q * sizeof(float)},
+                    .part_offset = {0, r * r * res},
+                    .part_bytes = {r * r * res, q * q * res},
                 };
             nb++;
         }
     const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
                need_b = c->momentum > 0.0f;
-    const size_t floats = factors + n * ((size_t)need_m + (size_t)need_a + (size_t)need_b) +
-                          16 * (size_t)(4 * nb + 4);
+    const bool any_bf16 = fd == STRATA_STATE_BF16 || rd == STRATA_STATE_BF16;
+    const size_t floats = factor_floats +
+                          n * ((size_t)need_m + (size_t)need_a + (size_t)need_b) +
+                          (any_bf16 ? optim_bf16_panel_floats((int)maxdim) : 0) +
+                          16 * (size_t)(4 * nb + 5);
     out->step_scratch = (3 * ((n + 15) / 16 * 16) + (tmp + 15) / 16 * 16) * sizeof(float);
-    out->device[STRATA_LEDGER_FACTORS] = factors * sizeof(float);
+    out->device[STRATA_LEDGER_FACTORS] = factors;
     out->device[STRATA_LEDGER_GRAFTING] = need_a ? n * sizeof(float) : 0;
     out->device[STRATA_LEDGER_MOMENTS] = ((size_t)need_m + (size_t)need_b) * n * sizeof(float);
-    out->device[STRATA_LEDGER_WORKSPACE] = (floats - factors) * sizeof(float) -
+    out->device[STRATA_LEDGER_WORKSPACE] = floats * sizeof(float) - factors -
                                            out->device[STRATA_LEDGER_GRAFTING] -
                                            out->device[STRATA_LEDGER_MOMENTS];
     return nb;
@@ -1073,8 +1182,9 @@ static void fam_block(const void *state, int b, strata_precond_block *out)
 {
     const strata_shampoo_state *s = state;
     const shampoo_block *blk = &s->blocks[b];
-    const size_t nl = (size_t)blk->rows * blk->rows * sizeof(float);
-    const size_t nr = (size_t)blk->cols * blk->cols * sizeof(float);
+    const size_t res = optim_state_elem(s->cfg.root_dtype);
+    const size_t nl = (size_t)blk->rows * blk->rows * res;
+    const size_t nr = (size_t)blk->cols * blk->cols * res;
     *out = (strata_precond_block){
         .slot_bytes = nl + nr,
         .max_dim = blk->rows > blk->cols ? blk->rows : blk->cols,
@@ -1098,16 +1208,32 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     return update_factors(s, g, cnt);
 }
 
+/* The slot holds the factors in the root dtype (fam_block): copied as
+ * stored, or converted (host loops: bf16 runs on host-addressable backends
+ * only). */
+static strata_status snapshot_part(const strata_shampoo_state *s, unsigned char *dst,
+                                   const float *fac, size_t ne)
+{
+    const strata_state_dtype fd = s->cfg.factor_dtype, rd = s->cfg.root_dtype;
+    if (fd == rd)
+        return strata_backend_copy(s->be, dst, fac, ne * optim_state_elem(fd));
+    if (rd == STRATA_STATE_BF16)
+        optim_bf16_round_n(dst, fac, ne);
+    else
+        optim_bf16_widen_n((float *)(void *)dst, fac, ne);
+    return STRATA_OK;
+}
+
 static strata_status fam_snapshot(const void *state, int b, void *slot)
 {
     const strata_shampoo_state *s = state;
     const shampoo_block *blk = &s->blocks[b];
     const size_t nl = (size_t)blk->rows * blk->rows;
-    float *dst = slot;
-    strata_status st = strata_backend_copy(s->be, dst, blk->L, nl * sizeof(float));
+    unsigned char *dst = slot;
+    strata_status st = snapshot_part(s, dst, blk->L, nl);
     if (st == STRATA_OK)
-        st = strata_backend_copy(s->be, dst + nl, blk->R,
-                                 (size_t)blk->cols * blk->cols * sizeof(float));
+        st = snapshot_part(s, dst + nl * optim_state_elem(s->cfg.root_dtype), blk->R,
+                           (size_t)blk->cols * blk->cols);
     return st;
 }
 
@@ -1115,16 +1241,24 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
 static strata_status fam_snapshot_async(const void *state, int b, void *slot, strata_stream *st)
 {
     const strata_shampoo_state *s = state;
+    if (s->cfg.factor_dtype != s->cfg.root_dtype)
+        return fam_snapshot(state, b, slot); /* a conversion: host-addressable memory */
     const shampoo_block *blk = &s->blocks[b];
+    const size_t e = optim_state_elem(s->cfg.root_dtype);
     const size_t nl = (size_t)blk->rows * blk->rows;
-    float *dst = slot;
+    unsigned char *dst = slot;
     strata_status r =
-        strata_backend_copy_async(s->be, dst, blk->L, nl * sizeof(float), STRATA_COPY_D2H, st);
+        strata_backend_copy_async(s->be, dst, blk->L, nl * e, STRATA_COPY_D2H, st);
     if (r == STRATA_OK)
-        r = strata_backend_copy_async(s->be, dst + nl, blk->R,
-                                      (size_t)blk->cols * blk->cols * sizeof(float),
-                                      STRATA_COPY_D2H, st);
+        r = strata_backend_copy_async(s->be, dst + nl * e, blk->R,
+                                      (size_t)blk->cols * blk->cols * e, STRATA_COPY_D2H, st);
     return r;
+}
+
+/* Doubles of a float32 n x n stage, rounded up to 64 bytes. */
+static size_t stage_doubles(int n)
+{
+    return ((size_t)n * n / 2 + 1 + 7) / 8 * 8;
 }
 
 static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
@@ -1132,9 +1266,31 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
 {
     const strata_shampoo_state *s = state;
     const shampoo_block *blk = &s->blocks[b];
-    float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
-    strata_status sl = strata_shampoo_factor_root(&s->cfg, 0, blk->rows, L, L, work, iwork, cnt);
-    strata_status sr = strata_shampoo_factor_root(&s->cfg, 1, blk->cols, R, R, work, iwork, cnt);
+    strata_status sl, sr;
+    if (s->cfg.root_dtype == STRATA_STATE_BF16) {
+        /* A bfloat16 slot: each part widened into the float32 stage at the
+         * start of work (fam_work_doubles), its root rounded back. */
+        const int md = blk->rows > blk->cols ? blk->rows : blk->cols;
+        float *stage = (float *)(void *)work;
+        double *w2 = work + stage_doubles(md);
+        unsigned char *part = slot;
+        strata_status r[2];
+        for (int f = 0; f < 2; f++) {
+            const int dim = f == 0 ? blk->rows : blk->cols;
+            const size_t ne = (size_t)dim * dim;
+            optim_bf16_widen_n(stage, part, ne);
+            r[f] = strata_shampoo_factor_root(&s->cfg, f, dim, stage, stage, w2, iwork, cnt);
+            if (r[f] == STRATA_OK)
+                optim_bf16_round_n(part, stage, ne);
+            part += ne * 2;
+        }
+        sl = r[0];
+        sr = r[1];
+    } else {
+        float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
+        sl = strata_shampoo_factor_root(&s->cfg, 0, blk->rows, L, L, work, iwork, cnt);
+        sr = strata_shampoo_factor_root(&s->cfg, 1, blk->cols, R, R, work, iwork, cnt);
+    }
     *failed = (sl != STRATA_OK ? 1u : 0u) | (sr != STRATA_OK ? 2u : 0u);
     if (sl != STRATA_OK && sr != STRATA_OK)
         return strata_error(STRATA_ERR_LINALG, "shampoo: both inverse roots of block %d failed", b);
@@ -1143,7 +1299,9 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
 
 static size_t fam_work_doubles(int n)
 {
-    return strata_inv_root_work_doubles(n);
+    /* The table's slot cannot see the configuration: every configuration
+     * gets the bfloat16 refresh's float32 stage (stage_doubles). */
+    return stage_doubles(n) + strata_inv_root_work_doubles(n);
 }
 
 static size_t fam_work_ints(int n)
@@ -1158,19 +1316,20 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
 {
     strata_shampoo_state *s = state;
     shampoo_block *blk = &s->blocks[b];
-    const float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
+    const size_t res = optim_state_elem(s->cfg.root_dtype);
+    const float *L = slot;
+    const float *R = (const float *)(const void *)((const unsigned char *)slot +
+                                                   (size_t)blk->rows * blk->rows * res);
     if (s->external_roots)
         return strata_shampoo_block_set_roots(s, b, (have & 1u) ? L : NULL,
                                               (have & 2u) ? R : NULL);
     strata_status st = STRATA_OK;
     if (!(failed & 1u)) {
-        st = strata_backend_copy(s->be, blk->L_inv_own, L,
-                                 (size_t)blk->rows * blk->rows * sizeof(float));
+        st = strata_backend_copy(s->be, blk->L_inv_own, L, (size_t)blk->rows * blk->rows * res);
         blk->has_root[0] = st == STRATA_OK;
     }
     if (st == STRATA_OK && !(failed & 2u)) {
-        st = strata_backend_copy(s->be, blk->R_inv_own, R,
-                                 (size_t)blk->cols * blk->cols * sizeof(float));
+        st = strata_backend_copy(s->be, blk->R_inv_own, R, (size_t)blk->cols * blk->cols * res);
         blk->has_root[1] = st == STRATA_OK;
     }
     return st;
@@ -1247,11 +1406,15 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 #define PUT(name, idx, r, c, ptr) PUT_AS(name, idx, STRATA_F32, r, c, STRATA_TIER_DEVICE, ptr)
     for (int b = 0; b < s->nblocks; b++) {
         const shampoo_block *blk = &s->blocks[b];
-        PUT("L", b, blk->rows, blk->rows, blk->L);
-        PUT("R", b, blk->cols, blk->cols, blk->R);
+        const strata_dtype fdt = s->cfg.factor_dtype == STRATA_STATE_BF16 ? STRATA_BF16
+                                                                              : STRATA_F32;
+        const strata_dtype rdt = s->cfg.root_dtype == STRATA_STATE_BF16 ? STRATA_BF16
+                                                                          : STRATA_F32;
+        PUT_AS("L", b, fdt, blk->rows, blk->rows, STRATA_TIER_DEVICE, blk->L);
+        PUT_AS("R", b, fdt, blk->cols, blk->cols, STRATA_TIER_DEVICE, blk->R);
         if (!s->external_roots) {
-            PUT("L_inv", b, blk->rows, blk->rows, blk->L_inv_own);
-            PUT("R_inv", b, blk->cols, blk->cols, blk->R_inv_own);
+            PUT_AS("L_inv", b, rdt, blk->rows, blk->rows, STRATA_TIER_DEVICE, blk->L_inv_own);
+            PUT_AS("R_inv", b, rdt, blk->cols, blk->cols, STRATA_TIER_DEVICE, blk->R_inv_own);
         }
         PUT_AS("has_root", b, STRATA_BOOL, 1, 2, STRATA_TIER_HOST, blk->has_root);
     }
@@ -1324,6 +1487,11 @@ const strata_precond_family strata_family_shampoo = {
     .state_per_param = 8,
     .failure_hint = fam_failure_hint,
     .ema_horizon = fam_ema_horizon,
+    .has_state_dtype = {[STRATA_STATE_KIND_FACTORS] = true, [STRATA_STATE_KIND_ROOTS] = true},
+    .state_dtype_offset = {[STRATA_STATE_KIND_FACTORS] = offsetof(strata_shampoo_config,
+                                                                  factor_dtype),
+                           [STRATA_STATE_KIND_ROOTS] = offsetof(strata_shampoo_config,
+                                                                root_dtype)},
     .create = fam_create,
     .destroy = fam_destroy,
     .bytes = fam_bytes,

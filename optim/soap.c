@@ -13,6 +13,11 @@
  * elementwise work is backend ops (backend/ops.h), a refresh copies its
  * inputs to the staging area and the new basis back.
  *
+ * factor_dtype BF16: the factors are stored as bfloat16 (strata_state_dtype)
+ * and updated by widened panels (optim_bf16_syrk); snapshots and the
+ * synchronous refresh widen them to float32; eigenbases and moments stay
+ * float32.
+ *
  * Invariants: V's and M's entry (i, j) always belong to column i of Q_L and
  * column j of Q_R (a refresh permutes V with the columns and carries M to
  * the new basis, install_side; a failed refresh changes none of them);
@@ -64,6 +69,8 @@ struct strata_soap_state {
     double *work; /* host float64 LAPACK workspace */
     int *iwork;   /* host: LAPACK ints, then both sides' permutations */
     float *stage; /* host 3 maxdim^2: factor, old basis, new basis (sync refresh) */
+    float *wide;  /* optim_bf16_panel_floats(maxdim): a widened panel of a bfloat16 factor
+                     (factor_dtype BF16; else NULL) */
 };
 
 void strata_soap_config_default(strata_soap_config *c)
@@ -80,6 +87,7 @@ void strata_soap_config_default(strata_soap_config *c)
     c->precondition_1d = false;
     c->normalize_grads = false;
     c->correct_bias = true;
+    c->factor_dtype = STRATA_STATE_F32;
 }
 
 strata_status strata_soap_config_check(const strata_soap_config *c)
@@ -99,6 +107,10 @@ strata_status strata_soap_config_check(const strata_soap_config *c)
     OPTIM_CHECK(st, optim_check_int(n, "refresh_offset", c->refresh_offset, 0,
                                     (long long)c->precondition_frequency - 1));
     OPTIM_CHECK(st, optim_check_int(n, "max_precond_dim", c->max_precond_dim, 0, INT32_MAX));
+    OPTIM_CHECK(st, optim_check_state_dtype(n, "factor_dtype", c->factor_dtype));
+    OPTIM_CHECK(st, optim_check_bf16_ema(n, "factor_dtype", c->factor_dtype,
+                                         c->shampoo_beta >= 0.0f ? "shampoo_beta" : "beta2",
+                                         c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2));
     return st;
 }
 
@@ -110,6 +122,10 @@ static strata_status check_config(const strata_soap_config *c)
 static strata_status soap_create(const strata_soap_config *c, strata_backend *be, int64_t rows,
                                  int64_t cols, bool rot0, bool rot1, strata_soap_state **out)
 {
+    strata_status bst = optim_check_bf16_backend("soap", be,
+                                                 c->factor_dtype == STRATA_STATE_BF16);
+    if (bst != STRATA_OK)
+        return bst;
     strata_soap_state *s = calloc(1, sizeof *s);
     if (!s)
         return strata_error(STRATA_ERR_NOMEM, "soap: out of memory");
@@ -128,12 +144,17 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     for (int k = 0; k < 2; k++)
         if (s->side[k].rotated) {
             int d = s->side[k].dim;
-            floats += 2 * (size_t)d * d + (size_t)d; /* factor, q, perm_dev (int32) */
+            /* factor, q, perm_dev (int32) */
+            floats += optim_state_floats(c->factor_dtype, (size_t)d * d) + (size_t)d * d +
+                      (size_t)d;
             maxdim = d > maxdim ? d : maxdim;
             perm_ints += d;
         }
     floats += 4 * n;
-    floats += 16 * 10; /* every carved piece starts 64-byte aligned */
+    const bool bf16 = c->factor_dtype == STRATA_STATE_BF16;
+    const size_t wide_floats = bf16 && maxdim > 0 ? optim_bf16_panel_floats(maxdim) : 0;
+    floats += wide_floats;
+    floats += 16 * 11; /* every carved piece starts 64-byte aligned */
     s->mem_bytes = floats * sizeof(float);
     strata_status st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -142,7 +163,8 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     for (int k = 0; k < 2; k++)
         if (s->side[k].rotated) {
             int d = s->side[k].dim;
-            s->side[k].factor = optim_carve(&p, (size_t)d * d);
+            s->side[k].factor = optim_carve(&p, optim_state_floats(c->factor_dtype,
+                                                                   (size_t)d * d));
             s->side[k].q = optim_carve(&p, (size_t)d * d);
             _Static_assert(sizeof(int) == sizeof(float), "int32 permutation in float slots");
             s->side[k].perm_dev = (int *)optim_carve(&p, (size_t)d);
@@ -155,6 +177,7 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     s->exp_avg_sq = optim_carve(&p, n);
     s->buf[0] = optim_carve(&p, n);
     s->buf[1] = optim_carve(&p, n);
+    s->wide = wide_floats ? optim_carve(&p, wide_floats) : NULL;
     {
         /* The ledger: factors, bases (+ permutations), moments; the rest of
          * the allocation (two full-size buffers, padding) is workspace. */
@@ -163,7 +186,7 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
         for (int k = 0; k < 2; k++)
             if (s->side[k].rotated) {
                 const size_t d = (size_t)s->side[k].dim;
-                fb += d * d * sizeof(float);
+                fb += d * d * optim_state_elem(c->factor_dtype);
                 qb += (d * d + d) * sizeof(float);
             }
         const size_t mb = 2 * n * sizeof(float);
@@ -281,6 +304,9 @@ strata_status strata_soap_side(const strata_soap_state *s, int side, int *dim,
     const soap_side *sd = &s->side[side];
     if (dim)
         *dim = sd->dim;
+    if (factor && s->cfg.factor_dtype != STRATA_STATE_F32)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "soap_side: the factors are stored as "
+                            "bfloat16 (factor_dtype), not float32");
     if (factor)
         *factor = sd->rotated ? sd->factor : NULL;
     if (q)
@@ -451,10 +477,18 @@ static strata_status update_factors_core(strata_soap_state *s, const float *g,
     double t0 = strata_now_seconds();
     const float b = shampoo_beta(&s->cfg);
     const int m = (int)s->rows, n = (int)s->cols;
-    if (s->side[0].rotated)
-        st = strata_backend_ssyrk(s->be, 0, m, n, 1.0f - b, g, n, b, s->side[0].factor, m);
-    if (st == STRATA_OK && s->side[1].rotated)
-        st = strata_backend_ssyrk(s->be, 1, n, m, 1.0f - b, g, n, b, s->side[1].factor, n);
+    if (s->cfg.factor_dtype == STRATA_STATE_BF16) {
+        /* float32 sums on widened panels, stored rounded (optim_internal.h) */
+        if (s->side[0].rotated)
+            st = optim_bf16_syrk(s->be, 0, m, n, 1.0f - b, g, n, b, s->side[0].factor, s->wide);
+        if (st == STRATA_OK && s->side[1].rotated)
+            st = optim_bf16_syrk(s->be, 1, n, m, 1.0f - b, g, n, b, s->side[1].factor, s->wide);
+    } else {
+        if (s->side[0].rotated)
+            st = strata_backend_ssyrk(s->be, 0, m, n, 1.0f - b, g, n, b, s->side[0].factor, m);
+        if (st == STRATA_OK && s->side[1].rotated)
+            st = strata_backend_ssyrk(s->be, 1, n, m, 1.0f - b, g, n, b, s->side[1].factor, n);
+    }
     if (cnt)
         cnt->seconds_factors += strata_now_seconds() - t0;
     return st;
@@ -562,6 +596,18 @@ strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, con
     return st;
 }
 
+/* Side k's factor as float32 into host memory `out` (dim^2 floats): a copy,
+ * or widened from bfloat16 (a host loop: bf16 runs on the cpu backend). */
+static strata_status factor_f32(const strata_soap_state *s, int k, float *out)
+{
+    const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
+    if (s->cfg.factor_dtype == STRATA_STATE_BF16) {
+        optim_bf16_widen_n(out, s->side[k].factor, dd);
+        return STRATA_OK;
+    }
+    return strata_backend_copy(s->be, out, s->side[k].factor, dd * sizeof(float));
+}
+
 strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt)
 {
     if (!s)
@@ -576,7 +622,7 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
          * area, the new basis back. */
         const size_t dd = (size_t)sd->dim * sd->dim;
         float *f = s->stage, *q_old = f + dd, *q_new = q_old + dd;
-        strata_status st = strata_backend_copy(s->be, f, sd->factor, dd * sizeof(float));
+        strata_status st = factor_f32(s, k, f);
         if (st == STRATA_OK && !first)
             st = strata_backend_copy(s->be, q_old, sd->q, dd * sizeof(float));
         if (st == STRATA_OK) {
@@ -755,7 +801,7 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
         if (!s->side[k].rotated)
             continue;
         const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
-        st = strata_backend_copy(s->be, p, s->side[k].factor, dd * sizeof(float));
+        st = factor_f32(s, k, p);
         if (st == STRATA_OK)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd * sizeof(float));
         p += 3 * dd;
@@ -890,7 +936,8 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
         const soap_side *sd = &s->side[k];
         if (!sd->rotated)
             continue;
-        PUT("factor", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->factor);
+        PUT("factor", k, s->cfg.factor_dtype == STRATA_STATE_BF16 ? STRATA_BF16 : STRATA_F32,
+            sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->factor);
         PUT("q", k, STRATA_F32, sd->dim, sd->dim, STRATA_TIER_DEVICE, sd->q);
         PUT("perm", k, STRATA_I32, 1, sd->dim, STRATA_TIER_HOST, sd->perm);
         PUT("has_perm", k, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &sd->has_perm);
@@ -936,20 +983,24 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     memset(out, 0, sizeof *out);
     const int64_t dims[2] = {sh->rows, sh->cols};
     const size_t n = (size_t)sh->rows * (size_t)sh->cols;
-    size_t fb = 0, qb = 0, slot = 0, part[2] = {0, 0};
+    size_t fb = 0, qb = 0, slot = 0, part[2] = {0, 0}, factor_floats = 0;
     int maxdim = 0, perm_ints = 0;
     for (int k = 0; k < 2; k++) {
         const int64_t d = dims[k];
         if (!(d > 1 && d <= c->max_precond_dim))
             continue;
         part[k] = (size_t)d * d * sizeof(float);
-        fb += (size_t)d * d * sizeof(float);
+        fb += (size_t)d * d * optim_state_elem(c->factor_dtype);
+        factor_floats += optim_state_floats(c->factor_dtype, (size_t)d * d);
         qb += ((size_t)d * d + (size_t)d) * sizeof(float);
         slot += 3 * (size_t)d * d * sizeof(float) + (size_t)d * sizeof(int);
         maxdim = (int)d > maxdim ? (int)d : maxdim;
         perm_ints += (int)d;
     }
-    const size_t mem = (fb + qb + 4 * n * sizeof(float)) + 16 * 10 * sizeof(float);
+    const size_t wide = c->factor_dtype == STRATA_STATE_BF16 && maxdim > 0
+                            ? optim_bf16_panel_floats(maxdim) : 0;
+    const size_t mem =
+        (factor_floats + wide + 4 * n) * sizeof(float) + qb + 16 * 11 * sizeof(float);
     out->device[STRATA_LEDGER_FACTORS] = fb;
     out->device[STRATA_LEDGER_ROOTS] = qb;
     out->device[STRATA_LEDGER_MOMENTS] = 2 * n * sizeof(float);
@@ -975,6 +1026,9 @@ static double fam_ema_horizon(const void *cfg)
 
 const strata_precond_family strata_family_soap = {
     .ema_horizon = fam_ema_horizon,
+    .has_state_dtype = {[STRATA_STATE_KIND_FACTORS] = true},
+    .state_dtype_offset = {[STRATA_STATE_KIND_FACTORS] = offsetof(strata_soap_config,
+                                                                  factor_dtype)},
     .name = "soap",
     .refresh_noun = "eigenbasis refreshes",
     .has_refresh = fam_true,

@@ -71,6 +71,8 @@
     X(shampoo_inverse_exponent_override0, shampoo.inverse_exponent_override[0], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_inverse_exponent_override1, shampoo.inverse_exponent_override[1], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback) or auto") \
+    X(shampoo_factor_dtype, shampoo.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of L and R: f32 (default) or bf16") \
+    X(shampoo_root_dtype, shampoo.root_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the inverse roots: f32 (default) or bf16") \
     X(muon_lr, muon.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.02") \
     X(muon_momentum, muon.momentum, FLOAT, CKPT, "muon-momentum", "muon_momentum", "", "mu in [0, 1)") \
     X(muon_nesterov, muon.nesterov, BOOL, CKPT, NULL, NULL, "", "default true") \
@@ -96,6 +98,7 @@
     X(soap_precondition_1d, soap.precondition_1d, BOOL, CKPT, NULL, NULL, "", "rotate 1-D tensors (create_vector)") \
     X(soap_normalize_grads, soap.normalize_grads, BOOL, CKPT, NULL, NULL, "", "RMS-normalize N; default false") \
     X(soap_correct_bias, soap.correct_bias, BOOL, CKPT, NULL, NULL, "", "Adam bias correction") \
+    X(soap_factor_dtype, soap.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the factors: f32 (default) or bf16") \
     X(kl_shampoo_form, kl_shampoo.form, ENUM, CKPT, "kl-form", "kl_form", "", "default STRATA_KL_EIGENBASIS") \
     X(kl_shampoo_lr, kl_shampoo.lr, FLOAT, CKPT, NULL, NULL, "", "default 1e-4") \
     X(kl_shampoo_beta1, kl_shampoo.beta1, FLOAT, CKPT, NULL, NULL, "", "momentum EMA; default 0.9") \
@@ -162,7 +165,10 @@
     X(log_level, log_level, ENUM, NOCKPT, NULL, NULL, "", "default STRATA_LOG_WARN") \
     X(log_fn, log_fn, PTR, NOCKPT, NULL, NULL, "", "NULL = stderr") \
     X(log_user, log_user, PTR, NOCKPT, NULL, NULL, "", "") \
-    X(stale_correction, stale_correction, ENUM, NOCKPT, "stale-correction", "stale_correction", "", "the safety valve (async): off (default, wait) or newton")
+    X(stale_correction, stale_correction, ENUM, NOCKPT, "stale-correction", "stale_correction", "", "the safety valve (async): off (default, wait) or newton") \
+    X(state_dtype_factors, state_dtype_factors, ENUM, CKPT, "state-dtype-factors", "state_dtype_factors", "", "storage of the factors: f32 (default) or bf16") \
+    X(state_dtype_roots, state_dtype_roots, ENUM, CKPT, "state-dtype-roots", "state_dtype_roots", "", "storage of the inverse roots / eigenbases: f32 (default) or bf16") \
+    X(state_dtype_moments, state_dtype_moments, ENUM, CKPT, "state-dtype-moments", "state_dtype_moments", "", "storage of the moments: f32 (default) or bf16")
 
 
 typedef enum strata_cfg_kind {

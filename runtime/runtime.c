@@ -184,9 +184,33 @@ static int family_default_frequency(const strata_precond_family *f)
     return *family_frequency(f, scratch.bytes);
 }
 
+/* strata_config.state_dtype_<kind>, by STRATA_STATE_KIND_*. */
+static strata_state_dtype state_dtype_of(const strata_config *c, int kind)
+{
+    return kind == STRATA_STATE_KIND_FACTORS ? c->state_dtype_factors
+           : kind == STRATA_STATE_KIND_ROOTS ? c->state_dtype_roots
+                                             : c->state_dtype_moments;
+}
+
+static const char *const state_kind_field[STRATA_STATE_KINDS] = {
+    "state_dtype_factors", "state_dtype_roots", "state_dtype_moments"};
+
 static void config_resolve(strata_config *c)
 {
     const int freq = c->precondition_frequency;
+    /* The storage dtypes into every family that has the field (a BF16 the
+     * family's own copy already holds is kept when the runtime's is F32). */
+    for (int k = 0; k < strata_family_count(); k++) {
+        const void *fc;
+        const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
+        if (!f || strata_family_row_of((strata_optimizer)k)->builtin < 0)
+            continue;
+        for (int kind = 0; kind < STRATA_STATE_KINDS; kind++) {
+            const strata_state_dtype d = state_dtype_of(c, kind);
+            if (f->has_state_dtype[kind] && d == STRATA_STATE_BF16)
+                memcpy((char *)fc + f->state_dtype_offset[kind], &d, sizeof d);
+        }
+    }
     for (int k = 0; k < strata_family_count(); k++) {
         const void *fc;
         const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
@@ -220,6 +244,27 @@ static strata_status check_config(const strata_config *given)
 {
     strata_status st = cfg_int("precondition_frequency", given->precondition_frequency, 0,
                                INT32_MAX);
+    for (int kind = 0; kind < STRATA_STATE_KINDS; kind++)
+        CFG_CHECK(st, cfg_int(state_kind_field[kind], (long long)state_dtype_of(given, kind),
+                              STRATA_STATE_F32, STRATA_STATE_BF16));
+    if (st != STRATA_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "strata_create: %s", why);
+    }
+    {
+        const void *mc;
+        const strata_precond_family *mf = family_for(given, given->matrix_optimizer, &mc);
+        for (int kind = 0; mf && kind < STRATA_STATE_KINDS && st == STRATA_OK; kind++)
+            if (state_dtype_of(given, kind) != STRATA_STATE_F32 && !mf->has_state_dtype[kind])
+                st = strata_error(STRATA_ERR_UNSUPPORTED,
+                                  "strata_create: strata_config.%s = bf16: the matrix optimizer "
+                                  "%s cannot store that state in bfloat16 (supported: shampoo's "
+                                  "factors and roots, soap's factors); leave it f32",
+                                  state_kind_field[kind], mf->name);
+        if (st != STRATA_OK)
+            return st;
+    }
     strata_config resolved = *given;
     config_resolve(&resolved);
     const strata_config *c = &resolved;

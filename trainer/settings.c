@@ -61,6 +61,10 @@ const gpt_enum_name gpt_data_format_names[] = {
     {"tokens", GPT_TRAIN_DATA_TOKENS}, {NULL, 0},
 };
 
+const gpt_enum_name gpt_state_dtype_names[] = {
+    {"f32", STRATA_STATE_F32}, {"bf16", STRATA_STATE_BF16}, {NULL, 0},
+};
+
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback)
 {
     for (; names->name; names++)

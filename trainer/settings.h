@@ -29,6 +29,7 @@ typedef struct gpt_enum_name {
 
 extern const gpt_enum_name gpt_grafting_names[];       /* strata_grafting */
 extern const gpt_enum_name gpt_root_method_names[];    /* strata_root_method */
+extern const gpt_enum_name gpt_state_dtype_names[];    /* strata_state_dtype */
 extern const gpt_enum_name gpt_muon_scale_names[];     /* strata_muon_scale */
 extern const gpt_enum_name gpt_muon_momentum_form_names[]; /* strata_muon_momentum_form */
 extern const gpt_enum_name gpt_ns_schedule_names[];    /* strata_ns_schedule */

@@ -190,6 +190,34 @@ typedef enum strata_root_method {
  * tridiagonalization does not). */
 #define STRATA_ROOT_AUTO_MIN_DIM 0x7fffffff
 
+/* How a kind of second-order state is stored (issue #21 item 5). BF16:
+ * bfloat16 (1 sign, 8 exponent, 7 fraction bits: float32's range, 2^-8
+ * relative precision), rounded to nearest, ties to even (IEEE 754-2008
+ * roundTiesToEven, as Intel's "BFLOAT16 - Hardware Numerics Definition",
+ * 2018, section 2), widened exactly to float32 when read; every product and
+ * every eigendecomposition still runs in float32 / float64. Halves the
+ * bytes of that kind. fp16 is not offered: its range (65504) is below the
+ * factors' (sums of squared gradients), which the overflow rule
+ * (strata_optim_counters.overflow_skipped) bounds by float32's.
+ * The rule for accumulated state: an EMA x <- b x + (1 - b) y stored in
+ * bfloat16 loses every increment below half an ulp, 2^-9 of x, so once
+ * (1 - b) < 2^-8 a new y that is not far above x no longer moves x at all
+ * (round to nearest stalls the sum; Zamirai et al. 2020, "Revisiting
+ * BFloat16 Training", arXiv 2010.06192, section 3): BF16 factors need a
+ * factor EMA with b <= 1 - 2^-8 (0.99609375) and are refused for a running
+ * sum (b = 1, Shampoo's default). Roots and eigenbases are recomputed from
+ * the factors at every refresh (nothing accumulates in them): any b.
+ * BF16 state needs the CPU backend (its memory is host memory: the
+ * conversions are host loops); any other backend refuses it with
+ * STRATA_ERR_UNSUPPORTED. */
+typedef enum strata_state_dtype {
+    STRATA_STATE_F32 = 0,  /* default */
+    STRATA_STATE_BF16 = 1,
+} strata_state_dtype;
+
+/* The largest EMA factor b a BF16 factor accepts (1 - 2^-8; see above). */
+#define STRATA_STATE_BF16_MAX_BETA 0.99609375f
+
 typedef enum strata_grafting {
     STRATA_GRAFT_NONE = 0,    /* use L_inv M R_inv unscaled */
     STRATA_GRAFT_ADAM = 1,    /* default */
@@ -235,13 +263,16 @@ typedef struct strata_shampoo_config {
                                       none, as measured on a 2-core CPU).
                                       NEWTON needs exponents 1/4, 1/2 or 0 and no
                                       pseudo-inverse; AUTO uses EIGH where NEWTON cannot */
+    strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
+                                      BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
+    strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */
 } strata_shampoo_config;
 
 /* Fields of the struct above (an array counts one per element). Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_SHAMPOO_CONFIG_FIELDS 21
+#define STRATA_SHAMPOO_CONFIG_FIELDS 23
 
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
 
@@ -253,7 +284,9 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
  * max_preconditioner_dim >= 1; grafting known; pseudo_inverse_rtol and
  * inverse_exponent_override finite; use_pseudo_inverse only with
  * epsilon = epsilon_rel = 0; root_method known, and NEWTON only with
- * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false. Errors: STRATA_ERR_INVALID_ARG naming the
+ * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false; factor_dtype and
+ * root_dtype known, factor_dtype BF16 only with beta2 <= STRATA_STATE_BF16_MAX_BETA.
+ * Errors: STRATA_ERR_INVALID_ARG naming the
  * field ("shampoo.<field>"). */
 STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);
 
@@ -286,9 +319,11 @@ typedef struct strata_optim_counters {
 typedef struct strata_shampoo_state strata_shampoo_state;
 
 /* Create Shampoo state for a rows x cols matrix (rows, cols >= 1): factors,
- * roots (float32, device tier), grafting and momentum buffers, and a float64
- * eigen workspace. `be` must outlive the state.
- * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM. */
+ * roots (float32, or bfloat16 per factor_dtype / root_dtype; device tier),
+ * grafting and momentum buffers, and a float64 eigen workspace. `be` must
+ * outlive the state.
+ * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM,
+ * STRATA_ERR_UNSUPPORTED (bf16 state on a backend other than cpu). */
 STRATA_API strata_status strata_shampoo_state_create(const strata_shampoo_config *c,
                                                      strata_backend *be, int64_t rows,
                                                      int64_t cols, strata_shampoo_state **out);
@@ -811,13 +846,17 @@ typedef struct strata_soap_config {
     bool precondition_1d;       /* rotate 1-D tensors (create_vector); default false */
     bool normalize_grads;       /* RMS-normalize N; default false */
     bool correct_bias;          /* Adam bias correction; default true */
+    strata_state_dtype factor_dtype; /* storage of the factors (strata_state_dtype); default
+                                   F32. BF16 needs the factor EMA (shampoo_beta, or beta2)
+                                   <= STRATA_STATE_BF16_MAX_BETA; the eigenbases and the
+                                   moments stay float32 */
 } strata_soap_config;
 
 /* Fields of the struct above. Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_SOAP_CONFIG_FIELDS 12
+#define STRATA_SOAP_CONFIG_FIELDS 13
 
 STRATA_API void strata_soap_config_default(strata_soap_config *c);
 
@@ -825,7 +864,8 @@ STRATA_API void strata_soap_config_default(strata_soap_config *c);
  * and weight_decay finite and >= 0, beta1 and beta2 in [0, 1), shampoo_beta
  * finite and < 1 (negative: use beta2), eps finite and > 0 (it divides: 0
  * with a zero gradient is 0/0), precondition_frequency >= 1,
- * refresh_offset in [0, F), max_precond_dim >= 0. Errors:
+ * refresh_offset in [0, F), max_precond_dim >= 0, factor_dtype known (BF16
+ * only with a factor EMA <= STRATA_STATE_BF16_MAX_BETA). Errors:
  * STRATA_ERR_INVALID_ARG naming the field ("soap.<field>"). */
 STRATA_API strata_status strata_soap_config_check(const strata_soap_config *c);
 
@@ -833,9 +873,10 @@ typedef struct strata_soap_state strata_soap_state;
 
 /* Create SOAP state for a rows x cols matrix (rows, cols >= 1): factors and
  * eigenbases of the rotated sides, M, V and two rows x cols scratch buffers
- * (float32, one backend allocation), plus a host float64 workspace. `be`
- * must outlive the state.
- * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM. */
+ * (float32, one backend allocation; the factors bfloat16 with factor_dtype
+ * BF16), plus a host float64 workspace. `be` must outlive the state.
+ * Errors: STRATA_ERR_INVALID_ARG (shape, config out of range), STRATA_ERR_NOMEM,
+ * STRATA_ERR_UNSUPPORTED (bf16 factors on a backend other than cpu). */
 STRATA_API strata_status strata_soap_state_create(const strata_soap_config *c, strata_backend *be,
                                                   int64_t rows, int64_t cols,
                                                   strata_soap_state **out);

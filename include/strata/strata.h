@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 7
+#define STRATA_CONFIG_VERSION 8
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -227,6 +227,22 @@ typedef struct strata_config {
                                  its staleness may exceed F-1+S (counted:
                                  strata_stats.stale_*). Default OFF: waits, bit for bit
                                  as before. */
+    /* Storage of the matrix optimizer's second-order state, per kind
+     * (strata_state_dtype, strata/optim.h: F32 default, or BF16 rounded to
+     * nearest even and widened to float32 when read; compute stays
+     * float32/float64, eigendecompositions float64). Written into every
+     * family configuration that can store that kind in bfloat16 (a family's
+     * own field, e.g. shampoo.factor_dtype, is kept when this is F32).
+     * Supported: shampoo factors (needs shampoo.beta2 <= 1 - 2^-8: a
+     * bfloat16 running sum stops moving) and roots; soap factors (same
+     * rule for its factor EMA). A kind the matrix
+     * optimizer cannot store in bfloat16 is refused by strata_create
+     * (STRATA_ERR_UNSUPPORTED); AdamW's state (1-D parameters) stays
+     * float32. Recorded in checkpoints: resuming with other dtypes is
+     * refused, never converted. */
+    strata_state_dtype state_dtype_factors; /* Shampoo's L, R; SOAP's factors */
+    strata_state_dtype state_dtype_roots;   /* Shampoo's inverse roots */
+    strata_state_dtype state_dtype_moments; /* none supported yet */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -234,7 +250,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 37
+#define STRATA_CONFIG_FIELDS 40
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to

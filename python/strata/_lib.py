@@ -37,7 +37,8 @@ class ShampooConfig(Structure):
                 ("grafting_beta2", c_float), ("grafting_epsilon", c_float),
                 ("epsilon_rel", c_float), ("use_pseudo_inverse", c_bool),
                 ("pseudo_inverse_rtol", c_float), ("pseudo_inverse_atol", c_float),
-                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum)]
+                ("inverse_exponent_override", c_float * 2), ("root_method", c_enum),
+                ("factor_dtype", c_enum), ("root_dtype", c_enum)]
 
 
 class MuonConfig(Structure):
@@ -53,7 +54,8 @@ class SoapConfig(Structure):
                 ("shampoo_beta", c_float), ("eps", c_float), ("weight_decay", c_float),
                 ("precondition_frequency", c_int), ("refresh_offset", c_int),
                 ("max_precond_dim", c_int), ("precondition_1d", c_bool),
-                ("normalize_grads", c_bool), ("correct_bias", c_bool)]
+                ("normalize_grads", c_bool), ("correct_bias", c_bool),
+                ("factor_dtype", c_enum)]
 
 
 class KLShampooConfig(Structure):
@@ -100,11 +102,13 @@ class Config(Structure):
                 ("comm", c_void_p), ("sharding", c_enum), ("shard_group_size", c_int),
                 ("average_gradients", c_bool), ("grad_bucket_bytes", c_size_t),
                 ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
-                ("stale_correction", c_enum)]
+                ("stale_correction", c_enum),
+                ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
+                ("state_dtype_moments", c_enum)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 7
+CONFIG_VERSION = 8
 
 
 class ParamDesc(Structure):
@@ -298,6 +302,12 @@ ENUMS = {
     "roots_tier": {"device": 0, "host": 1, "nvme": 2},
     "sharding": {"owner": 0, "gather": 1, "zero1": 2},
     "log_level": {"error": 0, "warn": 1, "info": 2, "debug": 3},
+    # strata_state_dtype: shampoo.factor_dtype / root_dtype, strata_config.state_dtype_*
+    "factor_dtype": {"f32": 0, "bf16": 1},
+    "root_dtype": {"f32": 0, "bf16": 1},
+    "state_dtype_factors": {"f32": 0, "bf16": 1},
+    "state_dtype_roots": {"f32": 0, "bf16": 1},
+    "state_dtype_moments": {"f32": 0, "bf16": 1},
 }
 
 

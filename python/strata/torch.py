@@ -76,7 +76,9 @@ _RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
 _ENUM_FIELDS = {"grafting", "root_method", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
                 "update_scale", "adjust_lr",
                 "backend", "install_mode", "roots_tier", "sharding", "log_level",
-                "stale_correction"}
+                "stale_correction",
+                "factor_dtype", "root_dtype", "state_dtype_factors", "state_dtype_roots",
+                "state_dtype_moments"}
 _LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
 # Names whose dotted components match one of these are embeddings / the LM

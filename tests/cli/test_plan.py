@@ -87,7 +87,11 @@ with tempfile.TemporaryDirectory() as tmp:
     compare("shampoo-sync", ["--optimizer", "shampoo"])
     compare("shampoo-async", ["--optimizer", "shampoo", "--async", "--staleness", "1",
                               "--workers", "1"])
+    # bf16 storage (issue #21 item 5): factors and roots at half the bytes
+    compare("shampoo-bf16", ["--optimizer", "shampoo", "--state-dtype-factors", "bf16",
+                             "--state-dtype-roots", "bf16"])
     compare("soap", ["--optimizer", "soap"])
+    compare("soap-bf16", ["--optimizer", "soap", "--state-dtype-factors", "bf16"])
     compare("muon", ["--optimizer", "muon"])
     compare("adamw", ["--optimizer", "adamw"])
     compare("normuon", ["--optimizer", "normuon"])

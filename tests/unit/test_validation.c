@@ -89,6 +89,8 @@ static const row shampoo_rows[] = {
     ROW(S, inverse_exponent_override[0], float, K_F32, END),
     ROW(S, inverse_exponent_override[1], float, K_F32, END),
     ROW(S, root_method, strata_root_method, K_ENUM, -1, 3, END),
+    ROW(S, factor_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(S, root_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef S
 
@@ -173,6 +175,7 @@ static const row soap_rows[] = {
     ROW(O, precondition_1d, bool, K_BOOL, END),
     ROW(O, normalize_grads, bool, K_BOOL, END),
     ROW(O, correct_bias, bool, K_BOOL, END),
+    ROW(O, factor_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef O
 
@@ -232,6 +235,9 @@ static const row config_rows[] = {
     ROW(C, log_fn, strata_log_fn, K_PTR, END),
     ROW(C, log_user, void *, K_PTR, END),
     ROW(C, stale_correction, strata_stale_correction, K_ENUM, -1, 2, END),
+    ROW(C, state_dtype_factors, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(C, state_dtype_roots, strata_state_dtype, K_ENUM, -1, 2, END),
+    ROW(C, state_dtype_moments, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef C
 
