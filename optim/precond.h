@@ -125,6 +125,9 @@ typedef struct strata_precond_plan {
     uint64_t step_scratch; /* bytes of the runtime's shared step scratch this parameter
                               needs (the family's step_scratch; not in device[]: the
                               runtime allocates the largest once, as device workspace) */
+    uint64_t host_transient; /* host workspace held only inside one call on the training
+                                thread (SOAP's first eigenbasis), one parameter at a
+                                time: the planner charges the largest once */
 } strata_precond_plan;
 
 /* A parameter's matrix view, as the runtime routes it. */

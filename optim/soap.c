@@ -59,7 +59,12 @@ struct strata_soap_state {
     soap_side side[2];
     float *exp_avg;    /* M, rows x cols, rotated space (re-projected when a basis changes) */
     float *exp_avg_sq; /* V, rows x cols, rotated space */
-    float *buf[2];     /* scratch rows x cols */
+    float *buf[2];     /* scratch rows x cols, read and written inside one step or
+                          install only: a runtime-driven state (fam_create) borrows
+                          them from the runtime's step scratch, shared by every
+                          parameter (precond.h: set_step_scratch) */
+    size_t scratch_bytes; /* what buf needs (2 x n floats, padded) */
+    bool borrow;          /* buf comes from set_step_scratch */
     bool has_basis;
     bool skip;     /* this step's gradient could overflow the state: apply decided to
                       skip it, update_factors consumes the decision (optim_internal.h) */
@@ -120,7 +125,8 @@ static strata_status check_config(const strata_soap_config *c)
 }
 
 static strata_status soap_create(const strata_soap_config *c, strata_backend *be, int64_t rows,
-                                 int64_t cols, bool rot0, bool rot1, strata_soap_state **out)
+                                 int64_t cols, bool rot0, bool rot1, bool borrow,
+                                 strata_soap_state **out)
 {
     strata_status bst = optim_check_bf16_backend("soap", be,
                                                  c->factor_dtype == STRATA_STATE_BF16);
@@ -150,7 +156,9 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
             maxdim = d > maxdim ? d : maxdim;
             perm_ints += d;
         }
-    floats += 4 * n;
+    s->borrow = borrow;
+    s->scratch_bytes = 2 * ((n + 15) / 16 * 16) * sizeof(float);
+    floats += 2 * n + (borrow ? 0 : s->scratch_bytes / sizeof(float));
     const bool bf16 = c->factor_dtype == STRATA_STATE_BF16;
     const size_t wide_floats = bf16 && maxdim > 0 ? optim_bf16_panel_floats(maxdim) : 0;
     floats += wide_floats;
@@ -175,8 +183,10 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
         }
     s->exp_avg = optim_carve(&p, n);
     s->exp_avg_sq = optim_carve(&p, n);
-    s->buf[0] = optim_carve(&p, n);
-    s->buf[1] = optim_carve(&p, n);
+    if (!borrow) {
+        s->buf[0] = optim_carve(&p, n);
+        s->buf[1] = optim_carve(&p, n);
+    }
     s->wide = wide_floats ? optim_carve(&p, wide_floats) : NULL;
     {
         /* The ledger: factors, bases (+ permutations), moments; the rest of
@@ -198,12 +208,17 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
     }
 
     if (maxdim > 0) {
-        size_t lw = strata_eigenbasis_work_doubles(maxdim);
-        size_t li = strata_eigenbasis_work_ints(maxdim);
-        s->work = malloc(lw * sizeof(double));
+        /* A runtime-driven state refreshes through the engine, which hands
+         * each refresh its workspace: it keeps only the permutations and a
+         * maxdim scratch for checking one (the one-tensor API's state also
+         * keeps the eigen workspace and the staging of its own refreshes). */
+        size_t lw = borrow ? 0 : strata_eigenbasis_work_doubles(maxdim);
+        size_t li = borrow ? (size_t)maxdim : strata_eigenbasis_work_ints(maxdim);
+        const size_t stage = borrow ? 0 : 3 * (size_t)maxdim * maxdim;
+        s->work = lw ? malloc(lw * sizeof(double)) : NULL;
         s->iwork = malloc((li + (size_t)perm_ints) * sizeof(int));
-        s->stage = malloc(3 * (size_t)maxdim * maxdim * sizeof(float));
-        if (!s->work || !s->iwork || !s->stage) {
+        s->stage = stage ? malloc(stage * sizeof(float)) : NULL;
+        if ((lw && !s->work) || !s->iwork || (stage && !s->stage)) {
             st = strata_error(STRATA_ERR_NOMEM, "soap: cannot allocate eigen workspace (dim %d)",
                               maxdim);
             goto out_free_work;
@@ -211,7 +226,7 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
         strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_HOST,
                                STRATA_LEDGER_WORKSPACE,
                                lw * sizeof(double) + (li + (size_t)perm_ints) * sizeof(int) +
-                                   3 * (size_t)maxdim * maxdim * sizeof(float));
+                                   stage * sizeof(float));
         int *pp = s->iwork + li;
         for (int k = 0; k < 2; k++)
             if (s->side[k].rotated) {
@@ -235,8 +250,19 @@ out_free_state:
     return st;
 }
 
+static strata_status soap_create_matrix(const strata_soap_config *c, strata_backend *be,
+                                        int64_t rows, int64_t cols, bool borrow,
+                                        strata_soap_state **out);
+
 strata_status strata_soap_state_create(const strata_soap_config *c, strata_backend *be,
                                        int64_t rows, int64_t cols, strata_soap_state **out)
+{
+    return soap_create_matrix(c, be, rows, cols, false, out);
+}
+
+static strata_status soap_create_matrix(const strata_soap_config *c, strata_backend *be,
+                                        int64_t rows, int64_t cols, bool borrow,
+                                        strata_soap_state **out)
 {
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_state_create: NULL argument");
@@ -254,7 +280,7 @@ strata_status strata_soap_state_create(const strata_soap_config *c, strata_backe
         return st;
     if (rot1 && (st = optim_check_factor("soap", cols)) != STRATA_OK)
         return st;
-    return soap_create(c, be, rows, cols, rot0, rot1, out);
+    return soap_create(c, be, rows, cols, rot0, rot1, borrow, out);
 }
 
 strata_status strata_soap_state_create_vector(const strata_soap_config *c, strata_backend *be,
@@ -271,7 +297,7 @@ strata_status strata_soap_state_create_vector(const strata_soap_config *c, strat
     const bool rot = c->precondition_1d && n > 1 && n <= c->max_precond_dim;
     if (rot && (st = optim_check_factor("soap", n)) != STRATA_OK)
         return st;
-    return soap_create(c, be, n, 1, rot, false, out);
+    return soap_create(c, be, n, 1, rot, false, false, out);
 }
 
 void strata_soap_state_destroy(strata_soap_state *s)
@@ -389,6 +415,8 @@ static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t,
                                 const float *g, strata_optim_counters *cnt)
 {
     (void)t;
+    if (!s->buf[0]) /* a runtime-driven state before set_step_scratch */
+        return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
     const size_t n = (size_t)s->rows * (size_t)s->cols;
     bool finite = false;
     strata_status st = STRATA_OK;
@@ -522,6 +550,8 @@ static bool perm_valid(const int *perm, int n, int *seen)
  * valid permutation in host memory, taken to the backend first). */
 static strata_status permute_moments(strata_soap_state *s, int side, const int *perm)
 {
+    if (!s->buf[0])
+        return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
     const int64_t m = s->rows, n = s->cols;
     soap_side *sd = &s->side[side];
     float *v = s->exp_avg_sq, *tmp = s->buf[0];
@@ -546,6 +576,8 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
  * S = 0 runs the same operations as the synchronous path. */
 static strata_status install_side(strata_soap_state *s, int side, const float *q, const int *perm)
 {
+    if (!s->buf[0])
+        return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
     soap_side *sd = &s->side[side];
     const int m = (int)s->rows, n = (int)s->cols;
     strata_status st = STRATA_OK;
@@ -608,10 +640,52 @@ static strata_status factor_f32(const strata_soap_state *s, int k, float *out)
     return strata_backend_copy(s->be, out, s->side[k].factor, dd * sizeof(float));
 }
 
+static strata_status refresh_with(strata_soap_state *s, strata_optim_counters *cnt,
+                                  double *work, int *iwork, float *stage);
+
 strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *cnt)
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_refresh: NULL state");
+    if (!s->borrow)
+        return refresh_with(s, cnt, s->work, s->iwork, s->stage);
+    /* A runtime-driven state keeps no eigen workspace (the engine lends its
+     * refreshes one): its first basis (fam_before, on the training thread)
+     * takes one for the call, charged to the ledger while it lives. */
+    int maxdim = 0;
+    for (int k = 0; k < 2; k++)
+        if (s->side[k].rotated && s->side[k].dim > maxdim)
+            maxdim = s->side[k].dim;
+    if (maxdim == 0)
+        return refresh_with(s, cnt, NULL, NULL, NULL);
+    const size_t lw = strata_eigenbasis_work_doubles(maxdim);
+    const size_t li = strata_eigenbasis_work_ints(maxdim);
+    const size_t sf = 3 * (size_t)maxdim * maxdim;
+    const int64_t bytes = (int64_t)(lw * sizeof(double) + li * sizeof(int) + sf * sizeof(float));
+    double *work = malloc(lw * sizeof(double));
+    int *iwork = malloc(li * sizeof(int));
+    float *stage = malloc(sf * sizeof(float));
+    strata_status st = STRATA_OK;
+    if (!work || !iwork || !stage) {
+        st = strata_error(STRATA_ERR_NOMEM, "soap: cannot allocate eigen workspace (dim %d)",
+                          maxdim);
+    } else {
+        strata_ledger *lg = strata_backend_ledger(s->be);
+        if (lg)
+            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, bytes);
+        st = refresh_with(s, cnt, work, iwork, stage);
+        if (lg)
+            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, -bytes);
+    }
+    free(work);
+    free(iwork);
+    free(stage);
+    return st;
+}
+
+static strata_status refresh_with(strata_soap_state *s, strata_optim_counters *cnt,
+                                  double *work, int *iwork, float *stage)
+{
     double t0 = strata_now_seconds();
     const bool first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
@@ -621,16 +695,16 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
         /* float64 on the host: factor (and old basis) to the staging
          * area, the new basis back. */
         const size_t dd = (size_t)sd->dim * sd->dim;
-        float *f = s->stage, *q_old = f + dd, *q_new = q_old + dd;
+        float *f = stage, *q_old = f + dd, *q_new = q_old + dd;
         strata_status st = factor_f32(s, k, f);
         if (st == STRATA_OK && !first)
             st = strata_backend_copy(s->be, q_old, sd->q, dd * sizeof(float));
         if (st == STRATA_OK) {
             if (first)
-                st = strata_eigenbasis_eigh(sd->dim, f, q_new, NULL, s->work, s->iwork);
+                st = strata_eigenbasis_eigh(sd->dim, f, q_new, NULL, work, iwork);
             else
-                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, true, q_new, sd->perm, s->work,
-                                          s->iwork);
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, true, true, q_new, sd->perm, work,
+                                          iwork);
         }
         if (st == STRATA_OK)
             st = install_side(s, k, q_new, first ? NULL : sd->perm);
@@ -726,7 +800,8 @@ static strata_status fam_create(const void *cfg, strata_backend *be,
                             "soap: a stacked parameter (%lld matrices) is not supported; "
                             "route it to muon or register it unstacked",
                             (long long)sh->batch);
-    return strata_soap_state_create(cfg, be, sh->rows, sh->cols, (strata_soap_state **)out);
+    /* runtime-driven (external): the step scratch is the runtime's */
+    return soap_create_matrix(cfg, be, sh->rows, sh->cols, external, (strata_soap_state **)out);
 }
 
 static void fam_destroy(void *s)
@@ -974,6 +1049,23 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
     s->cfg.weight_decay = weight_decay;
 }
 
+static size_t fam_step_scratch(const void *state)
+{
+    const strata_soap_state *s = state;
+    return s->borrow ? s->scratch_bytes : 0;
+}
+
+static void fam_set_step_scratch(void *state, void *buf)
+{
+    strata_soap_state *s = state;
+    if (!s->borrow)
+        return;
+    float *p = buf;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    s->buf[0] = optim_carve(&p, n);
+    s->buf[1] = optim_carve(&p, n);
+}
+
 /* The sizes soap_create allocates and charges (strata_soap_state_create's
  * rotation rule, its carve with padding, the host eigen workspace). */
 static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
@@ -1000,16 +1092,19 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     const size_t wide = c->factor_dtype == STRATA_STATE_BF16 && maxdim > 0
                             ? optim_bf16_panel_floats(maxdim) : 0;
     const size_t mem =
-        (factor_floats + wide + 4 * n) * sizeof(float) + qb + 16 * 11 * sizeof(float);
+        (factor_floats + wide + 2 * n) * sizeof(float) + qb + 16 * 11 * sizeof(float);
+    out->step_scratch = 2 * ((n + 15) / 16 * 16) * sizeof(float);
     out->device[STRATA_LEDGER_FACTORS] = fb;
     out->device[STRATA_LEDGER_ROOTS] = qb;
     out->device[STRATA_LEDGER_MOMENTS] = 2 * n * sizeof(float);
     out->device[STRATA_LEDGER_WORKSPACE] = mem - fb - qb - 2 * n * sizeof(float);
-    if (maxdim > 0)
-        out->host[STRATA_LEDGER_WORKSPACE] =
-            strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
-            (strata_eigenbasis_work_ints(maxdim) + (size_t)perm_ints) * sizeof(int) +
-            3 * (size_t)maxdim * maxdim * sizeof(float);
+    if (maxdim > 0) { /* the permutations and a maxdim scratch (create(external)) */
+        out->host[STRATA_LEDGER_WORKSPACE] = ((size_t)maxdim + (size_t)perm_ints) * sizeof(int);
+        /* the first basis's eigen workspace, inside that one call (strata_soap_refresh) */
+        out->host_transient = strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+                              strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
+                              3 * (size_t)maxdim * maxdim * sizeof(float);
+    }
     if (blocks && cap > 0)
         blocks[0] = (strata_precond_block){.slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
                                            .part_bytes = {part[0], part[1]}};
@@ -1048,6 +1143,8 @@ const strata_precond_family strata_family_soap = {
     .destroy = fam_destroy,
     .bytes = fam_bytes,
     .plan = fam_plan,
+    .step_scratch = fam_step_scratch,
+    .set_step_scratch = fam_set_step_scratch,
     .n_blocks = fam_n_blocks,
     .block = fam_block,
     .before = fam_before,

@@ -137,6 +137,7 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
         return strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
     size_t wd_inline = 0, wi_inline = 0, wd_async = 0, wi_async = 0, max_slot = 0;
     uint64_t step_scratch = 0; /* the runtime's shared step scratch: the largest need */
+    uint64_t transient = 0;    /* the largest one-call host workspace */
     bool any_inline = false, any_async = false;
     size_t total_floats = 0, largest = 0;
     strata_status st = STRATA_OK;
@@ -174,6 +175,7 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
             charge(r, STRATA_LEDGER_HOST, k, pl.host[k]);
         }
         step_scratch = pl.step_scratch > step_scratch ? pl.step_scratch : step_scratch;
+        transient = pl.host_transient > transient ? pl.host_transient : transient;
         if (!p->refreshes)
             continue;
         int nb = 0;
@@ -220,6 +222,7 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     }
     if (st == STRATA_OK) {
         charge(r, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE, step_scratch);
+        charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, transient);
         if (managed) {
             /* The example trainer holds two layers at once at most (the
              * head with the tied embedding; a layer and the next around a
