@@ -2148,6 +2148,7 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         return strata_error(STRATA_ERR_INVALID_ARG, "stats_get: NULL argument");
     *out = rt->stats;
     strata_backend_bytes(rt->be, &out->device_bytes, &out->device_bytes_peak);
+    out->step_scratch_bytes = rt->step_scratch_bytes;
     strata_comm_bytes(rt->comm, &out->comm_bytes_intra_node, &out->comm_bytes_inter_node);
     strata_refresh_stats e;
     strata_refresh_stats_get(rt->engine, &e);

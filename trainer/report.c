@@ -1004,6 +1004,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
     json_add_int64(j, "nonfinite_directions", s->nonfinite_directions);
     json_add_int64(j, "snapshot_failures", s->snapshot_failures);
     json_add_int64(j, "device_bytes", (int64_t)t->device_bytes);
+    json_add_int64(j, "step_scratch_bytes", (int64_t)t->step_scratch_bytes);
     json_object_object_add(j, "blas_core", json_object_new_string(rep->blas.core ? rep->blas.core : "?"));
     if (rep->blas.detected) {
         json_object_object_add(j, "blas_core_cpu", json_object_new_string(rep->blas.detected));
@@ -1089,6 +1090,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_int64(o, "owned_param_bytes", (int64_t)g->owned_param_bytes);
             json_add_int64(o, "param_bytes_peak", (int64_t)g->param_bytes_peak);
             json_add_int64(o, "largest_layer_bytes", (int64_t)g->largest_layer_bytes);
+            json_add_int64(o, "step_scratch_bytes", (int64_t)g->step_scratch_bytes);
             json_add_int64(o, "max_staleness", (int64_t)g->max_staleness);
             json_add_int64(o, "staleness_bound_exceeded", (int64_t)g->staleness_bound_exceeded);
             json_add_int64(o, "refreshes_computed", (int64_t)g->refreshes_computed);

@@ -476,7 +476,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 34 };
+    enum { K = 35 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -513,6 +513,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[31] = (double)s->stale_refused;
     m[32] = (double)s->stale_refreshes_skipped;
     m[33] = (double)s->stale_max_corrected;
+    m[34] = (double)s->step_scratch_bytes;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -531,6 +532,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .refresh_ship_inter_bytes = v[12],
                                            .param_bytes_peak = v[13],
                                            .largest_layer_bytes = v[14],
+                                           .step_scratch_bytes = v[34],
                                            .owned_param_bytes = v[15],
                                            .bwd_hook_ms = v[16], .grad_wait_ms = v[17]};
     }
@@ -549,6 +551,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
         t->coh_wait_seconds += v[23];
         t->max_staleness = (int64_t)fmax((double)t->max_staleness, v[6]);
         t->device_bytes += v[24];
+        t->step_scratch_bytes += v[34];
         t->host_bytes_peak += v[25];
         t->nvme_bytes_peak += v[26];
         t->root_newton += (int64_t)v[27];

@@ -107,6 +107,7 @@ typedef struct gpt_rank_figures {
                                   several ranks with owner sharding), else every weight
                                   (strata_stats.param_bytes_peak) */
     double largest_layer_bytes; /* the largest layer's weights it materializes (not owned) */
+    double step_scratch_bytes; /* strata_stats.step_scratch_bytes (in resident_bytes) */
     double owned_param_bytes;  /* weights of the parameters it owns */
     double step_matrix_bytes;  /* matrix bytes moved inside strata_step, per step */
     double intra_node_bytes, inter_node_bytes; /* sent + received, per step */
@@ -139,6 +140,7 @@ typedef struct gpt_run_totals {
     double coh_wait_seconds;        /* the ranks' waits for roots, summed (s) */
     int64_t max_staleness;          /* the largest over the ranks (steps) */
     double device_bytes;            /* optimizer state in the device tier at the end, summed */
+    double step_scratch_bytes;      /* the ranks' shared step scratch (in device_bytes), summed */
     double host_bytes_peak, nvme_bytes_peak; /* each rank's peak, summed (bytes) */
     /* the safety valve (--stale-correction), strata_stats.stale_*, summed (the
      * corrected staleness: the largest) */

@@ -754,6 +754,9 @@ typedef struct strata_stats {
     int64_t stale_refreshes_skipped; /* refresh points skipped: the block had no free slot */
     int64_t stale_max_corrected;   /* largest staleness t - v of a corrected acquire (the
                                       base root's version; may exceed F-1+S) */
+    size_t step_scratch_bytes;     /* the step scratch every owned matrix borrows (in
+                                      device_bytes): one buffer of the largest need, so a
+                                      rank's device_bytes is its states plus this once */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the

@@ -227,6 +227,7 @@ class Stats(Structure):
         ("stale_refused", c_int64),
         ("stale_refreshes_skipped", c_int64),
         ("stale_max_corrected", c_int64),
+        ("step_scratch_bytes", ctypes.c_size_t),
     ]
 
 
