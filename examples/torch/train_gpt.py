@@ -285,10 +285,10 @@ TRAINER_DEFAULTS = {
     "shampoo": {"lr": 3e-3, "beta2": 0.95, "epsilon": 1e-10, "grafting_beta2": 0.95,
                 "max_preconditioner_dim": 1024},
     "muon": {"lr": 0.05},
-    "soap": {"lr": 3e-3, "weight_decay": 0.0},
+    "soap": {"lr": 6e-3, "weight_decay": 0.0},
     "kl-shampoo": {"init_factor": -1.0, "lr": 1e-2, "weight_decay": 0.0},
-    "normuon": {},
-    "dion2": {},
+    "normuon": {"lr": 0.08},
+    "dion2": {"lr": 0.04},
 }
 
 

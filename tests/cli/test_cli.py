@@ -653,7 +653,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = ok and all(c[0][1] <= c[1][1] <= c[2][1] for c in curves.values())
         ratios = [r.split("\t") for r in open(os.path.join(race_dir, "ratios.tsv")).read().splitlines()]
         ok = ok and ratios[0][:6] == ["optimizer", "variant", "final_val_loss", "wall_s", "reach_s",
-                                      "ratio_to_adamw"]
+                                      "ratio_to_adamw"] and ratios[0][8] == "reach_step"
         ok = ok and [tuple(r[:2]) for r in ratios[1:]] == [runs[0], runs[1], runs[2], runs[3]]
         target = curves[("adamw", "-")][-1][2]
         base = float(ratios[1][3])
@@ -661,11 +661,16 @@ with tempfile.TemporaryDirectory() as tmp:
         for r in ratios[1:]:
             c = curves[(r[0], r[1])]
             ok = ok and float(r[2]) == c[-1][2]  # final validation loss: the last row
-            reach = next((w for _, w, v in c if v <= target), None)
+            reach = next(((s, w) for s, w, v in c if v <= target), None)
             if reach is None:
-                ok = ok and r[4] == "-" and r[5] == "-"
+                ok = ok and r[4] == "-" and r[5] == "-" and r[8] == "-"
             else:
-                ok = ok and abs(float(r[4]) - reach) < 1e-5 and abs(float(r[5]) - reach / base) < 1e-4
+                # ratios.tsv's ratio is of the unrounded times; base and reach are
+                # printed to 1e-6 s, which on a run of ~1 ms moves their ratio by
+                # up to 5e-7 (1 + ratio) / base
+                tol = 1e-4 + 1e-6 * (1 + reach[1] / base) / base
+                ok = ok and abs(float(r[4]) - reach[1]) < 1e-5 and abs(float(r[5]) - reach[1] / base) < tol
+                ok = ok and int(r[8]) == reach[0]  # the step of that first validation
             name = r[0] if r[1] in ("-", "sync") else f"{r[0]}-async-{r[1].split('-')[1]}"
             ok = ok and name in p.stdout and os.path.exists(os.path.join(race_dir, name + ".jsonl"))
         ok = ok and ratios[1][4] != "-"  # AdamW reaches its own final loss

@@ -3,7 +3,7 @@
  *   strata train --layers 2 --d-model 64 --heads 2 --seq-len 64 --batch 8
  *                --steps 60 --warmup 6 --eval-every 0 --threads 1
  *                --precondition-frequency 5 --optimizer X [--stagger-refresh]
- *                (Muon: --lr 0.02)
+ *                --adamw-lr 3e-3 --lr L (L: the table's rates, tiny_options)
  *
  * must end at exactly the validation loss recorded below for every matrix
  * optimizer, and for Shampoo, SOAP and KL-Shampoo the same run with the
@@ -138,9 +138,14 @@ static void tiny_options(gpt_train_options *o, const run_case *c)
      * points pin the optimizers' arithmetic, not the default schedule.
      * tests/train/regen_regression.sh prints the table's rows. */
     o->warmup = 6;
-    /* Likewise Muon's learning rate: the table's 0.02, the trainer's default
-     * until the race's sweep moved it (trainer/trainer.c). */
+    /* Likewise the learning rates: the table's (AdamW, its tail too, Shampoo and
+     * SOAP 3e-3, Muon 0.02, KL-Shampoo 1e-2), the trainer's defaults until the
+     * race's sweeps moved them (trainer/trainer.c). */
+    o->strata.adamw.lr = 3e-3f;
+    o->strata.shampoo.lr = 3e-3f;
     o->strata.muon.lr = 0.02f;
+    o->strata.soap.lr = 3e-3f;
+    o->strata.kl_shampoo.lr = 1e-2f;
     o->eval_every = 0;
     o->quiet = true;
     o->progress = 0;

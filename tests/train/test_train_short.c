@@ -4,12 +4,13 @@
  *
  * The run is `strata train --layers 2 --d-model 64 --heads 2 --seq-len 64
  * --batch 8 --steps 200 --eval-every 0 --precondition-frequency 5
- * --optimizer X` with the trainer's learning rates (shampoo 3e-3, muon 0.05,
- * soap 3e-3, kl-shampoo 1e-2), except AdamW as the matrix optimizer, which
+ * --optimizer X` with the trainer's learning rates (shampoo 6e-3, muon 0.05,
+ * soap 6e-3, kl-shampoo 1e-2), except AdamW as the matrix optimizer, which
  * plateaus near the unigram loss at the default 3e-3 on this tiny model and
  * runs at 2e-3. Measured margins below unigram (3.3218 nats/byte) at 200
- * steps: adamw (2e-3) 0.56 (0.24 at 3e-3), shampoo 0.72, muon 0.72 (0.74 at 0.02),
- * soap 0.70, kl-shampoo 0.71; about 21 s for all five on two cores.
+ * steps: adamw (2e-3) 0.56 (0.24 at 3e-3), shampoo 0.73 (0.72 at 3e-3), muon 0.72
+ * (0.74 at 0.02), soap 0.74 (0.70 at 3e-3), kl-shampoo 0.72; about 21 s for all
+ * five on two cores (2026-12-02: 37 s, loaded).
  *
  * cmocka; exit 77 when the corpus is missing. */
 #include <setjmp.h>

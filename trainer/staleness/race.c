@@ -13,6 +13,7 @@ typedef struct race_row {
     strata_race_run run;
     gpt_train_result r;
     double reach_s;  /* wall time of the first validation at or below the target; NaN: never */
+    int reach_step;  /* that validation's step; -1: never */
 } race_row;
 
 /* Append one run to runs[*n] unless the list is full or names it twice. */
@@ -173,6 +174,7 @@ static strata_status write_curves(const strata_race_options *o, race_row *rows, 
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         race_row *row = &rows[i];
         row->reach_s = NAN;
+        row->reach_step = -1;
         snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, row->run.name);
         strata_plot_point *pts;
         int np;
@@ -182,8 +184,10 @@ static strata_status write_curves(const strata_race_options *o, race_row *rows, 
                 continue;
             fprintf(f, "%s\t%s\t%d\t%.6f\t%.17g\n", strata_optimizer_name(row->run.optimizer),
                     row->run.variant, pts[k].step, pts[k].wall_s, pts[k].val_loss);
-            if (isnan(row->reach_s) && pts[k].val_loss <= target)
+            if (isnan(row->reach_s) && pts[k].val_loss <= target) {
                 row->reach_s = pts[k].wall_s;
+                row->reach_step = pts[k].step;
+            }
         }
         free(pts);
     }
@@ -203,26 +207,27 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
     if (!f)
         return strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     fputs("optimizer\tvariant\tfinal_val_loss\twall_s\treach_s\tratio_to_adamw\t"
-          "critical_path_fraction\tstep_max_over_median\n",
+          "critical_path_fraction\tstep_max_over_median\treach_step\n",
           f);
     if (out)
         fprintf(out,
                 "\ntarget: AdamW's final validation loss %.4f, reached in %.2f s of training\n"
-                "%-22s %-20s %9s %8s %8s %7s %7s %8s\n",
-                target, base, "run", "variant", "val_loss", "wall_s", "reach_s", "ratio",
+                "%-22s %-20s %9s %8s %8s %7s %6s %7s %8s\n",
+                target, base, "run", "variant", "val_loss", "wall_s", "reach_s", "ratio", "step",
                 "crit%", "max/p50");
     for (int i = 0; i < n; i++) {
         const race_row *row = &rows[i];
         const gpt_train_result *r = &row->r;
         const double spike = r->step_ms_p50 > 0.0 ? r->step_ms_max / r->step_ms_p50 : 0.0;
-        char reach[32] = "-", ratio[32] = "-";
+        char reach[32] = "-", ratio[32] = "-", rstep[16] = "-";
         if (!isnan(row->reach_s)) {
             snprintf(reach, sizeof reach, "%.6f", row->reach_s);
             snprintf(ratio, sizeof ratio, "%.6f", row->reach_s / base);
+            snprintf(rstep, sizeof rstep, "%d", row->reach_step);
         }
-        fprintf(f, "%s\t%s\t%.17g\t%.6f\t%s\t%s\t%.6f\t%.4f\n",
+        fprintf(f, "%s\t%s\t%.17g\t%.6f\t%s\t%s\t%.6f\t%.4f\t%s\n",
                 strata_optimizer_name(row->run.optimizer), row->run.variant, r->final_val_loss,
-                r->wall_seconds, reach, ratio, r->critical_path_fraction, spike);
+                r->wall_seconds, reach, ratio, r->critical_path_fraction, spike, rstep);
         if (out) {
             if (!isnan(row->reach_s)) {
                 snprintf(reach, sizeof reach, "%.2f", row->reach_s);
@@ -230,8 +235,8 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
             } else {
                 snprintf(reach, sizeof reach, "never");
             }
-            fprintf(out, "%-22s %-20s %9.4f %8.2f %8s %7s %7.2f %8.2f\n", row->run.name,
-                    row->run.variant, r->final_val_loss, r->wall_seconds, reach, ratio,
+            fprintf(out, "%-22s %-20s %9.4f %8.2f %8s %7s %6s %7.2f %8.2f\n", row->run.name,
+                    row->run.variant, r->final_val_loss, r->wall_seconds, reach, ratio, rstep,
                     100.0 * r->critical_path_fraction, spike);
         }
     }

@@ -11,7 +11,8 @@
  *                      the wall time at which its validation loss first
  *                      reached AdamW's final one and that time as a ratio
  *                      of AdamW's whole wall time (empty when never reached),
- *                      critical-path fraction, step time max/median;
+ *                      critical-path fraction, step time max/median, and
+ *                      the step of that first validation (reach_step);
  *   <run>.jsonl        each run's metrics; <run>.dat its curve;
  *   loss_vs_time.gp    the gnuplot script, and
  *   loss_vs_time.png   validation loss against wall time per run (when
@@ -28,9 +29,11 @@
 
 #define STRATA_RACE_MAX_RUNS 64
 
-/* The run list's default: AdamW, Muon, synchronous Shampoo, asynchronous
- * staggered Shampoo (one run per staleness budget), SOAP, KL-Shampoo. */
-#define STRATA_RACE_DEFAULT_RUNS "adamw,muon,shampoo,shampoo-async,soap,kl-shampoo"
+/* The run list's default: AdamW, Muon, NorMuon, Dion2, synchronous Shampoo,
+ * asynchronous staggered Shampoo (one run per staleness budget), SOAP,
+ * KL-Shampoo. */
+#define STRATA_RACE_DEFAULT_RUNS \
+    "adamw,muon,normuon,dion2,shampoo,shampoo-async,soap,kl-shampoo"
 
 typedef struct strata_race_options {
     gpt_train_options train; /* the model, data, steps, validation and hyperparameters of
