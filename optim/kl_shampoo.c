@@ -49,7 +49,11 @@ struct strata_kl_shampoo_state {
     int64_t rows, cols;
     kl_side side[2];
     float *exp_avg; /* M, rows x cols */
-    float *buf[3];  /* scratch rows x cols */
+    float *buf[3];  /* scratch rows x cols, inside one step only: a runtime-driven
+                       state (fam_create) borrows them from the runtime's shared step
+                       scratch (precond.h: set_step_scratch) */
+    size_t scratch_bytes; /* what buf needs (3 x n floats, padded) */
+    bool borrow;          /* runtime-driven: buf borrowed, no eigen workspace kept */
     double *diag;   /* rows + cols eigenvalue increments (backend memory) */
     bool has_basis;
     bool skip;         /* this step's gradient could overflow the state: decided by the
@@ -62,7 +66,10 @@ struct strata_kl_shampoo_state {
     double *work;   /* host: LAPACK workspace */
     int *iwork;
     double *lambda; /* host: maxdim eigenvalues */
-    float *stage;   /* host: 3 maxdim^2 + maxdim (factor, old basis, new basis, s) */
+    float *stage;   /* host: 3 maxdim^2 + maxdim (factor, old basis, new basis, s);
+                       NULL when borrow (a refresh on this thread takes one for the
+                       call: the engine lends its workers' refreshes theirs) */
+    float *install_tmp; /* host maxdim: s before it is checked and copied (install) */
 };
 
 void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
@@ -118,9 +125,29 @@ static float nan_to_zero(float x)
     return isfinite(x) ? x : 0.0f;
 }
 
+/* Host bytes of one refresh's eigen workspace on the calling thread (LAPACK
+ * work, ints, the staging of factor, old and new basis, and s). */
+static size_t kl_refresh_ws_bytes(int maxdim)
+{
+    const size_t md = (size_t)maxdim;
+    return strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+           strata_eigenbasis_work_ints(maxdim) * sizeof(int) + (3 * md * md + md) * sizeof(float);
+}
+
+static strata_status kl_create(const strata_kl_shampoo_config *c, strata_backend *be,
+                               int64_t rows, int64_t cols, bool borrow,
+                               strata_kl_shampoo_state **out);
+
 strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
                                              strata_backend *be, int64_t rows, int64_t cols,
                                              strata_kl_shampoo_state **out)
+{
+    return kl_create(c, be, rows, cols, false, out);
+}
+
+static strata_status kl_create(const strata_kl_shampoo_config *c, strata_backend *be,
+                               int64_t rows, int64_t cols, bool borrow,
+                               strata_kl_shampoo_state **out)
 {
     if (!c || !be || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_state_create: NULL argument");
@@ -153,7 +180,10 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
         int lim = d < c->max_clamp_value ? d : c->max_clamp_value;
         s->side[k].clamp = c->max_clamp_value > 0 ? (float)(lim > 10 ? lim : 10) : INFINITY;
     }
-    floats += 4 * n + 2 * ((size_t)rows + (size_t)cols); /* ..., diag (doubles) */
+    s->borrow = borrow;
+    s->scratch_bytes = 3 * ((n + 15) / 16 * 16) * sizeof(float);
+    floats += n + (borrow ? 0 : s->scratch_bytes / sizeof(float)) +
+              2 * ((size_t)rows + (size_t)cols); /* ..., diag (doubles) */
     floats += 16 * 12; /* every carved piece starts 64-byte aligned */
     s->mem_bytes = floats * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
@@ -179,17 +209,24 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
             goto out_free_mem;
     }
     s->exp_avg = optim_carve(&p, n);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3 && !borrow; k++)
         s->buf[k] = optim_carve(&p, n);
     s->diag = (double *)(void *)optim_carve(&p, 2 * ((size_t)rows + (size_t)cols));
     /* The exact form starts from S = init_factor I, whose eigenbasis is I. */
     s->has_basis = c->form == STRATA_KL_EXACT;
 
-    s->work = malloc(strata_eigenbasis_work_doubles(maxdim) * sizeof(double));
-    s->iwork = malloc(strata_eigenbasis_work_ints(maxdim) * sizeof(int));
+    const size_t host_ws = borrow ? (size_t)maxdim * (sizeof(double) + sizeof(float))
+                                  : kl_refresh_ws_bytes(maxdim) + (size_t)maxdim * sizeof(double);
     s->lambda = malloc((size_t)maxdim * sizeof(double));
-    s->stage = malloc((3 * (size_t)maxdim * maxdim + (size_t)maxdim) * sizeof(float));
-    if (!s->work || !s->iwork || !s->lambda || !s->stage) {
+    if (borrow) {
+        s->install_tmp = malloc((size_t)maxdim * sizeof(float));
+    } else {
+        s->work = malloc(strata_eigenbasis_work_doubles(maxdim) * sizeof(double));
+        s->iwork = malloc(strata_eigenbasis_work_ints(maxdim) * sizeof(int));
+        s->stage = malloc((3 * (size_t)maxdim * maxdim + (size_t)maxdim) * sizeof(float));
+        s->install_tmp = s->stage ? s->stage + 3 * (size_t)maxdim * maxdim : NULL;
+    }
+    if ((!borrow && (!s->work || !s->iwork || !s->stage)) || !s->lambda || !s->install_tmp) {
         st = strata_error(STRATA_ERR_NOMEM, "kl_shampoo: cannot allocate eigen workspace (dim %d)",
                           maxdim);
         goto out_free_work;
@@ -206,22 +243,20 @@ strata_status strata_kl_shampoo_state_create(const strata_kl_shampoo_config *c,
             qb += (d * d + d) * sizeof(float);
         }
         const size_t mb = n * sizeof(float);
-        const size_t md = (size_t)maxdim;
         strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_FACTORS, fb);
         strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_ROOTS, qb);
         strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_MOMENTS, mb);
         strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE,
                                s->mem_bytes - fb - qb - mb);
-        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE,
-                               strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
-                                   strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
-                                   md * sizeof(double) + (3 * md * md + md) * sizeof(float));
+        strata_ledger_hold_add(&s->held, lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, host_ws);
     }
     *out = s;
     return STRATA_OK;
 
 out_free_work:
     free(s->stage);
+    if (s->borrow)
+        free(s->install_tmp);
     free(s->lambda);
     free(s->work);
     free(s->iwork);
@@ -238,6 +273,8 @@ void strata_kl_shampoo_state_destroy(strata_kl_shampoo_state *s)
         return;
     strata_ledger_hold_release(&s->held);
     free(s->stage);
+    if (s->borrow)
+        free(s->install_tmp);
     free(s->lambda);
     free(s->work);
     free(s->iwork);
@@ -336,6 +373,8 @@ static strata_status decide(strata_kl_shampoo_state *s, const float *g,
 strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const float *g,
                                                strata_optim_counters *cnt)
 {
+    if (s && !s->buf[0])
+        return strata_error(STRATA_ERR_STATE, "kl_shampoo: the step scratch is not set");
     if (!s || !g)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_update_factors: NULL argument");
     const int m = (int)s->rows, n = (int)s->cols;
@@ -455,8 +494,7 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
     if (lambda) {
         /* Check all of s before touching anything (the staging area's last
          * maxdim floats are free outside a refresh's decomposition). */
-        const size_t maxdim = (size_t)(s->rows > s->cols ? s->rows : s->cols);
-        float *tmp = s->stage + 3 * maxdim * maxdim;
+        float *tmp = s->install_tmp;
         st = sqrt_inv_from_eigenvalues(sd, lambda, tmp);
         if (st != STRATA_OK)
             return st;
@@ -470,10 +508,46 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
     return STRATA_OK;
 }
 
+static strata_status refresh_with(strata_kl_shampoo_state *s, strata_optim_counters *cnt,
+                                  double *work, int *iwork, float *stage);
+
 strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim_counters *cnt)
 {
     if (!s)
         return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_refresh: NULL state");
+    if (!s->borrow)
+        return refresh_with(s, cnt, s->work, s->iwork, s->stage);
+    /* A runtime-driven state: the eigen workspace for this call only, charged
+     * to the ledger while it lives (fam_plan: host_transient). */
+    const int maxdim = s->rows > s->cols ? (int)s->rows : (int)s->cols;
+    const size_t lw = strata_eigenbasis_work_doubles(maxdim);
+    const size_t li = strata_eigenbasis_work_ints(maxdim);
+    const size_t sf = 3 * (size_t)maxdim * maxdim + (size_t)maxdim;
+    double *work = malloc(lw * sizeof(double));
+    int *iwork = malloc(li * sizeof(int));
+    float *stage = malloc(sf * sizeof(float));
+    strata_status st = STRATA_OK;
+    if (!work || !iwork || !stage) {
+        st = strata_error(STRATA_ERR_NOMEM, "kl_shampoo: cannot allocate eigen workspace (dim %d)",
+                          maxdim);
+    } else {
+        const int64_t bytes = (int64_t)kl_refresh_ws_bytes(maxdim);
+        strata_ledger *lg = strata_backend_ledger(s->be);
+        if (lg)
+            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, bytes);
+        st = refresh_with(s, cnt, work, iwork, stage);
+        if (lg)
+            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, -bytes);
+    }
+    free(work);
+    free(iwork);
+    free(stage);
+    return st;
+}
+
+static strata_status refresh_with(strata_kl_shampoo_state *s, strata_optim_counters *cnt,
+                                  double *work, int *iwork, float *stage)
+{
     double t0 = strata_now_seconds();
     const bool exact = s->cfg.form == STRATA_KL_EXACT, first = !s->has_basis;
     for (int k = 0; k < 2; k++) {
@@ -481,17 +555,17 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
         /* float64 on the host: factor (and old basis) to the staging area;
          * install takes the new basis (and s) back. */
         const size_t dd = (size_t)sd->dim * sd->dim;
-        float *f = s->stage, *q_old = f + dd, *q_new = q_old + dd;
+        float *f = stage, *q_old = f + dd, *q_new = q_old + dd;
         const bool eigh = exact || first;
         strata_status st = strata_backend_copy(s->be, f, sd->factor, dd * sizeof(float));
         if (st == STRATA_OK && !eigh)
             st = strata_backend_copy(s->be, q_old, sd->q, dd * sizeof(float));
         if (st == STRATA_OK) {
             if (eigh)
-                st = strata_eigenbasis_eigh(sd->dim, f, q_new, s->lambda, s->work, s->iwork);
+                st = strata_eigenbasis_eigh(sd->dim, f, q_new, s->lambda, work, iwork);
             else
-                st = strata_eigenbasis_qr(sd->dim, f, q_old, false, false, q_new, NULL, s->work,
-                                          s->iwork);
+                st = strata_eigenbasis_qr(sd->dim, f, q_old, false, false, q_new, NULL, work,
+                                          iwork);
         }
         if (st == STRATA_OK)
             st = strata_kl_shampoo_install_eigenbasis(s, k, q_new, exact ? s->lambda : NULL);
@@ -549,6 +623,8 @@ strata_status strata_kl_shampoo_apply(strata_kl_shampoo_state *s, float lr_scale
 static strata_status apply_core(strata_kl_shampoo_state *s, float lr_scale, int64_t t, float *w,
                                 const float *g, strata_optim_counters *cnt)
 {
+    if (!s->buf[0]) /* a runtime-driven state before set_step_scratch */
+        return strata_error(STRATA_ERR_STATE, "kl_shampoo: the step scratch is not set");
     (void)t;
     const int m = (int)s->rows, n = (int)s->cols;
     const size_t mn = (size_t)m * (size_t)n;
@@ -698,14 +774,13 @@ static strata_status fam_with_offset(const void *cfg, int offset, void *out)
 static strata_status fam_create(const void *cfg, strata_backend *be,
                                 const strata_precond_shape *sh, bool external, void **out)
 {
-    (void)external;
     if (sh->batch > 1)
         return strata_error(STRATA_ERR_UNSUPPORTED,
                             "kl-shampoo: a stacked parameter (%lld matrices) is not supported; "
                             "route it to muon or register it unstacked",
                             (long long)sh->batch);
-    return strata_kl_shampoo_state_create(cfg, be, sh->rows, sh->cols,
-                                          (strata_kl_shampoo_state **)out);
+    /* runtime-driven (external): the step scratch is the runtime's */
+    return kl_create(cfg, be, sh->rows, sh->cols, external, (strata_kl_shampoo_state **)out);
 }
 
 static void fam_destroy(void *s)
@@ -959,6 +1034,23 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
 
 /* The sizes strata_kl_shampoo_state_create allocates and charges, and its
  * one block as fam_block gives it. */
+static size_t fam_step_scratch(const void *state)
+{
+    const strata_kl_shampoo_state *s = state;
+    return s->borrow ? s->scratch_bytes : 0;
+}
+
+static void fam_set_step_scratch(void *state, void *buf)
+{
+    strata_kl_shampoo_state *s = state;
+    if (!s->borrow)
+        return;
+    float *p = buf;
+    const size_t n = (size_t)s->rows * (size_t)s->cols;
+    for (int k = 0; k < 3; k++)
+        s->buf[k] = optim_carve(&p, n);
+}
+
 static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
                     strata_precond_block *blocks, int cap)
 {
@@ -975,16 +1067,18 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
         slot += c->form == STRATA_KL_EXACT ? 2 * dd + d * sizeof(double) : 3 * dd;
     }
     const size_t floats = 2 * (size_t)(sh->rows * sh->rows + sh->cols * sh->cols) +
-                          (size_t)(sh->rows + sh->cols) + 4 * n +
+                          (size_t)(sh->rows + sh->cols) + n +
                           2 * ((size_t)sh->rows + (size_t)sh->cols) + 16 * 12;
     const size_t md = (size_t)maxdim;
+    out->step_scratch = 3 * ((n + 15) / 16 * 16) * sizeof(float);
     out->device[STRATA_LEDGER_FACTORS] = fb;
     out->device[STRATA_LEDGER_ROOTS] = qb;
     out->device[STRATA_LEDGER_MOMENTS] = n * sizeof(float);
     out->device[STRATA_LEDGER_WORKSPACE] = floats * sizeof(float) - fb - qb - n * sizeof(float);
-    out->host[STRATA_LEDGER_WORKSPACE] = strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
-                                         strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
-                                         md * sizeof(double) + (3 * md * md + md) * sizeof(float);
+    /* create(external): lambda and install's s; a refresh on the training
+     * thread (the first basis) takes its eigen workspace for the call */
+    out->host[STRATA_LEDGER_WORKSPACE] = md * (sizeof(double) + sizeof(float));
+    out->host_transient = kl_refresh_ws_bytes(maxdim);
     if (blocks && cap > 0)
         blocks[0] = (strata_precond_block){
             .slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
@@ -1018,6 +1112,8 @@ const strata_precond_family strata_family_kl_shampoo = {
     .weight_decay_offset = offsetof(strata_kl_shampoo_config, weight_decay),
     .state_per_param = 4,
     .create = fam_create,
+    .step_scratch = fam_step_scratch,
+    .set_step_scratch = fam_set_step_scratch,
     .destroy = fam_destroy,
     .bytes = fam_bytes,
     .plan = fam_plan,
