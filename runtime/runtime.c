@@ -2248,6 +2248,8 @@ void strata_destroy(strata_runtime *rt)
         free_state(&rt->params[i]);
         free(rt->params[i].name);
     }
+    if (rt->step_scratch) /* after the states that borrowed it */
+        strata_backend_free(rt->be, rt->step_scratch, rt->step_scratch_bytes);
     free(rt->params);
     free(rt->layer_reduced);
     free(rt->norm_parts);
