@@ -208,6 +208,17 @@ static strata_status measure(strata_backend *be, const strata_precond_family *f,
     strata_status st = f->create(cfg, be, sh, true, &state);
     if (st != STRATA_OK)
         return st;
+    /* A runtime-driven state borrows the runtime's step scratch (precond.h). */
+    void *scratch = NULL;
+    const size_t scratch_bytes = f->step_scratch ? f->step_scratch(state) : 0;
+    if (scratch_bytes) {
+        st = strata_backend_alloc(be, scratch_bytes, &scratch);
+        if (st != STRATA_OK) {
+            f->destroy(state);
+            return st;
+        }
+        f->set_step_scratch(state, scratch);
+    }
     w = calloc(sh->numel, sizeof *w);
     g = malloc(sh->numel * sizeof *g);
     if (!w || !g) {
@@ -277,7 +288,9 @@ static strata_status measure(strata_backend *be, const strata_precond_family *f,
         *seconds = times[1] + refresh / (F > 0 ? F : 1);
     }
 out:
-    f->destroy(state); /* before the slots it may borrow */
+    f->destroy(state); /* before the slots and the scratch it may borrow */
+    if (scratch)
+        strata_backend_free(be, scratch, scratch_bytes);
     for (int b = 0; slots && b < nb; b++)
         free(slots[b]);
     free(slots);

@@ -14,7 +14,9 @@
 
 #include <cmocka.h>
 
+#include "optim/precond.h"
 #include "plan/plan.h"
+#include "strata/backend.h"
 
 /* A synthetic cost model: blocks of sides r x c cost k (r^3 + c^3) s (the
  * eigendecompositions of one refresh, plan/plan.h strata_cost_block_refresh). */
@@ -249,12 +251,45 @@ static void test_refusals(void **state)
     assert_int_equal(p.sustainable_frequency, 3);
 }
 
+/* The cost model measures every family's step as the runtime drives it
+ * (create with external results, the shared step scratch, a refresh round,
+ * three timed steps): with the cache off (STRATA_COST_CACHE=0, set before
+ * the first read), every family answers with a measured time. A cold cache
+ * is every new machine's first multi-rank run. */
+static void test_cost_measured_every_family(void **state)
+{
+    (void)state;
+    const strata_precond_family *fams[] = {
+        &strata_family_adamw, &strata_family_shampoo, &strata_family_muon, &strata_family_soap,
+        &strata_family_kl_shampoo, &strata_family_normuon, &strata_family_dion2};
+    strata_backend *be = NULL;
+    assert_int_equal(strata_backend_cpu_create(1, &be), STRATA_OK);
+    const strata_precond_shape sh = {.batch = 1, .rows = 24, .cols = 40, .numel = 24 * 40};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        void *cfg = calloc(1, fams[i]->cfg_size);
+        assert_non_null(cfg);
+        fams[i]->config_default(cfg);
+        double seconds = -1.0;
+        bool cached = true;
+        strata_status st = strata_cost_step_seconds(be, fams[i], cfg, &sh, &seconds, &cached);
+        if (st != STRATA_OK)
+            print_error("%s: %s\n", fams[i]->name, strata_last_error());
+        assert_int_equal(st, STRATA_OK);
+        assert_false(cached);
+        assert_true(seconds > 0.0);
+        free(cfg);
+    }
+    strata_backend_destroy(be);
+}
+
 int main(void)
 {
+    setenv("STRATA_COST_CACHE", "0", 1); /* before base/env.c reads it (once) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_by_hand),   cmocka_unit_test(test_against_search),
         cmocka_unit_test(test_replan),    cmocka_unit_test(test_staggered),
         cmocka_unit_test(test_refusals),  cmocka_unit_test(test_chained),
+        cmocka_unit_test(test_cost_measured_every_family),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
