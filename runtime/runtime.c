@@ -198,12 +198,16 @@ static const char *const state_kind_field[STRATA_STATE_KINDS] = {
 static void config_resolve(strata_config *c)
 {
     const int freq = c->precondition_frequency;
-    /* The storage dtypes into every family that has the field (a BF16 the
-     * family's own copy already holds is kept when the runtime's is F32). */
+    /* The storage dtypes into the matrix optimizer's family (strata.h: they
+     * are its state's; a BF16 the family's own copy already holds is kept when
+     * the runtime's is F32, and the other families keep their own fields, so
+     * a SOAP run's bf16 factors do not make Shampoo's copy check its beta2). */
+    const void *mc;
+    const strata_precond_family *mf = family_for(c, c->matrix_optimizer, &mc);
     for (int k = 0; k < strata_family_count(); k++) {
         const void *fc;
         const strata_precond_family *f = family_for(c, (strata_optimizer)k, &fc);
-        if (!f || strata_family_row_of((strata_optimizer)k)->builtin < 0)
+        if (!f || f != mf || strata_family_row_of((strata_optimizer)k)->builtin < 0)
             continue;
         for (int kind = 0; kind < STRATA_STATE_KINDS; kind++) {
             const strata_state_dtype d = state_dtype_of(c, kind);

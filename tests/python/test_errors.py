@@ -281,3 +281,16 @@ def test_load_refused_after_strata_load_keeps_weights(tmp_path):
         ob.load(tmp_path / "ck")
     assert e.value.status == "STRATA_ERR_INVALID_ARG" and "lr" in e.value.message
     assert torch.equal(b[0][1].detach(), torch.full((4, 4), 3.0))
+
+
+def test_bf16_factors_check_the_routed_family_only():
+    """strata_config.state_dtype_factors is the matrix optimizer's: SOAP with
+    its beta2 0.95 stores bf16 factors (half the float32 bytes in the ledger)
+    without Shampoo's copy (library beta2 1) being checked; Shampoo itself
+    with beta2 1 is refused, naming the rule."""
+    m = torch.nn.Linear(16, 8)
+    o = st.SOAP(m.named_parameters(), lr=1e-3, state_dtype_factors="bf16", beta2=0.95)
+    assert o.memory_ledger()["device"]["factors"]["bytes"] == (8 * 8 + 16 * 16) * 2
+    with pytest.raises(strata.StrataError) as e:
+        st.Shampoo(m.named_parameters(), state_dtype_factors="bf16")
+    assert "STRATA_ERR_INVALID_ARG" in str(e.value) and "0.99609375" in str(e.value)
