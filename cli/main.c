@@ -460,14 +460,11 @@ static const train_flag train_flag_rows[] = {
     {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
      .group = G_SHAMPOO,
      .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "
-             "read; shampoo (--beta2 <= 0.996) and soap)\n(default {})",
-     .opts = OPT(SHAMPOO) | OPT(SOAP)},
+             "read; shampoo (--beta2 <= 0.996) and soap)\n(default {})"},
     {CFG(state_dtype_roots), .type = FT_NAME, .names = gpt_state_dtype_names,
-     .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})",
-     .opts = OPT(SHAMPOO)},
+     .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})"},
     {CFG(state_dtype_moments), .type = FT_NAME, .names = gpt_state_dtype_names,
-     .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})",
-     .opts = OPT(SHAMPOO) | OPT(SOAP)},
+     .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})"},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})", .opts = OPT(SHAMPOO)},
@@ -537,7 +534,7 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_stale_correction_names, .group = G_ASYNC,
      .help = "when a step would wait for a root still on a worker:\noff: wait (default); "
              "newton: correct the newest ready\nroot toward the current factor (one Newton "
-             "step;\nShampoo; timing-dependent runs)", .needs = NEEDS_ASYNC},
+             "step;\nShampoo; timing-dependent runs; refused without --async)"},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},

@@ -324,7 +324,11 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
         if args.async_roots:
             kw.update(async_roots=True, staleness=args.staleness, stagger_refresh=True,
                       workers=args.workers)
-        opt = getattr(st, STRATA[args.optimizer])(model.named_parameters(), model=model, **kw)
+        try:
+            opt = getattr(st, STRATA[args.optimizer])(model.named_parameters(), model=model,
+                                                      **kw)
+        except TypeError as e:  # an unknown --strata key: the binding lists the valid ones
+            sys.exit(f"train_gpt: --strata: {e}")
         if args.attach:
             opt.attach(model)
         return opt
@@ -333,6 +337,9 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
     others = [p for n, p in model.named_parameters() if not any(p is m for m in matrices)]
     if args.optimizer == "torch-adamw":
         return torch.optim.AdamW(model.parameters(), lr=args.lr or 1e-3, weight_decay=0.0)
+    if args.strata:
+        sys.exit(f"train_gpt: --strata sets strata's optimizers; --optimizer {args.optimizer} "
+                 f"is not one")
     if args.optimizer.startswith("po-"):  # pytorch-optimizer (PyPI), on the matrices
         try:
             import pytorch_optimizer as po

@@ -459,6 +459,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                 valid = fam_fields + ([] if self._matrix == "adamw" else
                                       ["adamw_" + f for f in tail_fields]) + \
                     ["async_roots"] + [f for f in _RUNTIME_FIELDS if f != "async"]
+                valid = list(dict.fromkeys(valid))  # a family field may also be a runtime one
                 raise TypeError(f"{type(self).__name__}: unknown keyword {key!r}; "
                                 f"valid: {', '.join(valid)}")
         if cfg.backend != L.ENUMS["backend"]["cpu"]:
