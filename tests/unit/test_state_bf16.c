@@ -368,8 +368,14 @@ static void test_runtime_ledger(void **state)
                   (unsigned long long)r[0], (unsigned long long)r[1]);
     assert_true(f[0] > 0 && r[0] > 0);
     assert_true(f[1] * 2 == f[0]);
-    if (opt == 0)
+    /* Shampoo's roots live in host-tier result slots, charged in whole pages:
+     * with 4 KiB pages these slots halve exactly; with 64 KiB pages (arm64
+     * kernels) a 16 KiB bf16 slot and a 32 KiB float32 one both take a page. */
+    const long page = sysconf(_SC_PAGESIZE);
+    if (opt == 0 && page <= 4096)
         assert_true(r[1] * 2 == r[0]);
+    else if (opt == 0)
+        assert_true(r[1] <= r[0]);
     else
         assert_true(r[1] == r[0]); /* SOAP's eigenbases stay float32 */
     }
