@@ -127,11 +127,14 @@ static float nan_to_zero(float x)
 
 /* Host bytes of one refresh's eigen workspace on the calling thread (LAPACK
  * work, ints, the staging of factor, old and new basis, and s). */
+static size_t kl_stage_floats(int maxdim)
+{
+    return 3 * (size_t)maxdim * maxdim + (size_t)maxdim;
+}
+
 static size_t kl_refresh_ws_bytes(int maxdim)
 {
-    const size_t md = (size_t)maxdim;
-    return strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
-           strata_eigenbasis_work_ints(maxdim) * sizeof(int) + (3 * md * md + md) * sizeof(float);
+    return strata_eigen_ws_bytes(maxdim, kl_stage_floats(maxdim));
 }
 
 static strata_status kl_create(const strata_kl_shampoo_config *c, strata_backend *be,
@@ -520,28 +523,13 @@ strata_status strata_kl_shampoo_refresh(strata_kl_shampoo_state *s, strata_optim
     /* A runtime-driven state: the eigen workspace for this call only, charged
      * to the ledger while it lives (fam_plan: host_transient). */
     const int maxdim = s->rows > s->cols ? (int)s->rows : (int)s->cols;
-    const size_t lw = strata_eigenbasis_work_doubles(maxdim);
-    const size_t li = strata_eigenbasis_work_ints(maxdim);
-    const size_t sf = 3 * (size_t)maxdim * maxdim + (size_t)maxdim;
-    double *work = malloc(lw * sizeof(double));
-    int *iwork = malloc(li * sizeof(int));
-    float *stage = malloc(sf * sizeof(float));
-    strata_status st = STRATA_OK;
-    if (!work || !iwork || !stage) {
-        st = strata_error(STRATA_ERR_NOMEM, "kl_shampoo: cannot allocate eigen workspace (dim %d)",
-                          maxdim);
-    } else {
-        const int64_t bytes = (int64_t)kl_refresh_ws_bytes(maxdim);
-        strata_ledger *lg = strata_backend_ledger(s->be);
-        if (lg)
-            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, bytes);
-        st = refresh_with(s, cnt, work, iwork, stage);
-        if (lg)
-            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, -bytes);
-    }
-    free(work);
-    free(iwork);
-    free(stage);
+    strata_eigen_ws ws;
+    strata_status st = strata_eigen_ws_take(s->be, "kl_shampoo", maxdim, kl_stage_floats(maxdim),
+                                            &ws);
+    if (st != STRATA_OK)
+        return st;
+    st = refresh_with(s, cnt, ws.work, ws.iwork, ws.stage);
+    strata_eigen_ws_give(&ws);
     return st;
 }
 

@@ -29,12 +29,16 @@
 #include "strata/optim.h"
 #include "optim/phases.h"
 
+#include "backend/ops.h"
+#include "base/ledger.h"
+
 #include <cblas.h>
 #include <float.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(sizeof(lapack_int) == sizeof(int), "strata expects 32-bit LAPACK integers");
@@ -729,6 +733,43 @@ size_t strata_eigenbasis_work_doubles(int n)
 size_t strata_eigenbasis_work_ints(int n)
 {
     return n <= 0 ? 0 : syevd_liwork(n) + 2 * (size_t)n;
+}
+
+size_t strata_eigen_ws_bytes(int maxdim, size_t stage_floats)
+{
+    return strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
+           strata_eigenbasis_work_ints(maxdim) * sizeof(int) + stage_floats * sizeof(float);
+}
+
+strata_status strata_eigen_ws_take(strata_backend *be, const char *who, int maxdim,
+                                   size_t stage_floats, strata_eigen_ws *ws)
+{
+    *ws = (strata_eigen_ws){0};
+    ws->work = malloc(strata_eigenbasis_work_doubles(maxdim) * sizeof(double));
+    ws->iwork = malloc(strata_eigenbasis_work_ints(maxdim) * sizeof(int));
+    ws->stage = malloc(stage_floats * sizeof(float));
+    if (!ws->work || !ws->iwork || !ws->stage) {
+        strata_eigen_ws_give(ws);
+        return strata_error(STRATA_ERR_NOMEM, "%s: cannot allocate eigen workspace (dim %d)",
+                            who, maxdim);
+    }
+    ws->bytes = (int64_t)strata_eigen_ws_bytes(maxdim, stage_floats);
+    ws->be = be;
+    strata_ledger *lg = be ? strata_backend_ledger(be) : NULL;
+    if (lg)
+        strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, ws->bytes);
+    return STRATA_OK;
+}
+
+void strata_eigen_ws_give(strata_eigen_ws *ws)
+{
+    strata_ledger *lg = ws->be ? strata_backend_ledger(ws->be) : NULL;
+    if (lg && ws->bytes)
+        strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, -ws->bytes);
+    free(ws->work);
+    free(ws->iwork);
+    free(ws->stage);
+    *ws = (strata_eigen_ws){0};
 }
 
 strata_status strata_eigenbasis_eigh(int n, const float *a, float *q, double *lambda,

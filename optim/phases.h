@@ -181,6 +181,27 @@ size_t strata_eigenbasis_work_doubles(int n);
 
 size_t strata_eigenbasis_work_ints(int n);
 
+/* The host workspace of one eigenbasis refresh on the calling thread, for a
+ * state that keeps none (a runtime-driven SOAP or KL-Shampoo state: the
+ * engine lends its worker refreshes theirs, and its first basis on the
+ * training thread takes one for the call): `work` and `iwork` as above for
+ * maxdim, and `stage` of stage_floats floats. strata_eigen_ws_bytes is what
+ * it holds (the planner's host_transient); strata_eigen_ws_take allocates it
+ * and charges it to `be`'s ledger (host workspace) until strata_eigen_ws_give.
+ * Errors: STRATA_ERR_NOMEM naming `who` (nothing held). */
+typedef struct strata_eigen_ws {
+    double *work;
+    int *iwork;
+    float *stage;
+    int64_t bytes;
+    strata_backend *be; /* whose ledger was charged */
+} strata_eigen_ws;
+
+size_t strata_eigen_ws_bytes(int maxdim, size_t stage_floats);
+strata_status strata_eigen_ws_take(strata_backend *be, const char *who, int maxdim,
+                                   size_t stage_floats, strata_eigen_ws *ws);
+void strata_eigen_ws_give(strata_eigen_ws *ws);
+
 /* Full eigendecomposition a = Q diag(lambda) Q^T (LAPACKE_dsyevd on the
  * symmetrized float64 copy of `a`). `q` (n x n row-major float32) receives
  * the eigenvectors as columns in DESCENDING eigenvalue order (SOAP's

@@ -658,28 +658,13 @@ strata_status strata_soap_refresh(strata_soap_state *s, strata_optim_counters *c
             maxdim = s->side[k].dim;
     if (maxdim == 0)
         return refresh_with(s, cnt, NULL, NULL, NULL);
-    const size_t lw = strata_eigenbasis_work_doubles(maxdim);
-    const size_t li = strata_eigenbasis_work_ints(maxdim);
-    const size_t sf = 3 * (size_t)maxdim * maxdim;
-    const int64_t bytes = (int64_t)(lw * sizeof(double) + li * sizeof(int) + sf * sizeof(float));
-    double *work = malloc(lw * sizeof(double));
-    int *iwork = malloc(li * sizeof(int));
-    float *stage = malloc(sf * sizeof(float));
-    strata_status st = STRATA_OK;
-    if (!work || !iwork || !stage) {
-        st = strata_error(STRATA_ERR_NOMEM, "soap: cannot allocate eigen workspace (dim %d)",
-                          maxdim);
-    } else {
-        strata_ledger *lg = strata_backend_ledger(s->be);
-        if (lg)
-            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, bytes);
-        st = refresh_with(s, cnt, work, iwork, stage);
-        if (lg)
-            strata_ledger_add(lg, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, -bytes);
-    }
-    free(work);
-    free(iwork);
-    free(stage);
+    strata_eigen_ws ws;
+    strata_status st = strata_eigen_ws_take(s->be, "soap", maxdim, 3 * (size_t)maxdim * maxdim,
+                                            &ws);
+    if (st != STRATA_OK)
+        return st;
+    st = refresh_with(s, cnt, ws.work, ws.iwork, ws.stage);
+    strata_eigen_ws_give(&ws);
     return st;
 }
 
@@ -1101,9 +1086,7 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     if (maxdim > 0) { /* the permutations and a maxdim scratch (create(external)) */
         out->host[STRATA_LEDGER_WORKSPACE] = ((size_t)maxdim + (size_t)perm_ints) * sizeof(int);
         /* the first basis's eigen workspace, inside that one call (strata_soap_refresh) */
-        out->host_transient = strata_eigenbasis_work_doubles(maxdim) * sizeof(double) +
-                              strata_eigenbasis_work_ints(maxdim) * sizeof(int) +
-                              3 * (size_t)maxdim * maxdim * sizeof(float);
+        out->host_transient = strata_eigen_ws_bytes(maxdim, 3 * (size_t)maxdim * maxdim);
     }
     if (blocks && cap > 0)
         blocks[0] = (strata_precond_block){.slot_bytes = slot, .max_dim = maxdim, .n_parts = 2,
