@@ -30,12 +30,12 @@ PYTHON needs torch (e.g. the project's .venv).
 import argparse
 import importlib
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import step_pair  # noqa: E402
 
 
 def main():
@@ -52,11 +52,7 @@ def main():
     if not args.dion or not os.path.isfile(os.path.join(args.dion, "dion", "dion2.py")):
         print("SKIP: no Dion checkout (--dion or STRATA_DION_PATH)")
         return 77
-    lib = next((os.path.join(args.build, "runtime", n) for n in
-                sorted(os.listdir(os.path.join(args.build, "runtime")))
-                if n.startswith("libstrata.so")), None)
-    os.environ.setdefault("STRATA_LIBRARY", os.path.abspath(lib))
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+    step_pair.use_build(args.build)
     sys.path.insert(0, args.dion)
     import torch
     import strata.torch as st
@@ -78,11 +74,7 @@ def main():
                 setattr(mod, k, eager(v))
 
     torch.set_num_threads(args.threads)
-    shapes = [(768, 768)] * 4 + [(768, 3072), (3072, 768)]
-    shapes = shapes * args.layers
-    gen = torch.Generator().manual_seed(7)
-    w0 = [0.02 * torch.randn(s, generator=gen) for s in shapes]
-    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
+    shapes, w0, grads = step_pair.matrix_set(torch, args.layers)
 
     def make(side):
         ps = [torch.nn.Parameter(w.clone()) for w in w0]
@@ -102,32 +94,18 @@ def main():
     sides = {s: make(s) for s in ("strata", "reference")}
     for s in sides:
         step(*sides[s], 0)
-    num = sum(float(((a.detach() - w) - (b.detach() - w)).double().norm() ** 2)
-              for a, b, w in zip(sides["strata"][0], sides["reference"][0], w0))
-    den = sum(float((b.detach() - w).double().norm() ** 2)
-              for b, w in zip(sides["reference"][0], w0))
     print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s), "
           "strata ns_method %s" % (len(shapes), args.layers, args.threads, args.ns_method))
     print("same work: step 1 update relative error %.3e (reference in bfloat16, its own "
-          "Polar Express)" % ((num / den) ** 0.5))
+          "Polar Express)" % step_pair.update_error(sides, w0))
 
     for s in sides:  # warm-up
         step(*sides[s], 1)
-    wall = {s: [] for s in sides}
-    cpu = {s: [] for s in sides}
-    for r in range(args.rounds):
-        order = ("strata", "reference") if r % 2 == 0 else ("reference", "strata")
-        for s in order:
-            for k in range(args.steps):
-                c0, t0 = time.process_time(), time.perf_counter()
-                step(*sides[s], k)
-                wall[s].append(1e3 * (time.perf_counter() - t0))
-                cpu[s].append(1e3 * (time.process_time() - c0))
-    for name, d in (("wall", wall), ("cpu", cpu)):
-        med = {s: statistics.median(v) for s, v in d.items()}
-        print("%s ms/step (median of %d): strata %.1f, reference %.1f, ratio reference/strata "
-              "%.2f" % (name, len(d["strata"]), med["strata"], med["reference"],
-                        med["reference"] / med["strata"]))
+
+    def set_grads(ps, k):
+        for p, g in zip(ps, grads[k % len(grads)]):
+            p.grad = g
+    step_pair.race(sides, set_grads, args.rounds, args.steps)
     return 0
 
 
