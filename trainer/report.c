@@ -267,6 +267,7 @@ static const config_key config_keys[] = {
     {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size, 0},
     SK(sharding, 0, WHEN_ALWAYS, gpt_sharding_names, NULL),
     SK(shard_group_size, 0, WHEN_ALWAYS, NULL, NULL),
+    SK(shard_gradients, 0, WHEN_ALWAYS, NULL, NULL),
     {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL, 0},
     /* the peak learning rate of the matrix optimizer (the trainer's view: one
        key, the field of the optimizer in use) */
