@@ -569,6 +569,9 @@ static const train_flag train_flag_rows[] = {
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
              "groups (default: all ranks)", .needs = NEEDS_RANKS},
+    {CFG(shard_gradients), .type = FT_TRUE, .group = G_RANKS,
+     .help = "sharded gradients (ZeRO-2): full-size gradient buffers\nonly for the owned "
+             "tensors, the rest one layer at a time", .needs = NEEDS_RANKS},
     {CFG(grad_bucket_bytes), .type = FT_KIB, .lo = 1,
      .hi = 1 << 20, .group = G_RANKS, .arg = "N",
      .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})",
