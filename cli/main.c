@@ -1138,6 +1138,11 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "refreshes of shampoo, soap and kl-shampoo; it has no effect with "
                         "--optimizer %s\n",
                 strata_optimizer_name(mopt));
+    if (o->strata.shard_gradients && o->strata.sharding != STRATA_SHARD_OWNER)
+        fprintf(stderr, "strata: note: --shard-gradients shards owner sharding's gradients; it "
+                        "has no effect with --sharding %s (every rank keeps full-size "
+                        "gradients)\n",
+                o->strata.sharding == STRATA_SHARD_GATHER ? "gather" : "zero1");
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
