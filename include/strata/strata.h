@@ -471,8 +471,10 @@ STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_para
  * keeps its layer begun from the head to its own hook), plus the buckets'
  * staging ring. Find the current buffer with strata_param_grad. A layer
  * whose hook comes without a begin posts zeros for its non-owned gradients
- * (logged once). Not in effect, strata_param_grad returns the registered
- * buffer and strata_layer_grad_begin does nothing. */
+ * (logged once). Each hook posts what the lent buffer holds then: to
+ * accumulate micro-batches on a rank, run their backwards between one
+ * begin and one hook of the layer. Not in effect, strata_param_grad returns
+ * the registered buffer and strata_layer_grad_begin does nothing. */
 
 /* Lend this rank the buffers of layer `layer`'s gradients that it does not
  * own (zeroed), valid until strata_hook_backward(rt, layer) (or the next
