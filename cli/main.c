@@ -569,6 +569,9 @@ static const train_flag train_flag_rows[] = {
      .hi = 1 << 20, .group = G_RANKS, .arg = "K",
      .help = "hierarchical sync (HSDP): owner-shard inside groups\nof K ranks, replicate across "
              "groups (default: all ranks)", .needs = NEEDS_RANKS},
+    {CFG(shard_gradients), .type = FT_TRUE, .group = G_RANKS,
+     .help = "sharded gradients (ZeRO-2): full-size gradient buffers\nonly for the owned "
+             "tensors, the rest one layer at a time", .needs = NEEDS_RANKS},
     {CFG(grad_bucket_bytes), .type = FT_KIB, .lo = 1,
      .hi = 1 << 20, .group = G_RANKS, .arg = "N",
      .help = "cap of one gradient bucket reduced to its owner\nwithout blocking (default {})",
@@ -1135,6 +1138,11 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "refreshes of shampoo, soap and kl-shampoo; it has no effect with "
                         "--optimizer %s\n",
                 strata_optimizer_name(mopt));
+    if (o->strata.shard_gradients && o->strata.sharding != STRATA_SHARD_OWNER)
+        fprintf(stderr, "strata: note: --shard-gradients shards owner sharding's gradients; it "
+                        "has no effect with --sharding %s (every rank keeps full-size "
+                        "gradients)\n",
+                o->strata.sharding == STRATA_SHARD_GATHER ? "gather" : "zero1");
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");

@@ -95,7 +95,10 @@ void strata_comm_request_abandon(strata_comm *c, strata_comm_request *req);
 typedef struct strata_gb_item {
     int layer;            /* >= 0 */
     float *grad;          /* n floats, host-addressable; read at post, written back at
-                             completion on an owner */
+                             completion on an owner. A non-owner's (receives false) may
+                             be NULL at create and lent later (strata_gb_set_grad): it
+                             is read only at post, so the buffer is free once
+                             strata_gb_post_layer returns */
     size_t n;             /* >= 1 */
     const int *owners;    /* n_owners ranks receiving the sum (copied) */
     int n_owners;
@@ -133,6 +136,13 @@ strata_status strata_gb_post_layer(strata_grad_buckets *gb, int layer);
 /* Complete every bucket in flight (in post order); *waited_s (may be NULL)
  * gets the wall time spent. Errors: the transport's, the backend's. */
 strata_status strata_gb_finish_all(strata_grad_buckets *gb, double *waited_s);
+
+/* Re-point item `item` (its index in create's items) at `grad` (NULL: none
+ * lent; posting its layer then fails with STRATA_ERR_STATE). Only an item
+ * that does not receive its sum: the packing copies it at post, so any
+ * time outside strata_gb_post_layer is safe (sharded gradients, runtime.c).
+ * Errors: STRATA_ERR_INVALID_ARG (bad item, an item that receives). */
+strata_status strata_gb_set_grad(strata_grad_buckets *gb, int item, float *grad);
 
 /* Buckets posted and not completed. */
 int strata_gb_in_flight(const strata_grad_buckets *gb);

@@ -32,11 +32,13 @@ struct strata_grad_buckets {
     strata_gb_item *member;    /* items grouped by bucket, registration order inside */
     gb_bucket *bucket;
     int n_buckets;
+    int n_items;
     int *layer_start;          /* buckets of layer l: [layer_start[l], layer_start[l + 1]) */
     int n_layers;
     int *owners_pool;
     float *ring;
     size_t ring_floats;
+    int *member_of;            /* item i (create's order) is member[member_of[i]] */
     int *queue;                /* in-flight bucket numbers, a circular queue */
     int q_head, q_count;
     strata_gb_stats stats;
@@ -61,8 +63,8 @@ strata_status strata_gb_create(const strata_gb_config *cfg, const strata_gb_item
     *out = NULL;
     int max_layer = -1, total_owners = 0;
     for (int i = 0; i < n; i++) {
-        if (items[i].layer < 0 || !items[i].grad || items[i].n == 0 || items[i].n_owners < 1 ||
-            !items[i].owners)
+        if (items[i].layer < 0 || (!items[i].grad && items[i].receives) || items[i].n == 0 ||
+            items[i].n_owners < 1 || !items[i].owners)
             return strata_error(STRATA_ERR_INVALID_ARG, "grad buckets: bad item %d", i);
         max_layer = items[i].layer > max_layer ? items[i].layer : max_layer;
         total_owners += items[i].n_owners;
@@ -76,6 +78,7 @@ strata_status strata_gb_create(const strata_gb_config *cfg, const strata_gb_item
         return strata_error(STRATA_ERR_NOMEM, "grad buckets: out of memory");
     }
     gb->cfg = *cfg;
+    gb->n_items = n;
     gb->n_layers = max_layer + 1;
     const size_t cap = cfg->bucket_bytes / sizeof(float);
     gb->member = calloc((size_t)n + 1, sizeof *gb->member);
@@ -83,7 +86,9 @@ strata_status strata_gb_create(const strata_gb_config *cfg, const strata_gb_item
     gb->layer_start = calloc((size_t)gb->n_layers + 1, sizeof *gb->layer_start);
     gb->owners_pool = calloc((size_t)total_owners + 1, sizeof *gb->owners_pool);
     gb->queue = calloc((size_t)n + 1, sizeof *gb->queue);
-    if (!gb->member || !gb->bucket || !gb->layer_start || !gb->owners_pool || !gb->queue) {
+    gb->member_of = calloc((size_t)n + 1, sizeof *gb->member_of);
+    if (!gb->member || !gb->bucket || !gb->layer_start || !gb->owners_pool || !gb->queue ||
+        !gb->member_of) {
         st = strata_error(STRATA_ERR_NOMEM, "grad buckets: out of memory");
         goto out_free;
     }
@@ -132,8 +137,10 @@ strata_status strata_gb_create(const strata_gb_config *cfg, const strata_gb_item
     int *fill = bucket_of; /* reused below as a cursor per item's bucket */
     for (int b = 0, at = 0; b < nb; b++)
         for (int i = 0; i < n; i++)
-            if (fill[i] == b)
+            if (fill[i] == b) {
+                gb->member_of[i] = at;
                 gb->member[at++] = items[i];
+            }
     size_t want = STRATA_GB_IN_FLIGHT * cap;
     want = want < total ? want : total;
     want = want > largest ? want : largest;
@@ -236,6 +243,14 @@ strata_status strata_gb_post_layer(strata_grad_buckets *gb, int layer)
         gb->stats.ring_waits += waited;
         b->off = off;
         float *buf = gb->ring + off;
+        for (int m = 0; m < b->count; m++)
+            if (!gb->member[b->first + m].grad) {
+                st = strata_error(STRATA_ERR_STATE, "grad buckets: layer %d posted with a "
+                                  "gradient not lent (strata_gb_set_grad)", layer);
+                break;
+            }
+        if (st != STRATA_OK)
+            break;
         for (int m = 0; m < b->count; m++) {
             const strata_gb_item *it = &gb->member[b->first + m];
             memcpy(buf, it->grad, it->n * sizeof(float));
@@ -274,6 +289,18 @@ strata_status strata_gb_finish_all(strata_grad_buckets *gb, double *waited_s)
     return st;
 }
 
+strata_status strata_gb_set_grad(strata_grad_buckets *gb, int item, float *grad)
+{
+    if (!gb || item < 0 || item >= gb->n_items)
+        return strata_error(STRATA_ERR_INVALID_ARG, "grad buckets: bad item %d", item);
+    strata_gb_item *it = &gb->member[gb->member_of[item]];
+    if (it->receives)
+        return strata_error(STRATA_ERR_INVALID_ARG, "grad buckets: item %d receives its sum: "
+                            "its gradient stays where create put it", item);
+    it->grad = grad;
+    return STRATA_OK;
+}
+
 int strata_gb_in_flight(const strata_grad_buckets *gb)
 {
     return gb ? gb->q_count : 0;
@@ -294,6 +321,7 @@ void strata_gb_destroy(strata_grad_buckets *gb)
                                     &gb->bucket[gb->queue[(gb->q_head + k) % gb->n_buckets]].req);
     free(gb->ring);
     free(gb->queue);
+    free(gb->member_of);
     free(gb->owners_pool);
     free(gb->layer_start);
     free(gb->bucket);

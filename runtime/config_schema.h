@@ -168,7 +168,8 @@
     X(stale_correction, stale_correction, ENUM, NOCKPT, "stale-correction", "stale_correction", "", "the safety valve (async): off (default, wait) or newton") \
     X(state_dtype_factors, state_dtype_factors, ENUM, CKPT, "state-dtype-factors", "state_dtype_factors", "", "storage of the factors: f32 (default) or bf16") \
     X(state_dtype_roots, state_dtype_roots, ENUM, CKPT, "state-dtype-roots", "state_dtype_roots", "", "storage of the inverse roots / eigenbases: f32 (default) or bf16") \
-    X(state_dtype_moments, state_dtype_moments, ENUM, CKPT, "state-dtype-moments", "state_dtype_moments", "", "storage of the moments: f32 (default) or bf16")
+    X(state_dtype_moments, state_dtype_moments, ENUM, CKPT, "state-dtype-moments", "state_dtype_moments", "", "storage of the moments: f32 (default) or bf16") \
+    X(shard_gradients, shard_gradients, BOOL, NOCKPT, "shard-gradients", "shard_gradients", "", "sharded gradients (ZeRO-2): full-size gradient buffers only for owned parameters")
 
 
 typedef enum strata_cfg_kind {

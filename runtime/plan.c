@@ -7,7 +7,8 @@
  *   - the registered weights and gradient buffers: the caller's tier, every
  *     rank (managed weights: owned ones in host memory, 64-byte rounded, and
  *     the two largest layers' others, runtime.c managed_setup / materialize,
- *     as the example trainer holds them);
+ *     as the example trainer holds them; sharded gradients the same way,
+ *     runtime.c grads_setup / grads_lend);
  *   - each family's state on the ranks that update it: its plan slot
  *     (optim/precond.h), the same sizes its create charges;
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =
@@ -126,6 +127,12 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                                                        : STRATA_LEDGER_HOST;
     const bool managed = opt->managed && W > 1 && c->sharding == STRATA_SHARD_OWNER &&
                          c->backend == STRATA_BACKEND_CPU;
+    /* Sharded gradients (runtime.c grads_setup): owned ones in strata's host
+     * buffers, 64-byte rounded; the others lent per layer, as the example
+     * trainer holds them: layer 0's (the tied embedding) and the largest
+     * other layer's at once (below). */
+    const bool sharded = c->shard_gradients && W > 1 && c->sharding == STRATA_SHARD_OWNER &&
+                         c->backend == STRATA_BACKEND_CPU;
     const bool nvme = c->async && c->roots_tier == STRATA_TIER_NVME;
     int max_layer = 0;
     for (int i = 0; i < n; i++)
@@ -151,13 +158,15 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
             charge(r, ct, STRATA_LEDGER_WEIGHTS, wb);
         else if (here)
             charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS, round64(wb));
-        else
+        if (!here)
             layer_other[p->layer] += wb;
-        bool seen = false; /* one gradient buffer per distinct pointer (the runtime's rule) */
+        bool seen = sharded; /* one gradient buffer per distinct pointer (the runtime's rule) */
         for (int j = 0; j < i && !seen; j++)
             seen = d[j].grad && d[j].grad == d[i].grad;
         if (!seen)
             charge(r, ct, STRATA_LEDGER_GRADIENTS, wb);
+        if (sharded && here)
+            charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS, round64(wb));
         if (c->sharding == STRATA_SHARD_GATHER && W > 1) {
             const size_t base = p->view.numel / (size_t)W, extra = p->view.numel % (size_t)W;
             const size_t cnt = base + ((size_t)rank < extra ? 1 : 0);
@@ -223,7 +232,7 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     if (st == STRATA_OK) {
         charge(r, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE, step_scratch);
         charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, transient);
-        if (managed) {
+        if (managed || sharded) {
             /* The example trainer holds two layers at once at most (the
              * head with the tied embedding; a layer and the next around a
              * hook): the two largest layers' others. */
@@ -236,7 +245,17 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                     second = layer_other[l];
                 }
             }
-            charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS, round64(big) + round64(second));
+            if (managed)
+                charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS,
+                       round64(big) + round64(second));
+            /* Gradients: layer 0's (the tied embedding, lent from the head's
+             * backward to its own hook) with one other layer's at a time. */
+            uint64_t other = 0;
+            for (int l = 1; l <= max_layer; l++)
+                other = layer_other[l] > other ? layer_other[l] : other;
+            if (sharded)
+                charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
+                       round64(layer_other[0]) + round64(other));
         }
         if (max_slot > 0) { /* the nvme tier's scratch, staging and ring staging */
             charge(r, host, STRATA_LEDGER_WORKSPACE,

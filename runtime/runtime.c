@@ -579,6 +579,7 @@ static strata_status param_add_unguarded(strata_runtime *rt, const strata_param_
     p->user_data = d->data;
     p->managed = d->managed;
     p->grad = d->grad;
+    p->user_grad = d->grad;
     if (d->layer > rt->max_layer)
         rt->max_layer = d->layer;
     if (out)
@@ -1151,8 +1152,106 @@ static void note_param_bytes(strata_runtime *rt)
         rt->stats.param_bytes_peak = rt->param_bytes_now;
 }
 
+/* ---- sharded gradients (strata.h, "sharded gradients"; ZeRO-2). An owned
+ * parameter's gradient is strata's buffer from commit to uncommit; a
+ * non-owned one's is a slice of its layer's lent buffer from
+ * strata_layer_grad_begin to the layer's backward hook, which packs it into
+ * the buckets (they copy at post) and frees it; else NULL. The buckets'
+ * items follow the lent pointers (strata_gb_set_grad). The reductions are
+ * the same calls on the same values, so results are bit-identical. */
+static void grads_point(strata_runtime *rt, int layer, float *base)
+{
+    size_t off = 0;
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (p->layer != layer || p->owner == rt->rank)
+            continue;
+        p->grad = base ? base + off : NULL;
+        off += p->view.numel;
+        if (rt->buckets)
+            (void)strata_gb_set_grad(rt->buckets, i, p->grad); /* a non-receiving item */
+    }
+}
+
+static void grads_release(strata_runtime *rt, int layer)
+{
+    if (!rt->shard_grads || !rt->grad_buf[layer])
+        return;
+    free(rt->grad_buf[layer]);
+    rt->grad_buf[layer] = NULL;
+    strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
+                      -(int64_t)round64(rt->grad_layer_bytes[layer]));
+    grads_point(rt, layer, NULL);
+}
+
+static strata_status grads_lend(strata_runtime *rt, int layer)
+{
+    const size_t need = rt->grad_layer_bytes[layer];
+    if (!rt->shard_grads || need == 0 || rt->grad_buf[layer])
+        return STRATA_OK;
+    float *b = calloc(1, round64(need)); /* zeroed: backward passes accumulate */
+    if (!b)
+        return strata_error(STRATA_ERR_NOMEM, "layer_grad_begin: cannot allocate %zu bytes for "
+                            "layer %d's non-owned gradients", need, layer);
+    rt->grad_buf[layer] = b;
+    strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
+                      (int64_t)round64(need));
+    grads_point(rt, layer, b);
+    return STRATA_OK;
+}
+
+static void grads_free(strata_runtime *rt)
+{
+    for (int l = 0; rt->grad_buf && l <= rt->max_layer; l++)
+        grads_release(rt, l);
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        if (rt->shard_grads && p->owner == rt->rank && p->grad != p->user_grad)
+            free(p->grad); /* its bytes are in rt->held */
+        p->grad = p->user_grad;
+    }
+    free(rt->grad_buf);
+    free(rt->grad_layer_bytes);
+    rt->grad_buf = NULL;
+    rt->grad_layer_bytes = NULL;
+    rt->shard_grads = false;
+}
+
+/* At commit, before the buckets (their items take the pointers set here). */
+static strata_status grads_setup(strata_runtime *rt)
+{
+    rt->shard_grads = rt->cfg.shard_gradients && rt->world > 1 &&
+                      rt->cfg.sharding == STRATA_SHARD_OWNER &&
+                      rt->cfg.backend == STRATA_BACKEND_CPU;
+    if (!rt->shard_grads)
+        return STRATA_OK;
+    const size_t L = (size_t)rt->max_layer + 1;
+    rt->grad_buf = calloc(L, sizeof *rt->grad_buf);
+    rt->grad_layer_bytes = calloc(L, sizeof *rt->grad_layer_bytes);
+    if (!rt->grad_buf || !rt->grad_layer_bytes)
+        return strata_error(STRATA_ERR_NOMEM, "commit: out of memory");
+    for (int i = 0; i < rt->n_params; i++) {
+        rt_param *p = &rt->params[i];
+        const size_t b = p->view.numel * sizeof(float);
+        if (p->owner != rt->rank) {
+            p->grad = NULL;
+            rt->grad_layer_bytes[p->layer] += b;
+            continue;
+        }
+        float *g = calloc(1, round64(b));
+        if (!g)
+            return strata_error(STRATA_ERR_NOMEM, "commit: cannot allocate %zu bytes for the "
+                                "gradient of '%s'", b, p->name);
+        p->grad = g;
+        strata_ledger_hold_add(&rt->held, &rt->ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_GRADIENTS, round64(b));
+    }
+    return STRATA_OK;
+}
+
 static void managed_free(strata_runtime *rt)
 {
+    grads_free(rt);
     for (int l = 0; rt->layer_buf && l <= rt->max_layer; l++)
         if (rt->layer_buf[l]) {
             strata_ledger_add(&rt->ledger, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS,
@@ -1190,8 +1289,9 @@ static strata_status managed_setup(strata_runtime *rt)
                                    STRATA_LEDGER_WEIGHTS, p->view.numel * sizeof(float));
         }
         /* The gradient buffers registered, each once (the Python door
-         * registers one buffer of zeros for every parameter without one). */
-        bool seen = false;
+         * registers one buffer of zeros for every parameter without one);
+         * with sharded gradients strata's own (grads_setup) instead. */
+        bool seen = rt->shard_grads;
         for (int j = 0; j < i && !seen; j++)
             seen = rt->params[j].grad == p->grad;
         if (!seen)
@@ -1401,7 +1501,9 @@ static strata_status commit_unguarded(strata_runtime *rt)
             return st;
         }
     }
-    st = managed_setup(rt);
+    st = grads_setup(rt);
+    if (st == STRATA_OK)
+        st = managed_setup(rt);
     if (st == STRATA_OK)
         st = create_buckets(rt);
     if (st == STRATA_OK)
@@ -1523,6 +1625,10 @@ static strata_status set_buffers_unguarded(strata_runtime *rt, strata_param_id i
                             "managed by strata (strata_param_desc.managed with owner sharding "
                             "over several ranks); only the gradient can be re-pointed",
                             p->name);
+    if (grad && rt->shard_grads)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "param_set_buffers('%s'): with sharded "
+                            "gradients (strata_config.shard_gradients) the gradient buffers are "
+                            "strata's (strata_param_grad)", p->name);
     if (grad && rt->buckets && grad != p->grad)
         return strata_error(STRATA_ERR_UNSUPPORTED, "param_set_buffers('%s'): gradient buckets "
                             "(several ranks over MPI) keep the registered gradient buffer; it "
@@ -1533,7 +1639,7 @@ static strata_status set_buffers_unguarded(strata_runtime *rt, strata_param_id i
             p->data = data;
     }
     if (grad)
-        p->grad = grad;
+        p->grad = p->user_grad = grad;
     return STRATA_OK;
 }
 
@@ -1576,10 +1682,26 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
     if (rt->world == 1)
         return STRATA_OK;
     const double t0 = strata_now_seconds();
+    if (rt->shard_grads && layer <= rt->max_layer && rt->grad_layer_bytes[layer] &&
+        !rt->grad_buf[layer]) {
+        /* Every rank posts the same buckets: this rank's part is zero. */
+        if (!rt->warned_grad_unlent) {
+            rt->warned_grad_unlent = true;
+            strata_log(rt, STRATA_LOG_WARN, "hooks", "hook_backward(%d): the layer's non-owned "
+                       "gradients were not lent (strata_layer_grad_begin): this rank "
+                       "contributes zeros", layer);
+        }
+        st = grads_lend(rt, layer);
+        if (st != STRATA_OK)
+            return st;
+    }
     if (rt->buckets) {
         /* Bucketed and non-blocking: post this layer's buckets and advance
-         * the ones in flight; strata_step waits for the rest. */
+         * the ones in flight; strata_step waits for the rest. The buckets
+         * copied the non-owned gradients: their lent buffer goes. */
         st = strata_gb_post_layer(rt->buckets, layer);
+        if (layer <= rt->max_layer)
+            grads_release(rt, layer);
         rt->stats.seconds_backward_hooks += strata_now_seconds() - t0;
         return st;
     }
@@ -1612,8 +1734,33 @@ strata_status strata_hook_backward(strata_runtime *rt, int layer)
                 st = average(rt, p->grad, p->view.numel);
         }
     }
+    if (layer <= rt->max_layer)
+        grads_release(rt, layer);
     rt->stats.seconds_backward_hooks += strata_now_seconds() - t0;
     return st;
+}
+
+strata_status strata_layer_grad_begin(strata_runtime *rt, int layer)
+{
+    const strata_status st = check_hook(rt, layer, "layer_grad_begin");
+    return st == STRATA_OK ? grads_lend(rt, layer) : st;
+}
+
+strata_status strata_param_grad(const strata_runtime *rt, strata_param_id id, float **out)
+{
+    if (out)
+        *out = NULL;
+    if (!rt || !out || id < 0 || id >= rt->n_params)
+        return strata_error(STRATA_ERR_INVALID_ARG, "param_grad: bad id %d", (int)id);
+    if (!rt->committed)
+        return strata_error(STRATA_ERR_STATE, "param_grad: call strata_commit first");
+    const rt_param *p = &rt->params[id];
+    if (!p->grad)
+        return strata_error(STRATA_ERR_STATE, "param_grad('%s'): rank %d does not own it and "
+                            "layer %d's gradients are not lent now (strata_layer_grad_begin "
+                            "first)", p->name, rt->rank, p->layer);
+    *out = p->grad;
+    return STRATA_OK;
 }
 
 static strata_status set_lr_scale_unguarded(strata_runtime *rt, float scale)
@@ -2090,6 +2237,8 @@ static strata_status step_run(strata_runtime *rt)
     const double t_start = strata_now_seconds();
     rt->stats.last_wait_seconds = 0.0;
     release_all(rt); /* the weights are about to change (strata.h, managed weights) */
+    for (int l = 0; rt->shard_grads && l <= rt->max_layer; l++)
+        grads_release(rt, l); /* lent and never posted: nothing reads them now */
 
     strata_status st = step_finish_buckets(rt);
     if (st == STRATA_OK)

@@ -33,6 +33,8 @@ typedef struct rt_param {
     float *data, *grad;     /* data: the weights this rank uses now (managed: strata's
                                owned buffer, a layer buffer while materialized, else NULL) */
     float *user_data;       /* the caller's strata_param_desc.data */
+    float *user_grad;       /* the caller's strata_param_desc.grad (grad is strata's with
+                               sharded gradients in effect) */
     bool managed;           /* strata manages the weights (strata_param_desc.managed, active
                                with owner sharding over several ranks) */
     const strata_precond_family *fam;
@@ -116,6 +118,16 @@ struct strata_runtime {
     size_t *layer_bytes;
     size_t param_bytes_now; /* weights resident on this rank: owned or caller-held + layer
                                buffers */
+    /* Sharded gradients (strata_config.shard_gradients in effect): an owned
+       parameter's grad is strata's buffer from commit to uncommit; the ones
+       this rank does not own point into their layer's lent buffer
+       (grad_buf[layer], grad_layer_bytes[layer] bytes: the layer's
+       non-owned gradients) from strata_layer_grad_begin until the layer's
+       backward hook, else NULL. */
+    bool shard_grads;
+    float **grad_buf;
+    size_t *grad_layer_bytes;
+    bool warned_grad_unlent;
     float **gather_stage;  /* gather sharding: per parameter, this rank's shard of the
                               reduced gradient */
     strata_grad_buckets *buckets; /* non-blocking bucketed reduce-to-owner (grad_bucket.h);

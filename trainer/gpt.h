@@ -146,6 +146,22 @@ void gpt_params_release(gpt_model *m);
  * still owns its parameters). */
 int gpt_tensor_bind(gpt_model *m, int i, float *data);
 
+/* Give up the model's gradient allocation (a runtime that shards the
+ * gradients holds them instead: strata's sharded gradients): it is freed
+ * and every tensor's `grad` becomes NULL. From then on the caller points
+ * each tensor at its gradient buffer with gpt_tensor_bind_grad before the
+ * backward writes it: layer l's tensors before its backward starts (the
+ * after_layer callback of the layer above), wte also before the backward of
+ * layer n_layer + 1 (the tied head adds into it). gpt_zero_grad zeroes the
+ * buffers bound then. NULL is a no-op. */
+void gpt_grads_release(gpt_model *m);
+
+/* Point tensor i's `grad` at `grad` (prod(shape) floats, valid while a
+ * backward writes them; not owned; NULL: none). Only after
+ * gpt_grads_release. Errors: STRATA_ERR_INVALID_ARG (NULL model, i out of
+ * range, the model still owns its gradients). */
+int gpt_tensor_bind_grad(gpt_model *m, int i, float *grad);
+
 /* The model's configuration (never NULL for a valid model). */
 const gpt_config *gpt_get_config(const gpt_model *m);
 

@@ -33,6 +33,8 @@ int gptd_create(const gpt_config *cfg, uint64_t seed, gptd_model **out);
 void gptd_destroy(gptd_model *m);
 void gptd_params_release(gptd_model *m);
 int gptd_tensor_bind(gptd_model *m, int i, double *data);
+void gptd_grads_release(gptd_model *m);
+int gptd_tensor_bind_grad(gptd_model *m, int i, double *grad);
 const gpt_config *gptd_get_config(const gptd_model *m);
 int gptd_num_tensors(const gptd_model *m);
 const gptd_tensor *gptd_tensor_at(const gptd_model *m, int i);

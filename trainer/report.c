@@ -267,6 +267,7 @@ static const config_key config_keys[] = {
     {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size, 0},
     SK(sharding, 0, WHEN_ALWAYS, gpt_sharding_names, NULL),
     SK(shard_group_size, 0, WHEN_ALWAYS, NULL, NULL),
+    SK(shard_gradients, 0, WHEN_ALWAYS, NULL, NULL),
     {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL, 0},
     /* the peak learning rate of the matrix optimizer (the trainer's view: one
        key, the field of the optimizer in use) */
@@ -887,9 +888,11 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             fprintf(f,
                     "  rank %d: %.0f params, resident %.2f MiB | per step: optimizer %.1f ms, "
                     "matrix bytes at the step %s, intra-node %s, inter-node %s | "
-                    "refreshes computed %.0f, received %.0f\n",
+                    "refreshes computed %.0f, received %.0f | ledger peak %.2f MiB "
+                    "(gradients %.2f)\n",
                     r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean, matrix,
-                    intra, inter, g->refreshes_computed, g->refreshes_received);
+                    intra, inter, g->refreshes_computed, g->refreshes_received,
+                    g->ledger_peak / 1048576.0, g->grad_bytes_peak / 1048576.0);
         }
     }
 }
@@ -1091,6 +1094,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_int64(o, "param_bytes_peak", (int64_t)g->param_bytes_peak);
             json_add_int64(o, "largest_layer_bytes", (int64_t)g->largest_layer_bytes);
             json_add_int64(o, "step_scratch_bytes", (int64_t)g->step_scratch_bytes);
+            json_add_int64(o, "grad_bytes_peak", (int64_t)g->grad_bytes_peak);
+            json_add_int64(o, "ledger_peak", (int64_t)g->ledger_peak);
             json_add_int64(o, "max_staleness", (int64_t)g->max_staleness);
             json_add_int64(o, "staleness_bound_exceeded", (int64_t)g->staleness_bound_exceeded);
             json_add_int64(o, "refreshes_computed", (int64_t)g->refreshes_computed);

@@ -312,7 +312,36 @@ typedef struct hook_ctx {
     strata_runtime *rt;
     gpt_model *model;  /* non-NULL: managed weights */
     int head_layer;    /* n_layer + 1: lnf, and the LM head tied to wte (layer 0) */
+    bool grads;        /* sharded gradients (--shard-gradients, with managed weights): the
+                          model's gradients are strata's (strata_param_grad), a layer's
+                          non-owned ones lent from grads_begin to its backward hook */
 } hook_ctx;
+
+/* Point layer `layer`'s gradients at strata's buffers now: owned ones, the
+ * lent ones of a begun layer, NULL for the rest (not lent now). */
+static strata_status grads_bind(const hook_ctx *h, int layer)
+{
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < gpt_num_tensors(h->model) && st == STRATA_OK; i++) {
+        if (gpt_tensor_at(h->model, i)->layer != layer)
+            continue;
+        float *g = NULL;
+        st = strata_param_grad(h->rt, i, &g);
+        if (st == STRATA_ERR_STATE)
+            st = STRATA_OK; /* non-owned, not lent now: g is NULL */
+        if (st == STRATA_OK)
+            st = (strata_status)gpt_tensor_bind_grad(h->model, i, g);
+    }
+    return st;
+}
+
+/* Before layer `layer`'s backward writes its gradients: strata lends the
+ * non-owned ones (zeroed) until the layer's backward hook. */
+static strata_status grads_begin(const hook_ctx *h, int layer)
+{
+    strata_status st = strata_layer_grad_begin(h->rt, layer);
+    return st == STRATA_OK ? grads_bind(h, layer) : st;
+}
 
 /* Point layer `layer`'s tensors at strata's weights (bind) or at nothing. */
 static strata_status layer_bind(const hook_ctx *h, int layer, bool bind)
@@ -377,7 +406,15 @@ static int hook_bwd(void *ctx, int layer)
     strata_status st = strata_hook_backward(h->rt, layer);
     if (!h->model || st != STRATA_OK)
         return (int)st;
-    st = layer_bind(h, layer, false);
+    /* Sharded gradients: the hook packed and released this layer's
+     * non-owned ones; the next layer down gets its own (layer 0 was lent
+     * before the head's backward, which adds into wte). */
+    if (h->grads)
+        st = grads_bind(h, layer);
+    if (st == STRATA_OK && h->grads && layer - 1 > 0)
+        st = grads_begin(h, layer - 1);
+    if (st == STRATA_OK)
+        st = layer_bind(h, layer, false);
     if (st == STRATA_OK && layer == h->head_layer)
         st = layer_release(h, 0);
     if (st == STRATA_OK && layer - 1 > 0)
@@ -496,7 +533,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 35 };
+    enum { K = 37 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -534,6 +571,9 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     m[32] = (double)s->stale_refreshes_skipped;
     m[33] = (double)s->stale_max_corrected;
     m[34] = (double)s->step_scratch_bytes;
+    for (int tier = 0; tier < STRATA_LEDGER_TIERS; tier++)
+        m[35] += (double)res->ledger.peak[tier][STRATA_LEDGER_GRADIENTS];
+    m[36] = (double)res->ledger.total_peak;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -554,7 +594,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .largest_layer_bytes = v[14],
                                            .step_scratch_bytes = v[34],
                                            .owned_param_bytes = v[15],
-                                           .bwd_hook_ms = v[16], .grad_wait_ms = v[17]};
+                                           .bwd_hook_ms = v[16], .grad_wait_ms = v[17],
+                                           .grad_bytes_peak = v[35], .ledger_peak = v[36]};
     }
     if (st != STRATA_OK)
         return st;
@@ -638,6 +679,10 @@ static strata_status train_micro_batches(const gpt_train_options *o, train_model
         st = (strata_status)model_zero_grad(model);
         if (st == STRATA_OK)
             st = (strata_status)model_forward(model, x, y, B, T, hook_fwd, h, &loss);
+        if (st == STRATA_OK && h->grads) /* the head's backward writes wte's too */
+            st = grads_begin(h, h->head_layer);
+        if (st == STRATA_OK && h->grads)
+            st = grads_begin(h, 0);
         if (st == STRATA_OK)
             st = (strata_status)model_backward(model, hook_bwd, h);
         losses[k] = loss;
@@ -1412,6 +1457,19 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         goto out;
     if (managed)
         gpt_params_release(model.cpu);
+    /* --shard-gradients (in effect under the same rule as managed weights on
+     * the CPU backend): the model's full-size gradients go; each tensor
+     * writes into strata's buffer (strata_param_grad). */
+    const bool grads = managed && o.strata.shard_gradients &&
+                       o.strata.backend == STRATA_BACKEND_CPU;
+    if (grads) {
+        gpt_grads_release(model.cpu);
+        const hook_ctx gh = {rt, model.cpu, o.model.n_layer + 1, true};
+        for (int l = 0; l <= o.model.n_layer + 1 && st == STRATA_OK; l++)
+            st = grads_bind(&gh, l);
+        if (st != STRATA_OK)
+            goto out;
+    }
 
     /* One batch of inputs and targets, reused by every step and evaluation;
      * the gradient accumulator of grad_accum > 1. */
@@ -1440,7 +1498,7 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     strata_stats s0;
     strata_stats_get(rt, &s0);
 
-    hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1};
+    hook_ctx hctx = {rt, managed ? model.cpu : NULL, o.model.n_layer + 1, grads};
     double loss_ref = log((double)o.model.vocab), grad_ref = 0.0;
     uint64_t rng = o.seed ^ 0x9E3779B97F4A7C15ull;
     strata_comm *comm = o.strata.comm;

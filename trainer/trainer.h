@@ -122,6 +122,9 @@ typedef struct gpt_rank_figures {
                                   received, per step (part of intra/inter_node_bytes) */
     double bwd_hook_ms;        /* per step: time inside strata_hook_backward (reductions) */
     double grad_wait_ms;       /* per step: time strata_step waited for gradient reductions */
+    double grad_bytes_peak;    /* the memory ledger's gradients, all tiers, at their peak
+                                  (--shard-gradients: owned + lent layers) */
+    double ledger_peak;        /* the memory ledger's total peak on this rank */
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64

@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 8
+#define STRATA_CONFIG_VERSION 9
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -243,6 +243,19 @@ typedef struct strata_config {
     strata_state_dtype state_dtype_factors; /* Shampoo's L, R; SOAP's factors */
     strata_state_dtype state_dtype_roots;   /* Shampoo's inverse roots */
     strata_state_dtype state_dtype_moments; /* none supported yet */
+    bool shard_gradients;     /* sharded gradients (ZeRO-2; issue #21 item 3): a rank keeps
+                                 a full-size gradient buffer only for the parameters it
+                                 owns (strata's, allocated at commit); a parameter it does
+                                 not own gets its gradient into a buffer strata lends per
+                                 layer, from strata_layer_grad_begin(layer) until
+                                 strata_hook_backward(layer) has packed it into a bucket
+                                 reduced to the owner (see "sharded gradients" below). In
+                                 effect with STRATA_SHARD_OWNER over several ranks on the
+                                 CPU backend (HSDP included); otherwise no effect. In
+                                 effect, the registered strata_param_desc.grad is not read
+                                 or written after commit (the caller may free it) and the
+                                 ledger's gradients are strata's buffers. Bit-identical
+                                 results (the sums are the same). Default false. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -250,7 +263,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 40
+#define STRATA_CONFIG_FIELDS 41
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -442,6 +455,47 @@ STRATA_API strata_status strata_layer_release(strata_runtime *rt, int layer);
 STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_param_id id,
                                            float **out);
 
+/* ---- sharded gradients (strata_config.shard_gradients; ZeRO-2/3)
+ *
+ * In effect (owner sharding, several ranks, the CPU backend), a rank holds:
+ *   - for each parameter it owns, a gradient buffer strata allocates at
+ *     commit (prod(shape) float32, strata_commit to strata_destroy): the
+ *     caller's backward accumulates this rank's gradient into it, and the
+ *     reduction lands the mean over ranks there (what strata_step reads);
+ *   - for the parameters of layer l it does not own, one buffer per layer,
+ *     allocated zeroed by strata_layer_grad_begin(rt, l) and freed by
+ *     strata_hook_backward(rt, l) once it has packed them into the buckets
+ *     that reduce them to their owners (the buckets copy at post).
+ * So a rank's gradients take its owned bytes plus the layers whose backward
+ * is in progress at once (a tied embedding written by the LM head's backward
+ * keeps its layer begun from the head to its own hook), plus the buckets'
+ * staging ring. Find the current buffer with strata_param_grad. A layer
+ * whose hook comes without a begin posts zeros for its non-owned gradients
+ * (logged once). Each hook posts what the lent buffer holds then: to
+ * accumulate micro-batches on a rank, run their backwards between one
+ * begin and one hook of the layer. Not in effect, strata_param_grad returns
+ * the registered buffer and strata_layer_grad_begin does nothing. */
+
+/* Lend this rank the buffers of layer `layer`'s gradients that it does not
+ * own (zeroed), valid until strata_hook_backward(rt, layer) (or the next
+ * strata_step, or uncommit). A layer already lent is left as it is. Local (no
+ * communication); call it before the layer's backward writes its gradients.
+ * Errors: STRATA_ERR_INVALID_ARG (NULL rt, layer < 0 or above every
+ * parameter's layer), STRATA_ERR_STATE (before commit), STRATA_ERR_NOMEM
+ * (the layer's buffer, with its size). */
+STRATA_API strata_status strata_layer_grad_begin(strata_runtime *rt, int layer);
+
+/* The float32 gradient buffer of parameter `id` on this rank now
+ * (prod(shape) elements, row-major), into which the caller's backward
+ * writes (accumulates) the gradient: with sharded gradients in effect,
+ * strata's owned buffer or the layer's lent one (see above); otherwise the
+ * caller's registered strata_param_desc.grad. Never free it. Thread: the
+ * runtime's thread. Errors: STRATA_ERR_INVALID_ARG (NULL, bad id),
+ * STRATA_ERR_STATE (before commit; a non-owned gradient whose layer is not
+ * lent now, *out = NULL). */
+STRATA_API strata_status strata_param_grad(const strata_runtime *rt, strata_param_id id,
+                                           float **out);
+
 /* Re-point registered parameter `id` at new caller-owned buffers: `data`
  * (float32 weights, prod(shape) elements, row-major) and `grad` (its float32
  * gradient, the same size); NULL keeps that buffer as it is. For bindings
@@ -460,7 +514,8 @@ STRATA_API strata_status strata_param_data(const strata_runtime *rt, strata_para
  * Errors: STRATA_ERR_INVALID_ARG (NULL rt, bad id), STRATA_ERR_UNSUPPORTED
  * (a new `data` for a managed parameter in effect, whose weights are
  * strata's: see strata_param_data; a new `grad` under gradient buckets,
- * several ranks over MPI, whose items keep the registered buffer),
+ * several ranks over MPI, whose items keep the registered buffer, or with
+ * sharded gradients in effect, whose buffers are strata's),
  * STRATA_ERR_STATE (another call on this runtime in progress). On error
  * nothing changed. */
 STRATA_API strata_status strata_param_set_buffers(strata_runtime *rt, strata_param_id id,

@@ -104,11 +104,11 @@ class Config(Structure):
                 ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
                 ("stale_correction", c_enum),
                 ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
-                ("state_dtype_moments", c_enum)]
+                ("state_dtype_moments", c_enum), ("shard_gradients", c_bool)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 8
+CONFIG_VERSION = 9
 
 
 class ParamDesc(Structure):
@@ -365,10 +365,12 @@ def lib() -> ctypes.CDLL:
         "strata_hook_forward": (st, [rt, c_int]),
         "strata_hook_backward": (st, [rt, c_int]),
         "strata_layer_materialize": (st, [rt, c_int]),
+        "strata_layer_grad_begin": (st, [rt, c_int]),
         "strata_layer_release": (st, [rt, c_int]),
         "strata_set_lr_scale": (st, [rt, c_float]),
         "strata_step": (st, [rt]),
         "strata_param_data": (st, [rt, c_int32, POINTER(POINTER(c_float))]),
+        "strata_param_grad": (st, [rt, c_int32, POINTER(POINTER(c_float))]),
         "strata_param_set_buffers": (st, [rt, c_int32, c_void_p, c_void_p]),
         "strata_param_set_hyper": (st, [rt, c_int32, c_float, c_float]),
         "strata_param_get_hyper": (st, [rt, c_int32, POINTER(c_float), POINTER(c_float)]),

@@ -453,6 +453,13 @@ class StrataOptimizer(torch.optim.Optimizer):
                 _set_field(cfg.adamw, key[6:], value, "adamw.")
             elif key == "async_roots":
                 cfg.__setattr__("async", bool(value))
+            elif key == "shard_gradients" and value:
+                # The door registers torch's .grad tensors, which the backward
+                # writes whole; strata's lent per-layer buffers are not wired
+                # to autograd here (the C trainer's --shard-gradients is).
+                raise _err("STRATA_ERR_UNSUPPORTED", "shard_gradients=True: sharded gradients "
+                           "are not wired to PyTorch's autograd in this version (the C "
+                           "trainer's --shard-gradients is); managed=True shards the weights")
             elif key in _RUNTIME_FIELDS and key != "async":
                 _set_field(cfg, key, value, "strata_config.")
             else:

@@ -1,7 +1,7 @@
 /* test_gpt_api.c — the float32 GPT model's contract apart from gradients:
  * config validation, tensor enumeration and layout, GPT-2 initialization,
  * argument errors, batch independence, causality, activation reuse across
- * batch sizes, numerical safety of the loss, and that SGD on one batch
+ * batch sizes, gradients bound to the caller's buffers, numerical safety of the loss, and that SGD on one batch
  * lowers its loss. cmocka; exit 0 pass, 1 fail.
  */
 #include <math.h>
@@ -305,6 +305,48 @@ static void test_activation_reuse(void **state)
     gpt_destroy(m);
 }
 
+/* Gradients given up (gpt_grads_release) and bound per tensor to the
+ * caller's buffers (sharded gradients): gpt_zero_grad zeroes the bound ones
+ * and the backward writes there what the model's own allocation holds, bit
+ * for bit; binding before the release is refused. */
+static void test_grads_bound(void **state)
+{
+    (void)state;
+    enum { B = 2, T = 8 };
+    const gpt_config cfg = { 256, 16, 2, 2, 16 };
+    gpt_model *a = make(&cfg, 5), *b = make(&cfg, 5);
+    CHECK(gpt_tensor_bind_grad(b, 0, NULL) != 0, "bind_grad before the release accepted");
+    gpt_grads_release(b);
+    const int n = gpt_num_tensors(b);
+    float **g = calloc((size_t)n, sizeof *g);
+    CHECK(g != NULL, "calloc");
+    for (int i = 0; i < n; i++) {
+        CHECK(gpt_tensor_at(b, i)->grad == NULL, "tensor %d keeps a gradient", i);
+        const size_t k = numel(gpt_tensor_at(b, i));
+        g[i] = malloc(k * sizeof(float));
+        CHECK(g[i] != NULL, "malloc");
+        memset(g[i], 0x7f, k * sizeof(float)); /* garbage: zero_grad must clear it */
+        CHECK(gpt_tensor_bind_grad(b, i, g[i]) == 0, "bind_grad %d", i);
+    }
+    uint8_t x[B * T], y[B * T];
+    fill_tokens(x, sizeof x, 21, 256);
+    fill_tokens(y, sizeof y, 22, 256);
+    float la, lb;
+    gpt_zero_grad(b);
+    CHECK(gpt_forward(a, x, y, B, T, NULL, NULL, &la) == 0 &&
+          gpt_forward(b, x, y, B, T, NULL, NULL, &lb) == 0 && la == lb, "forward");
+    CHECK(gpt_backward(a, NULL, NULL) == 0 && gpt_backward(b, NULL, NULL) == 0, "backward");
+    for (int i = 0; i < n; i++)
+        CHECK(!memcmp(gpt_tensor_at(a, i)->grad, g[i], numel(gpt_tensor_at(a, i)) *
+                                                         sizeof(float)),
+              "tensor %d: the bound gradient differs from the model's own", i);
+    gpt_destroy(a);
+    gpt_destroy(b);
+    for (int i = 0; i < n; i++)
+        free(g[i]);
+    free(g);
+}
+
 /* Huge logits: the loss stays finite (log-sum-exp), probabilities finite. */
 static void test_extreme_logits(void **state)
 {
@@ -379,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_semantics),
         cmocka_unit_test(test_activation_reuse),
+        cmocka_unit_test(test_grads_bound),
         cmocka_unit_test(test_extreme_logits),
         cmocka_unit_test(test_overfit),
     };

@@ -35,6 +35,11 @@ Checks (issue #9's acceptance):
   * a checkpoint saved with --shard-group-size 2 resumes flat and with
     --shard-group-size 4: the same per-tensor hashes, and the run continues
     bit-identically to the uninterrupted one;
+  * --shard-gradients (ZeRO-2): Shampoo on 3 ranks and with
+    --shard-group-size 2 on 4 is bit-identical to --grad-accum N, and each
+    rank's gradient bytes at their peak (the memory ledger's) are below the
+    full-size ones (HSDP's groups of 2: summed over the ranks) and within its
+    owned gradients + two layers';
   * a rank that fails (a bad --data path on one rank only) makes the whole job
     exit non-zero with that rank's message, within seconds.
 Exit 0 pass, 1 fail, 77 skip (no mpirun, or strata built without MPI).
@@ -141,6 +146,33 @@ def check_shipped(name, hsdp, flat):
                        f"({shipped:.0f} per step, all ranks)")
 
 
+def check_shard_gradients(tmp, name, n, args, ref, plain, hsdp=False):
+    """--shard-gradients (ZeRO-2): the same weights as one rank with
+    --grad-accum N, and each rank's gradients at their peak (the memory
+    ledger's) below the full-size ones of the run without it, within its
+    owned gradients + two layers' (a block's and the embedding layer's, lent
+    together from the tied head's backward) + 64-byte rounding."""
+    extra = ["--shard-group-size", "2"] if hsdp else []
+    env = {"STRATA_RANKS_PER_NODE": "2"} if hsdp else None
+    tag = f"{name}-np{n}-shard-grads{'-hsdp' if hsdp else ''}"
+    got = train(tmp, tag, n, args + extra + ["--shard-gradients"], env)
+    check(bool(ref and got and got["weights_hash"] == ref["weights_hash"] and
+               got["final_train_loss"] == ref["final_train_loss"]),
+          f"{tag}: bit-identical to --grad-accum {n}")
+    if not (got and plain):
+        return
+    full = [r["grad_bytes_peak"] for r in plain["ranks"]]
+    peak = [r["grad_bytes_peak"] for r in got["ranks"]]
+    bound = [r["owned_param_bytes"] + 2 * r["largest_layer_bytes"] + 64 * 28
+             for r in got["ranks"]]
+    # Shard groups of 2 on TINY's 2 blocks: a rank's half plus the two lent
+    # layers can cover the whole model, so only the sum over ranks is smaller.
+    smaller = all(p < f for p, f in zip(peak, full)) if not hsdp else sum(peak) < sum(full)
+    check(smaller and all(0 < p <= b for p, b in zip(peak, bound)),
+          f"{tag}: gradient bytes per rank at their peak {peak} below {full} without it"
+          f"{' (summed)' if hsdp else ''}, within owned + 2 layers {bound}")
+
+
 def main():
     if not shutil.which("mpirun"):
         print("SKIP: no mpirun")
@@ -187,6 +219,8 @@ def main():
                     ranks = got["ranks"]
                     check(all(r["step_matrix_bytes"] == 0 for r in ranks),
                           f"{name} -np {n}: owner sharding moves 0 matrix bytes at the step")
+                if name == "shampoo" and n == 3:
+                    check_shard_gradients(tmp, name, n, args, ref, got)
         # Hierarchical sync: 2 emulated nodes of 2 ranks, owner groups of 2.
         # soap-ring: F = 1, S = 2, a ring of chained eigenbasis refreshes in
         # flight per block (issue 23), shipped from the replica that chains them.
@@ -205,6 +239,8 @@ def main():
                 flat["weights_hash"]
             check(bool(ok), f"{name}: -np 4 --shard-group-size 2 (2 nodes) bit-identical to "
                             f"--grad-accum 4")
+            if name == "shampoo":
+                check_shard_gradients(tmp, name, 4, args, ref, hsdp, hsdp=True)
             if hsdp and flat:
                 hi = sum(r["inter_node_bytes"] for r in hsdp["ranks"])
                 fi = sum(r["inter_node_bytes"] for r in flat["ranks"])

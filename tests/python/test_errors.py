@@ -47,6 +47,10 @@ def test_unknown_keyword_and_bad_values():
     with pytest.raises(strata.StrataError) as e:
         st.Shampoo([p], grafting="sgd")
     assert status_of(e) == "STRATA_ERR_INVALID_ARG"
+    with pytest.raises(strata.StrataError) as e:  # not wired to autograd: refused, not ignored
+        st.Shampoo([p], shard_gradients=True)
+    assert status_of(e) == "STRATA_ERR_UNSUPPORTED" and "shard_gradients" in e.value.message
+    st.Shampoo([p], shard_gradients=False)
 
 
 @pytest.mark.parametrize("cls,kw", [

@@ -27,6 +27,7 @@ typedef struct fake {
     int starts, blocking_reduces, collectives_with_in_flight;
     size_t start_n[MAX_LOG];
     int start_owner[MAX_LOG];
+    float start_sum[MAX_LOG]; /* the packed contribution's sum, in order, at start */
 } fake;
 
 static int f_rank(void *ctx)
@@ -122,6 +123,10 @@ static strata_status f_istart(void *ctx, strata_comm_request *r)
     if (f->starts < MAX_LOG) {
         f->start_n[f->starts] = r->n;
         f->start_owner[f->starts] = r->owners[0];
+        float sum = 0.0f;
+        for (size_t i = 0; i < r->n; i++)
+            sum += r->buf[i];
+        f->start_sum[f->starts] = sum;
     }
     f->starts++;
     f->in_flight++;
@@ -418,12 +423,119 @@ static void test_runtime_overlap(void **state)
     }
 }
 
+/* Sharded gradients (strata_config.shard_gradients) on the same runtime:
+ * owned gradients in strata's buffers (not the registered ones), non-owned
+ * ones lent per layer from strata_layer_grad_begin (zeroed) to the hook,
+ * which posts exactly what was written there and frees it; the owners' sums
+ * are the unsharded run's bit for bit; the ledger's gradients are the owned
+ * ones (64-byte rounded) plus the layer lent; a hook without a begin posts
+ * zeros; re-pointing a gradient is refused. */
+static void test_runtime_shard_gradients(void **state)
+{
+    (void)state;
+    static float ref[3][64];
+    int in_flight, starts, reduces, owner[3];
+    run_runtime(true, ref, &in_flight, &starts, &reduces, owner);
+    fake f = {0};
+    strata_comm_iface fi = fake_iface(true);
+    strata_comm *c = NULL;
+    assert_int_equal(strata_comm_create(&fi, &f, &c), STRATA_OK);
+    strata_config cfg;
+    assert_int_equal(strata_config_default(&cfg), STRATA_OK);
+    cfg.matrix_optimizer = STRATA_OPTIM_MUON;
+    cfg.comm = c;
+    cfg.grad_bucket_bytes = 256;
+    cfg.shard_gradients = true;
+    strata_runtime *rt = NULL;
+    assert_int_equal(strata_create(&cfg, &rt), STRATA_OK);
+    assert_int_equal(strata_layer_grad_begin(rt, 0), STRATA_ERR_STATE); /* before commit */
+    static float data[3][64], grad[3][64];
+    const int64_t shape[3][2] = {{8, 8}, {4, 8}, {8, 4}};
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < 64; i++)
+            data[t][i] = 0.01f * (float)i;
+        strata_param_desc d = {.name = t == 0 ? "a" : t == 1 ? "b" : "c", .ndim = 2,
+                               .shape = {shape[t][0], shape[t][1]}, .layer = t == 2 ? 1 : 0,
+                               .role = STRATA_ROLE_MATRIX, .data = data[t], .grad = grad[t]};
+        assert_int_equal(strata_param_add(rt, &d, NULL), STRATA_OK);
+    }
+    assert_int_equal(strata_commit(rt), STRATA_OK);
+    size_t owned = 0, other[2] = {0, 0};
+    float *g[3];
+    for (int t = 0; t < 3; t++) {
+        strata_param_layout lay;
+        assert_int_equal(strata_param_layout_get(rt, t, &lay), STRATA_OK);
+        assert_int_equal(lay.owner, owner[t]); /* the same plan as the unsharded run */
+        const size_t n = t == 0 ? 64 : 32;
+        strata_status st = strata_param_grad(rt, t, &g[t]);
+        if (owner[t] == 0) {
+            assert_int_equal(st, STRATA_OK);
+            assert_true(g[t] != grad[t]);
+            owned += (n * sizeof(float) + 63) / 64 * 64;
+        } else {
+            assert_int_equal(st, STRATA_ERR_STATE);
+            assert_null(g[t]);
+            other[t == 2] += n * sizeof(float);
+        }
+    }
+    assert_true(other[0] + other[1] > 0); /* rank 0 of 2 does not own everything */
+    strata_memory_ledger led;
+    assert_int_equal(strata_memory_ledger_get(rt, &led), STRATA_OK);
+    assert_int_equal(led.bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_GRADIENTS], owned);
+    assert_int_equal(strata_param_set_buffers(rt, 0, NULL, grad[0]), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_layer_grad_begin(rt, 2), STRATA_ERR_INVALID_ARG);
+    assert_int_equal(strata_hook_forward(rt, 0), STRATA_OK);
+    assert_int_equal(strata_hook_forward(rt, 1), STRATA_OK);
+    /* Layer 1 lent and written; layer 0's hook comes without a begin. */
+    assert_int_equal(strata_layer_grad_begin(rt, 1), STRATA_OK);
+    assert_int_equal(strata_param_grad(rt, 2, &g[2]), STRATA_OK);
+    for (int i = 0; i < 32; i++) {
+        assert_true(g[2][i] == 0.0f); /* lent zeroed: backward passes accumulate */
+        g[2][i] = value(2, (size_t)i);
+    }
+    for (int t = 0; t < 2; t++)
+        if (owner[t] == 0)
+            for (int i = 0; i < 64; i++)
+                g[t][i] = value(t, (size_t)i);
+    assert_int_equal(strata_memory_ledger_get(rt, &led), STRATA_OK);
+    assert_int_equal(led.bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_GRADIENTS],
+                     owned + (other[1] ? (other[1] + 63) / 64 * 64 : 0));
+    assert_int_equal(strata_hook_backward(rt, 1), STRATA_OK);
+    float *gone = NULL;
+    if (owner[2] != 0)
+        assert_int_equal(strata_param_grad(rt, 2, &gone), STRATA_ERR_STATE);
+    assert_int_equal(strata_hook_backward(rt, 0), STRATA_OK);
+    assert_int_equal(strata_memory_ledger_get(rt, &led), STRATA_OK);
+    assert_int_equal(led.bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_GRADIENTS], owned);
+    assert_true(led.peak[STRATA_LEDGER_HOST][STRATA_LEDGER_GRADIENTS] < 3 * 64 * sizeof(float));
+    assert_int_equal(starts, f.starts); /* the same buckets */
+    for (int k = 0; k < f.starts; k++) {
+        /* What a non-owner posted: layer 1's written values; layer 0's zeros. */
+        if (f.start_owner[k] == 0)
+            continue;
+        float want = 0.0f;
+        if (f.start_n[k] == 32 && owner[2] != 0 && k == 0)
+            for (int i = 0; i < 32; i++)
+                want += value(2, (size_t)i);
+        assert_true(f.start_sum[k] == want);
+    }
+    assert_int_equal(strata_step(rt), STRATA_OK);
+    for (int t = 0; t < 3; t++)
+        if (owner[t] == 0) {
+            const size_t n = t == 0 ? 64 : 32;
+            assert_true(memcmp(g[t], ref[t], n * sizeof(float)) == 0);
+        }
+    strata_destroy(rt);
+    strata_comm_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_buckets_module),
         cmocka_unit_test(test_seam),
         cmocka_unit_test(test_runtime_overlap),
+        cmocka_unit_test(test_runtime_shard_gradients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
