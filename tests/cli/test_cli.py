@@ -704,7 +704,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = ratios[0][6] == "critical_path_fraction" and ratios[0][-1] == "wait_s"
         variants = [tuple(r[:2]) for r in ratios[1:]]
         ok = ok and variants == [("adamw", "-"), ("shampoo", "sync-F1"), ("shampoo", "async-F1-S0"),
-                                 ("shampoo", "async-F1-S1"), ("shampoo", "async-F1-S1-valve"),
+                                 ("shampoo", "async-F1-S1"), ("shampoo", "async-F1-S1-valve-eps1e-4"),
                                  ("soap", "async-F1-S1")]
         ok = ok and ratios[2][2] == ratios[3][2]  # S = 0 at F = 1: the synchronous F = 1 result
         def config(name):

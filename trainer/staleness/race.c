@@ -149,8 +149,11 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
         char fv[16] = "";
         if (has_f)
             snprintf(fv, sizeof fv, "F%d-", r.frequency);
-        snprintf(r.variant, sizeof r.variant, "async-%sS%d%s%s", fv, r.staleness,
-                 staggered ? "-staggered" : "", r.valve ? "-valve" : "");
+        /* a valve run whose epsilon the race raised says so */
+        const bool raised = r.valve && !(c.shampoo.epsilon >= STRATA_RACE_VALVE_EPSILON);
+        snprintf(r.variant, sizeof r.variant, "async-%sS%d%s%s%s", fv, r.staleness,
+                 staggered ? "-staggered" : "", r.valve ? "-valve" : "",
+                 raised ? "-eps1e-4" : "");
         strata_status st = plan_add(runs, n, &r);
         if (st != STRATA_OK)
             return st;
@@ -307,7 +310,7 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
     if (out)
         fprintf(out,
                 "\ntarget: AdamW's final validation loss %.4f, reached in %.2f s of training\n"
-                "%-28s %-26s %9s %8s %8s %7s %6s %7s %8s %8s\n",
+                "%-28s %-32s %9s %8s %8s %7s %6s %7s %8s %8s\n",
                 target, base, "run", "variant", "val_loss", "wall_s", "reach_s", "ratio", "step",
                 "crit%", "max/p50", "wait_s");
     for (int i = 0; i < n; i++) {
@@ -331,7 +334,7 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
             } else {
                 snprintf(reach, sizeof reach, "never");
             }
-            fprintf(out, "%-28s %-26s %9.4f %8.2f %8s %7s %6s %7.2f %8.2f %8.2f\n",
+            fprintf(out, "%-28s %-32s %9.4f %8.2f %8s %7s %6s %7.2f %8.2f %8.2f\n",
                     row->run.name, row->run.variant, r->final_val_loss, r->wall_seconds, reach,
                     ratio, rstep, 100.0 * r->critical_path_fraction, spike,
                     r->stats.coh_wait_seconds);

@@ -75,8 +75,9 @@ typedef struct strata_race_run {
     int frequency;           /* F of a -fF entry; 0: the options' */
     bool valve;              /* --stale-correction newton (epsilon >= STRATA_RACE_VALVE_EPSILON) */
     char name[48];           /* file stem: "shampoo", "shampoo-async-S2", "soap-f1-async-s1" */
-    char variant[40];        /* "sync", "async-S2-staggered", "sync-F1", "async-F1-S1-valve",
-                                "-" (nothing to refresh) */
+    char variant[40];        /* "sync", "async-S2-staggered", "sync-F1", "async-F1-S1-valve"
+                                ("...-valve-eps1e-4" where the race raised epsilon), "-"
+                                (nothing to refresh) */
 } strata_race_run;
 
 /* Expand o->runs into runs[0..*n) (AdamW first, then the list's order).
