@@ -976,7 +976,8 @@ static void print_race_help(FILE *out, const train_args *d)
             "  DIR/ratios.tsv      per run: the wall time at which its validation loss\n"
             "                      first reached AdamW's final one, as a ratio of AdamW's\n"
             "                      wall time, and that validation's step; its\n"
-            "                      critical-path fraction and step time max/median\n"
+            "                      critical-path fraction, step time max/median and\n"
+            "                      waits (count, seconds)\n"
             "  DIR/loss_vs_time.png  validation loss against wall time (gnuplot), and\n"
             "  DIR/<run>.jsonl     each run's metrics,\n"
             "and print the ratios, the wait time, and the validation loss per step with each\n"
@@ -1029,7 +1030,9 @@ static void print_train_help(FILE *out, train_cmd cmd)
                 "soap or kl-shampoo) and with the asynchronous runtime\n"
                 "at each staleness budget S (same model, data, seed and steps), then write\n"
                 "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
-                "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
+                "waits, critical-path fraction), DIR/<run>.jsonl metrics and\n"
+                "DIR/loss_vs_time.png (gnuplot), and print the table and the validation\n"
+                "loss per step (--precondition-frequency 1: a refresh every step).\n"
                 "Defaults: --values %s --out %s, --steps %d.\n\n",
                 values, values, d.out_dir, d.o.steps);
     }

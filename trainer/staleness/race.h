@@ -11,8 +11,9 @@
  *                      the wall time at which its validation loss first
  *                      reached AdamW's final one and that time as a ratio
  *                      of AdamW's whole wall time (empty when never reached),
- *                      critical-path fraction, step time max/median, and
- *                      the step of that first validation (reach_step);
+ *                      critical-path fraction, step time max/median, the
+ *                      step of that first validation (reach_step), and the
+ *                      waits for refreshes (count, seconds);
  *   <run>.jsonl        each run's metrics; <run>.dat its curve;
  *   loss_vs_time.gp    the gnuplot script, and
  *   loss_vs_time.png   validation loss against wall time per run (when
@@ -90,8 +91,9 @@ typedef struct strata_race_run {
 strata_status strata_race_plan(const strata_race_options *o, strata_race_run *runs, int *n);
 
 /* Run the race, printing one line per finished run and then, per run, the
- * time to AdamW's final validation loss and its ratio to AdamW's wall time
- * to `out`. A run stopped by a signal (train.stop) ends the race without the
+ * time to AdamW's final validation loss and its ratio to AdamW's wall time,
+ * and the validation loss per step with each run's largest gap to its
+ * reference run (strata_plot_print_val_table) to `out`. A run stopped by a signal (train.stop) ends the race without the
  * tables and returns STRATA_OK; the caller knows from its flag. Errors:
  * those of strata_race_plan, STRATA_ERR_IO (out_dir and its files), and any
  * status of gpt_train (the run that failed is named). */
