@@ -935,6 +935,22 @@ static void print_flag_help(FILE *out, const train_flag *f, const train_args *d)
 
 static void print_race_help(FILE *out, const train_args *d)
 {
+    /* the fresh preset, wrapped after a comma past column 60 */
+    char fresh[320];
+    size_t fu = (size_t)snprintf(fresh, sizeof fresh, "  ");
+    int col = 2;
+    for (const char *p = STRATA_RACE_FRESH_RUNS; *p && fu + 4 < sizeof fresh; p++) {
+        fresh[fu++] = *p;
+        col++;
+        if (*p == ',' && col > 60) {
+            fresh[fu++] = '\n';
+            fresh[fu++] = ' ';
+            fresh[fu++] = ' ';
+            col = 2;
+        }
+    }
+    fresh[fu++] = '\n';
+    fresh[fu] = '\0';
     char values[160] = "";
     size_t used = 0;
     for (int i = 0; i < d->n_values && used < sizeof values; i++)
@@ -950,20 +966,31 @@ static void print_race_help(FILE *out, const train_args *d)
             "cores). A run is an optimizer name (adamw, muon, normuon, dion2, shampoo, soap,\n"
             "kl-shampoo: synchronous, as `strata train` runs it) or NAME-async (its refreshes\n"
             "on worker threads, staggered over the period: one run per staleness budget in\n"
-            "--staleness).\n"
+            "--staleness), in full NAME[-fF][-async[-sS]][-valve]: -fF refreshes every F\n"
+            "steps (--precondition-frequency F for that run), -sS one async run at staleness\n"
+            "S, -valve (shampoo, async) with --stale-correction newton at --epsilon 1e-4 or\n"
+            "more (at 1e-10 it refuses every correction). LIST may name a preset:\n"
+            "default (the list below) or fresh, a refresh every step, sync and one step\n"
+            "behind, against each family's default F:\n"
+            "%s"
             "AdamW runs first: its final validation loss is the target. Then write\n"
             "  DIR/race.tsv        every validation: optimizer, variant, step, wall_s,\n"
             "                      val_loss\n"
             "  DIR/ratios.tsv      per run: the wall time at which its validation loss\n"
             "                      first reached AdamW's final one, as a ratio of AdamW's\n"
             "                      wall time, and that validation's step; its\n"
-            "                      critical-path fraction and step time max/median\n"
+            "                      critical-path fraction, step time max/median and\n"
+            "                      waits (count, seconds)\n"
             "  DIR/loss_vs_time.png  validation loss against wall time (gnuplot), and\n"
             "  DIR/<run>.jsonl     each run's metrics,\n"
-            "and print the ratios. Wall time is the steps' time (validation excluded).\n"
+            "and print the ratios, the wait time, and the validation loss per step with each\n"
+            "run's largest gap to its reference (an async run: the sync run of its optimizer\n"
+            "and F; -valve: the same run without it; a sync -fF run: the default F's).\n"
+            "Wall time is the steps' time (validation excluded).\n"
             "Defaults: --runs %s\n"
             "          --staleness %s --out %s --eval-every %d --steps %d.\n\n",
-            STRATA_RACE_DEFAULT_RUNS, values, d->out_dir, d->o.eval_every, d->o.steps);
+            fresh, STRATA_RACE_DEFAULT_RUNS, values, d->out_dir,
+            d->o.eval_every, d->o.steps);
 }
 
 static void print_plan_help(FILE *out)
@@ -1006,7 +1033,9 @@ static void print_train_help(FILE *out, train_cmd cmd)
                 "soap or kl-shampoo) and with the asynchronous runtime\n"
                 "at each staleness budget S (same model, data, seed and steps), then write\n"
                 "DIR/sweep.tsv (final validation loss, wall time, p50/p99/max step time,\n"
-                "waits), DIR/<run>.jsonl metrics and DIR/loss_vs_time.png (gnuplot).\n"
+                "waits, critical-path fraction), DIR/<run>.jsonl metrics and\n"
+                "DIR/loss_vs_time.png (gnuplot), and print the table and the validation\n"
+                "loss per step (--precondition-frequency 1: a refresh every step).\n"
                 "Defaults: --values %s --out %s, --steps %d.\n\n",
                 values, values, d.out_dir, d.o.steps);
     }

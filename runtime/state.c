@@ -85,6 +85,9 @@ static const strata_rt_stat_field stat_fields[] = {
     SF(nvme_bytes_read, 'u', 'r'), SF(step_matrix_bytes, 'u', 'r'),
     SF(comm_bytes_intra_node, 'u', 'r'), SF(comm_bytes_inter_node, 'u', 'r'),
     SF(root_newton, 'i', 'c'), SF(root_fallbacks, 'i', 'c'),
+    SF(stale_waits_avoided, 'i', 'c'), SF(stale_corrections, 'i', 'c'),
+    SF(stale_refused, 'i', 'c'), SF(stale_refreshes_skipped, 'i', 'c'),
+    SF(stale_max_corrected, 'i', 'm'),
 };
 #undef SF
 _Static_assert(sizeof stat_fields / sizeof stat_fields[0] == STRATA_RT_N_STATS,

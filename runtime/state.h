@@ -118,7 +118,7 @@ typedef struct strata_rt_stat_field {
     char kind;        /* 'c', 'm', 'r' */
 } strata_rt_stat_field;
 
-#define STRATA_RT_N_STATS 32 /* the table's rows (checked where it is defined) */
+#define STRATA_RT_N_STATS 37 /* the table's rows (checked where it is defined) */
 
 /* Counter k in [0, STRATA_RT_N_STATS) (not checked). */
 const strata_rt_stat_field *strata_rt_stat_field_at(int k);

@@ -800,8 +800,9 @@ typedef struct strata_stats {
                                       already in flight) */
     double stream_wait_seconds;    /* the measured waits, summed, seconds (completed ones: a
                                       drain or strata_save counts every one) */
-    /* the safety valve (strata_config.stale_correction), cumulative, this
-     * process (not carried over a resume) */
+    /* the safety valve (strata_config.stale_correction), cumulative; a
+     * resumed run continues them from the checkpoint (an older checkpoint
+     * without them: from zero) */
     int64_t stale_waits_avoided;   /* block acquires whose wait was replaced by a correction */
     int64_t stale_corrections;     /* inverse roots corrected (a block has two) */
     int64_t stale_refused;         /* acquires the valve could not correct (no root yet, or

@@ -683,5 +683,58 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'}: race table, ratios and plot")
     failures += not ok
 
+    # The race's entries NAME[-fF][-async[-sS]][-valve] (issue 23): refusals
+    # before any training, then a tiny race at F = 1 whose S = 0 run equals
+    # the synchronous F = 1 run (bit-identity: F applies to both) and whose
+    # runs carry F, S and the valve's settings into their JSONL.
+    for runs_arg, want in (("adamw,soap-f1-async-s1-valve", "applies to Shampoo"),
+                           ("adamw,shampoo-s1", "-sS needs -async"),
+                           ("adamw,shampoo-valve", "-valve needs -async"),
+                           ("adamw,muon-f1", "refreshes nothing"),
+                           ("adamw,shampoo-f0", "1 <= F"),
+                           ("adamw,shampoo-async-s1,shampoo-async-S1", "listed twice")):
+        run("race", "--runs", runs_arg, expect_rc=2, expect_text=want)
+    fresh_dir = os.path.join(tmp, "race-fresh")
+    p = run("race", *tiny, "--steps", "3", "--eval-every", "1", "--runs",
+            "adamw,shampoo-f1,shampoo-f1-async-s0,shampoo-f1-async-s1,"
+            "shampoo-f1-async-s1-valve,soap-f1-async-s1", "--out", fresh_dir, expect_rc=0,
+            expect_text="largest gap to", stream="stdout")
+    try:
+        ratios = [r.split("\t") for r in open(os.path.join(fresh_dir, "ratios.tsv")).read().splitlines()]
+        ok = ratios[0][6] == "critical_path_fraction" and ratios[0][-1] == "wait_s"
+        variants = [tuple(r[:2]) for r in ratios[1:]]
+        ok = ok and variants == [("adamw", "-"), ("shampoo", "sync-F1"), ("shampoo", "async-F1-S0"),
+                                 ("shampoo", "async-F1-S1"), ("shampoo", "async-F1-S1-valve-eps1e-4"),
+                                 ("soap", "async-F1-S1")]
+        ok = ok and ratios[2][2] == ratios[3][2]  # S = 0 at F = 1: the synchronous F = 1 result
+        def config(name):
+            with open(os.path.join(fresh_dir, name + ".jsonl")) as f:
+                return json.loads(f.readline())
+        c = config("shampoo-f1-async-s1-valve")
+        ok = ok and (c["precondition_frequency"] == 1 and c["staleness"] == 1 and c["async"]
+                     and c["stale_correction"] == "newton" and c["epsilon"] >= 1e-4)
+        c = config("soap-f1-async-s1")
+        ok = ok and c["precondition_frequency"] == 1 and c["staleness"] == 1 and c["async"]
+        ok = ok and config("shampoo-f1")["precondition_frequency"] == 1
+    except Exception as e:  # noqa: BLE001
+        print("  race error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: race entries at F = 1 (sync, async S, valve)")
+    failures += not ok
+    # sweep-staleness at F = 1: S = 0 equals sync, crit% in the table.
+    sweep_f1 = os.path.join(tmp, "sweep-f1")
+    p = run("sweep-staleness", *tiny, "--precondition-frequency", "1", "--steps", "3",
+            "--eval-every", "1", "--values", "0,1", "--out", sweep_f1, expect_rc=0,
+            expect_text="precondition frequency F = 1", stream="stdout")
+    try:
+        rows = [r.split("\t") for r in open(os.path.join(sweep_f1, "sweep.tsv")).read().splitlines()]
+        ok = rows[0][-1] == "critical_path_fraction" and [r[0] for r in rows[1:]] == ["sync", "S0", "S1"]
+        ok = ok and rows[1][2] == rows[2][2] and "crit%" in p.stdout and "largest gap to" in p.stdout
+    except Exception as e:  # noqa: BLE001
+        print("  sweep error:", e)
+        ok = False
+    print(f"{'PASS' if ok else 'FAIL'}: sweep-staleness at F = 1")
+    failures += not ok
+
 print(f"{failures} failed")
 sys.exit(1 if failures else 0)

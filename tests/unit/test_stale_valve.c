@@ -10,6 +10,7 @@
  *    release the results install again and training goes on;
  *    (also with device_roots: the CUDA install path, on the CPU backend);
  *  - the valve off counts nothing and S = 0 stays at staleness 0;
+ *  - its counters continue across a checkpoint resume;
  *  - refused where it cannot apply (STRATA_ERR_UNSUPPORTED): SOAP and
  *    KL-Shampoo (eigenbases), the synchronous runtime, the nvme roots tier.
  *
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -132,6 +134,46 @@ static strata_config valve_config(strata_stale_correction sc)
 
 enum { PRELUDE = 4, HELD = 6, AFTER = 3 };
 
+/* The valve's counters continue across a resume like the others: a runtime
+ * loaded from r's checkpoint reads r's stale_* at the save. */
+static void check_counters_resume(run *r, const strata_config *c)
+{
+    char dir[] = "/tmp/strata-stale-valve-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char ck[64];
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    strata_status st = strata_save(r->rt, ck, NULL, NULL);
+    CHECK(st == STRATA_OK, "save: %s", strata_last_error());
+    strata_stats at_save, loaded;
+    strata_stats_get(r->rt, &at_save);
+    run b = {0};
+    st = run_open(&b, c, false);
+    CHECK(st == STRATA_OK, "open the resumed run: %s", strata_last_error());
+    st = strata_load(b.rt, ck, NULL, NULL);
+    CHECK(st == STRATA_OK, "load: %s", strata_last_error());
+    strata_stats_get(b.rt, &loaded);
+    run_close(&b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0, "rm %s", dir);
+    print_message("  resumed: waits avoided %lld, corrected %lld, refused %lld, skipped %lld, "
+                  "max corrected %lld (at the save: %lld %lld %lld %lld %lld)\n",
+                  (long long)loaded.stale_waits_avoided, (long long)loaded.stale_corrections,
+                  (long long)loaded.stale_refused, (long long)loaded.stale_refreshes_skipped,
+                  (long long)loaded.stale_max_corrected, (long long)at_save.stale_waits_avoided,
+                  (long long)at_save.stale_corrections, (long long)at_save.stale_refused,
+                  (long long)at_save.stale_refreshes_skipped,
+                  (long long)at_save.stale_max_corrected);
+    CHECK(at_save.stale_waits_avoided > 0 && at_save.stale_max_corrected > 0,
+          "nothing to carry over");
+    CHECK(loaded.stale_waits_avoided == at_save.stale_waits_avoided &&
+              loaded.stale_corrections == at_save.stale_corrections &&
+              loaded.stale_refused == at_save.stale_refused &&
+              loaded.stale_refreshes_skipped == at_save.stale_refreshes_skipped &&
+              loaded.stale_max_corrected == at_save.stale_max_corrected,
+          "the valve's counters did not continue across the resume");
+}
+
 /* state: device_roots (the CUDA backend's install path: the valve corrects
  * the device copy of the result), exercised on the CPU backend */
 static void test_held_workers_corrected(void **state)
@@ -185,6 +227,8 @@ static void test_held_workers_corrected(void **state)
     strata_stats_get(r.rt, &s1);
     CHECK(s1.coh_installs > s.coh_installs, "no install after the release");
     CHECK(weights_finite(&r), "a NaN after the release");
+    if (!device_roots)
+        check_counters_resume(&r, &c);
     run_close(&r);
 }
 

@@ -71,6 +71,76 @@ strata_status strata_plot_read(const char *jsonl, strata_plot_point **points, in
     return st;
 }
 
+strata_status strata_plot_print_val_table(const char *dir, const strata_plot_curve *curves,
+                                          const int *ref, int n, FILE *out)
+{
+    enum { MAX_COLS = 10 };
+    strata_plot_point **pts = calloc((size_t)(n > 0 ? n : 1), sizeof *pts);
+    int *np = calloc((size_t)(n > 0 ? n : 1), sizeof *np);
+    strata_status st = pts && np ? STRATA_OK : strata_error(STRATA_ERR_NOMEM, "out of memory");
+    char path[4096];
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        snprintf(path, sizeof path, "%s/%s.jsonl", dir, curves[i].file);
+        st = strata_plot_read(path, &pts[i], &np[i]);
+    }
+    if (st == STRATA_OK && n > 0) {
+        /* the columns: the first curve's validation steps, thinned to MAX_COLS */
+        int steps[4096], ns = 0;
+        for (int k = 0; k < np[0] && ns < 4096; k++)
+            if (!isnan(pts[0][k].val_loss))
+                steps[ns++] = pts[0][k].step;
+        const int every = ns > MAX_COLS ? (ns + MAX_COLS - 2) / (MAX_COLS - 1) : 1;
+        int cols[MAX_COLS], nc = 0;
+        for (int k = 0; k < ns && nc < MAX_COLS; k++)
+            if (k % every == 0 || k == ns - 1)
+                cols[nc++] = steps[k];
+        if (nc > 0 && cols[nc - 1] != steps[ns - 1])
+            cols[nc - 1] = steps[ns - 1];
+        fprintf(out, "\nvalidation loss at step\n%-28s", "run");
+        for (int c = 0; c < nc; c++)
+            fprintf(out, " %7d", cols[c]);
+        if (ref)
+            fputs("  largest gap to", out);
+        fputc('\n', out);
+        for (int i = 0; i < n; i++) {
+            fprintf(out, "%-28s", curves[i].file);
+            for (int c = 0; c < nc; c++) {
+                double v = NAN;
+                for (int k = 0; k < np[i]; k++)
+                    if (pts[i][k].step == cols[c])
+                        v = pts[i][k].val_loss;
+                if (isnan(v))
+                    fprintf(out, " %7s", "-");
+                else
+                    fprintf(out, " %7.4f", v);
+            }
+            const int j = ref ? ref[i] : -1;
+            if (j >= 0 && j < n && j != i) {
+                double gap = NAN;
+                for (int k = 0; k < np[i]; k++) {
+                    if (isnan(pts[i][k].val_loss))
+                        continue;
+                    for (int q = 0; q < np[j]; q++)
+                        if (pts[j][q].step == pts[i][k].step && !isnan(pts[j][q].val_loss)) {
+                            const double g =
+                                (pts[i][k].val_loss - pts[j][q].val_loss) / pts[j][q].val_loss;
+                            if (isnan(gap) || fabs(g) > fabs(gap))
+                                gap = g;
+                        }
+                }
+                if (!isnan(gap))
+                    fprintf(out, "  %+.2f%% %s", 100.0 * gap, curves[j].file);
+            }
+            fputc('\n', out);
+        }
+    }
+    for (int i = 0; pts && i < n; i++)
+        free(pts[i]);
+    free(pts);
+    free(np);
+    return st;
+}
+
 strata_status strata_plot_jsonl_to_dat(const char *jsonl, const char *dat)
 {
     strata_plot_point *pts;

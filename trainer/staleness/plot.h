@@ -38,6 +38,15 @@ typedef struct strata_plot_curve {
     const char *title; /* the key's text (no single quotes) */
 } strata_plot_curve;
 
+/* Print the validation loss per step of each curve (DIR/<file>.jsonl), one
+ * row per curve, one column per validation step of the first curve (at
+ * most 10: every k-th and the last), then, where ref[i] >= 0, row i's
+ * largest gap (val - ref) / ref over the validations both curves share, in
+ * percent, and the name of curve ref[i] (ref may be NULL: no gaps).
+ * Errors: those of strata_plot_read. */
+strata_status strata_plot_print_val_table(const char *dir, const strata_plot_curve *curves,
+                                          const int *ref, int n, FILE *out);
+
 /* Write DIR/loss_vs_time.gp (validation loss, column 3, against wall time,
  * column 1, one line per curve, figure title `title`) and run gnuplot on it
  * to draw DIR/loss_vs_time.png. A missing or failing gnuplot is a warning

@@ -72,6 +72,14 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
         if (!refresh.async)
             swept = STRATA_OPTIM_SHAMPOO;
     }
+    if (out) {
+        strata_config c = o->train.strata;
+        c.matrix_optimizer = swept;
+        gpt_refresh_info refresh;
+        gpt_optimizer_refresh_info(&c, &refresh);
+        fprintf(out, "sweep: %s, precondition frequency F = %d, staleness bound F - 1 + S\n",
+                strata_optimizer_name(swept), refresh.frequency);
+    }
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
         gpt_train_options t = o->train;
@@ -124,12 +132,12 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
             st = strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         } else {
             const char *hdr = "run\tS\tval_loss\twall_s\tstep_ms_p50\tstep_ms_p99\tstep_ms_max\t"
-                              "max_over_median\twaits\twait_s\tmax_staleness\n";
+                              "max_over_median\twaits\twait_s\tmax_staleness\tcritical_path_fraction\n";
             fputs(hdr, f);
             if (out)
-                fprintf(out, "\n%-6s %4s %9s %8s %8s %8s %8s %8s %6s %7s %9s\n", "run", "S",
+                fprintf(out, "\n%-6s %4s %9s %8s %8s %8s %8s %8s %6s %7s %9s %7s\n", "run", "S",
                         "val_loss", "wall_s", "p50_ms", "p99_ms", "max_ms", "max/p50", "waits",
-                        "wait_s", "max_stale");
+                        "wait_s", "max_stale", "crit%");
             for (int i = 0; i < n; i++) {
                 const gpt_train_result *r = &rows[i].r;
                 char s_txt[16];
@@ -137,21 +145,33 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
                 const char *s_col = rows[i].staleness < 0 ? "-" : s_txt;
                 char stale[24];
                 snprintf(stale, sizeof stale, "%lld", (long long)r->stats.max_staleness);
-                fprintf(f, "%s\t%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%lld\t%.3f\t%s\n",
+                fprintf(f, "%s\t%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%lld\t%.3f\t%s\t%.6f\n",
                         rows[i].name, s_col, r->final_val_loss, r->wall_seconds, r->step_ms_p50,
                         r->step_ms_p99, r->step_ms_max, r->step_ms_max / r->step_ms_p50,
                         (long long)r->stats.coh_waits, r->stats.coh_wait_seconds,
-                        rows[i].staleness < 0 ? "-" : stale);
+                        rows[i].staleness < 0 ? "-" : stale, r->critical_path_fraction);
                 if (out)
-                    fprintf(out, "%-6s %4s %9.4f %8.1f %8.1f %8.1f %8.1f %8.2f %6lld %7.2f %9s\n",
+                    fprintf(out,
+                            "%-6s %4s %9.4f %8.1f %8.1f %8.1f %8.1f %8.2f %6lld %7.2f %9s %7.2f\n",
                             rows[i].name, s_col, r->final_val_loss, r->wall_seconds,
                             r->step_ms_p50, r->step_ms_p99, r->step_ms_max,
                             r->step_ms_max / r->step_ms_p50, (long long)r->stats.coh_waits,
-                            r->stats.coh_wait_seconds, rows[i].staleness < 0 ? "-" : stale);
+                            r->stats.coh_wait_seconds, rows[i].staleness < 0 ? "-" : stale,
+                            100.0 * r->critical_path_fraction);
             }
             if (fclose(f) != 0)
                 st = strata_error(STRATA_ERR_IO, "writing %s failed", path);
         }
+    }
+    if (st == STRATA_OK && out) {
+        /* every async run's validation losses against the synchronous run's */
+        strata_plot_curve curves[65];
+        int ref[65];
+        for (int i = 0; i < n; i++) {
+            curves[i] = (strata_plot_curve){.file = rows[i].name, .title = rows[i].name};
+            ref[i] = i == 0 ? -1 : 0;
+        }
+        st = strata_plot_print_val_table(o->out_dir, curves, ref, n, out);
     }
     if (st == STRATA_OK)
         st = write_plot(o->out_dir, strata_optimizer_name(swept), rows, n, out);

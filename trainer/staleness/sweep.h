@@ -5,7 +5,9 @@
  * and writes, in out_dir:
  *   sweep.tsv          one row per run: final validation loss, wall time
  *                      (seconds), p50/p99/max step time (ms), waits, wait
- *                      time (s), max staleness seen (steps);
+ *                      time (s), max staleness seen (steps), critical-path
+ *                      fraction; the same and the validation loss per step
+ *                      (each async run's largest gap to sync) on `out`;
  *   <run>.jsonl        each run's metrics (sync.jsonl, S0.jsonl, S1.jsonl...);
  *   <run>.dat          wall time vs train loss and validation loss;
  *   loss_vs_time.gp    the gnuplot script, and
