@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
                     not torch.distributed.is_gloo_available(), reason="no gloo")
 @pytest.mark.parametrize("cases,nproc", [
     # HSDP with K = 1 (two groups of one rank: replicas only) rides along
-    (["shampoo:sync", "shampoo:hsdp1"], 2), (["muon:sync"], 2), (["shampoo:async1"], 2),
+    (["shampoo:sync", "shampoo:hsdp1", "shampoo:dcp"], 2), (["muon:sync"], 2), (["shampoo:async1"], 2),
     # HSDP: shard_group_size 2 of 4 ranks (shipped refreshes: Shampoo, SOAP);
     # ZeRO-3 with HSDP over a small model (2 ranks: torchrun_hooks.py)
     (["shampoo:sync", "shampoo:hsdp2", "soap:hsdp2", "soap:zero3hsdp2"], 4)])
