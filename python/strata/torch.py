@@ -33,7 +33,9 @@ and ZeRO-3 with `managed=True` plus attach(model) (StrataOptimizer.attach:
 non-owners hold a layer's weights only around its forward and backward);
 attach(model) for strata's module hooks. Refused (StrataError): DDP/FSDP-
 wrapped models and DTensors, CUDA tensors and backend="cuda", a ZeRO-3 step
-before attach, a ZeRO-3 load. bfloat16/float16 parameters are stepped
+before attach. With torch.distributed initialized, state_dict() follows
+torch.distributed.checkpoint's conventions (StrataOptimizer.state_dict), so
+dcp.save / dcp.load work, at another world size too. bfloat16/float16 parameters are stepped
 through a float32 master copy (the class docstring). Not yet: gather
 sharding under torchrun.
 """
