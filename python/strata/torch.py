@@ -1532,8 +1532,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         return {"state": state, "param_groups": self._groups_sd(),
                 "strata": {"format": 2, "ckpt": ck}}
 
-    def _load_state_dict_dcp(self, state_dict: dict[str, Any], sd: dict[str, Any],
-                             groups: list[dict[str, Any]]) -> None:
+    def _write_dcp(self, state_dict: dict[str, Any], sd: dict[str, Any], d: str) -> None:
         """load_state_dict of a format-2 state dict (state_dict()'s docstring):
         the strata checkpoint it came from, rebuilt in a directory of this
         rank's own: the manifest with its file table's sizes and digests for
@@ -1542,7 +1541,8 @@ class StrataOptimizer(torch.optim.Optimizer):
         saved, the tensors this rank does not have as zeros (strata_load
         reads, of an old rank's file, only the parameters this rank owns
         now), the weights file with the current weights (load_state_dict
-        keeps the model's weights). Then strata_load, with its resharding."""
+        keeps the model's weights), into directory `d` (created here). Then
+        load_state_dict's strata_load reshards it."""
         try:
             ck = json.loads(sd["ckpt"])
             manifest = json.loads(ck["manifest"])
@@ -1555,60 +1555,53 @@ class StrataOptimizer(torch.optim.Optimizer):
         state = state_dict.get("state")
         if not isinstance(state, dict):
             raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: no 'state' dict")
-        tmp = tempfile.mkdtemp(prefix="strata-sd-")
-        try:
-            d = os.path.join(tmp, "ckpt")
-            os.mkdir(d)
-            written: dict[str, tuple[int, str]] = {}
-            for k, (h, j) in enumerate(zip(headers, slots)):
-                parts, have, lack = [], set(), []
-                for full, info in json.loads(h).items():
-                    if full == "__metadata__":
-                        continue
-                    pname, sub = full.rsplit("/", 1)
-                    t = state.get(pname, {}).get(sub) if isinstance(state.get(pname), dict) \
-                        else None
-                    if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(info["shape"]) \
-                            and t.dtype == _ST_DTYPES.get(info["dtype"]):
-                        parts.append((info["data_offsets"], t))
-                        have.add(pname)
-                    else:
-                        lack.append((pname, full))
-                if not parts:
-                    continue  # this rank reads nothing of rank k's file
-                # a parameter this rank has (owns now) must have all its tensors:
-                # strata_load would read the zeros standing in for a missing one
-                miss = [full for pname, full in lack if pname in have]
-                if miss:
-                    raise _err("STRATA_ERR_INVALID_ARG",
-                               f"load_state_dict: the checkpoint's {miss[0]} (of {len(miss)}) "
-                               "is not in this state dict, or has another shape or dtype "
-                               "(a loading optimizer with fewer refresh slots: another "
-                               "staleness or async setting?)")
-                name = f"rank-{k:05d}.safetensors"
-                written[name] = _st_write(os.path.join(d, name), h, parts)
-                name = f"rank-{k:05d}.json"
-                with open(os.path.join(d, name), "wb") as f:
-                    f.write(j.encode())
-                written[name] = (len(j.encode()), _sha256(os.path.join(d, name)))
-            index = {n: i for i, n in enumerate(self._names)}
-            parts = []
-            for full, info in json.loads(model_header).items():
-                i = index.get(full)
-                if full != "__metadata__" and i is not None and \
-                        not (self._managed[i] and not self._mine[i]):
-                    parts.append((info["data_offsets"], self._data(i).detach()))
-            written["model.safetensors"] = _st_write(os.path.join(d, "model.safetensors"),
-                                                     model_header, parts)
-            for f in manifest.get("files", []):
-                if f.get("name") in written:
-                    f["bytes"], f["sha256"] = written[f["name"]]
-            with open(os.path.join(d, "manifest.json"), "w") as f:
-                json.dump(manifest, f)
-            self._load_dir(d, restore_weights=False,
-                           hypers=[(float(g["lr"]), float(g["weight_decay"])) for g in groups])
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        os.mkdir(d)
+        written: dict[str, tuple[int, str]] = {}
+        for k, (h, j) in enumerate(zip(headers, slots)):
+            parts, have, lack = [], set(), []
+            for full, info in json.loads(h).items():
+                if full == "__metadata__":
+                    continue
+                pname, sub = full.rsplit("/", 1)
+                t = state.get(pname, {}).get(sub) if isinstance(state.get(pname), dict) \
+                    else None
+                if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(info["shape"]) \
+                        and t.dtype == _ST_DTYPES.get(info["dtype"]):
+                    parts.append((info["data_offsets"], t))
+                    have.add(pname)
+                else:
+                    lack.append((pname, full))
+            if not parts:
+                continue  # this rank reads nothing of rank k's file
+            # a parameter this rank has (owns now) must have all its tensors:
+            # strata_load would read the zeros standing in for a missing one
+            miss = [full for pname, full in lack if pname in have]
+            if miss:
+                raise _err("STRATA_ERR_INVALID_ARG",
+                           f"load_state_dict: the checkpoint's {miss[0]} (of {len(miss)}) "
+                           "is not in this state dict, or has another shape or dtype "
+                           "(a loading optimizer with fewer refresh slots: another "
+                           "staleness or async setting?)")
+            name = f"rank-{k:05d}.safetensors"
+            written[name] = _st_write(os.path.join(d, name), h, parts)
+            name = f"rank-{k:05d}.json"
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(j.encode())
+            written[name] = (len(j.encode()), _sha256(os.path.join(d, name)))
+        index = {n: i for i, n in enumerate(self._names)}
+        parts = []
+        for full, info in json.loads(model_header).items():
+            i = index.get(full)
+            if full != "__metadata__" and i is not None and \
+                    not (self._managed[i] and not self._mine[i]):
+                parts.append((info["data_offsets"], self._data(i).detach()))
+        written["model.safetensors"] = _st_write(os.path.join(d, "model.safetensors"),
+                                                 model_header, parts)
+        for f in manifest.get("files", []):
+            if f.get("name") in written:
+                f["bytes"], f["sha256"] = written[f["name"]]
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a state_dict() of an optimizer of the same class over the
@@ -1621,6 +1614,28 @@ class StrataOptimizer(torch.optim.Optimizer):
         torchrun (a refusal on one rank is one on all). Errors:
         StrataError (STRATA_ERR_INVALID_ARG: another optimizer's or model's
         state; STRATA_ERR_DATA: corrupt), and nothing changed."""
+        tmp = tempfile.mkdtemp(prefix="strata-sd-")
+        d = os.path.join(tmp, "ckpt")
+        err: Optional[StrataError] = None
+        try:
+            try:  # every check before any collective: agreed under torchrun
+                groups = self._write_sd(state_dict, d)
+            except StrataError as e:
+                err = e
+            except OSError as e:
+                err = _err("STRATA_ERR_IO", f"load_state_dict: {e}")
+            if self._comm is not None:
+                self._comm.agree(err)
+            elif err is not None:
+                raise err
+            self._load_dir(d, restore_weights=False,
+                           hypers=[(float(g["lr"]), float(g["weight_decay"])) for g in groups])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _write_sd(self, state_dict: dict[str, Any], d: str) -> list[dict[str, Any]]:
+        """The strata checkpoint directory `d` of a state_dict() (either
+        format), checked; returns its param groups."""
         sd = state_dict.get("strata") if isinstance(state_dict, dict) else None
         if not isinstance(sd, dict) or ("files" not in sd and sd.get("format") != 2):
             raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: not a strata optimizer's "
@@ -1630,26 +1645,20 @@ class StrataOptimizer(torch.optim.Optimizer):
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
             raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: its param groups differ")
         if sd.get("format") == 2:
-            self._load_state_dict_dcp(state_dict, sd, groups)
-            return
+            self._write_dcp(state_dict, sd, d)
+            return groups
         self._check_meta(sd.get("meta"), "load_state_dict")
-        tmp = tempfile.mkdtemp(prefix="strata-sd-")
-        try:
-            d = os.path.join(tmp, "ckpt")
-            os.mkdir(d)
-            for name, t in sd["files"].items():
-                if os.sep in name or name.startswith("."):
-                    raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
-                with open(os.path.join(d, name), "wb") as f:
-                    if isinstance(t, torch.Tensor):
-                        t = t.detach().contiguous().to(torch.uint8)
-                        f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
-                    else:
-                        f.write(bytes(t))
-            self._load_dir(d, restore_weights=False,
-                           hypers=[(float(g["lr"]), float(g["weight_decay"])) for g in groups])
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        os.mkdir(d)
+        for name, t in sd["files"].items():
+            if os.sep in name or name.startswith("."):
+                raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
+            with open(os.path.join(d, name), "wb") as f:
+                if isinstance(t, torch.Tensor):
+                    t = t.detach().contiguous().to(torch.uint8)
+                    f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
+                else:
+                    f.write(bytes(t))
+        return groups
 
 
 # safetensors dtypes (the names strata's checkpoint writes, ckpt/ckpt.h) as torch's

@@ -89,7 +89,12 @@ def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
     import torch.distributed.checkpoint as dcp
     t0 = time.monotonic()
     cls = CLASSES[opt_name]
-    kw = {"precondition_frequency": 2}
+    kw: dict[str, Any] = {"precondition_frequency": 2}
+    if mode == "dcpasync1":
+        kw.update(async_roots=True, staleness=1, workers=1, stagger_refresh=True)
+    # "dcphsdpK": the N-rank optimizers with shard_group_size K (the one
+    # process's without)
+    nkw = dict(kw, shard_group_size=int(mode[7:])) if mode.startswith("dcphsdp") else kw
     where = [tempfile.mkdtemp(prefix="strata-dcp-") if rank == 0 else None]
     dist.broadcast_object_list(where, src=0)
     root = where[0]
@@ -113,7 +118,7 @@ def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
         return [(n, torch.nn.Parameter(p.detach().clone())) for n, p in src]
 
     named, ref_named = params(), params()
-    o, ref = cls(named, **kw), cls(ref_named, distributed=False, **kw)
+    o, ref = cls(named, **nkw), cls(ref_named, distributed=False, **kw)
     for t in (1, 2):
         step(named, o, grads(t, rank))
         step(ref_named, ref, mean(t))
@@ -124,13 +129,16 @@ def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
     whole = torch.tensor([len(sd["state"][k.rsplit("/", 1)[0]][k.rsplit("/", 1)[1]]
                               .global_offsets) for k in keys], dtype=torch.int64)
     dist.all_reduce(whole)
-    layout_ok = all(e == keys for e in every) and bool((whole == 1).all()) and len(keys) > 0
-    dcp.save({"optim": o}, checkpoint_id=os.path.join(root, "n"))
+    # each tensor whole on one rank (HSDP: on one rank of each replica group)
+    copies = world // nkw["shard_group_size"] if "shard_group_size" in nkw else 1
+    layout_ok = all(e == keys for e in every) and bool((whole == copies).all()) and \
+        len(keys) > 0
+    dcp.save({"optim": sd}, checkpoint_id=os.path.join(root, "n"))  # as dcp.save({"optim": o})
     if rank == 0:
         dcp.save({"optim": ref}, checkpoint_id=os.path.join(root, "one"), no_dist=True)
     dist.barrier()
     a_named, b_named = like(named), like(named)
-    a, b = cls(a_named, **kw), cls(b_named, **kw)
+    a, b = cls(a_named, **nkw), cls(b_named, **nkw)
     dcp.load({"optim": a}, checkpoint_id=os.path.join(root, "n"))
     dcp.load({"optim": b}, checkpoint_id=os.path.join(root, "one"))
     c_named = like(ref_named) if rank == 0 else None
@@ -163,7 +171,7 @@ def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
 
 
 def run_case(opt_name: str, mode: str, rank: int, world: int) -> bool:
-    if mode == "dcp":
+    if mode.startswith("dcp"):
         return run_dcp(opt_name, mode, rank, world)
     if mode.startswith("zero3"):
         return run_zero3(opt_name, mode, rank, world)
