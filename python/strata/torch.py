@@ -1459,7 +1459,7 @@ class StrataOptimizer(torch.optim.Optimizer):
     def _state_dict_dcp(self) -> dict[str, Any]:
         """state_dict() with torch.distributed initialized (its docstring)."""
         import torch.distributed as dist
-        from torch.distributed.checkpoint.protocol import CheckpointableTensor  # noqa: F401
+        proto = _dcp_protocol()
         comm = self._comm
         me = comm.rank if comm is not None else 0
         with self._locked():
@@ -1504,7 +1504,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                         if b > a else torch.empty(0, dtype=torch.uint8)
                     t = t.view(dtype).reshape(shape)
                     _owned(t, shape, True)
-                elif have is not None:
+                elif have is not None or not proto:
                     continue  # an HSDP replica's copy, or this rank's (owned) one
                 else:
                     t = _owned(torch.empty(0, dtype=dtype), shape, False)
@@ -1524,9 +1524,10 @@ class StrataOptimizer(torch.optim.Optimizer):
                     if k == me and (have is None or not have.global_offsets):
                         state[pname][sub] = _owned(torch.zeros(shape, dtype=torch.uint8), shape,
                                                    True)
-                    elif have is None:
+                    elif have is None and proto:
                         state[pname][sub] = _owned(torch.empty(0, dtype=torch.uint8), shape,
                                                    False)
+        state = {p: v for p, v in state.items() if v}  # without the protocol: owned ones only
         ck = json.dumps({"meta": self._meta(), "manifest": manifest,
                          "model_header": model_header, "headers": headers, "slots": slots})
         return {"state": state, "param_groups": self._groups_sd(),
@@ -1665,6 +1666,27 @@ class StrataOptimizer(torch.optim.Optimizer):
 _ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
               "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
               "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+_HAS_DCP_PROTOCOL: Optional[bool] = None
+
+
+def _dcp_protocol() -> bool:
+    """Whether torch.distributed.checkpoint has the CheckpointableTensor
+    protocol (torch.distributed.checkpoint.protocol, PyTorch 2.13 or so on;
+    2.15 has it). Without it (older torch, e.g. 2.11) the distributed
+    state_dict holds on each rank only the tensors it owns, as plain
+    tensors: DCP saves and loads them as well (a key present on one rank is
+    written by it; a load reads what the rank's own state_dict asks for), but
+    the keys then differ between ranks."""
+    global _HAS_DCP_PROTOCOL
+    if _HAS_DCP_PROTOCOL is None:
+        try:
+            from torch.distributed.checkpoint.protocol import CheckpointableTensor  # noqa: F401
+            _HAS_DCP_PROTOCOL = True
+        except ImportError:
+            _HAS_DCP_PROTOCOL = False
+    return _HAS_DCP_PROTOCOL
 
 
 def _owned(t: torch.Tensor, shape: tuple[int, ...], whole: bool) -> torch.Tensor:

@@ -126,8 +126,13 @@ def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
     keys = sorted(f"{p}/{k}" for p, v in sd["state"].items() for k in v)
     every = [None] * world
     dist.all_gather_object(every, keys)
-    whole = torch.tensor([len(sd["state"][k.rsplit("/", 1)[0]][k.rsplit("/", 1)[1]]
-                              .global_offsets) for k in keys], dtype=torch.int64)
+    union = sorted({k for e in every for k in e})
+
+    def shards(k: str) -> int:
+        p, n = k.rsplit("/", 1)
+        t = sd["state"].get(p, {}).get(n)
+        return 0 if t is None else len(getattr(t, "global_offsets", ((),)))
+    whole = torch.tensor([shards(k) for k in union], dtype=torch.int64)
     dist.all_reduce(whole)
     # each tensor whole on one rank (HSDP: on one rank of each replica group)
     copies = world // nkw["shard_group_size"] if "shard_group_size" in nkw else 1
