@@ -12,7 +12,9 @@ binding's hooks and failure handling over gloo, in one launch:
    and backward (the module hooks); 4 steps (the last a no_sync gradient
    accumulation) bit-identical to one process, and the peak of the weights
    held per rank (strata's param_bytes_peak plus the binding's copies) below
-   the resident mode's (printed with the RSS);
+   the resident mode's (printed with the RSS); resumed from step 2 through
+   torch.distributed.checkpoint (load_state_dict, the model's weights
+   loaded before attach) and through load(dir), bit-identical;
 3. a step refused on one rank only (a non-contiguous gradient on rank 1) raises on
    both, changes nothing, and the next step is still bit-identical;
 4. a collective that raises on rank 1 (injected) aborts the process group:
