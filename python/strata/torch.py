@@ -33,7 +33,9 @@ and ZeRO-3 with `managed=True` plus attach(model) (StrataOptimizer.attach:
 non-owners hold a layer's weights only around its forward and backward);
 attach(model) for strata's module hooks. Refused (StrataError): DDP/FSDP-
 wrapped models and DTensors, CUDA tensors and backend="cuda", a ZeRO-3 step
-before attach, a ZeRO-3 load. bfloat16/float16 parameters are stepped
+before attach. With torch.distributed initialized, state_dict() follows
+torch.distributed.checkpoint's conventions (StrataOptimizer.state_dict), so
+dcp.save / dcp.load work, at another world size too. bfloat16/float16 parameters are stepped
 through a float32 master copy (the class docstring). Not yet: gather
 sharding under torchrun.
 """
@@ -1296,20 +1298,29 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     def _load_dir(self, path: str, restore_weights: bool,
                   hypers: Optional[list[tuple[float, float]]] = None) -> None:
-        if any(self._managed):
-            raise _err("STRATA_ERR_UNSUPPORTED", "load/load_state_dict with managed=True "
-                       "(ZeRO-3) weights: not yet (the weights are strata's; resume with "
-                       "managed=False, then attach)")
+        """strata_load(path) into a fresh runtime over scratch copies of the
+        weights, swapped in once every rank accepted it (under torchrun the
+        verdicts are agreed: a refusal on one rank is one on all, nothing
+        changed anywhere). ZeRO-3 (managed weights in effect): the new
+        runtime holds the managed weights (strata_load writes an owner's
+        into its buffer); with restore_weights=False the owned ones get this
+        rank's current values back, so only the optimizer state changes."""
+        zero3 = any(self._managed)
         with self._locked():
             # strata_load writes the checkpoint's weights into scratch copies: the
-            # parameters change only once everything was accepted
-            scratch = [self._data(i).detach().clone() for i in range(len(self._params))]
+            # parameters change only once everything was accepted. A managed
+            # parameter this rank does not own has no storage here: zeros stand in
+            # (strata keeps no copy of it)
+            scratch = [torch.zeros(self._params[i].shape, dtype=torch.float32)
+                       if self._managed[i] and not self._mine[i]
+                       else self._data(i).detach().clone() for i in range(len(self._params))]
             rt = self._build([_ptr(t) for t in scratch])
+            err: Optional[BaseException] = None
+            user: Any = {}
             try:
                 uj = c_void_p()
                 L.check(self._lib.strata_load(rt, os.fsencode(path), byref(uj), None),
                         "strata_load")
-                user: Any = {}
                 if uj.value:
                     text = ctypes.string_at(uj.value).decode()
                     self._lib._free(uj)
@@ -1317,20 +1328,49 @@ class StrataOptimizer(torch.optim.Optimizer):
                 self._check_meta(user.get("strata_torch") if isinstance(user, dict) else None,
                                  path)
                 for i in range(len(self._params)):
-                    L.check(self._lib.strata_param_set_buffers(
-                        rt, i, c_void_p(_ptr(self._data(i))), None),
-                        "strata_param_set_buffers")
-            except BaseException:
+                    if not self._managed[i]:
+                        L.check(self._lib.strata_param_set_buffers(
+                            rt, i, c_void_p(_ptr(self._data(i))), None),
+                            "strata_param_set_buffers")
+            except StrataError as e:
+                err = e
+            except BaseException as e:
                 self._lib.strata_destroy(rt)
                 raise
+            if self._comm is not None:
+                try:
+                    self._comm.agree(err)
+                except BaseException:
+                    self._lib.strata_destroy(rt)
+                    raise
+            elif err is not None:
+                self._lib.strata_destroy(rt)
+                raise err
+            if zero3:
+                # the owned managed weights now: views of the old runtime's buffers
+                # (valid until it is destroyed below)
+                cur = [self._params[i].data if self._mine[i] else None
+                       for i in range(len(self._params))]
+                self._adopt(rt)
+                if not restore_weights:
+                    with torch.no_grad():
+                        for i, c in enumerate(cur):
+                            if c is not None and self._mine[i]:
+                                self._params[i].data.copy_(c)
+                    del cur
             if restore_weights:
                 with torch.no_grad():
                     for i, t in enumerate(scratch):
-                        self._data(i).copy_(t)
+                        if not self._managed[i]:
+                            self._data(i).copy_(t)
                 self._write_back()
             old, self._rt = self._rt, rt
             self._stepped = True  # attach() would rebuild the runtime: refused from here
             self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
+            if zero3:  # a managed parameter's registered pointer stays the one given at
+                # commit (strata reads its own buffer, never that pointer again: attach)
+                self._bufs = [(_ptr(scratch[i]) if self._managed[i] else d, g)
+                              for i, (d, g) in enumerate(self._bufs)]
             self._scale = float("nan")  # set again at the next step (strata_load restored it)
             self._sync_cache(rt)        # strata_load restored the per-parameter lr and decay
             hyper = hypers if hypers is not None else user.get("hyper", [])
@@ -1342,13 +1382,51 @@ class StrataOptimizer(torch.optim.Optimizer):
             if old is not None:
                 self._lib.strata_destroy(old)
 
+    def _groups_sd(self) -> list[dict[str, Any]]:
+        groups = []
+        pos = 0
+        for g in self.param_groups:
+            gd = {k: v for k, v in g.items() if k != "params"}
+            gd["params"] = list(range(pos, pos + len(g["params"])))
+            pos += len(g["params"])
+            groups.append(gd)
+        return groups
+
     def state_dict(self) -> dict[str, Any]:
-        """torch's layout: {"state": {}, "param_groups": [...]} with params as
-        positions, plus "strata": the files of a strata_save checkpoint
-        (manifest.json, model.safetensors, rank-00000.*) as uint8 tensors, so
-        torch.save pickles it. The weights travel too (model.safetensors: one
-        copy of the model's float32 weights); load_state_dict does not write
-        them back into the model."""
+        """torch's layout: {"state": ..., "param_groups": [...]} with params as
+        positions, plus "strata".
+
+        Without torch.distributed: "state" is {} and "strata" holds the files
+        of a strata_save checkpoint (manifest.json, model.safetensors,
+        rank-00000.*) as uint8 tensors, so torch.save pickles it. The weights
+        travel too (model.safetensors: one copy of the model's float32
+        weights); load_state_dict does not write them back into the model.
+
+        With torch.distributed initialized (torchrun, any world size, or
+        distributed=False there): torch.distributed.checkpoint's conventions,
+        so that dcp.save({"optimizer": opt}) and dcp.load(...) work, also
+        at another world size. "state" is {parameter name: {state name:
+        tensor}} with the same keys on every rank: every optimizer state
+        tensor of strata's checkpoint (its rank files' "<name>/<state>":
+        factors, roots, moments, momentum, the refresh engine's results as
+        uint8), each owned whole by the rank that owns its parameter: there
+        the tensor with its values, elsewhere an empty placeholder of 0
+        elements; both carry DCP's CheckpointableTensor fields
+        (torch.distributed.checkpoint.protocol: global_shape and one shard
+        at offset 0 on the owner, no shard elsewhere), so DCP writes each
+        tensor once, from its owner, and at load reads each into the rank
+        that owns it then. "strata" is {"format": 2, "ckpt": one JSON text,
+        the same on every rank}: the checkpoint's manifest (step, lr scale,
+        configuration, parameter table, statistics), every rank file's
+        safetensors header and engine slot table (rank-NNNNN.json), and the
+        weights file's header; no weights (they are the model's state dict).
+        Collective under torchrun: strata_save writes one directory that all
+        ranks share (a temporary directory of rank 0's, under $TMPDIR: on
+        several nodes TMPDIR must be a shared file system, else
+        STRATA_ERR_UNSUPPORTED on every rank)."""
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return self._state_dict_dcp()
         with self._locked():
             tmp = tempfile.mkdtemp(prefix="strata-sd-")
             try:
@@ -1361,49 +1439,315 @@ class StrataOptimizer(torch.optim.Optimizer):
                         files[name] = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        groups = []
-        pos = 0
-        for g in self.param_groups:
-            gd = {k: v for k, v in g.items() if k != "params"}
-            gd["params"] = list(range(pos, pos + len(g["params"])))
-            pos += len(g["params"])
-            groups.append(gd)
-        return {"state": {}, "param_groups": groups,
+        return {"state": {}, "param_groups": self._groups_sd(),
                 "strata": {"format": 1, "meta": self._meta(), "files": files}}
+
+    def _shared_tmp(self) -> str:
+        """A temporary directory every rank sees: rank 0's mkdtemp, its path
+        broadcast; each rank checks it exists (agreed)."""
+        import torch.distributed as dist
+        path = [tempfile.mkdtemp(prefix="strata-sd-") if self._comm.rank == 0 else None]
+        dist.broadcast_object_list(path, src=self._comm.members[0], group=self._comm.group)
+        err = None
+        if not os.path.isdir(path[0]):
+            err = _err("STRATA_ERR_UNSUPPORTED",
+                       f"state_dict under torchrun: rank {self._comm.rank} cannot see rank 0's "
+                       f"temporary directory {path[0]}: strata_save writes one directory that "
+                       "all ranks share; set TMPDIR to a file system every node shares, or use "
+                       "save(dir) with such a directory")
+        try:
+            self._comm.agree(err)
+        except BaseException:
+            if self._comm.rank == 0:
+                shutil.rmtree(path[0], ignore_errors=True)
+            raise
+        return path[0]
+
+    def _state_dict_dcp(self) -> dict[str, Any]:
+        """state_dict() with torch.distributed initialized (its docstring)."""
+        import torch.distributed as dist
+        proto = _dcp_protocol()
+        comm = self._comm
+        me = comm.rank if comm is not None else 0
+        with self._locked():
+            tmp = self._shared_tmp() if comm is not None else tempfile.mkdtemp(prefix="strata-sd-")
+            try:
+                d = os.path.join(tmp, "ckpt")
+                L.check(self._lib.strata_save(self._rt, d.encode(), self._user_json().encode(),
+                                              None), "strata_save")
+                with open(os.path.join(d, "manifest.json"), "rb") as f:
+                    manifest = f.read().decode()
+                world = int(json.loads(manifest)["world_size"])
+                model_header = _st_read(os.path.join(d, "model.safetensors"), False)[0]
+                headers, slots = [], []
+                mine = b""
+                for k in range(world):
+                    h, data = _st_read(os.path.join(d, f"rank-{k:05d}.safetensors"), k == me)
+                    headers.append(h)
+                    if k == me:
+                        mine = data
+                    with open(os.path.join(d, f"rank-{k:05d}.json"), "rb") as f:
+                        slots.append(f.read().decode())
+            finally:
+                if comm is not None:  # every rank has read before rank 0 removes it
+                    dist.barrier(group=comm.group)
+                if me == 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        state: dict[str, dict[str, torch.Tensor]] = {}
+        for k, h in enumerate(headers):
+            for full, info in json.loads(h).items():
+                if full == "__metadata__":
+                    continue
+                pname, sub = full.rsplit("/", 1)
+                shape = tuple(info["shape"])
+                dtype = _ST_DTYPES.get(info["dtype"])
+                if dtype is None:
+                    raise _err("STRATA_ERR_UNSUPPORTED", f"state_dict: {full}: safetensors "
+                               f"dtype {info['dtype']} has no torch dtype here")
+                have = state.setdefault(pname, {}).get(sub)
+                if k == me:
+                    a, b = info["data_offsets"]
+                    t = torch.frombuffer(bytearray(mine[a:b]), dtype=torch.uint8) \
+                        if b > a else torch.empty(0, dtype=torch.uint8)
+                    t = t.view(dtype).reshape(shape)
+                    _owned(t, shape, True)
+                elif have is not None or not proto:
+                    continue  # an HSDP replica's copy, or this rank's (owned) one
+                else:
+                    t = _owned(torch.empty(0, dtype=dtype), shape, False)
+                state[pname][sub] = t
+        # the refresh engine's slots: a slot's result is in the rank file only
+        # while it is ready or installed; its key is there always (zeros for an
+        # empty slot, which the slot table marks free), so that the keys do not
+        # depend on how far training went (a fresh optimizer's state_dict, the
+        # template DCP loads into, has the same keys as a trained one's)
+        for k, j in enumerate(slots):
+            for blk in json.loads(j).get("blocks", []):
+                pname = blk["param"]
+                for n in range(len(blk.get("slots", []))):
+                    sub = f"engine.{blk['block']}.{n}"
+                    have = state.setdefault(pname, {}).get(sub)
+                    shape = (int(blk["slot_bytes"]),)
+                    if k == me and (have is None or not have.global_offsets):
+                        state[pname][sub] = _owned(torch.zeros(shape, dtype=torch.uint8), shape,
+                                                   True)
+                    elif have is None and proto:
+                        state[pname][sub] = _owned(torch.empty(0, dtype=torch.uint8), shape,
+                                                   False)
+        state = {p: v for p, v in state.items() if v}  # without the protocol: owned ones only
+        ck = json.dumps({"meta": self._meta(), "manifest": manifest,
+                         "model_header": model_header, "headers": headers, "slots": slots})
+        return {"state": state, "param_groups": self._groups_sd(),
+                "strata": {"format": 2, "ckpt": ck}}
+
+    def _write_dcp(self, state_dict: dict[str, Any], sd: dict[str, Any], d: str) -> None:
+        """load_state_dict of a format-2 state dict (state_dict()'s docstring):
+        the strata checkpoint it came from, rebuilt in a directory of this
+        rank's own: the manifest with its file table's sizes and digests for
+        the files rewritten here, each rank file holding a state tensor this
+        rank has (the ones it owns now: DCP filled them) whole, its header as
+        saved, the tensors this rank does not have as zeros (strata_load
+        reads, of an old rank's file, only the parameters this rank owns
+        now), the weights file with the current weights (load_state_dict
+        keeps the model's weights), into directory `d` (created here). Then
+        load_state_dict's strata_load reshards it."""
+        try:
+            ck = json.loads(sd["ckpt"])
+            manifest = json.loads(ck["manifest"])
+            headers, slots = list(ck["headers"]), list(ck["slots"])
+            model_header = ck["model_header"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise _err("STRATA_ERR_DATA", f"load_state_dict: its 'strata' entry is not "
+                       f"readable ({e})") from None
+        self._check_meta(ck.get("meta"), "load_state_dict")
+        state = state_dict.get("state")
+        if not isinstance(state, dict):
+            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: no 'state' dict")
+        os.mkdir(d)
+        written: dict[str, tuple[int, str]] = {}
+        for k, (h, j) in enumerate(zip(headers, slots)):
+            parts, have, lack = [], set(), []
+            for full, info in json.loads(h).items():
+                if full == "__metadata__":
+                    continue
+                pname, sub = full.rsplit("/", 1)
+                t = state.get(pname, {}).get(sub) if isinstance(state.get(pname), dict) \
+                    else None
+                if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(info["shape"]) \
+                        and t.dtype == _ST_DTYPES.get(info["dtype"]):
+                    parts.append((info["data_offsets"], t))
+                    have.add(pname)
+                else:
+                    lack.append((pname, full))
+            if not parts:
+                continue  # this rank reads nothing of rank k's file
+            # a parameter this rank has (owns now) must have all its tensors:
+            # strata_load would read the zeros standing in for a missing one
+            miss = [full for pname, full in lack if pname in have]
+            if miss:
+                raise _err("STRATA_ERR_INVALID_ARG",
+                           f"load_state_dict: the checkpoint's {miss[0]} (of {len(miss)}) "
+                           "is not in this state dict, or has another shape or dtype "
+                           "(a loading optimizer with fewer refresh slots: another "
+                           "staleness or async setting?)")
+            name = f"rank-{k:05d}.safetensors"
+            written[name] = _st_write(os.path.join(d, name), h, parts)
+            name = f"rank-{k:05d}.json"
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(j.encode())
+            written[name] = (len(j.encode()), _sha256(os.path.join(d, name)))
+        index = {n: i for i, n in enumerate(self._names)}
+        parts = []
+        for full, info in json.loads(model_header).items():
+            i = index.get(full)
+            if full != "__metadata__" and i is not None and \
+                    not (self._managed[i] and not self._mine[i]):
+                parts.append((info["data_offsets"], self._data(i).detach()))
+        written["model.safetensors"] = _st_write(os.path.join(d, "model.safetensors"),
+                                                 model_header, parts)
+        for f in manifest.get("files", []):
+            if f.get("name") in written:
+                f["bytes"], f["sha256"] = written[f["name"]]
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a state_dict() of an optimizer of the same class over the
         same parameters (names, shapes, routing): optimizer state, step
         counter, the groups' hyperparameters; the model's weights are left as
-        they are (load them with the model's own load_state_dict). Errors:
+        they are (load them with the model's own load_state_dict). Either
+        format of state_dict(); the distributed one (format 2) at any world
+        size, as torch.distributed.checkpoint.load fills it (each rank the
+        state tensors of the parameters it owns now). Collective under
+        torchrun (a refusal on one rank is one on all). Errors:
         StrataError (STRATA_ERR_INVALID_ARG: another optimizer's or model's
         state; STRATA_ERR_DATA: corrupt), and nothing changed."""
-        sd = state_dict.get("strata") if isinstance(state_dict, dict) else None
-        if not isinstance(sd, dict) or "files" not in sd:
-            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: not a strata optimizer's "
-                       "state_dict (no 'strata' entry)")
-        self._check_meta(sd.get("meta"), "load_state_dict")
-        groups = state_dict.get("param_groups", [])
-        if len(groups) != len(self.param_groups) or any(
-                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
-            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: its param groups differ")
         tmp = tempfile.mkdtemp(prefix="strata-sd-")
+        d = os.path.join(tmp, "ckpt")
+        err: Optional[StrataError] = None
         try:
-            d = os.path.join(tmp, "ckpt")
-            os.mkdir(d)
-            for name, t in sd["files"].items():
-                if os.sep in name or name.startswith("."):
-                    raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
-                with open(os.path.join(d, name), "wb") as f:
-                    if isinstance(t, torch.Tensor):
-                        t = t.detach().contiguous().to(torch.uint8)
-                        f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
-                    else:
-                        f.write(bytes(t))
+            try:  # every check before any collective: agreed under torchrun
+                groups = self._write_sd(state_dict, d)
+            except StrataError as e:
+                err = e
+            except OSError as e:
+                err = _err("STRATA_ERR_IO", f"load_state_dict: {e}")
+            if self._comm is not None:
+                self._comm.agree(err)
+            elif err is not None:
+                raise err
             self._load_dir(d, restore_weights=False,
                            hypers=[(float(g["lr"]), float(g["weight_decay"])) for g in groups])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _write_sd(self, state_dict: dict[str, Any], d: str) -> list[dict[str, Any]]:
+        """The strata checkpoint directory `d` of a state_dict() (either
+        format), checked; returns its param groups."""
+        sd = state_dict.get("strata") if isinstance(state_dict, dict) else None
+        if not isinstance(sd, dict) or ("files" not in sd and sd.get("format") != 2):
+            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: not a strata optimizer's "
+                       "state_dict (no 'strata' entry)")
+        groups = state_dict.get("param_groups", [])
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise _err("STRATA_ERR_INVALID_ARG", "load_state_dict: its param groups differ")
+        if sd.get("format") == 2:
+            self._write_dcp(state_dict, sd, d)
+            return groups
+        self._check_meta(sd.get("meta"), "load_state_dict")
+        os.mkdir(d)
+        for name, t in sd["files"].items():
+            if os.sep in name or name.startswith("."):
+                raise _err("STRATA_ERR_DATA", f"load_state_dict: bad file name {name!r}")
+            with open(os.path.join(d, name), "wb") as f:
+                if isinstance(t, torch.Tensor):
+                    t = t.detach().contiguous().to(torch.uint8)
+                    f.write(ctypes.string_at(t.data_ptr(), t.numel()) if t.numel() else b"")
+                else:
+                    f.write(bytes(t))
+        return groups
+
+
+# safetensors dtypes (the names strata's checkpoint writes, ckpt/ckpt.h) as torch's
+_ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+              "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
+              "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+_HAS_DCP_PROTOCOL: Optional[bool] = None
+
+
+def _dcp_protocol() -> bool:
+    """Whether torch.distributed.checkpoint has the CheckpointableTensor
+    protocol (torch.distributed.checkpoint.protocol, PyTorch 2.13 or so on;
+    2.15 has it). Without it (older torch, e.g. 2.11) the distributed
+    state_dict holds on each rank only the tensors it owns, as plain
+    tensors: DCP saves and loads them as well (a key present on one rank is
+    written by it; a load reads what the rank's own state_dict asks for), but
+    the keys then differ between ranks."""
+    global _HAS_DCP_PROTOCOL
+    if _HAS_DCP_PROTOCOL is None:
+        try:
+            from torch.distributed.checkpoint.protocol import CheckpointableTensor  # noqa: F401
+            _HAS_DCP_PROTOCOL = True
+        except ImportError:
+            _HAS_DCP_PROTOCOL = False
+    return _HAS_DCP_PROTOCOL
+
+
+def _owned(t: torch.Tensor, shape: tuple[int, ...], whole: bool) -> torch.Tensor:
+    """torch.distributed.checkpoint's CheckpointableTensor fields on `t`: a
+    tensor of global shape `shape` of which this rank holds all (one shard
+    at offset 0) or nothing (no shard: the placeholder)."""
+    zero = (0,) * len(shape)
+    t.global_shape = tuple(shape)
+    t.global_offsets = (zero,) if whole else ()
+    t.local_offsets = (zero,) if whole else ()
+    t.local_sizes = (tuple(shape),) if whole else ()
+    return t
+
+
+def _st_read(path: str, data: bool) -> tuple[str, bytes]:
+    """A safetensors file's header (its JSON text, as written) and, when
+    `data`, its data section."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        head = f.read(n)
+        return head.decode(), f.read() if data else b""
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _st_write(path: str, header: str, parts: list[tuple[list[int], torch.Tensor]]) -> \
+        tuple[int, str]:
+    """A safetensors file: `header` as it was, each given tensor's bytes at its
+    data offsets, zeros elsewhere (holes). Returns (bytes, SHA-256 hex)."""
+    head = header.encode()
+    end = max((b for _, b in (x for x, _ in parts)), default=0)
+    for _, info in json.loads(header).items():
+        if isinstance(info, dict) and "data_offsets" in info:
+            end = max(end, int(info["data_offsets"][1]))
+    base = 8 + len(head)
+    with open(path, "wb") as f:
+        f.write(len(head).to_bytes(8, "little"))
+        f.write(head)
+        for (a, b), t in parts:
+            t = t.detach().contiguous().reshape(-1).view(torch.uint8)
+            if t.numel() != b - a:
+                raise _err("STRATA_ERR_DATA", f"{path}: a tensor of {t.numel()} bytes for "
+                           f"{b - a}")
+            f.seek(base + a)
+            f.write(ctypes.string_at(t.data_ptr(), b - a) if b > a else b"")
+        f.truncate(base + end)
+    return base + end, _sha256(path)
 
 
 def _doc(cls: type, family: str) -> type:

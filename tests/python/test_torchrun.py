@@ -16,8 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 @pytest.mark.skipif(not torch.distributed.is_available() or
                     not torch.distributed.is_gloo_available(), reason="no gloo")
 @pytest.mark.parametrize("cases,nproc", [
-    # HSDP with K = 1 (two groups of one rank: replicas only) rides along
-    (["shampoo:sync", "shampoo:hsdp1"], 2), (["muon:sync"], 2), (["shampoo:async1"], 2),
+    # HSDP with K = 1 (two groups of one rank: replicas only) rides along, and
+    # torch.distributed.checkpoint's save/load: 2 -> 2, 1 -> 2, 2 -> 1
+    (["shampoo:sync", "shampoo:hsdp1", "shampoo:dcp"], 2), (["muon:sync"], 2), (["shampoo:async1"], 2),
     # HSDP: shard_group_size 2 of 4 ranks (shipped refreshes: Shampoo, SOAP);
     # ZeRO-3 with HSDP over a small model (2 ranks: torchrun_hooks.py)
     (["shampoo:sync", "shampoo:hsdp2", "soap:hsdp2", "soap:zero3hsdp2"], 4)])
@@ -39,8 +40,8 @@ def test_torchrun_hooks_and_failures():
     """attach()'s reduce-to-owner in the gradient hooks bit-identical to one
     process (no_sync accumulation too); DDP parameters refused; a step refused
     on one rank refused on both; a collective failing on one rank aborts the
-    group so that no rank waits (torchrun_hooks.py). A hang fails by the
-    subprocess timeout."""
+    group so that no rank waits; ZeRO-3 resumed through dcp.load and load(dir)
+    (torchrun_hooks.py). A hang fails by the subprocess timeout."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     port = 29500 + (os.getpid() % 1000) * 4 % 4000 + 3001

@@ -12,7 +12,10 @@ launch, several cases: torchrun's start-up is the slow part), or the
 older OPT MODE. Exits 0 when every weight is bit-identical on every rank in
 every case, else 1."""
 import gc
+import os
+import shutil
 import sys
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -73,7 +76,108 @@ def run_zero3(opt_name: str, mode: str, rank: int, world: int) -> bool:
     return ok
 
 
+def run_dcp(opt_name: str, mode: str, rank: int, world: int) -> bool:
+    """torch.distributed.checkpoint over the binding's state_dict: the same
+    keys on every rank, each state tensor whole on one rank (its owner's
+    shard); dcp.save at N ranks after step 2, then from the step-2 weights
+    and that checkpoint N -> N (a fresh N-rank optimizer), 1 -> N (the one
+    process's checkpoint into N ranks) and N -> 1 (rank 0 alone, no_dist)
+    continue for steps 3-5: each bit-identical to the uninterrupted runs
+    (N ranks, one process)."""
+    import tempfile
+    import time
+    import torch.distributed.checkpoint as dcp
+    t0 = time.monotonic()
+    cls = CLASSES[opt_name]
+    kw: dict[str, Any] = {"precondition_frequency": 2}
+    if mode == "dcpasync1":
+        kw.update(async_roots=True, staleness=1, workers=1, stagger_refresh=True)
+    # "dcphsdpK": the N-rank optimizers with shard_group_size K (the one
+    # process's without)
+    nkw = dict(kw, shard_group_size=int(mode[7:])) if mode.startswith("dcphsdp") else kw
+    where = [tempfile.mkdtemp(prefix="strata-dcp-") if rank == 0 else None]
+    dist.broadcast_object_list(where, src=0)
+    root = where[0]
+
+    def mean(t: int) -> list[torch.Tensor]:
+        out = []
+        for i, s in enumerate(SHAPES.values()):
+            acc = torch.zeros(s)
+            for r in range(world):
+                acc += grads(t, r)[i]
+            out.append(acc * (1.0 / world))
+        return out
+
+    def step(named: list, o: Any, gs: list[torch.Tensor]) -> None:
+        for (_, p), g in zip(named, gs):
+            p.grad = g.clone()
+        o.step()
+        o.zero_grad(set_to_none=True)
+
+    def like(src: list) -> list:
+        return [(n, torch.nn.Parameter(p.detach().clone())) for n, p in src]
+
+    named, ref_named = params(), params()
+    o, ref = cls(named, **nkw), cls(ref_named, distributed=False, **kw)
+    for t in (1, 2):
+        step(named, o, grads(t, rank))
+        step(ref_named, ref, mean(t))
+    sd = o.state_dict()
+    keys = sorted(f"{p}/{k}" for p, v in sd["state"].items() for k in v)
+    every = [None] * world
+    dist.all_gather_object(every, keys)
+    union = sorted({k for e in every for k in e})
+
+    def shards(k: str) -> int:
+        p, n = k.rsplit("/", 1)
+        t = sd["state"].get(p, {}).get(n)
+        return 0 if t is None else len(getattr(t, "global_offsets", ((),)))
+    whole = torch.tensor([shards(k) for k in union], dtype=torch.int64)
+    dist.all_reduce(whole)
+    # each tensor whole on one rank (HSDP: on one rank of each replica group)
+    copies = world // nkw["shard_group_size"] if "shard_group_size" in nkw else 1
+    layout_ok = all(e == keys for e in every) and bool((whole == copies).all()) and \
+        len(keys) > 0
+    dcp.save({"optim": sd}, checkpoint_id=os.path.join(root, "n"))  # as dcp.save({"optim": o})
+    if rank == 0:
+        dcp.save({"optim": ref}, checkpoint_id=os.path.join(root, "one"), no_dist=True)
+    dist.barrier()
+    a_named, b_named = like(named), like(named)
+    a, b = cls(a_named, **nkw), cls(b_named, **nkw)
+    dcp.load({"optim": a}, checkpoint_id=os.path.join(root, "n"))
+    dcp.load({"optim": b}, checkpoint_id=os.path.join(root, "one"))
+    c_named = like(ref_named) if rank == 0 else None
+    if rank == 0:
+        c = cls(c_named, distributed=False, **kw)
+        dcp.load({"optim": c}, checkpoint_id=os.path.join(root, "n"), no_dist=True)
+    for t in (3, 4, 5):
+        for nm, opt in ((named, o), (a_named, a), (b_named, b)):
+            step(nm, opt, grads(t, rank))
+        step(ref_named, ref, mean(t))
+        if rank == 0:
+            step(c_named, c, mean(t))
+
+    def same(x: list, y: list) -> bool:
+        return all(torch.equal(p.detach().view(torch.int32), q.detach().view(torch.int32))
+                   for (_, p), (_, q) in zip(x, y))
+    ok = {"layout": layout_ok, "uninterrupted": same(named, ref_named),
+          f"{world}->{world}": same(a_named, named), f"1->{world}": same(b_named, named)}
+    if rank == 0:
+        ok[f"{world}->1"] = same(c_named, ref_named)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(root, ignore_errors=True)
+    good = all(ok.values())
+    print(f"rank {rank}/{world} {opt_name} {mode}: {'bit-identical' if good else 'DIFFERS'} "
+          f"({', '.join(k + (' ok' if v else ' FAILED') for k, v in ok.items())}; "
+          f"{len(keys)} state tensors; {time.monotonic() - t0:.1f} s, loaded machine)",
+          flush=True)
+    return good
+
+
 def run_case(opt_name: str, mode: str, rank: int, world: int) -> bool:
+    if mode.startswith("dcp"):
+        return run_dcp(opt_name, mode, rank, world)
     if mode.startswith("zero3"):
         return run_zero3(opt_name, mode, rank, world)
     cls = CLASSES[opt_name]

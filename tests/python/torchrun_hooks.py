@@ -12,13 +12,17 @@ binding's hooks and failure handling over gloo, in one launch:
    and backward (the module hooks); 4 steps (the last a no_sync gradient
    accumulation) bit-identical to one process, and the peak of the weights
    held per rank (strata's param_bytes_peak plus the binding's copies) below
-   the resident mode's (printed with the RSS);
+   the resident mode's (printed with the RSS); resumed from step 2 through
+   torch.distributed.checkpoint (load_state_dict, the model's weights
+   loaded before attach) and through load(dir), bit-identical;
 3. a step refused on one rank only (a non-contiguous gradient on rank 1) raises on
    both, changes nothing, and the next step is still bit-identical;
 4. a collective that raises on rank 1 (injected) aborts the process group:
    both ranks get a StrataError (STRATA_ERR_IO) instead of rank 0 waiting.
 
 Prints one "hooks ok" line per rank and exits 0 when all hold."""
+import os
+import shutil
 import sys
 
 import torch
@@ -196,16 +200,25 @@ def main() -> int:
     owned = [i for i, m in enumerate(zopt._mine) if m]
     expect(all(zopt._managed) and 0 < len(owned) < len(zopt._params),
            f"managed {zopt._managed}, owned {owned}")
-    for t in range(1, 5):
+    def ztrain(m: nn.Module, o: st.StrataOptimizer, t: int) -> None:
         micro = 2 if t == 4 else 1
         for k in range(micro):
             if k < micro - 1:
-                with zopt.no_sync():
-                    loss_of(zmodel, batch(t, rank, k)).backward()
+                with o.no_sync():
+                    loss_of(m, batch(t, rank, k)).backward()
             else:
-                loss_of(zmodel, batch(t, rank, k)).backward()
-        zopt.step()
-        zopt.zero_grad(set_to_none=True)
+                loss_of(m, batch(t, rank, k)).backward()
+        o.step()
+        o.zero_grad(set_to_none=True)
+
+    import tempfile
+    import torch.distributed.checkpoint as dcp
+    where = [tempfile.mkdtemp(prefix="strata-z3-") if rank == 0 else None]
+    dist.broadcast_object_list(where, src=0)
+    zdir = where[0]
+    for t in range(1, 5):
+        micro = 2 if t == 4 else 1
+        ztrain(zmodel, zopt, t)
         acc = [torch.zeros_like(p) for p in zref_model.parameters()]
         for r in range(world):
             zref_model.zero_grad(set_to_none=True)
@@ -217,6 +230,11 @@ def main() -> int:
             p.grad = a * (1.0 / world)
         zref.step()
         zref.zero_grad(set_to_none=True)
+        if t == 2:  # ZeRO-3 checkpoints: DCP (state_dict) and strata's own (save)
+            # the weights: the one process's, bit-identical (checked below)
+            zw2 = {n: p.detach().clone() for n, p in zref_model.named_parameters()}
+            dcp.save({"optim": zopt}, checkpoint_id=os.path.join(zdir, "dcp"))
+            zopt.save(os.path.join(zdir, "strata"))
         zp, rp = list(zmodel.parameters()), list(zref_model.parameters())
         expect(all(torch.equal(zp[i].view(torch.int32), rp[i].view(torch.int32))
                    for i in owned), f"ZeRO-3 step {t}: owned weights bit-identical")
@@ -238,6 +256,32 @@ def main() -> int:
            rw >= full and zw < rw and zl["total_peak"] < rl["total_peak"],
            f"ZeRO-3 peak {zpeak} (ledger {zw}, total {zl['total_peak']}) below resident "
            f"{rs['weight_bytes_peak']} (ledger {rw}, total {rl['total_peak']})")
+    # ZeRO-3 resumes from step 2: load_state_dict through dcp.load (the model's
+    # weights from its own state dict before attach), and load(dir) (the
+    # weights from strata's checkpoint, into a model at its initial weights);
+    # steps 3-4 bit-identical to the uninterrupted run
+    import time
+    tz = time.monotonic()
+    z2model, z3model = make_deep(), make_deep()
+    z2model.load_state_dict(zw2)
+    z2 = st.Shampoo(z2model.named_parameters(), model=z2model, managed=True, **kw).attach(z2model)
+    z3 = st.Shampoo(z3model.named_parameters(), model=z3model, managed=True, **kw).attach(z3model)
+    dcp.load({"optim": z2}, checkpoint_id=os.path.join(zdir, "dcp"))
+    z3.load(os.path.join(zdir, "strata"))
+    for t in (3, 4):
+        ztrain(z2model, z2, t)
+        ztrain(z3model, z3, t)
+    with zopt.materialized(), z2.materialized(), z3.materialized():
+        expect(same(z2model, zmodel) and same(z3model, zmodel) and same(zmodel, zref_model),
+               "ZeRO-3 resumed (dcp.load, load) bit-identical to the uninterrupted run")
+    expect(all(z2._mine[i] == zopt._mine[i] and z2._managed[i] for i in range(len(zopt._params))),
+           "ZeRO-3 resumed: managed, the same owners")
+    print(f"rank {rank}: ZeRO-3 resumed through dcp.load and load(dir): bit-identical "
+          f"({time.monotonic() - tz:.1f} s with the checkpoints, loaded machine)", flush=True)
+    del z2, z3
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(zdir, ignore_errors=True)
     try:
         zopt.detach()
         expect(False, "ZeRO-3 detach accepted")
