@@ -219,6 +219,15 @@ typedef struct strata_refresh_stats {
      * bound_exceeded does not count) */
     int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
     int64_t stale_max_corrected;
+    /* streamed residency (nvme placement, engine/refresh.c): the pool of
+     * host buffers the installed and staged results of nvme blocks pass
+     * through; reads of an installed result the step needed and did not
+     * find resident (the step waited for each), reads started ahead
+     * (forward hook, the step's lookahead), buffers taken from another
+     * block, and results completed at install and written back */
+    int32_t resident_buffers;
+    size_t resident_bytes;
+    int64_t resident_reads, resident_prefetches, resident_evictions, resident_writebacks;
 } strata_refresh_stats;
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
