@@ -757,6 +757,16 @@ typedef struct strata_stats {
     size_t step_scratch_bytes;     /* the step scratch every owned matrix borrows (in
                                       device_bytes): one buffer of the largest need, so a
                                       rank's device_bytes is its states plus this once */
+    /* streamed nvme residency (async, roots on nvme): blocks' installed roots
+     * live in the nvme tier and pass through a bounded pool of host buffers
+     * (in host_bytes; sized by host_budget, else two parameters' blocks plus
+     * two), cumulative counts this process */
+    int32_t nvme_resident_buffers; /* the pool's buffers (0: no block on nvme) */
+    size_t nvme_resident_bytes;    /* their host bytes */
+    int64_t nvme_resident_reads;   /* reads of an installed root the step needed and did
+                                      not find resident: the step waited for each */
+    int64_t nvme_resident_prefetches; /* reads started ahead (forward hook, next parameters) */
+    int64_t nvme_resident_evictions;  /* buffers taken from another block */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
