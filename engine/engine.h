@@ -230,6 +230,16 @@ typedef struct strata_refresh_stats {
     int64_t resident_reads, resident_prefetches, resident_evictions, resident_writebacks;
 } strata_refresh_stats;
 
+/* The streamed-residency pool's buffer count (engine/refresh.c): for
+ * `n_nvme` blocks on nvme, `sticky` of them of a family whose install
+ * neither copies nor rebinds (precond.h), `max_entry` the most blocks of one
+ * parameter; budgeted: the smallest pool (sticky + max_entry + 1, at least
+ * sticky + 2) plus `spare` buffers the host budget leaves, else sticky +
+ * 2 * max_entry + 2 (two parameters' working sets); never more than
+ * 2 * n_nvme nor less than the smallest. Pure (the planner uses it too). */
+int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budgeted,
+                                size_t spare);
+
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
 strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out);
 

@@ -760,6 +760,17 @@ static int pool_min(int sticky, int max_entry)
     return n < sticky + 2 ? sticky + 2 : n;
 }
 
+int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budgeted,
+                                size_t spare)
+{
+    const int lo = pool_min(sticky, max_entry);
+    const size_t cap = 2 * (size_t)(n_nvme > 0 ? n_nvme : 0);
+    size_t n = budgeted ? (size_t)lo + (spare < cap ? spare : cap)
+                        : (size_t)sticky + 2 * (size_t)max_entry + 2;
+    n = n < cap ? n : cap;
+    return n < (size_t)lo ? lo : (int)n;
+}
+
 /* Placement (Asteria's asymmetric policy): results in the host tier; when
  * the host budget cannot hold a block's K slots, that block's slots go to the
  * nvme tier and its installed result streams through the residency pool
@@ -863,18 +874,9 @@ static strata_status place(strata_refresh *e)
                                     &e->worker_scratch[w]);
         if (st == STRATA_OK)
             st = tier_alloc_charged(e, e->host, max_slot, STRATA_LEDGER_STAGING, &e->staging);
-        /* The pool: what the budget leaves (at least its smallest size),
-         * else two entries' working sets; never more than two per block. */
-        const int lo = pool_min(sticky, max_entry);
-        int n = sticky + 2 * max_entry + 2;
-        if (budget) {
-            const size_t left = budget - planned; /* planned <= budget (above) */
-            n = lo + (int)(left / buf < (size_t)(2 * n_nvme) ? left / buf : (size_t)(2 * n_nvme));
-        }
-        if (n > 2 * n_nvme)
-            n = 2 * n_nvme;
-        if (n < lo)
-            n = lo;
+        /* planned <= budget (above): what it leaves goes to the pool */
+        const int n = strata_refresh_pool_buffers(sticky, max_entry, n_nvme, budget != 0,
+                                                  budget ? (budget - planned) / buf : 0);
         e->rbufs = calloc((size_t)n, sizeof *e->rbufs);
         if (!e->rbufs && st == STRATA_OK)
             return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");

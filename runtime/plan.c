@@ -136,6 +136,7 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     if (!layer_other)
         return strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
     size_t wd_inline = 0, wi_inline = 0, wd_async = 0, wi_async = 0, max_slot = 0;
+    int n_nvme = 0, sticky = 0, max_entry = 0; /* the streamed-residency pool's inputs */
     uint64_t step_scratch = 0; /* the runtime's shared step scratch: the largest need */
     uint64_t transient = 0;    /* the largest one-call host workspace */
     bool any_inline = false, any_async = false;
@@ -201,8 +202,12 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
             }
             if (nvme && !p->inline_) {
                 charge(r, STRATA_LEDGER_NVME, STRATA_LEDGER_ROOTS, (uint64_t)slots * align4k(sb));
-                charge(r, host, STRATA_LEDGER_ROOTS, 2 * page_round(sb));
                 max_slot = sb > max_slot ? sb : max_slot;
+                n_nvme++;
+                const bool copies = p->fam->install_copies ||
+                                    (c->backend == STRATA_BACKEND_CUDA && p->fam->install_device);
+                sticky += !copies && !p->fam->rebind;
+                max_entry = nb > max_entry ? nb : max_entry;
             } else {
                 charge(r, host, STRATA_LEDGER_ROOTS, (uint64_t)slots * page_round(sb));
             }
@@ -237,6 +242,18 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                 }
             }
             charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WEIGHTS, round64(big) + round64(second));
+        }
+        if (max_slot > 0) { /* the residency pool (a host budget: what it leaves) */
+            const size_t buf = page_round(max_slot);
+            const size_t fixed =
+                ((size_t)workers + 1 + (size_t)strata_refresh_pool_buffers(sticky, max_entry, 0,
+                                                                            true, 0)) *
+                buf;
+            const size_t spare = c->host_budget > fixed ? (c->host_budget - fixed) / buf : 0;
+            charge(r, host, STRATA_LEDGER_ROOTS,
+                   (uint64_t)strata_refresh_pool_buffers(sticky, max_entry, n_nvme,
+                                                         c->host_budget != 0, spare) *
+                       buf);
         }
         if (max_slot > 0) { /* the nvme tier's scratch, staging and ring staging */
             charge(r, host, STRATA_LEDGER_WORKSPACE,
