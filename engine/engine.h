@@ -270,8 +270,8 @@ strata_status strata_refresh_commit(strata_refresh *e);
  * outside the program. For each block whose due result (the one step t's
  * acquire installs) was begun before step t: HSDP, ship it from the
  * replica that refreshed it (a collective of the replica set); wait for
- * its job (bounded by wait_timeout_s); nvme placement, read it into the
- * spare resident buffer (a failed read is counted in io_errors and retried
+ * its job (bounded by wait_timeout_s); nvme placement, read it into a
+ * buffer of the residency pool when one is not wanted by this step (a failed read is counted in io_errors and retried
  * at install, which keeps the previous result if it fails again: not an
  * error). It changes no weight, moment, factor or installed result, only
  * what the next call of the step would otherwise do itself (a wait, a read,
@@ -370,7 +370,7 @@ typedef struct strata_refresh_block_desc {
     int block;            /* block index within the parameter's state */
     size_t slot_bytes;    /* bytes of one slot (the family's layout) */
     int n_slots;          /* slots of the block (strata_coh_slots_needed(F, S)) */
-    bool on_nvme;         /* slots in the nvme tier, installed result in a host buffer */
+    bool on_nvme;         /* slots in the nvme tier, installed result through the residency pool */
     bool inline_;         /* refreshed on the training thread (sync, or not async-capable) */
     int frequency;        /* F of its group */
     int64_t start;        /* first refresh point of offset 0 */
@@ -404,7 +404,8 @@ strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
 
 /* Copy slot k's result (slot_bytes) into host memory `buf`: for the
  * installed slot, the result as installed (failed parts filled from the
- * previous result; an nvme block's host resident buffer); for another slot,
+ * previous result; for an nvme block its extent holds it too, written back at
+ * install); for another slot,
  * its bytes (read back from the nvme tier when it lives there). Only the
  * result's bytes (the block's parts and aux) are kept; the rest of the slot
  * (the snapshot's inputs) reads as zeros, so HSDP replicas, one of which

@@ -12,7 +12,7 @@
  *     (optim/precond.h), the same sizes its create charges;
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =
  *     strata_coh_slots_needed(F, S) page-rounded host slots per block (nvme:
- *     4 KiB extents, two resident host copies, worker scratch and staging
+ *     4 KiB extents, the residency pool (strata_refresh_pool_buffers), worker scratch and staging
  *     of the largest slot, the nvme tier's staging), the inline workspace
  *     (the largest block's LAPACK workspace), the worker pool's workspaces;
  *   - the gradient buckets' ring (comm/grad_bucket.c: 2 x max(largest item,

@@ -560,7 +560,10 @@ STRATA_API strata_status strata_param_set_active(strata_runtime *rt, strata_para
  *  2. The gradients are clipped (max_grad_norm, in place), the step counter
  *     advances and each parameter this rank owns is updated by its
  *     optimizer, in registration order. Gradients are not zeroed. Nothing
- *     in this pass fails but a broken program or device (below).
+ *     in this pass fails but a broken program or device (below), or, with
+ *     roots on nvme, a read of an installed root evicted from the host
+ *     pool that fails twice (STRATA_ERR_IO: the parameters before it were
+ *     updated).
  *
  * Events of one parameter are not errors of the step: the step returns
  * STRATA_OK, the other parameters are updated, and each event is counted
