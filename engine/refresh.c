@@ -1832,31 +1832,43 @@ static strata_status valve_acquire(strata_refresh *e, eng_block *blk, int64_t t,
  * (a read when it was evicted; one retry) and pinned through apply, the
  * family pointed at it where it moved. Errors: STRATA_ERR_IO (read twice
  * and failed: the step stops before this parameter's apply). */
+static bool lent_block(const eng_block *blk)
+{
+    return blk->on_nvme && blk->res_mode == RES_REBIND && blk->installed_slot >= 0;
+}
+
 static strata_status resident_for_apply(strata_refresh *e, eng_entry *en, int64_t t)
 {
-    for (int b = 0; b < en->n_blocks; b++) {
+    strata_status st = STRATA_OK;
+    int b = 0;
+    for (; b < en->n_blocks && st == STRATA_OK; b++) {
         eng_block *blk = &e->blocks[en->first_block + b];
-        if (!blk->on_nvme || blk->res_mode != RES_REBIND || blk->installed_slot < 0)
+        if (!lent_block(blk))
             continue;
         void *m = NULL;
-        strata_status st = nvme_resident(e, blk, t, &m);
+        st = nvme_resident(e, blk, t, &m);
         if (st == STRATA_ERR_IO)
             st = nvme_resident(e, blk, t, &m);
         if (st != STRATA_OK) {
             char why[256];
             snprintf(why, sizeof why, "%s", strata_last_error());
-            return strata_error(st, "'%s' block %d: its installed result could not be made "
-                                "resident: %s", en->name, blk->b, why);
+            st = strata_error(st, "'%s' block %d: its installed result could not be made "
+                              "resident: %s", en->name, blk->b, why);
+            break;
         }
         e->rbufs[blk->inst_rb].pin++;
         if (m != blk->lent) {
             st = en->fam->rebind(en->state, blk->b, m, blk->have);
-            if (st != STRATA_OK)
-                return st;
-            blk->lent = m;
+            blk->lent = st == STRATA_OK ? m : NULL;
         }
     }
-    return STRATA_OK;
+    if (st != STRATA_OK) /* no apply: the pins taken so far go */
+        for (int j = 0; j < b; j++) {
+            eng_block *blk = &e->blocks[en->first_block + j];
+            if (lent_block(blk) && blk->inst_rb >= 0 && e->rbufs[blk->inst_rb].pin > 0)
+                e->rbufs[blk->inst_rb].pin--;
+        }
+    return st;
 }
 
 /* After apply: the entry's buffers unpinned and no longer wanted by step t;
