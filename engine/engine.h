@@ -240,6 +240,26 @@ typedef struct strata_refresh_stats {
 int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budgeted,
                                 size_t spare);
 
+/* The engine's placement of result blocks between the host and nvme tiers
+ * (engine/refresh.c place; the planner runs it too), in block order: a
+ * block stays on host while its n_slots slots (and its chain head), the
+ * blocks after it were they all on nvme, and `fixed` (the nvme layout's
+ * host bytes: worker scratch, staging, the residency pool's smallest size)
+ * fit `budget` (0: no budget); host_results false puts every async block on
+ * nvme. Inline blocks stay on host. Sets b[i].on_nvme and *planned (host
+ * bytes). Errors: STRATA_ERR_INVALID_ARG (a block for nvme, have_nvme
+ * false), STRATA_ERR_NOMEM (the budget cannot hold even the spill layout;
+ * *planned says what it needs), both with the engine's messages. */
+typedef struct strata_place_block {
+    size_t charge; /* the host tier's charge of one slot (strata_tier_charge_size) */
+    int n_slots;
+    bool chain, inline_;
+    bool on_nvme;  /* out */
+} strata_place_block;
+strata_status strata_refresh_place_blocks(strata_place_block *b, int n, size_t budget,
+                                          size_t fixed, bool host_results, bool have_nvme,
+                                          size_t *planned);
+
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
 strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out);
 

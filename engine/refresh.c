@@ -771,6 +771,65 @@ int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budg
     return n < (size_t)lo ? lo : (int)n;
 }
 
+strata_status strata_refresh_place_blocks(strata_place_block *b, int n, size_t budget,
+                                          size_t fixed, bool host_results, bool have_nvme,
+                                          size_t *planned)
+{
+    /* heads[i]: the chain heads of the async blocks from i on, were they all
+     * on nvme (a head stays on host); remaining[i]: async blocks from i on */
+    size_t *heads = calloc((size_t)n + 1, sizeof *heads);
+    int *remaining = calloc((size_t)n + 1, sizeof *remaining);
+    if (!heads || !remaining) {
+        free(heads);
+        free(remaining);
+        return strata_error(STRATA_ERR_NOMEM, "placement: out of memory");
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        heads[i] = heads[i + 1] + (!b[i].inline_ && b[i].chain ? b[i].charge : 0);
+        remaining[i] = remaining[i + 1] + !b[i].inline_;
+    }
+    size_t sum = 0;
+    bool any_nvme = false;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        const size_t head = b[i].chain ? b[i].charge : 0; /* the chain head, host always */
+        const size_t k_slots = (size_t)b[i].n_slots * b[i].charge + head;
+        b[i].on_nvme = false;
+        if (b[i].inline_) {
+            sum += k_slots;
+            continue;
+        }
+        const bool host_ok =
+            host_results &&
+            (budget == 0 || !have_nvme ||
+             sum + k_slots + heads[i + 1] + (any_nvme || remaining[i + 1] ? fixed : 0) <= budget);
+        b[i].on_nvme = !host_ok;
+        if (b[i].on_nvme && !have_nvme)
+            st = strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
+        sum += b[i].on_nvme ? head : k_slots;
+        any_nvme |= b[i].on_nvme;
+    }
+    free(heads);
+    free(remaining);
+    if (st != STRATA_OK)
+        return st;
+    if (any_nvme)
+        sum += fixed;
+    *planned = sum;
+    if (budget && sum > budget && !have_nvme)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB, and there is no nvme tier to spill them to "
+                            "(strata_config.nvme_dir unset)",
+                            budget / 1048576.0, sum / 1048576.0);
+    if (budget && sum > budget)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB even with every spillable block on nvme",
+                            budget / 1048576.0, sum / 1048576.0);
+    return STRATA_OK;
+}
+
 /* Placement (Asteria's asymmetric policy): results in the host tier; when
  * the host budget cannot hold a block's K slots, that block's slots go to the
  * nvme tier and its installed result streams through the residency pool
@@ -783,12 +842,11 @@ static strata_status place(strata_refresh *e)
      * 64 KiB-page arm64 kernel), so that a plan that fits the budget never
      * fails at allocation. */
     size_t max_slot = 0;
-    int remaining = 0, sticky = 0, max_entry = 0;
+    int sticky = 0, max_entry = 0;
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
         blk->inst_rb = blk->stage_rb = -1;
         if (!blk->grp->inline_) {
-            remaining++;
             blk->res_mode = res_mode_of(e, blk);
             sticky += blk->res_mode == RES_STICKY;
             if (blk->info.slot_bytes > max_slot)
@@ -806,46 +864,29 @@ static strata_status place(strata_refresh *e)
     const size_t buf = strata_tier_charge_size(e->host, max_slot);
     const size_t fixed = ((size_t)e->n_workers + 1) * buf + (size_t)pool_min(sticky, max_entry) * buf;
     const size_t budget = e->cfg.host_budget;
+    strata_place_block *pb = calloc((size_t)e->n_blocks + 1, sizeof *pb);
+    if (!pb)
+        return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    for (int i = 0; i < e->n_blocks; i++) {
+        const eng_block *blk = &e->blocks[i];
+        pb[i] = (strata_place_block){
+            .charge = strata_tier_charge_size(e->host, blk->info.slot_bytes),
+            .n_slots = blk->grp->n_slots, .chain = blk->grp->chain,
+            .inline_ = blk->grp->inline_};
+    }
     size_t planned = 0;
+    strata_status pst =
+        strata_refresh_place_blocks(pb, e->n_blocks, budget, fixed,
+                                    e->cfg.results_tier == STRATA_TIER_HOST, e->nvme != NULL,
+                                    &planned);
     bool any_nvme = false;
     for (int i = 0; i < e->n_blocks; i++) {
-        eng_block *blk = &e->blocks[i];
-        const size_t one = strata_tier_charge_size(e->host, blk->info.slot_bytes);
-        const size_t head = blk->grp->chain ? one : 0; /* the chain head, host always */
-        const size_t k_slots = (size_t)blk->grp->n_slots * one + head;
-        if (blk->grp->inline_) {
-            planned += k_slots;
-            continue;
-        }
-        remaining--;
-        /* the heads of the blocks after this one, were they all on nvme */
-        size_t heads_after = 0;
-        for (int j = i + 1; j < e->n_blocks; j++)
-            if (!e->blocks[j].grp->inline_ && e->blocks[j].grp->chain)
-                heads_after += strata_tier_charge_size(e->host, e->blocks[j].info.slot_bytes);
-        const bool host_ok =
-            e->cfg.results_tier == STRATA_TIER_HOST &&
-            (budget == 0 || !e->nvme ||
-             planned + k_slots + heads_after + (any_nvme || remaining ? fixed : 0) <= budget);
-        blk->on_nvme = !host_ok;
-        if (blk->on_nvme && !e->nvme)
-            return strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
-        planned += blk->on_nvme ? head : k_slots;
-        any_nvme |= blk->on_nvme;
+        e->blocks[i].on_nvme = pb[i].on_nvme;
+        any_nvme |= pb[i].on_nvme;
     }
-    if (any_nvme)
-        planned += fixed;
-    if (budget && planned > budget && !e->nvme)
-        return strata_error(STRATA_ERR_NOMEM,
-                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
-                            "need %.1f MiB, and there is no nvme tier to spill them to "
-                            "(strata_config.nvme_dir unset)",
-                            budget / 1048576.0, planned / 1048576.0);
-    if (budget && planned > budget)
-        return strata_error(STRATA_ERR_NOMEM,
-                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
-                            "need %.1f MiB even with every spillable block on nvme",
-                            budget / 1048576.0, planned / 1048576.0);
+    free(pb);
+    if (pst != STRATA_OK)
+        return pst;
     strata_status st = STRATA_OK;
     int n_nvme = 0;
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
