@@ -871,9 +871,11 @@ STRATA_API strata_status strata_memory_ledger_charge(strata_runtime *rt, int tie
  * ahead of a given step time. Costs come from a model fitted to
  * measurements on this machine (plan/plan.h strata_cost_fit: measured once
  * per family and configuration, cached), so a 7B model plans in seconds.
- * Not modelled: HSDP (shard_group_size), spill from a host budget to nvme
- * (roots_tier NVME puts every block's slots there), the CUDA backend's
- * pinned memory (planned as the CPU backend's). */
+ * Roots placed as the engine places them: every async block's slots on nvme
+ * with roots_tier NVME, spilled past host_budget when nvme_dir is set (the
+ * engine's greedy rule, engine/refresh.c), the residency pool on host. Not
+ * modelled: HSDP (shard_group_size), the CUDA backend's pinned memory
+ * (planned as the CPU backend's). */
 typedef struct strata_plan_options {
     int world_size;          /* ranks (>= 1) */
     int ranks_per_node;      /* ranks per node (>= 1, divides world_size): the default
@@ -900,6 +902,9 @@ typedef struct strata_plan_rank {
     double refresh_round_seconds; /* one refresh of every block it owns, on its workers */
     double refresh_serial_seconds; /* ... on one worker */
     int32_t owned_params, owned_blocks;
+    int32_t blocks_on_nvme;       /* result blocks placed in the nvme tier (roots_tier NVME,
+                                     or spilled past host_budget with an nvme_dir), their
+                                     roots streamed through the residency pool */
 } strata_plan_rank;
 
 typedef struct strata_plan_summary {
