@@ -291,7 +291,8 @@ strata_status strata_refresh_commit(strata_refresh *e);
  * acquire installs) was begun before step t: HSDP, ship it from the
  * replica that refreshed it (a collective of the replica set); wait for
  * its job (bounded by wait_timeout_s); nvme placement, read it into a
- * buffer of the residency pool when one is not wanted by this step (a failed read is counted in io_errors and retried
+ * buffer of the residency pool when one is not wanted by this step (a
+ * failed read is counted in io_errors and retried
  * at install, which keeps the previous result if it fails again: not an
  * error). It changes no weight, moment, factor or installed result, only
  * what the next call of the step would otherwise do itself (a wait, a read,

@@ -862,7 +862,8 @@ static strata_status place(strata_refresh *e)
      * residency pool's smallest size (counted for every async block: the
      * placement is not known yet), charged in the host tier's pages. */
     const size_t buf = strata_tier_charge_size(e->host, max_slot);
-    const size_t fixed = ((size_t)e->n_workers + 1) * buf + (size_t)pool_min(sticky, max_entry) * buf;
+    const size_t fixed =
+        ((size_t)e->n_workers + 1 + (size_t)pool_min(sticky, max_entry)) * buf;
     const size_t budget = e->cfg.host_budget;
     strata_place_block *pb = calloc((size_t)e->n_blocks + 1, sizeof *pb);
     if (!pb)
@@ -1394,8 +1395,8 @@ static int rb_take(strata_refresh *e, eng_block *blk, int64_t keep, bool soft)
 static strata_status pool_exhausted(const strata_refresh *e, const eng_block *blk)
 {
     return strata_error(STRATA_ERR_INTERNAL,
-                        "'%s' block %d: every one of the %d resident buffers is in use", blk->ent->name,
-                        blk->b, e->n_rbufs);
+                        "'%s' block %d: every one of the %d resident buffers is in use",
+                        blk->ent->name, blk->b, e->n_rbufs);
 }
 
 /* Make blk's staged buffer hold the result of slot k (refresh point

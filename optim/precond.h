@@ -261,12 +261,13 @@ typedef struct strata_precond_family {
      * address. install_copies: install copies what it needs out of the slot
      * (SOAP's and KL-Shampoo's eigenbases), so the buffer may be released
      * right after install. rebind (optional): install lends the slot (the
-     * family reads it in before/apply until the next install), and the same
+     * family reads it in apply until the next install), and the same
      * bytes now live at `slot`: point the state there (no other change:
      * calling it twice is calling it once; `have` as install's). The engine
      * calls it, when the address changed, before the parameter's apply (a
-     * family's `before` must not read a lent result). A family with neither keeps its installed result resident in a
-     * host buffer of its own (not streamed). */
+     * family's `before` must not read a lent result). A family with
+     * neither keeps its installed result resident in a host buffer of its
+     * own (not streamed). */
     bool install_copies;
     strata_status (*rebind)(void *state, int b, const void *slot, unsigned have);
     /* Optional (NULL: no stale correction; the runtime refuses

@@ -251,9 +251,8 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                 aentry = pm[i].nb > aentry ? pm[i].nb : aentry;
             }
         const size_t buf = page_round(amax);
-        const size_t fixed =
-            ((size_t)workers + 1 + (size_t)strata_refresh_pool_buffers(asticky, aentry, 0, true, 0)) *
-            buf;
+        const size_t lo = (size_t)strata_refresh_pool_buffers(asticky, aentry, 0, true, 0);
+        const size_t fixed = ((size_t)workers + 1 + lo) * buf;
         const bool spill = c->async && c->nvme_dir && c->host_budget;
         size_t planned = 0;
         if ((nvme || spill) &&
