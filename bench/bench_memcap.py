@@ -51,7 +51,7 @@ the host or nvme tier. Needs root (the cgroup).
 Usage: bench_memcap.py [--cap-mib 1536] [--peer-path DIR] [--optimizers shampoo]
        [--axis layers|d_model] [--d-model 768] [--layers 4] [--start N] [--max N]
        [--steps 3] [--nvme-dir DIR] [--strata-opts "K=V ..."] [--extra-strata K=V]...
-       [--python PY] [--timeout 900]
+       [--python PY] [--timeout 900] [--sides strata,meta]
 """
 from __future__ import annotations
 
@@ -241,6 +241,8 @@ def main() -> int:
     ap.add_argument("--extra-strata", action="append", default=[])
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--sides", default="strata,meta",
+                    help="which sides to search: strata, meta or both (default)")
     args = ap.parse_args()
     if args.start is None:
         args.start = 1 if args.axis == "layers" else 256
@@ -264,11 +266,11 @@ def main() -> int:
     table = []
     for opt in args.optimizers.split(","):
         best = {}
-        for side in (f"strata-{opt}", f"meta-{opt}"):
+        for side in (f"{k}-{opt}" for k in ("strata", "meta") if k in args.sides.split(",")):
             best[side], runs = search(args, side, nvme)
             table.append((side, best[side], [r for r in runs if r["ok"] and r["size"] ==
                                              best[side]]))
-        a, b = best[f"strata-{opt}"], best[f"meta-{opt}"]
+        a, b = best.get(f"strata-{opt}"), best.get(f"meta-{opt}")
         if a and b:
             print(f"{opt}: strata reaches {args.axis} {a}, Distributed Shampoo {b}: "
                   f"{a / b:.2f}x", flush=True)

@@ -2062,13 +2062,20 @@ static int cmd_plan(int argc, char **argv)
     if (W > 1)
         printf("ranks: total min %.1f, mean %.1f, max %.1f MiB (max/mean %.3f)\n", mib(tmin),
                tmean / 1048576.0, mib(sum.max_total), sum.max_total / (tmean > 0 ? tmean : 1));
+    if (a.o.strata.async && ranks[0].blocks_on_nvme > 0)
+        printf("placement: rank 0 has %d of %d result blocks on nvme (roots streamed through "
+               "the residency pool); host-tier roots %.1f MiB\n",
+               ranks[0].blocks_on_nvme, ranks[0].owned_blocks,
+               mib(ranks[0].bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
+                   ranks[0].bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS]));
     if (a.o.strata.async && a.o.strata.host_budget) {
         const uint64_t roots = ranks[0].bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
                                ranks[0].bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS];
         if (roots > a.o.strata.host_budget)
             printf("note: rank 0's host-tier roots (%.1f MiB) exceed --host-budget-mib %.0f: "
-                   "the run spills blocks to nvme (--tiers device,host,nvme) or is refused; "
-                   "spill is not modelled here\n", mib(roots), mib(a.o.strata.host_budget));
+                   "the run is refused (%s)\n", mib(roots), mib(a.o.strata.host_budget),
+                   a.o.strata.nvme_dir ? "even the spill layout does not fit"
+                                       : "--tiers device,host,nvme would spill to nvme");
     }
     if (a.memory_gib > 0) {
         const double cap = a.memory_gib * 1073741824.0;

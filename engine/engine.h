@@ -219,7 +219,46 @@ typedef struct strata_refresh_stats {
      * bound_exceeded does not count) */
     int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
     int64_t stale_max_corrected;
+    /* streamed residency (nvme placement, engine/refresh.c): the pool of
+     * host buffers the installed and staged results of nvme blocks pass
+     * through; reads of an installed result the step needed and did not
+     * find resident (the step waited for each), reads started ahead
+     * (forward hook, the step's lookahead), buffers taken from another
+     * block, and results completed at install and written back */
+    int32_t resident_buffers;
+    size_t resident_bytes;
+    int64_t resident_reads, resident_prefetches, resident_evictions, resident_writebacks;
 } strata_refresh_stats;
+
+/* The streamed-residency pool's buffer count (engine/refresh.c): for
+ * `n_nvme` blocks on nvme, `sticky` of them of a family whose install
+ * neither copies nor rebinds (precond.h), `max_entry` the most blocks of one
+ * parameter; budgeted: the smallest pool (sticky + max_entry + 1, at least
+ * sticky + 2) plus `spare` buffers the host budget leaves, else sticky +
+ * 2 * max_entry + 2 (two parameters' working sets); never more than
+ * 2 * n_nvme nor less than the smallest. Pure (the planner uses it too). */
+int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budgeted,
+                                size_t spare);
+
+/* The engine's placement of result blocks between the host and nvme tiers
+ * (engine/refresh.c place; the planner runs it too), in block order: a
+ * block stays on host while its n_slots slots (and its chain head), the
+ * blocks after it were they all on nvme, and `fixed` (the nvme layout's
+ * host bytes: worker scratch, staging, the residency pool's smallest size)
+ * fit `budget` (0: no budget); host_results false puts every async block on
+ * nvme. Inline blocks stay on host. Sets b[i].on_nvme and *planned (host
+ * bytes). Errors: STRATA_ERR_INVALID_ARG (a block for nvme, have_nvme
+ * false), STRATA_ERR_NOMEM (the budget cannot hold even the spill layout;
+ * *planned says what it needs), both with the engine's messages. */
+typedef struct strata_place_block {
+    size_t charge; /* the host tier's charge of one slot (strata_tier_charge_size) */
+    int n_slots;
+    bool chain, inline_;
+    bool on_nvme;  /* out */
+} strata_place_block;
+strata_status strata_refresh_place_blocks(strata_place_block *b, int n, size_t budget,
+                                          size_t fixed, bool host_results, bool have_nvme,
+                                          size_t *planned);
 
 /* Errors: STRATA_ERR_INVALID_ARG (bad config), STRATA_ERR_NOMEM. */
 strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out);
@@ -251,8 +290,9 @@ strata_status strata_refresh_commit(strata_refresh *e);
  * outside the program. For each block whose due result (the one step t's
  * acquire installs) was begun before step t: HSDP, ship it from the
  * replica that refreshed it (a collective of the replica set); wait for
- * its job (bounded by wait_timeout_s); nvme placement, read it into the
- * spare resident buffer (a failed read is counted in io_errors and retried
+ * its job (bounded by wait_timeout_s); nvme placement, read it into a
+ * buffer of the residency pool when one is not wanted by this step (a
+ * failed read is counted in io_errors and retried
  * at install, which keeps the previous result if it fails again: not an
  * error). It changes no weight, moment, factor or installed result, only
  * what the next call of the step would otherwise do itself (a wait, a read,
@@ -351,7 +391,7 @@ typedef struct strata_refresh_block_desc {
     int block;            /* block index within the parameter's state */
     size_t slot_bytes;    /* bytes of one slot (the family's layout) */
     int n_slots;          /* slots of the block (strata_coh_slots_needed(F, S)) */
-    bool on_nvme;         /* slots in the nvme tier, installed result in a host buffer */
+    bool on_nvme;         /* slots in the nvme tier, installed result through the residency pool */
     bool inline_;         /* refreshed on the training thread (sync, or not async-capable) */
     int frequency;        /* F of its group */
     int64_t start;        /* first refresh point of offset 0 */
@@ -385,7 +425,8 @@ strata_status strata_refresh_slot_get(strata_refresh *e, int i, int k,
 
 /* Copy slot k's result (slot_bytes) into host memory `buf`: for the
  * installed slot, the result as installed (failed parts filled from the
- * previous result; an nvme block's host resident buffer); for another slot,
+ * previous result; for an nvme block its extent holds it too, written back at
+ * install); for another slot,
  * its bytes (read back from the nvme tier when it lives there). Only the
  * result's bytes (the block's parts and aux) are kept; the rest of the slot
  * (the snapshot's inputs) reads as zeros, so HSDP replicas, one of which

@@ -8,11 +8,10 @@
  *  - per block K = strata_coh_slots_needed(F, S) slots. A slot is a byte
  *    buffer of the family's layout: the snapshot, then the result in place.
  *      host placement: a host-tier buffer;
- *      nvme placement: an nvme-tier extent; the installed result is read
- *        back into one of two host-tier resident buffers (prefetched by the
- *        forward hook when the due result is ready); a job reads its
- *        snapshot into its worker's scratch buffer, refreshes there and
- *        writes the result back;
+ *      nvme placement: an nvme-tier extent; a job reads its snapshot into
+ *        its worker's scratch buffer, refreshes there and writes the result
+ *        back. The installed result is read back into a buffer of the
+ *        engine's resident pool ("streamed residency", below);
  *  - the worker pool (async groups), an inline workspace (inline groups),
  *    one host staging buffer for snapshots bound for nvme;
  *  - the stream seam (cfg.be): the backend's shadow stream; per slot the
@@ -25,6 +24,23 @@
  *    and a release event the training stream records when it stops reading
  *    a buffer (the next stage into it waits on that). At install the
  *    training stream waits on the stage event only if it has not completed.
+ *
+ * Streamed residency (nvme placement): the host keeps a bounded pool of
+ * resident buffers, each one the largest nvme slot, not one per block: the
+ * pool holds staged due results (read by the first pass, the forward hook's
+ * prefetch or ahead of the step, or at install) and installed results while
+ * the family needs them. A family whose install copies the result
+ * (precond.h install_copies, or a device copy) needs its buffer only until
+ * install; one that lends it (precond.h rebind) needs it at apply: the step
+ * makes it resident (a read when it was evicted: counted in
+ * resident_reads), pins it through apply and rebinds the family when its
+ * address changed; a family with neither keeps its buffer (pinned). The
+ * installed slot's nvme extent always holds the complete installed result
+ * (a failed part filled at install is written back), so any buffer not in
+ * use may be evicted (least recently used first) and read again. The pool's
+ * size comes from the host budget (what is left of it, at least one
+ * entry's blocks plus one), else two entries' blocks plus two, never more
+ * than two per nvme block (what a block held before).
  *
  * Invariants: a block's installed slot (or resident buffer) is never written
  * until the next install of that block (the registry keeps it INSTALLED);
@@ -112,13 +128,12 @@ typedef struct eng_block {
     eng_slot *slots;
     int installed_slot;
     unsigned have;
-    void *resident[2]; /* nvme placement: installed result in resident[cur] */
-    int cur;
-    strata_io io;      /* prefetch into resident[1 - cur] */
-    bool io_pending;
-    int64_t io_version;
-    int64_t staged_version; /* nvme placement: the result resident[1 - cur] holds (read by
-                               the step's first pass or a landed prefetch), -1: none */
+    /* nvme placement (streamed residency): the pool buffers holding the
+     * installed result and a staged due result (-1: none), how the family
+     * uses the installed one (RES_*), and where the family was last pointed */
+    int inst_rb, stage_rb;
+    int res_mode;
+    const void *lent;
     int computer;      /* HSDP: the replica that refreshes it; -1: every replica its own */
     int n_unshipped;   /* HSDP: refresh points begun and not yet shipped, ascending */
     int64_t unshipped[SHIP_MAX];
@@ -142,8 +157,28 @@ typedef struct eng_block {
     int64_t last_version;
 } eng_block;
 
+/* The residency pool's buffers (nvme placement; training thread only). */
+typedef struct eng_rbuf {
+    void *mem;
+    struct eng_block *owner; /* NULL: free */
+    bool valid;       /* holds owner's bytes (its read landed) */
+    bool pending;     /* a read into it is in flight */
+    int64_t version;  /* a staged buffer: the refresh point it holds or is reading */
+    strata_io io;
+    uint64_t used;    /* tick of its last use (least recently used evicted first) */
+    int64_t keep;     /* wanted by step `keep`: a prefetch evicts only keep < t */
+    int pin;          /* in use now (not evictable) */
+} eng_rbuf;
+
+enum { RES_COPY, RES_REBIND, RES_STICKY };
+
 struct strata_refresh {
     strata_refresh_config cfg;
+    eng_rbuf *rbufs;          /* the residency pool (nvme placement) */
+    int n_rbufs;
+    size_t rbuf_bytes;        /* each buffer: the largest nvme slot */
+    uint64_t rtick;
+    int64_t resident_reads, resident_prefetches, resident_evictions, resident_writebacks;
     strata_ledger_hold held;  /* what the engine charged to cfg.ledger */
     char *nvme_dir;
     bool committed;
@@ -706,69 +741,155 @@ static strata_status make_groups(strata_refresh *e)
     return STRATA_OK;
 }
 
+/* How the family uses an nvme block's installed result (precond.h rebind). */
+static int res_mode_of(const strata_refresh *e, const eng_block *blk)
+{
+    const strata_precond_family *f = blk->ent->fam;
+    if ((e->cfg.be && e->cfg.device_roots && f->install_device) || f->install_copies)
+        return RES_COPY; /* the family (or the device copy) keeps its own copy */
+    return f->rebind ? RES_REBIND : RES_STICKY;
+}
+
+/* The residency pool's smallest size for a set of nvme blocks: every
+ * sticky block's buffer, then one entry's buffers pinned through its apply
+ * (lent results) and one more for the block being installed, at least two
+ * (a staged result and the installed one it fills a failed part from). */
+static int pool_min(int sticky, int max_entry)
+{
+    const int n = sticky + max_entry + 1;
+    return n < sticky + 2 ? sticky + 2 : n;
+}
+
+int strata_refresh_pool_buffers(int sticky, int max_entry, int n_nvme, bool budgeted,
+                                size_t spare)
+{
+    const int lo = pool_min(sticky, max_entry);
+    const size_t cap = 2 * (size_t)(n_nvme > 0 ? n_nvme : 0);
+    size_t n = budgeted ? (size_t)lo + (spare < cap ? spare : cap)
+                        : (size_t)sticky + 2 * (size_t)max_entry + 2;
+    n = n < cap ? n : cap;
+    return n < (size_t)lo ? lo : (int)n;
+}
+
+strata_status strata_refresh_place_blocks(strata_place_block *b, int n, size_t budget,
+                                          size_t fixed, bool host_results, bool have_nvme,
+                                          size_t *planned)
+{
+    /* heads[i]: the chain heads of the async blocks from i on, were they all
+     * on nvme (a head stays on host); remaining[i]: async blocks from i on */
+    size_t *heads = calloc((size_t)n + 1, sizeof *heads);
+    int *remaining = calloc((size_t)n + 1, sizeof *remaining);
+    if (!heads || !remaining) {
+        free(heads);
+        free(remaining);
+        return strata_error(STRATA_ERR_NOMEM, "placement: out of memory");
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        heads[i] = heads[i + 1] + (!b[i].inline_ && b[i].chain ? b[i].charge : 0);
+        remaining[i] = remaining[i + 1] + !b[i].inline_;
+    }
+    size_t sum = 0;
+    bool any_nvme = false;
+    strata_status st = STRATA_OK;
+    for (int i = 0; i < n && st == STRATA_OK; i++) {
+        const size_t head = b[i].chain ? b[i].charge : 0; /* the chain head, host always */
+        const size_t k_slots = (size_t)b[i].n_slots * b[i].charge + head;
+        b[i].on_nvme = false;
+        if (b[i].inline_) {
+            sum += k_slots;
+            continue;
+        }
+        const bool host_ok =
+            host_results &&
+            (budget == 0 || !have_nvme ||
+             sum + k_slots + heads[i + 1] + (any_nvme || remaining[i + 1] ? fixed : 0) <= budget);
+        b[i].on_nvme = !host_ok;
+        if (b[i].on_nvme && !have_nvme)
+            st = strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
+        sum += b[i].on_nvme ? head : k_slots;
+        any_nvme |= b[i].on_nvme;
+    }
+    free(heads);
+    free(remaining);
+    if (st != STRATA_OK)
+        return st;
+    if (any_nvme)
+        sum += fixed;
+    *planned = sum;
+    if (budget && sum > budget && !have_nvme)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB, and there is no nvme tier to spill them to "
+                            "(strata_config.nvme_dir unset)",
+                            budget / 1048576.0, sum / 1048576.0);
+    if (budget && sum > budget)
+        return strata_error(STRATA_ERR_NOMEM,
+                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
+                            "need %.1f MiB even with every spillable block on nvme",
+                            budget / 1048576.0, sum / 1048576.0);
+    return STRATA_OK;
+}
+
 /* Placement (Asteria's asymmetric policy): results in the host tier; when
  * the host budget cannot hold a block's K slots, that block's slots go to the
- * nvme tier and the host keeps only its two resident buffers (and every
- * worker a scratch buffer, and the engine one staging buffer). Decided up front so that the blocks placed later
- * still find room for their resident buffers. Inline blocks stay on host. */
+ * nvme tier and its installed result streams through the residency pool
+ * (the host pays the pool once, every worker a scratch buffer, the engine
+ * one staging buffer). Decided up front so that the blocks placed later
+ * still find room. Inline blocks stay on host. */
 static strata_status place(strata_refresh *e)
 {
     /* Host bytes as the host tier charges them (whole pages: 64 KiB on a
      * 64 KiB-page arm64 kernel), so that a plan that fits the budget never
      * fails at allocation. */
-    size_t nvme_need = 0; /* host bytes if every remaining async block went to nvme */
     size_t max_slot = 0;
+    int sticky = 0, max_entry = 0;
     for (int i = 0; i < e->n_blocks; i++) {
-        const eng_block *blk = &e->blocks[i];
+        eng_block *blk = &e->blocks[i];
+        blk->inst_rb = blk->stage_rb = -1;
         if (!blk->grp->inline_) {
-            nvme_need += (size_t)(2 + blk->grp->chain) *
-                         strata_tier_charge_size(e->host, blk->info.slot_bytes);
+            blk->res_mode = res_mode_of(e, blk);
+            sticky += blk->res_mode == RES_STICKY;
             if (blk->info.slot_bytes > max_slot)
                 max_slot = blk->info.slot_bytes;
         }
     }
+    for (int i = 0; i < e->n_entries; i++)
+        if (e->entries[i].grp && !e->entries[i].grp->inline_ &&
+            e->entries[i].n_blocks > max_entry)
+            max_entry = e->entries[i].n_blocks;
     /* Once any block is on nvme: every worker's scratch and the staging
-     * buffer of snapshots bound for nvme, one largest slot each, charged in
-     * the host tier's pages. */
-    const size_t scratch =
-        ((size_t)e->n_workers + 1) * strata_tier_charge_size(e->host, max_slot);
+     * buffer of snapshots bound for nvme, one largest slot each, and the
+     * residency pool's smallest size (counted for every async block: the
+     * placement is not known yet), charged in the host tier's pages. */
+    const size_t buf = strata_tier_charge_size(e->host, max_slot);
+    const size_t fixed =
+        ((size_t)e->n_workers + 1 + (size_t)pool_min(sticky, max_entry)) * buf;
     const size_t budget = e->cfg.host_budget;
+    strata_place_block *pb = calloc((size_t)e->n_blocks + 1, sizeof *pb);
+    if (!pb)
+        return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+    for (int i = 0; i < e->n_blocks; i++) {
+        const eng_block *blk = &e->blocks[i];
+        pb[i] = (strata_place_block){
+            .charge = strata_tier_charge_size(e->host, blk->info.slot_bytes),
+            .n_slots = blk->grp->n_slots, .chain = blk->grp->chain,
+            .inline_ = blk->grp->inline_};
+    }
     size_t planned = 0;
+    strata_status pst =
+        strata_refresh_place_blocks(pb, e->n_blocks, budget, fixed,
+                                    e->cfg.results_tier == STRATA_TIER_HOST, e->nvme != NULL,
+                                    &planned);
     bool any_nvme = false;
     for (int i = 0; i < e->n_blocks; i++) {
-        eng_block *blk = &e->blocks[i];
-        const size_t one = strata_tier_charge_size(e->host, blk->info.slot_bytes);
-        const size_t head = blk->grp->chain ? one : 0; /* the chain head, host always */
-        const size_t k_slots = (size_t)blk->grp->n_slots * one + head;
-        if (blk->grp->inline_) {
-            planned += k_slots;
-            continue;
-        }
-        nvme_need -= 2 * one + head;
-        const bool host_ok =
-            e->cfg.results_tier == STRATA_TIER_HOST &&
-            (budget == 0 || !e->nvme ||
-             planned + k_slots + nvme_need + (any_nvme || nvme_need ? scratch : 0) <= budget);
-        blk->on_nvme = !host_ok;
-        if (blk->on_nvme && !e->nvme)
-            return strata_error(STRATA_ERR_INVALID_ARG, "async: results on nvme need an nvme tier");
-        planned += blk->on_nvme ? 2 * one + head : k_slots;
-        any_nvme |= blk->on_nvme;
+        e->blocks[i].on_nvme = pb[i].on_nvme;
+        any_nvme |= pb[i].on_nvme;
     }
-    if (any_nvme)
-        planned += scratch;
-    if (budget && planned > budget && !e->nvme)
-        return strata_error(STRATA_ERR_NOMEM,
-                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
-                            "need %.1f MiB, and there is no nvme tier to spill them to "
-                            "(strata_config.nvme_dir unset)",
-                            budget / 1048576.0, planned / 1048576.0);
-    if (budget && planned > budget)
-        return strata_error(STRATA_ERR_NOMEM,
-                            "host budget of %.1f MiB cannot hold the preconditioner roots: they "
-                            "need %.1f MiB even with every spillable block on nvme",
-                            budget / 1048576.0, planned / 1048576.0);
+    free(pb);
+    if (pst != STRATA_OK)
+        return pst;
     strata_status st = STRATA_OK;
+    int n_nvme = 0;
     for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
         eng_block *blk = &e->blocks[i];
         const size_t bytes = blk->info.slot_bytes;
@@ -776,12 +897,11 @@ static strata_status place(strata_refresh *e)
             for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
                 st = tier_alloc_charged(e, e->host, bytes, STRATA_LEDGER_ROOTS, &blk->slots[k].buf);
         } else {
+            n_nvme++;
             blk->nvme_bytes = align4k(bytes);
             for (int k = 0; k < blk->grp->n_slots && st == STRATA_OK; k++)
                 st = tier_alloc_charged(e, e->nvme, blk->nvme_bytes, STRATA_LEDGER_ROOTS,
                                         &blk->slots[k].nvme);
-            for (int r = 0; r < 2 && st == STRATA_OK; r++)
-                st = tier_alloc_charged(e, e->host, bytes, STRATA_LEDGER_ROOTS, &blk->resident[r]);
         }
         if (st == STRATA_OK && blk->grp->chain)
             st = strata_tier_alloc(e->host, bytes, &blk->head);
@@ -796,6 +916,18 @@ static strata_status place(strata_refresh *e)
                                     &e->worker_scratch[w]);
         if (st == STRATA_OK)
             st = tier_alloc_charged(e, e->host, max_slot, STRATA_LEDGER_STAGING, &e->staging);
+        /* planned <= budget (above): what it leaves goes to the pool */
+        const int n = strata_refresh_pool_buffers(sticky, max_entry, n_nvme, budget != 0,
+                                                  budget ? (budget - planned) / buf : 0);
+        e->rbufs = calloc((size_t)n, sizeof *e->rbufs);
+        if (!e->rbufs && st == STRATA_OK)
+            return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+        e->rbuf_bytes = max_slot;
+        for (int r = 0; r < n && st == STRATA_OK; r++) {
+            st = tier_alloc_charged(e, e->host, max_slot, STRATA_LEDGER_ROOTS, &e->rbufs[r].mem);
+            if (st == STRATA_OK)
+                e->n_rbufs++;
+        }
     }
     return st;
 }
@@ -1050,7 +1182,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
             blk->b = b;
             blk->rb = en->grp->filled++;
             blk->installed_slot = -1;
-            blk->staged_version = -1;
+            blk->inst_rb = blk->stage_rb = -1;
             blk->last_slot = -1;
             blk->last_version = -1;
             en->fam->block(en->state, b, &blk->info);
@@ -1184,55 +1316,241 @@ strata_status strata_refresh_commit(strata_refresh *e)
 
 /* ---- the step */
 
-/* nvme placement: make the spare resident buffer hold the result of slot k
- * (refresh point `want`): a landed prefetch of it, an earlier read of it
- * (the step's first pass), or a read now. Errors: STRATA_ERR_IO (counted in
- * io_errors; the caller keeps the previous result). */
-static strata_status nvme_stage(strata_refresh *e, eng_block *blk, int k, int64_t want)
+/* ---- streamed residency (nvme placement; training thread) */
+
+static int due_ready_slot(const eng_block *blk, int64_t t, int64_t *due);
+
+/* Finish a read in flight into pool buffer r (its memory is about to be
+ * read or reused): a failed one is counted and leaves it invalid. */
+static void rb_land(strata_refresh *e, eng_rbuf *r)
 {
-    strata_status st;
-    if (blk->io_pending) {
-        st = io_wait_landed(e, &blk->io); /* resident[spare] may be read again below */
-        blk->io_pending = false;
-        if (st == STRATA_OK)
-            blk->staged_version = blk->io_version;
-        else /* the prefetch failed: counted, then read again below */
-            atomic_fetch_add(&e->io_errors, 1);
+    if (!r->pending)
+        return;
+    r->pending = false;
+    if (io_wait_landed(e, &r->io) == STRATA_OK) {
+        r->valid = true;
+    } else {
+        r->valid = false;
+        atomic_fetch_add(&e->io_errors, 1);
     }
-    if (blk->staged_version == want)
-        return STRATA_OK;
-    blk->staged_version = -1;
-    st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
-                          blk->info.slot_bytes);
+}
+
+/* Take pool buffer i away from its owner (landing its read, and, for a
+ * result copied to the device from it, that copy first). */
+static void rb_detach(strata_refresh *e, int i)
+{
+    eng_rbuf *r = &e->rbufs[i];
+    eng_block *o = r->owner;
+    if (!o)
+        return;
+    rb_land(e, r);
+    for (int d = 0; d < 2 && o->on_device; d++)
+        if (o->dev_version[d] >= 0)
+            (void)strata_backend_event_synchronize(o->ev_stage[d]);
+    if (o->inst_rb == i)
+        o->inst_rb = -1;
+    if (o->stage_rb == i)
+        o->stage_rb = -1;
+    r->owner = NULL;
+    r->valid = false;
+    r->pin = 0;
+    r->version = -1;
+}
+
+/* A buffer for `blk`, wanted by step `keep`: a free one, else the least
+ * recently used one not pinned; `soft` (a prefetch) evicts only buffers no
+ * step from `keep` on still wants. -1: none (only soft, or a pool too
+ * small: the caller reports it). */
+static int rb_take(strata_refresh *e, eng_block *blk, int64_t keep, bool soft)
+{
+    int best = -1;
+    for (int i = 0; i < e->n_rbufs && best < 0; i++)
+        if (!e->rbufs[i].owner)
+            best = i;
+    for (int pass = 0; pass < 2 && best < 0; pass++)
+        for (int i = 0; i < e->n_rbufs; i++) {
+            const eng_rbuf *r = &e->rbufs[i];
+            if (r->pin || (r->keep >= keep && (soft || pass == 0)))
+                continue;
+            if (best < 0 || r->used < e->rbufs[best].used)
+                best = i;
+        }
+    if (best < 0)
+        return -1;
+    if (e->rbufs[best].owner) {
+        rb_detach(e, best);
+        e->resident_evictions++;
+    }
+    eng_rbuf *r = &e->rbufs[best];
+    r->owner = blk;
+    r->valid = false;
+    r->pending = false;
+    r->version = -1;
+    r->used = ++e->rtick;
+    r->keep = keep;
+    r->pin = 0;
+    return best;
+}
+
+static strata_status pool_exhausted(const strata_refresh *e, const eng_block *blk)
+{
+    return strata_error(STRATA_ERR_INTERNAL,
+                        "'%s' block %d: every one of the %d resident buffers is in use",
+                        blk->ent->name, blk->b, e->n_rbufs);
+}
+
+/* Make blk's staged buffer hold the result of slot k (refresh point
+ * `want`): a landed prefetch of it, an earlier read of it (the step's first
+ * pass), or a read now (a buffer taken for step `t`; `soft`: only if one is
+ * free of wanted results, else nothing is read and install reads it).
+ * Errors: STRATA_ERR_IO (counted in io_errors; the caller keeps the
+ * previous result). */
+static strata_status nvme_stage(strata_refresh *e, eng_block *blk, int k, int64_t want,
+                                int64_t t, bool soft)
+{
+    if (blk->stage_rb >= 0) {
+        eng_rbuf *r = &e->rbufs[blk->stage_rb];
+        rb_land(e, r); /* a failed prefetch: counted, then read again below */
+        r->used = ++e->rtick;
+        r->keep = r->keep > t ? r->keep : t;
+        if (r->valid && r->version == want)
+            return STRATA_OK;
+    } else {
+        const int i = rb_take(e, blk, t, soft);
+        if (i < 0)
+            return soft ? STRATA_OK : pool_exhausted(e, blk);
+        blk->stage_rb = i;
+    }
+    eng_rbuf *r = &e->rbufs[blk->stage_rb];
+    r->version = want;
+    r->valid = false;
+    strata_status st =
+        strata_tier_read(e->nvme, blk->slots[k].nvme, 0, r->mem, blk->info.slot_bytes);
     if (st != STRATA_OK) {
         atomic_fetch_add(&e->io_errors, 1);
         return st;
     }
-    blk->staged_version = want;
+    r->valid = true;
     return STRATA_OK;
 }
 
-/* Install the result in slot k of `blk` (acquire said it is due now). */
-static strata_status install(strata_refresh *e, eng_block *blk, int k)
+/* Make blk's installed result resident (for step t): *out its buffer's
+ * memory, NULL when nothing is installed. A read when it is not (counted:
+ * resident_reads, the step waits for it). Errors: STRATA_ERR_IO (counted
+ * in io_errors), STRATA_ERR_INTERNAL (no buffer). */
+static strata_status nvme_resident(strata_refresh *e, eng_block *blk, int64_t t, void **out)
+{
+    *out = NULL;
+    if (blk->installed_slot < 0)
+        return STRATA_OK;
+    if (blk->inst_rb >= 0) {
+        eng_rbuf *r = &e->rbufs[blk->inst_rb];
+        rb_land(e, r);
+        r->used = ++e->rtick;
+        r->keep = r->keep > t ? r->keep : t;
+        if (r->valid) {
+            *out = r->mem;
+            return STRATA_OK;
+        }
+    } else {
+        const int i = rb_take(e, blk, t, false);
+        if (i < 0)
+            return pool_exhausted(e, blk);
+        blk->inst_rb = i;
+    }
+    eng_rbuf *r = &e->rbufs[blk->inst_rb];
+    e->resident_reads++;
+    strata_status st = strata_tier_read(e->nvme, blk->slots[blk->installed_slot].nvme, 0, r->mem,
+                                        blk->info.slot_bytes);
+    if (st != STRATA_OK) {
+        atomic_fetch_add(&e->io_errors, 1);
+        return st;
+    }
+    r->valid = true;
+    *out = r->mem;
+    return STRATA_OK;
+}
+
+/* Start reading, without waiting, what `blk` needs at step t into a free
+ * (or no longer wanted) buffer: its due result when READY, else its
+ * installed result when the family reads it at apply. */
+static void nvme_prefetch(strata_refresh *e, eng_block *blk, int64_t t)
+{
+    int64_t due;
+    const int k = due_ready_slot(blk, t, &due);
+    int *which = NULL;
+    int slot = -1;
+    if (k >= 0) {
+        if (blk->stage_rb >= 0 && e->rbufs[blk->stage_rb].version == due &&
+            (e->rbufs[blk->stage_rb].pending || e->rbufs[blk->stage_rb].valid))
+            return; /* already read, or being read */
+        which = &blk->stage_rb;
+        slot = k;
+    } else if (blk->res_mode == RES_REBIND && blk->installed_slot >= 0 && blk->inst_rb < 0) {
+        which = &blk->inst_rb;
+        slot = blk->installed_slot;
+    } else {
+        return;
+    }
+    if (*which >= 0) {
+        rb_land(e, &e->rbufs[*which]);
+    } else {
+        const int i = rb_take(e, blk, t, true);
+        if (i < 0)
+            return;
+        *which = i;
+    }
+    eng_rbuf *r = &e->rbufs[*which];
+    r->version = which == &blk->stage_rb ? due : -1;
+    r->valid = false;
+    r->keep = t;
+    if (strata_tier_read_async(e->nvme, blk->slots[slot].nvme, 0, r->mem, blk->info.slot_bytes,
+                               &r->io) == STRATA_OK) {
+        r->pending = true;
+        e->resident_prefetches++;
+    }
+}
+
+/* nvme placement, at install: the staged result of slot k (read now if it
+ * is not) in *dst, the installed one in *prev when a failed part needs it.
+ * false: keep the previous result (a read failed: counted, logged). */
+static bool nvme_install_buffers(strata_refresh *e, eng_block *blk, int k, int64_t t,
+                                 char **dst, const void **prev, strata_status *st)
+{
+    int64_t want = -1;
+    strata_coh_slot_get(blk->grp->reg, blk->rb, k, &want);
+    *st = nvme_stage(e, blk, k, want, t, false);
+    void *pv = NULL;
+    if (*st == STRATA_OK && blk->slots[k].failed && blk->have) {
+        e->rbufs[blk->stage_rb].pin++; /* not the buffer the installed result takes */
+        *st = nvme_resident(e, blk, t, &pv);
+        e->rbufs[blk->stage_rb].pin--;
+    }
+    if (*st == STRATA_ERR_INTERNAL)
+        return false;
+    if (*st != STRATA_OK) {
+        /* Keep using the previous result: stale but intact. */
+        strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
+                    "'%s' block %d: reading its result failed (%s); keeping the previous one",
+                    blk->ent->name, blk->b, strata_last_error());
+        *st = STRATA_OK;
+        return false;
+    }
+    *dst = e->rbufs[blk->stage_rb].mem;
+    *prev = pv;
+    return true;
+}
+
+/* Install the result in slot k of `blk` (acquire said it is due at step t). */
+static strata_status install(strata_refresh *e, eng_block *blk, int k, int64_t t)
 {
     const strata_precond_block *bi = &blk->info;
     const void *prev = NULL;
-    char *dst;
+    char *dst = NULL;
     if (blk->on_nvme) {
-        const int spare = 1 - blk->cur;
-        int64_t want = -1;
-        strata_coh_slot_get(blk->grp->reg, blk->rb, k, &want);
-        if (nvme_stage(e, blk, k, want) != STRATA_OK) {
-            /* Keep using the previous result: stale but intact. */
-            strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
-                        "'%s' block %d: reading its result failed (%s); keeping the previous one",
-                        blk->ent->name, blk->b, strata_last_error());
-            return STRATA_OK;
-        }
-        prev = blk->installed_slot >= 0 ? blk->resident[blk->cur] : NULL;
-        dst = blk->resident[spare];
-        blk->cur = spare;
-        blk->staged_version = -1; /* the new spare holds the previous result */
+        strata_status st = STRATA_OK;
+        if (!nvme_install_buffers(e, blk, k, t, &dst, &prev, &st))
+            return st;
     } else {
         if (blk->installed_slot >= 0)
             prev = blk->slots[blk->installed_slot].buf;
@@ -1240,6 +1558,7 @@ static strata_status install(strata_refresh *e, eng_block *blk, int k)
     }
     const unsigned failed = blk->slots[k].failed;
     unsigned have = 0;
+    bool filled = false;
     for (int p = 0; p < bi->n_parts; p++) {
         const unsigned bit = 1u << p;
         if (!(failed & bit)) {
@@ -1248,7 +1567,36 @@ static strata_status install(strata_refresh *e, eng_block *blk, int k)
             memcpy(dst + bi->part_offset[p], (const char *)prev + bi->part_offset[p],
                    bi->part_bytes[p]);
             have |= bit;
+            filled = true;
         }
+    }
+    if (blk->on_nvme) {
+        /* The installed slot's extent holds the complete result (so that
+         * the buffer may be evicted and read again): write back what was
+         * filled. A failed write keeps the previous result. */
+        if (filled) {
+            e->resident_writebacks++;
+            if (strata_tier_write(e->nvme, blk->slots[k].nvme, 0, dst, bi->slot_bytes) !=
+                STRATA_OK) {
+                atomic_fetch_add(&e->io_errors, 1);
+                strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
+                            "'%s' block %d: writing its completed result failed (%s); keeping "
+                            "the previous one",
+                            blk->ent->name, blk->b, strata_last_error());
+                rb_detach(e, blk->stage_rb);
+                return STRATA_OK;
+            }
+        }
+        if (blk->inst_rb >= 0)
+            rb_detach(e, blk->inst_rb);
+        blk->inst_rb = blk->stage_rb;
+        blk->stage_rb = -1;
+        eng_rbuf *r = &e->rbufs[blk->inst_rb];
+        r->version = -1;
+        r->pin = blk->res_mode == RES_STICKY; /* sticky: its own buffer from now on */
+        if (blk->res_mode == RES_COPY)
+            r->keep = t - 1; /* copied at install: free for the next prefetch */
+        blk->lent = dst;
     }
     const void *res = dst;
     if (blk->on_device) {
@@ -1284,7 +1632,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
             int ready;
             st = strata_coh_install_ready(g->reg, blk->rb, version, &ready);
             if (st == STRATA_OK && ready >= 0)
-                st = install(e, blk, ready);
+                st = install(e, blk, ready, version);
             if (st == STRATA_OK)
                 st = strata_coh_try_begin_refresh(g->reg, blk->rb, version, &k);
         }
@@ -1438,7 +1786,7 @@ static strata_status prepare_block(strata_refresh *e, eng_block *blk, int64_t t)
         return strata_error(st, "'%s': %s", blk->ent->name, why);
     }
     if (st == STRATA_OK && state == STRATA_SLOT_READY && blk->on_nvme &&
-        nvme_stage(e, blk, k, due) != STRATA_OK)
+        nvme_stage(e, blk, k, due, t, true) != STRATA_OK)
         strata_logf(e->cfg.log, STRATA_LOG_DEBUG, "tiers",
                     "'%s' block %d: reading result %lld failed (%s); read again at install",
                     blk->ent->name, blk->b, (long long)due, strata_last_error());
@@ -1496,7 +1844,7 @@ static strata_status valve_acquire(strata_refresh *e, eng_block *blk, int64_t t,
     strata_status st = strata_coh_acquire_nowait(blk->grp->reg, blk->rb, t, &slot, &version,
                                                  &now, &would_wait);
     if (st == STRATA_OK && now && slot >= 0)
-        st = install(e, blk, slot);
+        st = install(e, blk, slot, t);
     if (st != STRATA_OK || !would_wait) {
         *done = true; /* nothing due was in flight: acquired (and counted) as acquire does */
         return st;
@@ -1520,6 +1868,71 @@ static strata_status valve_acquire(strata_refresh *e, eng_block *blk, int64_t t,
         e->stale_max_corrected = t - version;
     *done = true;
     return STRATA_OK;
+}
+
+/* Streamed residency: every lent installed result of entry `en` resident
+ * (a read when it was evicted; one retry) and pinned through apply, the
+ * family pointed at it where it moved. Errors: STRATA_ERR_IO (read twice
+ * and failed: the step stops before this parameter's apply). */
+static bool lent_block(const eng_block *blk)
+{
+    return blk->on_nvme && blk->res_mode == RES_REBIND && blk->installed_slot >= 0;
+}
+
+static strata_status resident_for_apply(strata_refresh *e, eng_entry *en, int64_t t)
+{
+    strata_status st = STRATA_OK;
+    int b = 0;
+    for (; b < en->n_blocks && st == STRATA_OK; b++) {
+        eng_block *blk = &e->blocks[en->first_block + b];
+        if (!lent_block(blk))
+            continue;
+        void *m = NULL;
+        st = nvme_resident(e, blk, t, &m);
+        if (st == STRATA_ERR_IO)
+            st = nvme_resident(e, blk, t, &m);
+        if (st != STRATA_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            st = strata_error(st, "'%s' block %d: its installed result could not be made "
+                              "resident: %s", en->name, blk->b, why);
+            break;
+        }
+        e->rbufs[blk->inst_rb].pin++;
+        if (m != blk->lent) {
+            st = en->fam->rebind(en->state, blk->b, m, blk->have);
+            blk->lent = st == STRATA_OK ? m : NULL;
+        }
+    }
+    if (st != STRATA_OK) /* no apply: the pins taken so far go */
+        for (int j = 0; j < b; j++) {
+            eng_block *blk = &e->blocks[en->first_block + j];
+            if (lent_block(blk) && blk->inst_rb >= 0 && e->rbufs[blk->inst_rb].pin > 0)
+                e->rbufs[blk->inst_rb].pin--;
+        }
+    return st;
+}
+
+/* After apply: the entry's buffers unpinned and no longer wanted by step t;
+ * then start reading what the next two entries need (ahead of the step). */
+static void resident_after_apply(strata_refresh *e, eng_entry *en, int64_t t)
+{
+    for (int b = 0; b < en->n_blocks; b++) {
+        eng_block *blk = &e->blocks[en->first_block + b];
+        if (!blk->on_nvme || blk->inst_rb < 0)
+            continue;
+        eng_rbuf *r = &e->rbufs[blk->inst_rb];
+        if (blk->res_mode == RES_REBIND && r->pin > 0)
+            r->pin--;
+        r->keep = t - 1;
+    }
+    const int id = (int)(en - e->entries);
+    for (int j = id + 1; j <= id + 2 && j < e->n_entries; j++) {
+        const eng_entry *nx = &e->entries[j];
+        for (int b = 0; nx->grp && b < nx->n_blocks; b++)
+            if (e->blocks[nx->first_block + b].on_nvme)
+                nvme_prefetch(e, &e->blocks[nx->first_block + b], t);
+    }
 }
 
 strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
@@ -1574,7 +1987,7 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
                 strata_logf(e->cfg.log, STRATA_LOG_WARN, "async", "'%s': %s; still waiting",
                             en->name, strata_last_error());
             if (st == STRATA_OK && now && slot >= 0)
-                st = install(e, blk, slot);
+                st = install(e, blk, slot, t);
         }
         const double t2 = critical_add(e, t0);
         if (!grp->inline_ && wait_seconds)
@@ -1584,11 +1997,20 @@ strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr
         if (st != STRATA_OK)
             return st;
     }
+    if (grp && e->n_rbufs) {
+        const double t0 = strata_now_seconds();
+        st = resident_for_apply(e, en, t);
+        critical_add(e, t0);
+        if (st != STRATA_OK)
+            return st;
+    }
     /* A non-finite direction (STRATA_ERR_NONFINITE from apply) left the
      * weights alone; the rest of the step still runs, as the reference does. */
     const double r_apply = cnt ? cnt->seconds_roots : 0.0;
     const strata_status st_apply = f->apply(en->state, lr_scale, t, w, g, cnt);
     family_roots_critical(e, cnt, r_apply);
+    if (grp && e->n_rbufs)
+        resident_after_apply(e, en, t);
     if (st_apply != STRATA_OK && st_apply != STRATA_ERR_NONFINITE)
         return st_apply;
     if (f->after && grp && e->shadow) { /* after may change what a snapshot copies */
@@ -1652,25 +2074,13 @@ void strata_refresh_prefetch(strata_refresh *e, int layer, int64_t t)
 {
     if (e && e->shadow && e->cfg.device_roots)
         seam_prefetch(e, layer, t);
-    if (!e || !e->nvme)
+    if (!e || !e->n_rbufs)
         return;
     const double t0 = strata_now_seconds();
     for (int i = 0; i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
-        if (!blk->on_nvme || blk->ent->layer != layer || blk->io_pending)
-            continue;
-        int64_t due;
-        const int k = due_ready_slot(blk, t, &due);
-        if (k < 0)
-            continue; /* not due, installed, or not ready yet: acquire will wait and read */
-        if (blk->staged_version == due)
-            continue; /* already read (the first pass of a step that failed later) */
-        blk->staged_version = -1; /* the spare buffer is being overwritten */
-        if (strata_tier_read_async(e->nvme, blk->slots[k].nvme, 0, blk->resident[1 - blk->cur],
-                                   blk->info.slot_bytes, &blk->io) == STRATA_OK) {
-            blk->io_pending = true;
-            blk->io_version = due;
-        }
+        if (blk->on_nvme && blk->ent->layer == layer)
+            nvme_prefetch(e, blk, t);
     }
     critical_add(e, t0);
 }
@@ -1747,6 +2157,12 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
         strata_tier_io_stats_get(e->nvme, &io);
         s->nvme_bytes_written = io.bytes_written;
         s->nvme_bytes_read = io.bytes_read;
+        s->resident_buffers = e->n_rbufs;
+        s->resident_bytes = (size_t)e->n_rbufs * strata_tier_charge_size(e->host, e->rbuf_bytes);
+        s->resident_reads = e->resident_reads;
+        s->resident_prefetches = e->resident_prefetches;
+        s->resident_evictions = e->resident_evictions;
+        s->resident_writebacks = e->resident_writebacks;
     }
 }
 
@@ -1836,18 +2252,11 @@ strata_status strata_refresh_drain(strata_refresh *e, int64_t *in_flight)
             st = strata_coh_quiesce(e->groups[k].reg, e->cfg.wait_timeout_s);
     if (st == STRATA_OK && e->shadow) /* snapshots and stages in flight */
         st = strata_backend_stream_synchronize(e->cfg.be, e->shadow);
-    /* A prefetch lands in the spare resident buffer, which install reuses;
-     * finish it so that nothing writes host memory while it is saved. */
-    for (int i = 0; i < e->n_blocks && st == STRATA_OK; i++) {
-        eng_block *blk = &e->blocks[i];
-        if (!blk->io_pending)
-            continue;
-        blk->io_pending = false;
-        if (io_wait_landed(e, &blk->io) == STRATA_OK)
-            blk->staged_version = blk->io_version;
-        else
-            atomic_fetch_add(&e->io_errors, 1); /* install reads the result again */
-    }
+    /* A prefetch lands in a resident buffer; finish it so that nothing
+     * writes host memory while it is saved (a failed one is counted, and
+     * read again when needed). */
+    for (int r = 0; r < e->n_rbufs && st == STRATA_OK; r++)
+        rb_land(e, &e->rbufs[r]);
     return st;
 }
 
@@ -1878,8 +2287,9 @@ strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *bu
                             i, k);
     const size_t bytes = blk->info.slot_bytes;
     strata_status st = STRATA_OK;
-    if (blk->on_nvme && k == blk->installed_slot) {
-        memcpy(buf, blk->resident[blk->cur], bytes);
+    if (blk->on_nvme && k == blk->installed_slot && blk->inst_rb >= 0 &&
+        e->rbufs[blk->inst_rb].valid && !e->rbufs[blk->inst_rb].pending) {
+        memcpy(buf, e->rbufs[blk->inst_rb].mem, bytes); /* the extent holds the same */
     } else if (blk->on_nvme) {
         st = strata_tier_read(e->nvme, blk->slots[k].nvme, 0, buf, bytes);
         if (st != STRATA_OK)
@@ -1942,6 +2352,9 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
     /* The registry checks the table (and that nothing is in flight) first. */
     strata_status st = strata_coh_restore_block(blk->grp->reg, blk->rb, n, states, versions);
     const size_t bytes = blk->info.slot_bytes;
+    for (int r = 0; st == STRATA_OK && blk->on_nvme && r < e->n_rbufs; r++)
+        if (e->rbufs[r].owner == blk)
+            rb_detach(e, r); /* the old residency is gone */
     for (int k = 0; k < n && st == STRATA_OK; k++) {
         blk->slots[k].failed = slots[k].failed;
         if (states[k] != STRATA_SLOT_READY && states[k] != STRATA_SLOT_INSTALLED)
@@ -1955,7 +2368,6 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
         return st;
     blk->installed_slot = installed;
     blk->have = installed >= 0 ? have : 0;
-    blk->io_pending = false;
     if (blk->head) {
         /* Chained: the next refresh continues from the newest restored
          * result that is not installed yet (a FAILED one after it continued
@@ -1972,15 +2384,20 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
         blk->last_slot = -1;
         blk->last_version = -1;
     }
-    blk->staged_version = -1;
     blk->n_unshipped = 0; /* restored slots are complete on every replica */
     if (installed < 0)
         return STRATA_OK;
     void *dst = blk->slots[installed].buf;
     if (blk->on_nvme) {
-        blk->cur = 0;
-        dst = blk->resident[0];
+        const int r = rb_take(e, blk, -1, false);
+        if (r < 0)
+            return pool_exhausted(e, blk);
+        blk->inst_rb = r;
+        e->rbufs[r].valid = true;
+        e->rbufs[r].pin = blk->res_mode == RES_STICKY;
+        dst = e->rbufs[r].mem;
         memcpy(dst, slots[installed].data, bytes);
+        blk->lent = dst;
     }
     const void *res = dst;
     if (blk->on_device) { /* the result in device memory before install */
@@ -2026,8 +2443,6 @@ void strata_refresh_destroy(strata_refresh *e)
     /* e->blocks is NULL when commit failed before allocating it */
     for (int i = 0; e->blocks && i < e->n_blocks; i++) {
         eng_block *blk = &e->blocks[i];
-        if (blk->io_pending)
-            io_wait_landed(e, &blk->io);
         for (int k = 0; blk->slots && k < blk->grp->n_slots; k++) {
             if (blk->on_nvme && blk->slots[k].nvme) {
                 /* A cancelled job never waited for its snapshot write. */
@@ -2036,8 +2451,6 @@ void strata_refresh_destroy(strata_refresh *e)
             strata_tier_free(e->host, blk->slots[k].buf, blk->info.slot_bytes);
             strata_tier_free(e->nvme, blk->slots[k].nvme, blk->nvme_bytes);
         }
-        for (int r = 0; r < 2; r++)
-            strata_tier_free(e->host, blk->resident[r], blk->info.slot_bytes);
         strata_tier_free(e->host, blk->head, blk->info.slot_bytes);
         for (int k = 0; blk->slots && k < blk->grp->n_slots; k++)
             strata_backend_event_destroy(blk->slots[k].ev_snap);
@@ -2049,6 +2462,12 @@ void strata_refresh_destroy(strata_refresh *e)
         }
         free(blk->slots);
     }
+    for (int r = 0; r < e->n_rbufs; r++) {
+        if (e->rbufs[r].pending)
+            io_wait_landed(e, &e->rbufs[r].io);
+        strata_tier_free(e->host, e->rbufs[r].mem, e->rbuf_bytes);
+    }
+    free(e->rbufs);
     if (e->corr_work)
         strata_backend_free(e->cfg.be, e->corr_work, e->corr_bytes);
     if (e->worker_scratch) {

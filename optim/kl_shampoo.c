@@ -1115,6 +1115,7 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
+    .install_copies = true, /* the eigenbases are copied into the state */
     .no_correct_why = "KL-Shampoo: its result is an eigenbasis and the eigenvalue estimates "
                       "it installs with, not an inverse root, and its refreshes continue each "
                       "other; its estimates adapt in a stale basis every step: a larger "

@@ -254,6 +254,22 @@ typedef struct strata_precond_family {
      * of the host slot. false: install gets the host slot (SOAP's and
      * KL-Shampoo's permutations are read on the host). */
     bool install_device;
+    /* Residency of an installed result that is read back from the nvme
+     * tier (engine/refresh.c "streamed residency"): the engine keeps a
+     * bounded pool of host buffers for those results, so an installed
+     * result may leave host memory between steps and come back at another
+     * address. install_copies: install copies what it needs out of the slot
+     * (SOAP's and KL-Shampoo's eigenbases), so the buffer may be released
+     * right after install. rebind (optional): install lends the slot (the
+     * family reads it in apply until the next install), and the same
+     * bytes now live at `slot`: point the state there (no other change:
+     * calling it twice is calling it once; `have` as install's). The engine
+     * calls it, when the address changed, before the parameter's apply (a
+     * family's `before` must not read a lent result). A family with
+     * neither keeps its installed result resident in a host buffer of its
+     * own (not streamed). */
+    bool install_copies;
+    strata_status (*rebind)(void *state, int b, const void *slot, unsigned have);
     /* Optional (NULL: no stale correction; the runtime refuses
      * stale_correction for the family, with no_correct_why). The safety
      * valve of the asynchronous runtime (issue #23 item 5): block b's due

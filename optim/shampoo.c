@@ -1335,6 +1335,21 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     return st;
 }
 
+/* The installed roots moved (precond.h `rebind`: streamed nvme residency):
+ * lent roots point at their new home; own roots were copied at install. */
+static strata_status fam_rebind(void *state, int b, const void *slot, unsigned have)
+{
+    strata_shampoo_state *s = state;
+    if (!s->external_roots)
+        return STRATA_OK;
+    const shampoo_block *blk = &s->blocks[b];
+    const float *L = slot;
+    const float *R = (const float *)(const void *)((const unsigned char *)slot +
+                                                   (size_t)blk->rows * blk->rows *
+                                                       optim_state_elem(s->cfg.root_dtype));
+    return strata_shampoo_block_set_roots(s, b, (have & 1u) ? L : NULL, (have & 2u) ? R : NULL);
+}
+
 /* The stale-root correction (precond.h `correct`; optim/phases.h
  * strata_inv_root_correct): one Newton step of each installed inverse root
  * toward the root of its current factor L + epsilon I (R likewise). A root
@@ -1508,6 +1523,7 @@ const strata_precond_family strata_family_shampoo = {
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
     .install_device = true, /* lends the roots to products, or copies them with the backend */
+    .rebind = fam_rebind,
     .correct = fam_correct,
     .correct_work_floats = fam_correct_work_floats,
     .apply = fam_apply,

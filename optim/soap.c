@@ -1139,6 +1139,7 @@ const strata_precond_family strata_family_soap = {
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
+    .install_copies = true, /* the eigenbases are copied into the state */
     .no_correct_why = "SOAP: its result is an eigenbasis whose install permutes the rotated "
                       "moments relative to the basis before it, so results install in order; "
                       "a stale basis stays orthogonal and its second moment adapts in it every "

@@ -13,7 +13,7 @@
  *     (optim/precond.h), the same sizes its create charges;
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =
  *     strata_coh_slots_needed(F, S) page-rounded host slots per block (nvme:
- *     4 KiB extents, two resident host copies, worker scratch and staging
+ *     4 KiB extents, the residency pool (strata_refresh_pool_buffers), worker scratch and staging
  *     of the largest slot, the nvme tier's staging), the inline workspace
  *     (the largest block's LAPACK workspace), the worker pool's workspaces;
  *   - the gradient buckets' ring (comm/grad_bucket.c: 2 x max(largest item,
@@ -143,6 +143,14 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     if (!layer_other)
         return strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
     size_t wd_inline = 0, wi_inline = 0, wd_async = 0, wi_async = 0, max_slot = 0;
+    int n_nvme = 0, sticky = 0, max_entry = 0; /* the streamed-residency pool's inputs */
+    size_t pool_spare = 0;
+    /* the result blocks in the engine's order, placed after the loop as
+     * the engine places them (strata_refresh_place_blocks) */
+    strata_place_block *pb = NULL;
+    typedef struct { size_t sb, nvme; bool sticky; int nb; } pb_more;
+    pb_more *pm = NULL;
+    int n_pb = 0, cap_pb = 0;
     uint64_t step_scratch = 0; /* the runtime's shared step scratch: the largest need */
     uint64_t transient = 0;    /* the largest one-call host workspace */
     bool any_inline = false, any_async = false;
@@ -208,13 +216,24 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                 wd_async = wd > wd_async ? wd : wd_async;
                 wi_async = wi > wi_async ? wi : wi_async;
             }
-            if (nvme && !p->inline_) {
-                charge(r, STRATA_LEDGER_NVME, STRATA_LEDGER_ROOTS, (uint64_t)slots * align4k(sb));
-                charge(r, host, STRATA_LEDGER_ROOTS, 2 * page_round(sb));
-                max_slot = sb > max_slot ? sb : max_slot;
-            } else {
-                charge(r, host, STRATA_LEDGER_ROOTS, (uint64_t)slots * page_round(sb));
+            if (n_pb == cap_pb) {
+                cap_pb = cap_pb ? 2 * cap_pb : 256;
+                strata_place_block *nb2 = realloc(pb, (size_t)cap_pb * sizeof *nb2);
+                pb_more *nm = nb2 ? realloc(pm, (size_t)cap_pb * sizeof *nm) : NULL;
+                if (nb2)
+                    pb = nb2;
+                if (!nm) {
+                    st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
+                    break;
+                }
+                pm = nm;
             }
+            const bool copies = p->fam->install_copies ||
+                                (c->backend == STRATA_BACKEND_CUDA && p->fam->install_device);
+            pb[n_pb] = (strata_place_block){.charge = page_round(sb), .n_slots = slots,
+                                            .inline_ = p->inline_};
+            pm[n_pb++] = (pb_more){.sb = sb, .nvme = (size_t)slots * align4k(sb),
+                                   .sticky = !copies && !p->fam->rebind, .nb = nb};
             if (n_jobs == cap_jobs) {
                 cap_jobs = cap_jobs ? 2 * cap_jobs : 256;
                 double *nj = realloc(jobs, (size_t)cap_jobs * sizeof *nj);
@@ -229,6 +248,51 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
         }
         free(blk);
     }
+    if (st == STRATA_OK && n_pb > 0) {
+        /* Placement: every async block on nvme (roots_tier NVME), spilled
+         * past the host budget (an nvme tier and a budget), or on host. */
+        size_t amax = 0;
+        int asticky = 0, aentry = 0;
+        for (int i = 0; i < n_pb; i++)
+            if (!pb[i].inline_) {
+                amax = pm[i].sb > amax ? pm[i].sb : amax;
+                asticky += pm[i].sticky;
+                aentry = pm[i].nb > aentry ? pm[i].nb : aentry;
+            }
+        const size_t buf = page_round(amax);
+        const size_t lo = (size_t)strata_refresh_pool_buffers(asticky, aentry, 0, true, 0);
+        const size_t fixed = ((size_t)workers + 1 + lo) * buf;
+        const bool spill = c->async && c->nvme_dir && c->host_budget;
+        size_t planned = 0;
+        if ((nvme || spill) &&
+            strata_refresh_place_blocks(pb, n_pb, c->host_budget, fixed, !nvme, true, &planned) !=
+                STRATA_OK) {
+            /* the run is refused (the budget cannot hold even the spill
+             * layout): planned as the layout it would need */
+            for (int i = 0; i < n_pb; i++)
+                pb[i].on_nvme = !pb[i].inline_;
+            planned = 0;
+        }
+        for (int i = 0; i < n_pb; i++) {
+            if (!pb[i].on_nvme) {
+                charge(r, host, STRATA_LEDGER_ROOTS, (uint64_t)pb[i].n_slots * pb[i].charge);
+                continue;
+            }
+            charge(r, STRATA_LEDGER_NVME, STRATA_LEDGER_ROOTS, pm[i].nvme);
+            max_slot = amax;
+            n_nvme++;
+            sticky += pm[i].sticky;
+            max_entry = pm[i].nb > max_entry ? pm[i].nb : max_entry;
+        }
+        r->blocks_on_nvme = n_nvme;
+        /* the pool takes what the budget leaves (the engine's rule) */
+        if (n_nvme && c->host_budget && c->host_budget > planned)
+            pool_spare = (c->host_budget - planned) / buf;
+        sticky = asticky;
+        max_entry = aentry;
+    }
+    free(pb);
+    free(pm);
     if (st == STRATA_OK) {
         charge(r, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE, step_scratch);
         charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, transient);
@@ -257,6 +321,11 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
                 charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_GRADIENTS,
                        round64(layer_other[0]) + round64(other));
         }
+        if (max_slot > 0) /* the residency pool */
+            charge(r, host, STRATA_LEDGER_ROOTS,
+                   (uint64_t)strata_refresh_pool_buffers(sticky, max_entry, n_nvme,
+                                                         c->host_budget != 0, pool_spare) *
+                       page_round(max_slot));
         if (max_slot > 0) { /* the nvme tier's scratch, staging and ring staging */
             charge(r, host, STRATA_LEDGER_WORKSPACE,
                    (uint64_t)workers * page_round(max_slot));

@@ -2321,6 +2321,11 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->jobs_submitted = e.jobs_submitted;
         out->jobs_cancelled = e.jobs_cancelled;
         out->blocks_on_nvme = e.blocks_on_nvme;
+        out->nvme_resident_buffers = e.resident_buffers;
+        out->nvme_resident_bytes = e.resident_bytes;
+        out->nvme_resident_reads = e.resident_reads;
+        out->nvme_resident_prefetches = e.resident_prefetches;
+        out->nvme_resident_evictions = e.resident_evictions;
         out->host_bytes = e.host_bytes;
         out->host_bytes_peak = e.host_bytes_peak;
         out->nvme_bytes = e.nvme_bytes;

@@ -616,6 +616,10 @@ static void write_step(const gpt_report *rep, const gpt_step_record *r, double s
         json_add_int64(j, "nvme_bytes_written", (int64_t)s->nvme_bytes_written);
         json_add_int64(j, "nvme_bytes_read", (int64_t)s->nvme_bytes_read);
         json_add_int64(j, "io_errors", s->io_errors);
+        if (s->blocks_on_nvme > 0) {
+            json_add_int64(j, "nvme_resident_reads", s->nvme_resident_reads);
+            json_add_int64(j, "nvme_resident_prefetches", s->nvme_resident_prefetches);
+        }
     }
     if (r->evaluated)
         json_add_double(j, "val_loss", r->val_loss);
@@ -869,6 +873,15 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)t->stale_waits_avoided, t->stale_waits_avoided == 1 ? "" : "s",
                 (long long)t->stale_corrections, (long long)t->stale_refused,
                 (long long)t->stale_refreshes_skipped, (long long)t->stale_max_corrected);
+    if (s->blocks_on_nvme > 0) /* streamed residency (engine/refresh.c), this rank's */
+        fprintf(f,
+                "nvme roots: %d block%s on nvme | %d resident buffer%s (%.1f MiB host) | %lld "
+                "read%s at the step (waited), %lld ahead, %lld eviction%s\n",
+                s->blocks_on_nvme, s->blocks_on_nvme == 1 ? "" : "s", s->nvme_resident_buffers,
+                s->nvme_resident_buffers == 1 ? "" : "s", s->nvme_resident_bytes / 1048576.0,
+                (long long)s->nvme_resident_reads, s->nvme_resident_reads == 1 ? "" : "s",
+                (long long)s->nvme_resident_prefetches, (long long)s->nvme_resident_evictions,
+                s->nvme_resident_evictions == 1 ? "" : "s");
     if (res->budget_planned) {
         char line[512];
         fprintf(f, "budget: %s%s\n", gpt_budget_line(res, line, sizeof line),
@@ -1038,6 +1051,14 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         }
         json_add_int64(j, "host_bytes_peak", (int64_t)t->host_bytes_peak);
         json_add_int64(j, "nvme_bytes_peak", (int64_t)t->nvme_bytes_peak);
+        if (s->blocks_on_nvme > 0) { /* this rank's streamed residency */
+            json_add_int64(j, "blocks_on_nvme", s->blocks_on_nvme);
+            json_add_int64(j, "nvme_resident_buffers", s->nvme_resident_buffers);
+            json_add_int64(j, "nvme_resident_bytes", (int64_t)s->nvme_resident_bytes);
+            json_add_int64(j, "nvme_resident_reads", s->nvme_resident_reads);
+            json_add_int64(j, "nvme_resident_prefetches", s->nvme_resident_prefetches);
+            json_add_int64(j, "nvme_resident_evictions", s->nvme_resident_evictions);
+        }
     }
     if (s->stream_installs > 0) { /* results installed from device memory (CUDA) */
         json_add_int64(j, "stream_snapshots", s->stream_snapshots);

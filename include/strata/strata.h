@@ -615,7 +615,10 @@ STRATA_API strata_status strata_param_set_active(strata_runtime *rt, strata_para
  *  2. The gradients are clipped (max_grad_norm, in place), the step counter
  *     advances and each parameter this rank owns is updated by its
  *     optimizer, in registration order. Gradients are not zeroed. Nothing
- *     in this pass fails but a broken program or device (below).
+ *     in this pass fails but a broken program or device (below), or, with
+ *     roots on nvme, a read of an installed root evicted from the host
+ *     pool that fails twice (STRATA_ERR_IO: the parameters before it were
+ *     updated).
  *
  * Events of one parameter are not errors of the step: the step returns
  * STRATA_OK, the other parameters are updated, and each event is counted
@@ -813,6 +816,16 @@ typedef struct strata_stats {
     size_t step_scratch_bytes;     /* the step scratch every owned matrix borrows (in
                                       device_bytes): one buffer of the largest need, so a
                                       rank's device_bytes is its states plus this once */
+    /* streamed nvme residency (async, roots on nvme): blocks' installed roots
+     * live in the nvme tier and pass through a bounded pool of host buffers
+     * (in host_bytes; sized by host_budget, else two parameters' blocks plus
+     * two), cumulative counts this process */
+    int32_t nvme_resident_buffers; /* the pool's buffers (0: no block on nvme) */
+    size_t nvme_resident_bytes;    /* their host bytes */
+    int64_t nvme_resident_reads;   /* reads of an installed root the step needed and did
+                                      not find resident: the step waited for each */
+    int64_t nvme_resident_prefetches; /* reads started ahead (forward hook, next parameters) */
+    int64_t nvme_resident_evictions;  /* buffers taken from another block */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
@@ -914,9 +927,11 @@ STRATA_API strata_status strata_memory_ledger_charge(strata_runtime *rt, int tie
  * ahead of a given step time. Costs come from a model fitted to
  * measurements on this machine (plan/plan.h strata_cost_fit: measured once
  * per family and configuration, cached), so a 7B model plans in seconds.
- * Not modelled: HSDP (shard_group_size), spill from a host budget to nvme
- * (roots_tier NVME puts every block's slots there), the CUDA backend's
- * pinned memory (planned as the CPU backend's). */
+ * Roots placed as the engine places them: every async block's slots on nvme
+ * with roots_tier NVME, spilled past host_budget when nvme_dir is set (the
+ * engine's greedy rule, engine/refresh.c), the residency pool on host. Not
+ * modelled: HSDP (shard_group_size), the CUDA backend's pinned memory
+ * (planned as the CPU backend's). */
 typedef struct strata_plan_options {
     int world_size;          /* ranks (>= 1) */
     int ranks_per_node;      /* ranks per node (>= 1, divides world_size): the default
@@ -943,6 +958,9 @@ typedef struct strata_plan_rank {
     double refresh_round_seconds; /* one refresh of every block it owns, on its workers */
     double refresh_serial_seconds; /* ... on one worker */
     int32_t owned_params, owned_blocks;
+    int32_t blocks_on_nvme;       /* result blocks placed in the nvme tier (roots_tier NVME,
+                                     or spilled past host_budget with an nvme_dir), their
+                                     roots streamed through the residency pool */
 } strata_plan_rank;
 
 typedef struct strata_plan_summary {

@@ -228,6 +228,11 @@ class Stats(Structure):
         ("stale_refreshes_skipped", c_int64),
         ("stale_max_corrected", c_int64),
         ("step_scratch_bytes", ctypes.c_size_t),
+        ("nvme_resident_buffers", ctypes.c_int32),
+        ("nvme_resident_bytes", ctypes.c_size_t),
+        ("nvme_resident_reads", ctypes.c_int64),
+        ("nvme_resident_prefetches", ctypes.c_int64),
+        ("nvme_resident_evictions", ctypes.c_int64),
     ]
 
 

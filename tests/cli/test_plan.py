@@ -2,8 +2,8 @@
 """`strata plan` against the memory ledger of real runs (issue #21 items 1-2;
 usage: test_plan.py STRATA [SOURCE_ROOT]).
 
-1. For small GPTs that train here (Shampoo sync and async, SOAP, Muon, AdamW,
-   NorMuon, KL-Shampoo;
+1. For small GPTs that train here (Shampoo sync and async, its roots on nvme
+   and spilled there past a host budget, SOAP, Muon, AdamW, NorMuon, KL-Shampoo;
    one rank, and two ranks under mpirun when it is there), the plan's
    per-rank bytes match the ledger the run reports in its JSONL summary
    ("memory", rank 0's peaks) within 10%: the total, and every tier/kind cell
@@ -90,6 +90,11 @@ with tempfile.TemporaryDirectory() as tmp:
     # bf16 storage (issue #21 item 5): factors and roots at half the bytes
     compare("shampoo-bf16", ["--optimizer", "shampoo", "--state-dtype-factors", "bf16",
                              "--state-dtype-roots", "bf16"])
+    # roots on nvme (streamed through the residency pool), and spilled past a host budget
+    nv = ["--optimizer", "shampoo", "--async", "--staleness", "1", "--workers", "1",
+          "--nvme-dir", os.path.join(tmp, "nvme")]
+    compare("shampoo-nvme", nv + ["--tiers", "device,nvme"])
+    compare("shampoo-spill", nv + ["--tiers", "device,host,nvme", "--host-budget-mib", "3"])
     compare("soap", ["--optimizer", "soap"])
     compare("soap-bf16", ["--optimizer", "soap", "--state-dtype-factors", "bf16"])
     compare("muon", ["--optimizer", "muon"])

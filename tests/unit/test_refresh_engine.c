@@ -47,6 +47,7 @@ typedef struct diag_state {
     size_t n;          /* elements; two blocks split it */
     float *acc;        /* accumulated g^2 (backend memory) */
     const float *d[2]; /* lent results per block (NULL: none yet) */
+    float own[2][64];  /* the copying variant's (copy_family) copies of them */
     int snapshots;     /* counts snapshots (decides the injected failures) */
     /* the chained variant (chain_family): the installed result's counter per
      * block, and installs whose result did not continue the installed one */
@@ -214,6 +215,25 @@ static strata_status d_install(void *state, int b, const void *slot, unsigned fa
     return STRATA_OK;
 }
 
+/* The streamed-residency variants (precond.h): the lent result moved
+ * (rebind_family), or install copies it out of the slot (copy_family). */
+static strata_status d_rebind(void *state, int b, const void *slot, unsigned have)
+{
+    diag_state *s = state;
+    s->d[b] = (have & 2u) ? (const float *)slot + 1 : NULL;
+    return STRATA_OK;
+}
+
+static strata_status d_install_copy(void *state, int b, const void *slot, unsigned failed,
+                                    unsigned have)
+{
+    (void)failed;
+    diag_state *s = state;
+    memcpy(s->own[b], (const float *)slot + 1, half(s, b) * sizeof(float));
+    s->d[b] = (have & 2u) ? s->own[b] : NULL;
+    return STRATA_OK;
+}
+
 static strata_status d_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
                              strata_optim_counters *cnt)
 {
@@ -265,6 +285,7 @@ static const strata_precond_family diag_family = {
 /* The same family, using the stream seam's slots (queued snapshots,
  * installs from device memory). */
 static strata_precond_family diag_family_seam;
+static strata_precond_family rebind_family, copy_family;
 
 /* ---- the chained variant: a refresh that continues the one before it
  *
@@ -706,6 +727,9 @@ static bool open_host_pinned; /* run_open_be's host_pinned (the CUDA runtime's s
 static int open_workers = 1;  /* run_open_be's worker count */
 static strata_coh_mode open_mode = STRATA_COH_FIXED;
 static const strata_precond_family *open_family; /* NULL: diag_family (or _seam) */
+static size_t open_budget;     /* run_open_be's host budget (0: none) */
+static bool open_may_fail;     /* run_open_be: commit's status in open_commit, not asserted */
+static strata_status open_commit;
 /* Why the nvme cases skip (no io_uring here: qemu-user, a seccomp profile,
  * io_uring_disabled), "" when they run. */
 static char nvme_skip[512];
@@ -727,7 +751,8 @@ static void run_open_be(run *r, const diag_config *dc, bool async, int S, int de
                                 .nvme_dir = tier == STRATA_TIER_NVME ? nvme_dir : NULL,
                                 .nvme_queue_depth = 8, .be = seam_be,
                                 .device_roots = device_roots,
-                                .host_pinned = seam_be && open_host_pinned};
+                                .host_pinned = seam_be && open_host_pinned,
+                                .host_budget = open_budget};
     const strata_precond_family *fam =
         open_family ? open_family : seam_be ? &diag_family_seam : &diag_family;
     assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
@@ -746,7 +771,9 @@ static void run_open_be(run *r, const diag_config *dc, bool async, int S, int de
         for (size_t i = 0; i < sizes[p]; i++)
             r->w[p][i] = 0.01f * (float)i;
     }
-    assert_int_equal(strata_refresh_commit(r->e), STRATA_OK);
+    open_commit = strata_refresh_commit(r->e);
+    if (!open_may_fail)
+        assert_int_equal(open_commit, STRATA_OK);
 }
 
 static void run_open(run *r, const diag_config *dc, bool async, int S, int delay_us,
@@ -843,6 +870,74 @@ static void test_s0_bit_identical(void **state)
     run_close(&a);
     run_close(&b);
     run_close(&c);
+}
+
+/* Streamed nvme residency: with the smallest host budget that commits,
+ * the nvme blocks share a pool of resident buffers smaller than the two per
+ * block of before, their installed results leave host memory and come back
+ * (the step reading each one it needs that is not resident, counted), failed
+ * parts filled at install are written back, and the weights are bit for bit
+ * the host tier's: sync vs async S = 0, and async S = 1 (fixed mode) on both
+ * tiers. For a family that lends its result (rebind) and one that copies it. */
+static void test_streamed_residency(void **state)
+{
+    const strata_precond_family *fam = *state;
+    if (nvme_skip[0]) {
+        print_message("SKIP: %s\n", nvme_skip);
+        skip();
+    }
+    diag_config dc = {.F = 3, .start = 2, .lag = 0, .lr = 0.05f, .eps = 1e-3, .fail_every = 3};
+    open_family = fam;
+    run a, b, c, d;
+    run_open(&a, &dc, false, 0, 0, STRATA_TIER_HOST);
+    run_open(&c, &dc, true, 1, 0, STRATA_TIER_HOST);
+    /* The smallest budget (in 4 KiB pages: every slot here is one page) that commits. */
+    open_may_fail = true;
+    for (open_budget = 4096;; open_budget += 4096) {
+        run_open(&b, &dc, true, 0, 500, STRATA_TIER_NVME);
+        if (open_commit == STRATA_OK)
+            break;
+        assert_int_equal(open_commit, STRATA_ERR_NOMEM);
+        run_close(&b);
+        assert_true(open_budget < 64 * 4096);
+    }
+    run_open(&d, &dc, true, 1, 0, STRATA_TIER_NVME);
+    assert_int_equal(open_commit, STRATA_OK);
+    open_may_fail = false;
+    const size_t budget = open_budget;
+    open_budget = 0;
+    open_family = NULL;
+    run_steps(&a, STEPS);
+    run_steps(&b, STEPS);
+    run_steps(&c, STEPS);
+    run_steps(&d, STEPS);
+    strata_refresh_stats sb, sd;
+    strata_refresh_stats_get(b.e, &sb);
+    strata_refresh_stats_get(d.e, &sd);
+    print_message("%s: budget %zu KiB: %d blocks on nvme, %d resident buffers; S=0: %lld reads "
+                  "at the step, %lld prefetches, %lld evictions, %lld write-backs, %lld io "
+                  "errors; S=1: %lld reads at the step\n",
+                  fam->name, budget / 1024, sb.blocks_on_nvme, sb.resident_buffers,
+                  (long long)sb.resident_reads, (long long)sb.resident_prefetches,
+                  (long long)sb.resident_evictions, (long long)sb.resident_writebacks,
+                  (long long)sb.io_errors, (long long)sd.resident_reads);
+    assert_int_equal(sb.blocks_on_nvme, 2 * NPARAM);
+    assert_true(sb.resident_buffers > 0 && sb.resident_buffers < sb.blocks_on_nvme);
+    assert_true(sb.host_bytes_peak <= budget);
+    assert_true(sb.resident_evictions > 0);
+    assert_true(sb.resident_writebacks > 0); /* fail_every filled parts */
+    if (fam->rebind)
+        assert_true(sb.resident_reads > 0 && sd.resident_reads > 0);
+    else /* copied at install: read back only for a failed part to fill */
+        assert_int_equal(sb.resident_reads, sb.resident_writebacks);
+    assert_int_equal(sb.io_errors, 0);
+    assert_true(weights_equal(&a, &b));
+    assert_true(weights_equal(&c, &d));
+    assert_false(weights_equal(&a, &c)); /* staleness 1 changes the result */
+    run_close(&a);
+    run_close(&b);
+    run_close(&c);
+    run_close(&d);
 }
 
 static void print_seam(const char *what, const strata_refresh_stats *s, const tb_counts *n)
@@ -1468,6 +1563,13 @@ int main(void)
     diag_family_seam.name = "test-diagonal-seam";
     diag_family_seam.snapshot_async = d_snapshot_async;
     diag_family_seam.install_device = true;
+    rebind_family = diag_family;
+    rebind_family.name = "test-diagonal-rebind";
+    rebind_family.rebind = d_rebind;
+    copy_family = diag_family;
+    copy_family.name = "test-diagonal-copy";
+    copy_family.install = d_install_copy;
+    copy_family.install_copies = true;
     chain_family = diag_family;
     chain_family.name = "test-chained";
     chain_family.block = c_block;
@@ -1489,6 +1591,8 @@ int main(void)
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c0),
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c1),
         cmocka_unit_test_prestate(test_seam_s0_bit_identical, (void *)&c2),
+        cmocka_unit_test_prestate(test_streamed_residency, &rebind_family),
+        cmocka_unit_test_prestate(test_streamed_residency, &copy_family),
         cmocka_unit_test(test_seam_waits_only_when_needed),
         cmocka_unit_test(test_seam_host_pinned),
         cmocka_unit_test(test_timing_slots_paired),
