@@ -1242,13 +1242,26 @@ static unsigned no_effect(const train_flag *f, const effect_ctx *e)
     return 0;
 }
 
+/* A flag whose value the runtime will refuse in this run: its refusal is
+ * said alone, not after a note that the flag has no effect. --shard-group-size
+ * K must divide the world size (strata_create): on one rank only 0 and 1 are
+ * legal, and they are the no-effect case. */
+static bool refused_later(const train_flag *f, const train_args *a, const effect_ctx *e)
+{
+    const int k = a->o.strata.shard_group_size;
+    return strcmp(f->name, "shard-group-size") == 0 && k > 0 && e->world > 0 && e->world % k;
+}
+
 /* Every flag on the command line that has no effect in this run, said once:
  * one note per reason (per set of optimizers) naming the flags. A note, not
  * a refusal: such a flag is neither malformed (exit 2) nor a contradiction
- * (exit 1); README, "exit status". */
+ * (exit 1); README, "exit status". A value that is refused later gets no
+ * note (refused_later). */
 static void no_effect_notes(const train_args *a, const effect_ctx *e)
 {
     bool said[N_FLAGS] = {false};
+    for (size_t i = 0; i < N_FLAGS; i++)
+        said[i] = a->given[i] && refused_later(&train_flags[i], a, e);
     for (size_t i = 0; i < N_FLAGS; i++) {
         const train_flag *f = &train_flags[i];
         const unsigned r = a->given[i] ? no_effect(f, e) : 0;

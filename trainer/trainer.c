@@ -223,6 +223,15 @@ static strata_status resolve_data(gpt_train_options *o)
                                 o->data_path);
         return STRATA_OK;
     }
+    /* The path first: a file or a missing path is not token files, whatever
+     * the vocabulary (gpt_data_load_tokens words the same refusal). */
+    struct stat sb;
+    if (stat(o->data_path, &sb) != 0)
+        return strata_error(STRATA_ERR_IO, "--data %s: cannot access it: %s", o->data_path,
+                            strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return strata_error(STRATA_ERR_DATA, "--data %s is not a directory (token files: a "
+                            "directory with train.bin and val.bin)", o->data_path);
     int V = o->vocab_size;
     if (V == 0) {
         char path[4096 + 16];
