@@ -125,7 +125,7 @@ with tempfile.TemporaryDirectory() as tmp:
                  "                              first nonzero gradient (default auto)\n",
                  "  --progress / --no-progress  progress bar",
                  "  --warmup N                  linear warm-up steps (default max(steps/10, min(H,\n"
-                 "                              steps)), H the slowest second-moment horizon\n"):
+                 "                              max(steps, 20))), H the slowest second-moment\n"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
