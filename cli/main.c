@@ -242,6 +242,18 @@ static int set_kl_init(train_args *a, const train_flag *f, const char *arg)
     return 0;
 }
 
+static int set_kl_bias(train_args *a, const train_flag *f, const char *arg)
+{
+    (void)f;
+    const bool on = strcmp(arg, "on") == 0;
+    if (!on && strcmp(arg, "off") != 0) {
+        fprintf(stderr, "strata: --kl-bias-correction expects on or off, got '%s'\n", arg);
+        return -1;
+    }
+    a->o.strata.kl_shampoo.bias_correction = on;
+    return 0;
+}
+
 static int set_values(train_args *a, const train_flag *f, const char *arg)
 {
     a->n_values = 0;
@@ -343,6 +355,11 @@ static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
     snprintf(buf, n, "%g", (double)d->o.strata.shampoo.weight_decay);
 }
 
+static void dflt_kl_bias(const train_args *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s", d->o.strata.kl_shampoo.bias_correction ? "on" : "off");
+}
+
 static void dflt_kl_init(const train_args *d, char *buf, size_t n)
 {
     const float v = d->o.strata.kl_shampoo.init_factor;
@@ -418,9 +435,9 @@ static const train_flag train_flag_rows[] = {
      .help = "decoupled weight decay for matrices (default {})", .needs = NEEDS_RUN},
     {.name = "warmup", .type = FT_INT, .off = OFF(o.warmup), .lo = 0, .hi = INT_MAX / 2,
      .group = G_TRAIN, .arg = "N",
-     .help = "linear warm-up steps (default max(steps/10,\nmin(H, steps)), H the slowest "
-             "second-moment\nhorizon 1/(1-beta) in use: 20 (AdamW's 0.95),\n50 for "
-             "kl-shampoo (0.98))", .needs = NEEDS_RUN},
+     .help = "linear warm-up steps (default max(steps/10,\nmin(H, max(steps, 20))), H the "
+             "slowest\nsecond-moment horizon 1/(1-beta) in use: 20\n(AdamW's 0.95), 50 for "
+             "kl-shampoo (0.98); a\nrun under 20 steps ends before its peak)", .needs = NEEDS_RUN},
     {.name = "min-lr-ratio", .type = FT_FLOAT, .off = OFF(o.min_lr_ratio), .lo = 0.0, .hi = 1.0,
      .group = G_TRAIN, .arg = "X", .dfmt = "%.2f",
      .help = "cosine floor, fraction of peak (default {})", .needs = NEEDS_RUN},
@@ -515,6 +532,10 @@ static const train_flag train_flag_rows[] = {
     {CFG(kl_shampoo_shampoo_beta), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_KL, .arg = "X", .dflt = dflt_kl_beta,
      .help = "factor and eigenvalue EMA (default: {})", .opts = OPT(KL_SHAMPOO)},
+    {CFG(kl_shampoo_bias_correction), .type = FT_CUSTOM, .set = set_kl_bias, .group = G_KL,
+     .arg = "on|off", .dflt = dflt_kl_bias,
+     .help = "bias-corrected eigenvalue estimates (the EMA's start\nweighted out, as Adam's "
+             "v_hat; eigenbasis form) (default {})", .opts = OPT(KL_SHAMPOO)},
 
     {CFG(async), .type = FT_TRUE, .group = G_ASYNC,
      .help = "inverse roots / eigenbasis refreshes on CPU worker\nthreads"},
@@ -1135,6 +1156,13 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 o->strata.nvme_chunk_bytes >> 10);
         return 2;
     }
+    /* The trainer's bias-corrected KL-Shampoo estimates belong to the eigenbasis
+     * form: --kl-form exact runs without them, unless asked (then refused). */
+    bool kl_bias_given = false;
+    for (size_t i = 0; i < N_FLAGS; i++)
+        kl_bias_given |= a->given[i] && strcmp(train_flags[i].name, "kl-bias-correction") == 0;
+    if (o->strata.kl_shampoo.form == STRATA_KL_EXACT && !kl_bias_given)
+        o->strata.kl_shampoo.bias_correction = false;
     const strata_optimizer mopt = o->strata.matrix_optimizer;
     gpt_refresh_info refresh;
     gpt_optimizer_refresh_info(&o->strata, &refresh);
@@ -1279,13 +1307,26 @@ static unsigned no_effect(const train_flag *f, const effect_ctx *e)
     return 0;
 }
 
+/* A flag whose value the runtime will refuse in this run: its refusal is
+ * said alone, not after a note that the flag has no effect. --shard-group-size
+ * K must divide the world size (strata_create): on one rank only 0 and 1 are
+ * legal, and they are the no-effect case. */
+static bool refused_later(const train_flag *f, const train_args *a, const effect_ctx *e)
+{
+    const int k = a->o.strata.shard_group_size;
+    return strcmp(f->name, "shard-group-size") == 0 && k > 0 && e->world > 0 && e->world % k;
+}
+
 /* Every flag on the command line that has no effect in this run, said once:
  * one note per reason (per set of optimizers) naming the flags. A note, not
  * a refusal: such a flag is neither malformed (exit 2) nor a contradiction
- * (exit 1); README, "exit status". */
+ * (exit 1); README, "exit status". A value that is refused later gets no
+ * note (refused_later). */
 static void no_effect_notes(const train_args *a, const effect_ctx *e)
 {
     bool said[N_FLAGS] = {false};
+    for (size_t i = 0; i < N_FLAGS; i++)
+        said[i] = a->given[i] && refused_later(&train_flags[i], a, e);
     for (size_t i = 0; i < N_FLAGS; i++) {
         const train_flag *f = &train_flags[i];
         const unsigned r = a->given[i] ? no_effect(f, e) : 0;

@@ -86,6 +86,7 @@ void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c)
     c->init_factor = 0.1f;
     c->max_clamp_value = 4000;
     c->normalize_grads = false;
+    c->bias_correction = false;
 }
 
 strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c)
@@ -111,6 +112,10 @@ strata_status strata_kl_shampoo_config_check(const strata_kl_shampoo_config *c)
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "kl_shampoo.init_factor = 0: must be > 0 (its inverse square root is "
                           "the first estimate) or < 0 (auto)");
+    if (st == STRATA_OK && c->bias_correction && c->form == STRATA_KL_EXACT)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "kl_shampoo.bias_correction: the exact form has no eigenvalue "
+                          "estimates to correct (eigenbasis form only)");
     return st;
 }
 
@@ -318,6 +323,19 @@ static float factor_beta(const strata_kl_shampoo_config *c)
     return c->shampoo_beta >= 0.0f ? c->shampoo_beta : c->beta2;
 }
 
+/* The EMA factor of this step's eigenvalue-estimate update: b, or with
+ * bias_correction b_k = b (1 - b^(k-1)) / (1 - b^k) for the k-th update
+ * (k = steps >= 1; b_1 = 0), so that the estimate is the b-weighted mean of
+ * the increments alone (optim.h, "Bias correction"). */
+static float estimate_beta(const strata_kl_shampoo_state *s)
+{
+    const float b = factor_beta(&s->cfg);
+    if (!s->cfg.bias_correction || s->steps < 1 || !(b > 0.0f) || !(b < 1.0f))
+        return b;
+    const double bd = (double)b, k = (double)s->steps;
+    return (float)(bd * (1.0 - pow(bd, k - 1.0)) / (1.0 - pow(bd, k)));
+}
+
 /* init_factor < 0: every eigenvalue estimate (and, exact form, S = r I)
  * from r = RMS(g), at the first nonzero gradient. */
 static strata_status auto_init(strata_kl_shampoo_state *s, const float *g)
@@ -437,11 +455,12 @@ strata_status strata_kl_shampoo_update_factors(strata_kl_shampoo_state *s, const
         /* ldiag_i = mean_j (G'_ij s_b,j)^2, rdiag_j = mean_i (G'_ij s_a,i)^2,
          * both from the s before this step. */
         double *ld = s->diag, *rd = s->diag + m;
+        const float be = estimate_beta(s); /* b, or b_k with bias_correction */
         st = strata_backend_row_col_sq_means(s->be, NULL, m, n, Gp, n, A->s, B->s, ld, rd);
         if (st == STRATA_OK)
-            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)m, A->s, ld, b, A->clamp);
+            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)m, A->s, ld, be, A->clamp);
         if (st == STRATA_OK)
-            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)n, B->s, rd, b, B->clamp);
+            st = strata_backend_eigen_ema_clamp(s->be, NULL, (size_t)n, B->s, rd, be, B->clamp);
     } else {
         s->steps++;
     }

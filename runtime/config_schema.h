@@ -111,6 +111,7 @@
     X(kl_shampoo_init_factor, kl_shampoo.init_factor, FLOAT, CKPT, "kl-init-factor", "kl_init_factor", "", "initial eigenvalue estimate") \
     X(kl_shampoo_max_clamp_value, kl_shampoo.max_clamp_value, INT, CKPT, NULL, NULL, "", "clamp of s: max(10, min(dim, this))") \
     X(kl_shampoo_normalize_grads, kl_shampoo.normalize_grads, BOOL, CKPT, NULL, NULL, "", "RMS-normalize P; default false") \
+    X(kl_shampoo_bias_correction, kl_shampoo.bias_correction, BOOL, CKPT, "kl-bias-correction", "kl_bias_correction", "", "bias-corrected eigenvalue estimates (eigenbasis form)") \
     X(normuon_lr, normuon.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.02") \
     X(normuon_momentum, normuon.momentum, FLOAT, CKPT, NULL, NULL, "", "mu in [0, 1); default 0.95") \
     X(normuon_beta2, normuon.beta2, FLOAT, CKPT, NULL, NULL, "", "row second-moment EMA; default 0.95") \

@@ -331,6 +331,7 @@ static const config_key config_keys[] = {
     SK(kl_shampoo_form, KL, WHEN_ALWAYS, gpt_kl_form_names, NULL),
     SK(kl_shampoo_init_factor, KL, WHEN_ALWAYS, NULL, get_kl_init),
     SK(kl_shampoo_shampoo_beta, KL, WHEN_ALWAYS, NULL, get_kl_beta),
+    SK(kl_shampoo_bias_correction, KL, WHEN_ALWAYS, NULL, NULL),
     SK(stagger_refresh, 0, WHEN_STAGGER, NULL, NULL),
     /* the asynchronous runtime */
     SK(async, 0, WHEN_ALWAYS, NULL, get_async),

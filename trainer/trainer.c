@@ -104,9 +104,19 @@ void gpt_train_options_default(gpt_train_options *o)
     /* Eigenvalue estimates start at the gradient's RMS (init_factor auto): with the
      * reference's constant 0.1 the estimates sit ~100x above their steady state for
      * most of a 300-step run. Measured on the default run (val loss, 300 steps):
-     * auto lr 1e-2 2.239, 2e-2 2.677; init 1e-3 lr 1e-2 2.366; 0.1 lr 3e-2 2.576. */
+     * auto lr 1e-2 2.239, 2e-2 2.677; init 1e-3 lr 1e-2 2.366; 0.1 lr 3e-2 2.576.
+     * And bias-corrected (optim.h, "Bias correction"; issue #22 item 8), measured
+     * with one BLAS thread (strata train --optimizer kl-shampoo --steps N, default
+     * flags otherwise; val loss off -> on): 300 steps 2.2375 -> 2.1447, 100 steps
+     * 2.6273 -> 2.6109 at lr 5e-3 (1e-2: below), 40 steps (--eval-batches 4)
+     * 2.82 -> 2.8037; the small model of tests/train/test_run_lengths.py, 300 steps
+     * 2.4833 -> 2.4298, 100 steps 2.6911 -> 2.6552. lr 1e-2 stays: with the
+     * correction 5e-3 gives 2.2885 and 7e-3 (small model) 2.4414 at 300 steps. A
+     * 20-step run still fails (val 3.467 -> 3.64; at lr 4e-3 3.160, 5e-3 3.134: its
+     * last steps at the peak spike; see tests/train/test_run_lengths.py). */
     o->strata.kl_shampoo.init_factor = -1.0f;
     o->strata.kl_shampoo.lr = 1e-2f;
+    o->strata.kl_shampoo.bias_correction = true;
     o->strata.kl_shampoo.weight_decay = 0.0f;
     o->strata.max_grad_norm = 1.0f;
     o->progress = -1;
@@ -144,7 +154,13 @@ static double slowest_horizon(const gpt_train_options *o)
  * the slowest second-moment estimate the run uses (the AdamW tail's beta2
  * 0.95: 20 steps; KL-Shampoo's eigenvalue estimates, beta 0.98: 50), and
  * for a run shorter than that horizon the whole run (its peak is its last
- * step). Adam's first updates are ~lr per coordinate whatever the
+ * step), but never fewer steps than the tail's horizon: a run shorter than
+ * that ends before its peak (10 steps at half of it). With warm-up 10, a
+ * 10-step run spiked on its last steps (3.80 -> 8.48 at step 10, AdamW and
+ * Shampoo's grafting phase alike, as the 20-step run with warm-up 10 below)
+ * and ended at val 3.716 (AdamW) and 8.383 (Shampoo, whose first root came
+ * at that step); with 20: 3.914 and 3.917, no spike (one BLAS thread,
+ * --eval-batches 4; issue #22 item 8). Adam's first updates are ~lr per coordinate whatever the
  * gradient's size, and its estimate averages over ~1/(1 - beta2) steps;
  * reaching the peak LR before that horizon overshoots. Measured on the
  * default model (loss at the step; issue #22 item 8):
@@ -169,10 +185,13 @@ static double slowest_horizon(const gpt_train_options *o)
  * --steps 20 with lr 5e-3: warm-up 20 3.41, warm-up 10 3.18). */
 static int default_warmup(const gpt_train_options *o)
 {
-    const int floor_w = (int)fmin(slowest_horizon(o), (double)o->steps);
+    const double tail = strata_ema_horizon(o->strata.adamw.beta2);
+    const int floor_w = (int)fmin(slowest_horizon(o), fmax((double)o->steps, tail));
     return o->steps / 10 > floor_w ? o->steps / 10 : floor_w;
 }
 
+/* Linear warm-up to the peak over `warmup` steps (a default warm-up longer
+ * than the run ends before the peak), then cosine to min_lr_ratio. */
 static float lr_scale_at(const gpt_train_options *o, int warmup, int step /* 0-based */)
 {
     if (step < warmup)
@@ -223,6 +242,15 @@ static strata_status resolve_data(gpt_train_options *o)
                                 o->data_path);
         return STRATA_OK;
     }
+    /* The path first: a file or a missing path is not token files, whatever
+     * the vocabulary (gpt_data_load_tokens words the same refusal). */
+    struct stat sb;
+    if (stat(o->data_path, &sb) != 0)
+        return strata_error(STRATA_ERR_IO, "--data %s: cannot access it: %s", o->data_path,
+                            strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return strata_error(STRATA_ERR_DATA, "--data %s is not a directory (token files: a "
+                            "directory with train.bin and val.bin)", o->data_path);
     int V = o->vocab_size;
     if (V == 0) {
         char path[4096 + 16];
@@ -1375,12 +1403,12 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         o.metrics_path = NULL; /* rank 0 writes the metrics */
     if (!o.data_path)
         o.data_path = DEFAULT_CORPUS;
-    if (o.warmup < 0)
-        o.warmup = default_warmup(&o);
     size_t corpus_cap = 0;
     strata_status st = resolve_data(&o);
     if (st == STRATA_OK)
-        st = validate(&o);
+        st = validate(&o); /* a given --warmup above --steps is refused; the default may be */
+    if (o.warmup < 0)
+        o.warmup = default_warmup(&o);
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
     if (st == STRATA_OK && o.resume && o.auto_frequency)

@@ -286,7 +286,7 @@ TRAINER_DEFAULTS = {
                 "max_preconditioner_dim": 1024},
     "muon": {"lr": 0.05},
     "soap": {"lr": 6e-3, "weight_decay": 0.0},
-    "kl-shampoo": {"init_factor": -1.0, "lr": 1e-2, "weight_decay": 0.0},
+    "kl-shampoo": {"init_factor": -1.0, "lr": 1e-2, "weight_decay": 0.0, "bias_correction": True},
     "normuon": {"lr": 0.08},
     "dion2": {"lr": 0.04},
 }
@@ -296,11 +296,13 @@ def trainer_warmup(steps: int, opt) -> int:
     """`strata train`'s default warm-up (trainer.c, default_warmup): steps/10,
     but at least the horizon of the slowest second-moment EMA the run keeps
     (the matrix optimizer's and the AdamW tail's, strata_optimizer_info),
-    and the whole run when it is shorter than that horizon."""
+    and the whole run when it is shorter than that horizon, but never fewer
+    steps than the tail's horizon (a shorter run ends before its peak)."""
     if not hasattr(opt, "optimizer_info"):
         return max(1, steps // 10)
     info = opt.optimizer_info()
-    floor_w = int(min(max(info["ema_horizon"], info["adamw_ema_horizon"]), steps))
+    tail = info["adamw_ema_horizon"]
+    floor_w = int(min(max(info["ema_horizon"], tail), max(steps, tail)))
     return max(steps // 10, floor_w, 1)
 
 

@@ -961,6 +961,23 @@ STRATA_API strata_status strata_soap_step(strata_soap_state *s, float lr_scale, 
  * estimates wait (s = 0, so updates are 0) until the factors absorb the
  * first nonzero gradient; in the eigenbasis form the step that brings it
  * still preconditions with s = 0 (P is formed before the factors absorb G).
+ * Bias correction (strata's extension, off by default; eigenbasis form only):
+ * after k updates the estimates' EMA still weighs its start (init_factor, or
+ * the auto r) by b^k, 72% after 16 steps at b = 0.98, so a short run
+ * preconditions mostly with the start (uniform s: P is then M scaled, the
+ * momentum of SGD). With bias_correction the k-th update (k = the state's
+ * step count, from 1) uses
+ *   b_k = b (1 - b^(k-1)) / (1 - b^k)            (b_1 = 0)
+ * in place of b, so that d_k = (1-b) sum_{i<=k} b^(k-i) x_i / (1 - b^k), the
+ * b-weighted mean of the increments x alone: Adam's bias-corrected v_hat
+ * (Kingma & Ba, ICLR 2015, Algorithm 1) written as a recurrence, and what
+ * Distributed Shampoo does to its eigenvalue-corrected Shampoo's per-step
+ * eigenvalue estimates (shampoo_preconditioner_list.py: corrected_eigenvalues
+ * divided by bias_correction2 = 1 - beta2^t). The start still gives the s
+ * that the first increments are measured with (they need s_b and s_a from
+ * before the step), and the clamp still feeds back into d. Measured on the
+ * trainer's default model (trainer/trainer.c, where `strata train` turns it
+ * on): val loss at 300 steps 2.2375 -> 2.1447, at 40 steps 2.82 -> 2.80.
  * Robustness as SOAP: non-finite gradients rejected, gradients that could
  * overflow the state skipped (||G||_F^2 max(1, ||s_a||^2, ||s_b||^2) bounds
  * the factors' and the estimates' increments), failed decompositions
@@ -989,13 +1006,16 @@ typedef struct strata_kl_shampoo_config {
                                    (see "Initial eigenvalue estimate" above) */
     int max_clamp_value;        /* clamp of s: max(10, min(dim, this)); <= 0: none; default 4000 */
     bool normalize_grads;       /* RMS-normalize P; default false */
+    bool bias_correction;       /* eigenbasis form: the eigenvalue estimates bias-corrected
+                                   (see "Bias correction" above); default false (the
+                                   reference code); the exact form refuses it */
 } strata_kl_shampoo_config;
 
 /* Fields of the struct above. Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_KL_SHAMPOO_CONFIG_FIELDS 12
+#define STRATA_KL_SHAMPOO_CONFIG_FIELDS 13
 
 STRATA_API void strata_kl_shampoo_config_default(strata_kl_shampoo_config *c);
 

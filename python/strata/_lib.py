@@ -63,7 +63,7 @@ class KLShampooConfig(Structure):
                 ("shampoo_beta", c_float), ("eps", c_float), ("weight_decay", c_float),
                 ("precondition_frequency", c_int), ("refresh_offset", c_int),
                 ("init_factor", c_float), ("max_clamp_value", c_int),
-                ("normalize_grads", c_bool)]
+                ("normalize_grads", c_bool), ("bias_correction", c_bool)]
 
 
 class NorMuonConfig(Structure):

@@ -125,7 +125,7 @@ with tempfile.TemporaryDirectory() as tmp:
                  "                              first nonzero gradient (default auto)\n",
                  "  --progress / --no-progress  progress bar",
                  "  --warmup N                  linear warm-up steps (default max(steps/10, min(H,\n"
-                 "                              steps)), H the slowest second-moment horizon\n"):
+                 "                              max(steps, 20))), H the slowest second-moment\n"):
         ok = want in p.stdout
         print(f"{'PASS' if ok else 'FAIL'}: train --help has {want.strip()[:50]!r}")
         failures += not ok
@@ -210,6 +210,15 @@ with tempfile.TemporaryDirectory() as tmp:
         failures += not ok
     run("train", *nodata, "--optimizer", "dion2", "--ns-steps", "3", "--dion2-fraction", "0.5",
         expect_rc=1, reject_text="note:")
+    # A value the runtime refuses is refused alone, with no note that the flag has no
+    # effect (issue #22: --shard-group-size 2 on one rank printed both); the legal
+    # value 1 on one rank is the note alone.
+    tiny = ["--layers", "1", "--d-model", "16", "--heads", "1", "--seq-len", "8", "--batch",
+            "1", "--steps", "1", "--eval-batches", "1", "--quiet"]
+    run("train", *tiny, "--shard-group-size", "2", expect_rc=1,
+        expect_text="shard_group_size 2 must divide the world size 1", reject_text="note:")
+    run("train", *tiny, "--shard-group-size", "1", expect_rc=0,
+        expect_text="--shard-group-size takes effect with more than one rank")
     run("race", *nodata, "--runs", "adamw,muon", "--staleness", "1,4", expect_rc=1,
         expect_text="--staleness takes effect with an asynchronous run")
     run("race", *nodata, "--runs", "adamw,shampoo-async", "--staleness", "1,4", expect_rc=1,

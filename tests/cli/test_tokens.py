@@ -185,6 +185,17 @@ refused("meta_too_large", big_meta, ["meta.json", "70000", "65536"])
 refused("no_val", no_val, ["val.bin"])
 refused("vocab_flag_too_large", lambda d: None, ["--vocab-size"], "--vocab-size", "65537", rc=2)
 refused("vocab_flag_too_small", lambda d: None, ["--vocab-size"], "--vocab-size", "1", rc=2)
+# a file (or a missing path) read as token files: the path is said first, before any
+# question about the vocabulary (issue #22: --data FILE --data-format tokens asked for
+# --vocab-size)
+f = os.path.join(tmp, "train.bin")
+write_ids(f, ids[:2000])
+for path, want in ((f, "is not a directory"), (os.path.join(tmp, "absent"), "cannot access")):
+    r = run("--data", path, "--data-format", "tokens", "--steps", "2")
+    check(r.returncode == 1 and want in r.stderr and path in r.stderr and
+          "--vocab-size" not in r.stderr,
+          f"--data {os.path.basename(path)} --data-format tokens: the path refused first: "
+          f"{r.stderr.strip()[-200:]}")
 r = run("--data", corpus, "--vocab-size", "300", "--steps", "2")
 check(r.returncode == 1 and "--vocab-size 300" in r.stderr and "bytes" in r.stderr,
       f"--vocab-size on a byte corpus refused: {r.stderr.strip()[-200:]}")

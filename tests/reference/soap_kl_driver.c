@@ -90,10 +90,10 @@ static int run_defaults(const char *out_path)
             " \"kl\": {\"form\": %d, \"lr\": %.9g, \"beta1\": %.9g, \"beta2\": %.9g, "
             "\"shampoo_beta\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, "
             "\"precondition_frequency\": %d, \"init_factor\": %.9g, \"max_clamp_value\": %d, "
-            "\"normalize_grads\": %s}}\n",
+            "\"normalize_grads\": %s, \"bias_correction\": %s}}\n",
             (int)k.form, k.lr, k.beta1, k.beta2, k.shampoo_beta, k.eps, k.weight_decay,
             k.precondition_frequency, k.init_factor, k.max_clamp_value,
-            k.normalize_grads ? "true" : "false");
+            k.normalize_grads ? "true" : "false", k.bias_correction ? "true" : "false");
     return close_out(f) ? 0 : 2;
 }
 
@@ -351,6 +351,7 @@ static int run_kl(json_object *cfg, const problem *p, FILE *out, run_ctx *r)
     c.init_factor = (float)jget_double(cfg, "init_factor", c.init_factor);
     c.max_clamp_value = (int)jget_int(cfg, "max_clamp_value", c.max_clamp_value);
     c.normalize_grads = jget_bool(cfg, "normalize_grads", c.normalize_grads);
+    c.bias_correction = jget_bool(cfg, "bias_correction", c.bias_correction);
     const bool split = !strcmp(jget_str(cfg, "api", "step"), "split");
     const bool nonfinite_ok = jget_bool(cfg, "nonfinite_ok", false);
 

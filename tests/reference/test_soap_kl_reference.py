@@ -404,6 +404,7 @@ class KLRef:
         self.b = f32(sb) if sb >= 0 else f32(cfg["beta2"])
         self.eps, self.wd, self.lr = f32(cfg["eps"]), f32(cfg["weight_decay"]), f32(cfg["lr"])
         self.F = cfg["precondition_frequency"]
+        self.bias = cfg.get("bias_correction", False)
         self.init = f32(cfg["init_factor"])
         self.shape = shape
         self.dims = shape
@@ -443,9 +444,17 @@ class KLRef:
 
     def eigen_update(self, side, diag):
         s = self.s[side]
+        b = self.b
         with np.errstate(divide="ignore", invalid="ignore"):
             d = nan_to_zero(1.0 / (s * s))
-            d = d + (1 - self.b) * (diag - d)
+            if self.bias and self.k >= 1:
+                # Bias correction written as Adam writes it (Kingma & Ba 2015, Alg. 1):
+                # the EMA m from zero, m_k = b m_{k-1} + (1-b) x_k, and d_k = m_k /
+                # (1 - b^k); m_{k-1} = (1 - b^(k-1)) d_{k-1}, d_{k-1} from the (clamped) s.
+                m_prev = (1.0 - b ** (self.k - 1)) * d
+                d = (b * m_prev + (1.0 - b) * diag) / (1.0 - b ** self.k)
+            else:
+                d = d + (1 - b) * (diag - d)
             s = nan_to_zero(1.0 / np.sqrt(d))
         s = np.minimum(s, self.clamp[side])
         self.clamped += int(np.sum(s == self.clamp[side]))
@@ -550,7 +559,7 @@ SOAP_BASE = dict(lr=3e-3, beta1=0.95, beta2=0.95, shampoo_beta=-1.0, eps=1e-8,
                  precondition_1d=False, normalize_grads=False, correct_bias=True)
 KL_BASE = dict(form="eigenbasis", lr=1e-4, beta1=0.9, beta2=0.98, shampoo_beta=-1.0, eps=1e-8,
                weight_decay=0.01, precondition_frequency=10, init_factor=0.1,
-               max_clamp_value=4000, normalize_grads=False)
+               max_clamp_value=4000, normalize_grads=False, bias_correction=False)
 
 
 def gaussian_grads(rng, shape, steps=STEPS, scale=1.0):
@@ -935,6 +944,22 @@ def kl_cases(cs):
         # no weight decay: the zero-gradient step must leave W exactly unchanged
         cs.kl("kl_%s_10x14_auto_init_zero_first" % form[:5], (10, 14),
               dict(over, weight_decay=0.0), grads=g)
+    # Bias-corrected eigenvalue estimates (strata's; the eigenbasis form only): the
+    # constant start 0.1 and the auto start, and a fast EMA (b = 0.5) whose start is
+    # gone after a few steps; the same runs without the correction differ (below).
+    bc = dict(lr, bias_correction=True, precondition_frequency=3)
+    cs.kl("kl_eig_12x12_bias_correction", (12, 12), bc)
+    cs.kl("kl_eig_14x10_bias_correction_auto", (14, 10), dict(bc, init_factor=-1.0))
+    cs.kl("kl_eig_6x20_bias_correction_sb0.5", (6, 20), dict(bc, shampoo_beta=0.5))
+    r = cs.kl("kl_eig_12x12_bias_correction_vs_off", (12, 12), bc,
+              grads=gaussian_grads(rng_for("kl_eig_12x12_bias_correction"), (12, 12)))
+    if r is not None:
+        w, stats, ref, grads, w0, forced = r
+        off = KLRef(dict(KL_BASE, **dict(bc, bias_correction=False)), (12, 12), forced=forced)
+        e_off, _, _ = trajectory_error(off, w0, w, grads, 1.0)
+        rep.check("kl_eig_bias_correction_is_seen", e_off > 100 * TOL_KL,
+                  "C vs the uncorrected reference: %.1e (must be far above %.0e)"
+                  % (e_off, TOL_KL))
     # Exact form (the paper's idealized update), free-running: basis-independent.
     ex = dict(lr, form="exact", precondition_frequency=1)
     cs.kl("kl_exact_16x16_F1", (16, 16), ex)

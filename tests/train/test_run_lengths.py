@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """Every optimizer trains at every run length with default flags (issue #22
-item 8): adamw, muon, normuon, shampoo, soap and kl-shampoo over 20 and 40
-steps on the default model and over 100 and 300 steps on a smaller one (2
+item 8): adamw, muon, normuon, dion2, shampoo, soap and kl-shampoo over 20 and
+40 steps on the default model and over 100 and 300 steps on a smaller one (2
 layers, width 64, context 64: the same defaults, ~10x cheaper steps), each
 required to end with a validation loss at least MARGIN nats/byte below the
 unigram baseline the run itself reports (the val split's cross-entropy under
-the train split's byte frequencies, 3.32 on the fortunes).
+the train split's byte frequencies, 3.32 on the fortunes). Two runs at a time
+(each on one BLAS thread: deterministic, the same losses as one at a time).
 
-Before the fix (the default warm-up max(steps/10, min(20, steps/2))):
+Before the fixes (the default warm-up max(steps/10, min(20, steps/2))):
 kl-shampoo --steps 40 spiked at step 17 (3.34 -> 9.47) and stayed at the
 unigram loss (val 3.37); shampoo and adamw --steps 20 spiked at step 10
 (3.80 -> 8.48: their Adam phase at the peak LR before its second-moment
-horizon). kl-shampoo --steps 20 is not checked: still open (see OPEN). The warm-up is now at least the slowest second-moment horizon in
+horizon). The warm-up is now at least the slowest second-moment horizon in
 use, or the whole run when that is longer (trainer.c, default_warmup).
+kl-shampoo is bias-corrected now (--kl-bias-correction on; include/strata/
+optim.h, "Bias correction": its estimates weighed their start by 0.98^16 = 72%
+at step 17, so its direction was mostly scaled momentum), which helps every
+length from 40 steps on, but --steps 20 is still open (OPEN below).
 Exit 0 pass, 1 fail, 77 skip (no corpus). Usage: test_run_lengths.py strata"""
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -27,45 +33,50 @@ if not os.path.exists(CORPUS):
     print(f"SKIP: no {CORPUS}")
     sys.exit(77)
 SMALL = ["--layers", "2", "--d-model", "64", "--heads", "2", "--seq-len", "64"]
-OPTIMIZERS = ["adamw", "muon", "normuon", "shampoo", "soap", "kl-shampoo"]
-# Not yet: kl-shampoo --steps 20 ends at val 3.47 (warm-up 20), above the
-# unigram loss; no warm-up fixes it (trainer.c, default_warmup). Left open.
-# Tried (one BLAS thread, --eval-batches 4): a warm-up over the whole horizon
-# H = 50 even past the run's end (the lr reaches 0.4 of its peak at step 20:
-# no spike, val 3.53, too slow), --kl-beta 0.95 (H = 20: a spike at step 18,
-# val 3.43). The spikes (step 17: 3.34 -> 9.47) come at lr >= 0.75 of peak,
-# when 0.98^17 = 71% of the estimates' EMA weight is still on their initial
-# value; KL-Shampoo's update is not normalized (no grafting), so the likely
-# fix is in the method (grafting before a start step, or bias-corrected
-# estimates), not in the schedule (not tried). dion2 is not in the list: --steps 20 ends
-# at val 3.33 (unigram 3.32), --steps 40 at 3.06.
+OPTIMIZERS = ["adamw", "muon", "normuon", "dion2", "shampoo", "soap", "kl-shampoo"]
+# Not yet: kl-shampoo --steps 20 ends at val 3.64 with the bias correction (3.47
+# without), above the unigram 3.32. Its last steps at the peak lr 1e-2 spike
+# (train loss 3.30 at step 19, 4.43 at step 20); the peak would have to stay near
+# 4e-3..5e-3 through steps 15-20 (--lr 4e-3: 3.160, 5e-3: 3.134; 6e-3: 3.345,
+# 7e-3: 3.92), while 300 steps want 1e-2 (5e-3: 2.2885 against 2.1447). A warm-up
+# of 50 (its horizon) for the matrices alone would do it (the matrices' lr at step
+# k is then (k+1)/50 x 1e-2, the --lr 4e-3 run's), but the schedule is shared
+# with the AdamW tail, and a 50-step ramp for both ends at 3.551 (too slow).
 OPEN = {("kl-shampoo", 20)}
 CASES = [(o, n, []) for n in (20, 40) for o in OPTIMIZERS if (o, n) not in OPEN] + \
         [(o, n, SMALL) for n in (100, 300) for o in OPTIMIZERS]
 for o, n in sorted(OPEN):
     print(f"NOT CHECKED: {o} --steps {n} (open: ends above the unigram baseline)")
 only = os.environ.get("RUN_LENGTHS_ONLY")  # e.g. "kl-shampoo:40" to rerun one case
+if only:
+    CASES = [c for c in CASES if f"{c[0]}:{c[1]}" in only.split(",")]
+
+
+def run_case(tmp, opt, steps, model):
+    m = os.path.join(tmp, f"{opt}-{steps}.jsonl")
+    # one validation, after the last step; one BLAS thread (deterministic)
+    p = subprocess.run([STRATA, "train", "--optimizer", opt, "--steps", str(steps), *model,
+                        "--eval-every", str(steps), "--eval-batches", "4", "--metrics", m,
+                        "--quiet"], capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    summary = {}
+    if p.returncode == 0:
+        recs = [json.loads(x) for x in open(m)]
+        summary = next((r for r in recs if r["type"] == "summary"), {})
+    val, uni = summary.get("final_val_loss"), summary.get("unigram_val_loss")
+    ok = val is not None and uni is not None and val < uni - MARGIN
+    size = "small model" if model else "default model"
+    line = (f"{'PASS' if ok else 'FAIL'}: {opt} --steps {steps} ({size}): val loss {val} "
+            f"(unigram {uni}, need < unigram - {MARGIN})")
+    if not ok:
+        line += f"\n  rc {p.returncode} {p.stderr[-600:]}"
+    return ok, line
+
+
 failures = 0
-with tempfile.TemporaryDirectory() as tmp:
-    for opt, steps, model in CASES:
-        if only and f"{opt}:{steps}" not in only.split(","):
-            continue
-        m = os.path.join(tmp, f"{opt}-{steps}.jsonl")
-        # one validation, after the last step; one BLAS thread (deterministic)
-        p = subprocess.run([STRATA, "train", "--optimizer", opt, "--steps", str(steps), *model,
-                            "--eval-every", str(steps), "--eval-batches", "4", "--metrics", m,
-                            "--quiet"], capture_output=True, text=True, timeout=900,
-                           env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-        summary = {}
-        if p.returncode == 0:
-            recs = [json.loads(x) for x in open(m)]
-            summary = next((r for r in recs if r["type"] == "summary"), {})
-        val, uni = summary.get("final_val_loss"), summary.get("unigram_val_loss")
-        ok = val is not None and uni is not None and val < uni - MARGIN
-        size = "small model" if model else "default model"
-        print(f"{'PASS' if ok else 'FAIL'}: {opt} --steps {steps} ({size}): val loss {val} "
-              f"(unigram {uni}, need < unigram - {MARGIN})", flush=True)
-        if not ok:
-            print("  rc", p.returncode, p.stderr[-600:])
+with tempfile.TemporaryDirectory() as tmp, \
+        concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    for ok, line in pool.map(lambda c: run_case(tmp, *c), CASES):
+        print(line, flush=True)
         failures += not ok
 sys.exit(1 if failures else 0)

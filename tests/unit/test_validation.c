@@ -193,6 +193,7 @@ static const row kl_rows[] = {
     ROW(K, init_factor, float, K_F32, 0.0, END),     /* negative: auto */
     ROW(K, max_clamp_value, int, K_INT, END),        /* every value has a meaning */
     ROW(K, normalize_grads, bool, K_BOOL, END),
+    ROW(K, bias_correction, bool, K_BOOL, END), /* the exact form refuses it (test_legal_corners) */
 };
 #undef K
 
@@ -563,6 +564,14 @@ static void test_every_bad_value_refused(void **state)
          try_kl);
     walk("strata_config", config_rows, COUNT(config_rows), sizeof(strata_config), def_config,
          try_config);
+    /* A pair the walk cannot see: bias-corrected eigenvalue estimates belong to the
+     * eigenbasis form; the exact form has none and refuses the field. */
+    strata_kl_shampoo_config kl;
+    strata_kl_shampoo_config_default(&kl);
+    kl.bias_correction = true;
+    assert_int_equal(strata_kl_shampoo_config_check(&kl), STRATA_OK);
+    kl.form = STRATA_KL_EXACT;
+    assert_int_equal(strata_kl_shampoo_config_check(&kl), STRATA_ERR_INVALID_ARG);
     print_message("%d of %d refusals wrong\n", g_failures, g_cases);
     strata_backend_destroy(g_be);
     g_be = NULL;
