@@ -314,7 +314,10 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
             for k, v in TRAINER_COMMON.items():
                 if args.optimizer != "adamw" or not k.startswith("adamw_"):
                     kw[k] = v  # AdamW: its own lr, wd and beta2 above
-        kw.update(strata_kwargs(args.strata))
+        given = strata_kwargs(args.strata)
+        kw.update(given)
+        if kw.get("form") == "exact" and "bias_correction" not in given:
+            kw.pop("bias_correction", None)  # as `strata train --kl-form exact`: off unless asked
         if args.lr is not None:
             kw["lr"] = args.lr
         if args.optimizer != "adamw" and args.adamw_lr is not None:
