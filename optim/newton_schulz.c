@@ -26,7 +26,13 @@
  * X X^T or a square of a symmetric matrix, GEMM otherwise), and so does the
  * elementwise work (norm, scaling, transposes, the diagonal shift, copies:
  * backend/ops.h): the host never touches a matrix, only the norm it gets
- * back. */
+ * back.
+ *
+ * Precision (strata_ns_config.dtype): F32 runs every product in float32
+ * (SGEMM / SSYRK); BF16 runs the same products with their operands rounded
+ * to bfloat16 and float32 sums (strata_backend_sgemm_bf16 / ssyrk_bf16,
+ * backend/gemm_bf16.c), everything else unchanged, so the two differ only
+ * in the products. BF16 needs the cpu backend (refused at strata_ns_run). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
