@@ -46,7 +46,7 @@
 #define MR 6
 #define NR 64
 #ifndef KC
-#define KC 512 /* even: k is packed in pairs */
+#define KC 768 /* even: k is packed in pairs */
 #endif
 #ifndef MC
 #define MC 192 /* a multiple of MR */

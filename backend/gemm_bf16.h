@@ -9,7 +9,7 @@
  * trans_* 0/1, shapes and leading dimensions as cblas_sgemm / cblas_ssyrk;
  * the SYRK writes the full symmetric n x n C. The caller has checked the
  * arguments. Errors: STRATA_ERR_NOMEM (the packing buffers, at most
- * 0.94 MiB, are allocated per call). Thread-safe; one thread. */
+ * 1.44 MiB, are allocated per call). Thread-safe; one thread. */
 #ifndef STRATA_BACKEND_GEMM_BF16_H
 #define STRATA_BACKEND_GEMM_BF16_H
 

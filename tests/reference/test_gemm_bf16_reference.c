@@ -4,7 +4,7 @@
  * ties to even, independently of the C code's bit trick), the products
  * summed in float64. Both micro-kernels (AVX512-BF16 where the CPU has it,
  * and the portable one, forced) on shapes that cover the blocking's edges:
- * m, n not multiples of the 6 x 64 tile, odd k, k past one 512-deep block,
+ * m, n not multiples of the 6 x 64 tile, odd k, k past one 768-deep block,
  * n past one 768-column block, every transpose, beta 0 (C not read: NaN in
  * C must vanish) and beta != 0, and SYRK in both orientations (full
  * symmetric C written; with beta != 0 from a symmetric C, the only C that
