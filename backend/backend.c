@@ -11,6 +11,7 @@
  * stream. The elementwise ops live in ops.c.
  */
 #include "backend_internal.h"
+#include "gemm_bf16.h"
 #include "ops.h"
 
 #include <stdatomic.h>
@@ -298,6 +299,50 @@ strata_status strata_backend_ssyrk(strata_backend *be, int trans, int n, int k, 
     /* Fallback: a full GEMM with the operand twice. */
     return be->iface->sgemm(be->ctx, trans ? 1 : 0, trans ? 0 : 1, n, n, k, alpha, a, lda, a, lda,
                             beta, c, ldc);
+}
+
+/* The host fallback reads the operands directly: only the CPU backend's
+ * memory is known to be host memory. */
+static strata_status bf16_refused(const strata_backend *be, const char *who)
+{
+    return strata_error(STRATA_ERR_UNSUPPORTED,
+                        "%s: the %s backend has no bfloat16-input product and its memory is not "
+                        "known to be host memory; use float32 Newton-Schulz there",
+                        who, be->iface->name);
+}
+
+strata_status strata_backend_sgemm_bf16(strata_backend *be, int trans_a, int trans_b, int m,
+                                        int n, int k, float alpha, const float *a, int lda,
+                                        const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (!be || m < 0 || n < 0 || k < 0 || (m && n && (!c || (k && (!a || !b)))))
+        return strata_error(STRATA_ERR_INVALID_ARG, "sgemm_bf16: bad arguments m=%d n=%d k=%d", m,
+                            n, k);
+    if (m == 0 || n == 0)
+        return STRATA_OK;
+    if (be->iface->sgemm_bf16)
+        return be->iface->sgemm_bf16(be->ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                                     beta, c, ldc);
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "sgemm_bf16");
+    return strata_cpu_sgemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+strata_status strata_backend_ssyrk_bf16(strata_backend *be, int trans, int n, int k, float alpha,
+                                        const float *a, int lda, float beta, float *c, int ldc)
+{
+    if (!be || n < 0 || k < 0 || (n && (!c || (k && !a))))
+        return strata_error(STRATA_ERR_INVALID_ARG, "ssyrk_bf16: bad arguments n=%d k=%d", n, k);
+    if (n == 0)
+        return STRATA_OK;
+    if (be->iface->ssyrk_bf16)
+        return be->iface->ssyrk_bf16(be->ctx, trans, n, k, alpha, a, lda, beta, c, ldc);
+    if (be->iface->sgemm_bf16)
+        return be->iface->sgemm_bf16(be->ctx, trans ? 1 : 0, trans ? 0 : 1, n, n, k, alpha, a,
+                                     lda, a, lda, beta, c, ldc);
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "ssyrk_bf16");
+    return strata_cpu_ssyrk_bf16(trans, n, k, alpha, a, lda, beta, c, ldc);
 }
 
 strata_status strata_backend_synchronize(strata_backend *be)

@@ -31,6 +31,19 @@ strata_status strata_backend_ssyrk(strata_backend *be, int trans, int n, int k,
                                               float alpha, const float *a, int lda, float beta,
                                               float *c, int ldc);
 
+/* strata_backend_sgemm and strata_backend_ssyrk with bfloat16-rounded
+ * operands: every element of A (and B) rounded to bfloat16, nearest even,
+ * the products summed in float32, C float32 (the iface's sgemm_bf16 /
+ * ssyrk_bf16 slots; NULL slots: the CPU backend's, backend/gemm_bf16.c,
+ * AVX512-BF16 when the CPU has it, else portable C, for the "cpu" backend;
+ * any other backend without the slots: STRATA_ERR_UNSUPPORTED). Same shapes
+ * and errors as the float32 products, plus STRATA_ERR_NOMEM (packing buffers). */
+strata_status strata_backend_sgemm_bf16(strata_backend *be, int trans_a, int trans_b, int m,
+                                        int n, int k, float alpha, const float *a, int lda,
+                                        const float *b, int ldb, float beta, float *c, int ldc);
+strata_status strata_backend_ssyrk_bf16(strata_backend *be, int trans, int n, int k, float alpha,
+                                        const float *a, int lda, float beta, float *c, int ldc);
+
 /* The memory ledger (base/ledger.h) that code allocating through this
  * backend charges (the runtime sets its own on the backend it creates;
  * NULL: none, the default). The backend itself charges nothing: the

@@ -313,7 +313,7 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
     snprintf(buf, n, "%d", d->o.strata.staleness);
 }
 
-/* --ns-steps, --ns-schedule, --ns-method set Muon's fields (their schema
+/* --ns-steps, --ns-schedule, --ns-method, --ns-dtype set Muon's fields (their schema
  * rows) and the same fields of every Newton-Schulz family: NorMuon and
  * Dion2 (each family's default stays its own when the flag is absent). */
 static void fan_ns_steps(train_args *a)
@@ -332,6 +332,12 @@ static void fan_ns_method(train_args *a)
 {
     strata_config *c = &a->o.strata;
     c->normuon.ns_method = c->dion2.ns_method = c->muon.ns_method;
+}
+
+static void fan_ns_dtype(train_args *a)
+{
+    strata_config *c = &a->o.strata;
+    c->normuon.ns_dtype = c->dion2.ns_dtype = c->muon.ns_dtype;
 }
 
 static void dflt_ns_schedule(const train_args *d, char *buf, size_t n)
@@ -507,6 +513,11 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
      .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
              "picks gram by aspect\nratio)", .opts = OPT_NS},
+    {CFG(muon_ns_dtype), .type = FT_NAME, .then = fan_ns_dtype,
+     .names = gpt_state_dtype_names, .group = G_MUON, .arg = "f32|bf16",
+     .help = "Newton-Schulz products of muon, normuon and dion2:\nbf16 rounds their operands "
+             "to bfloat16, float32\nsums (the reference codes' precision; default {})",
+     .opts = OPT_NS},
     {CFG(muon_ns_steps), .type = FT_INT, .lo = 0, .hi = 100, .then = fan_ns_steps,
      .group = G_MUON, .arg = "N",
      .help = "Newton-Schulz iterations of muon, normuon and dion2\n(default {})", .opts = OPT_NS},

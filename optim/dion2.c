@@ -100,6 +100,7 @@ void strata_dion2_config_default(strata_dion2_config *c)
     c->ns_gram_restarts = ns.gram_restarts;
     c->ns_gram_restart_mask = ns.gram_restart_mask;
     c->ns_batch_threads = ns.batch_threads;
+    c->ns_dtype = ns.dtype;
 }
 
 static void dion2_ns_config(const strata_dion2_config *c, strata_ns_config *out)
@@ -111,6 +112,7 @@ static void dion2_ns_config(const strata_dion2_config *c, strata_ns_config *out)
     out->gram_restarts = c->ns_gram_restarts;
     out->gram_restart_mask = c->ns_gram_restart_mask;
     out->batch_threads = c->ns_batch_threads;
+    out->dtype = c->ns_dtype;
 }
 
 strata_status strata_dion2_config_check(const strata_dion2_config *c)

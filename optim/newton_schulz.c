@@ -26,7 +26,13 @@
  * X X^T or a square of a symmetric matrix, GEMM otherwise), and so does the
  * elementwise work (norm, scaling, transposes, the diagonal shift, copies:
  * backend/ops.h): the host never touches a matrix, only the norm it gets
- * back. */
+ * back.
+ *
+ * Precision (strata_ns_config.dtype): F32 runs every product in float32
+ * (SGEMM / SSYRK); BF16 runs the same products with their operands rounded
+ * to bfloat16 and float32 sums (strata_backend_sgemm_bf16 / ssyrk_bf16,
+ * backend/gemm_bf16.c), everything else unchanged, so the two differ only
+ * in the products. BF16 needs the cpu backend (refused at strata_ns_run). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
@@ -69,6 +75,7 @@ void strata_ns_config_default(strata_ns_config *c)
     c->gram_restarts = 1;
     c->gram_restart_mask = 0;
     c->batch_threads = 1;
+    c->dtype = STRATA_STATE_F32;
 }
 
 void strata_ns_coefficients(strata_ns_schedule s, int t, double abc[3])
@@ -118,6 +125,8 @@ strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *c
     }
     OPTIM_CHECK(st, optim_check_int(cfg, NAME("batch_threads"), c->batch_threads, 1,
                                     NS_MAX_BATCH_THREADS));
+    OPTIM_CHECK(st, optim_check_int(cfg, NAME("dtype"), (long long)c->dtype, STRATA_STATE_F32,
+                                    STRATA_STATE_BF16));
 #undef NAME
     return st;
 }
@@ -191,6 +200,26 @@ size_t strata_newton_schulz_work_floats(int64_t rows, int64_t cols)
     return work_standard(p, q);
 }
 
+/* The iteration's products in the configuration's precision: float32
+ * (SGEMM / SSYRK) or bfloat16-rounded operands with float32 sums
+ * (strata_backend_sgemm_bf16 / ssyrk_bf16). */
+static strata_status ns_gemm(strata_backend *be, const strata_ns_config *c, int m, int n, int k,
+                             const float *a, int lda, const float *b, int ldb, float *out,
+                             int ldc)
+{
+    if (c->dtype == STRATA_STATE_BF16)
+        return strata_backend_sgemm_bf16(be, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc);
+    return strata_backend_sgemm(be, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, out, ldc);
+}
+
+static strata_status ns_syrk(strata_backend *be, const strata_ns_config *c, int n, int k,
+                             float alpha, const float *a, int lda, float beta, float *out, int ldc)
+{
+    if (c->dtype == STRATA_STATE_BF16)
+        return strata_backend_ssyrk_bf16(be, 0, n, k, alpha, a, lda, beta, out, ldc);
+    return strata_backend_ssyrk(be, 0, n, k, alpha, a, lda, beta, out, ldc);
+}
+
 /* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
  * result is left in *X (the pointers are swapped as the iteration
  * ping-pongs). */
@@ -201,20 +230,20 @@ static strata_status iterate_standard(strata_backend *be, const strata_ns_config
     for (int t = 0; t < c->steps; t++) {
         double abc[3];
         strata_ns_coefficients(c->schedule, t, abc);
-        strata_status st = strata_backend_ssyrk(be, 0, p, q, 1.0f, *X, q, 0.0f, A, p);
+        strata_status st = ns_syrk(be, c, p, q, 1.0f, *X, q, 0.0f, A, p);
         if (st != STRATA_OK)
             return st;
         /* B = c A A + b A; A is symmetric, so A A = A A^T (a SYRK). */
         st = strata_backend_copy(be, B, A, pp * sizeof(float));
         if (st == STRATA_OK)
-            st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], A, p, (float)abc[1], B, p);
+            st = ns_syrk(be, c, p, p, (float)abc[2], A, p, (float)abc[1], B, p);
         /* Y = (a I + B) X: the a X term folded into B's diagonal saves a
          * p x q copy per iteration. */
         if (st == STRATA_OK)
             st = strata_backend_diag_update(be, NULL, p, B, p, (float)abc[0], true);
         if (st != STRATA_OK)
             return st;
-        st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, B, p, *X, q, 0.0f, *Y, q);
+        st = ns_gemm(be, c, p, q, p, B, p, *X, q, *Y, q);
         if (st != STRATA_OK)
             return st;
         float *sw = *X;
@@ -234,13 +263,13 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
     const size_t pp = (size_t)p * p;
     float *R = pp_buf, *P = R + pp, *T = P + pp, *Q = T + pp, *Q2 = Q + pp;
     bool q_identity = true;
-    strata_status st = strata_backend_ssyrk(be, 0, p, q, 1.0f, X, q, 0.0f, R, p);
+    strata_status st = ns_syrk(be, c, p, q, 1.0f, X, q, 0.0f, R, p);
     for (int t = 0; t < c->steps && st == STRATA_OK; t++) {
         if (t > 0 && t < 64 && (mask >> t & 1) && !q_identity) {
             /* Restart: fold Q into X and re-form the Gram matrix from it. */
-            st = strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, Y, q);
+            st = ns_gemm(be, c, p, q, p, Q, p, X, q, Y, q);
             if (st == STRATA_OK)
-                st = strata_backend_ssyrk(be, 0, p, q, 1.0f, Y, q, 0.0f, R, p);
+                st = ns_syrk(be, c, p, q, 1.0f, Y, q, 0.0f, R, p);
             if (st != STRATA_OK)
                 break;
             float *sw = X;
@@ -253,7 +282,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
         /* P = a I + b R + c R^2 (R symmetric: R^2 = R R^T, a SYRK). */
         st = strata_backend_copy(be, P, R, pp * sizeof(float));
         if (st == STRATA_OK)
-            st = strata_backend_ssyrk(be, 0, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
+            st = ns_syrk(be, c, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
         if (st == STRATA_OK)
             st = strata_backend_diag_update(be, NULL, p, P, p, (float)abc[0], true);
         if (st != STRATA_OK)
@@ -262,9 +291,9 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
         const bool last = t + 1 >= c->steps;
         const bool restart_next = t + 1 < 64 && (mask >> (t + 1) & 1);
         if (!last && !restart_next) {
-            st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, R, p, P, p, 0.0f, T, p);
+            st = ns_gemm(be, c, p, p, p, R, p, P, p, T, p);
             if (st == STRATA_OK)
-                st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, P, p, T, p, 0.0f, R, p);
+                st = ns_gemm(be, c, p, p, p, P, p, T, p, R, p);
             if (st != STRATA_OK)
                 break;
         }
@@ -274,7 +303,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
             P = sw;
             q_identity = false;
         } else {
-            st = strata_backend_sgemm(be, 0, 0, p, p, p, 1.0f, Q, p, P, p, 0.0f, Q2, p);
+            st = ns_gemm(be, c, p, p, p, Q, p, P, p, Q2, p);
             float *sw = Q;
             Q = Q2;
             Q2 = sw;
@@ -285,7 +314,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
     *res = out ? out : q_identity ? X : Y;
     if (q_identity)
         return out ? strata_backend_copy(be, out, X, (size_t)p * q * sizeof(float)) : STRATA_OK;
-    return strata_backend_sgemm(be, 0, 0, p, q, p, 1.0f, Q, p, X, q, 0.0f, *res, q);
+    return ns_gemm(be, c, p, q, p, Q, p, X, q, *res, q);
 }
 
 /* A contiguous part of a batch, run by one thread with its own workspace. */
@@ -379,6 +408,10 @@ strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,
     strata_status st = check_config(c);
     if (st != STRATA_OK)
         return st;
+    if (c->dtype == STRATA_STATE_BF16 && strcmp(strata_backend_name(be), "cpu") != 0)
+        return strata_error(STRATA_ERR_UNSUPPORTED,
+                            "ns_run: bf16 Newton-Schulz needs the cpu backend (this one is %s); "
+                            "use ns dtype f32 there", strata_backend_name(be));
     const strata_ns_method m = strata_ns_method_for(c, rows, cols);
     const uint64_t mask = m == STRATA_NS_GRAM ? strata_ns_restart_mask(c) : 0;
     const size_t n = (size_t)rows * (size_t)cols;

@@ -51,6 +51,7 @@ void strata_normuon_config_default(strata_normuon_config *c)
     c->ns_gram_restarts = m.ns_gram_restarts;
     c->ns_gram_restart_mask = m.ns_gram_restart_mask;
     c->ns_batch_threads = m.ns_batch_threads;
+    c->ns_dtype = m.ns_dtype;
 }
 
 /* The Muon configuration whose direction NorMuon normalizes: the EMA
@@ -70,6 +71,7 @@ static void muon_part(const strata_normuon_config *c, strata_muon_config *m)
     m->ns_gram_restarts = c->ns_gram_restarts;
     m->ns_gram_restart_mask = c->ns_gram_restart_mask;
     m->ns_batch_threads = c->ns_batch_threads;
+    m->ns_dtype = c->ns_dtype;
 }
 
 strata_status strata_normuon_config_check(const strata_normuon_config *c)

@@ -86,6 +86,7 @@
     X(muon_ns_gram_restarts, muon.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
     X(muon_ns_gram_restart_mask, muon.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
     X(muon_ns_batch_threads, muon.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
+    X(muon_ns_dtype, muon.ns_dtype, ENUM, NOCKPT, "ns-dtype", "ns_dtype", "", "Newton-Schulz products: f32 (default) or bf16 operands, float32 sums") \
     X(soap_lr, soap.lr, FLOAT, CKPT, NULL, NULL, "", "default 3e-3") \
     X(soap_beta1, soap.beta1, FLOAT, CKPT, NULL, NULL, "", "first-moment EMA; default 0.95") \
     X(soap_beta2, soap.beta2, FLOAT, CKPT, NULL, NULL, "", "second-moment EMA; default 0.95") \
@@ -127,6 +128,7 @@
     X(normuon_ns_gram_restarts, normuon.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
     X(normuon_ns_gram_restart_mask, normuon.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
     X(normuon_ns_batch_threads, normuon.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
+    X(normuon_ns_dtype, normuon.ns_dtype, ENUM, NOCKPT, NULL, "normuon_ns_dtype", "", "Newton-Schulz products: f32 (default) or bf16 operands, float32 sums") \
     X(dion2_lr, dion2.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.01") \
     X(dion2_fraction, dion2.fraction, FLOAT, CKPT, "dion2-fraction", "dion2_fraction", "", "share of the slices orthonormalized, in (0, 1]; default 0.25") \
     X(dion2_ef_decay, dion2.ef_decay, FLOAT, CKPT, "dion2-ef-decay", "dion2_ef_decay", "", "error-feedback decay of the selected slices, in [0, 1]; default 0.95") \
@@ -139,6 +141,7 @@
     X(dion2_ns_gram_restarts, dion2.ns_gram_restarts, INT, NOCKPT, NULL, NULL, "", "default 1") \
     X(dion2_ns_gram_restart_mask, dion2.ns_gram_restart_mask, U64, NOCKPT, NULL, NULL, "", "default 0 (automatic placement)") \
     X(dion2_ns_batch_threads, dion2.ns_batch_threads, INT, NOCKPT, NULL, NULL, "", "default 1; see strata_ns_run") \
+    X(dion2_ns_dtype, dion2.ns_dtype, ENUM, NOCKPT, NULL, "dion2_ns_dtype", "", "Newton-Schulz products: f32 (default) or bf16 operands, float32 sums") \
     X(precondition_frequency, precondition_frequency, INT, NOCKPT, "precondition-frequency", "precondition_frequency", "steps", "F, the refresh period of every family (Shampoo roots, SOAP and KL-Shampoo eigenbases); 0 = each family's default") \
     X(max_grad_norm, max_grad_norm, FLOAT, CKPT, "max-grad-norm", "max_grad_norm", "", "clip the global gradient L2 norm to this") \
     X(route_degenerate_to_adamw, route_degenerate_to_adamw, BOOL, CKPT, NULL, NULL, "", "1 x N and N x 1 matrices to AdamW; default true") \

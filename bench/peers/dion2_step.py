@@ -48,6 +48,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ns-method", default="standard",
                     help="strata's Newton-Schulz method (the reference: standard)")
+    ap.add_argument("--ns-dtype", default="f32",
+                    help="strata's Newton-Schulz products: f32 or bf16 (bfloat16 operands, "
+                         "float32 sums: the reference's precision)")
+    ap.add_argument("--parallel", choices=("blas", "team"), default="blas",
+                    help="strata's --threads: blas (blas_threads N, the step team off) or "
+                         "team (blas_threads 1, the step team's N threads step matrices side "
+                         "by side: what the bf16 products, single-threaded, need)")
     args = ap.parse_args()
     if not args.dion or not os.path.isfile(os.path.join(args.dion, "dion", "dion2.py")):
         print("SKIP: no Dion checkout (--dion or STRATA_DION_PATH)")
@@ -79,8 +86,9 @@ def main():
     def make(side):
         ps = [torch.nn.Parameter(w.clone()) for w in w0]
         if side == "strata":
-            opt = st.Dion2([(f"m{i}", p) for i, p in enumerate(ps)], blas_threads=args.threads,
-                           ns_method=args.ns_method)
+            opt = st.Dion2([(f"m{i}", p) for i, p in enumerate(ps)],
+                           **step_pair.strata_threads(args.threads, args.parallel),
+                           ns_method=args.ns_method, ns_dtype=args.ns_dtype)
         else:
             opt = Dion2(ps)
         return ps, opt
@@ -94,8 +102,10 @@ def main():
     sides = {s: make(s) for s in ("strata", "reference")}
     for s in sides:
         step(*sides[s], 0)
-    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s), "
-          "strata ns_method %s" % (len(shapes), args.layers, args.threads, args.ns_method))
+    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s) "
+          "(strata: %s), strata ns_method %s ns_dtype %s" % (
+              len(shapes), args.layers, args.threads, args.parallel, args.ns_method,
+              args.ns_dtype))
     print("same work: step 1 update relative error %.3e (reference in bfloat16, its own "
           "Polar Express)" % step_pair.update_error(sides, w0))
 

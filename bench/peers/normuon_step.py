@@ -54,6 +54,13 @@ def main():
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--ns-method", default="standard",
                     help="strata's Newton-Schulz method (the reference: standard)")
+    ap.add_argument("--ns-dtype", default="f32",
+                    help="strata's Newton-Schulz products: f32 or bf16 (bfloat16 operands, "
+                         "float32 sums: the reference's precision)")
+    ap.add_argument("--parallel", choices=("blas", "team"), default="blas",
+                    help="strata's --threads: blas (blas_threads N, the step team off) or "
+                         "team (blas_threads 1, the step team's N threads step matrices side "
+                         "by side: what the bf16 products, single-threaded, need)")
     args = ap.parse_args()
     try:
         from pytorch_optimizer import NorMuon as RefNorMuon
@@ -71,8 +78,10 @@ def main():
     def make(side):
         ps = [torch.nn.Parameter(w.clone()) for w in w0]
         if side == "strata":
-            opt = st.NorMuon([(f"m{i}", p) for i, p in enumerate(ps)], blas_threads=args.threads,
-                             weight_decay=args.wd, ns_method=args.ns_method)
+            opt = st.NorMuon([(f"m{i}", p) for i, p in enumerate(ps)],
+                             **step_pair.strata_threads(args.threads, args.parallel),
+                             weight_decay=args.wd, ns_method=args.ns_method,
+                             ns_dtype=args.ns_dtype)
         else:
             opt = RefNorMuon([dict(params=ps, use_muon=True, weight_decay=args.wd)])
         return ps, opt
@@ -87,10 +96,10 @@ def main():
     sides = {s: make(s) for s in ("strata", "reference")}
     for s in sides:
         step(*sides[s], 0)
-    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s), "
-          "strata ns_method %s, pytorch_optimizer %s, weight decay %g" % (
-              len(shapes), args.layers, args.threads, args.ns_method,
-              version("pytorch_optimizer"), args.wd))
+    print("set: %d matrices (%d layers of 4 x 768x768, 768x3072, 3072x768), %d thread(s) "
+          "(strata: %s), strata ns_method %s ns_dtype %s, pytorch_optimizer %s, weight decay "
+          "%g" % (len(shapes), args.layers, args.threads, args.parallel, args.ns_method,
+                  args.ns_dtype, version("pytorch_optimizer"), args.wd))
     print("same work: step 1 update relative error %.3e (reference Newton-Schulz in bfloat16)"
           % step_pair.update_error(sides, w0))
 

@@ -22,6 +22,17 @@ def use_build(build):
     sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
+def strata_threads(threads, parallel):
+    """strata's thread keywords for `threads` cores: "blas" gives OpenBLAS the
+    threads and runs the matrices one after another (step_threads 1: with
+    blas_threads 1 the runtime would otherwise start a step team on every
+    core); "team" gives each of `threads` step-team threads whole matrices
+    with single-threaded BLAS."""
+    if parallel == "team":
+        return dict(blas_threads=1, step_threads=threads)
+    return dict(blas_threads=threads, step_threads=1)
+
+
 def matrix_set(torch, layers):
     """(shapes, initial weights, 3 gradient sets), seeded."""
     shapes = GPT2_LAYER * layers

@@ -11,7 +11,7 @@
  * optim/, and no optimizer needs to dereference backend memory on the host.
  *
  * Interface rules (see DESIGN.md "Backends and tiers"):
- *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (4); an older
+ *  - `iface->version` must equal STRATA_BACKEND_IFACE_VERSION (5); an older
  *    table is refused at strata_backend_create.
  *  - Required slots: alloc, free, copy, sgemm. Optional slots may be NULL and
  *    have a documented fallback in the strata_backend_* wrapper:
@@ -22,6 +22,8 @@
  *      streams and events (all nine slots or none) -> synchronous semantics:
  *                     work runs inline, events are complete once recorded;
  *      sgemm_strided_batched -> a loop over sgemm;
+ *      sgemm_bf16, ssyrk_bf16 -> the CPU backend's own (backend/gemm_bf16.c)
+ *                     for a backend named "cpu", else STRATA_ERR_UNSUPPORTED;
  *      ops.*       -> the plain C reference (backend/ops_ref.c), which
  *                     addresses the buffers from the host.
  *  - Matrices are row-major float32 (the CBLAS RowMajor convention).
@@ -56,7 +58,7 @@
 extern "C" {
 #endif
 
-#define STRATA_BACKEND_IFACE_VERSION 4
+#define STRATA_BACKEND_IFACE_VERSION 5
 
 typedef struct strata_backend strata_backend;
 
@@ -245,6 +247,19 @@ typedef struct strata_backend_iface {
     strata_status (*timing_event_create)(void *ctx, void **out);
     strata_status (*event_elapsed)(void *ctx, void *start, void *end, int *done,
                                    double *seconds);
+    /* --- version 5 --- */
+    /* Optional. sgemm and ssyrk with every element of A (and B) rounded to
+     * bfloat16 (nearest even) before the product, the products summed in
+     * float32, C float32 (OpenBLAS cblas_sbgemm's contract with float32
+     * operands); default stream. The sums' order is the backend's: results
+     * agree with the reference to float32 summation rounding, not bitwise.
+     * NULL: the CPU backend's (backend/gemm_bf16.c) on a backend named "cpu";
+     * any other backend: STRATA_ERR_UNSUPPORTED. */
+    strata_status (*sgemm_bf16)(void *ctx, int trans_a, int trans_b, int m, int n, int k,
+                                float alpha, const float *a, int lda, const float *b, int ldb,
+                                float beta, float *c, int ldc);
+    strata_status (*ssyrk_bf16)(void *ctx, int trans, int n, int k, float alpha, const float *a,
+                                int lda, float beta, float *c, int ldc);
 } strata_backend_iface;
 
 /* Wrap a backend implementation in a handle (used by backend authors).

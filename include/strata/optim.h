@@ -498,13 +498,30 @@ typedef struct strata_ns_config {
                                      by side (1..STRATA_NS_MAX_BATCH_THREADS); default 1.
                                      The result does not depend on T. > 1 pays only with
                                      single-threaded BLAS (below) */
+    strata_state_dtype dtype;     /* precision of the iteration's products; default
+                                     STRATA_STATE_F32. STRATA_STATE_BF16: every product's
+                                     operands are rounded to bfloat16 (nearest even) and
+                                     the products summed in float32 into float32 results
+                                     (OpenBLAS sbgemm's contract; backend/gemm_bf16.c,
+                                     AVX512-BF16 where the CPU has it); the norm, scaling,
+                                     diagonal shift and X stay float32. What the reference
+                                     codes compute (pytorch_optimizer's NorMuon and Dion's
+                                     Dion2 iterate in bfloat16), a little more exact: they
+                                     also store every intermediate in bfloat16. Against
+                                     float64 NS: 1.7e-2..3.6e-2 relative (float32:
+                                     ~1e-6), tests/reference/test_muon_ns_reference.py;
+                                     the products, test_gemm_bf16_reference.c. CPU
+                                     backend only (others: STRATA_ERR_UNSUPPORTED at
+                                     state creation). Single-threaded products: with
+                                     more cores, BLAS threads do not help; the step
+                                     team (blas_threads 1) does */
 } strata_ns_config;
 
 /* Fields of the struct above. Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_NS_CONFIG_FIELDS 7
+#define STRATA_NS_CONFIG_FIELDS 8
 
 #define STRATA_NS_MAX_BATCH_THREADS 64
 
@@ -513,7 +530,7 @@ STRATA_API void strata_ns_config_default(strata_ns_config *c);
 /* Validate every field: steps in [0, 100000], schedule and method known,
  * gram_min_aspect finite and >= 1, gram_restarts in [0, 63],
  * gram_restart_mask only bits 1 .. min(steps, 64) - 1, batch_threads in
- * [1, STRATA_NS_MAX_BATCH_THREADS]. Errors: STRATA_ERR_INVALID_ARG naming
+ * [1, STRATA_NS_MAX_BATCH_THREADS], dtype F32 or BF16. Errors: STRATA_ERR_INVALID_ARG naming
  * the field ("ns.<field>"). */
 STRATA_API strata_status strata_ns_config_check(const strata_ns_config *c);
 
@@ -532,13 +549,14 @@ typedef struct strata_muon_config {
     uint64_t ns_gram_restart_mask;           /* default 0 (automatic placement) */
     int ns_batch_threads;                    /* default 1; as batch_threads above; the
                                                 state's own threads (state_create) */
+    strata_state_dtype ns_dtype;             /* default STRATA_STATE_F32; as dtype above */
 } strata_muon_config;
 
 /* Fields of the struct above. Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_MUON_CONFIG_FIELDS 13
+#define STRATA_MUON_CONFIG_FIELDS 14
 
 STRATA_API void strata_muon_config_default(strata_muon_config *c);
 
@@ -640,10 +658,12 @@ typedef struct strata_normuon_config {
     int ns_gram_restarts;           /* default 1 */
     uint64_t ns_gram_restart_mask;  /* default 0 (automatic placement) */
     int ns_batch_threads;           /* default 1; as Muon's */
+    strata_state_dtype ns_dtype;    /* default STRATA_STATE_F32; STRATA_STATE_BF16: the
+                                       reference's bfloat16 Newton-Schulz (ns_config dtype) */
 } strata_normuon_config;
 
 /* Fields of the struct above (see STRATA_ADAMW_CONFIG_FIELDS). */
-#define STRATA_NORMUON_CONFIG_FIELDS 15
+#define STRATA_NORMUON_CONFIG_FIELDS 16
 
 STRATA_API void strata_normuon_config_default(strata_normuon_config *c);
 
@@ -736,10 +756,12 @@ typedef struct strata_dion2_config {
     int ns_gram_restarts;           /* default 1 */
     uint64_t ns_gram_restart_mask;  /* default 0 (automatic placement) */
     int ns_batch_threads;           /* default 1; as Muon's */
+    strata_state_dtype ns_dtype;    /* default STRATA_STATE_F32; STRATA_STATE_BF16: the
+                                       reference's bfloat16 Newton-Schulz (ns_config dtype) */
 } strata_dion2_config;
 
 /* Fields of the struct above (see STRATA_ADAMW_CONFIG_FIELDS). */
-#define STRATA_DION2_CONFIG_FIELDS 12
+#define STRATA_DION2_CONFIG_FIELDS 13
 
 STRATA_API void strata_dion2_config_default(strata_dion2_config *c);
 

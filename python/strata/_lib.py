@@ -46,7 +46,8 @@ class MuonConfig(Structure):
                 ("ns_steps", c_int), ("weight_decay", c_float), ("scale", c_enum),
                 ("momentum_form", c_enum), ("ns_schedule", c_enum), ("ns_method", c_enum),
                 ("ns_gram_min_aspect", c_float), ("ns_gram_restarts", c_int),
-                ("ns_gram_restart_mask", c_uint64), ("ns_batch_threads", c_int)]
+                ("ns_gram_restart_mask", c_uint64), ("ns_batch_threads", c_int),
+                ("ns_dtype", c_enum)]
 
 
 class SoapConfig(Structure):
@@ -72,7 +73,7 @@ class NorMuonConfig(Structure):
                 ("update_scale", c_enum), ("use_adjusted_lr", c_bool), ("eps", c_float),
                 ("ns_schedule", c_enum), ("ns_method", c_enum), ("ns_gram_min_aspect", c_float),
                 ("ns_gram_restarts", c_int), ("ns_gram_restart_mask", c_uint64),
-                ("ns_batch_threads", c_int)]
+                ("ns_batch_threads", c_int), ("ns_dtype", c_enum)]
 
 
 class Dion2Config(Structure):
@@ -80,7 +81,7 @@ class Dion2Config(Structure):
                 ("weight_decay", c_float), ("adjust_lr", c_enum), ("ns_steps", c_int),
                 ("ns_schedule", c_enum), ("ns_method", c_enum), ("ns_gram_min_aspect", c_float),
                 ("ns_gram_restarts", c_int), ("ns_gram_restart_mask", c_uint64),
-                ("ns_batch_threads", c_int)]
+                ("ns_batch_threads", c_int), ("ns_dtype", c_enum)]
 
 
 # void (*)(void *user, strata_log_level level, const char *subsystem, const char *msg)
@@ -314,6 +315,7 @@ ENUMS = {
     "state_dtype_factors": {"f32": 0, "bf16": 1},
     "state_dtype_roots": {"f32": 0, "bf16": 1},
     "state_dtype_moments": {"f32": 0, "bf16": 1},
+    "ns_dtype": {"f32": 0, "bf16": 1},
 }
 
 

@@ -75,7 +75,8 @@ _RUNTIME_FIELDS = [f for f, _ in L.Config._fields_ if f not in (
     "dion2",
     "comm",
     "log_fn", "log_user")]
-_ENUM_FIELDS = {"grafting", "root_method", "scale", "momentum_form", "ns_schedule", "ns_method", "form",
+_ENUM_FIELDS = {"grafting", "root_method", "scale", "momentum_form", "ns_schedule", "ns_method",
+                "ns_dtype", "form",
                 "update_scale", "adjust_lr",
                 "backend", "install_mode", "roots_tier", "sharding", "log_level",
                 "stale_correction",

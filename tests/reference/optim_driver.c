@@ -392,6 +392,7 @@ static int name_index(const char *s, const char *const *names)
 
 static const char *const ns_schedule_names[] = {"quintic", "polar_express", NULL};
 static const char *const ns_method_names[] = {"auto", "standard", "gram", NULL};
+static const char *const ns_dtype_names[] = {"f32", "bf16", NULL};
 
 /* The strata_ns_config fields present in `cfg` (keys prefixed by `pre`). */
 static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
@@ -417,6 +418,13 @@ static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
     c->gram_restart_mask = (uint64_t)jget_int(cfg, key, (int64_t)c->gram_restart_mask);
     snprintf(key, sizeof key, "%sbatch_threads", pre);
     c->batch_threads = (int)jget_int(cfg, key, c->batch_threads);
+    snprintf(key, sizeof key, "%sdtype", pre);
+    int dtype = name_index(jget_str(cfg, key, ns_dtype_names[c->dtype]), ns_dtype_names);
+    if (dtype < 0) {
+        fprintf(stderr, "optim_driver: unknown %sdtype\n", pre);
+        return false;
+    }
+    c->dtype = (strata_state_dtype)dtype;
     return true;
 }
 
@@ -424,7 +432,8 @@ static bool parse_ns(json_object *cfg, const char *pre, strata_ns_config *c)
 #define NS_INTO(c, ns)                                                                         \
     ((c).ns_steps = (ns).steps, (c).ns_schedule = (ns).schedule, (c).ns_method = (ns).method,   \
      (c).ns_gram_min_aspect = (ns).gram_min_aspect, (c).ns_gram_restarts = (ns).gram_restarts, \
-     (c).ns_gram_restart_mask = (ns).gram_restart_mask, (c).ns_batch_threads = (ns).batch_threads)
+     (c).ns_gram_restart_mask = (ns).gram_restart_mask, (c).ns_batch_threads = (ns).batch_threads, \
+     (c).ns_dtype = (ns).dtype)
 
 typedef strata_status (*step_fn)(void *s, float lr_scale, int64_t t, float *w, const float *g,
                                  strata_optim_counters *cnt);

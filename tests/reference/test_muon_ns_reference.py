@@ -324,6 +324,91 @@ def ns_cases(drv, rep):
 
 
 # ---------------------------------------------------------------------------
+# bfloat16 Newton-Schulz (ns dtype bf16, optim.h strata_ns_config.dtype)
+
+
+def bf16(x):
+    """x rounded to bfloat16 (8 significant bits, nearest, ties to even) in
+    float64: frexp's mantissa in [0.5, 1) times 2^8 is rounded by rint (ties
+    to even), then scaled back. No overflow or subnormals in these inputs."""
+    m, e = np.frexp(np.asarray(x, np.float64))
+    return np.ldexp(np.rint(m * 256.0), e - 8)
+
+
+def ns_ref_bf16(x, steps=5, sched="quintic"):
+    """ns_ref with every product's operands rounded to bfloat16 and the
+    products exact (float64): A = bf(X) bf(X)^T; B = a I + b A +
+    c bf(A) bf(A) (b A and the a I shift unrounded); X = bf(B) bf(X)."""
+    coeffs, s = schedule(sched, steps)
+    x = np.array(x, dtype=np.float64)
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    x = x / (s * fro(x))
+    for a, b, c in coeffs:
+        xb = bf16(x)
+        am = xb @ xb.T
+        ab = bf16(am)
+        bm = b * am + c * (ab @ ab) + a * np.eye(am.shape[0])
+        x = bf16(bm) @ xb
+    return x.T if tall else x
+
+
+# bf16 against the bf16-emulating float64 iteration (standard method): the
+# same roundings, except where a float32 intermediate and its float64
+# counterpart fall on opposite sides of a bfloat16 rounding boundary (then
+# that operand element differs by one bfloat16 ulp, 2^-8 relative, about
+# 2^-8 / sqrt(entries) on the result per flip); measured 3.7e-8..5.1e-8
+# here (no flip), the bound allows a few dozen. Against float64 NS with no
+# rounding (what the float32 iteration meets at ~1e-6): the bfloat16 operand
+# rounding itself, measured 1.7e-2..2.9e-2 (standard) and 3.2e-2..3.6e-2
+# (Gram), the size of the reference codes' own bfloat16 iterations' error
+# (bench/peers/normuon_step.py: strata f32 vs pytorch_optimizer 9.6e-3 on
+# the update after its normalization).
+TOL_NS_BF16_EMUL = 1e-3
+TOL_NS_BF16_F64 = 6e-2
+
+
+def ns_bf16_cases(drv, rep):
+    rng = rng_for("muon_ns/bf16")
+    for method, sched, shape in (("standard", "quintic", (48, 48)),
+                                 ("standard", "quintic", (24, 96)),
+                                 ("standard", "quintic", (96, 24)),
+                                 ("standard", "polar_express", (40, 100)),
+                                 ("gram", "quintic", (24, 96)),
+                                 ("gram", "polar_express", (130, 40))):
+        x = rng.standard_normal(shape).astype(np.float32)
+        name = "ns_bf16_%s_%s_%dx%d" % (method, sched, shape[0], shape[1])
+        out, _, err = run_ns(drv, x, method=method, schedule=sched, dtype="bf16")
+        f32out, _, _ = run_ns(drv, x, method=method, schedule=sched)
+        if out is None or f32out is None:
+            rep.check(name, False, "driver failed: " + err)
+            continue
+        ref = ns_ref(x, 5, sched)
+        if method == "standard":
+            emul = ns_ref_bf16(x, 5, sched)
+            rep.line(name + " [vs f64 bf16-emulated]", fro(out - emul) / fro(emul),
+                     TOL_NS_BF16_EMUL)
+        rep.line(name + " [vs f64]", fro(out - ref) / fro(ref), TOL_NS_BF16_F64,
+                 note="f32 NS: %.1e" % (fro(f32out - ref) / fro(ref)))
+        rep.check(name + " [differs from f32]", not np.array_equal(out, f32out),
+                  "the dtype reaches the products")
+    # The zero matrix stays exactly zero; bf16 is refused nowhere on the CPU.
+    out, _, err = run_ns(drv, np.zeros((8, 16), np.float32), dtype="bf16")
+    rep.check("ns_bf16_zero_8x16", out is not None and bool(np.all(out == 0)), err or "exact 0")
+
+
+def bf16_selfcheck(rep):
+    """The float64 rounding against hand-worked values: ties go to even."""
+    vals = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -8 + 2.0 ** -20,
+                     -3.0 - 2.0 ** -7, 0.1])
+    want = np.array([1.0, 1.0, 1.0 + 2.0 ** -6, 1.0 + 2.0 ** -7, -3.0,
+                     0.10009765625])
+    rep.check("selfcheck_bf16_rounding", np.array_equal(bf16(vals), want),
+              "nearest, ties to even")
+
+
+# ---------------------------------------------------------------------------
 # Muon cases
 
 
@@ -492,6 +577,8 @@ def main():
         selfchecks(rep)
         defaults_case(drv, rep)
         ns_cases(drv, rep)
+        bf16_selfcheck(rep)
+        ns_bf16_cases(drv, rep)
         muon_cases(drv, rep)
     if rep.failed:
         print("\n%d of %d checks FAILED: %s" % (len(rep.failed), rep.count,

@@ -103,6 +103,7 @@ static const row ns_rows[] = {
     ROW(N, gram_restarts, int, K_INT, -1, 64, END),
     ROW(N, gram_restart_mask, uint64_t, K_U64, 1, 32, 9223372036854775808.0, END), /* 5 steps */
     ROW(N, batch_threads, int, K_INT, 0, -1, 65, END),
+    ROW(N, dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef N
 
@@ -121,6 +122,7 @@ static const row muon_rows[] = {
     ROW(M, ns_gram_restarts, int, K_INT, -1, 64, END),
     ROW(M, ns_gram_restart_mask, uint64_t, K_U64, 1, 32, 9223372036854775808.0, END),
     ROW(M, ns_batch_threads, int, K_INT, 0, -1, 65, END),
+    ROW(M, ns_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef M
 
@@ -141,6 +143,7 @@ static const row normuon_rows[] = {
     ROW(U, ns_gram_restarts, int, K_INT, -1, 64, END),
     ROW(U, ns_gram_restart_mask, uint64_t, K_U64, 1, 32, 9223372036854775808.0, END),
     ROW(U, ns_batch_threads, int, K_INT, 0, -1, 65, END),
+    ROW(U, ns_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef U
 
@@ -158,6 +161,7 @@ static const row dion2_rows[] = {
     ROW(D, ns_gram_restarts, int, K_INT, -1, 64, END),
     ROW(D, ns_gram_restart_mask, uint64_t, K_U64, 1, 32, 9223372036854775808.0, END),
     ROW(D, ns_batch_threads, int, K_INT, 0, -1, 65, END),
+    ROW(D, ns_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
 };
 #undef D
 

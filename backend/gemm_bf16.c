@@ -1,0 +1,438 @@
+/* The CPU backend's bfloat16-input products (backend/gemm_bf16.h):
+ * C = alpha op(A) op(B) + beta C where every element of A and B is first
+ * rounded to bfloat16 (round to nearest even, as torch's .bfloat16() and
+ * Intel's VCVTNE2PS2BF16), the products of the rounded values are summed in
+ * float32 and C stays float32. That is the contract of OpenBLAS's
+ * cblas_sbgemm (bfloat16 in, float32 accumulate and out), which Debian 12's
+ * OpenBLAS 0.3.21 is built without (no sbgemm symbol), so strata has its own.
+ *
+ * Structure: the Goto/BLIS blocking (K. Goto, R. van de Geijn, "Anatomy of
+ * high-performance matrix multiplication", ACM TOMS 34(3), 2008; F. Van Zee,
+ * R. van de Geijn, "BLIS", ACM TOMS 41(3), 2015): for each NC-column block
+ * of op(B) and KC-deep block of k, op(B) is packed once into NR-column
+ * micro-panels; for each MC-row block of op(A), op(A) is packed into
+ * MR-row micro-panels; an MR x NR micro-kernel then runs over every pair.
+ * Packing converts to bfloat16 and stores k in pairs, (k, k+1) in one 32-bit
+ * word (even k in the low half), which is the operand layout of AVX512-BF16's
+ * VDPBF16PS (acc_i += a_2i b_2i + a_2i+1 b_2i+1 in float32): the A word is
+ * broadcast, the B words of 16 columns are one vector.
+ *
+ * Two micro-kernels compute the same sums: the AVX512-BF16 one (x86-64 CPUs
+ * reporting avx512bf16, chosen once at run time), and a portable C one (any
+ * CPU: bfloat16 widened to float32 exactly, two float32 multiply-adds per
+ * pair). They may differ in the last bits (VDPBF16PS treats denormal inputs
+ * and outputs as zero and rounds its own way), never in what is summed; the
+ * float64 reference test (tests/reference/test_gemm_bf16_reference.c) holds
+ * both to the same bound.
+ *
+ * SYRK: only the MR x NR tiles that touch the lower triangle are computed,
+ * then the strict lower triangle is mirrored onto the upper one, so the full
+ * symmetric n x n result is written (as cpu_ssyrk does). */
+#include "gemm_bf16.h"
+
+#include "backend_internal.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_X86_BF16 1
+#include <immintrin.h>
+#endif
+
+#define MR 6
+#define NR 64
+#ifndef KC
+#define KC 768 /* even: k is packed in pairs */
+#endif
+#ifndef MC
+#define MC 192 /* a multiple of MR */
+#endif
+#ifndef NC
+#define NC 768 /* a multiple of NR */
+#endif
+
+/* Round a float32 to bfloat16, nearest even; NaN stays a (quiet) NaN. */
+static inline uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float from_bf16(uint32_t h)
+{
+    uint32_t u = h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float strata_bf16_round(float x)
+{
+    return from_bf16(to_bf16(x));
+}
+
+/* The operand a panel is packed from: element (r, k) of the logical matrix
+ * (r: a row of op(A) or a column of op(B)) is s[r * ld + k] when k_contig,
+ * else s[k * ld + r]. */
+typedef struct operand {
+    const float *s;
+    int ld;
+    bool k_contig;
+} operand;
+
+static inline float elem(const operand *o, int r, int k)
+{
+    return o->k_contig ? o->s[(size_t)r * o->ld + k] : o->s[(size_t)k * o->ld + r];
+}
+
+/* Packed layouts (words of a k pair, even k in the low half; rows >= rn and
+ * a missing odd k are zero):
+ *   A panel (MR rows of op(A)):    a[r * kp_n + kp]  (each row's pairs in order)
+ *   B panel (NR columns of op(B)): b[kp * NR + j]    (16 columns = one vector)
+ * The portable packers, any CPU, any operand orientation. */
+static inline uint32_t pair_word(const operand *o, int r, int k, bool has_hi)
+{
+    uint32_t w = to_bf16(elem(o, r, k));
+    if (has_hi)
+        w |= (uint32_t)to_bf16(elem(o, r, k + 1)) << 16;
+    return w;
+}
+
+static void pack_a_portable(const operand *o, int r0, int rn, int k0, int kn, uint32_t *out)
+{
+    const int kp_n = (kn + 1) / 2;
+    for (int r = 0; r < MR; r++)
+        for (int kp = 0; kp < kp_n; kp++)
+            out[(size_t)r * kp_n + kp] =
+                r < rn ? pair_word(o, r0 + r, k0 + 2 * kp, 2 * kp + 1 < kn) : 0;
+}
+
+static void pack_b_portable(const operand *o, int r0, int rn, int k0, int kn, uint32_t *out)
+{
+    const int kp_n = (kn + 1) / 2;
+    for (int kp = 0; kp < kp_n; kp++)
+        for (int j = 0; j < NR; j++)
+            out[(size_t)kp * NR + j] =
+                j < rn ? pair_word(o, r0 + j, k0 + 2 * kp, 2 * kp + 1 < kn) : 0;
+}
+
+/* C tile (rn x cn, rn <= MR, cn <= NR) = alpha acc + beta C; beta 0 ignores C. */
+static void store_tile(const float *acc, int rn, int cn, float alpha, float beta, float *c, int ldc)
+{
+    for (int r = 0; r < rn; r++)
+        for (int j = 0; j < cn; j++) {
+            float *p = c + (size_t)r * ldc + j;
+            const float v = alpha * acc[r * NR + j];
+            *p = beta == 0.0f ? v : v + beta * *p;
+        }
+}
+
+static void kernel_portable(int kp_n, const uint32_t *a, const uint32_t *b, int rn, int cn,
+                            float alpha, float beta, float *c, int ldc)
+{
+    float acc[MR * NR];
+    memset(acc, 0, sizeof acc);
+    for (int kp = 0; kp < kp_n; kp++) {
+        const uint32_t *bw = b + (size_t)kp * NR;
+        for (int r = 0; r < MR; r++) {
+            const uint32_t aw = a[(size_t)r * kp_n + kp];
+            const float a0 = from_bf16(aw & 0xffffu), a1 = from_bf16(aw >> 16);
+            float *row = acc + r * NR;
+            for (int j = 0; j < NR; j++) {
+                row[j] += a0 * from_bf16(bw[j] & 0xffffu);
+                row[j] += a1 * from_bf16(bw[j] >> 16);
+            }
+        }
+    }
+    store_tile(acc, rn, cn, alpha, beta, c, ldc);
+}
+
+#ifdef HAVE_X86_BF16
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+/* 32 floats from src (n of them present, the rest zero) as 16 pair words
+ * in order (VCVTNE2PS2BF16 rounds to nearest even). */
+BF16_TARGET static inline __m512i cvt32(const float *src, int n)
+{
+    const __mmask16 m0 = n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+    const __mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+    const __m512 lo = _mm512_maskz_loadu_ps(m0, src);
+    const __m512 hi = _mm512_maskz_loadu_ps(m1, src + 16);
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* In-register transpose of 16 x 16 32-bit words (r[i] row i in, column i
+ * out): unpack 32-bit, unpack 64-bit, then two rounds of 128-bit lane
+ * shuffles. */
+BF16_TARGET static inline void transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    /* r[4g + c] holds, in each 128-bit lane L, row 4L' .. of group g: column
+     * c + 4j of rows 4g..4g+3 sits in lane j. */
+    for (int g = 0; g < 2; g++)
+        for (int c = 0; c < 4; c++) {
+            t[8 * g + c] = _mm512_shuffle_i32x4(r[8 * g + c], r[8 * g + 4 + c], 0x88);
+            t[8 * g + 4 + c] = _mm512_shuffle_i32x4(r[8 * g + c], r[8 * g + 4 + c], 0xdd);
+        }
+    for (int c = 0; c < 8; c++) {
+        r[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xdd);
+    }
+}
+
+/* A panel, vectorized when k is contiguous (the row's conversion is its
+ * packed row); otherwise the portable packer. */
+BF16_TARGET static void pack_a_avx512(const operand *o, int r0, int rn, int k0, int kn,
+                                      uint32_t *out)
+{
+    if (!o->k_contig) {
+        pack_a_portable(o, r0, rn, k0, kn, out);
+        return;
+    }
+    const int kp_n = (kn + 1) / 2;
+    for (int r = 0; r < MR; r++) {
+        uint32_t *dst = out + (size_t)r * kp_n;
+        const float *src = o->s + (size_t)(r0 + r) * o->ld + k0;
+        for (int kk = 0; kk < kn; kk += 32) {
+            const int np = (kn - kk >= 32 ? 32 : kn - kk + 1) / 2;
+            const __m512i w = r < rn ? cvt32(src + kk, kn - kk) : _mm512_setzero_si512();
+            _mm512_mask_storeu_epi32(dst + kk / 2, (__mmask16)(np >= 16 ? 0xffff : (1u << np) - 1),
+                                     w);
+        }
+    }
+}
+
+/* B panel. k strided (op(B) = B): rows k and k+1 of 16 consecutive columns
+ * are converted together and interleaved into 16 words. k contiguous
+ * (op(B) = B^T, the SYRK's second operand): 16 columns' conversions are 16
+ * rows of pair words, transposed in registers into 16 pair rows. */
+BF16_TARGET static void pack_b_avx512(const operand *o, int r0, int rn, int k0, int kn,
+                                      uint32_t *out)
+{
+    const int kp_n = (kn + 1) / 2;
+    if (o->k_contig) {
+        for (int j = 0; j < NR; j += 16)
+            for (int kk = 0; kk < kn; kk += 32) {
+                __m512i v[16];
+                for (int i = 0; i < 16; i++)
+                    v[i] = j + i < rn ? cvt32(o->s + (size_t)(r0 + j + i) * o->ld + k0 + kk, kn - kk)
+                                      : _mm512_setzero_si512();
+                transpose16(v);
+                const int np = (kn - kk >= 32 ? 32 : kn - kk + 1) / 2;
+                for (int t = 0; t < np; t++)
+                    _mm512_storeu_si512(out + (size_t)(kk / 2 + t) * NR + j, v[t]);
+            }
+        return;
+    }
+    /* lanes 0..15 of the conversion are row k, 16..31 row k+1: interleave */
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24,
+                                         8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int kp = 0; kp < kp_n; kp++) {
+        const int k = k0 + 2 * kp;
+        const bool has_hi = 2 * kp + 1 < kn;
+        const float *s0 = o->s + (size_t)k * o->ld + r0;
+        const float *s1 = s0 + o->ld;
+        for (int j = 0; j < NR; j += 16) {
+            const int left = rn - j;
+            const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+            const __m512 lo = _mm512_maskz_loadu_ps(m, s0 + j);
+            const __m512 hi = has_hi ? _mm512_maskz_loadu_ps(m, s1 + j) : _mm512_setzero_ps();
+            _mm512_storeu_si512(out + (size_t)kp * NR + j,
+                                _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)));
+        }
+    }
+}
+
+/* MR x NR = 6 x 64: 24 float32 accumulators (4 vectors of 16 columns per
+ * row), per pair 4 B vectors and 6 broadcast A words. */
+BF16_TARGET static void kernel_avx512(int kp_n, const uint32_t *a, const uint32_t *b, int rn,
+                                      int cn, float alpha, float beta, float *c, int ldc)
+{
+    __m512 acc[MR][4];
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < 4; v++)
+            acc[r][v] = _mm512_setzero_ps();
+    for (int kp = 0; kp < kp_n; kp++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+        const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + 32);
+        const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + 48);
+#define ROW(r)                                                                \
+    do {                                                                      \
+        const __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[(r) * kp_n]);  \
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], aw, b0);                      \
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], aw, b1);                      \
+        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], aw, b2);                      \
+        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], aw, b3);                      \
+    } while (0)
+        ROW(0);
+        ROW(1);
+        ROW(2);
+        ROW(3);
+        ROW(4);
+        ROW(5);
+#undef ROW
+        a += 1;
+        b += NR;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < rn; r++) {
+        float *row = c + (size_t)r * ldc;
+        for (int v = 0; v < 4; v++) {
+            const int left = cn - 16 * v;
+            if (left <= 0)
+                break;
+            const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            __m512 out = _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0.0f)
+                out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, row + 16 * v), out);
+            _mm512_mask_storeu_ps(row + 16 * v, m, out);
+        }
+    }
+}
+#endif
+
+typedef void (*pack_fn)(const operand *, int, int, int, int, uint32_t *);
+typedef void (*kernel_fn)(int, const uint32_t *, const uint32_t *, int, int, float, float, float *,
+                          int);
+
+static _Atomic int force_portable; /* tests: strata_gemm_bf16_force_portable */
+
+void strata_gemm_bf16_force_portable(bool on)
+{
+    force_portable = on;
+}
+
+static bool use_avx512(void)
+{
+#ifdef HAVE_X86_BF16
+    static _Atomic int have = -1; /* every thread computes the same value */
+    if (force_portable)
+        return false;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+    }
+    return have != 0;
+#else
+    return false;
+#endif
+}
+
+const char *strata_gemm_bf16_kernel(void)
+{
+    return use_avx512() ? "avx512bf16" : "portable";
+}
+
+/* C(m x n) = alpha A(m x k) B(k x n) + beta C over the operands' views; with
+ * lower_only, tiles entirely above the diagonal (column start past the
+ * tile's last row) are skipped. */
+static strata_status gemm(int m, int n, int k, float alpha, const operand *A, const operand *B,
+                          float beta, float *c, int ldc, bool lower_only)
+{
+    const bool fast = use_avx512();
+    pack_fn pack_a = pack_a_portable, pack_b = pack_b_portable;
+    kernel_fn kern = kernel_portable;
+#ifdef HAVE_X86_BF16
+    if (fast) {
+        pack_a = pack_a_avx512;
+        pack_b = pack_b_avx512;
+        kern = kernel_avx512;
+    }
+#else
+    (void)fast;
+#endif
+    const int nc_max = n < NC ? (n + NR - 1) / NR * NR : NC;
+    const int mc_max = m < MC ? (m + MR - 1) / MR * MR : MC;
+    const size_t bbytes = (size_t)(KC / 2) * nc_max * sizeof(uint32_t);
+    const size_t abytes = (size_t)(KC / 2) * mc_max * sizeof(uint32_t);
+    uint32_t *bp = aligned_alloc(64, (bbytes + abytes + 63) & ~(size_t)63);
+    if (!bp)
+        return strata_error(STRATA_ERR_NOMEM, "sgemm_bf16: cannot allocate %zu bytes of packing",
+                            bbytes + abytes);
+    uint32_t *ap = bp + bbytes / sizeof(uint32_t);
+    for (int jc = 0; jc < n; jc += NC) {
+        const int ncn = n - jc < NC ? n - jc : NC;
+        for (int pc = 0; pc < k; pc += KC) {
+            const int kn = k - pc < KC ? k - pc : KC, kp_n = (kn + 1) / 2;
+            const float beta_eff = pc == 0 ? beta : 1.0f;
+            for (int jr = 0; jr < ncn; jr += NR) {
+                const int cn = ncn - jr < NR ? ncn - jr : NR;
+                pack_b(B, jc + jr, cn, pc, kn, bp + (size_t)jr * kp_n);
+            }
+            for (int ic = 0; ic < m; ic += MC) {
+                const int mcn = m - ic < MC ? m - ic : MC;
+                if (lower_only && jc > ic + mcn - 1)
+                    continue;
+                for (int ir = 0; ir < mcn; ir += MR) {
+                    const int rn = mcn - ir < MR ? mcn - ir : MR;
+                    pack_a(A, ic + ir, rn, pc, kn, ap + (size_t)ir * kp_n);
+                }
+                for (int jr = 0; jr < ncn; jr += NR) {
+                    const int cn = ncn - jr < NR ? ncn - jr : NR;
+                    for (int ir = 0; ir < mcn; ir += MR) {
+                        const int rn = mcn - ir < MR ? mcn - ir : MR;
+                        if (lower_only && jc + jr > ic + ir + rn - 1)
+                            continue;
+                        kern(kp_n, ap + (size_t)ir * kp_n, bp + (size_t)jr * kp_n, rn, cn, alpha,
+                             beta_eff, c + (size_t)(ic + ir) * ldc + jc + jr, ldc);
+                    }
+                }
+            }
+        }
+    }
+    free(bp);
+    return STRATA_OK;
+}
+
+strata_status strata_cpu_sgemm_bf16(int trans_a, int trans_b, int m, int n, int k, float alpha,
+                                    const float *a, int lda, const float *b, int ldb, float beta,
+                                    float *c, int ldc)
+{
+    if (m == 0 || n == 0)
+        return STRATA_OK;
+    if (k == 0) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return STRATA_OK;
+    }
+    /* op(A)(i, k): A[i][k] untransposed (k contiguous); op(B)(k, j) as the
+     * panel's (j, k): B[j][k] when transposed (k contiguous). */
+    const operand A = {a, lda, !trans_a}, B = {b, ldb, trans_b != 0};
+    return gemm(m, n, k, alpha, &A, &B, beta, c, ldc, false);
+}
+
+strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const float *a, int lda,
+                                    float beta, float *c, int ldc)
+{
+    if (n == 0)
+        return STRATA_OK;
+    if (k == 0)
+        return strata_cpu_sgemm_bf16(0, 0, n, n, 0, alpha, a, lda, a, lda, beta, c, ldc);
+    /* trans = 0: C = A A^T, A n x k; op(A) = A, op(B) = A^T. trans = 1:
+     * C = A^T A, A k x n; op(A) = A^T, op(B) = A. */
+    const operand A = {a, lda, !trans}, B = {a, lda, !trans};
+    strata_status st = gemm(n, n, k, alpha, &A, &B, beta, c, ldc, true);
+    if (st == STRATA_OK)
+        strata_cpu_mirror_lower(n, c, ldc);
+    return st;
+}

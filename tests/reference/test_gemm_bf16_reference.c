@@ -1,0 +1,176 @@
+/* The bfloat16-input products (strata_backend_sgemm_bf16 / ssyrk_bf16,
+ * backend/gemm_bf16.c) against a float64 reference written here: every
+ * operand rounded to bfloat16 by double arithmetic (frexp, rint: nearest,
+ * ties to even, independently of the C code's bit trick), the products
+ * summed in float64. Both micro-kernels (AVX512-BF16 where the CPU has it,
+ * and the portable one, forced) on shapes that cover the blocking's edges:
+ * m, n not multiples of the 6 x 64 tile, odd k, k past one 768-deep block,
+ * n past one 768-column block, every transpose, beta 0 (C not read: NaN in
+ * C must vanish) and beta != 0, and SYRK in both orientations (full
+ * symmetric C written; with beta != 0 from a symmetric C, the only C that
+ * SYRK's one-triangle read and Newton-Schulz use).
+ *
+ * Tolerance, per element, a bound that cannot flake: float32 summation of
+ * k products (Higham, "Accuracy and Stability of Numerical Algorithms",
+ * 2nd ed., section 3.1: |error| <= gamma_k sum |a_i b_i|, gamma_k ~ k u,
+ * u = 2^-24), times 2 for the alpha / beta step and the pair-wise sums:
+ *   |C - ref| <= 2 (k + 2) 2^-24 (|alpha| sum_k |a b| + |beta c|) + 1e-30.
+ * The test also checks that the rounding matters (the product of unrounded
+ * operands is outside that bound for some element), so a kernel that
+ * skipped the rounding fails. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/gemm_bf16.h"
+#include "backend/ops.h"
+#include "strata/backend.h"
+
+static double bf16_ref(double x)
+{
+    if (x == 0.0 || !isfinite(x))
+        return x;
+    int e;
+    const double m = frexp(x, &e); /* |m| in [0.5, 1): 8 significant bits = m * 2^8 */
+    return ldexp(rint(m * 256.0), e - 8);
+}
+
+static unsigned long long rng_state = 88172645463325252ull;
+static double uniform(void) /* xorshift64, in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static float *rand_matrix(size_t n)
+{
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)uniform();
+    return x;
+}
+
+static int failures;
+
+/* op(X)(i, j) of a row-major X with leading dimension ld */
+static double at(const float *x, int ld, int trans, int i, int j)
+{
+    return trans ? x[(size_t)j * ld + i] : x[(size_t)i * ld + j];
+}
+
+/* One GEMM case (syrk: C = alpha op(A) op(A)^T, op by `ta`, B unused). */
+static void check(strata_backend *be, const char *kernel, bool syrk, int m, int n, int k, int ta,
+                  int tb, float alpha, float beta)
+{
+    const int lda = syrk ? (ta ? m : k) : (ta ? m : k), ldb = tb ? k : n, ldc = n + 3;
+    const size_t asz = (size_t)(ta ? k : m) * lda, bsz = (size_t)(tb ? n : k) * ldb;
+    float *a = rand_matrix(asz), *b = rand_matrix(bsz), *c = rand_matrix((size_t)m * ldc);
+    float *c0 = malloc((size_t)m * ldc * sizeof(float));
+    if (beta == 0.0f)
+        for (size_t i = 0; i < (size_t)m * ldc; i++)
+            c[i] = NAN; /* beta 0: C must not be read */
+    else if (syrk) /* SYRK reads one triangle of C (BLAS): a symmetric C, as NS passes */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < i; j++)
+                c[(size_t)j * ldc + i] = c[(size_t)i * ldc + j];
+    memcpy(c0, c, (size_t)m * ldc * sizeof(float));
+    strata_status st =
+        syrk ? strata_backend_ssyrk_bf16(be, ta, n, k, alpha, a, lda, beta, c, ldc)
+             : strata_backend_sgemm_bf16(be, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    double worst = 0.0; /* |C - ref| / bound */
+    bool rounding_seen = false;
+    for (int i = 0; i < m && st == STRATA_OK; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0.0, raw = 0.0, mag = 0.0;
+            for (int p = 0; p < k; p++) {
+                const double x = at(a, lda, ta, i, p);
+                /* SYRK: op(A)^T(p, j) = op(A)(j, p) */
+                const double y = syrk ? at(a, lda, ta, j, p) : at(b, ldb, tb, p, j);
+                sum += bf16_ref(x) * bf16_ref(y);
+                raw += x * y;
+                mag += fabs(bf16_ref(x) * bf16_ref(y));
+            }
+            const double cin = beta == 0.0f ? 0.0 : (double)c0[(size_t)i * ldc + j];
+            const double ref = (double)alpha * sum + (double)beta * cin;
+            const double bound = 2.0 * (k + 2) * ldexp(1.0, -24) *
+                                     (fabs(alpha) * mag + fabs(beta * cin)) + 1e-30;
+            const double got = c[(size_t)i * ldc + j];
+            const double r = isfinite(got) ? fabs(got - ref) / bound : INFINITY;
+            worst = r > worst ? r : worst;
+            if (fabs((double)alpha * raw + (double)beta * cin - ref) > bound)
+                rounding_seen = true;
+        }
+    /* columns past n are untouched */
+    bool pad_ok = true;
+    for (int i = 0; i < m && st == STRATA_OK; i++)
+        for (int j = n; j < ldc; j++)
+            if (memcmp(&c[(size_t)i * ldc + j], &c0[(size_t)i * ldc + j], sizeof(float)))
+                pad_ok = false;
+    const bool ok = st == STRATA_OK && worst <= 1.0 && pad_ok && rounding_seen;
+    printf("%-9s %s m=%d n=%d k=%d ta=%d tb=%d alpha=%g beta=%g: worst |err|/bound %.3g%s%s "
+           "%s\n",
+           kernel, syrk ? "ssyrk" : "sgemm", m, n, k, ta, tb, alpha, beta, worst,
+           pad_ok ? "" : " (padding written)", rounding_seen ? "" : " (rounding not seen)",
+           ok ? "PASS" : "FAIL");
+    if (!ok)
+        failures++;
+    free(a);
+    free(b);
+    free(c);
+    free(c0);
+}
+
+int main(void)
+{
+    strata_backend *be = NULL;
+    if (strata_backend_cpu_create(1, &be) != STRATA_OK) {
+        fprintf(stderr, "no cpu backend\n");
+        return 1;
+    }
+    static const struct {
+        int m, n, k, ta, tb;
+        float alpha, beta;
+    } g[] = {
+        {6, 64, 2, 0, 0, 1.0f, 0.0f},      {7, 65, 3, 0, 0, 1.5f, 0.5f},
+        {37, 70, 33, 0, 0, 1.0f, 0.0f},    {13, 150, 1030, 0, 0, -0.75f, 2.0f},
+        {9, 800, 40, 0, 0, 1.0f, 1.0f},    {33, 17, 9, 1, 0, 1.0f, 0.0f},
+        {33, 17, 9, 0, 1, 1.0f, -1.0f},    {20, 21, 22, 1, 1, 2.0f, 0.25f},
+        {70, 129, 515, 0, 1, 1.0f, 0.0f}, {1, 1, 1, 0, 0, 1.0f, 0.0f},
+    };
+    static const struct {
+        int n, k, trans;
+        float alpha, beta;
+    } s[] = {
+        {70, 1030, 0, 1.0f, 0.0f}, {70, 45, 1, -4.775f, 3.4445f}, {130, 66, 0, 2.0315f, 0.5f},
+        {5, 3, 0, 1.0f, 0.0f},
+    };
+    for (int pass = 0; pass < 2; pass++) {
+        strata_gemm_bf16_force_portable(pass == 1);
+        const char *kernel = strata_gemm_bf16_kernel();
+        for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+            check(be, kernel, false, g[i].m, g[i].n, g[i].k, g[i].ta, g[i].tb, g[i].alpha,
+                  g[i].beta);
+        for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+            check(be, kernel, true, s[i].n, s[i].n, s[i].k, s[i].trans, 0, s[i].alpha, s[i].beta);
+        if (pass == 0 && strcmp(kernel, "portable") == 0)
+            break; /* no AVX512-BF16 here: the portable pass was the first */
+    }
+    strata_gemm_bf16_force_portable(false);
+    /* Bad arguments: refused, C untouched. */
+    float c = 7.0f;
+    const bool refused =
+        strata_backend_sgemm_bf16(be, 0, 0, -1, 1, 1, 1.0f, &c, 1, &c, 1, 0.0f, &c, 1) ==
+            STRATA_ERR_INVALID_ARG &&
+        strata_backend_ssyrk_bf16(be, 0, 1, 1, 1.0f, NULL, 1, 0.0f, &c, 1) ==
+            STRATA_ERR_INVALID_ARG &&
+        c == 7.0f;
+    printf("bad arguments refused: %s\n", refused ? "PASS" : "FAIL");
+    failures += !refused;
+    strata_backend_destroy(be);
+    printf("%s\n", failures ? "FAILED" : "all passed");
+    return failures ? 1 : 0;
+}
