@@ -284,28 +284,33 @@ def run_pair(torch, st, name, spec, model, grads, threads, args):
     checks = [(k, rel_err(du["strata"][k], du["peer"][k], None),
                rel_err(du["strata"][k], du["peer"][k], sq) if sq else None) for k in check_steps]
     if exact is not None:  # the peer's own code with its iteration in float32
+        ps = fresh()
+        side32 = (ps, peer([p for _, p in ps]))
         with exact():
-            ps = fresh()
-            d32 = updates((ps, peer([p for _, p in ps])))
+            d32 = updates(side32)
         checks32 = [(k, rel_err(du["strata"][k], d32[k], None)) for k in check_steps]
         worst = max(e for _, e in checks32)
     else:
         checks32 = None
         worst = max((c[2] if c[2] is not None else c[1]) for c in checks)
 
+    if exact is not None:  # timed too: the same work at the same precision
+        sides["peer_f32"] = side32
     per_round = args.freq if not name.startswith("muon") else args.muon_steps
     wall = {s: [] for s in sides}
     cpu = {s: [] for s in sides}
     k = max(check_steps)
     for r in range(args.rounds):
-        order = ("strata", "peer") if r % 2 == 0 else ("peer", "strata")
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
         for s in order:
             tw = tc = 0.0
+            ctx = exact if s == "peer_f32" else contextlib.nullcontext
             for j in range(per_round):
                 set_grads(sides[s][0], grads, k + j)
-                c0, t0 = time.process_time(), time.perf_counter()
-                sides[s][1].step()
-                tw += time.perf_counter() - t0
+                with ctx():
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    sides[s][1].step()
+                    tw += time.perf_counter() - t0
                 tc += time.process_time() - c0
             wall[s].append(1e3 * tw / per_round)
             cpu[s].append(1e3 * tc / per_round)
@@ -319,6 +324,10 @@ def run_pair(torch, st, name, spec, model, grads, threads, args):
                strata_cpu_ms=medc["strata"], peer_cpu_ms=medc["peer"],
                cpu_ratio=medc["peer"] / medc["strata"], rounds=args.rounds,
                steps_per_round=per_round)
+    if "peer_f32" in sides:
+        row.update(peer_f32_ms=med["peer_f32"], ratio_f32=med["peer_f32"] / med["strata"],
+                   peer_f32_cpu_ms=medc["peer_f32"],
+                   cpu_ratio_f32=medc["peer_f32"] / medc["strata"])
     chk = ", ".join(f"step {s} {e:.2e}" + (f" (square {q:.2e})" if q is not None else "")
                     for s, e, q in checks)
     if checks32:
@@ -326,8 +335,9 @@ def run_pair(torch, st, name, spec, model, grads, threads, args):
     print(f"  {label:<44s} threads {threads:>3s} | update check {chk} | tol {tol:g}: "
           f"{'ok' if row['ok'] else 'DIFFERS'} | strata {row['strata_ms']:9.2f} ms  peer "
           f"{row['peer_ms']:9.2f} ms | peer/strata {row['ratio']:5.2f}x | cpu "
-          f"{row['strata_cpu_ms']:.1f} / {row['peer_cpu_ms']:.1f} ms ({row['cpu_ratio']:.2f}x)",
-          flush=True)
+          f"{row['strata_cpu_ms']:.1f} / {row['peer_cpu_ms']:.1f} ms ({row['cpu_ratio']:.2f}x)" +
+          (f" | peer in float32 {row['peer_f32_ms']:.2f} ms: {row['ratio_f32']:.2f}x, cpu "
+           f"{row['cpu_ratio_f32']:.2f}x" if "peer_f32" in sides else ""), flush=True)
     return row
 
 
@@ -390,7 +400,10 @@ def overhead(torch, st, tg, model, grads, threads, args):
         lib.wall = lib.cpu = 0.0
         s0 = opt.stats()["seconds_steps"]
         for j in range(steps * args.overhead_rounds):
-            set_grads(named, grads, k)  # fresh tensors: the binding re-points them
+            # as in training: the gradients freed, then new tensors (re-pointed
+            # where their address changed)
+            opt.zero_grad(set_to_none=True)
+            set_grads(named, grads, k)
             k += 1
             w, c = time.perf_counter(), time.thread_time()
             opt.step()
@@ -434,23 +447,24 @@ def overhead(torch, st, tg, model, grads, threads, args):
         oa = getattr(st, cls)(ma.named_parameters(), model=ma, **kw).attach(ma)
         ob = getattr(st, cls)(mb.named_parameters(), model=mb, **kw)
         la = oa._lib = TimedLib(oa._lib)
-        hook = [0.0, 0.0]
+        calls: dict = {}  # (hook, argument) -> wall seconds of each call, over the steps
+        record = [False]
         for attr in ("_on_forward", "_on_grad"):
             orig = getattr(oa, attr)
 
-            def timed(x, orig=orig):
-                w, c = time.perf_counter(), time.thread_time()
+            def timed(x, orig=orig, attr=attr):
+                w = time.perf_counter()
                 orig(x)
-                hook[1] += time.thread_time() - c
-                hook[0] += time.perf_counter() - w
+                if record[0]:
+                    calls.setdefault((attr, x), []).append(time.perf_counter() - w)
             setattr(oa, attr, timed)
         fb = {"attach": [], "plain": []}
-        acc = dict(hooks=0.0, hooks_cpu=0.0, c=0.0, c_cpu=0.0, step=0.0)
+        acc = dict(c=0.0, c_cpu=0.0, step=0.0)
         for it in range(args.hook_steps + 1):
             x, y = tg.batch_of(data, 16, 128, gen)
             order = (("attach", ma, oa), ("plain", mb, ob))
             for side, m2, o in (order if it % 2 == 0 else order[::-1]):
-                hook[0] = hook[1] = 0.0
+                record[0] = it > 0
                 c0 = time.thread_time()
                 F.cross_entropy(m2(x).reshape(-1, 256), y.reshape(-1)).backward()
                 c1 = time.thread_time()
@@ -464,27 +478,30 @@ def overhead(torch, st, tg, model, grads, threads, args):
                     continue  # warm-up
                 fb[side].append(c1 - c0)
                 if side == "attach":
-                    acc["hooks"] += hook[0]
-                    acc["hooks_cpu"] += hook[1]
                     acc["c"] += la.wall
                     acc["c_cpu"] += la.cpu
                     acc["step"] += w
         n = args.hook_steps
-        h = dict(opt=key, threads=threads, steps=n, hooks_ms=1e3 * acc["hooks"] / n,
-                 hooks_cpu_ms=1e3 * acc["hooks_cpu"] / n, c_ms=1e3 * acc["c"] / n,
+        # per step: each hook call's median over the steps (a short call is
+        # rarely preempted; the median drops those that were), summed
+        hooks_s = sum(statistics.median(v) for v in calls.values())
+        h = dict(opt=key, threads=threads, steps=n, hook_calls=len(calls),
+                 hooks_ms=1e3 * hooks_s, c_ms=1e3 * acc["c"] / n,
                  c_cpu_ms=1e3 * acc["c_cpu"] / n, step_ms=1e3 * acc["step"] / n,
                  fb_attach_cpu_ms=1e3 * statistics.median(fb["attach"]),
                  fb_plain_cpu_ms=1e3 * statistics.median(fb["plain"]))
         h["hooks_pct"] = 100.0 * h["hooks_ms"] / h["c_ms"]
-        h["hooks_cpu_pct"] = 100.0 * h["hooks_cpu_ms"] / h["c_cpu_ms"]
+        h["hooks_cpu_pct"] = 100.0 * h["hooks_ms"] / h["c_cpu_ms"]
+        h["fb_diff_cpu_pct"] = 100.0 * (h["fb_attach_cpu_ms"] - h["fb_plain_cpu_ms"]) / \
+            h["c_cpu_ms"]
         h["step_overhead_pct"] = 100.0 * (h["step_ms"] - h["c_ms"]) / h["c_ms"]
         rows.append(dict(hooks=h))
-        print(f"  {key:<14s} attach    | hooks {h['hooks_ms']:.3f} ms/step = {h['hooks_pct']:.2f}% "
-              f"of strata_step ({h['c_ms']:.2f} ms); CPU {h['hooks_cpu_ms']:.3f} ms = "
-              f"{h['hooks_cpu_pct']:.2f}% of {h['c_cpu_ms']:.2f}; step() beyond strata_step "
-              f"{h['step_overhead_pct']:+.2f}%; fwd+bwd CPU median "
-              f"{h['fb_attach_cpu_ms']:.1f} (attach) vs {h['fb_plain_cpu_ms']:.1f} ms (plain)",
-              flush=True)
+        print(f"  {key:<14s} attach    | {h['hook_calls']} hook calls, "
+              f"{h['hooks_ms']:.3f} ms/step = {h['hooks_cpu_pct']:.2f}% of strata_step's CPU "
+              f"{h['c_cpu_ms']:.2f} ms ({h['hooks_pct']:.2f}% of its wall {h['c_ms']:.2f}); "
+              f"step() beyond strata_step {h['step_overhead_pct']:+.2f}%; fwd+bwd CPU median "
+              f"{h['fb_attach_cpu_ms']:.1f} (attach) vs {h['fb_plain_cpu_ms']:.1f} ms (plain): "
+              f"{h['fb_diff_cpu_pct']:+.1f}% of strata_step (noisy)", flush=True)
         del oa, ob
     return rows
 
@@ -516,18 +533,24 @@ def main():
     ap.add_argument("--overhead-threads", default="1")
     ap.add_argument("--overhead-steps", type=int, default=10)
     ap.add_argument("--overhead-rounds", type=int, default=3)
-    ap.add_argument("--hook-steps", type=int, default=6)
+    ap.add_argument("--hook-steps", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="cProfile of step()'s Python side")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--python", default=None,
+                    help="a folder holding another version's strata package (before/after)")
     args = ap.parse_args()
 
+    if args.python:  # another checkout's binding (before/after a change)
+        sys.path.insert(0, os.path.abspath(args.python))
     step_pair.use_build(args.build)
+    if args.python:
+        sys.path.remove(os.path.join(ROOT, "python"))
     import torch
     import strata.torch as st
     import train_gpt as tg
     parts = args.parts.split(",")
     out = {"cpus": NCPU, "torch": torch.__version__, "rows": [], "overhead": []}
-    print(f"strata {os.environ.get('STRATA_LIBRARY')}; torch {torch.__version__}; {NCPU} cores; "
+    print(f"strata {os.environ.get('STRATA_LIBRARY')}, binding {st.__file__}; torch {torch.__version__}; {NCPU} cores; "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
     if "peers" in parts:
         specs = pairs(args)
@@ -568,6 +591,11 @@ def main():
             print(f"| {r['set']} | {r['label']} | {r['threads']} | {w:.1e} "
                   f"({'ok' if r['ok'] else 'differs'}) | {r['strata_ms']:.1f} | "
                   f"{r['peer_ms']:.1f} | {r['ratio']:.2f}x | {r['cpu_ratio']:.2f}x |")
+            if "ratio_f32" in r:
+                print(f"| {r['set']} | {r['label']}, peer's Newton-Schulz in float32 | "
+                      f"{r['threads']} | {r['worst']:.1e} | {r['strata_ms']:.1f} | "
+                      f"{r['peer_f32_ms']:.1f} | {r['ratio_f32']:.2f}x | "
+                      f"{r['cpu_ratio_f32']:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
