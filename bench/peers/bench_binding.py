@@ -172,7 +172,7 @@ def pairs(args):
         return load_soap_ref(args.soap)(ps)
     out["soap-ref"] = (
         "SOAP vs SOAP reference (soap.py)", "SOAP", {},
-        soap_ref if args.soap else None, [2, F + 1], 1e-2,
+        soap_ref if args.soap else None, [2, F + 1], 1e-3,
         "the first step only sets up the eigenbases on both; eigh/QR float32 (peer) "
         "vs float64 (strata); square matrices only (a non-square factor's null "
         "space is a degenerate eigenspace whose basis each solver picks freely)", None)
@@ -180,7 +180,7 @@ def pairs(args):
     def po_soap(ps):
         import pytorch_optimizer as po
         return po.SOAP(ps)
-    out["soap-po"] = ("SOAP vs pytorch_optimizer.SOAP", "SOAP", {}, po_soap, [2, F + 1], 1e-2,
+    out["soap-po"] = ("SOAP vs pytorch_optimizer.SOAP", "SOAP", {}, po_soap, [2, F + 1], 1e-3,
                       out["soap-ref"][6], None)
 
     @contextlib.contextmanager
@@ -292,7 +292,13 @@ def run_pair(torch, st, name, spec, model, grads, threads, args):
         worst = max(e for _, e in checks32)
     else:
         checks32 = None
-        worst = max((c[2] if c[2] is not None else c[1]) for c in checks)
+        # SOAP: judged after the first refresh (step F + 1, F full-rank
+        # gradients in the factors); step 2's basis comes from one square
+        # Gaussian gradient, whose factor's smallest eigenvalues crowd
+        # together (near-degenerate), so it reads 1e-2 and moves with the BLAS
+        # threads' summation order
+        judged = checks[-1:] if sq else checks
+        worst = max((c[2] if c[2] is not None else c[1]) for c in judged)
 
     if exact is not None:  # timed too: the same work at the same precision
         sides["peer_f32"] = side32
@@ -536,10 +542,19 @@ def main():
     ap.add_argument("--hook-steps", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="cProfile of step()'s Python side")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--spin", action="store_true",
+                    help="leave OMP_WAIT_POLICY / OPENBLAS_THREAD_TIMEOUT as they are")
     ap.add_argument("--python", default=None,
                     help="a folder holding another version's strata package (before/after)")
     args = ap.parse_args()
 
+    # Both libraries' idle threads sleep instead of spinning: in one process
+    # torch's OpenMP team, spinning after a peer's step, took the cores from
+    # strata's OpenBLAS threads and the other way round (at "all", loaded:
+    # 10x wall over CPU time). Set before torch and libstrata load.
+    if not args.spin:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     if args.python:  # another checkout's binding (before/after a change)
         sys.path.insert(0, os.path.abspath(args.python))
     step_pair.use_build(args.build)
@@ -551,7 +566,9 @@ def main():
     parts = args.parts.split(",")
     out = {"cpus": NCPU, "torch": torch.__version__, "rows": [], "overhead": []}
     print(f"strata {os.environ.get('STRATA_LIBRARY')}, binding {st.__file__}; torch {torch.__version__}; {NCPU} cores; "
-          f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
+          f"load average {os.getloadavg()[0]:.1f} at start; OMP_WAIT_POLICY="
+          f"{os.environ.get('OMP_WAIT_POLICY')}, OPENBLAS_THREAD_TIMEOUT="
+          f"{os.environ.get('OPENBLAS_THREAD_TIMEOUT')}", flush=True)
     if "peers" in parts:
         specs = pairs(args)
         for kind in args.sets.split(","):
