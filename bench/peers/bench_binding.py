@@ -579,7 +579,8 @@ def main():
     import train_gpt as tg
     parts = args.parts.split(",")
     out = {"cpus": NCPU, "torch": torch.__version__, "rows": [], "overhead": []}
-    print(f"strata {os.environ.get('STRATA_LIBRARY')}, binding {st.__file__}; torch {torch.__version__}; {NCPU} cores; "
+    print(f"strata {os.environ.get('STRATA_LIBRARY')}, binding {st.__file__}; torch "
+          f"{torch.__version__}; {NCPU} cores; "
           f"load average {os.getloadavg()[0]:.1f} at start; OMP_WAIT_POLICY="
           f"{os.environ.get('OMP_WAIT_POLICY')}, OPENBLAS_THREAD_TIMEOUT="
           f"{os.environ.get('OPENBLAS_THREAD_TIMEOUT')}", flush=True)
