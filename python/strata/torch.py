@@ -431,6 +431,9 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._g32: list[Optional[torch.Tensor]] = [
             None if m is None else torch.zeros_like(m) for m in self._master]
         self._low = [i for i, m in enumerate(self._master) if m is not None]
+        # the shapes strata's buffers were registered with (a parameter whose
+        # .data is replaced by another shape would be read past its end)
+        self._shapes = [p.shape for p in self._params]
         self._layer_ids = [0]
         self._master_warned = False
         self._rt = self._build(self._data_ptrs())
@@ -792,11 +795,18 @@ class StrataOptimizer(torch.optim.Optimizer):
         any_grad = False
         f32, strided, plain = _F32, _STRIDED, _PLAIN
         master, managed, g32s, zeros = self._master, self._managed, self._g32, self._zeros_ptr
+        shapes = self._shapes
         for i, p in enumerate(self._params):
             m = master[i]
             if m is not None or not (type(p) in plain and p.dtype is f32 and p.layout is strided
-                                     and p.is_cpu and p.is_contiguous() and p.numel() != 0):
+                                     and p.is_cpu and p.is_contiguous() and
+                                     p.shape == shapes[i]):
                 _check_tensor(p, self._names[i], "the parameter", low_ok=m is not None)
+                if p.shape != shapes[i]:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{self._names[i]}: the parameter has shape {tuple(p.shape)}, "
+                               f"registered with {tuple(shapes[i])} (strata's state is sized "
+                               "at construction: a new shape needs a new optimizer)")
             # a managed parameter's weights are strata's (its registered pointer stays)
             d = self._bufs[i][0] if managed[i] else (p if m is None else m).data_ptr()
             g = p.grad
