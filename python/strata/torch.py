@@ -252,6 +252,37 @@ def _wrapped_params() -> set[int]:
     return out
 
 
+class _Guard:
+    """StrataOptimizer._locked()'s context manager: the per-optimizer lock,
+    refusing a call from inside a strata call on the same thread (one object
+    per optimizer, reused: a generator-based context manager cost a few
+    microseconds per C call, which the hooks pay per parameter)."""
+    __slots__ = ("_opt",)
+
+    def __init__(self, opt: "StrataOptimizer") -> None:
+        self._opt = opt
+
+    def __enter__(self) -> None:
+        o = self._opt
+        me = threading.get_ident()
+        if o._owner == me:
+            raise _err("STRATA_ERR_STATE", "called from inside a strata call on this thread "
+                       "(a log handler during step()?): the runtime is mid-call")
+        o._lock.acquire()
+        o._owner = me
+
+    def __exit__(self, *exc: Any) -> bool:
+        o = self._opt
+        o._owner = None
+        o._lock.release()
+        return False
+
+
+_F32 = torch.float32
+_STRIDED = torch.strided
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 class StrataOptimizer(torch.optim.Optimizer):
     """A torch.optim.Optimizer over one strata runtime (base of the five classes).
 
@@ -345,6 +376,8 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._comm: Any = None
         self._lock = threading.Lock()
         self._owner: Optional[int] = None
+        self._guard = _Guard(self)
+        self._hyper_key: Optional[tuple[tuple[float, float], ...]] = None
         self._lib = L.lib()
         self._embedding_patterns = tuple(embedding_patterns)
         self._head_patterns = tuple(head_patterns)
@@ -392,6 +425,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._stepped = False
         self._scale = 1.0
         self._zeros = torch.zeros(max(p.numel() for p in self._params), dtype=torch.float32)
+        self._zeros_ptr = _ptr(self._zeros)
         # bfloat16/float16 parameters: strata steps a float32 master copy of the
         # weights (and reads a float32 copy of the gradient); the parameter gets
         # the master's rounding after each step
@@ -399,6 +433,11 @@ class StrataOptimizer(torch.optim.Optimizer):
             p.detach().float().contiguous() if p.dtype in _LOW else None for p in self._params]
         self._g32: list[Optional[torch.Tensor]] = [
             None if m is None else torch.zeros_like(m) for m in self._master]
+        self._low = [i for i, m in enumerate(self._master) if m is not None]
+        # the shapes strata's buffers were registered with (a parameter whose
+        # .data is replaced by another shape would be read past its end)
+        self._shapes = [p.shape for p in self._params]
+        self._layer_ids = [0]
         self._master_warned = False
         self._rt = self._build(self._data_ptrs())
         self._bufs = [(d, _ptr(self._zeros)) for d in self._data_ptrs()]
@@ -408,22 +447,12 @@ class StrataOptimizer(torch.optim.Optimizer):
             log.info("route %-32s %-14s -> %-10s (%s)", r["name"], "x".join(map(str, r["shape"]))
                      or "scalar", r["optimizer"], r["reason"])
 
-    @contextlib.contextmanager
-    def _locked(self) -> Any:
+    def _locked(self) -> "_Guard":
         """The per-optimizer lock around C calls. A call from inside one of
         them on the same thread (a logging handler run by strata's log sink
         during a step) is refused with STRATA_ERR_STATE: the runtime is
         driven by one thread at a time and is mid-call."""
-        me = threading.get_ident()
-        if self._owner == me:
-            raise _err("STRATA_ERR_STATE", "called from inside a strata call on this thread "
-                       "(a log handler during step()?): the runtime is mid-call")
-        with self._lock:
-            self._owner = me
-            try:
-                yield
-            finally:
-                self._owner = None
+        return self._guard
 
     # ---- configuration
     def _make_config(self, opts: dict[str, Any]) -> L.Config:
@@ -707,6 +736,7 @@ class StrataOptimizer(torch.optim.Optimizer):
                     "strata_param_get_hyper")
             self._hyper.append((lr.value, wd.value))
         self._active = [True] * len(self._params)
+        self._hyper_key = None
 
     def _configured(self, family: str) -> tuple[float, float]:
         fam = getattr(self._cfg, _FAMILY_FIELD[family])
@@ -763,33 +793,56 @@ class StrataOptimizer(torch.optim.Optimizer):
                 pos += 1
         return out
 
-    def _gather(self) -> list[tuple[int, int]]:
-        """Every parameter's (data, grad) pointers for this step, checked first."""
+    def _gather(self) -> tuple[list[tuple[int, int]], list[bool]]:
+        """Every parameter's (data, grad) pointers for this step, checked
+        first, and whether it has a gradient (is active). The common case of
+        _check_tensor's contract (a plain, dense, contiguous, non-empty
+        float32 CPU tensor; a gradient of the parameter's shape) is tested
+        inline; anything else goes through _check_tensor / _check_grad,
+        which accept it or name what is wrong."""
         bufs = []
+        active = []
         any_grad = False
+        f32, strided, plain = _F32, _STRIDED, _PLAIN
+        master, managed, g32s, zeros = self._master, self._managed, self._g32, self._zeros_ptr
+        shapes = self._shapes
         for i, p in enumerate(self._params):
-            n = self._names[i]
-            _check_tensor(p, n, "the parameter", low_ok=self._master[i] is not None)
+            m = master[i]
+            if m is not None or not (type(p) in plain and p.dtype is f32 and p.layout is strided
+                                     and p.is_cpu and p.is_contiguous() and
+                                     p.shape == shapes[i]):
+                _check_tensor(p, self._names[i], "the parameter", low_ok=m is not None)
+                if p.shape != shapes[i]:
+                    raise _err("STRATA_ERR_INVALID_ARG",
+                               f"{self._names[i]}: the parameter has shape {tuple(p.shape)}, "
+                               f"registered with {tuple(shapes[i])} (strata's state is sized "
+                               "at construction: a new shape needs a new optimizer)")
             # a managed parameter's weights are strata's (its registered pointer stays)
-            d = self._bufs[i][0] if self._managed[i] else _ptr(self._data(i))
+            d = self._bufs[i][0] if managed[i] else (p if m is None else m).data_ptr()
             g = p.grad
             if g is None:  # skipped this step (strata_param_set_active); the zeros buffer
                 # stands in for the gradient torch may have freed (several ranks still
                 # reduce it at strata_hook_backward; nothing reads the result)
-                bufs.append((d, _ptr(self._zeros)))
+                bufs.append((d, zeros))
+                active.append(False)
+                continue
+            active.append(True)
+            any_grad = True
+            if m is None and type(g) in plain and g.dtype is f32 and g.layout is strided and \
+                    g.is_cpu and g.is_contiguous() and g.shape == p.shape:
+                bufs.append((d, g.data_ptr()))  # (non-empty: the parameter's shape)
                 continue
             self._check_grad(i, g)
-            any_grad = True
-            if self._g32[i] is not None and self._comm is not None and \
+            if g32s[i] is not None and self._comm is not None and \
                     self._layers[i] in self._reduced:
                 # attach()'s hook copied and reduced it already (the owner holds the mean)
-                bufs.append((d, _ptr(self._g32[i])))
+                bufs.append((d, _ptr(g32s[i])))
             else:
                 bufs.append((d, self._grad_ptr(i, g)))
         if not any_grad:
             raise _err("STRATA_ERR_STATE", "step() before any backward: no parameter has a "
                        "gradient (nothing changed)")
-        return bufs
+        return bufs, active
 
     def _data(self, i: int) -> torch.Tensor:
         """What strata steps for parameter i: the parameter, or its float32 master."""
@@ -818,8 +871,9 @@ class StrataOptimizer(torch.optim.Optimizer):
     def _masters_current(self) -> None:
         """A low-precision parameter written outside the optimizer (the
         model's load_state_dict, an init): its master follows (warned once)."""
-        for i, m in enumerate(self._master):
-            if m is not None and not torch.equal(self._params[i], m.to(self._params[i].dtype)):
+        for i in self._low:
+            m = self._master[i]
+            if not torch.equal(self._params[i], m.to(self._params[i].dtype)):
                 if not self._master_warned:
                     log.warning("%s changed outside the optimizer: its float32 master copy "
                                 "is taken from it again (the bits below its %s are lost)",
@@ -829,18 +883,30 @@ class StrataOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def _write_back(self) -> None:
-        for i, m in enumerate(self._master):
-            if m is not None:
-                self._params[i].copy_(m)
+        for i in self._low:
+            self._params[i].copy_(self._master[i])
 
     def _repoint(self, rt: int, bufs: list[tuple[int, int]]) -> None:
+        """strata_param_set_buffers where a pointer changed (pointers as
+        ints: argtypes c_void_p; the message is built only on an error)."""
+        if bufs == self._bufs:
+            return
+        set_buffers = self._lib.strata_param_set_buffers
         for i, (d, g) in enumerate(bufs):
             od, og = self._bufs[i]
-            if (d, g) != (od, og):
-                L.check(self._lib.strata_param_set_buffers(
-                    rt, i, c_void_p(d) if d != od else None, c_void_p(g) if g != og else None),
-                    f"strata_param_set_buffers({self._names[i]})")
+            if d != od or g != og:
+                st = set_buffers(rt, i, d if d != od else None, g if g != og else None)
+                if st:
+                    L.check(st, f"strata_param_set_buffers({self._names[i]})")
                 self._bufs[i] = (d, g)
+
+    def _group_key(self) -> Optional[tuple[tuple[float, float], ...]]:
+        """The groups' (lr, weight_decay), to tell whether _wanted() could
+        give anything else than at the last step (None: not plain floats)."""
+        try:
+            return tuple((float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups)
+        except (TypeError, ValueError, RuntimeError, KeyError):
+            return None
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
@@ -863,9 +929,12 @@ class StrataOptimizer(torch.optim.Optimizer):
                                "before the first step: its module hooks materialize each "
                                "layer's weights before its forward and backward and release "
                                "them after (nothing changed)")
-                wanted = self._wanted()
-                self._masters_current()
-                bufs = self._gather()
+                # the groups' lr and weight decay as at the last step: nothing to set
+                key = self._group_key()
+                wanted = None if key is not None and key == self._hyper_key else self._wanted()
+                if self._low:
+                    self._masters_current()
+                bufs, active = self._gather()
             except StrataError as e:
                 err = e
             if self._comm is not None:  # a refusal on one rank is a refusal on all
@@ -873,38 +942,45 @@ class StrataOptimizer(torch.optim.Optimizer):
             elif err is not None:
                 raise err
             self._repoint(rt, bufs)
+            lib = self._lib
             if self._scale != 1.0:  # the groups' lrs are absolute (strata_param_set_hyper)
-                L.check(self._lib.strata_set_lr_scale(rt, ctypes.c_float(1.0)),
+                L.check(lib.strata_set_lr_scale(rt, ctypes.c_float(1.0)),
                         "strata_set_lr_scale")
                 self._scale = 1.0
-            for i, (lr, wd) in enumerate(wanted):
-                key = (ctypes.c_float(lr).value, ctypes.c_float(wd).value)
-                if key != self._hyper[i]:
-                    L.check(self._lib.strata_param_set_hyper(rt, i, ctypes.c_float(lr),
-                                                             ctypes.c_float(wd)),
-                            f"strata_param_set_hyper({self._names[i]})")
-                    self._hyper[i] = key
-            for i, p in enumerate(self._params):
-                active = p.grad is not None
-                if active != self._active[i]:
-                    L.check(self._lib.strata_param_set_active(rt, i, active),
-                            f"strata_param_set_active({self._names[i]})")
-                    self._active[i] = active
+            if wanted is not None:
+                for i, (lr, wd) in enumerate(wanted):
+                    key_i = (ctypes.c_float(lr).value, ctypes.c_float(wd).value)
+                    if key_i != self._hyper[i]:
+                        L.check(lib.strata_param_set_hyper(rt, i, ctypes.c_float(lr),
+                                                           ctypes.c_float(wd)),
+                                f"strata_param_set_hyper({self._names[i]})")
+                        self._hyper[i] = key_i
+                self._hyper_key = key
+            if active != self._active:
+                for i, a in enumerate(active):
+                    if a != self._active[i]:
+                        L.check(lib.strata_param_set_active(rt, i, a),
+                                f"strata_param_set_active({self._names[i]})")
+                        self._active[i] = a
             # the layers attach()'s gradient hooks did not reduce (all of them
             # without attach: layer 0), in the same order on every rank
-            for layer in sorted(set(self._layers) - self._reduced):
-                L.check(self._lib.strata_hook_backward(rt, layer),
-                        f"strata_hook_backward({layer})")
+            for layer in self._layer_ids:
+                if layer not in self._reduced:
+                    st = lib.strata_hook_backward(rt, layer)
+                    if st:
+                        L.check(st, f"strata_hook_backward({layer})")
             self._reduced.clear()
             self._ready.clear()
-            L.check(self._lib.strata_step(rt), "strata_step")
+            L.check(lib.strata_step(rt), "strata_step")
             self._stepped = True
-            for layer in list(self._held):  # ZeRO-3: nothing stays filled past a step
-                self._empty(layer)
+            if self._held:
+                for layer in list(self._held):  # ZeRO-3: nothing stays filled past a step
+                    self._empty(layer)
             self._seen.clear()
             if self._comm is not None:  # the owners' new weights to every rank
-                L.check(self._lib.strata_sync_weights(rt), "strata_sync_weights")
-            self._write_back()
+                L.check(lib.strata_sync_weights(rt), "strata_sync_weights")
+            if self._low:
+                self._write_back()
         return loss
 
     # ---- module hooks
@@ -926,7 +1002,10 @@ class StrataOptimizer(torch.optim.Optimizer):
           their owners while the backward of the layers below goes on (one
           blocking reduce per tensor over the process group: strata's
           bucketed non-blocking reduce needs a transport with non-blocking
-          slots, MPI, which TorchComm is not).
+          slots, MPI, which TorchComm is not). In one process nothing reads
+          a gradient before the step, so the hook only counts the layer's
+          gradients and runs strata_hook_backward(layer); step() checks and
+          re-points them, as without attach.
 
         With managed=True (ZeRO-3, several ranks): the managed parameters
         this rank does not own keep their shape over storage of 0 bytes; the
@@ -993,11 +1072,13 @@ class StrataOptimizer(torch.optim.Optimizer):
                            "would drop its state); attach before the first step and before "
                            "load/load_state_dict")
             old_layers, self._layers = self._layers, layers
+            self._layer_ids = sorted(set(layers))
             self._managed = managed
             try:  # a fresh runtime with the layers (collective under torchrun)
                 rt = self._build(self._data_ptrs())
             except BaseException:
                 self._layers = old_layers
+                self._layer_ids = sorted(set(old_layers))
                 self._managed = [False] * len(self._params)
                 raise
             old, self._rt = self._rt, rt
@@ -1196,18 +1277,44 @@ class StrataOptimizer(torch.optim.Optimizer):
             self._comm.abort(f"rank {self._comm.rank}: {e}")
 
     def _on_forward(self, layer: int) -> None:
-        with self._locked():
+        with self._guard:
             try:
-                L.check(self._lib.strata_hook_forward(self._rt, layer),
-                        f"strata_hook_forward({layer})")
+                st = self._lib.strata_hook_forward(self._rt, layer)
+                if st:
+                    L.check(st, f"strata_hook_forward({layer})")
                 if layer in self._zlayers:
                     self._fill(layer)
             except BaseException as e:
                 self._fail_ranks(e)
                 raise
 
-    @torch.no_grad()
     def _on_grad(self, i: int) -> None:
+        layer = self._layers[i]
+        if self._comm is not None or layer in self._zlayers:
+            self._on_grad_ranks(i)
+            return
+        # One process: nothing reads a gradient before step(), which checks
+        # and re-points every one (_gather, as without attach); the hook
+        # records that the layer's gradients are final (strata_hook_backward
+        # once all have arrived: the same calls, in the same order).
+        if self._no_sync or layer in self._reduced or self._params[i].grad is None:
+            return
+        ready = self._ready.get(layer)
+        if ready is None:
+            ready = self._ready[layer] = set()
+        ready.add(i)
+        if len(ready) == self._layer_size[layer]:
+            with self._guard:
+                st = self._lib.strata_hook_backward(self._rt, layer)
+                if st:
+                    L.check(st, f"strata_hook_backward({layer})")
+            self._reduced.add(layer)
+            del self._ready[layer]
+
+    @torch.no_grad()
+    def _on_grad_ranks(self, i: int) -> None:
+        """_on_grad under torchrun or for a ZeRO-3 layer: the gradient goes to
+        strata now (its layer's reduce starts once all have arrived)."""
         layer = self._layers[i]
         if layer in self._zlayers:  # ZeRO-3: the layer's backward is done once all arrived
             seen = self._seen.setdefault(layer, set())

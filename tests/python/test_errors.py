@@ -178,6 +178,17 @@ def test_bad_gradients_lose_nothing():
             ps[0].data = saved
     f.refused("STRATA_ERR_INVALID_ARG", param_became_float64)
 
+    def param_changed_shape():  # strata would read (and write) past the new storage
+        saved = ps[0].data
+        ps[0].data = torch.zeros(2, 2)
+        ps[0].grad = torch.zeros(2, 2)
+        try:
+            f.o.step()
+        finally:
+            ps[0].data = saved
+            ps[0].grad = None
+    f.refused("STRATA_ERR_INVALID_ARG", param_changed_shape)
+
 
 def test_load_state_dict_from_elsewhere_refused():
     f = Fixture()
