@@ -7,7 +7,8 @@
  * rank-R.json by every rank, model.safetensors by rank 0 while managed
  * weights stream past layer by layer (each rank holds its shard plus one
  * layer, never the whole model); each file is
- * hashed (SHA-256, OpenSSL's libcrypto) while it is written, into blocks
+ * hashed (SHA-256, OpenSSL's libcrypto) while it is written (a large
+ * file's buffers on a second thread, beside their writes), into blocks
  * allocated before the writes (fallocate); a rank's files are fsynced
  * together once the last of them is written (fsync_set).
  * The sizes and digests reach rank 0 through one allreduce; rank 0 writes
