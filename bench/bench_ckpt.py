@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Checkpoint save and load throughput against the disk, side by side.
 
-One run. For each model (the default GPT and a larger one) it trains a few
-steps with a save after every step (`strata train --save-every 1`), then
-resumes from the last checkpoint with no step left (a pure load), and, in
-the same directory and in the same run, measures the disk with fio:
+One run. For each model (the default GPT and a larger one, saved before
+the first inverse roots; then GPT-2-small, 12 x 768 at seq 256, saved with
+its roots present) it trains a few steps with a save after every step
+(`strata train --save-every 1`), then resumes from the last checkpoint for
+one more step (the load is timed alone), and, in the same directory and in the same run,
+measures the disk with fio:
 
   * save: strata_save's wall time is the pause the training loop sees (the
     refresh drain, the weight sync, writing, fsync of every file and of the
@@ -21,12 +23,22 @@ the same directory and in the same run, measures the disk with fio:
     invalidate=1 (posix_fadvise DONTNEED on the file first): the cache is
     dropped the same way as for strata's cold load.
 
+GPT-2-small's roots take minutes to compute on a small machine, so they are
+computed once: a seed run of one step with its first refresh at step 1
+(`--start-preconditioning-step 1`) saves a checkpoint, and every round
+resumes from it and saves after each of its steps (each save holds the
+roots, the factors and the grafting state; the seed's load is not
+measured). It runs --gpt2-rounds rounds of --gpt2-saves saves (batch 1: the
+forward/backward is not what is measured; the checkpoint does not depend
+on it); --no-gpt2 leaves it out.
+
 fio and strata alternate for --rounds rounds; medians are reported. The
 ratio column is strata / fio. The OpenBLAS core is read from the library the
 strata binary links (openblas_get_corename), under this process's
 environment, which strata inherits.
 
 Usage: bench_ckpt.py STRATA_EXE [--dir DIR] [--rounds 3] [--saves 3]
+                     [--gpt2-rounds 1] [--gpt2-saves 2] [--no-gpt2]
        (DIR: where checkpoints and fio's file go; default a temporary
        directory under the current one, removed at the end)
 """
@@ -41,13 +53,17 @@ import subprocess
 import sys
 import tempfile
 
+# (label, model flags, saved with roots present)
 MODELS = [
-    ("default GPT (4 x 128)", []),
-    ("larger GPT (8 x 256)", ["--layers", "8", "--d-model", "256", "--heads", "8"]),
+    ("default GPT (4 x 128)", ["--seq-len", "64", "--batch", "4"], False),
+    ("larger GPT (8 x 256)", ["--layers", "8", "--d-model", "256", "--heads", "8",
+                              "--seq-len", "64", "--batch", "4"], False),
+    ("GPT-2-small (12 x 768, seq 256), roots present",
+     ["--layers", "12", "--d-model", "768", "--heads", "12", "--seq-len", "256", "--batch", "1",
+      "--start-preconditioning-step", "1"], True),
 ]
 # Short steps: the forward/backward is not what is measured.
-COMMON = ["--optimizer", "shampoo", "--seq-len", "64", "--batch", "4", "--eval-every", "0",
-          "--eval-batches", "1", "--quiet"]
+COMMON = ["--optimizer", "shampoo", "--eval-every", "0", "--eval-batches", "1", "--quiet"]
 
 
 def openblas_core(exe):
@@ -106,6 +122,9 @@ def main():
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--saves", type=int, default=3)
+    ap.add_argument("--gpt2-rounds", type=int, default=1)
+    ap.add_argument("--gpt2-saves", type=int, default=2)
+    ap.add_argument("--no-gpt2", action="store_true")
     a = ap.parse_args()
     exe = os.path.abspath(a.exe)
     base = a.dir or tempfile.mkdtemp(prefix="bench_ckpt.", dir=".")
@@ -114,13 +133,25 @@ def main():
     print(f"directory: {os.path.abspath(base)}")
     rows = []
     try:
-        for label, margs in MODELS:
+        for label, margs, roots in MODELS:
+            if roots and a.no_gpt2:
+                continue
+            rounds, saves = (a.gpt2_rounds, a.gpt2_saves) if roots else (a.rounds, a.saves)
             save_mibs, pauses, load_cold, load_warm, fio_w, fio_r = [], [], [], [], [], []
             ckpt_mib = 0.0
-            for r in range(a.rounds):
+            first, seed = [], None
+            if roots:
+                # the roots once: one step, refreshed at step 1, saved
+                seed_dir = os.path.join(base, f"seed-{len(rows)}")
+                train(exe, margs + ["--steps", "1", "--save-every", "1", "--save-dir", seed_dir],
+                      os.path.join(base, "seed.jsonl"))
+                seed = os.path.join(seed_dir, "step-00000001")
+                first = ["--resume", seed]
+            for r in range(rounds):
                 sd = os.path.join(base, f"ck-{len(rows)}-{r}")
-                got = train(exe, margs + ["--steps", str(a.saves), "--save-every", "1",
-                                          "--save-dir", sd],
+                steps = saves + (1 if roots else 0)
+                got = train(exe, margs + first + ["--steps", str(steps), "--save-every", "1",
+                                                  "--save-dir", sd],
                             os.path.join(base, "save.jsonl"))
                 ckpt_bytes = got["ckpt_bytes"]
                 ckpt_mib = ckpt_bytes / 1048576.0
@@ -129,12 +160,14 @@ def main():
                 save_mibs.append(got["ckpt_save_mib_s"])
                 pauses.append(got["ckpt_pause_max_s"])
                 fio_w.append(fio(base, "write", int(ckpt_bytes)))
-                last = os.path.join(sd, f"step-{a.saves:08d}")
+                last = os.path.join(sd, f"step-{steps:08d}")
                 drop_cache(last)
-                cold = train(exe, margs + ["--steps", str(a.saves), "--resume", last],
+                # one step after the load: a run with nothing left to train
+                # writes no summary (and so no load figures)
+                cold = train(exe, margs + ["--steps", str(steps + 1), "--resume", last],
                              os.path.join(base, "load.jsonl"))
                 load_cold.append(cold["ckpt_load_mib_s"])
-                warm = train(exe, margs + ["--steps", str(a.saves), "--resume", last],
+                warm = train(exe, margs + ["--steps", str(steps + 1), "--resume", last],
                              os.path.join(base, "load.jsonl"))
                 load_warm.append(warm["ckpt_load_mib_s"])
                 if warm["weights_hash"] != cold["weights_hash"]:
@@ -142,20 +175,21 @@ def main():
                 fio_r.append(fio(base, "read", int(ckpt_bytes)))
                 os.remove(os.path.join(base, "fio-seq.dat"))
                 shutil.rmtree(sd)
+            if seed:
+                shutil.rmtree(os.path.dirname(seed))
             med = statistics.median
             rows.append((label, ckpt_mib, med(save_mibs), 1e3 * max(pauses), med(fio_w),
-                         med(load_cold), med(load_warm), med(fio_r)))
+                         med(load_cold), med(load_warm), med(fio_r), rounds, saves))
     finally:
         if not a.dir:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"\nmedians over {a.rounds} rounds (strata and fio alternating); save = "
-          f"strata_save's pause, {a.saves} saves per round")
-    hdr = ("model", "ckpt MiB", "save MiB/s", "pause max ms", "fio write MiB/s", "save/fio",
+    print("\nmedians over the rounds (strata and fio alternating); save = strata_save's pause")
+    hdr = ("model", "rounds x saves", "ckpt MiB", "save MiB/s", "pause max ms", "fio write MiB/s", "save/fio",
            "load cold MiB/s", "load warm MiB/s", "fio read MiB/s", "cold/fio")
     print("| " + " | ".join(hdr) + " |")
     print("|" + "---|" * len(hdr))
-    for label, mib, sv, pz, fw, lc, lw, fr in rows:
-        print(f"| {label} | {mib:.1f} | {sv:.0f} | {pz:.1f} | {fw:.0f} | {sv / fw:.2f} | "
+    for label, mib, sv, pz, fw, lc, lw, fr, nr, ns in rows:
+        print(f"| {label} | {nr} x {ns} | {mib:.1f} | {sv:.0f} | {pz:.1f} | {fw:.0f} | {sv / fw:.2f} | "
               f"{lc:.0f} | {lw:.0f} | {fr:.0f} | {lc / fr:.2f} |")
     return 0
 

@@ -7,14 +7,18 @@
  * rank-R.json by every rank, model.safetensors by rank 0 while managed
  * weights stream past layer by layer (each rank holds its shard plus one
  * layer, never the whole model); each file is
- * hashed (SHA-256, OpenSSL's libcrypto) while it is written and fsynced.
+ * hashed (SHA-256, OpenSSL's libcrypto) while it is written (a large
+ * file's buffers on a second thread, beside their writes), into blocks
+ * allocated before the writes (fallocate); a rank's files are fsynced
+ * together once the last of them is written (fsync_set).
  * The sizes and digests reach rank 0 through one allreduce; rank 0 writes
  * manifest.json, fsyncs the directory, renames it into place and fsyncs the
  * parent. A killed save leaves only a "*.tmp-*" directory.
  *
- * Load: read the manifest and the rank files this rank needs whole, and of
- * model.safetensors only this rank's weights (streamed through one buffer
- * to check the digest), check sizes and digests, parse, match everything against the runtime (names, shapes,
+ * Load: read the manifest, map the rank files this rank needs whole
+ * (read-only, hashed in the same pass: no copy into fresh memory), and of
+ * model.safetensors keep only this rank's weights (streamed through one
+ * buffer to check the digest), check sizes and digests, parse, match everything against the runtime (names, shapes,
  * dtypes, routing, phases, engine configuration) — only then change state:
  * engine blocks first (the registry's slots and a replay of the installed
  * result's install), then the family tensors (overwriting what the replayed
@@ -30,6 +34,7 @@
 #include "base/clock.h"
 #include "runtime/config_schema.h"
 #include "runtime/state.h"
+#include "workers/workers.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -217,40 +222,139 @@ static strata_status wfile_open(strata_runtime *rt, wfile *w, const char *path)
     return STRATA_OK;
 }
 
-static strata_status wfile_write(wfile *w, const void *buf, size_t n)
+/* write() all of buf: 0, or the errno of the failure (-1: a short write). */
+static int write_all(wfile *w, const void *buf, size_t n)
 {
     const char *p = buf;
-    EVP_DigestUpdate(w->md, buf, n);
-    w->bytes += n;
     while (n > 0) {
         ssize_t k = io_fault(w->rt) ? -1 : write(w->fd, p, n);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return strata_error(STRATA_ERR_IO, "checkpoint: writing %s: %s", w->path,
-                                k < 0 ? strerror(errno) : "short write");
+            return k < 0 ? errno : -1;
         p += k;
         n -= (size_t)k;
     }
-    return STRATA_OK;
+    return 0;
 }
 
-/* fsync, close, digest; on st != OK only releases. */
-static strata_status wfile_close(wfile *w, strata_status st, uint8_t digest[32])
+static strata_status write_status(const wfile *w, int err)
 {
-    if (st == STRATA_OK && (io_fault(w->rt) || fsync(w->fd) != 0))
-        st = strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", w->path, strerror(errno));
+    return err == 0 ? STRATA_OK
+                    : strata_error(STRATA_ERR_IO, "checkpoint: writing %s: %s", w->path,
+                                   err > 0 ? strerror(err) : "short write");
+}
+
+static strata_status wfile_write(wfile *w, const void *buf, size_t n)
+{
+    EVP_DigestUpdate(w->md, buf, n);
+    w->bytes += n;
+    return write_status(w, write_all(w, buf, n));
+}
+
+/* A large buffer's SHA-256 and its write() at once, on the two threads of
+ * a team: the hash and the kernel's copy into the page cache are each
+ * about half of a save's CPU time (perf, on the development VM), and
+ * neither needs the other. Item 0 hashes, item 1 writes (whichever thread
+ * runs it: it records its errno; the message is made on the caller's
+ * thread, whose last error it is). */
+#define PAIR_MIN ((size_t)1 << 20) /* bytes from which a buffer is hashed beside its write */
+
+typedef struct pair_job {
+    wfile *w;
+    const void *buf;
+    size_t n;
+    int err;
+} pair_job;
+
+static void pair_item(void *user, int i)
+{
+    pair_job *j = user;
+    if (i == 0)
+        EVP_DigestUpdate(j->w->md, j->buf, j->n);
+    else
+        j->err = write_all(j->w, j->buf, j->n);
+}
+
+static strata_status wfile_write_pair(wfile *w, strata_worker_team *team, const void *buf,
+                                      size_t n)
+{
+    if (!team || n < PAIR_MIN)
+        return wfile_write(w, buf, n);
+    pair_job j = {.w = w, .buf = buf, .n = n};
+    strata_worker_team_run(team, 2, pair_item, &j);
+    w->bytes += n;
+    return write_status(w, j.err);
+}
+
+/* Allocate the file's blocks for the `n` bytes it will hold, before they
+ * are written (as fio does by default): the file system places them at
+ * once rather than at the write-back, and the fsync then flushes data into
+ * blocks that exist. Advisory (KEEP_SIZE: the file's size grows with what
+ * is written, as without it): a file system that cannot preallocate just
+ * writes, and a disk that is full fails the writes. */
+static void wfile_reserve(wfile *w, uint64_t n)
+{
+    if (n > 0)
+        (void)fallocate(w->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)n);
+}
+
+/* fsync and close one file (its path for the messages). */
+static strata_status fd_sync_close(strata_runtime *rt, int fd, const char *path, strata_status st)
+{
+    if (st == STRATA_OK && (io_fault(rt) || fsync(fd) != 0))
+        st = strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(errno));
     /* The descriptor is released even when the injected close "fails". */
-    const bool fail_close = st == STRATA_OK && io_fault(w->rt);
+    const bool fail_close = st == STRATA_OK && io_fault(rt);
     const int e = errno;
-    if ((close(w->fd) != 0 || fail_close) && st == STRATA_OK)
-        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", w->path,
+    if ((close(fd) != 0 || fail_close) && st == STRATA_OK)
+        st = strata_error(STRATA_ERR_IO, "checkpoint: close %s: %s", path,
                           strerror(fail_close ? e : errno));
+    return st;
+}
+
+/* A rank's files, written whole, whose fsyncs wait until the last of them
+ * is written (fsync_set_flush): the save stops for the disk once rather
+ * than at each file's end, and the first fsync's journal commit carries
+ * the others' metadata (on ext4: the later ones find little left). Every
+ * file is still fsynced before the rows reach rank 0 and the manifest
+ * names it (the same fsyncs and closes, fault-injected as before). */
+#define FSYNC_SET_MAX 4
+typedef struct fsync_set {
+    int n;
+    int fd[FSYNC_SET_MAX];
+    char *path[FSYNC_SET_MAX];
+} fsync_set;
+
+/* fsync and close every file of the set (st != OK: only close), in the
+ * order they were written; the first error is returned. */
+static strata_status fsync_set_flush(strata_runtime *rt, fsync_set *set, strata_status st)
+{
+    for (int i = 0; i < set->n; i++) {
+        if (st == STRATA_OK)
+            st = fd_sync_close(rt, set->fd[i], set->path[i], st);
+        else
+            close(set->fd[i]);
+        free(set->path[i]);
+    }
+    set->n = 0;
+    return st;
+}
+
+/* Digest; then fsync and close, or, with a set (that has room), leave both
+ * to fsync_set_flush. On st != OK only releases. */
+static strata_status wfile_close(wfile *w, strata_status st, uint8_t digest[32], fsync_set *set)
+{
     unsigned len = 0;
     if (st == STRATA_OK && digest)
         EVP_DigestFinal_ex(w->md, digest, &len);
     EVP_MD_CTX_free(w->md);
-    return st;
+    char *path = st == STRATA_OK && set && set->n < FSYNC_SET_MAX ? strdup(w->path) : NULL;
+    if (!path)
+        return fd_sync_close(w->rt, w->fd, w->path, st);
+    set->fd[set->n] = w->fd;
+    set->path[set->n++] = path;
+    return STRATA_OK;
 }
 
 static void sha256(const void *buf, size_t n, uint8_t out[32])
@@ -323,6 +427,88 @@ static strata_status read_file(const char *path, uint64_t cap, uint8_t **out, si
     *out = buf;
     *len = n;
     return STRATA_OK;
+}
+
+/* A checkpoint file mapped read-only (map_file), or an empty one. */
+static const uint8_t empty_file[1];
+
+#define MAP_AHEAD ((size_t)32 << 20) /* bytes of a mapped file asked for ahead of the hash */
+#define MAP_STEP ((size_t)4 << 20)   /* bytes hashed between read-ahead requests */
+
+/* Map a regular file whole, read-only (at most `cap` bytes; same errors as
+ * read_file), and SHA-256 it in the same pass: the file's pages are used
+ * where they lie in the page cache, with no copy into fresh memory (which
+ * the kernel must zero first: on the development VM that cost as much as
+ * the read itself). The hash asks the kernel for the next MAP_AHEAD bytes
+ * (POSIX_FADV_WILLNEED) as it goes, so that a cold file's reads overlap
+ * the hashing. A published checkpoint's files are never written again (a
+ * save writes a new directory, O_EXCL, and renames it; --keep unlinks,
+ * which leaves a mapping intact): a file truncated by another program while
+ * it is mapped would end the process with SIGBUS. Unmap with unmap_file. */
+static strata_status map_file(const char *path, uint64_t cap, const uint8_t **out, size_t *len,
+                              uint8_t digest[32])
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return strata_error(STRATA_ERR_IO, "checkpoint: %s: %s", path,
+                            errno == ENOENT ? "missing file" : strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return strata_error(STRATA_ERR_IO, "checkpoint: %s is not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > cap) {
+        close(fd);
+        return strata_error(STRATA_ERR_DATA, "checkpoint: %s has %lld bytes, more than expected "
+                            "(%llu)", path, (long long)sb.st_size, (unsigned long long)cap);
+    }
+    const size_t n = (size_t)sb.st_size;
+    const uint8_t *buf = empty_file;
+    if (n > 0) {
+        void *m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            const int e = errno;
+            close(fd);
+            return strata_error(e == ENOMEM ? STRATA_ERR_NOMEM : STRATA_ERR_IO,
+                                "checkpoint: cannot map %s (%zu bytes): %s", path, n,
+                                strerror(e));
+        }
+        buf = m;
+        (void)madvise(m, n, MADV_SEQUENTIAL);
+    }
+    EVP_MD_CTX *md = digest ? EVP_MD_CTX_new() : NULL;
+    if (digest && (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1)) {
+        EVP_MD_CTX_free(md);
+        if (n > 0)
+            munmap((void *)buf, n);
+        close(fd);
+        return strata_error(STRATA_ERR_NOMEM, "checkpoint: SHA-256 context: out of memory");
+    }
+    if (md) {
+        (void)posix_fadvise(fd, 0, (off_t)(n < MAP_AHEAD ? n : MAP_AHEAD), POSIX_FADV_WILLNEED);
+        for (size_t off = 0; off < n; off += MAP_STEP) {
+            const size_t k = n - off < MAP_STEP ? n - off : MAP_STEP;
+            if (off + MAP_AHEAD < n)
+                (void)posix_fadvise(fd, (off_t)(off + MAP_AHEAD), (off_t)MAP_STEP,
+                                    POSIX_FADV_WILLNEED);
+            EVP_DigestUpdate(md, buf + off, k);
+        }
+        unsigned dl = 0;
+        EVP_DigestFinal_ex(md, digest, &dl);
+        EVP_MD_CTX_free(md);
+    }
+    close(fd); /* the mapping stays */
+    *out = buf;
+    *len = n;
+    return STRATA_OK;
+}
+
+static void unmap_file(const uint8_t *buf, size_t len)
+{
+    if (buf && buf != empty_file && len > 0)
+        munmap((void *)buf, len);
 }
 
 /* Remove a checkpoint directory (its plain files, then itself). */
@@ -403,20 +589,21 @@ typedef strata_status (*item_walk_fn)(void *ctx, int i, const void **ptr);
 
 static strata_status st_write_walk(strata_runtime *rt, const char *path, const item_list *l,
                                    item_walk_fn walk, void *ctx, uint64_t *bytes,
-                                   uint8_t digest[32]);
+                                   uint8_t digest[32], fsync_set *set);
 
 static strata_status st_write(strata_runtime *rt, const char *path, const item_list *l,
-                              uint64_t *bytes, uint8_t digest[32])
+                              uint64_t *bytes, uint8_t digest[32], fsync_set *set)
 {
-    return st_write_walk(rt, path, l, NULL, NULL, bytes, digest);
+    return st_write_walk(rt, path, l, NULL, NULL, bytes, digest, set);
 }
 
 /* Write items `l` as a safetensors file; `walk` (may be NULL) runs before
  * every item, also after a failure (it may be a collective every rank
- * walks), and gives the item's bytes. */
+ * walks), and gives the item's bytes. With `set`, the file's fsync is left
+ * to fsync_set_flush (wfile_close). */
 static strata_status st_write_walk(strata_runtime *rt, const char *path, const item_list *l,
                                    item_walk_fn walk, void *ctx, uint64_t *bytes,
-                                   uint8_t digest[32])
+                                   uint8_t digest[32], fsync_set *set)
 {
     strata_rt_view v;
     strata_rt_view_get(rt, &v);
@@ -453,13 +640,20 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
     strata_status st = hdr && stage ? STRATA_OK
                                     : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     wfile w = {.fd = -1};
+    strata_worker_team *team = NULL;
     if (st == STRATA_OK) {
         for (int i = 0; i < 8; i++)
             hdr[i] = (char)((uint64_t)padded >> (8 * i) & 0xff);
         memcpy(hdr + 8, txt, hl);
         memset(hdr + 8 + hl, ' ', padded - hl);
         st = wfile_open(rt, &w, path);
+        /* a second thread for the hash, when there is enough to hash (none
+         * to be had: the caller hashes and writes in turn) */
+        if (st == STRATA_OK && at >= 4 * PAIR_MIN &&
+            strata_worker_team_create(2, &team) != STRATA_OK)
+            team = NULL;
         if (st == STRATA_OK) {
+            wfile_reserve(&w, 8 + padded + at);
             st = wfile_write(&w, hdr, 8 + padded);
             for (int i = 0; i < l->n; i++) {
                 const st_item *it = &l->v[i];
@@ -476,17 +670,18 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
                 }
                 if (it->bytes == 0)
                     continue;
+                /* host memory is written from where it is; the rest
+                 * through the staging buffer */
+                const void *from = it->src == SRC_HOST ? src : stage;
                 if (it->src == SRC_BACKEND)
                     st = strata_backend_copy(v.be, stage, src, it->bytes);
-                else if (it->src == SRC_HOST)
-                    memcpy(stage, src, it->bytes);
-                else
+                else if (it->src == SRC_SLOT)
                     st = strata_refresh_slot_read(v.engine, it->blk, it->slot, stage);
                 if (st == STRATA_OK)
-                    st = wfile_write(&w, stage, it->bytes);
+                    st = wfile_write_pair(&w, team, from, it->bytes);
             }
             uint64_t n = w.bytes;
-            st = wfile_close(&w, st, digest);
+            st = wfile_close(&w, st, digest, set);
             *bytes = n;
         }
     }
@@ -496,6 +691,7 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
             const void *src = NULL;
             (void)walk(ctx, i, &src);
         }
+    strata_worker_team_destroy(team);
     free(stage);
     free(hdr);
     json_object_put(h);
@@ -503,7 +699,7 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
 }
 
 static strata_status json_write(strata_runtime *rt, const char *path, json_object *o,
-                                uint64_t *bytes, uint8_t digest[32])
+                                uint64_t *bytes, uint8_t digest[32], fsync_set *set)
 {
     const char *txt = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                             JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -517,7 +713,7 @@ static strata_status json_write(strata_runtime *rt, const char *path, json_objec
     if (st == STRATA_OK)
         st = wfile_write(&w, "\n", 1);
     const uint64_t n = w.bytes;
-    st = wfile_close(&w, st, digest);
+    st = wfile_close(&w, st, digest, set);
     if (bytes)
         *bytes = n;
     return st;
@@ -719,6 +915,7 @@ typedef struct saver {
     uint64_t model_bytes;    /* rank 0: model.safetensors */
     uint8_t model_digest[32];
     int walk_layer;          /* the managed layer materialized for the model file, or -1 */
+    fsync_set files;         /* this rank's files, written, to fsync before the gather */
 } saver;
 
 /* The manifest's parameter table: every parameter's name, shape, routing,
@@ -859,7 +1056,7 @@ static strata_status write_manifest(const saver *s, uint64_t *bytes)
     }
     json_object_object_add(m, "user", user ? user : json_object_new_object());
     char *path = joinf(s->tmp, "manifest.json");
-    strata_status st = path ? json_write(s->rt, path, m, bytes, NULL)
+    strata_status st = path ? json_write(s->rt, path, m, bytes, NULL, NULL)
                             : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     free(path);
     json_object_put(m);
@@ -1037,8 +1234,8 @@ static strata_status save_rank_file(saver *s, const item_list *items, json_objec
     uint8_t dig[32];
     uint64_t nb = 0;
     strata_status st = !path ? strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory")
-                       : items ? st_write(s->rt, path, items, &nb, dig)
-                               : json_write(s->rt, path, table, &nb, dig);
+                       : items ? st_write(s->rt, path, items, &nb, dig, &s->files)
+                               : json_write(s->rt, path, table, &nb, dig, &s->files);
     free(path);
     if (st == STRATA_OK) {
         double *row = s->rows + (size_t)s->v.rank * ROW_N;
@@ -1135,7 +1332,7 @@ static strata_status save_model(saver *s)
         st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
     if (st == STRATA_OK) {
         st = st_write_walk(s->rt, path, &items, model_walk, s, &s->model_bytes,
-                           s->model_digest);
+                           s->model_digest, &s->files);
     } else {
         /* the walk still runs: the other ranks broadcast every layer */
         for (int i = 0; i < s->v.n_params; i++) {
@@ -1248,6 +1445,7 @@ static strata_status save_unguarded(strata_runtime *rt, const char *dir, const c
     if (st == STRATA_OK)
         st = save_model(&s);
     release_layers(rt, &s.v);
+    st = fsync_set_flush(rt, &s.files, st); /* durable before the gather reports them */
     st = save_gather(&s, st);
     if (st == STRATA_OK && s.v.rank == 0)
         st = save_commit(&s);
@@ -1282,11 +1480,18 @@ strata_status strata_save(strata_runtime *rt, const char *dir, const char *user_
 
 typedef struct loaded_file {
     const strata_ckpt_file *meta;
-    uint8_t *buf;
+    const uint8_t *buf; /* mapped (map_file): free with loaded_file_free */
     size_t len;
 } loaded_file;
 
-/* Read one listed file whole and check its size and digest. */
+static void loaded_file_free(loaded_file *f)
+{
+    unmap_file(f->buf, f->len);
+    f->buf = NULL;
+    f->len = 0;
+}
+
+/* Map one listed file whole and check its size and digest. */
 static strata_status load_file(const char *dir, const strata_ckpt_manifest *m, const char *name,
                                loaded_file *out)
 {
@@ -1300,22 +1505,17 @@ static strata_status load_file(const char *dir, const strata_ckpt_manifest *m, c
     char *path = joinf(dir, name);
     if (!path)
         return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
-    strata_status st = read_file(path, out->meta->bytes, &out->buf, &out->len);
+    uint8_t d[32];
+    strata_status st = map_file(path, out->meta->bytes, &out->buf, &out->len, d);
     if (st == STRATA_OK && out->len != out->meta->bytes)
         st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is truncated: %zu bytes, the manifest "
                           "says %llu", path, out->len, (unsigned long long)out->meta->bytes);
-    if (st == STRATA_OK) {
-        uint8_t d[32];
-        sha256(out->buf, out->len, d);
-        if (memcmp(d, out->meta->sha256, 32) != 0)
-            st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is corrupt: its SHA-256 does not "
-                              "match the manifest", path);
-    }
+    if (st == STRATA_OK && memcmp(d, out->meta->sha256, 32) != 0)
+        st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is corrupt: its SHA-256 does not "
+                          "match the manifest", path);
     free(path);
-    if (st != STRATA_OK) {
-        free(out->buf);
-        out->buf = NULL;
-    }
+    if (st != STRATA_OK)
+        loaded_file_free(out);
     return st;
 }
 
@@ -1428,8 +1628,8 @@ static strata_status old_rank_load(const char *dir, const strata_ckpt_manifest *
 static void old_rank_free(old_rank *o)
 {
     strata_st_header_free(&o->hs);
-    free(o->fs.buf);
-    free(o->fj.buf);
+    loaded_file_free(&o->fs);
+    loaded_file_free(&o->fj);
     strata_ckpt_rank_free(o->rk);
 }
 
@@ -1571,7 +1771,7 @@ static strata_status load_read_model(loader *c)
         st = strata_error(STRATA_ERR_DATA, "checkpoint: %s is %s: %lld bytes, the manifest "
                           "says %llu", path, (uint64_t)sb.st_size < size ? "truncated" : "too long",
                           (long long)sb.st_size, (unsigned long long)size);
-    uint8_t *head = NULL, *chunk = NULL;
+    uint8_t *head = NULL, *chunk = NULL, *model_map = NULL;
     byte_range *keep = NULL;
     int n_keep = 0;
     EVP_MD_CTX *md = NULL;
@@ -1612,7 +1812,7 @@ static strata_status load_read_model(loader *c)
             st = strata_error(STRATA_ERR_NOMEM, "checkpoint: cannot map %llu bytes for %s: %s",
                               (unsigned long long)size, path, strerror(errno));
         else
-            f->buf = map;
+            f->buf = model_map = map;
         if (st == STRATA_OK &&
             (!chunk || !md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1))
             st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
@@ -1631,7 +1831,7 @@ static strata_status load_read_model(loader *c)
             const uint64_t a = keep[j].begin > off ? keep[j].begin : off;
             const uint64_t b = keep[j].end < end ? keep[j].end : end;
             if (a < b)
-                memcpy(f->buf + a, chunk + (a - off), (size_t)(b - a));
+                memcpy(model_map + a, chunk + (a - off), (size_t)(b - a));
         }
         off = end;
     }
@@ -1654,7 +1854,7 @@ static strata_status load_read_model(loader *c)
 static void model_file_free(loaded_file *f)
 {
     if (f->buf)
-        munmap(f->buf, f->len ? f->len : 1);
+        munmap((void *)f->buf, f->len ? f->len : 1);
     f->buf = NULL;
 }
 
@@ -2114,7 +2314,7 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
                 char what[4200];
                 snprintf(what, sizeof what, "%s/%s", dir, jn);
                 jst = strata_ckpt_rank_parse(what, (const char *)fj.buf, fj.len, &rk);
-                free(fj.buf);
+                loaded_file_free(&fj);
             }
             if (jst != STRATA_OK && fst == STRATA_OK) {
                 fst = jst;
@@ -2189,7 +2389,7 @@ strata_status strata_ckpt_verify(const char *dir, strata_ckpt_visit_fn fn, void 
             }
         strata_ckpt_rank_free(rk);
         strata_st_header_free(&h);
-        free(f.buf);
+        loaded_file_free(&f);
     }
     bool have_model = false;
     for (int fi = 0; fi < m->n_files; fi++)
