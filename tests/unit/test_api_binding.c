@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -278,9 +279,16 @@ static void *race_main(void *arg)
     racer *r = arg;
     while (!atomic_load(r->go))
         ;
-    /* a: until 10 of its steps ran; b: until a is done */
-    for (int i = 0; r->which == 0 ? r->steps < 10 && i < 10000000 : !atomic_load(r->done);
-         i++) {
+    /* a: until 10 of its steps ran (or 120 s passed: a count of tries ran
+     * out while b's save waited on a slow fsync); b: until a is done */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; r->which == 0 ? r->steps < 10 : !atomic_load(r->done); i++) {
+        if (r->which == 0 && (i & 1023) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if (t.tv_sec - t0.tv_sec > 120)
+                break;
+        }
         strata_status st;
         bool step = false;
         if (r->which == 0)
