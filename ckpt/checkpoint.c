@@ -382,12 +382,11 @@ static strata_status fsync_dir(strata_runtime *rt, const char *path)
                    : strata_error(STRATA_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(e));
 }
 
-/* Read a regular file whole (at most `cap` bytes). STRATA_ERR_IO when it is
- * missing or unreadable, STRATA_ERR_DATA when it is larger than cap. */
-static strata_status read_file(const char *path, uint64_t cap, uint8_t **out, size_t *len)
+/* Open a regular checkpoint file for reading and give its size (at most
+ * `cap` bytes). STRATA_ERR_IO when it is missing, unreadable or not a regular
+ * file, STRATA_ERR_DATA when it is larger than cap; *fd is open only on OK. */
+static strata_status open_checked(const char *path, uint64_t cap, int *fd_out, size_t *n_out)
 {
-    *out = NULL;
-    *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return strata_error(STRATA_ERR_IO, "checkpoint: %s: %s", path,
@@ -402,7 +401,22 @@ static strata_status read_file(const char *path, uint64_t cap, uint8_t **out, si
         return strata_error(STRATA_ERR_DATA, "checkpoint: %s has %lld bytes, more than expected "
                             "(%llu)", path, (long long)sb.st_size, (unsigned long long)cap);
     }
-    const size_t n = (size_t)sb.st_size;
+    *fd_out = fd;
+    *n_out = (size_t)sb.st_size;
+    return STRATA_OK;
+}
+
+/* Read a regular file whole (at most `cap` bytes). STRATA_ERR_IO when it is
+ * missing or unreadable, STRATA_ERR_DATA when it is larger than cap. */
+static strata_status read_file(const char *path, uint64_t cap, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    int fd;
+    size_t n;
+    strata_status ost = open_checked(path, cap, &fd, &n);
+    if (ost != STRATA_OK)
+        return ost;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         close(fd);
@@ -450,21 +464,11 @@ static strata_status map_file(const char *path, uint64_t cap, const uint8_t **ou
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return strata_error(STRATA_ERR_IO, "checkpoint: %s: %s", path,
-                            errno == ENOENT ? "missing file" : strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return strata_error(STRATA_ERR_IO, "checkpoint: %s is not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > cap) {
-        close(fd);
-        return strata_error(STRATA_ERR_DATA, "checkpoint: %s has %lld bytes, more than expected "
-                            "(%llu)", path, (long long)sb.st_size, (unsigned long long)cap);
-    }
-    const size_t n = (size_t)sb.st_size;
+    int fd;
+    size_t n;
+    strata_status ost = open_checked(path, cap, &fd, &n);
+    if (ost != STRATA_OK)
+        return ost;
     const uint8_t *buf = empty_file;
     if (n > 0) {
         void *m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -46,15 +46,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--ns-method", default="standard",
-                    help="strata's Newton-Schulz method (the reference: standard)")
-    ap.add_argument("--ns-dtype", default="f32",
-                    help="strata's Newton-Schulz products: f32 or bf16 (bfloat16 operands, "
-                         "float32 sums: the reference's precision)")
-    ap.add_argument("--parallel", choices=("blas", "team"), default="blas",
-                    help="strata's --threads: blas (blas_threads N, the step team off) or "
-                         "team (blas_threads 1, the step team's N threads step matrices side "
-                         "by side: what the bf16 products, single-threaded, need)")
+    step_pair.add_strata_args(ap)
     args = ap.parse_args()
     if not args.dion or not os.path.isfile(os.path.join(args.dion, "dion", "dion2.py")):
         print("SKIP: no Dion checkout (--dion or STRATA_DION_PATH)")

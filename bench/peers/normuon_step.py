@@ -52,15 +52,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--wd", type=float, default=0.01)
-    ap.add_argument("--ns-method", default="standard",
-                    help="strata's Newton-Schulz method (the reference: standard)")
-    ap.add_argument("--ns-dtype", default="f32",
-                    help="strata's Newton-Schulz products: f32 or bf16 (bfloat16 operands, "
-                         "float32 sums: the reference's precision)")
-    ap.add_argument("--parallel", choices=("blas", "team"), default="blas",
-                    help="strata's --threads: blas (blas_threads N, the step team off) or "
-                         "team (blas_threads 1, the step team's N threads step matrices side "
-                         "by side: what the bf16 products, single-threaded, need)")
+    step_pair.add_strata_args(ap)
     args = ap.parse_args()
     try:
         from pytorch_optimizer import NorMuon as RefNorMuon

@@ -13,6 +13,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GPT2_LAYER = [(768, 768)] * 4 + [(768, 3072), (3072, 768)]
 
 
+def add_strata_args(ap):
+    """strata's side of a pair: --ns-method, --ns-dtype and --parallel."""
+    ap.add_argument("--ns-method", default="standard",
+                    help="strata's Newton-Schulz method (the reference: standard)")
+    ap.add_argument("--ns-dtype", default="f32",
+                    help="strata's Newton-Schulz products: f32 or bf16 (bfloat16 operands, "
+                         "float32 sums: the reference's precision)")
+    ap.add_argument("--parallel", choices=("blas", "team"), default="blas",
+                    help="strata's --threads: blas (blas_threads N, the step team off) or "
+                         "team (blas_threads 1, the step team's N threads step matrices side "
+                         "by side: what the bf16 products, single-threaded, need)")
+
+
 def use_build(build):
     """$STRATA_LIBRARY (unless set) from `build`, and the checkout's python/."""
     lib = next((os.path.join(build, "runtime", n) for n in
