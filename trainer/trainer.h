@@ -36,7 +36,9 @@ typedef struct gpt_train_options {
     int steps;               /* optimizer steps; default 300 */
     int warmup;              /* warm-up steps; -1: max(steps/10, min(H, steps)), H the
                                 slowest second-moment horizon 1/(1-beta) in use (AdamW
-                                tail 20, KL-Shampoo 50) (default -1) */
+                                tail 20, KL-Shampoo 50) (default -1); with -1 a run
+                                shorter than the matrix optimizer's H scales the
+                                matrices' lr by warmup/H (their own warm-up, H steps) */
     float min_lr_ratio;      /* cosine floor as a fraction of peak; default 0.1 */
     int eval_every;          /* steps between validation evaluations; default 50 (0 = end only) */
     int eval_batches;        /* batches per validation; default 8 */

@@ -29,6 +29,7 @@ torchrun (gloo, CPU), strata shards the optimizer by owner over the ranks
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import math
@@ -306,6 +307,18 @@ def trainer_warmup(steps: int, opt) -> int:
     return max(steps // 10, floor_w, 1)
 
 
+def matrices_lr_scale(args: argparse.Namespace, opt) -> tuple[int, float]:
+    """`strata train`'s matrices' own warm-up (trainer.c, matrices_own_warmup):
+    with the default warm-up W, a run shorter than the matrix optimizer's
+    horizon H (KL-Shampoo: 50) warms its matrices over H while the tail keeps
+    W, so their lr is scaled by W/H (both ramps last the whole run). Returns
+    (W, H), or (1, 1) for no scaling."""
+    if args.warmup is not None or args.library_defaults or not hasattr(opt, "optimizer_info"):
+        return 1, 1.0
+    w, h = trainer_warmup(args.steps, opt), opt.optimizer_info()["ema_horizon"]
+    return (w, h) if h > w else (1, 1.0)
+
+
 def make_optimizer(args: argparse.Namespace, model: GPT):
     if args.optimizer in STRATA:
         import strata.torch as st
@@ -334,6 +347,12 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
                                                       **kw)
         except TypeError as e:  # an unknown --strata key: the binding lists the valid ones
             sys.exit(f"train_gpt: --strata: {e}")
+        w, h = matrices_lr_scale(args, opt)
+        if h > w:  # the same optimizer at the scaled matrix lr (the tail keeps its own)
+            del opt  # float32 lr x W / H, in strata train's order
+            kw["lr"] = ctypes.c_float(kw["lr"]).value * w / h
+            opt = getattr(st, STRATA[args.optimizer])(model.named_parameters(), model=model,
+                                                      **kw)
         if args.attach:
             opt.attach(model)
         return opt
