@@ -1211,6 +1211,16 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "has no effect with --sharding %s (every rank keeps full-size "
                         "gradients)\n",
                 o->strata.sharding == STRATA_SHARD_GATHER ? "gather" : "zero1");
+    if (a->nvme_wanted && o->strata.roots_tier == STRATA_TIER_HOST && !o->strata.host_budget &&
+        o->strata.async)
+        fprintf(stderr, "strata: note: --tiers device,host,nvme spills past --host-budget-mib; "
+                        "without a budget every root stays in the host tier (nothing reaches "
+                        "nvme)\n");
+    if (o->strata.shard_gradients && o->strata.sharding == STRATA_SHARD_OWNER &&
+        o->strata.shard_group_size == 1)
+        fprintf(stderr, "strata: note: --shard-gradients has no effect with --shard-group-size 1 "
+                        "(every rank is its own shard group and owns every matrix: full-size "
+                        "gradients)\n");
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
@@ -1474,10 +1484,30 @@ static void catch_stop_signals(gpt_train_options *o)
 /* main's argv, for the re-execution with a better OpenBLAS core. */
 static char **main_argv;
 
+/* What a successful parse printed under an MPI launcher (its notes), held
+ * until the communicator gives the rank: rank 0 says it (say_held). */
+static FILE *held_notes;
+
+static void say_held(int rank)
+{
+    if (!held_notes)
+        return;
+    if (rank == 0) {
+        char buf[4096];
+        size_t got;
+        rewind(held_notes);
+        while ((got = fread(buf, 1, sizeof buf, held_notes)) > 0)
+            fwrite(buf, 1, got, stderr);
+    }
+    fclose(held_notes);
+    held_notes = NULL;
+}
+
 /* parse_train under an MPI launcher: every rank parses the same flags, so a
  * refusal is said once, by rank 0 (a communicator is created only to learn
- * the rank); what parsing printed is held in a temporary file meanwhile.
- * Issue #22 item 10. */
+ * the rank); what parsing printed is held in a temporary file meanwhile,
+ * and after a successful parse until the run's communicator exists
+ * (say_held: notes once, not once per rank). Issue #22 item 10. */
 static int parse_train_once(int argc, char **argv, train_cmd cmd, train_args *a)
 {
     if (!strata_comm_mpi_launched())
@@ -1496,8 +1526,12 @@ static int parse_train_once(int argc, char **argv, train_cmd cmd, train_args *a)
     fflush(stderr);
     dup2(saved, STDERR_FILENO);
     close(saved);
+    if (rc == 0) {
+        held_notes = hold; /* said by rank 0 once the communicator is made */
+        return rc;
+    }
     bool say = true;
-    if (rc && rc != 100) {
+    if (rc != 100) {
         strata_comm *c = NULL;
         if (strata_comm_mpi_create(NULL, true, &c) == STRATA_OK)
             say = strata_comm_rank(c) == 0;
@@ -1532,10 +1566,12 @@ static int cmd_train(int argc, char **argv)
     if (strata_comm_mpi_launched()) {
         strata_status st = strata_comm_mpi_create(NULL, !a.nondeterministic, &comm);
         if (st != STRATA_OK) {
+            say_held(0);
             fprintf(stderr, "strata: %s: %s\n", strata_status_str(st), strata_last_error());
             return 1;
         }
         a.o.strata.comm = comm;
+        say_held(strata_comm_rank(comm));
         /* mpirun hands ranks a pseudo-terminal even when its own output goes
          * to a file: plain lines unless --progress asks for the bar. */
         if (strata_comm_size(comm) > 1 && a.o.progress < 0)

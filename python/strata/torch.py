@@ -97,6 +97,13 @@ def _err(status: str, msg: str) -> StrataError:
 def _set_field(struct: ctypes.Structure, field: str, value: Any, where: str) -> None:
     if field == "adjust_lr" and value is None:
         value = "none"  # the reference's adjust_lr=None
+    if field.endswith("dtype") and isinstance(value, torch.dtype):
+        # torch's own names for the two storage precisions strata has
+        names = {torch.float32: "f32", torch.bfloat16: "bf16"}
+        if value not in names:
+            raise _err("STRATA_ERR_INVALID_ARG", f"{where}{field} = {value}: not one of "
+                       f"torch.float32, torch.bfloat16 ('f32', 'bf16')")
+        value = names[value]
     if field in _ENUM_FIELDS and isinstance(value, str):
         table = L.ENUMS[field]
         key = value.lower()

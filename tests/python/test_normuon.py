@@ -141,7 +141,16 @@ def test_defaults_are_the_reference_defaults():
 @pytest.mark.parametrize("bad", [dict(beta2=1.0), dict(beta2=-0.1), dict(momentum=1.0),
                                  dict(eps=-1.0), dict(lr=-1.0), dict(weight_decay=float("nan")),
                                  dict(update_scale="sideways"), dict(ns_steps=-1),
-                                 dict(ns_dtype="fp16")])
+                                 dict(ns_dtype="fp16"), dict(ns_dtype=torch.float16)])
 def test_bad_hyperparameters_refused(bad):
     with pytest.raises(st.StrataError):
         st.NorMuon([("blocks.0.attn.weight", torch.nn.Parameter(torch.zeros(4, 4)))], **bad)
+
+
+def test_ns_dtype_takes_torch_dtypes():
+    """ns_dtype=torch.bfloat16 / torch.float32 mean 'bf16' / 'f32' (before: an
+    INVALID_ARG saying a torch.dtype is not an integer)."""
+    p = [("blocks.0.attn.weight", torch.nn.Parameter(torch.zeros(4, 4)))]
+    for dt, name in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
+        a, b = st.NorMuon(p, ns_dtype=dt), st.NorMuon(p, ns_dtype=name)
+        assert a._cfg.normuon.ns_dtype == b._cfg.normuon.ns_dtype

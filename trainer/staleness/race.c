@@ -26,8 +26,9 @@ static strata_status plan_add(strata_race_run *runs, int *n, const strata_race_r
             (runs[i].optimizer == r->optimizer && runs[i].async == r->async &&
              runs[i].staleness == r->staleness && runs[i].frequency == r->frequency &&
              runs[i].valve == r->valve))
-            return strata_error(STRATA_ERR_INVALID_ARG, "race: run '%s' is listed twice",
-                                r->name);
+            return strata_error(STRATA_ERR_INVALID_ARG, "race: run '%s' is listed twice "
+                                "(or once and in a preset: default and fresh list their runs "
+                                "in --help)", r->name);
     if (*n == STRATA_RACE_MAX_RUNS)
         return strata_error(STRATA_ERR_INVALID_ARG, "race: more than %d runs",
                             STRATA_RACE_MAX_RUNS);
