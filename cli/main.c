@@ -1526,25 +1526,17 @@ static int parse_train_once(int argc, char **argv, train_cmd cmd, train_args *a)
     fflush(stderr);
     dup2(saved, STDERR_FILENO);
     close(saved);
-    if (rc == 0) {
-        held_notes = hold; /* said by rank 0 once the communicator is made */
-        return rc;
-    }
-    bool say = true;
+    held_notes = hold;
+    if (rc == 0)
+        return rc; /* said by rank 0 once the communicator is made */
+    int rank = 0;
     if (rc != 100) {
         strata_comm *c = NULL;
         if (strata_comm_mpi_create(NULL, true, &c) == STRATA_OK)
-            say = strata_comm_rank(c) == 0;
+            rank = strata_comm_rank(c);
         strata_comm_destroy(c);
     }
-    if (say) {
-        char buf[4096];
-        size_t got;
-        rewind(hold);
-        while ((got = fread(buf, 1, sizeof buf, hold)) > 0)
-            fwrite(buf, 1, got, stderr);
-    }
-    fclose(hold);
+    say_held(rank);
     return rc;
 }
 
