@@ -9,8 +9,9 @@
 # Ends with "N passed, N failed, N skipped"; exit 0 when nothing failed.
 #
 # Left out: the 'slow', 'mpi' and 'cuda' suites (x86-only), and the 'async'
-# test: its 26 cases are 50-step GPT trainings, ~30 s each under qemu (over
-# 10 minutes in all); the refresh engine's own S=0 bit-identity cases
+# and 'async_staleness' tests (one program in two halves): its 34 cases are
+# GPT trainings of up to 50 steps, ~30 s each under qemu (over 10 minutes in
+# all); the refresh engine's own S=0 bit-identity cases
 # (refresh_engine) and the CLI's --async runs still cover the async path.
 # Also left out: cli_plan and cli_budget_auto (they fit the cost model by
 # timing BLAS: ~4 min each under qemu; the plan's logic is the same code on
