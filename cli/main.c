@@ -584,6 +584,9 @@ static const train_flag train_flag_rows[] = {
     {CFG(host_budget), .type = FT_MIB, .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)",
      .needs = NEEDS_ASYNC},
+    {CFG(page_state), .type = FT_TRUE, .group = G_ASYNC,
+     .help = "page every matrix's factors, grafting and moments\nto the nvme tier between its "
+             "steps (needs --tiers\ndevice,host,nvme or device,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
@@ -1212,7 +1215,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "gradients)\n",
                 o->strata.sharding == STRATA_SHARD_GATHER ? "gather" : "zero1");
     if (a->nvme_wanted && o->strata.roots_tier == STRATA_TIER_HOST && !o->strata.host_budget &&
-        o->strata.async)
+        o->strata.async && !o->strata.page_state)
         fprintf(stderr, "strata: note: --tiers device,host,nvme spills past --host-budget-mib; "
                         "without a budget every root stays in the host tier (nothing reaches "
                         "nvme)\n");

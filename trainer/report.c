@@ -345,6 +345,7 @@ static const config_key config_keys[] = {
     SK(roots_tier, 0, WHEN_ASYNC, NULL, get_roots_tier),
     SK(nvme_dir, 0, WHEN_ASYNC, NULL, NULL),
     SK(host_budget, 0, WHEN_ASYNC, NULL, NULL),
+    SK(page_state, 0, WHEN_ASYNC, NULL, NULL),
     {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram, 0},
 };
 
@@ -886,6 +887,14 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)s->nvme_resident_reads, s->nvme_resident_reads == 1 ? "" : "s",
                 (long long)s->nvme_resident_prefetches, (long long)s->nvme_resident_evictions,
                 s->nvme_resident_evictions == 1 ? "" : "s");
+    if (s->paged_params > 0) /* state paging (engine/refresh.c), this rank's */
+        fprintf(f,
+                "paged state: %d matri%s, %.1f MiB on nvme between steps | %lld read%s "
+                "(%lld waited at the step, the rest ahead), %lld write%s\n",
+                s->paged_params, s->paged_params == 1 ? "x" : "ces", s->paged_bytes / 1048576.0,
+                (long long)s->page_reads, s->page_reads == 1 ? "" : "s",
+                (long long)s->page_reads_waited, (long long)s->page_writes,
+                s->page_writes == 1 ? "" : "s");
     if (res->budget_planned) {
         char line[512];
         fprintf(f, "budget: %s%s\n", gpt_budget_line(res, line, sizeof line),
