@@ -2160,6 +2160,18 @@ static int cmd_plan(int argc, char **argv)
                    a.o.strata.nvme_dir ? "even the spill layout does not fit"
                                        : "--tiers device,host,nvme would spill to nvme");
     }
+    if (ranks[0].paged_params > 0) {
+        uint64_t on_nvme = 0;
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            if (k != STRATA_LEDGER_ROOTS)
+                on_nvme += ranks[0].bytes[STRATA_LEDGER_NVME][k];
+        printf("paging: rank 0 pages %d matrices' state to nvme between their steps (%.1f MiB: "
+               "factors %.1f, moments %.1f, grafting %.1f), two at most resident\n",
+               ranks[0].paged_params, mib(on_nvme),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_FACTORS]),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_MOMENTS]),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_GRAFTING]));
+    }
     if (a.memory_gib > 0) {
         const double cap = a.memory_gib * 1073741824.0;
         printf("memory: the largest rank needs %.2f GiB of %.1f GiB: %s\n",

@@ -454,8 +454,8 @@ static strata_status page_add(strata_refresh *e, eng_entry *en, int id)
     const uintptr_t page = ps >= 4096 ? (uintptr_t)ps : 4096;
     const uintptr_t lo = ((uintptr_t)data + page - 1) / page * page;
     const uintptr_t hi = ((uintptr_t)data + bytes) / page * page;
-    if (!data || hi <= lo)
-        return STRATA_OK; /* smaller than a page or two: stays resident */
+    if (!data || bytes < 2 * page || hi <= lo)
+        return STRATA_OK; /* under two pages: stays resident (the planner's rule too) */
     strata_status st = nvme_open(e);
     if (st != STRATA_OK)
         return st;

@@ -984,6 +984,10 @@ typedef struct strata_plan_rank {
     int32_t blocks_on_nvme;       /* result blocks placed in the nvme tier (roots_tier NVME,
                                      or spilled past host_budget with an nvme_dir), their
                                      roots streamed through the residency pool */
+    int32_t paged_params;         /* matrices whose whole state pages to the nvme tier
+                                     between their steps (strata_config.page_state): their
+                                     bytes are in the NVME row, and the DEVICE row holds
+                                     the largest two that follow each other in step order */
 } strata_plan_rank;
 
 typedef struct strata_plan_summary {
