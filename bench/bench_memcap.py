@@ -31,7 +31,10 @@ Sides, per optimizer in --optimizers (shampoo, soap):
                async S=1, in the nvme tier under --nvme-dir with no host
                budget: `async_roots=true staleness=1 roots_tier=nvme
                nvme_dir=DIR`), plus --extra-strata KEY=VALUE pairs (e.g.
-               the reduced-precision state of issue #21 item 5 once built)
+               the reduced-precision state of issue #21 item 5,
+               `state_dtype_factors=bf16`, or the state paging of item 6,
+               `page_state=true`: factors, moments, grafting on nvme between
+               a matrix's steps)
   meta-OPT     Distributed Shampoo (DefaultSingleDeviceDistributedConfig;
                meta-soap: DefaultSOAPConfig), its code taken from
                --peer-path (a checkout of facebookresearch/optimizers;
@@ -182,7 +185,13 @@ def kinds(res: dict) -> str:
                     if isinstance(kv, dict):
                         parts.append((kv["peak"], f"{tier}.{k}"))
         parts.sort(reverse=True)
-        return ", ".join(f"{n} {b / 2**20:.0f}" for b, n in parts[:6])
+        # what is in memory first (the cap holds it), then what lives on nvme
+        res = [(b, n) for b, n in parts if not n.startswith("nvme.")]
+        nv = [(b, n) for b, n in parts if n.startswith("nvme.")]
+        out = ", ".join(f"{n} {b / 2**20:.0f}" for b, n in res[:7])
+        if nv:
+            out += "; on nvme " + ", ".join(f"{n[5:]} {b / 2**20:.0f}" for b, n in nv[:4])
+        return out
     st = rep.get("state_bytes") or {}
     return ", ".join(f"{k} {b / 2**20:.0f}" for k, b in list(st.items())[:6])
 

@@ -1136,6 +1136,10 @@ static strata_status save_check(const strata_runtime *rt, const char *dir, const
     strata_rt_view_get(rt, &v);
     if (!v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_save: call strata_commit first");
+    if (v.cfg->page_state) /* the states' memory is on nvme between steps (not done yet) */
+        return strata_error(STRATA_ERR_UNSUPPORTED, "strata_save: checkpoints of a run with "
+                            "strata_config.page_state are not supported yet (the paged states "
+                            "live in the nvme tier between steps); nothing was written");
     if (user_json) {
         json_object *u = user_json_parse(user_json);
         const bool ok = u != NULL;
@@ -2213,6 +2217,10 @@ static strata_status load_unguarded(strata_runtime *rt, const char *dir, char **
     strata_rt_view_get(rt, &c.v);
     if (!c.v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_load: call strata_commit first");
+    if (c.v.cfg->page_state)
+        return strata_error(STRATA_ERR_UNSUPPORTED, "strata_load: loading into a run with "
+                            "strata_config.page_state is not supported yet (the paged states "
+                            "live in the nvme tier between steps); nothing changed");
     const double t0 = strata_now_seconds();
     snprintf(c.what_m, sizeof c.what_m, "%s/%s", dir, MODEL_FILE);
     /* Read and match everything before changing anything. */

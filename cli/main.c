@@ -584,6 +584,9 @@ static const train_flag train_flag_rows[] = {
     {CFG(host_budget), .type = FT_MIB, .lo = 1,
      .hi = INT_MAX, .group = G_ASYNC, .arg = "N", .help = "host tier budget (default unlimited)",
      .needs = NEEDS_ASYNC},
+    {CFG(page_state), .type = FT_TRUE, .group = G_ASYNC,
+     .help = "page every matrix's factors, grafting and moments\nto the nvme tier between its "
+             "steps (needs --tiers\ndevice,host,nvme or device,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
@@ -1191,6 +1194,13 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
         return 1;
     }
+    if (o->strata.page_state && o->strata.async && (o->save_every > 0 || o->resume)) {
+        /* refused by strata_save / strata_load too; said before training */
+        fprintf(stderr, "strata: STRATA_ERR_UNSUPPORTED: --page-state with %s: checkpoints of "
+                        "a run whose state is paged to nvme are not supported yet\n",
+                o->resume ? "--resume" : "--save-every");
+        return 1;
+    }
     if (o->keep > 0 && o->save_every == 0 && !o->save_after_load) {
         fprintf(stderr, "strata: STRATA_ERR_INVALID_ARG: --keep %d prunes the checkpoints that "
                         "--save-every (or --save-after-load) writes; give one of them\n",
@@ -1212,7 +1222,7 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "gradients)\n",
                 o->strata.sharding == STRATA_SHARD_GATHER ? "gather" : "zero1");
     if (a->nvme_wanted && o->strata.roots_tier == STRATA_TIER_HOST && !o->strata.host_budget &&
-        o->strata.async)
+        o->strata.async && !o->strata.page_state)
         fprintf(stderr, "strata: note: --tiers device,host,nvme spills past --host-budget-mib; "
                         "without a budget every root stays in the host tier (nothing reaches "
                         "nvme)\n");
@@ -2156,6 +2166,18 @@ static int cmd_plan(int argc, char **argv)
                    "the run is refused (%s)\n", mib(roots), mib(a.o.strata.host_budget),
                    a.o.strata.nvme_dir ? "even the spill layout does not fit"
                                        : "--tiers device,host,nvme would spill to nvme");
+    }
+    if (ranks[0].paged_params > 0) {
+        uint64_t on_nvme = 0;
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            if (k != STRATA_LEDGER_ROOTS)
+                on_nvme += ranks[0].bytes[STRATA_LEDGER_NVME][k];
+        printf("paging: rank 0 pages %d matrices' state to nvme between their steps (%.1f MiB: "
+               "factors %.1f, moments %.1f, grafting %.1f), two at most resident\n",
+               ranks[0].paged_params, mib(on_nvme),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_FACTORS]),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_MOMENTS]),
+               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_GRAFTING]));
     }
     if (a.memory_gib > 0) {
         const double cap = a.memory_gib * 1073741824.0;

@@ -167,6 +167,22 @@ typedef struct strata_refresh_config {
      * (STRATA_ERR_UNSUPPORTED at commit otherwise). Runs depend on the
      * workers' speed, as EAGER installs do. */
     bool stale_correction;
+    /* State paging (strata_config.page_state, issue #21 item 6): the whole
+     * persistent second-order state of every parameter whose family has a
+     * page_range (precond.h: Shampoo's factors, grafting and momentum,
+     * SOAP's and KL-Shampoo's factors, eigenbases and moments) lives in the
+     * nvme tier between the parameter's steps: written there when the
+     * parameter is added (its pages dropped, so at most one state is
+     * resident while the states are created), read back (io_uring) into the
+     * state's own memory before its step, the next paged parameter's read
+     * ahead in step order while this one steps, written back after the
+     * step and its pages dropped once the write has landed. So at most two
+     * parameters' states are resident at once (the step's and the one read
+     * ahead). The ledger moves a paged state's bytes by kind between the
+     * DEVICE and NVME tiers as it comes and goes. Needs nvme_dir and the CPU
+     * backend (the state's memory must be host memory); results are bit
+     * for bit those of a resident run. */
+    bool page_state;
 } strata_refresh_config;
 
 typedef struct strata_refresh strata_refresh;
@@ -228,6 +244,13 @@ typedef struct strata_refresh_stats {
     int32_t resident_buffers;
     size_t resident_bytes;
     int64_t resident_reads, resident_prefetches, resident_evictions, resident_writebacks;
+    /* state paging (config.page_state): parameters whose state pages, their
+     * paged bytes, reads of a state (read ahead or not), reads the step had
+     * to start itself (not read ahead: it waited for the whole read), and
+     * write-backs */
+    int32_t paged_params;
+    uint64_t paged_bytes;
+    int64_t page_reads, page_reads_waited, page_writes;
 } strata_refresh_stats;
 
 /* The streamed-residency pool's buffer count (engine/refresh.c): for

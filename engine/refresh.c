@@ -53,11 +53,13 @@
  */
 #include "engine/engine.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/ops.h"
@@ -115,7 +117,23 @@ typedef struct eng_entry {
     char *name;
     eng_group *grp;  /* NULL: nothing to refresh */
     int first_block, n_blocks;
+    /* state paging (cfg.page_state; "state paging" below): the page-aligned
+     * part of the family's page_range (pg_bytes 0: not paged), its nvme
+     * extent, where it is (PG_*), whether it changed since it last landed
+     * on nvme, the next paged entry in step order, and a failed write-back
+     * said at the next prepare */
+    uint8_t *pg_base;
+    size_t pg_bytes;
+    void *pg_ext;
+    int pg_where;
+    bool pg_dirty, pg_write_failed;
+    int pg_next;
+    strata_io pg_io;
+    uint64_t pg_kind[STRATA_LEDGER_KINDS];
+    char pg_why[200];
 } eng_entry;
+
+enum { PG_OUT, PG_READING, PG_IN, PG_WRITING };
 
 typedef struct eng_block {
     eng_group *grp;
@@ -234,6 +252,11 @@ struct strata_refresh {
     size_t corr_bytes;
     int64_t stale_waits_avoided, stale_corrections, stale_refused, stale_refreshes_skipped;
     int64_t stale_max_corrected;
+    /* state paging (training thread) */
+    int pg_first, pg_last;    /* first and last paged entry (-1: none) */
+    int32_t paged_params;
+    uint64_t paged_bytes;
+    int64_t page_reads, page_reads_waited, page_writes;
 };
 
 #define HOLD_NONE (-2)
@@ -284,6 +307,263 @@ static void family_roots_critical(strata_refresh *e, const strata_optim_counters
         e->critical_seconds += cnt->seconds_roots - roots_before;
 }
 
+/* ---- state paging (cfg.page_state; training thread)
+ *
+ * A paged entry's state (the page-aligned part of its family's page_range:
+ * the partial pages at either end, which the allocator may share, stay
+ * resident) is in one of four places:
+ *   PG_OUT      on nvme only; its pages dropped (MADV_DONTNEED: they read
+ *               as zeros until the read lands); the ledger counts its bytes
+ *               in the NVME tier;
+ *   PG_READING  a read from its extent into its own memory in flight;
+ *   PG_IN       resident (pg_dirty: changed since it last landed on nvme);
+ *   PG_WRITING  a write-back in flight; still resident until it lands.
+ * Life of a step t: prepare waits for the write-backs still in flight (a
+ * failed one keeps the state resident and dirty, nothing lost, and is said
+ * as STRATA_ERR_IO by that entry's next prepare, before anything changes);
+ * the step of entry i lets every other resident state go (a clean one is
+ * dropped, a write in flight waited for first), keeping i and the next
+ * paged entry in step order (pg_next, wrapping to the first: the next
+ * step's first), starts the read of that next one, waits for i's own read
+ * (started by the step before, else now: counted in page_reads_waited; a
+ * failed read is tried once more, then the step fails with STRATA_ERR_IO
+ * before the family touches anything), runs the step and starts i's
+ * write-back. So at most two states are resident besides a write landing.
+ * The extent always holds the state's last written bytes; a state's memory
+ * never moves (the families keep their pointers), and the refresh workers
+ * never read it: a refresh reads only its slot, which the snapshot filled
+ * on the training thread while the state was resident (precond.h). */
+
+static strata_status nvme_open(strata_refresh *e)
+{
+    if (e->nvme)
+        return STRATA_OK;
+    strata_nvme_config nc;
+    strata_nvme_config_default(&nc);
+    nc.dir = e->cfg.nvme_dir;
+    nc.budget = e->cfg.nvme_budget;
+    nc.queue_depth = e->cfg.nvme_queue_depth;
+    if (e->cfg.nvme_chunk_bytes)
+        nc.chunk_bytes = e->cfg.nvme_chunk_bytes;
+    nc.log = e->cfg.log;
+    const strata_status st = strata_tier_nvme_create(&nc, &e->nvme);
+    if (st == STRATA_OK)
+        strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_STAGING, (size_t)nc.queue_depth * nc.chunk_bytes);
+    return st;
+}
+
+/* Move en's paged bytes, kind by kind, to the NVME tier (out) or back to
+ * the DEVICE tier its family charged them to. */
+static void page_ledger(strata_refresh *e, const eng_entry *en, bool out)
+{
+    const int from = out ? STRATA_LEDGER_DEVICE : STRATA_LEDGER_NVME;
+    const int to = out ? STRATA_LEDGER_NVME : STRATA_LEDGER_DEVICE;
+    for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+        if (en->pg_kind[k]) {
+            strata_ledger_add(e->cfg.ledger, from, k, -(int64_t)en->pg_kind[k]);
+            strata_ledger_add(e->cfg.ledger, to, k, (int64_t)en->pg_kind[k]);
+        }
+}
+
+/* Drop a resident, clean state's pages: it is OUT. */
+static void page_drop(strata_refresh *e, eng_entry *en)
+{
+    /* Anonymous private memory: the dropped pages read as zeros and are
+     * filled again by the read, at the same addresses. */
+    if (madvise(en->pg_base, en->pg_bytes, MADV_DONTNEED) != 0)
+        strata_logf(e->cfg.log, STRATA_LOG_WARN, "tiers",
+                    "'%s': madvise(MADV_DONTNEED) of its paged state failed: %s (it stays "
+                    "resident in fact; the ledger counts it on nvme)",
+                    en->name, strerror(errno));
+    en->pg_where = PG_OUT;
+    page_ledger(e, en, true);
+}
+
+/* A write-back in flight lands: resident and clean, or (failed) resident,
+ * dirty and said at the next prepare. */
+static void page_write_landed(strata_refresh *e, eng_entry *en)
+{
+    const strata_status st = io_wait_landed(e, &en->pg_io);
+    en->pg_where = PG_IN;
+    if (st == STRATA_OK) {
+        en->pg_dirty = false;
+        return;
+    }
+    atomic_fetch_add(&e->io_errors, 1);
+    en->pg_write_failed = true;
+    snprintf(en->pg_why, sizeof en->pg_why, "%s", strata_last_error());
+}
+
+static strata_status page_read_start(strata_refresh *e, eng_entry *en)
+{
+    page_ledger(e, en, false);
+    const strata_status st =
+        strata_tier_read_async(e->nvme, en->pg_ext, 0, en->pg_base, en->pg_bytes, &en->pg_io);
+    if (st != STRATA_OK) {
+        page_ledger(e, en, true);
+        atomic_fetch_add(&e->io_errors, 1);
+        return st;
+    }
+    en->pg_where = PG_READING;
+    e->page_reads++;
+    return STRATA_OK;
+}
+
+/* Wait for en's read: resident and clean, or back OUT (counted). */
+static strata_status page_read_landed(strata_refresh *e, eng_entry *en)
+{
+    const strata_status st = io_wait_landed(e, &en->pg_io);
+    if (st == STRATA_OK) {
+        en->pg_where = PG_IN;
+        en->pg_dirty = false;
+        return STRATA_OK;
+    }
+    atomic_fetch_add(&e->io_errors, 1);
+    en->pg_where = PG_OUT;
+    page_ledger(e, en, true);
+    return st;
+}
+
+/* Let every resident state go but keep_a's and keep_b's (-1: none), which
+ * stay resident (a write in flight lands first). */
+static void page_settle(strata_refresh *e, int keep_a, int keep_b)
+{
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *en = &e->entries[i];
+        if (!en->pg_bytes || en->pg_where == PG_OUT)
+            continue;
+        const bool keep = i == keep_a || i == keep_b;
+        if (en->pg_where == PG_WRITING)
+            page_write_landed(e, en);
+        else if (en->pg_where == PG_READING && !keep)
+            (void)page_read_landed(e, en); /* unwanted: a failure only leaves it OUT */
+        if (!keep && en->pg_where == PG_IN && !en->pg_dirty)
+            page_drop(e, en);
+    }
+}
+
+/* strata_refresh_add: page a new entry's state out at once, so that at most
+ * one state is resident while the runtime creates them. */
+static strata_status page_add(strata_refresh *e, eng_entry *en, int id)
+{
+    void *data = NULL;
+    uint64_t kinds[STRATA_LEDGER_KINDS];
+    const size_t bytes = en->fam->page_range(en->state, &data, kinds);
+    long ps = sysconf(_SC_PAGESIZE);
+    const uintptr_t page = ps >= 4096 ? (uintptr_t)ps : 4096;
+    const uintptr_t lo = ((uintptr_t)data + page - 1) / page * page;
+    const uintptr_t hi = ((uintptr_t)data + bytes) / page * page;
+    if (!data || bytes < 2 * page || hi <= lo)
+        return STRATA_OK; /* under two pages: stays resident (the planner's rule too) */
+    strata_status st = nvme_open(e);
+    if (st != STRATA_OK)
+        return st;
+    const size_t n = hi - lo;
+    char why[256];
+    st = strata_tier_alloc(e->nvme, n, &en->pg_ext);
+    if (st != STRATA_OK) {
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        return strata_error(st, "page_state: '%s': no nvme space for its %.1f MiB of state: %s",
+                            en->name, (double)n / 1048576.0, why);
+    }
+    st = strata_tier_write(e->nvme, en->pg_ext, 0, (void *)lo, n);
+    if (st != STRATA_OK) {
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        strata_tier_free(e->nvme, en->pg_ext, n);
+        en->pg_ext = NULL;
+        return strata_error(st, "page_state: '%s': writing its state to the nvme tier: %s",
+                            en->name, why);
+    }
+    en->pg_base = (uint8_t *)lo;
+    en->pg_bytes = n;
+    /* The ledger moves the state's whole charge: the partial end pages
+     * (under two pages) stay resident uncounted. */
+    memcpy(en->pg_kind, kinds, sizeof kinds);
+    en->pg_where = PG_IN;
+    en->pg_next = -1;
+    if (e->pg_last >= 0)
+        e->entries[e->pg_last].pg_next = id;
+    else
+        e->pg_first = id;
+    e->pg_last = id;
+    e->paged_params++;
+    e->paged_bytes += n;
+    e->page_writes++;
+    page_drop(e, en);
+    return STRATA_OK;
+}
+
+/* Before entry `id`'s step: keep it and the next paged entry, start reading
+ * that one, and make id's state resident. */
+static strata_status page_in(strata_refresh *e, int id)
+{
+    eng_entry *en = &e->entries[id];
+    const int nx = en->pg_next >= 0 ? en->pg_next : e->pg_first;
+    page_settle(e, id, nx);
+    eng_entry *next = &e->entries[nx];
+    if (nx != id && next->pg_where == PG_OUT && page_read_start(e, next) != STRATA_OK)
+        strata_error_clear(); /* counted; read again at its own step */
+    strata_status st = STRATA_OK;
+    if (en->pg_where == PG_READING)
+        st = page_read_landed(e, en);
+    for (int tries = 0; en->pg_where == PG_OUT && tries < 2; tries++) {
+        e->page_reads_waited++;
+        st = page_read_start(e, en);
+        if (st == STRATA_OK)
+            st = page_read_landed(e, en);
+    }
+    if (en->pg_where != PG_IN) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", st != STRATA_OK ? strata_last_error() : "no read");
+        return strata_error(STRATA_ERR_IO,
+                            "'%s': its paged state could not be read back from the nvme tier "
+                            "(%s); its weights and state are untouched (the parameters before "
+                            "it in this step were updated)",
+                            en->name, why);
+    }
+    return STRATA_OK;
+}
+
+/* After entry `id`'s step: start its write-back (it lands at the next
+ * settle). A write that cannot be submitted keeps it resident and dirty. */
+static void page_out(strata_refresh *e, eng_entry *en)
+{
+    en->pg_dirty = true;
+    const strata_status st =
+        strata_tier_write_async(e->nvme, en->pg_ext, 0, en->pg_base, en->pg_bytes, &en->pg_io);
+    if (st != STRATA_OK) {
+        atomic_fetch_add(&e->io_errors, 1);
+        en->pg_write_failed = true;
+        snprintf(en->pg_why, sizeof en->pg_why, "%s", strata_last_error());
+        return;
+    }
+    en->pg_where = PG_WRITING;
+    e->page_writes++;
+}
+
+/* strata_refresh_prepare: the write-backs in flight land (id's stays
+ * resident: its step follows); a failed one of id is said now. */
+static strata_status page_prepare(strata_refresh *e, int id)
+{
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *o = &e->entries[i];
+        if (o->pg_bytes && o->pg_where == PG_WRITING) {
+            page_write_landed(e, o);
+            if (i != id && o->pg_where == PG_IN && !o->pg_dirty && i != e->entries[id].pg_next)
+                page_drop(e, o);
+        }
+    }
+    eng_entry *en = &e->entries[id];
+    if (!en->pg_write_failed)
+        return STRATA_OK;
+    en->pg_write_failed = false;
+    return strata_error(STRATA_ERR_IO,
+                        "'%s': its paged state stayed in host memory, nothing lost (its "
+                        "write-back to nvme failed: %s; written again after its next step)",
+                        en->name, en->pg_why);
+}
+
 /* ---- create / add */
 
 strata_status strata_refresh_create(const strata_refresh_config *c, strata_refresh **out)
@@ -300,6 +580,8 @@ strata_status strata_refresh_create(const strata_refresh_config *c, strata_refre
         return strata_error(STRATA_ERR_INVALID_ARG, "roots_tier must be host or nvme");
     if (c->results_tier == STRATA_TIER_NVME && !c->nvme_dir)
         return strata_error(STRATA_ERR_INVALID_ARG, "the nvme roots tier needs nvme_dir");
+    if (c->page_state && !c->nvme_dir)
+        return strata_error(STRATA_ERR_INVALID_ARG, "page_state needs the nvme tier (nvme_dir)");
     if (c->nvme_dir && c->nvme_queue_depth < 8)
         return strata_error(STRATA_ERR_INVALID_ARG, "nvme_queue_depth %d must be >= 8",
                             c->nvme_queue_depth);
@@ -316,6 +598,7 @@ strata_status strata_refresh_create(const strata_refresh_config *c, strata_refre
         return strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
     e->cfg = *c;
     atomic_init(&e->hold, HOLD_NONE);
+    e->pg_first = e->pg_last = -1;
     if (c->nvme_dir) {
         e->nvme_dir = strdup(c->nvme_dir);
         if (!e->nvme_dir) {
@@ -358,9 +641,12 @@ strata_status strata_refresh_add(strata_refresh *e, const strata_precond_family 
         return strata_error(STRATA_ERR_NOMEM, "refresh_add: out of memory");
     }
     memcpy(en->cfg, fam_cfg, fam->cfg_size);
+    const int me = e->n_entries;
     if (id)
-        *id = e->n_entries;
+        *id = me;
     e->n_entries++;
+    if (e->cfg.page_state && fam->page_range && fam->has_refresh && fam->has_refresh(fam_cfg))
+        return page_add(e, en, me);
     return STRATA_OK;
 }
 
@@ -1220,19 +1506,9 @@ strata_status strata_refresh_commit(strata_refresh *e)
     if (st != STRATA_OK)
         return st;
     if (e->cfg.nvme_dir && any_async) {
-        strata_nvme_config nc;
-        strata_nvme_config_default(&nc);
-        nc.dir = e->cfg.nvme_dir;
-        nc.budget = e->cfg.nvme_budget;
-        nc.queue_depth = e->cfg.nvme_queue_depth;
-        if (e->cfg.nvme_chunk_bytes)
-            nc.chunk_bytes = e->cfg.nvme_chunk_bytes;
-        nc.log = e->cfg.log;
-        st = strata_tier_nvme_create(&nc, &e->nvme);
+        st = nvme_open(e); /* state paging may have opened it in add */
         if (st != STRATA_OK)
             return st;
-        strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_HOST,
-                               STRATA_LEDGER_STAGING, (size_t)nc.queue_depth * nc.chunk_bytes);
     }
     strata_worker_config wc;
     strata_worker_config_default(&wc);
@@ -1798,6 +2074,13 @@ strata_status strata_refresh_prepare(strata_refresh *e, int id, int64_t t, doubl
     if (!e || id < 0 || id >= e->n_entries || !e->committed)
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_prepare: bad parameter %d", id);
     eng_entry *en = &e->entries[id];
+    if (en->pg_bytes) {
+        const double t0 = strata_now_seconds();
+        const strata_status st = page_prepare(e, id);
+        critical_add(e, t0);
+        if (st != STRATA_OK)
+            return st;
+    }
     if (!en->grp)
         return STRATA_OK;
     const double t0 = strata_now_seconds();
@@ -1935,12 +2218,35 @@ static void resident_after_apply(strata_refresh *e, eng_entry *en, int64_t t)
     }
 }
 
+static strata_status step_body(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
+                               const float *g, strata_optim_counters *cnt, double *wait_seconds);
+
 strata_status strata_refresh_step(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
                                   const float *g, strata_optim_counters *cnt,
                                   double *wait_seconds)
 {
     if (!e || id < 0 || id >= e->n_entries || !e->committed)
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_step: bad parameter %d", id);
+    eng_entry *en = &e->entries[id];
+    if (!en->pg_bytes)
+        return step_body(e, id, t, lr_scale, w, g, cnt, wait_seconds);
+    /* State paging: resident for the step, written back after it (reads and
+     * waits on the training thread are on the critical path). */
+    double t0 = strata_now_seconds();
+    strata_status st = page_in(e, id);
+    critical_add(e, t0);
+    if (st != STRATA_OK)
+        return st;
+    st = step_body(e, id, t, lr_scale, w, g, cnt, wait_seconds);
+    t0 = strata_now_seconds();
+    page_out(e, en);
+    critical_add(e, t0);
+    return st;
+}
+
+static strata_status step_body(strata_refresh *e, int id, int64_t t, float lr_scale, float *w,
+                               const float *g, strata_optim_counters *cnt, double *wait_seconds)
+{
     eng_entry *en = &e->entries[id];
     const strata_precond_family *f = en->fam;
     strata_status st = STRATA_OK;
@@ -2164,6 +2470,11 @@ void strata_refresh_stats_get(strata_refresh *e, strata_refresh_stats *s)
         s->resident_evictions = e->resident_evictions;
         s->resident_writebacks = e->resident_writebacks;
     }
+    s->paged_params = e->paged_params;
+    s->paged_bytes = e->paged_bytes;
+    s->page_reads = e->page_reads;
+    s->page_reads_waited = e->page_reads_waited;
+    s->page_writes = e->page_writes;
 }
 
 strata_status strata_refresh_inject_snapshot_errors(strata_refresh *e, int n)
@@ -2485,6 +2796,18 @@ void strata_refresh_destroy(strata_refresh *e)
     }
     strata_backend_event_destroy(e->ev_factors);
     strata_backend_stream_destroy(e->shadow);
+    /* Paged states: transfers land (they use the states' memory), and the
+     * ledger gets back what the families will release from the DEVICE tier. */
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *en = &e->entries[i];
+        if (!en->pg_bytes)
+            continue;
+        if (en->pg_where == PG_READING || en->pg_where == PG_WRITING)
+            (void)io_wait_landed(e, &en->pg_io);
+        else if (en->pg_where == PG_OUT)
+            page_ledger(e, en, false);
+        strata_tier_free(e->nvme, en->pg_ext, en->pg_bytes);
+    }
     strata_tier_destroy(e->nvme);
     strata_tier_destroy(e->host);
     for (int k = 0; k < e->n_groups; k++)

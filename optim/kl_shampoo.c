@@ -998,6 +998,13 @@ static strata_status fam_after(void *state, const float *g, strata_optim_counter
                                           : strata_kl_shampoo_update_factors(s, g, cnt);
 }
 
+static size_t fam_page_range(const void *state, void **data,
+                             uint64_t kind_bytes[STRATA_LEDGER_KINDS])
+{
+    const strata_kl_shampoo_state *s = state;
+    return optim_page_range(&s->held, s->mem, s->mem_bytes, data, kind_bytes);
+}
+
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_kl_shampoo_state *s = state;
@@ -1143,4 +1150,5 @@ const strata_precond_family strata_family_kl_shampoo = {
     .set_hyper = fam_set_hyper,
     .after = fam_after,
     .tensors = fam_tensors,
+    .page_range = fam_page_range,
 };

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/ops.h"
+#include "base/ledger.h"
 #include "strata/backend.h"
 #include "base/clock.h"
 #include "strata/optim.h"
@@ -224,6 +225,21 @@ static inline strata_status optim_direction_skipped(strata_status st, int64_t be
 {
     return st == STRATA_ERR_NONFINITE && cnt && cnt->nonfinite_directions > before ? STRATA_OK
                                                                                    : st;
+}
+
+/* A family's page_range (precond.h) over its one backend allocation `mem`
+ * of `bytes`: the DEVICE cells of the state's ledger hold are that
+ * allocation's bytes by kind. */
+static inline size_t optim_page_range(const strata_ledger_hold *h, void *mem, size_t bytes,
+                                      void **data, uint64_t kind_bytes[STRATA_LEDGER_KINDS])
+{
+    *data = mem;
+    for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+        kind_bytes[k] = 0;
+    for (int i = 0; i < h->n; i++)
+        if (h->e[i].tier == STRATA_LEDGER_DEVICE)
+            kind_bytes[h->e[i].kind] += h->e[i].bytes;
+    return bytes;
 }
 
 /* Carve `count` floats off a state's single backend allocation at *p and

@@ -332,6 +332,23 @@ typedef struct strata_precond_family {
      * holds it to the ledger of real runs. */
     int (*plan)(const void *cfg, const strata_precond_shape *shape, strata_precond_plan *out,
                 strata_precond_block *blocks, int cap);
+
+    /* Optional (NULL: the state stays resident). State paging (issue #21
+     * item 6; strata_refresh_config.page_state): the state's persistent
+     * second-order memory as one range of host-addressable memory (the
+     * family's one backend allocation: factors, grafting, moments, the
+     * eigenbases it keeps, and the bits of scratch carved with them), with
+     * the ledger bytes the state charged for that range, by ledger kind
+     * (its STRATA_LEDGER_DEVICE cells; zeros without a ledger). Returns the
+     * range's bytes and sets *data. The engine writes the range to the nvme
+     * tier after the parameter's step and drops its pages, and reads it back
+     * before the next, so the family touches the range only inside create,
+     * destroy, before, snapshot, install, rebind, correct, apply, after and
+     * tensors, never in refresh, chain_in or chain_out (which read only the
+     * slot: a worker's refresh sees the snapshot copied on the training
+     * thread, never the paged memory). The range's address never changes. */
+    size_t (*page_range)(const void *state, void **data,
+                         uint64_t kind_bytes[STRATA_LEDGER_KINDS]);
 } strata_precond_family;
 
 extern const strata_precond_family strata_family_adamw;

@@ -1408,6 +1408,13 @@ static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w,
     return optim_direction_skipped(apply(s, lr_scale, t, w, g, cnt), n0, cnt);
 }
 
+static size_t fam_page_range(const void *state, void **data,
+                             uint64_t kind_bytes[STRATA_LEDGER_KINDS])
+{
+    const strata_shampoo_state *s = state;
+    return optim_page_range(&s->held, s->mem, s->mem_bytes, data, kind_bytes);
+}
+
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_shampoo_state *s = state;
@@ -1530,4 +1537,5 @@ const strata_precond_family strata_family_shampoo = {
     .set_hyper = fam_set_hyper,
     .after = NULL,
     .tensors = fam_tensors,
+    .page_range = fam_page_range,
 };

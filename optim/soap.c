@@ -982,6 +982,13 @@ static strata_status fam_after(void *state, const float *g, strata_optim_counter
     return strata_soap_update_factors(state, g, cnt);
 }
 
+static size_t fam_page_range(const void *state, void **data,
+                             uint64_t kind_bytes[STRATA_LEDGER_KINDS])
+{
+    const strata_soap_state *s = state;
+    return optim_page_range(&s->held, s->mem, s->mem_bytes, data, kind_bytes);
+}
+
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_soap_state *s = state;
@@ -1148,5 +1155,6 @@ const strata_precond_family strata_family_soap = {
     .set_hyper = fam_set_hyper,
     .after = fam_after,
     .tensors = fam_tensors,
+    .page_range = fam_page_range,
     .retired_tensors = fam_retired,
 };

@@ -155,6 +155,15 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     uint64_t transient = 0;    /* the largest one-call host workspace */
     bool any_inline = false, any_async = false;
     size_t total_floats = 0, largest = 0;
+    /* State paging (engine/refresh.c "state paging"): the paged states' bytes
+     * by kind in step order; each kind's DEVICE peak is the largest sum of
+     * two that follow each other (cyclic), the NVME tier holds them all. */
+    const bool paging = c->page_state && c->async && c->nvme_dir &&
+                        c->backend == STRATA_BACKEND_CPU;
+    const size_t sys_page = (size_t)sysconf(_SC_PAGESIZE) > 4096 ? (size_t)sysconf(_SC_PAGESIZE)
+                                                                 : 4096;
+    uint64_t (*paged)[STRATA_LEDGER_KINDS] = NULL;
+    int n_paged = 0, cap_paged = 0;
     strata_status st = STRATA_OK;
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         const plan_param *p = &pp[i];
@@ -187,10 +196,30 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
         r->optimizer_seconds += p->cost;
         strata_precond_plan pl;
         p->fam->plan(p->fc, &p->view, &pl, NULL, 0);
+        uint64_t dev_bytes = 0;
+        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+            dev_bytes += pl.device[k];
+        const bool pages = paging && p->refreshes && p->fam->page_range &&
+                           dev_bytes >= 2 * sys_page;
+        if (pages && n_paged == cap_paged) {
+            cap_paged = cap_paged ? 2 * cap_paged : 64;
+            void *np = realloc(paged, (size_t)cap_paged * sizeof *paged);
+            if (!np) {
+                st = strata_error(STRATA_ERR_NOMEM, "plan: out of memory");
+                break;
+            }
+            paged = np;
+        }
         for (int k = 0; k < STRATA_LEDGER_KINDS; k++) {
-            charge(r, STRATA_LEDGER_DEVICE, k, pl.device[k]);
+            if (pages) {
+                paged[n_paged][k] = pl.device[k];
+                charge(r, STRATA_LEDGER_NVME, k, pl.device[k]);
+            } else {
+                charge(r, STRATA_LEDGER_DEVICE, k, pl.device[k]);
+            }
             charge(r, STRATA_LEDGER_HOST, k, pl.host[k]);
         }
+        n_paged += pages;
         step_scratch = pl.step_scratch > step_scratch ? pl.step_scratch : step_scratch;
         transient = pl.host_transient > transient ? pl.host_transient : transient;
         if (!p->refreshes)
@@ -293,6 +322,22 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     }
     free(pb);
     free(pm);
+    for (int k = 0; st == STRATA_OK && k < STRATA_LEDGER_KINDS; k++) {
+        uint64_t most = 0;
+        for (int i = 0; i < n_paged; i++) {
+            const uint64_t two = n_paged == 1 ? paged[i][k]
+                                              : paged[i][k] + paged[(i + 1) % n_paged][k];
+            most = two > most ? two : most;
+        }
+        charge(r, STRATA_LEDGER_DEVICE, k, most);
+    }
+    free(paged);
+    r->paged_params = n_paged;
+    if (st == STRATA_OK && n_paged > 0 && max_slot == 0) { /* the nvme tier's staging */
+        const size_t qd = c->nvme_queue_depth > 0 ? (size_t)c->nvme_queue_depth : 16;
+        const size_t chunk = c->nvme_chunk_bytes ? c->nvme_chunk_bytes : (size_t)1 << 20;
+        charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_STAGING, qd * chunk);
+    }
     if (st == STRATA_OK) {
         charge(r, STRATA_LEDGER_DEVICE, STRATA_LEDGER_WORKSPACE, step_scratch);
         charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE, transient);

@@ -326,6 +326,13 @@ static strata_status check_config(const strata_config *given)
     long env_level; /* a bad STRATA_LOG_LEVEL is refused here too (base/env.h) */
     bool env_set;
     CFG_CHECK(st, strata_env_int(STRATA_ENV_LOG_LEVEL, 0, &env_level, &env_set));
+    if (st == STRATA_OK && c->page_state &&
+        (!c->async || !c->nvme_dir || c->backend != STRATA_BACKEND_CPU))
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "strata_config.page_state needs async, an nvme_dir and the CPU backend "
+                          "(the paged state moves between host memory and the nvme tier%s)",
+                          c->backend != STRATA_BACKEND_CPU ? "; a device's memory does not page"
+                                                           : "");
     if (st == STRATA_OK && c->async && c->roots_tier == STRATA_TIER_NVME && !c->nvme_dir)
         st = strata_error(STRATA_ERR_INVALID_ARG,
                           "strata_config.roots_tier = nvme needs strata_config.nvme_dir");
@@ -889,6 +896,7 @@ static strata_status create_engine(strata_runtime *rt)
         /* pinned slots where copies to and from them are DMA (review C3) */
         .host_pinned = c->backend == STRATA_BACKEND_CUDA,
         .stale_correction = c->stale_correction == STRATA_STALE_CORRECTION_NEWTON,
+        .page_state = c->async && c->page_state,
     };
     return strata_refresh_create(&rc, &rt->engine);
 }
@@ -2323,6 +2331,11 @@ strata_status strata_stats_get(const strata_runtime *rt, strata_stats *out)
         out->blocks_on_nvme = e.blocks_on_nvme;
         out->nvme_resident_buffers = e.resident_buffers;
         out->nvme_resident_bytes = e.resident_bytes;
+        out->paged_params = e.paged_params;
+        out->paged_bytes = e.paged_bytes;
+        out->page_reads = e.page_reads;
+        out->page_reads_waited = e.page_reads_waited;
+        out->page_writes = e.page_writes;
         out->nvme_resident_reads = e.resident_reads;
         out->nvme_resident_prefetches = e.resident_prefetches;
         out->nvme_resident_evictions = e.resident_evictions;

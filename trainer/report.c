@@ -345,6 +345,7 @@ static const config_key config_keys[] = {
     SK(roots_tier, 0, WHEN_ASYNC, NULL, get_roots_tier),
     SK(nvme_dir, 0, WHEN_ASYNC, NULL, NULL),
     SK(host_budget, 0, WHEN_ASYNC, NULL, NULL),
+    SK(page_state, 0, WHEN_ASYNC, NULL, NULL),
     {"unigram_val_loss", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_unigram, 0},
 };
 
@@ -813,12 +814,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
             "max %.1f | %s\n"
-            "optimizer: %s%.1f MiB state in the device tier%s\n",
+            "optimizer: %s%.1f MiB state in the device tier%s%s\n",
             strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
             val, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
-            tok, refreshes, t->device_bytes / 1048576.0, over);
+            tok, refreshes, t->device_bytes / 1048576.0,
+            s->paged_params > 0 ? " (paged to nvme between steps: see 'paged state')" : "", over);
     /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
      * fallback to the eigendecomposition is never silent. */
     if (t->root_newton > 0 || t->root_fallbacks > 0)
@@ -886,6 +888,14 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)s->nvme_resident_reads, s->nvme_resident_reads == 1 ? "" : "s",
                 (long long)s->nvme_resident_prefetches, (long long)s->nvme_resident_evictions,
                 s->nvme_resident_evictions == 1 ? "" : "s");
+    if (s->paged_params > 0) /* state paging (engine/refresh.c), this rank's */
+        fprintf(f,
+                "paged state: %d matri%s, %.1f MiB on nvme between steps | %lld read%s "
+                "(%lld waited at the step, the rest ahead), %lld write%s\n",
+                s->paged_params, s->paged_params == 1 ? "x" : "ces", s->paged_bytes / 1048576.0,
+                (long long)s->page_reads, s->page_reads == 1 ? "" : "s",
+                (long long)s->page_reads_waited, (long long)s->page_writes,
+                s->page_writes == 1 ? "" : "s");
     if (res->budget_planned) {
         char line[512];
         fprintf(f, "budget: %s%s\n", gpt_budget_line(res, line, sizeof line),

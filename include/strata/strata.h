@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 9
+#define STRATA_CONFIG_VERSION 10
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -256,6 +256,19 @@ typedef struct strata_config {
                                  or written after commit (the caller may free it) and the
                                  ledger's gradients are strata's buffers. Bit-identical
                                  results (the sums are the same). Default false. */
+    bool page_state;          /* state paging (issue #21 item 6): the whole second-order state
+                                 of every matrix (Shampoo's factors, grafting and momentum;
+                                 SOAP's and KL-Shampoo's factors, eigenbases and moments)
+                                 lives in the nvme tier between its steps and is read back
+                                 into its own memory just before its step (the next
+                                 matrix's read ahead in step order), so at most two
+                                 matrices' states are in host memory at once; the roots
+                                 and eigenbasis slots follow roots_tier and host_budget
+                                 as before. Needs async, nvme_dir and the CPU backend
+                                 (STRATA_ERR_INVALID_ARG otherwise); checkpoints of a paged
+                                 run are refused (STRATA_ERR_UNSUPPORTED). A failed read or
+                                 write surfaces as STRATA_ERR_IO from strata_step, never
+                                 as bad values. Bit-identical results. Default false. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -263,7 +276,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 41
+#define STRATA_CONFIG_FIELDS 42
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to
@@ -826,6 +839,16 @@ typedef struct strata_stats {
                                       not find resident: the step waited for each */
     int64_t nvme_resident_prefetches; /* reads started ahead (forward hook, next parameters) */
     int64_t nvme_resident_evictions;  /* buffers taken from another block */
+    /* state paging (strata_config.page_state): matrices whose whole state
+     * pages to the nvme tier between their steps, their paged bytes (where
+     * they are now: the memory ledger), cumulative counts this process */
+    int32_t paged_params;
+    uint64_t paged_bytes;
+    int64_t page_reads;            /* states read back (ahead of their step, or at it) */
+    int64_t page_reads_waited;     /* of those, started by the step itself (not read
+                                      ahead: the step waited for the whole read) */
+    int64_t page_writes;           /* states written to nvme (after each step, and once
+                                      at commit) */
 } strata_stats;
 
 /* Where one parameter lives across ranks (valid after commit): the layout the
@@ -961,6 +984,10 @@ typedef struct strata_plan_rank {
     int32_t blocks_on_nvme;       /* result blocks placed in the nvme tier (roots_tier NVME,
                                      or spilled past host_budget with an nvme_dir), their
                                      roots streamed through the residency pool */
+    int32_t paged_params;         /* matrices whose whole state pages to the nvme tier
+                                     between their steps (strata_config.page_state): their
+                                     bytes are in the NVME row, and the DEVICE row holds
+                                     the largest two that follow each other in step order */
 } strata_plan_rank;
 
 typedef struct strata_plan_summary {

@@ -105,11 +105,12 @@ class Config(Structure):
                 ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
                 ("stale_correction", c_enum),
                 ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
-                ("state_dtype_moments", c_enum), ("shard_gradients", c_bool)]
+                ("state_dtype_moments", c_enum), ("shard_gradients", c_bool),
+                ("page_state", c_bool)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 9
+CONFIG_VERSION = 10
 
 
 class ParamDesc(Structure):
@@ -234,6 +235,11 @@ class Stats(Structure):
         ("nvme_resident_reads", ctypes.c_int64),
         ("nvme_resident_prefetches", ctypes.c_int64),
         ("nvme_resident_evictions", ctypes.c_int64),
+        ("paged_params", ctypes.c_int32),
+        ("paged_bytes", ctypes.c_uint64),
+        ("page_reads", ctypes.c_int64),
+        ("page_reads_waited", ctypes.c_int64),
+        ("page_writes", ctypes.c_int64),
     ]
 
 

@@ -3,7 +3,7 @@
 usage: test_plan.py STRATA [SOURCE_ROOT]).
 
 1. For small GPTs that train here (Shampoo sync and async, its roots on nvme
-   and spilled there past a host budget, SOAP, Muon, AdamW, NorMuon, KL-Shampoo;
+   and spilled there past a host budget, its whole state paged to nvme (and SOAP's), SOAP, Muon, AdamW, NorMuon, KL-Shampoo;
    one rank, and two ranks under mpirun when it is there), the plan's
    per-rank bytes match the ledger the run reports in its JSONL summary
    ("memory", rank 0's peaks) within 10%: the total, and every tier/kind cell
@@ -95,6 +95,11 @@ with tempfile.TemporaryDirectory() as tmp:
           "--nvme-dir", os.path.join(tmp, "nvme")]
     compare("shampoo-nvme", nv + ["--tiers", "device,nvme"])
     compare("shampoo-spill", nv + ["--tiers", "device,host,nvme", "--host-budget-mib", "3"])
+    # state paging (issue #21 item 6): factors, moments, grafting on nvme between steps
+    compare("shampoo-paged", nv + ["--tiers", "device,nvme", "--page-state"])
+    compare("soap-paged", ["--optimizer", "soap", "--async", "--staleness", "1", "--workers", "1",
+                           "--nvme-dir", os.path.join(tmp, "nvme"), "--tiers",
+                           "device,host,nvme", "--page-state"])
     compare("soap", ["--optimizer", "soap"])
     compare("soap-bf16", ["--optimizer", "soap", "--state-dtype-factors", "bf16"])
     compare("muon", ["--optimizer", "muon"])
