@@ -261,51 +261,95 @@ BF16_TARGET static void pack_b_avx512(const operand *o, int r0, int rn, int k0, 
     }
 }
 
-/* MR x NR = 6 x 64: 24 float32 accumulators (4 vectors of 16 columns per
- * row), per pair 4 B vectors and 6 broadcast A words. */
+/* MR x NV*16 (NV = 1..4 vectors of 16 columns; 4: the full 6 x 64 tile):
+ * 6 NV float32 accumulators, per pair NV B vectors and 6 broadcast A words.
+ * The narrower forms serve tiles whose needed columns end early (the SYRK's
+ * diagonal tiles, a ragged last column block): only the vectors that hold a
+ * needed column are computed, each with the same sums as in the full tile. */
+#define KERNEL_NV(NV)                                                                        \
+    BF16_TARGET static void kernel_avx512_##NV(int kp_n, const uint32_t *a, const uint32_t *b, \
+                                               int rn, int cn, float alpha, float beta,       \
+                                               float *c, int ldc)                             \
+    {                                                                                        \
+        __m512 acc[MR][NV];                                                                  \
+        _Pragma("GCC unroll 8")                                                              \
+        for (int r = 0; r < MR; r++)                                                         \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++)                                                     \
+                acc[r][v] = _mm512_setzero_ps();                                             \
+        for (int kp = 0; kp < kp_n; kp++) {                                                  \
+            __m512bh bv[NV];                                                                 \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++)                                                     \
+                bv[v] = (__m512bh)_mm512_loadu_si512(b + 16 * v);                            \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int r = 0; r < MR; r++) {                                                   \
+                const __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[r * kp_n]);           \
+                _Pragma("GCC unroll 8")                                                      \
+                for (int v = 0; v < NV; v++)                                                 \
+                    acc[r][v] = _mm512_dpbf16_ps(acc[r][v], aw, bv[v]);                      \
+            }                                                                                \
+            a += 1;                                                                          \
+            b += NR;                                                                         \
+        }                                                                                    \
+        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                  \
+        for (int r = 0; r < rn; r++) {                                                       \
+            float *row = c + (size_t)r * ldc;                                                \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++) {                                                   \
+                const int left = cn - 16 * v;                                                \
+                if (left <= 0)                                                               \
+                    break;                                                                   \
+                const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);     \
+                __m512 out = _mm512_mul_ps(va, acc[r][v]);                                   \
+                if (beta != 0.0f)                                                            \
+                    out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, row + 16 * v), out);  \
+                _mm512_mask_storeu_ps(row + 16 * v, m, out);                                 \
+            }                                                                                \
+        }                                                                                    \
+    }
+KERNEL_NV(1)
+KERNEL_NV(2)
+KERNEL_NV(3)
+KERNEL_NV(4)
+#undef KERNEL_NV
+
+/* The tile's first cn columns (cn <= NR) with the fewest vectors that hold them. */
 BF16_TARGET static void kernel_avx512(int kp_n, const uint32_t *a, const uint32_t *b, int rn,
                                       int cn, float alpha, float beta, float *c, int ldc)
 {
-    __m512 acc[MR][4];
-    for (int r = 0; r < MR; r++)
-        for (int v = 0; v < 4; v++)
-            acc[r][v] = _mm512_setzero_ps();
-    for (int kp = 0; kp < kp_n; kp++) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-        const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + 32);
-        const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + 48);
-#define ROW(r)                                                                \
-    do {                                                                      \
-        const __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[(r) * kp_n]);  \
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], aw, b0);                      \
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], aw, b1);                      \
-        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], aw, b2);                      \
-        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], aw, b3);                      \
-    } while (0)
-        ROW(0);
-        ROW(1);
-        ROW(2);
-        ROW(3);
-        ROW(4);
-        ROW(5);
-#undef ROW
-        a += 1;
-        b += NR;
+    switch ((cn + 15) / 16) {
+    case 1: kernel_avx512_1(kp_n, a, b, rn, cn, alpha, beta, c, ldc); break;
+    case 2: kernel_avx512_2(kp_n, a, b, rn, cn, alpha, beta, c, ldc); break;
+    case 3: kernel_avx512_3(kp_n, a, b, rn, cn, alpha, beta, c, ldc); break;
+    default: kernel_avx512_4(kp_n, a, b, rn, cn, alpha, beta, c, ldc); break;
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int r = 0; r < rn; r++) {
-        float *row = c + (size_t)r * ldc;
-        for (int v = 0; v < 4; v++) {
-            const int left = cn - 16 * v;
-            if (left <= 0)
-                break;
-            const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-            __m512 out = _mm512_mul_ps(va, acc[r][v]);
-            if (beta != 0.0f)
-                out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, row + 16 * v), out);
-            _mm512_mask_storeu_ps(row + 16 * v, m, out);
+}
+
+/* The strict upper triangle of the n x n matrix c from its lower one, in
+ * 16 x 16 blocks transposed in registers (exact copies: the same values as
+ * strata_cpu_mirror_lower, which does the ragged edges and the diagonal
+ * blocks' own triangles). */
+BF16_TARGET static void mirror_lower_avx512(int n, float *c, int ldc)
+{
+    const int nb = n / 16;
+    for (int bi = 0; bi < nb; bi++)
+        for (int bj = bi + 1; bj < nb; bj++) {
+            /* rows 16 bj.., columns 16 bi.. (lower) -> rows 16 bi.., columns 16 bj.. */
+            __m512i v[16];
+            for (int t = 0; t < 16; t++)
+                v[t] = _mm512_loadu_si512(c + (size_t)(16 * bj + t) * ldc + 16 * bi);
+            transpose16(v);
+            for (int t = 0; t < 16; t++)
+                _mm512_storeu_si512(c + (size_t)(16 * bi + t) * ldc + 16 * bj, v[t]);
         }
+    /* diagonal blocks, and the last ragged rows/columns */
+    for (int i = 0; i < n; i++) {
+        const int jb = i / 16 < nb ? (i / 16 + 1) * 16 : i + 1; /* first column left to do */
+        for (int j = i + 1; j < n && j < jb; j++)
+            c[(size_t)i * ldc + j] = c[(size_t)j * ldc + i];
+        for (int j = nb * 16 > jb ? nb * 16 : jb; j < n; j++)
+            c[(size_t)i * ldc + j] = c[(size_t)j * ldc + i];
     }
 }
 #endif
@@ -390,9 +434,17 @@ static strata_status gemm(int m, int n, int k, float alpha, const operand *A, co
                     const int cn = ncn - jr < NR ? ncn - jr : NR;
                     for (int ir = 0; ir < mcn; ir += MR) {
                         const int rn = mcn - ir < MR ? mcn - ir : MR;
-                        if (lower_only && jc + jr > ic + ir + rn - 1)
-                            continue;
-                        kern(kp_n, ap + (size_t)ir * kp_n, bp + (size_t)jr * kp_n, rn, cn, alpha,
+                        int cw = cn;
+                        if (lower_only) {
+                            /* the tile's columns up to its last row's diagonal; the
+                             * rest lie above the diagonal (mirrored over after) */
+                            const int last = ic + ir + rn - 1 - (jc + jr);
+                            if (last < 0)
+                                continue;
+                            if (cw > last + 1)
+                                cw = last + 1;
+                        }
+                        kern(kp_n, ap + (size_t)ir * kp_n, bp + (size_t)jr * kp_n, rn, cw, alpha,
                              beta_eff, c + (size_t)(ic + ir) * ldc + jc + jr, ldc);
                     }
                 }
@@ -432,7 +484,14 @@ strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const 
      * C = A^T A, A k x n; op(A) = A^T, op(B) = A. */
     const operand A = {a, lda, !trans}, B = {a, lda, !trans};
     strata_status st = gemm(n, n, k, alpha, &A, &B, beta, c, ldc, true);
-    if (st == STRATA_OK)
-        strata_cpu_mirror_lower(n, c, ldc);
-    return st;
+    if (st != STRATA_OK)
+        return st;
+#ifdef HAVE_X86_BF16
+    if (use_avx512()) {
+        mirror_lower_avx512(n, c, ldc);
+        return STRATA_OK;
+    }
+#endif
+    strata_cpu_mirror_lower(n, c, ldc);
+    return STRATA_OK;
 }
