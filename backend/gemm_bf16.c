@@ -26,8 +26,14 @@
  * both to the same bound.
  *
  * SYRK: only the MR x NR tiles that touch the lower triangle are computed,
- * then the strict lower triangle is mirrored onto the upper one, so the full
- * symmetric n x n result is written (as cpu_ssyrk does). */
+ * each only up to the 16-column vector holding its last row's diagonal (a
+ * kernel per vector count), and op(A)'s rows, which are op(B)'s columns,
+ * are read from the packed op(B) block when that holds all of them (n <= NC)
+ * instead of being converted and packed a second time; then the strict
+ * lower triangle is mirrored onto the upper one (16 x 16 register
+ * transposes), so the full symmetric n x n result is written (as cpu_ssyrk
+ * does). Every output element gets the same sums in the same order whatever
+ * the tiling, so none of this changes a result bit. */
 #include "gemm_bf16.h"
 
 #include "backend_internal.h"
