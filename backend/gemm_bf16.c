@@ -26,8 +26,14 @@
  * both to the same bound.
  *
  * SYRK: only the MR x NR tiles that touch the lower triangle are computed,
- * then the strict lower triangle is mirrored onto the upper one, so the full
- * symmetric n x n result is written (as cpu_ssyrk does). */
+ * each only up to the 16-column vector holding its last row's diagonal (a
+ * kernel per vector count), and op(A)'s rows, which are op(B)'s columns,
+ * are read from the packed op(B) block when that holds all of them (n <= NC)
+ * instead of being converted and packed a second time; then the strict
+ * lower triangle is mirrored onto the upper one (16 x 16 register
+ * transposes), so the full symmetric n x n result is written (as cpu_ssyrk
+ * does). Every output element gets the same sums in the same order whatever
+ * the tiling, so none of this changes a result bit. */
 #include "gemm_bf16.h"
 
 #include "backend_internal.h"
@@ -54,6 +60,7 @@
 #ifndef NC
 #define NC 768 /* a multiple of NR */
 #endif
+#define A_ALL_MAX 1536 /* the most rows of op(A) packed whole per k block (1536 x 768: 2.3 MiB) */
 
 /* Round a float32 to bfloat16, nearest even; NaN stays a (quiet) NaN. */
 static inline uint16_t to_bf16(float f)
@@ -135,15 +142,18 @@ static void store_tile(const float *acc, int rn, int cn, float alpha, float beta
         }
 }
 
-static void kernel_portable(int kp_n, const uint32_t *a, const uint32_t *b, int rn, int cn,
-                            float alpha, float beta, float *c, int ldc)
+/* The A words of a tile: row r's word of pair kp at a[r * a_rs + kp * a_ks]
+ * (a packed A panel: a_rs = kp_n, a_ks = 1; the SYRK's A rows read from
+ * the packed B panel of the same rows: a_rs = 1, a_ks = NR). */
+static void kernel_portable(int kp_n, const uint32_t *a, int a_rs, int a_ks, const uint32_t *b,
+                            int rn, int cn, float alpha, float beta, float *c, int ldc)
 {
     float acc[MR * NR];
     memset(acc, 0, sizeof acc);
     for (int kp = 0; kp < kp_n; kp++) {
         const uint32_t *bw = b + (size_t)kp * NR;
         for (int r = 0; r < MR; r++) {
-            const uint32_t aw = a[(size_t)r * kp_n + kp];
+            const uint32_t aw = a[(size_t)r * a_rs + (size_t)kp * a_ks];
             const float a0 = from_bf16(aw & 0xffffu), a1 = from_bf16(aw >> 16);
             float *row = acc + r * NR;
             for (int j = 0; j < NR; j++) {
@@ -261,58 +271,103 @@ BF16_TARGET static void pack_b_avx512(const operand *o, int r0, int rn, int k0, 
     }
 }
 
-/* MR x NR = 6 x 64: 24 float32 accumulators (4 vectors of 16 columns per
- * row), per pair 4 B vectors and 6 broadcast A words. */
-BF16_TARGET static void kernel_avx512(int kp_n, const uint32_t *a, const uint32_t *b, int rn,
-                                      int cn, float alpha, float beta, float *c, int ldc)
-{
-    __m512 acc[MR][4];
-    for (int r = 0; r < MR; r++)
-        for (int v = 0; v < 4; v++)
-            acc[r][v] = _mm512_setzero_ps();
-    for (int kp = 0; kp < kp_n; kp++) {
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
-        const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + 32);
-        const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + 48);
-#define ROW(r)                                                                \
-    do {                                                                      \
-        const __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[(r) * kp_n]);  \
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], aw, b0);                      \
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], aw, b1);                      \
-        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], aw, b2);                      \
-        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], aw, b3);                      \
-    } while (0)
-        ROW(0);
-        ROW(1);
-        ROW(2);
-        ROW(3);
-        ROW(4);
-        ROW(5);
-#undef ROW
-        a += 1;
-        b += NR;
+/* MR x NV*16 (NV = 1..4 vectors of 16 columns; 4: the full 6 x 64 tile):
+ * 6 NV float32 accumulators, per pair NV B vectors and 6 broadcast A words.
+ * The narrower forms serve tiles whose needed columns end early (the SYRK's
+ * diagonal tiles, a ragged last column block): only the vectors that hold a
+ * needed column are computed, each with the same sums as in the full tile. */
+#define KERNEL_NV(NV)                                                                        \
+    BF16_TARGET static void kernel_avx512_##NV(int kp_n, const uint32_t *a, int a_rs,         \
+                                               int a_ks, const uint32_t *b, int rn, int cn,   \
+                                               float alpha, float beta, float *c, int ldc)    \
+    {                                                                                        \
+        __m512 acc[MR][NV];                                                                  \
+        _Pragma("GCC unroll 8")                                                              \
+        for (int r = 0; r < MR; r++)                                                         \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++)                                                     \
+                acc[r][v] = _mm512_setzero_ps();                                             \
+        for (int kp = 0; kp < kp_n; kp++) {                                                  \
+            __m512bh bv[NV];                                                                 \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++)                                                     \
+                bv[v] = (__m512bh)_mm512_loadu_si512(b + 16 * v);                            \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int r = 0; r < MR; r++) {                                                   \
+                const __m512bh aw = (__m512bh)_mm512_set1_epi32((int)a[r * a_rs]);           \
+                _Pragma("GCC unroll 8")                                                      \
+                for (int v = 0; v < NV; v++)                                                 \
+                    acc[r][v] = _mm512_dpbf16_ps(acc[r][v], aw, bv[v]);                      \
+            }                                                                                \
+            a += a_ks;                                                                       \
+            b += NR;                                                                         \
+        }                                                                                    \
+        const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);                  \
+        for (int r = 0; r < rn; r++) {                                                       \
+            float *row = c + (size_t)r * ldc;                                                \
+            _Pragma("GCC unroll 8")                                                          \
+            for (int v = 0; v < NV; v++) {                                                   \
+                const int left = cn - 16 * v;                                                \
+                if (left <= 0)                                                               \
+                    break;                                                                   \
+                const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);     \
+                __m512 out = _mm512_mul_ps(va, acc[r][v]);                                   \
+                if (beta != 0.0f)                                                            \
+                    out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, row + 16 * v), out);  \
+                _mm512_mask_storeu_ps(row + 16 * v, m, out);                                 \
+            }                                                                                \
+        }                                                                                    \
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int r = 0; r < rn; r++) {
-        float *row = c + (size_t)r * ldc;
-        for (int v = 0; v < 4; v++) {
-            const int left = cn - 16 * v;
-            if (left <= 0)
-                break;
-            const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-            __m512 out = _mm512_mul_ps(va, acc[r][v]);
-            if (beta != 0.0f)
-                out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, row + 16 * v), out);
-            _mm512_mask_storeu_ps(row + 16 * v, m, out);
+KERNEL_NV(1)
+KERNEL_NV(2)
+KERNEL_NV(3)
+KERNEL_NV(4)
+#undef KERNEL_NV
+
+/* The tile's first cn columns (cn <= NR) with the fewest vectors that hold them. */
+BF16_TARGET static void kernel_avx512(int kp_n, const uint32_t *a, int a_rs, int a_ks,
+                                      const uint32_t *b, int rn, int cn, float alpha, float beta,
+                                      float *c, int ldc)
+{
+    switch ((cn + 15) / 16) {
+    case 1: kernel_avx512_1(kp_n, a, a_rs, a_ks, b, rn, cn, alpha, beta, c, ldc); break;
+    case 2: kernel_avx512_2(kp_n, a, a_rs, a_ks, b, rn, cn, alpha, beta, c, ldc); break;
+    case 3: kernel_avx512_3(kp_n, a, a_rs, a_ks, b, rn, cn, alpha, beta, c, ldc); break;
+    default: kernel_avx512_4(kp_n, a, a_rs, a_ks, b, rn, cn, alpha, beta, c, ldc); break;
+    }
+}
+
+/* The strict upper triangle of the n x n matrix c from its lower one, in
+ * 16 x 16 blocks transposed in registers (exact copies: the same values as
+ * strata_cpu_mirror_lower, which does the ragged edges and the diagonal
+ * blocks' own triangles). */
+BF16_TARGET static void mirror_lower_avx512(int n, float *c, int ldc)
+{
+    const int nb = n / 16;
+    for (int bi = 0; bi < nb; bi++)
+        for (int bj = bi + 1; bj < nb; bj++) {
+            /* rows 16 bj.., columns 16 bi.. (lower) -> rows 16 bi.., columns 16 bj.. */
+            __m512i v[16];
+            for (int t = 0; t < 16; t++)
+                v[t] = _mm512_loadu_si512(c + (size_t)(16 * bj + t) * ldc + 16 * bi);
+            transpose16(v);
+            for (int t = 0; t < 16; t++)
+                _mm512_storeu_si512(c + (size_t)(16 * bi + t) * ldc + 16 * bj, v[t]);
         }
+    /* diagonal blocks, and the last ragged rows/columns */
+    for (int i = 0; i < n; i++) {
+        const int jb = i / 16 < nb ? (i / 16 + 1) * 16 : i + 1; /* first column left to do */
+        for (int j = i + 1; j < n && j < jb; j++)
+            c[(size_t)i * ldc + j] = c[(size_t)j * ldc + i];
+        for (int j = nb * 16 > jb ? nb * 16 : jb; j < n; j++)
+            c[(size_t)i * ldc + j] = c[(size_t)j * ldc + i];
     }
 }
 #endif
 
 typedef void (*pack_fn)(const operand *, int, int, int, int, uint32_t *);
-typedef void (*kernel_fn)(int, const uint32_t *, const uint32_t *, int, int, float, float, float *,
-                          int);
+typedef void (*kernel_fn)(int, const uint32_t *, int, int, const uint32_t *, int, int, float,
+                          float, float *, int);
 
 static _Atomic int force_portable; /* tests: strata_gemm_bf16_force_portable */
 
@@ -342,6 +397,25 @@ const char *strata_gemm_bf16_kernel(void)
     return use_avx512() ? "avx512bf16" : "portable";
 }
 
+/* An A panel (rows r0 .. r0+rn-1, packed layout, missing rows zero) copied
+ * from the packed B block whose column j is op(A)'s row j (the SYRK): word
+ * kp of row j is bp[(j / NR) NR kp_n + kp NR + j % NR]. For the tiles that
+ * straddle two B panels or are short; the others read B's words in place. */
+static void gather_a(const uint32_t *bp, int r0, int rn, int kp_n, uint32_t *out)
+{
+    for (int r = 0; r < MR; r++) {
+        uint32_t *dst = out + (size_t)r * kp_n;
+        if (r >= rn) {
+            memset(dst, 0, (size_t)kp_n * sizeof *dst);
+            continue;
+        }
+        const int j = r0 + r;
+        const uint32_t *src = bp + (size_t)(j / NR) * NR * kp_n + j % NR;
+        for (int kp = 0; kp < kp_n; kp++)
+            dst[kp] = src[(size_t)kp * NR];
+    }
+}
+
 /* C(m x n) = alpha A(m x k) B(k x n) + beta C over the operands' views; with
  * lower_only, tiles entirely above the diagonal (column start past the
  * tile's last row) are skipped. */
@@ -360,8 +434,16 @@ static strata_status gemm(int m, int n, int k, float alpha, const operand *A, co
 #else
     (void)fast;
 #endif
+    /* SYRK with the whole of op(B) in one column block: op(A)'s rows are
+     * op(B)'s columns, already converted and packed, so A is not packed
+     * again (the same words: the same sums). */
+    const bool a_from_b = lower_only && n <= NC && m == n;
+    /* Several column blocks and a modest m (Newton-Schulz's p x p times
+     * p x q): all of op(A)'s rows packed once per k block, not once per
+     * column block (the kernels see the same words). */
+    const bool a_all = !a_from_b && n > NC && m <= A_ALL_MAX;
     const int nc_max = n < NC ? (n + NR - 1) / NR * NR : NC;
-    const int mc_max = m < MC ? (m + MR - 1) / MR * MR : MC;
+    const int mc_max = a_all ? (m + MR - 1) / MR * MR : m < MC ? (m + MR - 1) / MR * MR : MC;
     const size_t bbytes = (size_t)(KC / 2) * nc_max * sizeof(uint32_t);
     const size_t abytes = (size_t)(KC / 2) * mc_max * sizeof(uint32_t);
     uint32_t *bp = aligned_alloc(64, (bbytes + abytes + 63) & ~(size_t)63);
@@ -369,11 +451,15 @@ static strata_status gemm(int m, int n, int k, float alpha, const operand *A, co
         return strata_error(STRATA_ERR_NOMEM, "sgemm_bf16: cannot allocate %zu bytes of packing",
                             bbytes + abytes);
     uint32_t *ap = bp + bbytes / sizeof(uint32_t);
-    for (int jc = 0; jc < n; jc += NC) {
-        const int ncn = n - jc < NC ? n - jc : NC;
-        for (int pc = 0; pc < k; pc += KC) {
-            const int kn = k - pc < KC ? k - pc : KC, kp_n = (kn + 1) / 2;
-            const float beta_eff = pc == 0 ? beta : 1.0f;
+    /* k blocks outermost: every C element still gets its k blocks in order */
+    for (int pc = 0; pc < k; pc += KC) {
+        const int kn = k - pc < KC ? k - pc : KC, kp_n = (kn + 1) / 2;
+        const float beta_eff = pc == 0 ? beta : 1.0f;
+        if (a_all)
+            for (int ir = 0; ir < m; ir += MR)
+                pack_a(A, ir, m - ir < MR ? m - ir : MR, pc, kn, ap + (size_t)ir * kp_n);
+        for (int jc = 0; jc < n; jc += NC) {
+            const int ncn = n - jc < NC ? n - jc : NC;
             for (int jr = 0; jr < ncn; jr += NR) {
                 const int cn = ncn - jr < NR ? ncn - jr : NR;
                 pack_b(B, jc + jr, cn, pc, kn, bp + (size_t)jr * kp_n);
@@ -382,17 +468,39 @@ static strata_status gemm(int m, int n, int k, float alpha, const operand *A, co
                 const int mcn = m - ic < MC ? m - ic : MC;
                 if (lower_only && jc > ic + mcn - 1)
                     continue;
-                for (int ir = 0; ir < mcn; ir += MR) {
+                uint32_t *ab = a_all ? ap + (size_t)ic * kp_n : ap; /* this row block's panels */
+                for (int ir = 0; ir < mcn && !a_all; ir += MR) {
                     const int rn = mcn - ir < MR ? mcn - ir : MR;
-                    pack_a(A, ic + ir, rn, pc, kn, ap + (size_t)ir * kp_n);
+                    const int r0 = ic + ir;
+                    if (!a_from_b)
+                        pack_a(A, r0, rn, pc, kn, ab + (size_t)ir * kp_n);
+                    else if (rn < MR || r0 / NR != (r0 + MR - 1) / NR)
+                        gather_a(bp, r0, rn, kp_n, ab + (size_t)ir * kp_n);
                 }
                 for (int jr = 0; jr < ncn; jr += NR) {
                     const int cn = ncn - jr < NR ? ncn - jr : NR;
                     for (int ir = 0; ir < mcn; ir += MR) {
                         const int rn = mcn - ir < MR ? mcn - ir : MR;
-                        if (lower_only && jc + jr > ic + ir + rn - 1)
-                            continue;
-                        kern(kp_n, ap + (size_t)ir * kp_n, bp + (size_t)jr * kp_n, rn, cn, alpha,
+                        int cw = cn;
+                        if (lower_only) {
+                            /* the tile's columns up to its last row's diagonal; the
+                             * rest lie above the diagonal (mirrored over after) */
+                            const int last = ic + ir + rn - 1 - (jc + jr);
+                            if (last < 0)
+                                continue;
+                            if (cw > last + 1)
+                                cw = last + 1;
+                        }
+                        const int r0 = ic + ir;
+                        const uint32_t *at = ab + (size_t)ir * kp_n;
+                        int a_rs = kp_n, a_ks = 1;
+                        if (a_from_b && rn == MR && r0 / NR == (r0 + MR - 1) / NR) {
+                            /* the rows' words in their B panel (see gather_a) */
+                            at = bp + (size_t)(r0 / NR) * NR * kp_n + r0 % NR;
+                            a_rs = 1;
+                            a_ks = NR;
+                        }
+                        kern(kp_n, at, a_rs, a_ks, bp + (size_t)jr * kp_n, rn, cw, alpha,
                              beta_eff, c + (size_t)(ic + ir) * ldc + jc + jr, ldc);
                     }
                 }
@@ -432,7 +540,14 @@ strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const 
      * C = A^T A, A k x n; op(A) = A^T, op(B) = A. */
     const operand A = {a, lda, !trans}, B = {a, lda, !trans};
     strata_status st = gemm(n, n, k, alpha, &A, &B, beta, c, ldc, true);
-    if (st == STRATA_OK)
-        strata_cpu_mirror_lower(n, c, ldc);
-    return st;
+    if (st != STRATA_OK)
+        return st;
+#ifdef HAVE_X86_BF16
+    if (use_avx512()) {
+        mirror_lower_avx512(n, c, ldc);
+        return STRATA_OK;
+    }
+#endif
+    strata_cpu_mirror_lower(n, c, ldc);
+    return STRATA_OK;
 }

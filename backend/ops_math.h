@@ -149,17 +149,24 @@ STRATA_HD static inline double strata_om_sq(float x)
  * v = v + (1-b) ((float)(sumsq / cols) - v) (torch's lerp_ with weight
  * 1-b < 0.5), then x_j = x_j / (sqrt(v) + eps). The C reference runs it per
  * row, the CUDA kernel one row per thread. */
+/* The row's part after its sum of squares acc (float64, index order). */
+STRATA_HD static inline void strata_om_row_ms_finish(float *x, int64_t cols, double acc, float *v,
+                                                     float b, float eps)
+{
+    const float r = (float)(acc / (double)cols);
+    *v = *v + (1.0f - b) * (r - *v);
+    const float d = sqrtf(*v) + eps;
+    for (int64_t j = 0; j < cols; j++)
+        x[j] = x[j] / d;
+}
+
 STRATA_HD static inline void strata_om_row_ms_normalize(float *x, int64_t cols, float *v, float b,
                                                          float eps)
 {
     double acc = 0.0;
     for (int64_t j = 0; j < cols; j++)
         acc += strata_om_sq(x[j]);
-    const float r = (float)(acc / (double)cols);
-    *v = *v + (1.0f - b) * (r - *v);
-    const float d = sqrtf(*v) + eps;
-    for (int64_t j = 0; j < cols; j++)
-        x[j] = x[j] / d;
+    strata_om_row_ms_finish(x, cols, acc, v, b, eps);
 }
 
 /* Dion2's slice norm (abs_sums): sum of |x[k stride]| over k in [0, n), in

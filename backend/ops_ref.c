@@ -162,7 +162,21 @@ strata_status strata_ref_row_ms_normalize(void *ctx, void *stream, int64_t rows,
                                           float *x, int64_t ld, float *v, float beta, float eps)
 {
     (void)ctx, (void)stream;
-    for (int64_t i = 0; i < rows; i++)
+    /* Eight rows' sums of squares at a time (eight independent float64
+     * chains, as abs_sums over rows); each row still adds its entries in
+     * index order and is then finished as strata_om_row_ms_normalize does, so
+     * x and v are that function's, bit for bit. */
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        float *r = x + i * ld;
+        double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (int64_t j = 0; j < cols; j++)
+            for (int k = 0; k < 8; k++)
+                a[k] += strata_om_sq(r[k * ld + j]);
+        for (int k = 0; k < 8; k++)
+            strata_om_row_ms_finish(r + k * ld, cols, a[k], &v[i + k], beta, eps);
+    }
+    for (; i < rows; i++)
         strata_om_row_ms_normalize(x + i * ld, cols, &v[i], beta, eps);
     return STRATA_OK;
 }
@@ -194,7 +208,19 @@ strata_status strata_ref_abs_sums(void *ctx, void *stream, int64_t rows, int64_t
      * index order, so the sums are strata_om_abs_sum's, bit for bit. */
     for (int64_t j = 0; j < cols; j++)
         out[j] = 0.0;
-    for (int64_t i = 0; i < rows; i++)
+    /* Eight rows per pass over out: each out[j] gets the same adds in the
+     * same order, with one load and store of it per eight rows. */
+    int64_t i = 0;
+    for (; i + 8 <= rows; i += 8) {
+        const float *r = x + i * ld;
+        for (int64_t j = 0; j < cols; j++) {
+            double t = out[j];
+            for (int k = 0; k < 8; k++)
+                t += fabs((double)r[k * ld + j]);
+            out[j] = t;
+        }
+    }
+    for (; i < rows; i++)
         for (int64_t j = 0; j < cols; j++)
             out[j] += fabs((double)x[i * ld + j]);
     return STRATA_OK;

@@ -33,6 +33,7 @@ struct strata_muon_state {
     float *x;    /* G', then the orthogonalized update */
     float *work; /* Newton-Schulz workspace (one matrix per chunk) */
     strata_worker_team *team; /* ns.batch_threads threads (NULL when 1) */
+    double *hcol;             /* cols, host: column L1 sums (the overflow rule's quick pass) */
     void *mem;
     size_t mem_bytes;
 };
@@ -151,6 +152,11 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     s->mom = s->mem;
     s->x = s->mom + n_pad;
     s->work = s->x + n_pad;
+    s->hcol = malloc((size_t)cols * sizeof *s->hcol);
+    if (!s->hcol) {
+        st = strata_error(STRATA_ERR_NOMEM, "muon: out of memory");
+        goto out_free_mem_only;
+    }
     strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
                            STRATA_LEDGER_MOMENTS, n_pad * sizeof(float));
     strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_DEVICE,
@@ -164,6 +170,8 @@ strata_status strata_muon_state_create_batched(const strata_muon_config *c, stra
     return STRATA_OK;
 
 out_free_mem:
+    free(s->hcol);
+out_free_mem_only:
     strata_ledger_hold_release(&s->held);
     strata_backend_free(be, s->mem, s->mem_bytes);
 out_free_state:
@@ -182,6 +190,7 @@ void strata_muon_state_destroy(strata_muon_state *s)
     if (!s)
         return;
     strata_worker_team_destroy(s->team);
+    free(s->hcol);
     strata_ledger_hold_release(&s->held);
     strata_backend_free(s->be, s->mem, s->mem_bytes);
     free(s);
@@ -192,12 +201,56 @@ size_t strata_muon_state_bytes(const strata_muon_state *s)
     return s ? s->mem_bytes : 0;
 }
 
-strata_status strata_muon_direction(strata_muon_state *s, const float *g,
-                                    strata_optim_counters *cnt, float **dir)
+/* sum_ij |x_ij| of the batch x rows x cols block x in float64: column sums
+ * (backend; the Newton-Schulz workspace holds them, unused until the
+ * iteration) added on the host. */
+static strata_status l1_norm(strata_muon_state *s, const float *x, double *out)
 {
-    *dir = NULL;
-    const strata_muon_config *c = &s->cfg;
-    const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
+    const int64_t r = s->batch * s->rows, n = s->cols;
+    double *dcol = (double *)(void *)s->work; /* nw >= 2 p q >= 2 cols floats */
+    strata_status st = strata_backend_abs_sums(s->be, NULL, r, n, x, n, 0, dcol);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->hcol, dcol, (size_t)n * sizeof(double));
+    double l1 = 0.0;
+    for (int64_t j = 0; j < n && st == STRATA_OK; j++)
+        l1 += s->hcol[j];
+    *out = l1;
+    return st;
+}
+
+/* The overflow rule's quick pass (as Dion2's, optim/dion2.c): the L1 norms
+ * bound the Frobenius norms (||x||_F <= sum |x_ij|), and the column-sum
+ * pass vectorizes where the exact float64 sums of squares below are one
+ * chain of dependent adds each. *fits: G is finite and mu L1(B) + 2 gw
+ * L1(G), widened by the sums' rounding (n u, u = 2^-53, plus a few
+ * operations), is within the limit, so the exact rule would let the step
+ * through too (its bound mu ||B|| + 2 gw ||G|| is no larger), with no skip
+ * to count: the step is the one the exact rule takes, bit for bit.
+ * Otherwise the exact rule decides. */
+static strata_status quick_fit(strata_muon_state *s, const float *g, double mu, double gw,
+                               bool *fits)
+{
+    *fits = false;
+    const double n = (double)s->batch * (double)s->rows * (double)s->cols;
+    double gl1 = 0.0, bl1 = 0.0;
+    strata_status st = l1_norm(s, g, &gl1);
+    if (st != STRATA_OK || !isfinite(gl1))
+        return st;
+    st = l1_norm(s, s->mom, &bl1);
+    if (st != STRATA_OK)
+        return st;
+    const double widen = 1.0 + 1e-9 + 4.0 * (n + 8.0) * 0x1p-53;
+    *fits = (mu * bl1 + 2.0 * gw * gl1) * widen <= OPTIM_STATE_LIMIT;
+    return STRATA_OK;
+}
+
+/* The exact overflow rule (optim_internal.h): |B_new| <= mu ||B|| + gw |G|,
+ * and the Nesterov G' = gw G + mu B_new, from ||B||_F and ||G||_F in
+ * float64; a non-finite G is refused. *absorbs: the step goes ahead. */
+static strata_status exact_rule(strata_muon_state *s, const float *g, size_t n, double mu_d,
+                                double gw_d, strata_optim_counters *cnt, bool *absorbs)
+{
+    *absorbs = false;
     /* Reject before touching the momentum: one bad element would poison B
      * for every later step. */
     double gamma = 0.0;
@@ -214,17 +267,33 @@ strata_status strata_muon_direction(strata_muon_state *s, const float *g,
             cnt->nonfinite_rejected++;
         return strata_error(STRATA_ERR_NONFINITE, "muon_step: non-finite gradient at %zu", bad);
     }
-    /* The overflow rule (optim_internal.h): |B_new| <= mu ||B|| + gw |G|,
-     * and the Nesterov G' = gw G + mu B_new, from ||B||_F and ||G||_F. */
-    const double mu_d = c->momentum,
-                 gw_d = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0 - mu_d : 1.0;
     double b2 = 0.0;
     st = strata_backend_sumsq(s->be, NULL, n, s->mom, &b2);
     if (st != STRATA_OK)
         return st;
     const double b_new = mu_d * sqrt(b2) + gw_d * sqrt(gamma);
-    if (!optim_state_absorbs(b_new + gw_d * sqrt(gamma), cnt))
-        return STRATA_OK;
+    *absorbs = optim_state_absorbs(b_new + gw_d * sqrt(gamma), cnt);
+    return STRATA_OK;
+}
+
+strata_status strata_muon_direction(strata_muon_state *s, const float *g,
+                                    strata_optim_counters *cnt, float **dir)
+{
+    *dir = NULL;
+    const strata_muon_config *c = &s->cfg;
+    const size_t n = (size_t)s->batch * (size_t)s->rows * (size_t)s->cols;
+    const double mu_d = c->momentum,
+                 gw_d = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0 - mu_d : 1.0;
+    bool fits = false;
+    strata_status st = quick_fit(s, g, mu_d, gw_d, &fits);
+    if (st != STRATA_OK)
+        return st;
+    if (!fits) {
+        bool absorbs = false;
+        st = exact_rule(s, g, n, mu_d, gw_d, cnt, &absorbs);
+        if (st != STRATA_OK || !absorbs)
+            return st;
+    }
 
     const float mu = c->momentum;
     const float gw = c->momentum_form == STRATA_MUON_MOMENTUM_EMA ? 1.0f - mu : 1.0f;

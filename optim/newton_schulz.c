@@ -222,9 +222,10 @@ static strata_status ns_syrk(strata_backend *be, const strata_ns_config *c, int 
 
 /* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
  * result is left in *X (the pointers are swapped as the iteration
- * ping-pongs). */
+ * ping-pongs). With `out` (p x q, outside the workspace, not read), the last
+ * product writes there and *X = out: no copy back. */
 static strata_status iterate_standard(strata_backend *be, const strata_ns_config *c, int p, int q,
-                                      float **X, float **Y, float *A, float *B)
+                                      float **X, float **Y, float *A, float *B, float *out)
 {
     const size_t pp = (size_t)p * p;
     for (int t = 0; t < c->steps; t++) {
@@ -243,11 +244,12 @@ static strata_status iterate_standard(strata_backend *be, const strata_ns_config
             st = strata_backend_diag_update(be, NULL, p, B, p, (float)abc[0], true);
         if (st != STRATA_OK)
             return st;
-        st = ns_gemm(be, c, p, q, p, B, p, *X, q, *Y, q);
+        float *dst = out && t + 1 == c->steps ? out : *Y;
+        st = ns_gemm(be, c, p, q, p, B, p, *X, q, dst, q);
         if (st != STRATA_OK)
             return st;
         float *sw = *X;
-        *X = *Y;
+        *X = dst;
         *Y = sw;
     }
     return STRATA_OK;
@@ -388,12 +390,14 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
             st = strata_backend_transpose(be, NULL, p, q, res, x);
         return st;
     }
-    st = iterate_standard(be, c, p, q, &X, &Y, rest, rest + (size_t)p * p);
+    /* Wide: the last product writes x directly (as Gram's); tall: into the
+     * workspace, then transposed back. */
+    st = iterate_standard(be, c, p, q, &X, &Y, rest, rest + (size_t)p * p, tall ? NULL : x);
     if (st != STRATA_OK)
         return st;
     if (tall)
         return strata_backend_transpose(be, NULL, p, q, X, x);
-    return strata_backend_copy(be, x, X, pq * sizeof(float));
+    return X == x ? STRATA_OK : strata_backend_copy(be, x, X, pq * sizeof(float));
 }
 
 strata_status strata_ns_run(strata_backend *be, const strata_ns_config *c,

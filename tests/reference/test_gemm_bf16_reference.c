@@ -146,7 +146,7 @@ int main(void)
         float alpha, beta;
     } s[] = {
         {70, 1030, 0, 1.0f, 0.0f}, {70, 45, 1, -4.775f, 3.4445f}, {130, 66, 0, 2.0315f, 0.5f},
-        {5, 3, 0, 1.0f, 0.0f},
+        {5, 3, 0, 1.0f, 0.0f},     {800, 9, 0, 1.0f, 0.5f}, /* several row and column blocks */
     };
     for (int pass = 0; pass < 2; pass++) {
         strata_gemm_bf16_force_portable(pass == 1);
