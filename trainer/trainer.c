@@ -86,7 +86,26 @@ void gpt_train_options_default(gpt_train_options *o)
      *     behind the pick at 150 steps;
      *   soap 1.5e-3 2.6081, 3e-3 2.5835, 6e-3 2.5600, 1.2e-2 2.5625 -> 6e-3
      *     (was AdamW's 3e-3);
-     *   kl-shampoo 5e-3 2.5856, 1e-2 2.5718, 2e-2 2.5957 -> 1e-2 (unchanged). */
+     *   kl-shampoo 5e-3 2.5856, 1e-2 2.5718, 2e-2 2.5957 -> 1e-2 (unchanged).
+     * The same sweep again at the race's 300 steps (2026-12-02, `bench/
+     * race_lr_sweep.py build/cli/strata --steps 300`; AdamW's pick sets the
+     * sweep's tail, 6e-3 there):
+     *   adamw 1.5e-3 2.5507, 3e-3 2.4584, 6e-3 2.4497, 1.2e-2 2.7504: the pick
+     *     6e-3 is NOT taken: its 0.35% lies inside the scatter of the finer
+     *     grid above (4e-3 2.4842, 5e-3 2.4987, 8e-3 2.4771), and the rate is
+     *     every other run's tail too; 3e-3 stays;
+     *   muon 0.025 2.1866, 0.05 2.1282, 0.1 2.4778 -> 0.05 (unchanged);
+     *   normuon 0.01 2.4046, 0.02 2.2559, 0.04 2.1204, 0.08 2.1521 -> 0.04
+     *     (was 0.08; with the tail at 3e-3: 2.1379 against 2.1698);
+     *   soap 1.5e-3 2.4944, 3e-3 2.4208, 6e-3 2.1872, 1.2e-2 2.0749: the pick
+     *     1.2e-2 (the grid's edge; with the tail at 3e-3: 2.0734) is NOT taken:
+     *     `strata train --optimizer soap --steps 20` at 1.2e-2 ends at val 6.34,
+     *     above the unigram 3.32 (test_run_lengths.py); 6e-3 stays;
+     *   shampoo 1.5e-3 2.4525, 3e-3 2.3509, 6e-3 2.1746, 1.2e-2 2.2119: 6e-3
+     *     again NOT taken (the short-run spike above);
+     *   dion2 0.005 2.5991, 0.01 2.5822, 0.02 2.5553, 0.04 2.5097 -> 0.04
+     *     (unchanged; the grid's edge);
+     *   kl-shampoo 5e-3 2.2529, 1e-2 2.1219, 2e-2 2.1818 -> 1e-2 (unchanged). */
     o->strata.adamw.lr = 3e-3f;
     o->strata.adamw.weight_decay = 0.0f;
     o->strata.adamw.beta2 = 0.95f;
@@ -97,9 +116,9 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.shampoo.grafting_beta2 = 0.95f;
     o->strata.shampoo.max_preconditioner_dim = 1024;
     o->strata.muon.lr = 0.05f; /* the sweep above */
-    o->strata.normuon.lr = 0.08f; /* the sweep above */
+    o->strata.normuon.lr = 0.04f; /* the 300-step sweep above */
     o->strata.dion2.lr = 0.04f;   /* the sweep above */
-    o->strata.soap.lr = 6e-3f; /* the sweep above */
+    o->strata.soap.lr = 6e-3f; /* the 150-step sweep above (its 300-step pick spikes short runs) */
     o->strata.soap.weight_decay = 0.0f;
     /* Eigenvalue estimates start at the gradient's RMS (init_factor auto): with the
      * reference's constant 0.1 the estimates sit ~100x above their steady state for

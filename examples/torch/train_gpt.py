@@ -288,7 +288,7 @@ TRAINER_DEFAULTS = {
     "muon": {"lr": 0.05},
     "soap": {"lr": 6e-3, "weight_decay": 0.0},
     "kl-shampoo": {"init_factor": -1.0, "lr": 1e-2, "weight_decay": 0.0, "bias_correction": True},
-    "normuon": {"lr": 0.08},
+    "normuon": {"lr": 0.04},
     "dion2": {"lr": 0.04},
 }
 
