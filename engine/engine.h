@@ -503,8 +503,9 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
  * after a step). A no-op for an entry that is not paged or not pinned.
  *
  * strata_refresh_page_release: every pinned or read-ahead state goes back
- * to nvme only (write-backs land; clean pages dropped); the next step reads
- * its first state itself. A no-op without paging. */
+ * to nvme only (write-backs land; clean pages dropped) but the first paged
+ * entry in step order, which stays resident or is read ahead for the next
+ * step, as after a step. A no-op without paging. */
 bool strata_refresh_paged(const strata_refresh *e, int id);
 strata_status strata_refresh_page_pin(strata_refresh *e, int id, int ahead);
 void strata_refresh_page_changed(strata_refresh *e, int id);

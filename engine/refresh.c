@@ -2683,8 +2683,13 @@ void strata_refresh_page_changed(strata_refresh *e, int id)
 
 void strata_refresh_page_release(strata_refresh *e)
 {
-    if (e && e->pg_first >= 0)
-        page_settle(e, -1, -1);
+    if (!e || e->pg_first < 0)
+        return;
+    /* The next step's first state stays, or is read ahead, as after a step. */
+    page_settle(e, e->pg_first, -1);
+    eng_entry *f = &e->entries[e->pg_first];
+    if (f->pg_where == PG_OUT && page_read_start(e, f) != STRATA_OK)
+        strata_error_clear(); /* counted; read again at its step */
 }
 
 strata_status strata_refresh_block_restore(strata_refresh *e, int i,

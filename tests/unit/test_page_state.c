@@ -21,7 +21,8 @@
  *    for bit as the uninterrupted run; save and load keep the paged kinds'
  *    DEVICE peak within the step's (two states); a save whose state reads
  *    fail says STRATA_ERR_IO, leaves the previous checkpoint as it was and
- *    no temporary directory, and the next save works;
+ *    no temporary directory, and the next save works; a load whose reads
+ *    fail says STRATA_ERR_IO;
  *  - refusals: page_state without async or nvme_dir.
  */
 #include <dirent.h>
@@ -459,6 +460,14 @@ static void check_checkpoint(strata_optimizer opt)
     assert_int_equal(s2, STRATA_OK);
     assert_int_equal(strata_load(d->rt, dp, NULL, NULL), STRATA_OK); /* a sound one */
     assert_true(model_equal(b, d));
+    /* a load whose paged reads fail says so (the runtime is to be destroyed) */
+    model *e = calloc(1, sizeof *e);
+    assert_int_equal(model_open(e, &cp), STRATA_OK);
+    assert_int_equal(strata_testing_inject_io_errors(e->rt, 1 << 20, EIO), STRATA_OK);
+    assert_int_equal(strata_load(e->rt, dp, NULL, NULL), STRATA_ERR_IO);
+    assert_non_null(strstr(strata_last_error(), "partly loaded"));
+    strata_destroy(e->rt);
+    free(e);
 
     strata_destroy(a->rt);
     strata_destroy(b->rt);
