@@ -25,6 +25,13 @@
  * install touched, e.g. SOAP's permuted moments), then the weights and the
  * step counter.
  *
+ * State paging (strata_config.page_state): a paged parameter's state is
+ * in the nvme tier between its steps, so the save pins each one in turn
+ * before its tensors are written (page_walk) and the load restores each
+ * one's blocks and tensors while it is pinned (paged_apply), then writes
+ * it back: at most two states resident, as in the step; the files are a
+ * resident run's.
+ *
  * Device memory is never dereferenced: tensors move through
  * strata_backend_copy into a host staging buffer. The runtime is read and
  * restored through runtime/state.h only.
