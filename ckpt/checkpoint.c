@@ -25,6 +25,13 @@
  * install touched, e.g. SOAP's permuted moments), then the weights and the
  * step counter.
  *
+ * State paging (strata_config.page_state): a paged parameter's state is
+ * in the nvme tier between its steps, so the save pins each one in turn
+ * before its tensors are written (page_walk) and the load restores each
+ * one's blocks and tensors while it is pinned (paged_apply), then writes
+ * it back: at most two states resident, as in the step; the files are a
+ * resident run's.
+ *
  * Device memory is never dereferenced: tensors move through
  * strata_backend_copy into a host staging buffer. The runtime is read and
  * restored through runtime/state.h only.
@@ -545,6 +552,7 @@ typedef struct st_item {
     item_src src;
     const void *ptr; /* backend or host memory */
     int blk, slot;   /* SRC_SLOT */
+    int page;        /* 1 + the engine entry whose paged state holds it (0: none) */
 } st_item;
 
 typedef struct item_list {
@@ -588,7 +596,8 @@ static char *joinf(const char *a, const char *b)
 }
 
 /* Called before item i's bytes are written (or, after a failure, where they
- * would have been): may make them available and return where they are. */
+ * would have been, with ptr NULL): may make them available and return where
+ * they are. */
 typedef strata_status (*item_walk_fn)(void *ctx, int i, const void **ptr);
 
 static strata_status st_write_walk(strata_runtime *rt, const char *path, const item_list *l,
@@ -663,7 +672,7 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
                 const st_item *it = &l->v[i];
                 const void *src = it->ptr;
                 if (walk) {
-                    strata_status sw = walk(ctx, i, &src);
+                    strata_status sw = walk(ctx, i, st == STRATA_OK ? &src : NULL);
                     if (st == STRATA_OK)
                         st = sw;
                 }
@@ -691,10 +700,8 @@ static strata_status st_write_walk(strata_runtime *rt, const char *path, const i
     }
     /* a failure before the items: the walk still runs (collective) */
     if (walk && w.fd < 0)
-        for (int i = 0; i < l->n; i++) {
-            const void *src = NULL;
-            (void)walk(ctx, i, &src);
-        }
+        for (int i = 0; i < l->n; i++)
+            (void)walk(ctx, i, NULL);
     strata_worker_team_destroy(team);
     free(stage);
     free(hdr);
@@ -814,7 +821,8 @@ static strata_status state_items(strata_runtime *rt, const strata_rt_view *v, it
             const bool dev = ti[k].where == STRATA_TIER_DEVICE;
             st_item it = {.dtype = dtype_of[ti[k].dtype], .ndim = ti[k].ndim,
                           .shape = {ti[k].shape[0], ti[k].shape[1]}, .bytes = info_bytes(&ti[k]),
-                          .src = dev ? SRC_BACKEND : SRC_HOST, .ptr = ti[k].data};
+                          .src = dev ? SRC_BACKEND : SRC_HOST, .ptr = ti[k].data,
+                          .page = strata_refresh_paged(v->engine, p.entry) ? p.entry + 1 : 0};
             it.name = joinf(p.name, ti[k].name);
             tensor_row(tensors, it.name, p.name, dev ? "device" : "host", v->t);
             st = items_add(l, it);
@@ -1136,10 +1144,6 @@ static strata_status save_check(const strata_runtime *rt, const char *dir, const
     strata_rt_view_get(rt, &v);
     if (!v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_save: call strata_commit first");
-    if (v.cfg->page_state) /* the states' memory is on nvme between steps (not done yet) */
-        return strata_error(STRATA_ERR_UNSUPPORTED, "strata_save: checkpoints of a run with "
-                            "strata_config.page_state are not supported yet (the paged states "
-                            "live in the nvme tier between steps); nothing was written");
     if (user_json) {
         json_object *u = user_json_parse(user_json);
         const bool ok = u != NULL;
@@ -1231,6 +1235,63 @@ static strata_status save_prepare(saver *s, strata_status st)
     return st;
 }
 
+/* State paging (strata_config.page_state): a paged parameter's state is
+ * in the nvme tier between its steps. Before the first of its items is
+ * written, it is pinned (read back into its own memory, the next paged
+ * parameter's read started ahead) and the one before let go again, as the
+ * step does: at most two states are resident while the file is written. A
+ * state that cannot be read fails the save (STRATA_ERR_IO: the temporary
+ * directory is removed, the previous checkpoint stays). */
+typedef struct page_walker {
+    strata_refresh *engine;
+    const item_list *l;
+    int cur; /* the entry pinned (-1: none) */
+} page_walker;
+
+static strata_status page_walk(void *ctx, int i, const void **ptr)
+{
+    page_walker *pw = ctx;
+    if (!ptr)
+        return STRATA_OK; /* after a failure: nothing more to read */
+    const st_item *it = &pw->l->v[i];
+    *ptr = it->ptr;
+    if (!it->page || it->page - 1 == pw->cur)
+        return STRATA_OK;
+    int ahead = -1;
+    for (int j = i + 1; j < pw->l->n && ahead < 0; j++)
+        if (pw->l->v[j].page && pw->l->v[j].page != it->page)
+            ahead = pw->l->v[j].page - 1;
+    pw->cur = it->page - 1;
+    strata_status st = strata_refresh_page_pin(pw->engine, pw->cur, ahead);
+    if (st != STRATA_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        st = strata_error(st, "strata_save: %s; nothing was published", why);
+    }
+    return st;
+}
+
+/* strata_refresh_page_release, keeping the message of a failure so far
+ * (`st`): a read ahead that failed too would say its own. */
+static void page_release_keep(strata_refresh *engine, strata_status st)
+{
+    char why[600];
+    snprintf(why, sizeof why, "%s", st != STRATA_OK ? strata_last_error() : "");
+    strata_refresh_page_release(engine);
+    if (st != STRATA_OK)
+        (void)strata_error(st, "%s", why);
+    else
+        strata_error_clear();
+}
+
+static bool items_paged(const item_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i].page)
+            return true;
+    return false;
+}
+
 /* One of this rank's files into the temporary directory: the items
  * (rank-R.safetensors) or the table (rank-R.json); its size and digest go
  * into the rank's row. */
@@ -1241,9 +1302,15 @@ static strata_status save_rank_file(saver *s, const item_list *items, json_objec
     char *path = joinf(s->tmp, fname);
     uint8_t dig[32];
     uint64_t nb = 0;
-    strata_status st = !path ? strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory")
-                       : items ? st_write(s->rt, path, items, &nb, dig, &s->files)
-                               : json_write(s->rt, path, table, &nb, dig, &s->files);
+    page_walker pw = {.engine = s->v.engine, .l = items, .cur = -1};
+    const bool paged = items && items_paged(items);
+    strata_status st =
+        !path    ? strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory")
+        : paged  ? st_write_walk(s->rt, path, items, page_walk, &pw, &nb, dig, &s->files)
+        : items  ? st_write(s->rt, path, items, &nb, dig, &s->files)
+                 : json_write(s->rt, path, table, &nb, dig, &s->files);
+    if (paged) /* the states back to nvme only (nothing changed them) */
+        page_release_keep(s->v.engine, st);
     free(path);
     if (st == STRATA_OK) {
         double *row = s->rows + (size_t)s->v.rank * ROW_N;
@@ -1301,7 +1368,8 @@ static strata_status model_walk(void *ctx, int i, const void **ptr)
         st = strata_rt_layer_materialize(s->rt, p.layer);
         strata_rt_param_get(s->rt, i, &p); /* its buffer now */
     }
-    *ptr = p.data;
+    if (ptr)
+        *ptr = p.data;
     return st;
 }
 
@@ -1595,6 +1663,7 @@ typedef struct pending_copy {
     const void *src;
     size_t bytes;
     bool backend;
+    int page; /* 1 + the engine entry whose paged state dst lies in (0: none) */
 } pending_copy;
 
 /* One old rank's files (its table and its state), read when a parameter this
@@ -1881,6 +1950,7 @@ static strata_status match_state(loader *c, int i, const strata_rt_param_view *p
     int n = 0;
     if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
         return st;
+    const int page = strata_refresh_paged(c->v.engine, p->entry) ? p->entry + 1 : 0;
     for (int k = 0; k < n && st == STRATA_OK; k++) {
         char *nm = joinf(p->name, ti[k].name);
         const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
@@ -1891,7 +1961,7 @@ static strata_status match_state(loader *c, int i, const strata_rt_param_view *p
         if (st == STRATA_OK)
             c->copies[c->n_copies++] =
                 (pending_copy){ti[k].data, o->fs.buf + o->hs.data_start + t->begin,
-                               t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE};
+                               t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE, page};
     }
     free(ti);
     return st;
@@ -1921,7 +1991,7 @@ static strata_status load_match_tensors(loader *c)
             return st;
         if (!p.managed || p.owner == c->v.rank)
             c->copies[c->n_copies++] = (pending_copy){
-                p.data, c->fm.buf + c->hm.data_start + t->begin, t->end - t->begin, true};
+                p.data, c->fm.buf + c->hm.data_start + t->begin, t->end - t->begin, true, 0};
         if (owns(&p) && (st = match_state(c, i, &p)) != STRATA_OK)
             return st;
     }
@@ -2135,26 +2205,99 @@ static strata_status load_check_count(const loader *c)
     return STRATA_OK;
 }
 
+static strata_status copy_apply(const loader *c, const pending_copy *k)
+{
+    if (k->backend)
+        return strata_backend_copy(c->v.be, k->dst, k->src, k->bytes);
+    memcpy(k->dst, k->src, k->bytes);
+    return STRATA_OK;
+}
+
+/* Engine block i's entry when its state pages (-1: not paged). */
+static int block_page(const loader *c, int i)
+{
+    strata_refresh_block_desc d;
+    if (strata_refresh_block_describe(c->v.engine, i, &d) != STRATA_OK)
+        return -1;
+    return strata_refresh_paged(c->v.engine, d.entry) ? d.entry : -1;
+}
+
+static strata_status block_apply(const loader *c, int i)
+{
+    const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
+    return strata_refresh_block_restore(c->v.engine, i,
+                                        &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
+                                        c->block_nslots[i], b->have);
+}
+
+/* State paging: the paged entries in the order their copies come, then
+ * any whose blocks only are restored (each once; *n of them). */
+static int *paged_order(const loader *c, int *n)
+{
+    int *v = malloc(((size_t)c->n_copies + (size_t)c->nb + 1) * sizeof *v);
+    *n = 0;
+    for (int i = 0; v && i < c->n_copies + c->nb; i++) {
+        const int id = i < c->n_copies ? c->copies[i].page - 1 : block_page(c, i - c->n_copies);
+        bool seen = id < 0;
+        for (int j = 0; j < *n && !seen; j++)
+            seen = v[j] == id;
+        if (!seen)
+            v[(*n)++] = id;
+    }
+    return v;
+}
+
+/* One paged entry's part of the load: pinned (read back, the next one's
+ * read started ahead), its blocks restored (the install's replay touches
+ * its state), its family tensors copied over, its write-back started (the
+ * next pin lands it and drops its pages). */
+static strata_status paged_apply(const loader *c, int id, int ahead)
+{
+    strata_status st = strata_refresh_page_pin(c->v.engine, id, ahead);
+    for (int i = 0; i < c->nb && st == STRATA_OK; i++)
+        if (block_page(c, i) == id)
+            st = block_apply(c, i);
+    for (int i = 0; i < c->n_copies && st == STRATA_OK; i++)
+        if (c->copies[i].page - 1 == id)
+            st = copy_apply(c, &c->copies[i]);
+    strata_refresh_page_changed(c->v.engine, id); /* what was written, even on a failure */
+    return st;
+}
+
 /* Change state: engine blocks (registry, slots, replayed install), then the
  * family tensors and the weights over them. Materialized managed layers
- * are stale from here on. */
+ * are stale from here on. A paged run (strata_config.page_state) does the
+ * same one paged parameter at a time (paged_apply: at most two states
+ * resident); each parameter's install and copies touch only its own state,
+ * so the order across parameters does not change the result. */
 static strata_status load_apply(loader *c)
 {
     release_layers(c->rt, &c->v);
     strata_status st = strata_refresh_drain(c->v.engine, NULL);
-    for (int i = 0; i < c->nb && st == STRATA_OK; i++) {
-        const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
-        st = strata_refresh_block_restore(c->v.engine, i,
-                                          &c->images[(size_t)i * STRATA_CKPT_MAX_SLOTS],
-                                          c->block_nslots[i], b->have);
+    const bool paging = c->v.cfg->page_state;
+    for (int i = 0; i < c->nb && st == STRATA_OK; i++)
+        if (!paging || block_page(c, i) < 0)
+            st = block_apply(c, i);
+    if (st == STRATA_OK && paging) {
+        int n = 0;
+        int *order = paged_order(c, &n);
+        if (!order)
+            st = strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+        for (int j = 0; j < n && st == STRATA_OK; j++) {
+            st = paged_apply(c, order[j], j + 1 < n ? order[j + 1] : -1);
+            if (st != STRATA_OK) {
+                char why[300];
+                snprintf(why, sizeof why, "%s", strata_last_error());
+                st = strata_error(st, "strata_load: %s; the runtime is partly loaded (the "
+                                  "parameters before it): load again or start over", why);
+            }
+        }
+        page_release_keep(c->v.engine, st);
+        free(order);
     }
-    for (int i = 0; i < c->n_copies && st == STRATA_OK; i++) {
-        const pending_copy *k = &c->copies[i];
-        if (k->backend)
-            st = strata_backend_copy(c->v.be, k->dst, k->src, k->bytes);
-        else
-            memcpy(k->dst, k->src, k->bytes);
-    }
+    for (int i = 0; i < c->n_copies && st == STRATA_OK; i++)
+        if (!c->copies[i].page)
+            st = copy_apply(c, &c->copies[i]);
     return st;
 }
 
@@ -2217,10 +2360,6 @@ static strata_status load_unguarded(strata_runtime *rt, const char *dir, char **
     strata_rt_view_get(rt, &c.v);
     if (!c.v.committed)
         return strata_error(STRATA_ERR_STATE, "strata_load: call strata_commit first");
-    if (c.v.cfg->page_state)
-        return strata_error(STRATA_ERR_UNSUPPORTED, "strata_load: loading into a run with "
-                            "strata_config.page_state is not supported yet (the paged states "
-                            "live in the nvme tier between steps); nothing changed");
     const double t0 = strata_now_seconds();
     snprintf(c.what_m, sizeof c.what_m, "%s/%s", dir, MODEL_FILE);
     /* Read and match everything before changing anything. */

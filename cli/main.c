@@ -1194,13 +1194,6 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 o->strata.staleness, strata_optimizer_name(mopt), refresh.frequency);
         return 1;
     }
-    if (o->strata.page_state && o->strata.async && (o->save_every > 0 || o->resume)) {
-        /* refused by strata_save / strata_load too; said before training */
-        fprintf(stderr, "strata: STRATA_ERR_UNSUPPORTED: --page-state with %s: checkpoints of "
-                        "a run whose state is paged to nvme are not supported yet\n",
-                o->resume ? "--resume" : "--save-every");
-        return 1;
-    }
     if (o->keep > 0 && o->save_every == 0 && !o->save_after_load) {
         fprintf(stderr, "strata: STRATA_ERR_INVALID_ARG: --keep %d prunes the checkpoints that "
                         "--save-every (or --save-after-load) writes; give one of them\n",

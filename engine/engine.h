@@ -477,6 +477,40 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
                                            const strata_refresh_slot_image *slots, int n,
                                            unsigned have);
 
+/* State paging (config.page_state) for checkpoints: strata_save and
+ * strata_load reach a paged parameter's state (its family tensors, and an
+ * install's replay) only while it is pinned, one parameter after another,
+ * as the step does, so that at most two states are resident (besides a
+ * write-back landing) whatever the model's size.
+ *
+ * strata_refresh_paged: whether entry id's state pages (false for a bad id,
+ * an unpaged entry or a run without page_state).
+ *
+ * strata_refresh_page_pin: make entry id's paged state resident (read back
+ * from the nvme tier and waited for; a failed read is tried once more)
+ * until the next pin, release or step; every other resident state is let
+ * go (a write-back in flight lands first; a clean state's pages are
+ * dropped), but `ahead` (-1: none), the paged entry the caller pins next,
+ * whose read is started now. A no-op for an unpaged entry. Call on the
+ * training thread with nothing else stepping. Errors: STRATA_ERR_INVALID_ARG
+ * (bad id, not committed), STRATA_ERR_IO (the state could not be read: its
+ * memory is untouched, still on nvme).
+ *
+ * strata_refresh_page_changed: the caller wrote into pinned entry id's
+ * state: its write-back starts (it lands at the next pin, release or
+ * step; a failed one keeps the state resident and dirty, nothing lost, and
+ * is said as STRATA_ERR_IO by that entry's next strata_refresh_prepare, as
+ * after a step). A no-op for an entry that is not paged or not pinned.
+ *
+ * strata_refresh_page_release: every pinned or read-ahead state goes back
+ * to nvme only (write-backs land; clean pages dropped) but the first paged
+ * entry in step order, which stays resident or is read ahead for the next
+ * step, as after a step. A no-op without paging. */
+bool strata_refresh_paged(const strata_refresh *e, int id);
+strata_status strata_refresh_page_pin(strata_refresh *e, int id, int ahead);
+void strata_refresh_page_changed(strata_refresh *e, int id);
+void strata_refresh_page_release(strata_refresh *e);
+
 /* NULL is a no-op. Stops the workers (queued jobs cancelled, running ones
  * finished), waits for in-flight nvme transfers, frees every buffer. The
  * families' states stay the caller's. */

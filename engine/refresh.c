@@ -494,16 +494,19 @@ static strata_status page_add(strata_refresh *e, eng_entry *en, int id)
     return STRATA_OK;
 }
 
-/* Before entry `id`'s step: keep it and the next paged entry, start reading
- * that one, and make id's state resident. */
-static strata_status page_in(strata_refresh *e, int id)
+/* Make entry id's state resident, keeping it and `nx` (-1: none) and
+ * letting every other resident state go; nx's read is started ahead. A
+ * read that fails is tried once more; STRATA_ERR_IO (the reason in why)
+ * when the state is still not resident. */
+static strata_status page_resident(strata_refresh *e, int id, int nx, char *why, size_t n)
 {
     eng_entry *en = &e->entries[id];
-    const int nx = en->pg_next >= 0 ? en->pg_next : e->pg_first;
     page_settle(e, id, nx);
-    eng_entry *next = &e->entries[nx];
-    if (nx != id && next->pg_where == PG_OUT && page_read_start(e, next) != STRATA_OK)
-        strata_error_clear(); /* counted; read again at its own step */
+    if (nx >= 0 && nx != id) {
+        eng_entry *next = &e->entries[nx];
+        if (next->pg_where == PG_OUT && page_read_start(e, next) != STRATA_OK)
+            strata_error_clear(); /* counted; read again when needed */
+    }
     strata_status st = STRATA_OK;
     if (en->pg_where == PG_READING)
         st = page_read_landed(e, en);
@@ -513,15 +516,25 @@ static strata_status page_in(strata_refresh *e, int id)
         if (st == STRATA_OK)
             st = page_read_landed(e, en);
     }
-    if (en->pg_where != PG_IN) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", st != STRATA_OK ? strata_last_error() : "no read");
+    if (en->pg_where == PG_IN)
+        return STRATA_OK;
+    snprintf(why, n, "%s", st != STRATA_OK ? strata_last_error() : "no read");
+    return STRATA_ERR_IO;
+}
+
+/* Before entry `id`'s step: keep it and the next paged entry, start reading
+ * that one, and make id's state resident. */
+static strata_status page_in(strata_refresh *e, int id)
+{
+    eng_entry *en = &e->entries[id];
+    const int nx = en->pg_next >= 0 ? en->pg_next : e->pg_first;
+    char why[256];
+    if (page_resident(e, id, nx, why, sizeof why) != STRATA_OK)
         return strata_error(STRATA_ERR_IO,
                             "'%s': its paged state could not be read back from the nvme tier "
                             "(%s); its weights and state are untouched (the parameters before "
                             "it in this step were updated)",
                             en->name, why);
-    }
     return STRATA_OK;
 }
 
@@ -2634,6 +2647,49 @@ strata_status strata_refresh_slot_read(strata_refresh *e, int i, int k, void *bu
             at = off[r] + len[r];
     }
     return STRATA_OK;
+}
+
+/* ---- state paging for checkpoints (ckpt/checkpoint.c; engine.h) */
+
+bool strata_refresh_paged(const strata_refresh *e, int id)
+{
+    return e && id >= 0 && id < e->n_entries && e->entries[id].pg_bytes > 0;
+}
+
+strata_status strata_refresh_page_pin(strata_refresh *e, int id, int ahead)
+{
+    if (!e || id < 0 || id >= e->n_entries || !e->committed)
+        return strata_error(STRATA_ERR_INVALID_ARG, "refresh_page_pin: bad parameter %d", id);
+    eng_entry *en = &e->entries[id];
+    if (!en->pg_bytes)
+        return STRATA_OK;
+    const int nx = strata_refresh_paged(e, ahead) ? ahead : -1;
+    char why[256];
+    if (page_resident(e, id, nx, why, sizeof why) != STRATA_OK)
+        return strata_error(STRATA_ERR_IO,
+                            "'%s': its paged state could not be read back from the nvme tier "
+                            "(%s)", en->name, why);
+    return STRATA_OK;
+}
+
+void strata_refresh_page_changed(strata_refresh *e, int id)
+{
+    if (!strata_refresh_paged(e, id))
+        return;
+    eng_entry *en = &e->entries[id];
+    if (en->pg_where == PG_IN) /* else not pinned: nothing of it changed here */
+        page_out(e, en);
+}
+
+void strata_refresh_page_release(strata_refresh *e)
+{
+    if (!e || e->pg_first < 0)
+        return;
+    /* The next step's first state stays, or is read ahead, as after a step. */
+    page_settle(e, e->pg_first, -1);
+    eng_entry *f = &e->entries[e->pg_first];
+    if (f->pg_where == PG_OUT && page_read_start(e, f) != STRATA_OK)
+        strata_error_clear(); /* counted; read again at its step */
 }
 
 strata_status strata_refresh_block_restore(strata_refresh *e, int i,

@@ -216,7 +216,9 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
         size_t li = borrow ? (size_t)maxdim : strata_eigenbasis_work_ints(maxdim);
         const size_t stage = borrow ? 0 : 3 * (size_t)maxdim * maxdim;
         s->work = lw ? malloc(lw * sizeof(double)) : NULL;
-        s->iwork = malloc((li + (size_t)perm_ints) * sizeof(int));
+        /* zeroed: the permutations are checkpoint tensors before any refresh
+         * sets them (has_perm false), so a file holds no stray heap bytes */
+        s->iwork = calloc(li + (size_t)perm_ints, sizeof(int));
         s->stage = stage ? malloc(stage * sizeof(float)) : NULL;
         if ((lw && !s->work) || !s->iwork || (stage && !s->stage)) {
             st = strata_error(STRATA_ERR_NOMEM, "soap: cannot allocate eigen workspace (dim %d)",

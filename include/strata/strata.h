@@ -265,10 +265,13 @@ typedef struct strata_config {
                                  matrices' states are in host memory at once; the roots
                                  and eigenbasis slots follow roots_tier and host_budget
                                  as before. Needs async, nvme_dir and the CPU backend
-                                 (STRATA_ERR_INVALID_ARG otherwise); checkpoints of a paged
-                                 run are refused (STRATA_ERR_UNSUPPORTED). A failed read or
-                                 write surfaces as STRATA_ERR_IO from strata_step, never
-                                 as bad values. Bit-identical results. Default false. */
+                                 (STRATA_ERR_INVALID_ARG otherwise). strata_save and
+                                 strata_load page each state in and out in turn (at most
+                                 two resident), in the same files as a resident run's
+                                 (either loads the other's). A failed read or write
+                                 surfaces as STRATA_ERR_IO from strata_step (from
+                                 strata_save: nothing published), never as bad values.
+                                 Bit-identical results. Default false. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one

@@ -16,9 +16,16 @@
  *    STRATA_ERR_IO and no weight becomes non-finite; the parameter whose
  *    state could not be read keeps its weights; the run goes on once the
  *    disk works again;
- *  - refusals: page_state without async or nvme_dir, and checkpoints of a
- *    paged run (STRATA_ERR_UNSUPPORTED, nothing written).
+ *  - checkpoints: a paged run's files are byte for byte a resident run's
+ *    (model and rank files); either run loads the other's and continues bit
+ *    for bit as the uninterrupted run; save and load keep the paged kinds'
+ *    DEVICE peak within the step's (two states); a save whose state reads
+ *    fail says STRATA_ERR_IO, leaves the previous checkpoint as it was and
+ *    no temporary directory, and the next save works; a load whose reads
+ *    fail says STRATA_ERR_IO;
+ *  - refusals: page_state without async or nvme_dir.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -207,12 +214,6 @@ static void check_identical(strata_optimizer opt, strata_tier_kind roots)
             assert_true(lb.peak[STRATA_LEDGER_DEVICE][k] < la.peak[STRATA_LEDGER_DEVICE][k]);
         }
     }
-    /* checkpoints of a paged run are refused, nothing written */
-    char dir[300];
-    snprintf(dir, sizeof dir, "%s/ckpt", nvme_dir);
-    assert_int_equal(strata_save(b->rt, dir, NULL, NULL), STRATA_ERR_UNSUPPORTED);
-    struct stat sb;
-    assert_int_not_equal(stat(dir, &sb), 0);
     strata_destroy(a->rt);
     strata_destroy(b->rt);
     free(a);
@@ -314,6 +315,184 @@ static void test_io_faults(void **state)
     free(m);
 }
 
+/* ---- checkpoints of a paged run */
+
+static bool file_read(const char *path, char **buf, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    fseek(f, 0, SEEK_END);
+    const long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc(len > 0 ? (size_t)len : 1);
+    *n = *buf && len >= 0 ? fread(*buf, 1, (size_t)len, f) : 0;
+    fclose(f);
+    return *buf && *n == (size_t)len;
+}
+
+static bool files_equal(const char *da, const char *db, const char *name)
+{
+    char pa[400], pb[400];
+    snprintf(pa, sizeof pa, "%s/%s", da, name);
+    snprintf(pb, sizeof pb, "%s/%s", db, name);
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    const bool ok = file_read(pa, &a, &na) && file_read(pb, &b, &nb) && na == nb &&
+                    memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+    return ok;
+}
+
+/* Entries of nvme_dir whose name starts with `prefix`. */
+static int dir_count(const char *prefix)
+{
+    DIR *d = opendir(nvme_dir);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));)
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void remove_ckpt(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+static uint64_t paged_peak(const model *m)
+{
+    strata_memory_ledger l;
+    assert_int_equal(strata_memory_ledger_get(m->rt, &l), STRATA_OK);
+    return l.peak[STRATA_LEDGER_DEVICE][STRATA_LEDGER_FACTORS] +
+           l.peak[STRATA_LEDGER_DEVICE][STRATA_LEDGER_MOMENTS] +
+           l.peak[STRATA_LEDGER_DEVICE][STRATA_LEDGER_GRAFTING];
+}
+
+static void check_checkpoint(strata_optimizer opt)
+{
+    if (skip_why[0]) {
+        print_message("SKIP: %s\n", skip_why);
+        skip();
+    }
+    enum { T_SAVE = 4, T_END = 8 };
+    strata_config cr, cp;
+    config(&cr, opt, false, STRATA_TIER_HOST);
+    config(&cp, opt, true, STRATA_TIER_HOST);
+    char dr[300], dp[300];
+    snprintf(dr, sizeof dr, "%s/ckpt-resident", nvme_dir);
+    snprintf(dp, sizeof dp, "%s/ckpt-paged", nvme_dir);
+    model *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b), *c = calloc(1, sizeof *c),
+          *d = calloc(1, sizeof *d);
+    assert_int_equal(model_open(a, &cr), STRATA_OK);
+    assert_int_equal(model_open(b, &cp), STRATA_OK);
+    for (int t = 1; t <= T_SAVE; t++) {
+        assert_int_equal(model_step(a, t), STRATA_OK);
+        assert_int_equal(model_step(b, t), STRATA_OK);
+    }
+    const uint64_t step_peak = paged_peak(b);
+    assert_int_equal(strata_save(a->rt, dr, NULL, NULL), STRATA_OK);
+    assert_int_equal(strata_save(b->rt, dp, NULL, NULL), STRATA_OK);
+    assert_int_equal(paged_peak(b), step_peak); /* the save kept the step's bound */
+    /* the same files: the weights and every rank tensor, byte for byte */
+    assert_true(files_equal(dr, dp, "model.safetensors"));
+    assert_true(files_equal(dr, dp, "rank-00000.safetensors"));
+    assert_true(files_equal(dr, dp, "rank-00000.json"));
+    assert_int_equal(strata_ckpt_verify(dp, NULL, NULL), STRATA_OK);
+
+    /* each loads the other's; all four continue as the uninterrupted run */
+    assert_int_equal(model_open(c, &cp), STRATA_OK);
+    assert_int_equal(model_open(d, &cr), STRATA_OK);
+    assert_int_equal(strata_load(c->rt, dr, NULL, NULL), STRATA_OK);
+    assert_int_equal(strata_load(d->rt, dp, NULL, NULL), STRATA_OK);
+    print_message("%s: paged DEVICE peak (factors+moments+grafting): steps %llu, after a "
+                  "load into a fresh paged run %llu\n", strata_optimizer_name(opt),
+                  (unsigned long long)step_peak, (unsigned long long)paged_peak(c));
+    assert_true(paged_peak(c) <= step_peak);
+    for (int t = T_SAVE + 1; t <= T_END; t++) {
+        assert_int_equal(model_step(a, t), STRATA_OK);
+        assert_int_equal(model_step(b, t), STRATA_OK);
+        assert_int_equal(model_step(c, t), STRATA_OK);
+        assert_int_equal(model_step(d, t), STRATA_OK);
+    }
+    assert_true(model_finite(a));
+    assert_true(model_equal(a, b));
+    assert_true(model_equal(a, c));
+    assert_true(model_equal(a, d));
+    assert_int_equal(paged_peak(c), step_peak);
+
+    /* every nvme transfer failing: the save fails, the checkpoint it would
+     * have replaced is as it was, nothing left behind; then a save works */
+    char *m0 = NULL;
+    size_t n0 = 0;
+    char mpath[400];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", dp);
+    assert_true(file_read(mpath, &m0, &n0));
+    assert_int_equal(strata_testing_inject_io_errors(b->rt, 1 << 20, EIO), STRATA_OK);
+    const strata_status st = strata_save(b->rt, dp, NULL, NULL);
+    print_message("save with the paged reads failing: %s (%s)\n", strata_status_str(st),
+                  strata_last_error());
+    assert_int_equal(st, STRATA_ERR_IO);
+    assert_non_null(strstr(strata_last_error(), "could not be read back"));
+    assert_int_equal(strata_testing_inject_io_errors(b->rt, 0, EIO), STRATA_OK);
+    char *m1 = NULL;
+    size_t n1 = 0;
+    assert_true(file_read(mpath, &m1, &n1));
+    assert_true(n0 == n1 && memcmp(m0, m1, n0) == 0);
+    free(m0);
+    free(m1);
+    assert_int_equal(strata_ckpt_verify(dp, NULL, NULL), STRATA_OK);
+    assert_int_equal(dir_count("ckpt-paged.tmp-"), 0);
+    assert_true(model_finite(b));
+    strata_status s2 = strata_save(b->rt, dp, NULL, NULL);
+    assert_int_equal(s2, STRATA_OK);
+    assert_int_equal(strata_load(d->rt, dp, NULL, NULL), STRATA_OK); /* a sound one */
+    assert_true(model_equal(b, d));
+    /* a load whose paged reads fail says so (the runtime is to be destroyed) */
+    model *e = calloc(1, sizeof *e);
+    assert_int_equal(model_open(e, &cp), STRATA_OK);
+    assert_int_equal(strata_testing_inject_io_errors(e->rt, 1 << 20, EIO), STRATA_OK);
+    assert_int_equal(strata_load(e->rt, dp, NULL, NULL), STRATA_ERR_IO);
+    assert_non_null(strstr(strata_last_error(), "partly loaded"));
+    strata_destroy(e->rt);
+    free(e);
+
+    strata_destroy(a->rt);
+    strata_destroy(b->rt);
+    strata_destroy(c->rt);
+    strata_destroy(d->rt);
+    free(a);
+    free(b);
+    free(c);
+    free(d);
+    remove_ckpt(dr);
+    remove_ckpt(dp);
+}
+
+static void test_checkpoint_shampoo(void **state)
+{
+    (void)state;
+    check_checkpoint(STRATA_OPTIM_SHAMPOO);
+}
+
+static void test_checkpoint_soap(void **state)
+{
+    (void)state;
+    check_checkpoint(STRATA_OPTIM_SOAP);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -361,6 +540,8 @@ int main(void)
         cmocka_unit_test(test_soap),
         cmocka_unit_test(test_kl_shampoo),
         cmocka_unit_test(test_io_faults),
+        cmocka_unit_test(test_checkpoint_shampoo),
+        cmocka_unit_test(test_checkpoint_soap),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
