@@ -556,6 +556,11 @@ static const train_flag train_flag_rows[] = {
              "precondition-frequency - 1 + S; auto (train):\nthe smallest the workers sustain "
              "at the measured\nstep time (80% busy at most; implies --async)",
      .needs = NEEDS_ASYNC},
+    {CFG(staleness_warmup), .type = FT_INT, .lo = 0, .hi = 1000000000, .group = G_ASYNC,
+     .arg = "N", .help = "a synchronous warm start: steps 1..N run at\nstaleness 0 (each waits "
+                         "for its own refresh,\nbit-identical to the synchronous run), "
+                         "--staleness\nafter (default 0: off; e.g. the warm-up's steps)",
+     .needs = NEEDS_ASYNC},
     {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)",
      .needs = NEEDS_ASYNC},

@@ -256,6 +256,14 @@ typedef struct strata_config {
                                  or written after commit (the caller may free it) and the
                                  ledger's gradients are strata's buffers. Bit-identical
                                  results (the sums are the same). Default false. */
+    int staleness_warmup;     /* a synchronous warm start of the asynchronous runtime (issue
+                                 #23): steps t <= staleness_warmup run at staleness 0 (each
+                                 waits for its own refresh: through that step the run is
+                                 bit-identical to the synchronous one), later steps at
+                                 `staleness` (staleness <= F-1+S throughout). The one-step
+                                 lag costs most while the factors and the learning rate
+                                 change fastest (the learning-rate warm-up); 0 = off
+                                 (default). No effect without async or with staleness 0. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -263,7 +271,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 41
+#define STRATA_CONFIG_FIELDS 42
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to

@@ -105,7 +105,8 @@ class Config(Structure):
                 ("log_level", c_enum), ("log_fn", LOG_FN), ("log_user", c_void_p),
                 ("stale_correction", c_enum),
                 ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
-                ("state_dtype_moments", c_enum), ("shard_gradients", c_bool)]
+                ("state_dtype_moments", c_enum), ("shard_gradients", c_bool),
+                ("staleness_warmup", c_int)]
 
 
 MAX_DIMS = 4
