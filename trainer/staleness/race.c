@@ -154,7 +154,9 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
         const bool raised = r.valve && !(c.shampoo.epsilon >= STRATA_RACE_VALVE_EPSILON);
         /* the synchronous warm start (--staleness-warmup W) says so: -wW */
         char wv[24] = "";
-        if (c.staleness_warmup > 0 && r.staleness > 0)
+        if (o->train.staleness_warmup_is_warmup && r.staleness > 0)
+            snprintf(wv, sizeof wv, "-wwarmup");
+        else if (c.staleness_warmup > 0 && r.staleness > 0)
             snprintf(wv, sizeof wv, "-w%d", c.staleness_warmup);
         snprintf(r.variant, sizeof r.variant, "async-%sS%d%s%s%s%s", fv, r.staleness, wv,
                  staggered ? "-staggered" : "", r.valve ? "-valve" : "",
