@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 9
+#define STRATA_CONFIG_VERSION 10
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md

@@ -110,7 +110,7 @@ class Config(Structure):
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 9
+CONFIG_VERSION = 10
 
 
 class ParamDesc(Structure):
