@@ -313,6 +313,22 @@ static void dflt_staleness(const train_args *d, char *buf, size_t n)
     snprintf(buf, n, "%d", d->o.strata.staleness);
 }
 
+/* --staleness-warmup N, or warmup (the run's learning-rate warm-up, resolved by
+ * the trainer: each race or sweep run its own). */
+static int set_staleness_warmup(train_args *a, const train_flag *f, const char *arg)
+{
+    a->o.staleness_warmup_is_warmup = strcmp(arg, "warmup") == 0;
+    if (a->o.staleness_warmup_is_warmup)
+        return 0;
+    if (parse_int("--staleness-warmup", arg, (long)f->lo, (long)f->hi,
+                  &a->o.strata.staleness_warmup)) {
+        fprintf(stderr, "strata: --staleness-warmup also accepts 'warmup' (the run's "
+                        "learning-rate warm-up)\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* --ns-steps, --ns-schedule, --ns-method, --ns-dtype set Muon's fields (their schema
  * rows) and the same fields of every Newton-Schulz family: NorMuon and
  * Dion2 (each family's default stays its own when the flag is absent). */
@@ -555,6 +571,12 @@ static const train_flag train_flag_rows[] = {
      .help = "steps a root may lag its due point (default {});\nstaleness stays <= "
              "precondition-frequency - 1 + S; auto (train):\nthe smallest the workers sustain "
              "at the measured\nstep time (80% busy at most; implies --async)",
+     .needs = NEEDS_ASYNC},
+    {CFG(staleness_warmup), .type = FT_CUSTOM, .set = set_staleness_warmup, .lo = 0,
+     .hi = 1000000000, .group = G_ASYNC, .arg = "N|warmup",
+     .help = "a synchronous warm start: steps 1..N run at\nstaleness 0 (each waits for its own "
+             "refresh,\nbit-identical to the synchronous run), --staleness\nafter; warmup: "
+             "N = the learning-rate warm-up's\nsteps (default 0: off)",
      .needs = NEEDS_ASYNC},
     {CFG(workers), .type = FT_INT, .lo = 1, .hi = 1024,
      .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)",

@@ -17,6 +17,8 @@
  *    the job of r(t) (bounded by timeout_s: STRATA_ERR_TIMEOUT, never a
  *    hang) and installs it. So after the first install S <= staleness <= F-1+S
  *    in fixed mode, 0 <= staleness <= F-1+S in eager mode.
+ *  - Steps t <= sync_steps (a synchronous warm start) use S = 0 in that rule:
+ *    their staleness is <= F-1, below the bound.
  *  - FIXED mode (default) installs exactly r(t) at step t, even if it was
  *    ready earlier: a run is bit-reproducible whatever the workers' speed,
  *    and S = 0 reproduces the synchronous path bit for bit.
@@ -66,6 +68,9 @@ typedef struct strata_coh_config {
     strata_coh_mode mode;
     double timeout_s;           /* bound of every wait; default 600 */
     int slots;                  /* per block; 0 = strata_coh_slots_needed(F, S) */
+    int64_t sync_steps;         /* steps t <= sync_steps run at S = 0 (the due version is the
+                                   latest refresh point <= t: each waits for its own
+                                   refresh), S after; 0 = none (strata_config.staleness_warmup) */
 } strata_coh_config;
 
 /* Slots a block needs so that begin_refresh never waits: ceil(S/F) + 2. */

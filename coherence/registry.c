@@ -57,15 +57,17 @@ bool strata_coh_is_refresh(const strata_coh_config *cfg, int64_t t)
     return strata_refresh_point_is(cfg->start, cfg->precondition_frequency, t);
 }
 
-/* The version due at step t: the latest refresh point <= t - S. */
-static int64_t due_from(int64_t start, int F, int S, int64_t t)
+/* The version due at step t: the latest refresh point <= t - S, with S = 0
+ * at the steps of the synchronous warm start (t <= sync_steps). */
+static int64_t due_from(int64_t start, const strata_coh_config *cfg, int64_t t)
 {
-    return strata_refresh_point_latest(start, F, t - S);
+    const int S = t <= cfg->sync_steps ? 0 : cfg->staleness;
+    return strata_refresh_point_latest(start, cfg->precondition_frequency, t - S);
 }
 
 int64_t strata_coh_due_version(const strata_coh_config *cfg, int64_t t)
 {
-    return due_from(cfg->start, cfg->precondition_frequency, cfg->staleness, t);
+    return due_from(cfg->start, cfg, t);
 }
 
 strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
@@ -75,11 +77,12 @@ strata_status strata_coh_create(const strata_coh_config *cfg, int n_blocks,
         return strata_error(STRATA_ERR_INVALID_ARG, "coh_create: NULL argument");
     *out = NULL;
     if (cfg->precondition_frequency < 1 || cfg->start < 1 || cfg->staleness < 0 || n_blocks < 1 ||
+        cfg->sync_steps < 0 ||
         cfg->slots < 0 || (cfg->mode != STRATA_COH_FIXED && cfg->mode != STRATA_COH_EAGER) ||
         !(cfg->timeout_s > 0.0))
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "coh_create: need F >= 1 (%d), start >= 1 (%lld), S >= 0 (%d), "
-                            "blocks >= 1 (%d), timeout > 0",
+                            "blocks >= 1 (%d), sync_steps >= 0, timeout > 0",
                             cfg->precondition_frequency, (long long)cfg->start, cfg->staleness,
                             n_blocks);
     strata_coh_registry *reg = calloc(1, sizeof *reg);
@@ -167,7 +170,7 @@ int64_t strata_coh_block_due_version(strata_coh_registry *reg, int b, int64_t t)
     int64_t start = strata_coh_block_start(reg, b);
     if (start < 1)
         return -1;
-    return due_from(start, reg->cfg.precondition_frequency, reg->cfg.staleness, t);
+    return due_from(start, &reg->cfg, t);
 }
 
 static void slot_free(strata_coh_registry *reg, coh_slot *s)
@@ -320,7 +323,7 @@ static strata_status acquire_impl(strata_coh_registry *reg, int b, int64_t t, bo
     strata_status st = STRATA_OK;
     pthread_mutex_lock(&reg->mu);
     const int64_t due =
-        due_from(blk->start, reg->cfg.precondition_frequency, reg->cfg.staleness, t);
+        due_from(blk->start, &reg->cfg, t);
 
     if (reg->cfg.mode == STRATA_COH_EAGER) {
         int best = -1;

@@ -112,6 +112,8 @@ void strata_replicas_destroy(strata_replicas *r);
 typedef struct strata_refresh_config {
     bool async;              /* refreshes of async-capable families on worker threads */
     int staleness;           /* S >= 0 (async groups) */
+    int64_t sync_steps;      /* async groups: steps t <= sync_steps run at S = 0 (a
+                                synchronous warm start; strata_config.staleness_warmup) */
     strata_coh_mode mode;    /* install mode (async groups; inline groups are FIXED) */
     int workers;             /* 0 = online cores - 1, at least 1 */
     bool pin_workers;        /* hwloc-pin the workers */

@@ -584,7 +584,7 @@ strata_status strata_refresh_create(const strata_refresh_config *c, strata_refre
     if (!c || !out)
         return strata_error(STRATA_ERR_INVALID_ARG, "refresh_create: NULL argument");
     *out = NULL;
-    if (c->staleness < 0 || c->workers < 0 || !(c->wait_timeout_s > 0.0) ||
+    if (c->staleness < 0 || c->sync_steps < 0 || c->workers < 0 || !(c->wait_timeout_s > 0.0) ||
         c->worker_delay_us < 0 || (c->mode != STRATA_COH_FIXED && c->mode != STRATA_COH_EAGER))
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "async needs staleness >= 0, workers >= 0, wait_timeout_s > 0 and a "
@@ -1446,6 +1446,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
             .precondition_frequency = g->sch.frequency,
             .start = g->sch.start < 1 ? 1 : g->sch.start,
             .staleness = S,
+            .sync_steps = g->inline_ ? 0 : e->cfg.sync_steps,
             .mode = g->inline_ || e->cfg.replicas || (g->chain && g->fam->chain_ordered)
                         ? STRATA_COH_FIXED
                         : e->cfg.mode,
@@ -1991,7 +1992,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         strata_coh_complete(g->reg, blk->rb, k, st == STRATA_OK);
         return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
     }
-    slot->job.job.deadline = version + g->cc.staleness;
+    slot->job.job.deadline = version + (version <= g->cc.sync_steps ? 0 : g->cc.staleness);
     slot->job.pred_slot = g->chain ? blk->last_slot : -1;
     slot->job.pred_version = blk->last_version;
     st = strata_worker_submit(e->pool, &slot->job.job);
@@ -2065,7 +2066,7 @@ static strata_status prepare_block(strata_refresh *e, eng_block *blk, int64_t t)
         return STRATA_OK; /* begun by step t itself (lag 0), or dropped/failed: no wait */
     strata_status st = STRATA_OK;
     if ((state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING) &&
-        e->cfg.stale_correction && !blk->grp->inline_)
+        e->cfg.stale_correction && !blk->grp->inline_ && t > e->cfg.sync_steps)
         return STRATA_OK; /* the valve: the step's acquire corrects instead of waiting */
     if (state == STRATA_SLOT_PENDING || state == STRATA_SLOT_COMPUTING)
         st = strata_coh_wait_slot(reg, blk->rb, k, &state);
@@ -2295,7 +2296,8 @@ static strata_status step_body(strata_refresh *e, int id, int64_t t, float lr_sc
              * result begun before this step; only one begun in this step
              * (lag 0, S = 0 on workers) is left, and the factors already
              * absorbed G: wait on, warning each wait_timeout_s. */
-            if (e->cfg.stale_correction && !grp->inline_) {
+            /* (not in the synchronous warm start: its steps wait) */
+            if (e->cfg.stale_correction && !grp->inline_ && t > e->cfg.sync_steps) {
                 bool done = false;
                 st = valve_acquire(e, blk, t, &done);
                 if (st != STRATA_OK || done)

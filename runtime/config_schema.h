@@ -174,7 +174,8 @@
     X(state_dtype_roots, state_dtype_roots, ENUM, CKPT, "state-dtype-roots", "state_dtype_roots", "", "storage of the inverse roots / eigenbases: f32 (default) or bf16") \
     X(state_dtype_moments, state_dtype_moments, ENUM, CKPT, "state-dtype-moments", "state_dtype_moments", "", "storage of the moments: f32 (default) or bf16") \
     X(shard_gradients, shard_gradients, BOOL, NOCKPT, "shard-gradients", "shard_gradients", "", "sharded gradients (ZeRO-2): full-size gradient buffers only for owned parameters") \
-    X(page_state, page_state, BOOL, NOCKPT, "page-state", "page_state", "", "state paging: every matrix's second-order state on nvme between its steps")
+    X(page_state, page_state, BOOL, NOCKPT, "page-state", "page_state", "", "state paging: every matrix's second-order state on nvme between its steps") \
+    X(staleness_warmup, staleness_warmup, INT, NOCKPT, "staleness-warmup", "staleness_warmup", "steps", "steps t <= N run at staleness 0 (a synchronous warm start; async)")
 
 
 typedef enum strata_cfg_kind {

@@ -297,6 +297,7 @@ static strata_status check_config(const strata_config *given)
     CFG_CHECK(st, cfg_int("blas_threads", c->blas_threads, 0, 4096));
     CFG_CHECK(st, cfg_int("step_threads", c->step_threads, 0, STRATA_WORKER_TEAM_MAX));
     CFG_CHECK(st, cfg_int("staleness", c->staleness, 0, INT32_MAX));
+    CFG_CHECK(st, cfg_int("staleness_warmup", c->staleness_warmup, 0, INT32_MAX));
     CFG_CHECK(st, cfg_int("install_mode", (long long)c->install_mode, STRATA_COH_FIXED,
                           STRATA_COH_EAGER));
     CFG_CHECK(st, cfg_int("stale_correction", (long long)c->stale_correction,
@@ -874,6 +875,7 @@ static strata_status create_engine(strata_runtime *rt)
     strata_refresh_config rc = {
         .async = c->async,
         .staleness = c->async ? c->staleness : 0,
+        .sync_steps = c->async ? c->staleness_warmup : 0,
         .mode = c->async ? c->install_mode : STRATA_COH_FIXED,
         .workers = workers,
         .pin_workers = c->pin_workers,

@@ -339,6 +339,7 @@ static const config_key config_keys[] = {
     /* the asynchronous runtime */
     SK(async, 0, WHEN_ALWAYS, NULL, get_async),
     SK(staleness, 0, WHEN_ASYNC, NULL, NULL),
+    SK(staleness_warmup, 0, WHEN_ASYNC, NULL, NULL),
     SK(install_mode, 0, WHEN_ASYNC, gpt_install_mode_names, NULL),
     SK(stale_correction, 0, WHEN_ASYNC, gpt_stale_correction_names, NULL),
     SK(workers, 0, WHEN_ASYNC, NULL, get_workers),
@@ -858,11 +859,14 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 "%.0f MiB/s\n", res->ckpt_saves, 1e3 * res->ckpt_pause_max_s,
                 1e3 * res->ckpt_pause_total_s, res->ckpt_bytes / 1048576.0,
                 res->ckpt_save_mib_s);
+    char warm[48] = "";
+    if (o->strata.staleness_warmup > 0 && o->strata.staleness > 0)
+        snprintf(warm, sizeof warm, " (S=0 through step %d)", o->strata.staleness_warmup);
     if (o->strata.async && rep->refresh.async)
         fprintf(f,
-                "async: S=%d %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
+                "async: S=%d%s %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
                 "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB%s\n",
-                o->strata.staleness,
+                o->strata.staleness, warm,
                 gpt_enum_name_of(gpt_install_mode_names, (int)o->strata.install_mode, "eager"),
                 (long long)t->coh_waits, t->coh_waits == 1 ? "" : "s", t->coh_wait_seconds,
                 (long long)t->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,

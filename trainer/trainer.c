@@ -1464,6 +1464,8 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         if (st == STRATA_OK)
             matrices_own_warmup(&o, out);
     }
+    if (o.staleness_warmup_is_warmup) /* the synchronous warm start over the lr warm-up */
+        o.strata.staleness_warmup = o.warmup;
     if (st == STRATA_OK)
         st = check_fits(&o, &corpus_cap);
     if (st == STRATA_OK && o.resume && o.auto_frequency)

@@ -86,6 +86,9 @@ typedef struct gpt_train_options {
      * (strata_plan_budget_auto, ceiling 80%); implies async. F is not planned on a
      * resume (the run's schedule); S is (the checkpoint accepts another staleness). */
     bool auto_staleness, auto_frequency;
+    /* --staleness-warmup warmup: strata.staleness_warmup is set to the run's resolved
+     * learning-rate warm-up (`warmup`) before the runtime is created */
+    bool staleness_warmup_is_warmup;
     /* Token files (data.h, gpt_data_load_tokens): data_format GPT_TRAIN_DATA_AUTO (the
      * default) reads token files when data_path is a directory holding train.bin, bytes
      * otherwise; _BYTES and _TOKENS force one. With token files the model's vocabulary

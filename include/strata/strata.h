@@ -73,7 +73,7 @@ extern "C" {
 #define STRATA_VERSION_MINOR 2
 #define STRATA_VERSION_PATCH 0
 #define STRATA_VERSION_STRING "0.2.0"
-#define STRATA_CONFIG_VERSION 10
+#define STRATA_CONFIG_VERSION 11
 #define STRATA_MAX_DIMS 4
 
 /* Where each 2-D matrix and its optimizer state live across ranks (DESIGN.md
@@ -272,6 +272,14 @@ typedef struct strata_config {
                                  surfaces as STRATA_ERR_IO from strata_step (from
                                  strata_save: nothing published), never as bad values.
                                  Bit-identical results. Default false. */
+    int staleness_warmup;     /* a synchronous warm start of the asynchronous runtime (issue
+                                 #23): steps t <= staleness_warmup run at staleness 0 (each
+                                 waits for its own refresh: through that step the run is
+                                 bit-identical to the synchronous one), later steps at
+                                 `staleness` (staleness <= F-1+S throughout). The one-step
+                                 lag costs most while the factors and the learning rate
+                                 change fastest (the learning-rate warm-up); 0 = off
+                                 (default). No effect without async or with staleness 0. */
 } strata_config;
 
 /* Fields of strata_config (the nested optimizer configurations count one
@@ -279,7 +287,7 @@ typedef struct strata_config {
  * walks each with a table row and fails when this count, the rows and the
  * struct's layout disagree: adding a field means adding its check, its row
  * and 1 here. */
-#define STRATA_CONFIG_FIELDS 42
+#define STRATA_CONFIG_FIELDS 43
 
 /* The library's version, "MAJOR.MINOR.PATCH" (STRATA_VERSION_STRING of the
  * build that produced the shared library; compare with the header's macro to

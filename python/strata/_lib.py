@@ -106,11 +106,12 @@ class Config(Structure):
                 ("stale_correction", c_enum),
                 ("state_dtype_factors", c_enum), ("state_dtype_roots", c_enum),
                 ("state_dtype_moments", c_enum), ("shard_gradients", c_bool),
-                ("page_state", c_bool)]
+                ("page_state", c_bool),
+                ("staleness_warmup", c_int)]
 
 
 MAX_DIMS = 4
-CONFIG_VERSION = 10
+CONFIG_VERSION = 11
 
 
 class ParamDesc(Structure):

@@ -448,6 +448,55 @@ static void test_eigenbasis_staleness(void **state)
     }
 }
 
+/* The synchronous warm start (strata_config.staleness_warmup, issue 23
+ * item 2) at F = 1, S = 1, one worker with random delays: through step W
+ * the weights are bit-identical to the synchronous run's (each step waited
+ * for its own refresh), while the same run without the warm start already
+ * differs there (so the option took effect); W steps later the warm run
+ * differs too (the lag is on), and the staleness stays within F - 1 + S. */
+static void test_warm_start(void **state)
+{
+    const s0_case *k = *state;
+    enum { W = 6 };
+    strata_config sync = base_config();
+    sync.matrix_optimizer = k->opt;
+    sync.precondition_frequency = 1;
+    strata_config warm = sync, lag = sync;
+    warm.async = lag.async = true;
+    warm.staleness = lag.staleness = 1;
+    warm.workers = lag.workers = 1;
+    warm.staleness_warmup = W;
+    run a = {0}, b = {0}, c = {0};
+    CHECK(run_open(&a, &sync) == STRATA_OK, "sync open: %s", strata_last_error());
+    next_delay_us = 2000;
+    CHECK(run_open(&b, &warm) == STRATA_OK, "warm open: %s", strata_last_error());
+    CHECK(run_open(&c, &lag) == STRATA_OK, "lag open: %s", strata_last_error());
+    double la = 0, lb = 0, lc = 0;
+    CHECK(run_steps(&a, &corpus, W, 7, &la) == STRATA_OK, "sync: %s", strata_last_error());
+    CHECK(run_steps(&b, &corpus, W, 7, &lb) == STRATA_OK, "warm: %s", strata_last_error());
+    CHECK(run_steps(&c, &corpus, W, 7, &lc) == STRATA_OK, "lag: %s", strata_last_error());
+    const int warm_eq = weights_equal(&a, &b), lag_eq = weights_equal(&a, &c);
+    CHECK(run_steps(&a, &corpus, W, 8, &la) == STRATA_OK, "sync: %s", strata_last_error());
+    CHECK(run_steps(&b, &corpus, W, 8, &lb) == STRATA_OK, "warm: %s", strata_last_error());
+    const int after_eq = weights_equal(&a, &b);
+    strata_stats s;
+    strata_stats_get(b.rt, &s);
+    print_message("%s F=1 S=1, S=0 through step %d: %s to sync at step %d (without the warm "
+                  "start: %s), %s at step %d; max staleness %lld, %lld waits, loss %.5f vs "
+                  "%.5f\n",
+                  strata_optimizer_name(k->opt), W, warm_eq ? "bit-identical" : "DIFFERENT", W,
+                  lag_eq ? "IDENTICAL" : "different", after_eq ? "IDENTICAL" : "different",
+                  2 * W, (long long)s.max_staleness, (long long)s.coh_waits, la, lb);
+    CHECK(warm_eq, "the warm start must be bit-identical to sync through step %d", W);
+    CHECK(!lag_eq, "S=1 without the warm start should differ from sync by step %d", W);
+    CHECK(!after_eq, "after the warm start the lag must take effect");
+    CHECK(s.max_staleness <= 1 && s.coh_bound_exceeded == 0, "staleness %lld > F-1+S = 1",
+          (long long)s.max_staleness);
+    run_close(&a);
+    run_close(&b);
+    run_close(&c);
+}
+
 /* Destroy while the single worker is far behind: S = 10 means no root is due
  * within the 7 steps, and each job first sleeps up to 50 ms, so most of the
  * jobs submitted at steps 3 and 6 are still queued or running at destroy,
@@ -668,6 +717,9 @@ int main(int argc, char **argv)
         CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &ring_cases[1]),
         CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &ring_cases[2]),
         CASE("ring_staleness_kl_shampoo_exact", test_eigenbasis_staleness, &ring_cases[3]),
+        CASE("warm_start_shampoo", test_warm_start, &ring_cases[0]),
+        CASE("warm_start_soap", test_warm_start, &ring_cases[1]),
+        CASE("warm_start_kl_shampoo", test_warm_start, &ring_cases[2]),
         CASE("bound_s0_fixed", test_staleness_bound, &bound_cases[0]),
         CASE("bound_s1_fixed", test_staleness_bound, &bound_cases[1]),
         CASE("bound_s2_fixed", test_staleness_bound, &bound_cases[2]),

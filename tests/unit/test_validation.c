@@ -245,6 +245,7 @@ static const row config_rows[] = {
     ROW(C, state_dtype_moments, strata_state_dtype, K_ENUM, -1, 2, END),
     ROW(C, shard_gradients, bool, K_BOOL, END),
     ROW(C, page_state, bool, K_BOOL, END),
+    ROW(C, staleness_warmup, int, K_INT, -1, END),
 };
 #undef C
 

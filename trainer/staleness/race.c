@@ -152,7 +152,13 @@ static strata_status plan_entry(const strata_race_options *o, const char *tok, s
             snprintf(fv, sizeof fv, "F%d-", r.frequency);
         /* a valve run whose epsilon the race raised says so */
         const bool raised = r.valve && !(c.shampoo.epsilon >= STRATA_RACE_VALVE_EPSILON);
-        snprintf(r.variant, sizeof r.variant, "async-%sS%d%s%s%s", fv, r.staleness,
+        /* the synchronous warm start (--staleness-warmup W) says so: -wW */
+        char wv[24] = "";
+        if (o->train.staleness_warmup_is_warmup && r.staleness > 0)
+            snprintf(wv, sizeof wv, "-wwarmup");
+        else if (c.staleness_warmup > 0 && r.staleness > 0)
+            snprintf(wv, sizeof wv, "-w%d", c.staleness_warmup);
+        snprintf(r.variant, sizeof r.variant, "async-%sS%d%s%s%s%s", fv, r.staleness, wv,
                  staggered ? "-staggered" : "", r.valve ? "-valve" : "",
                  raised ? "-eps1e-4" : "");
         strata_status st = plan_add(runs, n, &r);

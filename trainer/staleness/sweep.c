@@ -79,6 +79,12 @@ strata_status strata_sweep_staleness(const strata_sweep_options *o, FILE *out)
         gpt_optimizer_refresh_info(&c, &refresh);
         fprintf(out, "sweep: %s, precondition frequency F = %d, staleness bound F - 1 + S\n",
                 strata_optimizer_name(swept), refresh.frequency);
+        if (o->train.staleness_warmup_is_warmup)
+            fprintf(out, "sweep: every async run at S = 0 through the learning-rate warm-up "
+                         "(--staleness-warmup warmup)\n");
+        else if (c.staleness_warmup > 0)
+            fprintf(out, "sweep: every async run at S = 0 through step %d (--staleness-warmup)\n",
+                    c.staleness_warmup);
     }
     for (int i = 0; i < n && st == STRATA_OK; i++) {
         sweep_row *row = &rows[i];
