@@ -14,12 +14,15 @@
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =
  *     strata_coh_slots_needed(F, S) page-rounded host slots per block (nvme:
  *     4 KiB extents, the residency pool (strata_refresh_pool_buffers), worker scratch and staging
- *     of the largest slot, the nvme tier's staging), the inline workspace
+ *     of the largest slot), the nvme tier's staging wherever the engine opens
+ *     the tier (an nvme_dir with an async group, or paging), the inline workspace
  *     (the largest block's LAPACK workspace), the worker pool's workspaces;
  *   - the gradient buckets' ring (comm/grad_bucket.c: 2 x max(largest item,
  *     min(total, STRATA_GB_IN_FLIGHT buckets))), the gather baseline's
  *     reduced shards;
  *   - what the caller says its loop holds (activations).
+ * Each rank's total is split into memory (every tier but nvme: what a memory
+ * cap checks) and nvme (disk).
  * Costs: the fitted model of plan/plan.h (strata_cost_fit), one fit per
  * family used.
  */
