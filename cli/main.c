@@ -1998,7 +1998,13 @@ static double wall_seconds(void)
 
 static void plan_print_rank(const strata_plan_rank *r, int rank)
 {
-    printf("rank %d: %.1f MiB (%.2f GiB)\n", rank, mib(r->total), (double)r->total / 1073741824.0);
+    if (r->nvme)
+        printf("rank %d: %.1f MiB of memory (%.2f GiB) + %.1f MiB on nvme (%.2f GiB)\n", rank,
+               mib(r->memory), (double)r->memory / 1073741824.0, mib(r->nvme),
+               (double)r->nvme / 1073741824.0);
+    else
+        printf("rank %d: %.1f MiB (%.2f GiB)\n", rank, mib(r->total),
+               (double)r->total / 1073741824.0);
     for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
         uint64_t tier = 0;
         for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
@@ -2017,6 +2023,8 @@ static json_object *plan_rank_json(const strata_plan_rank *r)
 {
     json_object *j = json_object_new_object();
     json_object_object_add(j, "total", json_object_new_int64((int64_t)r->total));
+    json_object_object_add(j, "memory", json_object_new_int64((int64_t)r->memory));
+    json_object_object_add(j, "nvme_bytes", json_object_new_int64((int64_t)r->nvme));
     for (int t = 0; t < STRATA_LEDGER_TIERS; t++) {
         json_object *jt = NULL;
         for (int k = 0; k < STRATA_LEDGER_KINDS; k++) {
@@ -2143,6 +2151,12 @@ static int cmd_plan(int argc, char **argv)
         json_object_object_add(j, "min_frequency", json_object_new_int(sum.min_frequency));
         json_object_object_add(j, "min_staleness", json_object_new_int(sum.min_staleness));
         json_object_object_add(j, "max_total", json_object_new_int64((int64_t)sum.max_total));
+        json_object_object_add(j, "max_memory", json_object_new_int64((int64_t)sum.max_memory));
+        json_object_object_add(j, "max_nvme", json_object_new_int64((int64_t)sum.max_nvme));
+        if (a.memory_gib > 0) /* the verdict on memory alone, as the text's */
+            json_object_object_add(j, "fits",
+                                   json_object_new_boolean((double)sum.max_memory <=
+                                                           a.memory_gib * 1073741824.0));
         json_object_object_add(j, "plan_s", json_object_new_double(elapsed));
         json_object *jr = json_object_new_array();
         for (int r = 0; r < W; r++)
@@ -2195,10 +2209,13 @@ static int cmd_plan(int argc, char **argv)
                mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_GRAFTING]));
     }
     if (a.memory_gib > 0) {
+        /* memory only: the nvme tier is disk, not memory */
         const double cap = a.memory_gib * 1073741824.0;
-        printf("memory: the largest rank needs %.2f GiB of %.1f GiB: %s\n",
-               sum.max_total / 1073741824.0, a.memory_gib,
-               (double)sum.max_total <= cap ? "fits" : "does NOT fit");
+        printf("memory: the largest rank needs %.2f GiB of memory", sum.max_memory / 1073741824.0);
+        if (sum.max_nvme)
+            printf(" (+ %.2f GiB on nvme)", sum.max_nvme / 1073741824.0);
+        printf(" of %.1f GiB: %s\n", a.memory_gib,
+               (double)sum.max_memory <= cap ? "fits" : "does NOT fit");
     }
     printf("owner plan: makespan %.4g s per step, lower bound %.4g s (ratio %.3f), %s\n",
            sum.makespan, sum.lower_bound,
@@ -2231,7 +2248,7 @@ static int cmd_plan(int argc, char **argv)
            sum.cost_measured, sum.cost_measured == 1 ? "" : "s", sum.cost_seconds, elapsed);
     /* a plan that does not fit the --memory-gib cap is a finding a script
      * checks: exit 1 (everything above is still printed) */
-    rc = a.memory_gib > 0 && (double)sum.max_total > a.memory_gib * 1073741824.0 ? 1 : 0;
+    rc = a.memory_gib > 0 && (double)sum.max_memory > a.memory_gib * 1073741824.0 ? 1 : 0;
 out:
     free(ranks);
     free(descs);

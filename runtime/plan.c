@@ -14,12 +14,15 @@
  *   - the refresh engine (engine/refresh.c place, commit): n_slots =
  *     strata_coh_slots_needed(F, S) page-rounded host slots per block (nvme:
  *     4 KiB extents, the residency pool (strata_refresh_pool_buffers), worker scratch and staging
- *     of the largest slot, the nvme tier's staging), the inline workspace
+ *     of the largest slot), the nvme tier's staging wherever the engine opens
+ *     the tier (an nvme_dir with an async group, or paging), the inline workspace
  *     (the largest block's LAPACK workspace), the worker pool's workspaces;
  *   - the gradient buckets' ring (comm/grad_bucket.c: 2 x max(largest item,
  *     min(total, STRATA_GB_IN_FLIGHT buckets))), the gather baseline's
  *     reduced shards;
  *   - what the caller says its loop holds (activations).
+ * Each rank's total is split into memory (every tier but nvme: what a memory
+ * cap checks) and nvme (disk).
  * Costs: the fitted model of plan/plan.h (strata_cost_fit), one fit per
  * family used.
  */
@@ -94,6 +97,10 @@ static void charge(strata_plan_rank *r, int tier, int kind, uint64_t bytes)
 {
     r->bytes[tier][kind] += bytes;
     r->total += bytes;
+    if (tier == STRATA_LEDGER_NVME)
+        r->nvme += bytes;
+    else
+        r->memory += bytes;
 }
 
 /* Longest-processing-time makespan of `n` costs on `bins` bins. */
@@ -333,7 +340,13 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
     }
     free(paged);
     r->paged_params = n_paged;
-    if (st == STRATA_OK && n_paged > 0 && max_slot == 0) { /* the nvme tier's staging */
+    /* The nvme tier's staging (queue depth x chunk, tiers/nvme.c): the engine
+     * opens the tier, and charges it, whenever it has an nvme_dir (async
+     * only, runtime.c create_engine) and an async group (refresh.c commit),
+     * or a state pages (refresh.c page_add): whether or not a root lands
+     * there (--tiers device,host,nvme without a host budget keeps every
+     * root on host). */
+    if (st == STRATA_OK && c->async && c->nvme_dir && (any_async || n_paged > 0)) {
         const size_t qd = c->nvme_queue_depth > 0 ? (size_t)c->nvme_queue_depth : 16;
         const size_t chunk = c->nvme_chunk_bytes ? c->nvme_chunk_bytes : (size_t)1 << 20;
         charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_STAGING, qd * chunk);
@@ -375,9 +388,6 @@ static strata_status plan_rank(const strata_config *c, const strata_param_desc *
             charge(r, host, STRATA_LEDGER_WORKSPACE,
                    (uint64_t)workers * page_round(max_slot));
             charge(r, host, STRATA_LEDGER_STAGING, page_round(max_slot));
-            const size_t qd = c->nvme_queue_depth > 0 ? (size_t)c->nvme_queue_depth : 16;
-            const size_t chunk = c->nvme_chunk_bytes ? c->nvme_chunk_bytes : (size_t)1 << 20;
-            charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_STAGING, qd * chunk);
         }
         if (any_inline || wd_inline || wi_inline)
             charge(r, STRATA_LEDGER_HOST, STRATA_LEDGER_WORKSPACE,
@@ -542,6 +552,8 @@ strata_status strata_plan_estimate(const strata_config *cfg, const strata_param_
         st = plan_rank(&c, params, pp, n, opt, r, workers, &ranks[r]);
         out->n_blocks += ranks[r].owned_blocks;
         out->max_total = ranks[r].total > out->max_total ? ranks[r].total : out->max_total;
+        out->max_memory = ranks[r].memory > out->max_memory ? ranks[r].memory : out->max_memory;
+        out->max_nvme = ranks[r].nvme > out->max_nvme ? ranks[r].nvme : out->max_nvme;
         if (ranks[r].refresh_round_seconds > out->refresh_round_seconds)
             out->refresh_round_seconds = ranks[r].refresh_round_seconds;
         if (c.sharding == STRATA_SHARD_GATHER && W > 1)

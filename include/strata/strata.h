@@ -999,6 +999,10 @@ typedef struct strata_plan_rank {
                                      between their steps (strata_config.page_state): their
                                      bytes are in the NVME row, and the DEVICE row holds
                                      the largest two that follow each other in step order */
+    uint64_t memory;              /* the bytes of total in memory: the device, host-pinned,
+                                     host and managed tiers (what --memory-gib checks) */
+    uint64_t nvme;                /* the bytes of total in the nvme tier (on disk):
+                                     total = memory + nvme */
 } strata_plan_rank;
 
 typedef struct strata_plan_summary {
@@ -1018,9 +1022,13 @@ typedef struct strata_plan_summary {
                                      result ready when due, no wait); -1 when the workers
                                      fall behind at this F (round > F x step) or S would
                                      pass max_staleness; 0 as min_frequency */
-    uint64_t max_total;           /* the largest rank's total bytes */
+    uint64_t max_total;           /* the largest rank's total bytes, every tier (the nvme
+                                     tier's disk bytes included) */
     int32_t cost_measured;        /* cost-model anchors measured now (0: cached) */
     double cost_seconds;          /* wall time of the cost model */
+    uint64_t max_memory;          /* the largest rank's memory (strata_plan_rank.memory):
+                                     what fits under a memory cap */
+    uint64_t max_nvme;            /* the largest rank's nvme-tier bytes */
 } strata_plan_summary;
 
 /* Plan `n` parameters (strata_param_add's descriptors; data, grad and

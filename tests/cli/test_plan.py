@@ -6,8 +6,8 @@ usage: test_plan.py STRATA [SOURCE_ROOT]).
    and spilled there past a host budget, its whole state paged to nvme (and SOAP's), SOAP, Muon, AdamW, NorMuon, KL-Shampoo;
    one rank, and two ranks under mpirun when it is there), the plan's
    per-rank bytes match the ledger the run reports in its JSONL summary
-   ("memory", rank 0's peaks) within 10%: the total, and every tier/kind cell
-   holding at least 2% of the total.
+   ("memory", rank 0's peaks) within 10%: the total, the memory apart from the
+   nvme tier, and every tier/kind cell holding at least 2% of the total.
 2. The shipped shape files plan: their parameter counts are the published
    models' (GPT-2 124M: 124,439,808; Llama-2 7B: 6,738,415,616), a 7B model
    on 8 ranks answers, and a missing shape file is refused with exit 1.
@@ -71,6 +71,13 @@ def compare(tag, args, ranks=1):
     total, ptotal = got["total_peak"], p0["total"]
     check(abs(ptotal - total) <= 0.10 * total,
           f"{tag}: plan total {ptotal / 2**20:.2f} MiB vs ledger peak {total / 2**20:.2f} MiB")
+    # memory (what --memory-gib checks) apart from the nvme tier's disk bytes
+    mem = sum(c["peak"] for t, c in got.items() if isinstance(c, dict) and t != "nvme")
+    check(p0["memory"] + p0["nvme_bytes"] == ptotal and
+          p0["nvme_bytes"] == sum(p0.get("nvme", {}).values()) and
+          abs(p0["memory"] - mem) <= 0.10 * mem,
+          f"{tag}: plan memory {p0['memory'] / 2**20:.2f} MiB (+ {p0['nvme_bytes'] / 2**20:.2f} "
+          f"on nvme) vs the ledger's memory tiers' peaks {mem / 2**20:.2f} MiB")
     for tier, cells in got.items():
         if not isinstance(cells, dict):
             continue
@@ -95,6 +102,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "--nvme-dir", os.path.join(tmp, "nvme")]
     compare("shampoo-nvme", nv + ["--tiers", "device,nvme"])
     compare("shampoo-spill", nv + ["--tiers", "device,host,nvme", "--host-budget-mib", "3"])
+    # the nvme tier opened (its staging charged) with every root on host: no budget
+    compare("shampoo-nvme-tier", nv + ["--tiers", "device,host,nvme"])
     # state paging (issue #21 item 6): factors, moments, grafting on nvme between steps
     compare("shampoo-paged", nv + ["--tiers", "device,nvme", "--page-state"])
     compare("soap-paged", ["--optimizer", "soap", "--async", "--staleness", "1", "--workers", "1",
