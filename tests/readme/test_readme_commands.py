@@ -26,6 +26,28 @@ if len(commands) < 6:
     print(f"FAIL: found only {len(commands)} strata commands in {readme}")
     sys.exit(1)
 
+# The commands run shortened (below), so a checkpoint they name is replaced by
+# the newest one written; check first that the name the README shows is one
+# its own save command, run in full, keeps: a multiple of --save-every, within
+# the last --keep saves of --steps (the trainer's default 300).
+saves = {}
+for cmd in commands:
+    args = shlex.split(cmd)[1:]
+    if "--save-every" in args and "--save-dir" in args:
+        every = int(args[args.index("--save-every") + 1])
+        steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 300
+        keep = int(args[args.index("--keep") + 1]) if "--keep" in args else None
+        kept = list(range(every, steps + 1, every))
+        saves[os.path.normpath(args[args.index("--save-dir") + 1])] = \
+            set(kept[-keep:] if keep else kept)
+for cmd in commands:
+    for folder, step in re.findall(r"(\S+)/step-(\d+)", cmd):
+        folder, step = os.path.normpath(folder), int(step)
+        if folder in saves and step not in saves[folder]:
+            failures += 1
+            print(f"FAIL: {cmd}: the README's save command keeps only steps "
+                  f"{sorted(saves[folder])} in {folder}, not {step}")
+
 with tempfile.TemporaryDirectory() as tmp:
     corpus = os.path.join(tmp, "my_corpus")
     os.mkdir(corpus)
