@@ -608,7 +608,7 @@ static const train_flag train_flag_rows[] = {
      .needs = NEEDS_ASYNC},
     {CFG(page_state), .type = FT_TRUE, .group = G_ASYNC,
      .help = "page every matrix's factors, grafting and moments\nto the nvme tier between its "
-             "steps (needs --tiers\ndevice,host,nvme or device,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
+             "steps (needs --async and\n--tiers device,nvme or device,host,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
@@ -1187,6 +1187,17 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
+    /* --page-state pages to the nvme tier between the async runtime's steps:
+     * without either it contradicts them (exit 1, README "exit status"),
+     * said here with the flags' names rather than by strata_create after a
+     * note. sweep-staleness and race set --async per run themselves. */
+    if (o->strata.page_state &&
+        (!a->nvme_wanted || (!o->strata.async && (cmd == CMD_TRAIN || cmd == CMD_PLAN)))) {
+        fprintf(stderr, "strata%s%s: STRATA_ERR_INVALID_ARG: --page-state needs --async and an "
+                        "nvme tier (--tiers device,nvme or device,host,nvme)\n",
+                cmd == CMD_TRAIN ? "" : " ", cmd == CMD_TRAIN ? "" : cmd_word(cmd));
+        return 1;
+    }
     if (o->strata.nvme_chunk_bytes % 4096) {
         fprintf(stderr, "strata: --nvme-staging-kib expects a multiple of 4, got %zu\n",
                 o->strata.nvme_chunk_bytes >> 10);

@@ -7,7 +7,8 @@
    ckpt subcommand is refused (exit 2), never read as a directory.
 3. Exit classes (README): a contradiction between flags exits 1 (SOAP's
    staleness >= frequency, --keep without --save-every, --save-every without
-   --save-dir), a malformed flag 2.
+   --save-dir, --page-state without --async and an nvme tier), a malformed
+   flag 2.
 Exit 0 pass, 1 fail.
 """
 import re
@@ -84,12 +85,22 @@ for args, rc, text in [
          0, ""),  # S >= F: chained eigenbasis refreshes (issue 23)
         (["--keep", "2"], 1, "--keep 2 prunes"),
         (["--save-every", "2"], 1, "--save-every needs --save-dir"),
+        # --page-state without --async or an nvme tier: one refusal naming the
+        # flags, no note before it, no C names (strata_create, page_state)
+        (["--page-state"], 1, "--page-state needs --async and an nvme tier"),
+        (["--page-state", "--async"], 1, "--page-state needs --async and an nvme tier"),
         (["--steps", "x"], 2, "--steps"),
         (["--no-such-flag"], 2, "no-such-flag")]:
     r = subprocess.run([STRATA, "train", *TINY, "--steps", "2", *args], capture_output=True,
                        text=True, timeout=60)
-    check(r.returncode == rc and text in r.stderr,
+    check(r.returncode == rc and text in r.stderr and "strata_create" not in r.stderr and
+          "note: --page-state" not in r.stderr,
           f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
+
+r = subprocess.run([STRATA, "plan", "--page-state"], capture_output=True, text=True, timeout=60)
+check(r.returncode == 1 and "strata plan: STRATA_ERR_INVALID_ARG: --page-state needs --async" in
+      r.stderr and "strata_create" not in r.stderr and "note:" not in r.stderr,
+      f"strata plan --page-state: rc {r.returncode} {r.stderr.strip()[-160:]}")
 
 # 5. --overwrite says what it removes (count, run identity), once; a resumed
 #    run says "resumed:" once (at start-up, or in the summary under --quiet).
