@@ -588,7 +588,8 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_stale_correction_names, .group = G_ASYNC,
      .help = "when a step would wait for a root still on a worker:\noff: wait (default); "
              "newton: correct the newest ready\nroot toward the current factor (one Newton "
-             "step;\nShampoo; timing-dependent runs; refused without --async)"},
+             "step;\nShampoo; timing-dependent runs; needs --async)",
+     .needs = NEEDS_ASYNC},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},
@@ -1203,6 +1204,12 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 o->strata.nvme_chunk_bytes >> 10);
         return 2;
     }
+    /* A synchronous step never waits for a root, so --stale-correction has
+     * nothing to correct without --async: a note (no_effect_notes), as
+     * --staleness, and the runtime is not asked for it (it refuses it
+     * outside the asynchronous runtime). */
+    if (!o->strata.async && (cmd == CMD_TRAIN || cmd == CMD_PLAN))
+        o->strata.stale_correction = STRATA_STALE_CORRECTION_OFF;
     /* The trainer's bias-corrected KL-Shampoo estimates belong to the eigenbasis
      * form: --kl-form exact runs without them, unless asked (then refused). */
     bool kl_bias_given = false;

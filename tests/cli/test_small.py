@@ -89,6 +89,8 @@ for args, rc, text in [
         # flags, no note before it, no C names (strata_create, page_state)
         (["--page-state"], 1, "--page-state needs --async and an nvme tier"),
         (["--page-state", "--async"], 1, "--page-state needs --async and an nvme tier"),
+        # without --async, as --staleness: a note, not the runtime's refusal
+        (["--stale-correction", "newton"], 0, "--stale-correction takes effect with --async"),
         (["--steps", "x"], 2, "--steps"),
         (["--no-such-flag"], 2, "no-such-flag")]:
     r = subprocess.run([STRATA, "train", *TINY, "--steps", "2", *args], capture_output=True,
