@@ -303,6 +303,17 @@ static strata_status resolve_data(gpt_train_options *o)
     if (!S_ISDIR(sb.st_mode))
         return strata_error(STRATA_ERR_DATA, "--data %s is not a directory (token files: a "
                             "directory with train.bin and val.bin)", o->data_path);
+    /* The token files next, before the vocabulary: a folder without them
+     * is not token files, whether or not it has a meta.json. */
+    for (int k = 0; k < 2; k++) {
+        char tf[4096 + 16];
+        snprintf(tf, sizeof tf, "%s/%s", o->data_path, k ? "val.bin" : "train.bin");
+        if (stat(tf, &sb) != 0)
+            return strata_error(STRATA_ERR_IO, "--data %s: cannot access %s: %s (a token "
+                                "directory holds train.bin and val.bin: "
+                                "examples/torch/make_tokens.py)", o->data_path, tf,
+                                strerror(errno));
+    }
     int V = o->vocab_size;
     if (V == 0) {
         char path[4096 + 16];
