@@ -891,6 +891,11 @@ static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
     json_object_object_add(j, "model", model);
     json_object_object_add(j, "data_format",
                            json_object_new_string(data_format_name(o->data_format)));
+    /* the corpus, absolute, for the note of a resume that reads another */
+    char *data = o->data_path ? realpath(o->data_path, NULL) : NULL;
+    if (data || o->data_path)
+        json_object_object_add(j, "data", json_object_new_string(data ? data : o->data_path));
+    free(data);
     if (ls->run_id[0])
         json_object_object_add(j, "run_id", json_object_new_string(ls->run_id));
     const char *txt = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
@@ -943,6 +948,17 @@ static strata_status loop_state_parse(const char *dir, const char *txt,
                             "has %lld: the continuation differs from the original run\n",
                     strcmp(same[k].key, "seq_len") == 0 ? "seq-len" : same[k].key,
                     (long long)json_object_get_int64(v), (long long)same[k].now);
+    /* Another corpus: a note, as another --steps (a checkpoint saved before
+     * the path was stored has none; compared absolute). */
+    if (NEED("data", json_type_string) && o->data_path && rank0) {
+        char *now = realpath(o->data_path, NULL);
+        const char *then = json_object_get_string(v);
+        if (strcmp(then, now ? now : o->data_path) != 0)
+            fprintf(stderr, "strata: note: the checkpoint was trained with --data %s, this run "
+                            "reads %s: the continuation differs from the original run\n",
+                    then, now ? now : o->data_path);
+        free(now);
+    }
     /* Another world size (issue #22 item 5): said once, with what it changes.
      * The global batch is micro_batches x batch sequences per step. */
     const int m_now = world > 1 ? world : o->grad_accum;

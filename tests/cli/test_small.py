@@ -128,6 +128,14 @@ with tempfile.TemporaryDirectory() as tmp:
         n = r.stdout.count("resumed:")
         check(r.returncode == 0 and n == 1, f"resume{' --quiet' if quiet else ''}: "
               f"{n} 'resumed:' line(s) {r.stderr[-200:]}")
+    # another corpus than the checkpoint's (the default one) gets a note, as --steps
+    other = os.path.join(tmp, "other.txt")
+    with open(other, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog\n" * 200)
+    r = subprocess.run([STRATA, "train", *TINY, "--eval-every", "0", "--steps", "3", "--resume",
+                        sd, "--data", other], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and f"this run reads {os.path.realpath(other)}" in r.stderr,
+          f"resume --data OTHER: a note: {r.stderr[-240:]}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
