@@ -1752,6 +1752,7 @@ typedef struct hash_line {
 
 typedef struct ckpt_view {
     bool table, hash;
+    bool header; /* the table's header is printed (at its first row) */
     int tensors, bad;
     uint64_t bytes;
     hash_line *lines;
@@ -1828,6 +1829,14 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
                     e->tensor[0] ? " tensor " : "", e->tensor, strata_status_str(e->status),
                     e->message);
     } else if (v->table) {
+        /* No manifest: nothing to tabulate, the error is said once (stderr). */
+        if (!v->header && e->status != STRATA_OK && !e->tensor[0] &&
+            strcmp(e->file, "manifest.json") == 0)
+            return;
+        if (!v->header)
+            printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype",
+                   "owner", "tier", "step", "bytes", "checksum");
+        v->header = true;
         char owner[16];
         snprintf(owner, sizeof owner, "%d", e->owner);
         printf("%-44s %-24s %-5s %5s %-6s %8lld %12llu  %s%s%s\n",
@@ -1854,6 +1863,8 @@ static void ckpt_usage(FILE *f)
           "                                 layout that saved it\n"
           "       strata ckpt verify DIR    exit 0 only when every file and checksum is\n"
           "                                 sound\n"
+          "       DIR: a checkpoint, or a save folder (--save-dir): its newest\n"
+          "       step-* checkpoint, as --resume DIR\n"
           "       (-- before a DIR that starts with '-')\n",
           f);
 }
@@ -1902,6 +1913,15 @@ static int cmd_ckpt(int argc, char **argv)
         ckpt_usage(stderr);
         return 2;
     }
+    /* A save folder (step-* checkpoints, no manifest of its own): its newest
+     * checkpoint, as --resume DIR reads it, and said which. */
+    char newest[4096];
+    bool picked = false;
+    if (gpt_checkpoint_resolve(dir, newest, sizeof newest, &picked) == STRATA_OK && picked) {
+        fprintf(stderr, "strata ckpt %s: %s is a save folder: its newest checkpoint, %s\n",
+                argv[1], dir, newest);
+        dir = newest;
+    }
     const char *hash_dir = dir;
     if (hash) {
         ckpt_view v = {.hash = true};
@@ -1915,9 +1935,6 @@ static int cmd_ckpt(int argc, char **argv)
         return bad;
     }
     ckpt_view v = {.table = strcmp(argv[1], "inspect") == 0};
-    if (v.table)
-        printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
-               "tier", "step", "bytes", "checksum");
     strata_status st = strata_ckpt_verify(dir, ckpt_row, &v);
     if (st != STRATA_OK && !v.table && v.bad > 0)
         return 1; /* each problem was reported once, by ckpt_row */

@@ -1141,9 +1141,9 @@ static void remove_checkpoint(const char *path)
     remove_tree(rename(path, gone) == 0 ? gone : path);
 }
 
-/* A checkpoint directory, or the newest complete step-* of a save dir. */
-static strata_status resolve_resume(const char *path, char *out, size_t n)
+strata_status gpt_checkpoint_resolve(const char *path, char *out, size_t n, bool *picked)
 {
+    *picked = false;
     snprintf(out, n, "%s/manifest.json", path);
     struct stat sb;
     if (stat(out, &sb) == 0) {
@@ -1156,11 +1156,32 @@ static strata_status resolve_resume(const char *path, char *out, size_t n)
         snprintf(out, n, "%s/step-%08d/manifest.json", path, steps[i]);
         if (stat(out, &sb) == 0) {
             snprintf(out, n, "%s/step-%08d", path, steps[i]);
+            *picked = true;
             return STRATA_OK;
         }
     }
-    return strata_error(STRATA_ERR_IO, "--resume %s: neither a checkpoint (no manifest.json) nor "
-                        "a directory of step-* checkpoints", path);
+    /* Neither: the step-* checkpoints beside it, when its parent holds any. */
+    char parent[4096], hint[4096 + 160] = "";
+    snprintf(parent, sizeof parent, "%s", path);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/')
+        parent[--len] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (slash == parent)
+        parent[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, ".");
+    k = list_steps(parent, steps, 4096);
+    if (k == 1)
+        snprintf(hint, sizeof hint, "; %s holds step-%08d (give it, or the folder)", parent,
+                 steps[0]);
+    else if (k > 1)
+        snprintf(hint, sizeof hint, "; %s holds %d step-* checkpoints, step-%08d .. step-%08d "
+                 "(give one, or the folder for the newest)", parent, k, steps[0], steps[k - 1]);
+    return strata_error(STRATA_ERR_IO, "%s: neither a checkpoint (no manifest.json) nor a "
+                        "directory of step-* checkpoints%s", path, hint);
 }
 
 /* Save after step ls->step into save_dir/step-N, then keep the newest K. */
@@ -1502,8 +1523,15 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     res->config_refused = st != STRATA_OK;
     /* A bad --resume path fails before anything is loaded or printed. */
     char resume_dir[4096], buf_budget[512];
-    if (st == STRATA_OK && o.resume)
-        st = resolve_resume(o.resume, resume_dir, sizeof resume_dir);
+    if (st == STRATA_OK && o.resume) {
+        bool picked;
+        st = gpt_checkpoint_resolve(o.resume, resume_dir, sizeof resume_dir, &picked);
+        if (st != STRATA_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            st = strata_error(st, "--resume %s", why);
+        }
+    }
     if (st == STRATA_OK && o.resume)
         st = model_check(resume_dir, &o);
     if (st != STRATA_OK)

@@ -128,6 +128,22 @@ with tempfile.TemporaryDirectory() as tmp:
         n = r.stdout.count("resumed:")
         check(r.returncode == 0 and n == 1, f"resume{' --quiet' if quiet else ''}: "
               f"{n} 'resumed:' line(s) {r.stderr[-200:]}")
+    # ckpt verify / inspect of a save folder: its newest step-*, as --resume, said;
+    # inspect of no checkpoint: the error once, no table header
+    for sub in ("verify", "inspect"):
+        r = subprocess.run([STRATA, "ckpt", sub, sd], capture_output=True, text=True)
+        check(r.returncode == 0 and "is a save folder: its newest checkpoint" in r.stderr and
+              "step-00000002" in r.stderr, f"ckpt {sub} SAVE_DIR: rc {r.returncode} "
+              f"{r.stderr.strip()[-200:]}")
+    r = subprocess.run([STRATA, "ckpt", "inspect", os.path.join(tmp, "none")],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and r.stdout == "" and r.stderr.count("missing file") == 1,
+          f"ckpt inspect of no checkpoint: rc {r.returncode} stdout {r.stdout[:80]!r}")
+    # --resume of a step that is not there names the steps beside it
+    r = subprocess.run([STRATA, "train", *TINY, "--steps", "3", "--resume",
+                        os.path.join(sd, "step-00000009")], capture_output=True, text=True)
+    check(r.returncode == 1 and "holds 2 step-* checkpoints, step-00000001 .. step-00000002" in
+          r.stderr, f"--resume of a missing step: {r.stderr.strip()[-200:]}")
     # another corpus than the checkpoint's (the default one) gets a note, as --steps
     other = os.path.join(tmp, "other.txt")
     with open(other, "w") as f:
