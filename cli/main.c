@@ -1191,7 +1191,15 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     /* --page-state pages to the nvme tier between the async runtime's steps:
      * without either it contradicts them (exit 1, README "exit status"),
      * said here with the flags' names rather than by strata_create after a
-     * note. sweep-staleness and race set --async per run themselves. */
+     * note. A race (its adamw run) and a sweep (its synchronous run) always
+     * hold a synchronous run, which strata_create would refuse it. */
+    if (o->strata.page_state && (cmd == CMD_SWEEP || cmd == CMD_RACE)) {
+        fprintf(stderr, "strata %s: STRATA_ERR_INVALID_ARG: --page-state needs --async, and "
+                        "%s is synchronous: page the state with strata train --async "
+                        "--page-state\n", cmd_word(cmd),
+                cmd == CMD_RACE ? "the race's adamw run" : "the sweep's baseline run, sync,");
+        return 1;
+    }
     if (o->strata.page_state &&
         (!a->nvme_wanted || (!o->strata.async && (cmd == CMD_TRAIN || cmd == CMD_PLAN)))) {
         fprintf(stderr, "strata%s%s: STRATA_ERR_INVALID_ARG: --page-state needs --async and an "

@@ -99,6 +99,12 @@ for args, rc, text in [
           "note: --page-state" not in r.stderr,
           f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
 
+for cmd in ("race", "sweep-staleness"):  # each holds a synchronous run: refused at once
+    r = subprocess.run([STRATA, cmd, "--page-state", "--tiers", "device,nvme"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "--page-state needs --async" in r.stderr and
+          "strata_create" not in r.stderr and "running" not in r.stdout,
+          f"strata {cmd} --page-state: rc {r.returncode} {r.stderr.strip()[-160:]}")
 r = subprocess.run([STRATA, "plan", "--page-state"], capture_output=True, text=True, timeout=60)
 check(r.returncode == 1 and "strata plan: STRATA_ERR_INVALID_ARG: --page-state needs --async" in
       r.stderr and "strata_create" not in r.stderr and "note:" not in r.stderr,
