@@ -1207,6 +1207,13 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 cmd == CMD_TRAIN ? "" : " ", cmd == CMD_TRAIN ? "" : cmd_word(cmd));
         return 1;
     }
+    if (o->strata.page_state && o->strata.backend != STRATA_BACKEND_CPU) {
+        fprintf(stderr, "strata%s%s: STRATA_ERR_INVALID_ARG: --page-state moves the state between "
+                        "host memory and the nvme tier: it needs --device cpu (a device's "
+                        "memory does not page)\n",
+                cmd == CMD_TRAIN ? "" : " ", cmd == CMD_TRAIN ? "" : cmd_word(cmd));
+        return 1;
+    }
     if (o->strata.nvme_chunk_bytes % 4096) {
         fprintf(stderr, "strata: --nvme-staging-kib expects a multiple of 4, got %zu\n",
                 o->strata.nvme_chunk_bytes >> 10);

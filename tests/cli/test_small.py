@@ -89,6 +89,9 @@ for args, rc, text in [
         # flags, no note before it, no C names (strata_create, page_state)
         (["--page-state"], 1, "--page-state needs --async and an nvme tier"),
         (["--page-state", "--async"], 1, "--page-state needs --async and an nvme tier"),
+        (["--page-state", "--async", "--tiers", "device,nvme", "--device", "cuda"], 1,
+         "--page-state moves the state between host memory and the nvme tier: it needs "
+         "--device cpu"),
         # without --async, as --staleness: a note, not the runtime's refusal
         (["--stale-correction", "newton"], 0, "--stale-correction takes effect with --async"),
         (["--steps", "x"], 2, "--steps"),
