@@ -588,7 +588,8 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_stale_correction_names, .group = G_ASYNC,
      .help = "when a step would wait for a root still on a worker:\noff: wait (default); "
              "newton: correct the newest ready\nroot toward the current factor (one Newton "
-             "step;\nShampoo; timing-dependent runs; refused without --async)"},
+             "step;\nShampoo; timing-dependent runs; needs --async)",
+     .needs = NEEDS_ASYNC},
     {CFG(roots_tier), .type = FT_CUSTOM, .set = set_tiers, .group = G_ASYNC, .arg = "LIST",
      .help = "device,host (default) | device,host,nvme (spill to nvme\npast --host-budget-mib) | "
              "device,nvme (roots on nvme)", .needs = NEEDS_ASYNC},
@@ -608,7 +609,7 @@ static const train_flag train_flag_rows[] = {
      .needs = NEEDS_ASYNC},
     {CFG(page_state), .type = FT_TRUE, .group = G_ASYNC,
      .help = "page every matrix's factors, grafting and moments\nto the nvme tier between its "
-             "steps (needs --tiers\ndevice,host,nvme or device,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
+             "steps (needs --async and\n--tiers device,nvme or device,host,nvme)", .needs = NEEDS_ASYNC | NEEDS_NVME},
     {CFG(pin_workers), .type = FT_TRUE, .group = G_ASYNC,
      .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
@@ -1187,11 +1188,43 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         o->strata.nvme_dir = NVME_DIR_DEFAULT;
     if (!a->nvme_wanted)
         o->strata.nvme_dir = NULL;
+    /* --page-state pages to the nvme tier between the async runtime's steps:
+     * without either it contradicts them (exit 1, README "exit status"),
+     * said here with the flags' names rather than by strata_create after a
+     * note. A race (its adamw run) and a sweep (its synchronous run) always
+     * hold a synchronous run, which strata_create would refuse it. */
+    if (o->strata.page_state && (cmd == CMD_SWEEP || cmd == CMD_RACE)) {
+        fprintf(stderr, "strata %s: STRATA_ERR_INVALID_ARG: --page-state needs --async, and "
+                        "%s is synchronous: page the state with strata train --async "
+                        "--page-state\n", cmd_word(cmd),
+                cmd == CMD_RACE ? "the race's adamw run" : "the sweep's baseline run, sync,");
+        return 1;
+    }
+    if (o->strata.page_state &&
+        (!a->nvme_wanted || (!o->strata.async && (cmd == CMD_TRAIN || cmd == CMD_PLAN)))) {
+        fprintf(stderr, "strata%s%s: STRATA_ERR_INVALID_ARG: --page-state needs --async and an "
+                        "nvme tier (--tiers device,nvme or device,host,nvme)\n",
+                cmd == CMD_TRAIN ? "" : " ", cmd == CMD_TRAIN ? "" : cmd_word(cmd));
+        return 1;
+    }
+    if (o->strata.page_state && o->strata.backend != STRATA_BACKEND_CPU) {
+        fprintf(stderr, "strata%s%s: STRATA_ERR_INVALID_ARG: --page-state moves the state between "
+                        "host memory and the nvme tier: it needs --device cpu (a device's "
+                        "memory does not page)\n",
+                cmd == CMD_TRAIN ? "" : " ", cmd == CMD_TRAIN ? "" : cmd_word(cmd));
+        return 1;
+    }
     if (o->strata.nvme_chunk_bytes % 4096) {
         fprintf(stderr, "strata: --nvme-staging-kib expects a multiple of 4, got %zu\n",
                 o->strata.nvme_chunk_bytes >> 10);
         return 2;
     }
+    /* A synchronous step never waits for a root, so --stale-correction has
+     * nothing to correct without --async: a note (no_effect_notes), as
+     * --staleness, and the runtime is not asked for it (it refuses it
+     * outside the asynchronous runtime). */
+    if (!o->strata.async && (cmd == CMD_TRAIN || cmd == CMD_PLAN))
+        o->strata.stale_correction = STRATA_STALE_CORRECTION_OFF;
     /* The trainer's bias-corrected KL-Shampoo estimates belong to the eigenbasis
      * form: --kl-form exact runs without them, unless asked (then refused). */
     bool kl_bias_given = false;
@@ -1734,6 +1767,7 @@ typedef struct hash_line {
 
 typedef struct ckpt_view {
     bool table, hash;
+    bool header; /* the table's header is printed (at its first row) */
     int tensors, bad;
     uint64_t bytes;
     hash_line *lines;
@@ -1810,6 +1844,14 @@ static void ckpt_row(void *user, const strata_ckpt_entry *e)
                     e->tensor[0] ? " tensor " : "", e->tensor, strata_status_str(e->status),
                     e->message);
     } else if (v->table) {
+        /* No manifest: nothing to tabulate, the error is said once (stderr). */
+        if (!v->header && e->status != STRATA_OK && !e->tensor[0] &&
+            strcmp(e->file, "manifest.json") == 0)
+            return;
+        if (!v->header)
+            printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype",
+                   "owner", "tier", "step", "bytes", "checksum");
+        v->header = true;
         char owner[16];
         snprintf(owner, sizeof owner, "%d", e->owner);
         printf("%-44s %-24s %-5s %5s %-6s %8lld %12llu  %s%s%s\n",
@@ -1836,6 +1878,8 @@ static void ckpt_usage(FILE *f)
           "                                 layout that saved it\n"
           "       strata ckpt verify DIR    exit 0 only when every file and checksum is\n"
           "                                 sound\n"
+          "       DIR: a checkpoint, or a save folder (--save-dir): its newest\n"
+          "       step-* checkpoint, as --resume DIR\n"
           "       (-- before a DIR that starts with '-')\n",
           f);
 }
@@ -1884,6 +1928,15 @@ static int cmd_ckpt(int argc, char **argv)
         ckpt_usage(stderr);
         return 2;
     }
+    /* A save folder (step-* checkpoints, no manifest of its own): its newest
+     * checkpoint, as --resume DIR reads it, and said which. */
+    char newest[4096];
+    bool picked = false;
+    if (gpt_checkpoint_resolve(dir, newest, sizeof newest, &picked) == STRATA_OK && picked) {
+        fprintf(stderr, "strata ckpt %s: %s is a save folder: its newest checkpoint, %s\n",
+                argv[1], dir, newest);
+        dir = newest;
+    }
     const char *hash_dir = dir;
     if (hash) {
         ckpt_view v = {.hash = true};
@@ -1897,9 +1950,6 @@ static int cmd_ckpt(int argc, char **argv)
         return bad;
     }
     ckpt_view v = {.table = strcmp(argv[1], "inspect") == 0};
-    if (v.table)
-        printf("%-44s %-24s %-5s %5s %-6s %8s %12s  %s\n", "tensor", "file", "dtype", "owner",
-               "tier", "step", "bytes", "checksum");
     strata_status st = strata_ckpt_verify(dir, ckpt_row, &v);
     if (st != STRATA_OK && !v.table && v.bad > 0)
         return 1; /* each problem was reported once, by ckpt_row */

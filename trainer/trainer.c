@@ -303,6 +303,17 @@ static strata_status resolve_data(gpt_train_options *o)
     if (!S_ISDIR(sb.st_mode))
         return strata_error(STRATA_ERR_DATA, "--data %s is not a directory (token files: a "
                             "directory with train.bin and val.bin)", o->data_path);
+    /* The token files next, before the vocabulary: a folder without them
+     * is not token files, whether or not it has a meta.json. */
+    for (int k = 0; k < 2; k++) {
+        char tf[4096 + 16];
+        snprintf(tf, sizeof tf, "%s/%s", o->data_path, k ? "val.bin" : "train.bin");
+        if (stat(tf, &sb) != 0)
+            return strata_error(STRATA_ERR_IO, "--data %s: cannot access %s: %s (a token "
+                                "directory holds train.bin and val.bin: "
+                                "examples/torch/make_tokens.py)", o->data_path, tf,
+                                strerror(errno));
+    }
     int V = o->vocab_size;
     if (V == 0) {
         char path[4096 + 16];
@@ -880,6 +891,11 @@ static char *loop_state_json(const loop_state *ls, const gpt_train_options *o)
     json_object_object_add(j, "model", model);
     json_object_object_add(j, "data_format",
                            json_object_new_string(data_format_name(o->data_format)));
+    /* the corpus, absolute, for the note of a resume that reads another */
+    char *data = o->data_path ? realpath(o->data_path, NULL) : NULL;
+    if (data || o->data_path)
+        json_object_object_add(j, "data", json_object_new_string(data ? data : o->data_path));
+    free(data);
     if (ls->run_id[0])
         json_object_object_add(j, "run_id", json_object_new_string(ls->run_id));
     const char *txt = json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN);
@@ -932,6 +948,17 @@ static strata_status loop_state_parse(const char *dir, const char *txt,
                             "has %lld: the continuation differs from the original run\n",
                     strcmp(same[k].key, "seq_len") == 0 ? "seq-len" : same[k].key,
                     (long long)json_object_get_int64(v), (long long)same[k].now);
+    /* Another corpus: a note, as another --steps (a checkpoint saved before
+     * the path was stored has none; compared absolute). */
+    if (NEED("data", json_type_string) && o->data_path && rank0) {
+        char *now = realpath(o->data_path, NULL);
+        const char *then = json_object_get_string(v);
+        if (strcmp(then, now ? now : o->data_path) != 0)
+            fprintf(stderr, "strata: note: the checkpoint was trained with --data %s, this run "
+                            "reads %s: the continuation differs from the original run\n",
+                    then, now ? now : o->data_path);
+        free(now);
+    }
     /* Another world size (issue #22 item 5): said once, with what it changes.
      * The global batch is micro_batches x batch sequences per step. */
     const int m_now = world > 1 ? world : o->grad_accum;
@@ -1114,9 +1141,9 @@ static void remove_checkpoint(const char *path)
     remove_tree(rename(path, gone) == 0 ? gone : path);
 }
 
-/* A checkpoint directory, or the newest complete step-* of a save dir. */
-static strata_status resolve_resume(const char *path, char *out, size_t n)
+strata_status gpt_checkpoint_resolve(const char *path, char *out, size_t n, bool *picked)
 {
+    *picked = false;
     snprintf(out, n, "%s/manifest.json", path);
     struct stat sb;
     if (stat(out, &sb) == 0) {
@@ -1129,11 +1156,32 @@ static strata_status resolve_resume(const char *path, char *out, size_t n)
         snprintf(out, n, "%s/step-%08d/manifest.json", path, steps[i]);
         if (stat(out, &sb) == 0) {
             snprintf(out, n, "%s/step-%08d", path, steps[i]);
+            *picked = true;
             return STRATA_OK;
         }
     }
-    return strata_error(STRATA_ERR_IO, "--resume %s: neither a checkpoint (no manifest.json) nor "
-                        "a directory of step-* checkpoints", path);
+    /* Neither: the step-* checkpoints beside it, when its parent holds any. */
+    char parent[4096], hint[4096 + 160] = "";
+    snprintf(parent, sizeof parent, "%s", path);
+    size_t len = strlen(parent);
+    while (len > 1 && parent[len - 1] == '/')
+        parent[--len] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (slash == parent)
+        parent[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, ".");
+    k = list_steps(parent, steps, 4096);
+    if (k == 1)
+        snprintf(hint, sizeof hint, "; %s holds step-%08d (give it, or the folder)", parent,
+                 steps[0]);
+    else if (k > 1)
+        snprintf(hint, sizeof hint, "; %s holds %d step-* checkpoints, step-%08d .. step-%08d "
+                 "(give one, or the folder for the newest)", parent, k, steps[0], steps[k - 1]);
+    return strata_error(STRATA_ERR_IO, "%s: neither a checkpoint (no manifest.json) nor a "
+                        "directory of step-* checkpoints%s", path, hint);
 }
 
 /* Save after step ls->step into save_dir/step-N, then keep the newest K. */
@@ -1475,8 +1523,15 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
     res->config_refused = st != STRATA_OK;
     /* A bad --resume path fails before anything is loaded or printed. */
     char resume_dir[4096], buf_budget[512];
-    if (st == STRATA_OK && o.resume)
-        st = resolve_resume(o.resume, resume_dir, sizeof resume_dir);
+    if (st == STRATA_OK && o.resume) {
+        bool picked;
+        st = gpt_checkpoint_resolve(o.resume, resume_dir, sizeof resume_dir, &picked);
+        if (st != STRATA_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            st = strata_error(st, "--resume %s", why);
+        }
+    }
     if (st == STRATA_OK && o.resume)
         st = model_check(resume_dir, &o);
     if (st != STRATA_OK)

@@ -206,6 +206,14 @@ typedef struct gpt_train_result {
  * grafting, precondition frequency 10, lr 3e-3; tail AdamW lr 3e-3). */
 void gpt_train_options_default(gpt_train_options *o);
 
+/* The checkpoint that `path` names, as --resume reads it: `path` itself when
+ * it holds a manifest.json (*picked false), else the newest complete
+ * step-NNNNNNNN checkpoint of the save folder `path` (*picked true), into
+ * out (n bytes). Errors: STRATA_ERR_IO when `path` is neither; the message
+ * starts with `path` and names the step-* checkpoints of its parent folder,
+ * if any (a pruned or mistyped step). */
+strata_status gpt_checkpoint_resolve(const char *path, char *out, size_t n, bool *picked);
+
 /* Run a training. `out` receives human-readable progress (may be NULL for
  * silence). A run stopped through o->stop returns STRATA_OK with
  * res->interrupted set, its summary printed and written. Errors: STRATA_ERR_INVALID_ARG (a bad option, named),

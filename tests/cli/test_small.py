@@ -7,7 +7,8 @@
    ckpt subcommand is refused (exit 2), never read as a directory.
 3. Exit classes (README): a contradiction between flags exits 1 (SOAP's
    staleness >= frequency, --keep without --save-every, --save-every without
-   --save-dir), a malformed flag 2.
+   --save-dir, --page-state without --async and an nvme tier), a malformed
+   flag 2.
 Exit 0 pass, 1 fail.
 """
 import re
@@ -84,12 +85,33 @@ for args, rc, text in [
          0, ""),  # S >= F: chained eigenbasis refreshes (issue 23)
         (["--keep", "2"], 1, "--keep 2 prunes"),
         (["--save-every", "2"], 1, "--save-every needs --save-dir"),
+        # --page-state without --async or an nvme tier: one refusal naming the
+        # flags, no note before it, no C names (strata_create, page_state)
+        (["--page-state"], 1, "--page-state needs --async and an nvme tier"),
+        (["--page-state", "--async"], 1, "--page-state needs --async and an nvme tier"),
+        (["--page-state", "--async", "--tiers", "device,nvme", "--device", "cuda"], 1,
+         "--page-state moves the state between host memory and the nvme tier: it needs "
+         "--device cpu"),
+        # without --async, as --staleness: a note, not the runtime's refusal
+        (["--stale-correction", "newton"], 0, "--stale-correction takes effect with --async"),
         (["--steps", "x"], 2, "--steps"),
         (["--no-such-flag"], 2, "no-such-flag")]:
     r = subprocess.run([STRATA, "train", *TINY, "--steps", "2", *args], capture_output=True,
                        text=True, timeout=60)
-    check(r.returncode == rc and text in r.stderr,
+    check(r.returncode == rc and text in r.stderr and "strata_create" not in r.stderr and
+          "note: --page-state" not in r.stderr,
           f"strata train {' '.join(args)}: rc {r.returncode} (want {rc}) {r.stderr.strip()[-160:]}")
+
+for cmd in ("race", "sweep-staleness"):  # each holds a synchronous run: refused at once
+    r = subprocess.run([STRATA, cmd, "--page-state", "--tiers", "device,nvme"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode == 1 and "--page-state needs --async" in r.stderr and
+          "strata_create" not in r.stderr and "running" not in r.stdout,
+          f"strata {cmd} --page-state: rc {r.returncode} {r.stderr.strip()[-160:]}")
+r = subprocess.run([STRATA, "plan", "--page-state"], capture_output=True, text=True, timeout=60)
+check(r.returncode == 1 and "strata plan: STRATA_ERR_INVALID_ARG: --page-state needs --async" in
+      r.stderr and "strata_create" not in r.stderr and "note:" not in r.stderr,
+      f"strata plan --page-state: rc {r.returncode} {r.stderr.strip()[-160:]}")
 
 # 5. --overwrite says what it removes (count, run identity), once; a resumed
 #    run says "resumed:" once (at start-up, or in the summary under --quiet).
@@ -115,6 +137,30 @@ with tempfile.TemporaryDirectory() as tmp:
         n = r.stdout.count("resumed:")
         check(r.returncode == 0 and n == 1, f"resume{' --quiet' if quiet else ''}: "
               f"{n} 'resumed:' line(s) {r.stderr[-200:]}")
+    # ckpt verify / inspect of a save folder: its newest step-*, as --resume, said;
+    # inspect of no checkpoint: the error once, no table header
+    for sub in ("verify", "inspect"):
+        r = subprocess.run([STRATA, "ckpt", sub, sd], capture_output=True, text=True)
+        check(r.returncode == 0 and "is a save folder: its newest checkpoint" in r.stderr and
+              "step-00000002" in r.stderr, f"ckpt {sub} SAVE_DIR: rc {r.returncode} "
+              f"{r.stderr.strip()[-200:]}")
+    r = subprocess.run([STRATA, "ckpt", "inspect", os.path.join(tmp, "none")],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and r.stdout == "" and r.stderr.count("missing file") == 1,
+          f"ckpt inspect of no checkpoint: rc {r.returncode} stdout {r.stdout[:80]!r}")
+    # --resume of a step that is not there names the steps beside it
+    r = subprocess.run([STRATA, "train", *TINY, "--steps", "3", "--resume",
+                        os.path.join(sd, "step-00000009")], capture_output=True, text=True)
+    check(r.returncode == 1 and "holds 2 step-* checkpoints, step-00000001 .. step-00000002" in
+          r.stderr, f"--resume of a missing step: {r.stderr.strip()[-200:]}")
+    # another corpus than the checkpoint's (the default one) gets a note, as --steps
+    other = os.path.join(tmp, "other.txt")
+    with open(other, "w") as f:
+        f.write("the quick brown fox jumps over the lazy dog\n" * 200)
+    r = subprocess.run([STRATA, "train", *TINY, "--eval-every", "0", "--steps", "3", "--resume",
+                        sd, "--data", other], capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0 and f"this run reads {os.path.realpath(other)}" in r.stderr,
+          f"resume --data OTHER: a note: {r.stderr[-240:]}")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -190,7 +190,13 @@ refused("vocab_flag_too_small", lambda d: None, ["--vocab-size"], "--vocab-size"
 # --vocab-size)
 f = os.path.join(tmp, "train.bin")
 write_ids(f, ids[:2000])
-for path, want in ((f, "is not a directory"), (os.path.join(tmp, "absent"), "cannot access")):
+# a folder without token files (and no meta.json): train.bin named, not --vocab-size
+plain = os.path.join(tmp, "plain")
+os.makedirs(plain)
+with open(os.path.join(plain, "text"), "w") as fh:
+    fh.write("no token files here\n")
+for path, want in ((f, "is not a directory"), (os.path.join(tmp, "absent"), "cannot access"),
+                   (plain, "train.bin")):
     r = run("--data", path, "--data-format", "tokens", "--steps", "2")
     check(r.returncode == 1 and want in r.stderr and path in r.stderr and
           "--vocab-size" not in r.stderr,
