@@ -446,7 +446,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--eval-batches", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
-    ap.add_argument("--metrics", default=None, help="JSONL file: one line per step")
+    ap.add_argument("--metrics", default=None, help="JSONL file: one line per step (step, loss, val_loss, lr_scale, seconds; "
+                         "strata's optimizers also grad_norm before clipping and root_refreshes, "
+                         "as strata train's --metrics)")
     ap.add_argument("--quiet", action="store_true", help="no routing table")
     return ap.parse_args(argv)
 
@@ -517,9 +519,12 @@ def main(argv: list[str] | None = None) -> int:
                 line += f"  val {vl:.4f}"
             print(line + f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
             if out:
-                out.write(json.dumps({"step": step + 1, "loss": loss.item(), "val_loss": vl,
-                                      "lr_scale": lr_scale(step),
-                                      "seconds": time.perf_counter() - t0}) + "\n")
+                rec = {"step": step + 1, "loss": loss.item(), "val_loss": vl,
+                       "lr_scale": lr_scale(step), "seconds": time.perf_counter() - t0}
+                if hasattr(opt, "stats"):  # as strata train's JSONL: the norm before clipping
+                    s = opt.stats()
+                    rec.update(grad_norm=s["grad_norm"], root_refreshes=s["root_refreshes"])
+                out.write(json.dumps(rec) + "\n")
     if out:
         out.close()
     if args.memory_report and rank == 0:

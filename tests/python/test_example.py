@@ -33,10 +33,26 @@ def run(capsys, *extra):
 
 @pytest.mark.skipif(not os.path.isdir(CORPUS), reason="no fortunes corpus")
 @pytest.mark.parametrize("opt", ["shampoo", "muon"])
-def test_train_gpt_example(capsys, opt):
-    plain = run(capsys, "--optimizer", opt, "--precondition-frequency", "2")
+def test_train_gpt_example(capsys, tmp_path, opt):
+    """... and --metrics: per step the lr scale and (strata's optimizers) the
+    gradient's norm before clipping and the roots installed so far, as
+    strata train's JSONL, so that the two can be compared step by step (a
+    loss spike: its grad norm; the first root at the same step)."""
+    import json
+    met = tmp_path / "m.jsonl"
+    plain = run(capsys, "--optimizer", opt, "--precondition-frequency", "2", "--metrics",
+                str(met))
     hooked = run(capsys, "--optimizer", opt, "--precondition-frequency", "2", "--attach")
     assert plain == hooked
+    rows = [json.loads(line) for line in met.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # warm-up 20 (the AdamW tail's horizon, strata train's rule): a 3-step run ends before it
+    assert [r["lr_scale"] for r in rows] == pytest.approx([0.05, 0.10, 0.15])
+    assert all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows), rows
+    assert [f"{r['loss']:.4f}" for r in rows] == [p[0] for p in plain]
+    roots = [r["root_refreshes"] for r in rows]
+    if opt == "shampoo":  # roots every 2 steps from step 2: both factors of each matrix
+        assert roots[0] == 0 and roots[1] > 0 and roots[1] % 2 == 0, roots
 
 
 def test_train_gpt_flags():
