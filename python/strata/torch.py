@@ -508,6 +508,10 @@ class StrataOptimizer(torch.optim.Optimizer):
                 valid = list(dict.fromkeys(valid))  # a family field may also be a runtime one
                 raise TypeError(f"{type(self).__name__}: unknown keyword {key!r}; "
                                 f"valid: {', '.join(valid)}")
+        if cfg.page_state and not (getattr(cfg, "async") and cfg.nvme_dir):
+            # said in the door's keywords, before strata_create says it in C names
+            raise _err("STRATA_ERR_INVALID_ARG", "page_state=True needs async_roots=True and "
+                       "nvme_dir=DIR (the nvme tier's folder; the binding has no default)")
         if cfg.backend != L.ENUMS["backend"]["cpu"]:
             raise _err("STRATA_ERR_UNSUPPORTED", "backend='cuda': " + _cuda_refusal())
         self._log_cb = L.LOG_FN(self._on_log)

@@ -51,6 +51,11 @@ def test_unknown_keyword_and_bad_values():
         st.Shampoo([p], shard_gradients=True)
     assert status_of(e) == "STRATA_ERR_UNSUPPORTED" and "shard_gradients" in e.value.message
     st.Shampoo([p], shard_gradients=False)
+    for kw in ({}, {"async_roots": True}, {"nvme_dir": "unused"}):  # said in the door's words
+        with pytest.raises(strata.StrataError) as e:
+            st.Shampoo([p], page_state=True, **kw)
+        assert status_of(e) == "STRATA_ERR_INVALID_ARG"
+        assert "async_roots=True and nvme_dir" in e.value.message
 
 
 @pytest.mark.parametrize("cls,kw", [

@@ -248,6 +248,10 @@ static strata_status race_one(const strata_race_options *o, race_row *row, FILE 
         const bool plain = strcmp(run->variant, "-") == 0;
         fprintf(out, "race: running %s (%s%s%d steps)...\n", run->name,
                 plain ? "" : run->variant, plain ? "" : ", ", t.steps);
+        if (strstr(run->variant, "-eps1e-4"))
+            fprintf(out, "note: %s runs at --epsilon 1e-4, not the race's %g: the valve "
+                         "refuses every correction below it (README, stale correction)\n",
+                    run->name, (double)o->train.strata.shampoo.epsilon);
         fflush(out);
     }
     strata_status st = gpt_train(&t, NULL, &row->r);
