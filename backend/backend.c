@@ -345,6 +345,16 @@ strata_status strata_backend_ssyrk_bf16(strata_backend *be, int trans, int n, in
     return strata_cpu_ssyrk_bf16(trans, n, k, alpha, a, lda, beta, c, ldc);
 }
 
+strata_status strata_backend_round_bf16(strata_backend *be, size_t n, float *x)
+{
+    if (!be || (n && !x))
+        return strata_error(STRATA_ERR_INVALID_ARG, "round_bf16: NULL argument");
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "round_bf16");
+    strata_cpu_round_bf16(n, x);
+    return STRATA_OK;
+}
+
 strata_status strata_backend_synchronize(strata_backend *be)
 {
     if (!be)

@@ -551,3 +551,30 @@ strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const 
     strata_cpu_mirror_lower(n, c, ldc);
     return STRATA_OK;
 }
+
+#ifdef HAVE_X86_BF16
+/* 16 floats at a time: VCVTNEPS2BF16 (nearest even, as to_bf16 for finite
+ * values; denormals flush to zero, as the products' inputs do), widened
+ * back by a 16-bit shift; the tail masked. */
+BF16_TARGET static void round_bf16_avx512(size_t n, float *x)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+        const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_castsi512_ps(w));
+    }
+}
+#endif
+
+void strata_cpu_round_bf16(size_t n, float *x)
+{
+#ifdef HAVE_X86_BF16
+    if (use_avx512()) {
+        round_bf16_avx512(n, x);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        x[i] = strata_bf16_round(x[i]);
+}

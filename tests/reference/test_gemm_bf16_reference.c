@@ -8,7 +8,8 @@
  * n past one 768-column block, every transpose, beta 0 (C not read: NaN in
  * C must vanish) and beta != 0, and SYRK in both orientations (full
  * symmetric C written; with beta != 0 from a symmetric C, the only C that
- * SYRK's one-triangle read and Newton-Schulz use).
+ * SYRK's one-triangle read and Newton-Schulz use). Also the in-place
+ * rounding strata_backend_round_bf16 (Newton-Schulz's Gram matrix), exact.
  *
  * Tolerance, per element, a bound that cannot flake: float32 summation of
  * k products (Higham, "Accuracy and Stability of Numerical Algorithms",
@@ -55,6 +56,28 @@ static float *rand_matrix(size_t n)
 }
 
 static int failures;
+
+/* strata_backend_round_bf16 (in place, kept float32) against bf16_ref on 1000
+ * values (uniform of random magnitudes 2^-20 .. 2^20 plus exact ties, an
+ * odd count so the vector path has a tail): every element equal. */
+static void check_round(strata_backend *be, const char *kernel)
+{
+    enum { N = 1003 };
+    float x[N];
+    double want[N];
+    for (int i = 0; i < N; i++) {
+        float v = (float)ldexp(uniform(), (int)(40 * (uniform() + 1) / 2) - 20);
+        if (i % 7 == 0) /* a tie: halfway between two bfloat16 (spacing 2^-7 in [1, 2)) */
+            v = (float)ldexp(1.0 + (2 * (i % 128) + 1) / 256.0, i % 9 - 4) * (i & 1 ? -1 : 1);
+        x[i] = v;
+        want[i] = bf16_ref(v);
+    }
+    int bad = strata_backend_round_bf16(be, N, x) != STRATA_OK;
+    for (int i = 0; i < N && !bad; i++)
+        bad = (double)x[i] != want[i];
+    printf("%s round_bf16 n=%d (ties included): %s\n", kernel, N, bad ? "FAIL" : "PASS");
+    failures += bad;
+}
 
 /* op(X)(i, j) of a row-major X with leading dimension ld */
 static double at(const float *x, int ld, int trans, int i, int j)
@@ -156,6 +179,7 @@ int main(void)
                   g[i].beta);
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             check(be, kernel, true, s[i].n, s[i].n, s[i].k, s[i].trans, 0, s[i].alpha, s[i].beta);
+        check_round(be, kernel);
         if (pass == 0 && strcmp(kernel, "portable") == 0)
             break; /* no AVX512-BF16 here: the portable pass was the first */
     }
@@ -167,6 +191,7 @@ int main(void)
             STRATA_ERR_INVALID_ARG &&
         strata_backend_ssyrk_bf16(be, 0, 1, 1, 1.0f, NULL, 1, 0.0f, &c, 1) ==
             STRATA_ERR_INVALID_ARG &&
+        strata_backend_round_bf16(be, 1, NULL) == STRATA_ERR_INVALID_ARG &&
         c == 7.0f;
     printf("bad arguments refused: %s\n", refused ? "PASS" : "FAIL");
     failures += !refused;
