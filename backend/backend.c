@@ -355,6 +355,17 @@ strata_status strata_backend_round_bf16(strata_backend *be, size_t n, float *x)
     return STRATA_OK;
 }
 
+strata_status strata_backend_sumsq_lanes(strata_backend *be, size_t n, const float *x,
+                                         double *out)
+{
+    if (!be || !out || (n && !x))
+        return strata_error(STRATA_ERR_INVALID_ARG, "sumsq_lanes: NULL argument");
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "sumsq_lanes");
+    *out = strata_cpu_sumsq_lanes(n, x);
+    return STRATA_OK;
+}
+
 strata_status strata_backend_synchronize(strata_backend *be)
 {
     if (!be)

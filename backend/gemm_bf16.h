@@ -34,6 +34,12 @@ float strata_bf16_round(float x);
  * else strata_bf16_round one by one. */
 void strata_cpu_round_bf16(size_t n, float *x);
 
+/* sum_i x_i^2 in float64, in 32 interleaved partial sums (element i in
+ * lane i % 32) added in lane order at the end: not sumsq's index-order
+ * chain (the last bits differ), about 10x faster (memory-bound, not
+ * latency-bound), the same bits on both kernels. */
+double strata_cpu_sumsq_lanes(size_t n, const float *x);
+
 /* The micro-kernel this CPU runs: "avx512bf16" or "portable". */
 const char *strata_gemm_bf16_kernel(void);
 

@@ -240,6 +240,21 @@ static strata_status round_gram_bf16(strata_backend *be, const strata_ns_config 
     return c->dtype == STRATA_STATE_BF16 ? strata_backend_round_bf16(be, n, a) : STRATA_OK;
 }
 
+/* ||x||_F^2 of the input: float32 products, strata_backend_sumsq's
+ * index-order float64 chain (the contract the f32 results of every family
+ * using Newton-Schulz are pinned to); bf16 products, the same sum in 32
+ * interleaved lanes (strata_backend_sumsq_lanes: the last bits differ, a
+ * memory pass instead of a latency-bound chain; ~5% of a bf16 NorMuon step
+ * went to these chains, perf). Either is finite exactly when x is and 0
+ * exactly when x is all zeros. */
+static strata_status ns_sumsq(strata_backend *be, const strata_ns_config *c, size_t n,
+                              const float *x, double *out)
+{
+    if (c->dtype == STRATA_STATE_BF16)
+        return strata_backend_sumsq_lanes(be, n, x, out);
+    return strata_backend_sumsq(be, NULL, n, x, out);
+}
+
 /* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
  * result is left in *X (the pointers are swapped as the iteration
  * ping-pongs). With `out` (p x q, outside the workspace, not read), the last
@@ -390,7 +405,7 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
      * underflows nor overflows, so it is finite exactly when x is, and 0
      * exactly when x is all zeros. */
     double sum = 0.0;
-    strata_status st = strata_backend_sumsq(be, NULL, pq, x, &sum);
+    strata_status st = ns_sumsq(be, c, pq, x, &sum);
     if (st != STRATA_OK)
         return st;
     if (!isfinite(sum))

@@ -9,7 +9,9 @@
  * C must vanish) and beta != 0, and SYRK in both orientations (full
  * symmetric C written; with beta != 0 from a symmetric C, the only C that
  * SYRK's one-triangle read and Newton-Schulz use). Also the in-place
- * rounding strata_backend_round_bf16 (Newton-Schulz's Gram matrix), exact.
+ * rounding strata_backend_round_bf16 (Newton-Schulz's Gram matrix), exact,
+ * and the lane-order sum of squares strata_backend_sumsq_lanes (bf16 NS's
+ * norms).
  *
  * Tolerance, per element, a bound that cannot flake: float32 summation of
  * k products (Higham, "Accuracy and Stability of Numerical Algorithms",
@@ -56,6 +58,32 @@ static float *rand_matrix(size_t n)
 }
 
 static int failures;
+
+/* strata_backend_sumsq_lanes against a long double sum (n up to 5000,
+ * tails of every length mod 32): within n 2^-53 relative (float64 sums of
+ * non-negative terms), and bit-for-bit the value of the other kernel
+ * (`first`: pass 0's results, compared in pass 1). */
+static void check_sumsq_lanes(strata_backend *be, const char *kernel, double *first, bool compare)
+{
+    static const size_t ns[] = {0, 1, 31, 32, 33, 100, 1023, 5000};
+    float *x = rand_matrix(5000);
+    int bad = 0;
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        double got = -1.0;
+        long double want = 0.0L;
+        for (size_t i = 0; i < ns[t]; i++)
+            want += (long double)x[i] * x[i];
+        if (strata_backend_sumsq_lanes(be, ns[t], x, &got) != STRATA_OK ||
+            fabs(got - (double)want) > (double)ns[t] * 0x1p-53 * (double)want ||
+            (compare && got != first[t]))
+            bad++;
+        first[t] = got;
+    }
+    free(x);
+    printf("%s sumsq_lanes (against long double%s): %s\n", kernel,
+           compare ? ", and bit-for-bit the other kernel" : "", bad ? "FAIL" : "PASS");
+    failures += bad != 0;
+}
 
 /* strata_backend_round_bf16 (in place, kept float32) against bf16_ref on 1000
  * values (uniform of random magnitudes 2^-20 .. 2^20 plus exact ties, an
@@ -171,6 +199,7 @@ int main(void)
         {70, 1030, 0, 1.0f, 0.0f}, {70, 45, 1, -4.775f, 3.4445f}, {130, 66, 0, 2.0315f, 0.5f},
         {5, 3, 0, 1.0f, 0.0f},     {800, 9, 0, 1.0f, 0.5f}, /* several row and column blocks */
     };
+    double lanes[8];
     for (int pass = 0; pass < 2; pass++) {
         strata_gemm_bf16_force_portable(pass == 1);
         const char *kernel = strata_gemm_bf16_kernel();
@@ -180,6 +209,8 @@ int main(void)
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             check(be, kernel, true, s[i].n, s[i].n, s[i].k, s[i].trans, 0, s[i].alpha, s[i].beta);
         check_round(be, kernel);
+        rng_state = 88172645463325252ull; /* the same x for both kernels */
+        check_sumsq_lanes(be, kernel, lanes, pass == 1);
         if (pass == 0 && strcmp(kernel, "portable") == 0)
             break; /* no AVX512-BF16 here: the portable pass was the first */
     }
@@ -192,6 +223,7 @@ int main(void)
         strata_backend_ssyrk_bf16(be, 0, 1, 1, 1.0f, NULL, 1, 0.0f, &c, 1) ==
             STRATA_ERR_INVALID_ARG &&
         strata_backend_round_bf16(be, 1, NULL) == STRATA_ERR_INVALID_ARG &&
+        strata_backend_sumsq_lanes(be, 1, &c, NULL) == STRATA_ERR_INVALID_ARG &&
         c == 7.0f;
     printf("bad arguments refused: %s\n", refused ? "PASS" : "FAIL");
     failures += !refused;
