@@ -15,7 +15,11 @@ Same work, checked before timing: one step from the same state on both
 sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set (the reference
 in bfloat16 with its own Polar Express polynomial: ~0.15 expected, see
 tests/reference/compare_dion2_reference_code.py, whose exact mode measures
-<= 5.1e-6 with the precision and the polynomial matched).
+<= 5.1e-6 with the precision and the polynomial matched). Then the accuracy
+table: each side's step-1 update against a float64 evaluation of its OWN
+polynomial (the two sides' Polar Express coefficients differ), with the
+same selection (checked), for strata in every ns_dtype x {standard, gram};
+see accuracy() below.
 
 Timing: --rounds rounds of --steps steps per side after 2 warm-up steps,
 alternating which side goes first; median ms per step, wall clock and

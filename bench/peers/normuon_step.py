@@ -16,13 +16,21 @@ defaults, foreach included (same-shape matrices stacked into one batched
 Newton-Schulz).
 
 What cannot be matched: the reference runs Newton-Schulz in bfloat16 (its
-zero_power_via_newton_schulz_5 default; strata: float32) and divides by
-||G'||_F clamped at 1e-7 (strata: no clamp), and sums the row means in
-float32 (strata: float64, rounded). So the update check below is not at
-float32 rounding: ~1e-2 expected from the bfloat16 iteration alone.
+zero_power_via_newton_schulz_5 default; strata: float32 unless --ns-dtype
+bf16, its products' operands rounded to bfloat16 with float32 sums) and
+divides by ||G'||_F clamped at 1e-7 (strata: no clamp), and sums the row
+means in float32 (strata: float64, rounded). So the update check below is
+not at float32 rounding: ~1e-2 expected from the bfloat16 iteration alone.
 
 Same work, checked before timing: one step from the same state on both
-sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set.
+sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set; then the
+accuracy table: each side's step-1 update against a float64 evaluation of
+the same step (the reference's quintic, the standard iteration: Gram
+Newton-Schulz evaluates the same polynomial, Zhang, Amsel, Chen & Dao 2026,
+github.com/Dao-AILab/gram-newton-schulz), for the reference at its defaults
+and for strata in every ns_dtype x ns_method (standard, auto, gram); the
+float64 step is step_pair.normuon_step1_f64, checked against the
+reference's own code run on float64 tensors (printed, ~1e-14).
 
 Timing: --rounds rounds of --steps steps per side after 2 warm-up steps,
 alternating which side goes first; median ms per step, wall clock and
