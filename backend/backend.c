@@ -345,6 +345,27 @@ strata_status strata_backend_ssyrk_bf16(strata_backend *be, int trans, int n, in
     return strata_cpu_ssyrk_bf16(trans, n, k, alpha, a, lda, beta, c, ldc);
 }
 
+strata_status strata_backend_round_bf16(strata_backend *be, size_t n, float *x)
+{
+    if (!be || (n && !x))
+        return strata_error(STRATA_ERR_INVALID_ARG, "round_bf16: NULL argument");
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "round_bf16");
+    strata_cpu_round_bf16(n, x);
+    return STRATA_OK;
+}
+
+strata_status strata_backend_sumsq_lanes(strata_backend *be, size_t n, const float *x,
+                                         double *out)
+{
+    if (!be || !out || (n && !x))
+        return strata_error(STRATA_ERR_INVALID_ARG, "sumsq_lanes: NULL argument");
+    if (strcmp(be->iface->name, "cpu") != 0)
+        return bf16_refused(be, "sumsq_lanes");
+    *out = strata_cpu_sumsq_lanes(n, x);
+    return STRATA_OK;
+}
+
 strata_status strata_backend_synchronize(strata_backend *be)
 {
     if (!be)

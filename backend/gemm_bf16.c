@@ -551,3 +551,86 @@ strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const 
     strata_cpu_mirror_lower(n, c, ldc);
     return STRATA_OK;
 }
+
+#ifdef HAVE_X86_BF16
+/* 16 floats at a time: VCVTNEPS2BF16 (nearest even, as to_bf16 for finite
+ * values; denormals flush to zero, as the products' inputs do), widened
+ * back by a 16-bit shift; the tail masked. */
+BF16_TARGET static void round_bf16_avx512(size_t n, float *x)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+        const __m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+        _mm512_mask_storeu_ps(x + i, m, _mm512_castsi512_ps(w));
+    }
+}
+#endif
+
+void strata_cpu_round_bf16(size_t n, float *x)
+{
+#ifdef HAVE_X86_BF16
+    if (use_avx512()) {
+        round_bf16_avx512(n, x);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        x[i] = strata_bf16_round(x[i]);
+}
+
+/* Sum of squares in SUMSQ_LANES interleaved float64 partial sums: element i
+ * goes to lane i % SUMSQ_LANES (x_i^2 is exact in float64, so a fused
+ * multiply-add rounds as the add alone), then the lanes are added in lane
+ * order. The AVX-512 path (4 vectors of 8 lanes, 32 floats a step) and the
+ * portable loop do the same adds in the same order: the same bits. */
+#define SUMSQ_LANES 32
+
+static double sumsq_lanes_combine(const double *acc)
+{
+    double s = 0.0;
+    for (int l = 0; l < SUMSQ_LANES; l++)
+        s += acc[l];
+    return s;
+}
+
+#ifdef HAVE_X86_BF16
+BF16_TARGET static double sumsq_lanes_avx512(size_t n, const float *x)
+{
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES) {
+        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v0));
+        const __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+            _mm512_castps_pd(v0), 1)));
+        const __m512d d2 = _mm512_cvtps_pd(_mm512_castps512_ps256(v1));
+        const __m512d d3 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+            _mm512_castps_pd(v1), 1)));
+        a0 = _mm512_fmadd_pd(d0, d0, a0);
+        a1 = _mm512_fmadd_pd(d1, d1, a1);
+        a2 = _mm512_fmadd_pd(d2, d2, a2);
+        a3 = _mm512_fmadd_pd(d3, d3, a3);
+    }
+    double acc[SUMSQ_LANES];
+    _mm512_storeu_pd(acc, a0);
+    _mm512_storeu_pd(acc + 8, a1);
+    _mm512_storeu_pd(acc + 16, a2);
+    _mm512_storeu_pd(acc + 24, a3);
+    for (size_t l = 0; i < n; i++, l++)
+        acc[l] += (double)x[i] * (double)x[i];
+    return sumsq_lanes_combine(acc);
+}
+#endif
+
+double strata_cpu_sumsq_lanes(size_t n, const float *x)
+{
+#ifdef HAVE_X86_BF16
+    if (use_avx512())
+        return sumsq_lanes_avx512(n, x);
+#endif
+    double acc[SUMSQ_LANES] = {0};
+    for (size_t i = 0; i < n; i++)
+        acc[i % SUMSQ_LANES] += (double)x[i] * (double)x[i];
+    return sumsq_lanes_combine(acc);
+}

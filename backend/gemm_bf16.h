@@ -14,6 +14,7 @@
 #define STRATA_BACKEND_GEMM_BF16_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "strata/status.h"
 
@@ -26,6 +27,18 @@ strata_status strata_cpu_ssyrk_bf16(int trans, int n, int k, float alpha, const 
 /* x rounded to bfloat16 (nearest even) and widened back: the value the
  * products above use for x. */
 float strata_bf16_round(float x);
+
+/* x[0 .. n-1] rounded to bfloat16 in place (the value the products above
+ * use for each element), 16 at a time with AVX512-BF16 where the
+ * micro-kernel uses it (denormals then become zero, as in the products),
+ * else strata_bf16_round one by one. */
+void strata_cpu_round_bf16(size_t n, float *x);
+
+/* sum_i x_i^2 in float64, in 32 interleaved partial sums (element i in
+ * lane i % 32) added in lane order at the end: not sumsq's index-order
+ * chain (the last bits differ), about 10x faster (memory-bound, not
+ * latency-bound), the same bits on both kernels. */
+double strata_cpu_sumsq_lanes(size_t n, const float *x);
 
 /* The micro-kernel this CPU runs: "avx512bf16" or "portable". */
 const char *strata_gemm_bf16_kernel(void);

@@ -44,6 +44,22 @@ strata_status strata_backend_sgemm_bf16(strata_backend *be, int trans_a, int tra
 strata_status strata_backend_ssyrk_bf16(strata_backend *be, int trans, int n, int k, float alpha,
                                         const float *a, int lda, float beta, float *c, int ldc);
 
+/* The n floats at x rounded to bfloat16 in place (nearest even, the value
+ * strata_backend_sgemm_bf16 uses for each operand element), kept float32.
+ * The "cpu" backend only (its memory is host memory): any other backend
+ * STRATA_ERR_UNSUPPORTED; STRATA_ERR_INVALID_ARG for NULL. */
+strata_status strata_backend_round_bf16(strata_backend *be, size_t n, float *x);
+
+/* *out = sum of x_i^2 over x[0..n) in float64, in 32 interleaved partial
+ * sums (element i in lane i % 32) added in lane order: deterministic, but
+ * not strata_backend_sumsq's index-order chain (the last bits differ); a
+ * memory-bound pass instead of one latency-bound chain. The bf16
+ * Newton-Schulz path's norms (optim/newton_schulz.c, optim/normuon.c),
+ * whose results no other path is pinned to. The "cpu" backend only
+ * (others: STRATA_ERR_UNSUPPORTED); STRATA_ERR_INVALID_ARG for NULL. */
+strata_status strata_backend_sumsq_lanes(strata_backend *be, size_t n, const float *x,
+                                         double *out);
+
 /* The memory ledger (base/ledger.h) that code allocating through this
  * backend charges (the runtime sets its own on the backend it creates;
  * NULL: none, the default). The backend itself charges nothing: the

@@ -31,8 +31,9 @@
  * Precision (strata_ns_config.dtype): F32 runs every product in float32
  * (SGEMM / SSYRK); BF16 runs the same products with their operands rounded
  * to bfloat16 and float32 sums (strata_backend_sgemm_bf16 / ssyrk_bf16,
- * backend/gemm_bf16.c), everything else unchanged, so the two differ only
- * in the products. BF16 needs the cpu backend (refused at strata_ns_run). */
+ * backend/gemm_bf16.c) and the Gram matrix rounded to bfloat16 once formed
+ * (round_gram_bf16), everything else unchanged. BF16 needs the cpu backend
+ * (refused at strata_ns_run). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
@@ -220,6 +221,40 @@ static strata_status ns_syrk(strata_backend *be, const strata_ns_config *c, int 
     return strata_backend_ssyrk(be, 0, n, k, alpha, a, lda, beta, out, ldc);
 }
 
+/* bfloat16 products: the Gram matrix (A = X X^T, Gram NS's R) rounded to
+ * bfloat16 in place once it is formed, so that every later use of it sees
+ * the same matrix: the product A A rounds its operands to bfloat16 anyway,
+ * and without this the b A term would take the float32 A beside c bf(A)
+ * bf(A), so B = b A + c bf(A)^2 would be no polynomial of one matrix. The
+ * iteration X' = p(X X^T) X keeps the singular vectors of the matrix it is
+ * a polynomial of; with the mixed A the rounding error enters B
+ * uncorrelated with bf(A) and is multiplied by |b| ~ 4.8 (quintic), and
+ * the bf16 update measured about twice as far from float64 (NorMuon, a
+ * GPT-2-small layer, step 1, bench/peers/normuon_step.py: standard 1.54e-2
+ * -> 8.5e-3, Gram on the 768 x 3072 pair 1.79e-2 -> 9.9e-3; pytorch_optimizer's
+ * own bfloat16 step 9.6e-3).
+ * Float32 products: untouched. */
+static strata_status round_gram_bf16(strata_backend *be, const strata_ns_config *c, float *a,
+                                     size_t n)
+{
+    return c->dtype == STRATA_STATE_BF16 ? strata_backend_round_bf16(be, n, a) : STRATA_OK;
+}
+
+/* ||x||_F^2 of the input: float32 products, strata_backend_sumsq's
+ * index-order float64 chain (the contract the f32 results of every family
+ * using Newton-Schulz are pinned to); bf16 products, the same sum in 32
+ * interleaved lanes (strata_backend_sumsq_lanes: the last bits differ, a
+ * memory pass instead of a latency-bound chain; ~5% of a bf16 NorMuon step
+ * went to these chains, perf). Either is finite exactly when x is and 0
+ * exactly when x is all zeros. */
+static strata_status ns_sumsq(strata_backend *be, const strata_ns_config *c, size_t n,
+                              const float *x, double *out)
+{
+    if (c->dtype == STRATA_STATE_BF16)
+        return strata_backend_sumsq_lanes(be, n, x, out);
+    return strata_backend_sumsq(be, NULL, n, x, out);
+}
+
 /* `steps` standard iterations on the p x q matrix in *X (Y scratch); the
  * result is left in *X (the pointers are swapped as the iteration
  * ping-pongs). With `out` (p x q, outside the workspace, not read), the last
@@ -232,6 +267,9 @@ static strata_status iterate_standard(strata_backend *be, const strata_ns_config
         double abc[3];
         strata_ns_coefficients(c->schedule, t, abc);
         strata_status st = ns_syrk(be, c, p, q, 1.0f, *X, q, 0.0f, A, p);
+        if (st != STRATA_OK)
+            return st;
+        st = round_gram_bf16(be, c, A, pp);
         if (st != STRATA_OK)
             return st;
         /* B = c A A + b A; A is symmetric, so A A = A A^T (a SYRK). */
@@ -266,12 +304,16 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
     float *R = pp_buf, *P = R + pp, *T = P + pp, *Q = T + pp, *Q2 = Q + pp;
     bool q_identity = true;
     strata_status st = ns_syrk(be, c, p, q, 1.0f, X, q, 0.0f, R, p);
+    if (st == STRATA_OK)
+        st = round_gram_bf16(be, c, R, pp);
     for (int t = 0; t < c->steps && st == STRATA_OK; t++) {
         if (t > 0 && t < 64 && (mask >> t & 1) && !q_identity) {
             /* Restart: fold Q into X and re-form the Gram matrix from it. */
             st = ns_gemm(be, c, p, q, p, Q, p, X, q, Y, q);
             if (st == STRATA_OK)
                 st = ns_syrk(be, c, p, q, 1.0f, Y, q, 0.0f, R, p);
+            if (st == STRATA_OK)
+                st = round_gram_bf16(be, c, R, pp);
             if (st != STRATA_OK)
                 break;
             float *sw = X;
@@ -296,6 +338,8 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
             st = ns_gemm(be, c, p, p, p, R, p, P, p, T, p);
             if (st == STRATA_OK)
                 st = ns_gemm(be, c, p, p, p, P, p, T, p, R, p);
+            if (st == STRATA_OK)
+                st = round_gram_bf16(be, c, R, pp);
             if (st != STRATA_OK)
                 break;
         }
@@ -361,7 +405,7 @@ static strata_status ns_one(strata_backend *be, const strata_ns_config *c, strat
      * underflows nor overflows, so it is finite exactly when x is, and 0
      * exactly when x is all zeros. */
     double sum = 0.0;
-    strata_status st = strata_backend_sumsq(be, NULL, pq, x, &sum);
+    strata_status st = ns_sumsq(be, c, pq, x, &sum);
     if (st != STRATA_OK)
         return st;
     if (!isfinite(sum))

@@ -155,6 +155,20 @@ static double adjusted_ratio(bool moonlight, int64_t rows, int64_t cols)
     return moonlight ? 0.2 * sqrt(m > n ? m : n) : sqrt(fmax(1.0, m / n));
 }
 
+/* ||x||_F of one matrix (m x n, contiguous): f32 Newton-Schulz, the
+ * index-order float64 chain (strata_backend_frob_norm); bf16, the lane-order
+ * sum (strata_backend_sumsq_lanes; see optim/newton_schulz.c ns_sumsq). */
+static strata_status x_norm(const strata_normuon_state *s, size_t mn, const float *x,
+                            double *out)
+{
+    if (s->cfg.ns_dtype != STRATA_STATE_BF16)
+        return strata_backend_frob_norm(s->be, NULL, 1, (int64_t)mn, x, (int64_t)mn, out);
+    strata_status st = strata_backend_sumsq_lanes(s->be, mn, x, out);
+    if (st == STRATA_OK)
+        *out = sqrt(*out);
+    return st;
+}
+
 strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64_t t, float *w,
                                   const float *g, strata_optim_counters *cnt)
 {
@@ -178,7 +192,7 @@ strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64
             return strata_error(STRATA_ERR_NOMEM, "normuon_step: out of memory");
     }
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++)
-        st = strata_backend_frob_norm(s->be, NULL, m, n, x + (size_t)b * mn, n, &o[b]);
+        st = x_norm(s, mn, x + (size_t)b * mn, &o[b]);
     /* Every matrix's rows are consecutive rows of the stack. */
     if (st == STRATA_OK)
         st = strata_backend_row_ms_normalize(s->be, NULL, s->batch * m, n, x, n, s->v, c->beta2,
@@ -190,7 +204,7 @@ strata_status strata_normuon_step(strata_normuon_state *s, float lr_scale, int64
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
         float *xb = x + (size_t)b * mn;
         double norm = 0.0;
-        st = strata_backend_frob_norm(s->be, NULL, m, n, xb, n, &norm);
+        st = x_norm(s, mn, xb, &norm);
         if (st != STRATA_OK)
             break;
         const double target = preserve ? o[b] : 0.2 * sqrt((double)mn);

@@ -15,7 +15,11 @@ Same work, checked before timing: one step from the same state on both
 sides, ||dW_strata - dW_ref|| / ||dW_ref|| over the whole set (the reference
 in bfloat16 with its own Polar Express polynomial: ~0.15 expected, see
 tests/reference/compare_dion2_reference_code.py, whose exact mode measures
-<= 5.1e-6 with the precision and the polynomial matched).
+<= 5.1e-6 with the precision and the polynomial matched). Then the accuracy
+table: each side's step-1 update against a float64 evaluation of its OWN
+polynomial (the two sides' Polar Express coefficients differ), with the
+same selection (checked), for strata in every ns_dtype x {standard, gram};
+see accuracy() below.
 
 Timing: --rounds rounds of --steps steps per side after 2 warm-up steps,
 alternating which side goes first; median ms per step, wall clock and
@@ -36,6 +40,87 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import step_pair  # noqa: E402
+
+
+def accuracy(args, torch, st, Dion2, w0, g, sides):
+    """Step 1 of each side against a float64 evaluation of the same step with
+    that side's OWN polynomial, printed before any timing. The two sides'
+    Polar Express coefficients differ: the reference's (dion/polar_express.py,
+    _POLAR_EXPRESS_COEFFS, read from the checkout: 5 polynomials with a 1.02
+    safety factor, X / (1.02 ||X||_F + epsilon), epsilon 1e-8) and strata's
+    (the paper's, arXiv 2505.16932 Algorithm 1, safety 1.01, X / (1.01
+    ||X||_F): tests/reference/ns_coefficients.py). Each float64 step is
+    step_pair.dion2_step1_f64 (same selection: the top-k L1 norms of M = G,
+    checked against the slices each side moved); the reference's is also
+    its own code on float64 tensors (its bfloat16 casts made float64, its
+    newton_schulz_func a float64 standard iteration of its polynomial)."""
+    import types
+    import dion.dion2 as ref_mod
+    from dion.polar_express import _POLAR_EXPRESS_COEFFS as REF_PE
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    from ns_coefficients import PE
+
+    steps = 5
+    strata_pe = [PE[min(t, len(PE) - 1)] for t in range(steps)]
+    eps_ref = 1e-8  # Dion2's epsilon default
+    dw_ref64, sel64 = step_pair.dion2_step1_f64(torch, w0, g, list(REF_PE), 1.02, eps_ref)
+    dw_st64, sel_st64 = step_pair.dion2_step1_f64(torch, w0, g, strata_pe, 1.01)
+    assert sel64 == sel_st64
+
+    class Float64Torch(types.ModuleType):
+        """The real torch, except bfloat16 means float64."""
+
+        def __init__(self):
+            super().__init__("torch")
+
+        def __getattr__(self, name):
+            return torch.float64 if name == "bfloat16" else getattr(torch, name)
+
+    def ns64(x, epsilon=None):  # the reference stacks same-shape matrices
+        if x.ndim > 2:
+            return torch.stack([ns64(xi) for xi in x.reshape(-1, *x.shape[-2:])]).reshape(
+                *x.shape[:-2], *ns64(x.reshape(-1, *x.shape[-2:])[0]).shape)
+        return step_pair.ns_f64(torch, x, list(REF_PE), 1.02, eps_ref)
+
+    ps = [torch.nn.Parameter(w.double().clone()) for w in w0]
+    opt = Dion2(ps, newton_schulz_func=ns64)
+    saved = ref_mod.torch, torch.get_default_dtype()
+    ref_mod.torch = Float64Torch()
+    torch.set_default_dtype(torch.float64)  # its scalar tensors (lr, weight decay)
+    try:
+        for p, gi in zip(ps, g):
+            p.grad = gi.double().clone()
+        opt.step()
+    finally:
+        ref_mod.torch = saved[0]
+        torch.set_default_dtype(saved[1])
+    wd_lr = 0.01 * 0.01
+
+    def same_sel(params):
+        return "same selection" if step_pair.moved_slices(torch, params, w0, wd_lr) == sel64 \
+            else "SELECTION DIFFERS"
+    print("accuracy (step 1, ||dW - dW_f64|| / ||dW_f64||, dW_f64: float64 standard "
+          "iteration of the side's own polynomial): the reference's code on float64 tensors "
+          "vs the independent float64 step %.1e (%s)" % (step_pair.rel_to(ps, w0, dw_ref64),
+                                                         same_sel(ps)))
+    print("  reference (Dion2 defaults: bfloat16, its Polar Express), vs its own f64  %.3e (%s)"
+          % (step_pair.rel_to(sides["reference"][0], w0, dw_ref64),
+             same_sel(sides["reference"][0])))
+    print("  the two polynomials, float64 against float64                            %.3e"
+          % (sum(float((a - b).norm() ** 2) for a, b in zip(dw_st64, dw_ref64)) /
+             sum(float(b.norm() ** 2) for b in dw_ref64)) ** 0.5)
+    for dtype, method in step_pair.strata_modes(("standard", "gram")):
+        ps = [torch.nn.Parameter(w.clone()) for w in w0]
+        opt = st.Dion2([(f"m{i}", p) for i, p in enumerate(ps)],
+                       **step_pair.strata_threads(args.threads, args.parallel),
+                       ns_method=method, ns_dtype=dtype)
+        for p, gi in zip(ps, g):
+            p.grad = gi
+        opt.step()
+        mark = " <- timed" if (dtype, method) == (args.ns_dtype, args.ns_method) else ""
+        print("  strata ns_dtype %-4s ns_method %-8s (paper's Polar Express), vs its f64 %.3e "
+              "(%s)%s" % (dtype, method, step_pair.rel_to(ps, w0, dw_st64), same_sel(ps), mark))
+        del opt
 
 
 def main():
@@ -100,6 +185,8 @@ def main():
               args.ns_dtype))
     print("same work: step 1 update relative error %.3e (reference in bfloat16, its own "
           "Polar Express)" % step_pair.update_error(sides, w0))
+
+    accuracy(args, torch, st, Dion2, w0, grads[0], sides)
 
     for s in sides:  # warm-up
         step(*sides[s], 1)

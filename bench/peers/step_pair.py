@@ -84,3 +84,107 @@ def race(sides, set_grads, rounds, steps):
         print("%s ms/step (median of %d): strata %.1f, reference %.1f, ratio reference/strata "
               "%.2f" % (name, len(d["strata"]), med["strata"], med["reference"],
                         med["reference"] / med["strata"]))
+
+
+# --- Accuracy against float64 (printed before any timing) -------------------
+#
+# Each side's step-1 update is compared with a float64 evaluation of the same
+# step: ||dW_side - dW_f64|| / ||dW_f64|| over the set. The float64 steps
+# below are written from the formulas (include/strata/optim.h "NorMuon",
+# "Dion2", "Newton-Schulz"; the references' code for their own polynomial and
+# normalization), in torch float64, and are independent of both sides' code.
+
+def ns_f64(torch, x, coeffs, scale=1.0, eps=0.0):
+    """Standard Newton-Schulz in float64 on x (any float dtype): the wide
+    orientation (a tall x is transposed and back), X = x / (scale ||x||_F +
+    eps), per (a, b, c): A = X X^T; X = a X + (b A + c A A) X. x = 0 gives 0."""
+    x = x.detach().double()
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    n = float(x.norm())
+    if n == 0.0:
+        return torch.zeros_like(x.T if tall else x)
+    x = x / (scale * n + eps)
+    for a, b, c in coeffs:
+        am = x @ x.T
+        x = a * x + (b * am + c * (am @ am)) @ x
+    return x.T if tall else x
+
+
+def normuon_step1_f64(torch, w0, g, coeffs, lr=0.02, momentum=0.95, beta2=0.95, eps=1e-10,
+                      wd=0.0):
+    """NorMuon's first step from zero state, float64, per matrix (pytorch_optimizer
+    NorMuon's defaults: Nesterov, preserve_norm, lr ratio sqrt(max(1, m/n)),
+    decoupled weight decay): B = (1-mu) G; G' = (1-mu) G + mu B; X = NS(G')
+    (the reference clamps ||G'||_F at 1e-7, strata does not: the same for
+    these gradients, ||G'||_F ~ 10); o = ||X||_F; v = (1-b2) mean_j X_ij^2;
+    X /= sqrt(v) + eps; X *= o / (||X||_F + eps); dW = -lr wd W - lr r X.
+    Returns the list of dW (float64)."""
+    out = []
+    for w, gi in zip(w0, g):
+        w, gi = w.double(), gi.double()
+        b = (1.0 - momentum) * gi
+        gp = (1.0 - momentum) * gi + momentum * b
+        x = ns_f64(torch, gp, coeffs)
+        o = float(x.norm())
+        v = (1.0 - beta2) * (x * x).mean(dim=1, keepdim=True)
+        x = x / (v.sqrt() + eps)
+        x = x * (o / (float(x.norm()) + eps))
+        m, n_ = w.shape
+        r = max(1.0, m / n_) ** 0.5
+        out.append(-lr * wd * w - lr * r * x)
+    return out
+
+
+def dion2_step1_f64(torch, w0, g, coeffs, scale, eps=0.0, lr=0.01, fraction=0.25, wd=0.01):
+    """Dion2's first step from zero state, float64, per matrix (the Dion
+    reference's defaults: spectral_norm lr ratio sqrt(m/n), decoupled weight
+    decay): M = G; the slices are the rows when m <= n, else the columns; the
+    k = ceil(fraction * num) largest L1 norms are selected; O = NS(M[sel])
+    with the given polynomial and normalization; dW = -lr wd W - lr r O in the
+    selected slices. Returns (list of dW, list of selected index sets)."""
+    import math
+    out, sels = [], []
+    for w, gi in zip(w0, g):
+        w, mm = w.double(), gi.double()
+        m, n = w.shape
+        rows = m <= n
+        s = mm if rows else mm.T
+        k = max(1, int(math.ceil(fraction * s.shape[0])))
+        sel = torch.sort(torch.topk(s.abs().sum(dim=1), k).indices).values
+        o = ns_f64(torch, s[sel] if rows else s[sel].T, coeffs, scale, eps)
+        d = torch.zeros_like(w)
+        if rows:
+            d[sel] = o
+        else:
+            d[:, sel] = o
+        out.append(-lr * wd * w - lr * (m / n) ** 0.5 * d)
+        sels.append(set(sel.tolist()))
+    return out, sels
+
+
+def rel_to(params, w0, dw64):
+    """||dW - dW_f64|| / ||dW_f64|| over the set, dW = params - w0."""
+    num = sum(float(((p.detach().double() - w.double()) - d).norm() ** 2)
+              for p, w, d in zip(params, w0, dw64))
+    den = sum(float(d.norm() ** 2) for d in dw64)
+    return (num / den) ** 0.5
+
+
+def moved_slices(torch, params, w0, wd_lr):
+    """Per matrix, the slices (rows when m <= n, else columns) a Dion2 step
+    moved beyond weight decay."""
+    out = []
+    for p, w in zip(params, w0):
+        d = (p.detach().double() - w.double() * (1.0 - wd_lr)).abs()
+        if d.shape[0] > d.shape[1]:
+            d = d.T
+        tol = 1e-6 * float(w.abs().max())
+        out.append(set(torch.nonzero(d.max(dim=1).values > tol).flatten().tolist()))
+    return out
+
+
+def strata_modes(methods):
+    """(ns_dtype, ns_method) pairs for the accuracy table."""
+    return [(d, m) for d in ("f32", "bf16") for m in methods]

@@ -503,13 +503,16 @@ typedef struct strata_ns_config {
                                      operands are rounded to bfloat16 (nearest even) and
                                      the products summed in float32 into float32 results
                                      (OpenBLAS sbgemm's contract; backend/gemm_bf16.c,
-                                     AVX512-BF16 where the CPU has it); the norm, scaling,
-                                     diagonal shift and X stay float32. What the reference
-                                     codes compute (pytorch_optimizer's NorMuon and Dion's
-                                     Dion2 iterate in bfloat16), a little more exact: they
-                                     also store every intermediate in bfloat16. Against
-                                     float64 NS: 1.7e-2..3.6e-2 relative (float32:
-                                     ~1e-6), tests/reference/test_muon_ns_reference.py;
+                                     AVX512-BF16 where the CPU has it), and the Gram
+                                     matrix (X X^T, Gram NS's R) rounded to bfloat16 once
+                                     formed, so b A and c A A see the same A; the norm,
+                                     scaling, diagonal shift and X stay float32. What the
+                                     reference codes compute (pytorch_optimizer's NorMuon
+                                     and Dion's Dion2 iterate in bfloat16), a little more
+                                     exact: they also store every intermediate in
+                                     bfloat16. Against float64 NS: 1.2e-2..2.7e-2
+                                     relative (float32: ~1e-6),
+                                     tests/reference/test_muon_ns_reference.py;
                                      the products, test_gemm_bf16_reference.c. CPU
                                      backend only (others: STRATA_ERR_UNSUPPORTED at
                                      state creation). Single-threaded products: with

@@ -8,7 +8,10 @@
  * n past one 768-column block, every transpose, beta 0 (C not read: NaN in
  * C must vanish) and beta != 0, and SYRK in both orientations (full
  * symmetric C written; with beta != 0 from a symmetric C, the only C that
- * SYRK's one-triangle read and Newton-Schulz use).
+ * SYRK's one-triangle read and Newton-Schulz use). Also the in-place
+ * rounding strata_backend_round_bf16 (Newton-Schulz's Gram matrix), exact,
+ * and the lane-order sum of squares strata_backend_sumsq_lanes (bf16 NS's
+ * norms).
  *
  * Tolerance, per element, a bound that cannot flake: float32 summation of
  * k products (Higham, "Accuracy and Stability of Numerical Algorithms",
@@ -55,6 +58,54 @@ static float *rand_matrix(size_t n)
 }
 
 static int failures;
+
+/* strata_backend_sumsq_lanes against a long double sum (n up to 5000,
+ * tails of every length mod 32): within n 2^-53 relative (float64 sums of
+ * non-negative terms), and bit-for-bit the value of the other kernel
+ * (`first`: pass 0's results, compared in pass 1). */
+static void check_sumsq_lanes(strata_backend *be, const char *kernel, double *first, bool compare)
+{
+    static const size_t ns[] = {0, 1, 31, 32, 33, 100, 1023, 5000};
+    float *x = rand_matrix(5000);
+    int bad = 0;
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        double got = -1.0;
+        long double want = 0.0L;
+        for (size_t i = 0; i < ns[t]; i++)
+            want += (long double)x[i] * x[i];
+        if (strata_backend_sumsq_lanes(be, ns[t], x, &got) != STRATA_OK ||
+            fabs(got - (double)want) > (double)ns[t] * 0x1p-53 * (double)want ||
+            (compare && got != first[t]))
+            bad++;
+        first[t] = got;
+    }
+    free(x);
+    printf("%s sumsq_lanes (against long double%s): %s\n", kernel,
+           compare ? ", and bit-for-bit the other kernel" : "", bad ? "FAIL" : "PASS");
+    failures += bad != 0;
+}
+
+/* strata_backend_round_bf16 (in place, kept float32) against bf16_ref on 1000
+ * values (uniform of random magnitudes 2^-20 .. 2^20 plus exact ties, an
+ * odd count so the vector path has a tail): every element equal. */
+static void check_round(strata_backend *be, const char *kernel)
+{
+    enum { N = 1003 };
+    float x[N];
+    double want[N];
+    for (int i = 0; i < N; i++) {
+        float v = (float)ldexp(uniform(), (int)(40 * (uniform() + 1) / 2) - 20);
+        if (i % 7 == 0) /* a tie: halfway between two bfloat16 (spacing 2^-7 in [1, 2)) */
+            v = (float)ldexp(1.0 + (2 * (i % 128) + 1) / 256.0, i % 9 - 4) * (i & 1 ? -1 : 1);
+        x[i] = v;
+        want[i] = bf16_ref(v);
+    }
+    int bad = strata_backend_round_bf16(be, N, x) != STRATA_OK;
+    for (int i = 0; i < N && !bad; i++)
+        bad = (double)x[i] != want[i];
+    printf("%s round_bf16 n=%d (ties included): %s\n", kernel, N, bad ? "FAIL" : "PASS");
+    failures += bad;
+}
 
 /* op(X)(i, j) of a row-major X with leading dimension ld */
 static double at(const float *x, int ld, int trans, int i, int j)
@@ -148,6 +199,7 @@ int main(void)
         {70, 1030, 0, 1.0f, 0.0f}, {70, 45, 1, -4.775f, 3.4445f}, {130, 66, 0, 2.0315f, 0.5f},
         {5, 3, 0, 1.0f, 0.0f},     {800, 9, 0, 1.0f, 0.5f}, /* several row and column blocks */
     };
+    double lanes[8];
     for (int pass = 0; pass < 2; pass++) {
         strata_gemm_bf16_force_portable(pass == 1);
         const char *kernel = strata_gemm_bf16_kernel();
@@ -156,6 +208,9 @@ int main(void)
                   g[i].beta);
         for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
             check(be, kernel, true, s[i].n, s[i].n, s[i].k, s[i].trans, 0, s[i].alpha, s[i].beta);
+        check_round(be, kernel);
+        rng_state = 88172645463325252ull; /* the same x for both kernels */
+        check_sumsq_lanes(be, kernel, lanes, pass == 1);
         if (pass == 0 && strcmp(kernel, "portable") == 0)
             break; /* no AVX512-BF16 here: the portable pass was the first */
     }
@@ -167,6 +222,8 @@ int main(void)
             STRATA_ERR_INVALID_ARG &&
         strata_backend_ssyrk_bf16(be, 0, 1, 1, 1.0f, NULL, 1, 0.0f, &c, 1) ==
             STRATA_ERR_INVALID_ARG &&
+        strata_backend_round_bf16(be, 1, NULL) == STRATA_ERR_INVALID_ARG &&
+        strata_backend_sumsq_lanes(be, 1, &c, NULL) == STRATA_ERR_INVALID_ARG &&
         c == 7.0f;
     printf("bad arguments refused: %s\n", refused ? "PASS" : "FAIL");
     failures += !refused;
