@@ -315,11 +315,12 @@ typedef struct strata_precond_family {
     /* ---- state enumeration: persistent tensors only (no scratch); returns
      * the count (fills at most cap entries of out, which may be NULL). */
     int (*tensors)(const void *state, strata_tensor_info *out, int cap);
-    /* Optional (NULL: none): tensor names an older strata saved for this
-     * family whose meaning has changed, as NULL-terminated pairs {name, why}.
-     * A checkpoint holding one is refused with the why (strata_load:
+    /* Optional (NULL: none): tensor names this state cannot load (an older
+     * strata's whose meaning has changed, or another form's of the same
+     * family), as NULL-terminated pairs {name, why}, static. A checkpoint
+     * holding one is refused with the why (strata_load:
      * STRATA_ERR_INVALID_ARG) instead of a bare "no tensor" message. */
-    const char *const *retired_tensors;
+    const char *const *(*retired_tensors)(const void *state);
 
     /* ---- planning (optional: NULL, the family cannot be planned; `strata
      * plan` says so). What create(cfg, be, shape, external_results = true)
