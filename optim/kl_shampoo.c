@@ -859,10 +859,9 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     return *done ? strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
 }
 
-static strata_status fam_snapshot(const void *state, int b, void *slot)
+/* Per side the factor and (eigenbasis form, base) the installed basis. */
+static strata_status snapshot_into(const strata_kl_shampoo_state *s, void *slot, bool base)
 {
-    (void)b;
-    const strata_kl_shampoo_state *s = state;
     const bool exact = s->cfg.form == STRATA_KL_EXACT;
     char *p = slot;
     strata_status st = STRATA_OK;
@@ -870,11 +869,24 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d * sizeof(float);
         st = strata_backend_copy(s->be, p, s->side[k].factor, dd);
-        if (st == STRATA_OK && !exact)
+        if (st == STRATA_OK && !exact && base)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd);
         p += exact ? 2 * dd + (size_t)d * sizeof(double) : 3 * dd;
     }
     return st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, true);
+}
+
+/* Chained (precond.h; the eigenbasis form): Q comes from the chain head. */
+static strata_status fam_snapshot_chained(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, false);
 }
 
 /* Eigenbasis form: one unsorted QR power step per side (the estimates stay
@@ -1150,6 +1162,7 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh = fam_refresh,
     .chain_in = fam_chain_in,
     .chain_out = fam_chain_out,
+    .snapshot_chained = fam_snapshot_chained,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

@@ -233,6 +233,12 @@ typedef struct strata_precond_family {
      * as with S < F. Both may read only what is immutable after create. */
     void (*chain_in)(const void *state, int b, void *slot, const void *head);
     void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
+    /* Optional (NULL: snapshot always), with chain_in: snapshot without
+     * what chain_in replaces (the copy of the installed base; the factors
+     * only). The engine takes it instead of snapshot when the block's head
+     * already holds a base, so the job's chain_in is certain to run; it
+     * saves the training thread a copy of the base at every refresh point. */
+    strata_status (*snapshot_chained)(const void *state, int b, void *slot);
     /* With chain_in: install must see the chained results one after the
      * other, none skipped (SOAP's permutation of V is relative to the basis
      * before it), so the engine installs such a group in FIXED mode. Not

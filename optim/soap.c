@@ -872,10 +872,9 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     return *done ? strata_soap_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
 }
 
-static strata_status fam_snapshot(const void *state, int b, void *slot)
+/* Per rotated side the factor and (base) the installed basis, q_old. */
+static strata_status snapshot_into(const strata_soap_state *s, void *slot, bool base)
 {
-    (void)b;
-    const strata_soap_state *s = state;
     float *p = slot;
     strata_status st = STRATA_OK;
     for (int k = 0; k < 2 && st == STRATA_OK; k++) {
@@ -883,11 +882,24 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
             continue;
         const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
         st = factor_f32(s, k, p);
-        if (st == STRATA_OK)
+        if (st == STRATA_OK && base)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd * sizeof(float));
         p += 3 * dd;
     }
     return st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, true);
+}
+
+/* Chained (precond.h): q_old comes from the chain head. */
+static strata_status fam_snapshot_chained(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, false);
 }
 
 /* One QR power-iteration step per rotated side, sorted (as strata_soap_refresh). */
@@ -966,7 +978,36 @@ static size_t fam_work_ints(int n)
     return strata_eigenbasis_work_ints(n);
 }
 
-/* A failed side keeps its basis and V's order (its permutation is not applied). */
+/* Both of V's axes permuted (perm0 rows, perm1 columns; valid, host) in two
+ * passes through the scratch instead of permute_moments' four: the same
+ * values. */
+static strata_status permute_moments_both(strata_soap_state *s, const int *perm0,
+                                          const int *perm1)
+{
+    if (!s->buf[0])
+        return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
+    const int64_t m = s->rows, n = s->cols;
+    float *v = s->exp_avg_sq, *tmp = s->buf[0];
+    strata_status st = strata_backend_copy(s->be, s->side[0].perm_dev, perm0,
+                                           (size_t)m * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->side[1].perm_dev, perm1, (size_t)n * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_permute(s->be, NULL, m, n, 0, s->side[0].perm_dev, v, tmp);
+    if (st == STRATA_OK)
+        st = strata_backend_permute(s->be, NULL, m, n, 1, s->side[1].perm_dev, tmp, v);
+    for (int k = 0; k < 2 && st == STRATA_OK; k++) {
+        memcpy(s->side[k].perm, k ? perm1 : perm0, (size_t)s->side[k].dim * sizeof(int));
+        s->side[k].has_perm = true;
+    }
+    return st;
+}
+
+/* A failed side keeps its basis and V's order (its permutation is not
+ * applied). With both sides rotated and installed, V is permuted once for
+ * both (permute_moments_both), then each basis installed without a
+ * permutation: V's and M's updates are independent, so this is what
+ * installing the sides one after the other does. */
 static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
                                  unsigned have)
 {
@@ -975,13 +1016,25 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     strata_soap_state *s = state;
     const float *q = slot;
     const int *perm = slot_perms(s, (void *)slot);
+    const bool both = s->side[0].rotated && s->side[1].rotated && !(failed & 3u);
+    if (both) {
+        /* The LAPACK ints of the workspace are free between refreshes. */
+        if (!perm_valid(perm, s->side[0].dim, s->iwork) ||
+            !perm_valid(perm + s->side[0].dim, s->side[1].dim, s->iwork))
+            return strata_error(STRATA_ERR_INVALID_ARG, "soap: a result's permutation is not "
+                                "one");
+        strata_status st = permute_moments_both(s, perm, perm + s->side[0].dim);
+        if (st != STRATA_OK)
+            return st;
+    }
     for (int k = 0; k < 2; k++) {
         if (!s->side[k].rotated)
             continue;
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         if (!(failed & (1u << k))) {
-            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd, perm);
+            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd,
+                                                              both ? NULL : perm);
             if (st != STRATA_OK)
                 return st;
         }
@@ -1186,6 +1239,7 @@ const strata_precond_family strata_family_soap = {
     .refresh = fam_refresh,
     .chain_in = fam_chain_in,
     .chain_out = fam_chain_out,
+    .snapshot_chained = fam_snapshot_chained,
     .chain_ordered = true, /* install permutes V relative to the basis before */
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
