@@ -588,9 +588,10 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
 /* A new basis q for rotated side `side` (q: host or backend memory, copied
  * to the state unless it is the state's own), V's axis permuted by perm
  * (valid, host; NULL: not permuted) and M, in the eigenbasis form,
- * re-projected (the original-space form has nothing to carry): M <- Q_new^T (Q_old M) on side 0, (M Q_old^T) Q_new on side
- * 1 (the reference's project_back with the old basis, then project with the
- * new one, in update_preconditioner). Two products of rows x cols by dim x
+ * re-projected (the original-space form has nothing to carry):
+ * M <- Q_new^T (Q_old M) on side 0, (M Q_old^T) Q_new on side 1 (the
+ * reference's project_back with the old basis, then project with the new
+ * one, in update_preconditioner). Two products of rows x cols by dim x
  * dim, cheaper than forming Q_new^T Q_old when dim exceeds the other side.
  * M is exactly zero before the first Adam step: nothing to carry then. The
  * synchronous refresh and the runtime's install both come here, so async
