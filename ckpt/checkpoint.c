@@ -1643,7 +1643,8 @@ static strata_status expect(const char *what, const strata_st_header *h, const c
 static strata_status check_retired(const char *what, const strata_st_header *h,
                                    const strata_rt_param_view *p)
 {
-    const char *const *r = p->fam->retired_tensors;
+    const char *const *r =
+        p->fam->retired_tensors && p->state ? p->fam->retired_tensors(p->state) : NULL;
     for (; r && r[0]; r += 2) {
         char *nm = joinf(p->name, r[0]);
         if (!nm)

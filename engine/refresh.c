@@ -170,7 +170,8 @@ typedef struct eng_block {
      * else the snapshot's copy of the installed result is the base), and
      * the job submitted last (the next one's predecessor) */
     void *head;
-    bool head_valid;
+    atomic_bool head_valid; /* written by the jobs (true; release) and restore (no job in
+                               flight); read by the jobs and the snapshot (acquire) */
     int last_slot;
     int64_t last_version;
 } eng_block;
@@ -687,7 +688,8 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
     }
     const strata_precond_family *f = blk->ent->fam;
     const bool chain = blk->grp->chain && blk->head;
-    if (chain && blk->head_valid) /* continue from the refresh before this one */
+    if (chain && atomic_load_explicit(&blk->head_valid, memory_order_acquire))
+        /* continue from the refresh before this one */
         f->chain_in(blk->ent->state, blk->b, buf, blk->head);
     strata_optim_counters lc = {0};
     unsigned failed = 0;
@@ -705,7 +707,7 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
      * install: its result, or (every part failed: FAILED) its base. */
     if (chain && (st == STRATA_OK || st == STRATA_ERR_LINALG)) {
         f->chain_out(blk->ent->state, blk->b, buf, failed, blk->head);
-        blk->head_valid = true;
+        atomic_store_explicit(&blk->head_valid, true, memory_order_release);
     }
     return st;
 }
@@ -1973,7 +1975,13 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
             st = strata_tier_write_async(e->nvme, slot->nvme, 0, e->staging,
                                          blk->info.slot_bytes, &slot->io);
     } else if (st == STRATA_OK) {
-        st = f->snapshot(blk->ent->state, blk->b, slot->buf);
+        /* Chained with a valid head (it stays valid: only the jobs set it,
+         * and a restore, with none in flight): the job's chain_in replaces
+         * the snapshot's base, which is then not copied. */
+        const bool headed = g->chain && blk->head && f->snapshot_chained &&
+                            atomic_load_explicit(&blk->head_valid, memory_order_acquire);
+        st = headed ? f->snapshot_chained(blk->ent->state, blk->b, slot->buf)
+                    : f->snapshot(blk->ent->state, blk->b, slot->buf);
     }
     if (st == STRATA_OK)
         atomic_fetch_add(&e->snapshot_bytes, blk->info.slot_bytes);
@@ -2746,7 +2754,7 @@ strata_status strata_refresh_block_restore(strata_refresh *e, int i,
             if (states[k] == STRATA_SLOT_READY &&
                 (newest < 0 || versions[k] > versions[newest]))
                 newest = k;
-        blk->head_valid = newest >= 0;
+        atomic_store_explicit(&blk->head_valid, newest >= 0, memory_order_release);
         if (newest >= 0)
             blk->ent->fam->chain_out(blk->ent->state, blk->b, slots[newest].data,
                                      slots[newest].failed, blk->head);

@@ -503,15 +503,14 @@ static strata_status sqrt_inv_from_eigenvalues(const kl_side *sd, const double *
     return STRATA_OK;
 }
 
-strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, int side,
-                                                   const float *q, const double *lambda)
+/* Install a basis known finite (strata_eigenbasis_qr and _eigh check what
+ * they return: the runtime's installs of its refreshes' results skip the
+ * host pass over q on the training thread). */
+static strata_status install_checked(strata_kl_shampoo_state *s, int side, const float *q,
+                                     const double *lambda)
 {
-    if (!s || side < 0 || side > 1 || !q)
-        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_install_eigenbasis: bad arguments");
     kl_side *sd = &s->side[side];
     const size_t dd = (size_t)sd->dim * sd->dim;
-    if (!optim_host_all_finite(q, dd))
-        return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
     strata_status st = STRATA_OK;
     if (lambda) {
         /* Check all of s before touching anything (the staging area's last
@@ -528,6 +527,17 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
         return st;
     s->has_basis = true;
     return STRATA_OK;
+}
+
+strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, int side,
+                                                   const float *q, const double *lambda)
+{
+    if (!s || side < 0 || side > 1 || !q)
+        return strata_error(STRATA_ERR_INVALID_ARG, "kl_shampoo_install_eigenbasis: bad arguments");
+    const size_t dd = (size_t)s->side[side].dim * s->side[side].dim;
+    if (!optim_host_all_finite(q, dd))
+        return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
+    return install_checked(s, side, q, lambda);
 }
 
 static strata_status refresh_with(strata_kl_shampoo_state *s, strata_optim_counters *cnt,
@@ -849,10 +859,9 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     return *done ? strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
 }
 
-static strata_status fam_snapshot(const void *state, int b, void *slot)
+/* Per side the factor and (eigenbasis form, base) the installed basis. */
+static strata_status snapshot_into(const strata_kl_shampoo_state *s, void *slot, bool base)
 {
-    (void)b;
-    const strata_kl_shampoo_state *s = state;
     const bool exact = s->cfg.form == STRATA_KL_EXACT;
     char *p = slot;
     strata_status st = STRATA_OK;
@@ -860,11 +869,24 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d * sizeof(float);
         st = strata_backend_copy(s->be, p, s->side[k].factor, dd);
-        if (st == STRATA_OK && !exact)
+        if (st == STRATA_OK && !exact && base)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd);
         p += exact ? 2 * dd + (size_t)d * sizeof(double) : 3 * dd;
     }
     return st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, true);
+}
+
+/* Chained (precond.h; the eigenbasis form): Q comes from the chain head. */
+static strata_status fam_snapshot_chained(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, false);
 }
 
 /* Eigenbasis form: one unsorted QR power step per side (the estimates stay
@@ -955,7 +977,10 @@ static size_t fam_work_ints(int n)
     return strata_eigenbasis_work_ints(n);
 }
 
-/* A failed side keeps its basis (and, exact form, its estimates). */
+/* A failed side keeps its basis (and, exact form, its estimates). The
+ * parts that did not fail are fam_refresh's (QR or eigh: finite, their s
+ * checked), installed as strata_kl_shampoo_install_eigenbasis would
+ * without its host pass over q. */
 static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
                                  unsigned have)
 {
@@ -970,11 +995,10 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
         strata_status st = STRATA_OK;
         if (!(failed & (1u << k))) {
             if (exact)
-                st = strata_kl_shampoo_install_eigenbasis(
-                    s, k, (const float *)(p + dd), (const double *)(p + 2 * dd));
+                st = install_checked(s, k, (const float *)(p + dd),
+                                     (const double *)(p + 2 * dd));
             else
-                st = strata_kl_shampoo_install_eigenbasis(s, k, (const float *)(p + 2 * dd),
-                                                          NULL);
+                st = install_checked(s, k, (const float *)(p + 2 * dd), NULL);
         }
         if (st != STRATA_OK)
             return st;
@@ -1138,6 +1162,7 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh = fam_refresh,
     .chain_in = fam_chain_in,
     .chain_out = fam_chain_out,
+    .snapshot_chained = fam_snapshot_chained,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

@@ -233,6 +233,12 @@ typedef struct strata_precond_family {
      * as with S < F. Both may read only what is immutable after create. */
     void (*chain_in)(const void *state, int b, void *slot, const void *head);
     void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
+    /* Optional (NULL: snapshot always), with chain_in: snapshot without
+     * what chain_in replaces (the copy of the installed base; the factors
+     * only). The engine takes it instead of snapshot when the block's head
+     * already holds a base, so the job's chain_in is certain to run; it
+     * saves the training thread a copy of the base at every refresh point. */
+    strata_status (*snapshot_chained)(const void *state, int b, void *slot);
     /* With chain_in: install must see the chained results one after the
      * other, none skipped (SOAP's permutation of V is relative to the basis
      * before it), so the engine installs such a group in FIXED mode. Not
@@ -315,11 +321,12 @@ typedef struct strata_precond_family {
     /* ---- state enumeration: persistent tensors only (no scratch); returns
      * the count (fills at most cap entries of out, which may be NULL). */
     int (*tensors)(const void *state, strata_tensor_info *out, int cap);
-    /* Optional (NULL: none): tensor names an older strata saved for this
-     * family whose meaning has changed, as NULL-terminated pairs {name, why}.
-     * A checkpoint holding one is refused with the why (strata_load:
+    /* Optional (NULL: none): tensor names this state cannot load (an older
+     * strata's whose meaning has changed, or another form's of the same
+     * family), as NULL-terminated pairs {name, why}, static. A checkpoint
+     * holding one is refused with the why (strata_load:
      * STRATA_ERR_INVALID_ARG) instead of a bare "no tensor" message. */
-    const char *const *retired_tensors;
+    const char *const *(*retired_tensors)(const void *state);
 
     /* ---- planning (optional: NULL, the family cannot be planned; `strata
      * plan` says so). What create(cfg, be, shape, external_results = true)

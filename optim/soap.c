@@ -18,9 +18,10 @@
  * synchronous refresh widen them to float32; eigenbases and moments stay
  * float32.
  *
- * Invariants: V's and M's entry (i, j) always belong to column i of Q_L and
- * column j of Q_R (a refresh permutes V with the columns and carries M to
- * the new basis, install_side; a failed refresh changes none of them);
+ * Invariants: V's entry (i, j) always belongs to column i of Q_L and column
+ * j of Q_R (a refresh permutes V with the columns, install_side; a failed
+ * refresh changes neither), and so does M's in the eigenbasis form; in the
+ * original-space form (m_orig, chosen at creation: F = 1) M never moves;
  * `has_basis` turns true at the first refresh (even a failed one, which
  * leaves the identity); `steps` counts Adam steps (the reference's
  * state["step"]).
@@ -57,7 +58,8 @@ struct strata_soap_state {
     strata_backend *be;
     int64_t rows, cols;
     soap_side side[2];
-    float *exp_avg;    /* M, rows x cols, rotated space (re-projected when a basis changes) */
+    float *exp_avg;    /* M, rows x cols: rotated space (re-projected when a basis
+                          changes), or the original space when m_orig */
     float *exp_avg_sq; /* V, rows x cols, rotated space */
     float *buf[2];     /* scratch rows x cols, read and written inside one step or
                           install only: a runtime-driven state (fam_create) borrows
@@ -66,6 +68,11 @@ struct strata_soap_state {
     size_t scratch_bytes; /* what buf needs (2 x n floats, padded) */
     bool borrow;          /* buf comes from set_step_scratch */
     bool has_basis;
+    bool m_orig;   /* M in the original space, projected every step (the paper's
+                      Algorithm 3): fixed at creation, precondition_frequency == 1
+                      (a refresh every step: 6 products per step against 4 per
+                      step + 4 per install in the eigenbasis, and nothing to carry
+                      at install: the training thread's critical path) */
     bool skip;     /* this step's gradient could overflow the state: apply decided to
                       skip it, update_factors consumes the decision (optim_internal.h) */
     int64_t steps;
@@ -137,6 +144,7 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
         return strata_error(STRATA_ERR_NOMEM, "soap: out of memory");
     s->cfg = *c;
     s->be = be;
+    s->m_orig = c->precondition_frequency == 1;
     s->rows = rows;
     s->cols = cols;
     s->side[0].dim = (int)rows;
@@ -427,16 +435,27 @@ static strata_status apply_core(strata_soap_state *s, float lr_scale, int64_t t,
     const float b1 = c->beta1, b2 = c->beta2;
     s->steps++;
 
-    /* M and V both live in the eigenbasis: two rotations per step (G in,
-     * the direction out); a basis change re-projects M (reproject_moment). */
+    /* Eigenbasis form: M and V both live in the eigenbasis, two rotations
+     * per step (G in, the direction out); a basis change carries M
+     * (install_side). Original-space form (m_orig): M absorbs G itself and
+     * is rotated every step, M' = Q_L^T M Q_R (SOAP, arXiv 2409.11321,
+     * Algorithm 3: M <- b1 M + (1-b1) G, M' <- Q_L^T M Q_R): three rotations,
+     * the same in exact arithmetic (Q orthogonal). */
     const float *gp = rotate(s, g, false, &st);
     if (st == STRATA_OK)
-        st = strata_backend_adam_moments(s->be, NULL, n, s->exp_avg, gp, s->exp_avg_sq, gp, b1,
-                                         b2);
+        st = strata_backend_adam_moments(s->be, NULL, n, s->exp_avg, s->m_orig ? g : gp,
+                                         s->exp_avg_sq, gp, b1, b2);
     if (st != STRATA_OK)
         return st;
-    float *x = gp == s->buf[0] ? s->buf[1] : s->buf[0];
-    st = strata_backend_rms_div(s->be, NULL, n, x, s->exp_avg, s->exp_avg_sq, c->eps);
+    const float *mp = s->exp_avg;
+    if (s->m_orig) { /* G' is no longer needed: the scratch is free */
+        mp = rotate(s, s->exp_avg, false, &st);
+        if (st != STRATA_OK)
+            return st;
+    }
+    const float *busy = s->m_orig ? mp : gp; /* the scratch buffer still read */
+    float *x = busy == s->buf[0] ? s->buf[1] : s->buf[0];
+    st = strata_backend_rms_div(s->be, NULL, n, x, mp, s->exp_avg_sq, c->eps);
     if (st != STRATA_OK)
         return st;
     const float *dir = rotate(s, x, true, &st);
@@ -568,10 +587,11 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
 
 /* A new basis q for rotated side `side` (q: host or backend memory, copied
  * to the state unless it is the state's own), V's axis permuted by perm
- * (valid, host; NULL: not permuted) and M, kept in the eigenbasis,
- * re-projected: M <- Q_new^T (Q_old M) on side 0, (M Q_old^T) Q_new on side
- * 1 (the reference's project_back with the old basis, then project with the
- * new one, in update_preconditioner). Two products of rows x cols by dim x
+ * (valid, host; NULL: not permuted) and M, in the eigenbasis form,
+ * re-projected (the original-space form has nothing to carry):
+ * M <- Q_new^T (Q_old M) on side 0, (M Q_old^T) Q_new on side 1 (the
+ * reference's project_back with the old basis, then project with the new
+ * one, in update_preconditioner). Two products of rows x cols by dim x
  * dim, cheaper than forming Q_new^T Q_old when dim exceeds the other side.
  * M is exactly zero before the first Adam step: nothing to carry then. The
  * synchronous refresh and the runtime's install both come here, so async
@@ -593,7 +613,7 @@ static strata_status install_side(strata_soap_state *s, int side, const float *q
     }
     if (q == sd->q)
         return STRATA_OK;
-    const bool carry = s->steps > 0;
+    const bool carry = s->steps > 0 && !s->m_orig;
     float *mo = s->buf[1]; /* M along this side in the original space */
     if (carry)
         st = side == 0 ? strata_backend_sgemm(s->be, 0, 0, m, n, m, 1.0f, sd->q, m, s->exp_avg, n,
@@ -853,10 +873,9 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     return *done ? strata_soap_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
 }
 
-static strata_status fam_snapshot(const void *state, int b, void *slot)
+/* Per rotated side the factor and (base) the installed basis, q_old. */
+static strata_status snapshot_into(const strata_soap_state *s, void *slot, bool base)
 {
-    (void)b;
-    const strata_soap_state *s = state;
     float *p = slot;
     strata_status st = STRATA_OK;
     for (int k = 0; k < 2 && st == STRATA_OK; k++) {
@@ -864,11 +883,24 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
             continue;
         const size_t dd = (size_t)s->side[k].dim * s->side[k].dim;
         st = factor_f32(s, k, p);
-        if (st == STRATA_OK)
+        if (st == STRATA_OK && base)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd * sizeof(float));
         p += 3 * dd;
     }
     return st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, true);
+}
+
+/* Chained (precond.h): q_old comes from the chain head. */
+static strata_status fam_snapshot_chained(const void *state, int b, void *slot)
+{
+    (void)b;
+    return snapshot_into(state, slot, false);
 }
 
 /* One QR power-iteration step per rotated side, sorted (as strata_soap_refresh). */
@@ -947,7 +979,36 @@ static size_t fam_work_ints(int n)
     return strata_eigenbasis_work_ints(n);
 }
 
-/* A failed side keeps its basis and V's order (its permutation is not applied). */
+/* Both of V's axes permuted (perm0 rows, perm1 columns; valid, host) in two
+ * passes through the scratch instead of permute_moments' four: the same
+ * values. */
+static strata_status permute_moments_both(strata_soap_state *s, const int *perm0,
+                                          const int *perm1)
+{
+    if (!s->buf[0])
+        return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
+    const int64_t m = s->rows, n = s->cols;
+    float *v = s->exp_avg_sq, *tmp = s->buf[0];
+    strata_status st = strata_backend_copy(s->be, s->side[0].perm_dev, perm0,
+                                           (size_t)m * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->side[1].perm_dev, perm1, (size_t)n * sizeof(int));
+    if (st == STRATA_OK)
+        st = strata_backend_permute(s->be, NULL, m, n, 0, s->side[0].perm_dev, v, tmp);
+    if (st == STRATA_OK)
+        st = strata_backend_permute(s->be, NULL, m, n, 1, s->side[1].perm_dev, tmp, v);
+    for (int k = 0; k < 2 && st == STRATA_OK; k++) {
+        memcpy(s->side[k].perm, k ? perm1 : perm0, (size_t)s->side[k].dim * sizeof(int));
+        s->side[k].has_perm = true;
+    }
+    return st;
+}
+
+/* A failed side keeps its basis and V's order (its permutation is not
+ * applied). With both sides rotated and installed, V is permuted once for
+ * both (permute_moments_both), then each basis installed without a
+ * permutation: V's and M's updates are independent, so this is what
+ * installing the sides one after the other does. */
 static strata_status fam_install(void *state, int b, const void *slot, unsigned failed,
                                  unsigned have)
 {
@@ -956,13 +1017,25 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     strata_soap_state *s = state;
     const float *q = slot;
     const int *perm = slot_perms(s, (void *)slot);
+    const bool both = s->side[0].rotated && s->side[1].rotated && !(failed & 3u);
+    if (both) {
+        /* The LAPACK ints of the workspace are free between refreshes. */
+        if (!perm_valid(perm, s->side[0].dim, s->iwork) ||
+            !perm_valid(perm + s->side[0].dim, s->side[1].dim, s->iwork))
+            return strata_error(STRATA_ERR_INVALID_ARG, "soap: a result's permutation is not "
+                                "one");
+        strata_status st = permute_moments_both(s, perm, perm + s->side[0].dim);
+        if (st != STRATA_OK)
+            return st;
+    }
     for (int k = 0; k < 2; k++) {
         if (!s->side[k].rotated)
             continue;
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         if (!(failed & (1u << k))) {
-            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd, perm);
+            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd,
+                                                              both ? NULL : perm);
             if (st != STRATA_OK)
                 return st;
         }
@@ -1011,7 +1084,8 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
         PUT("perm", k, STRATA_I32, 1, sd->dim, STRATA_TIER_HOST, sd->perm);
         PUT("has_perm", k, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &sd->has_perm);
     }
-    PUT("exp_avg_eigen", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg);
+    PUT(s->m_orig ? "exp_avg_orig" : "exp_avg_eigen", -1, STRATA_F32, s->rows, s->cols,
+        STRATA_TIER_DEVICE, s->exp_avg);
     PUT("exp_avg_sq", -1, STRATA_F32, s->rows, s->cols, STRATA_TIER_DEVICE, s->exp_avg_sq);
     PUT("steps", -1, STRATA_I64, 0, 0, STRATA_TIER_HOST, &s->steps);
     PUT("has_basis", -1, STRATA_BOOL, 0, 0, STRATA_TIER_HOST, &s->has_basis);
@@ -1019,12 +1093,34 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
     return n;
 }
 
-/* Until issue #13 M was kept in the original space under this name. */
-static const char *const fam_retired[] = {
-    "exp_avg", "it holds SOAP's first moment in the original space (an older strata); this "
-               "strata keeps it in the eigenbasis ('exp_avg_eigen'): resume from a checkpoint "
-               "written by this version or restart the run",
+/* Until issue #13 M was kept in the original space as "exp_avg"; now a
+ * state keeps it as "exp_avg_eigen" (F > 1) or "exp_avg_orig" (F = 1,
+ * m_orig), and refuses the other form's (no conversion: the loader copies
+ * tensors as they are). */
+#define SOAP_OLD_EXP_AVG                                                                     \
+    "exp_avg", "it holds SOAP's first moment in the original space (an older strata); this " \
+               "strata keeps it as 'exp_avg_eigen' (in the eigenbasis) or 'exp_avg_orig' "   \
+               "(precondition_frequency 1): resume from a checkpoint written by this "      \
+               "version or restart the run"
+static const char *const fam_retired_eigen[] = {
+    SOAP_OLD_EXP_AVG, "exp_avg_orig",
+    "it holds SOAP's first moment in the original space, as a run at "
+    "precondition_frequency 1 keeps it; this run (precondition_frequency > 1) keeps it in the "
+    "eigenbasis ('exp_avg_eigen'): resume with --precondition-frequency 1 or restart the run",
     NULL};
+static const char *const fam_retired_orig[] = {
+    SOAP_OLD_EXP_AVG, "exp_avg_eigen",
+    "it holds SOAP's first moment in the eigenbasis, as a run at precondition_frequency > 1 "
+    "keeps it; this run (precondition_frequency 1) keeps it in the original space "
+    "('exp_avg_orig'): resume with the checkpoint's --precondition-frequency or restart the "
+    "run",
+    NULL};
+#undef SOAP_OLD_EXP_AVG
+
+static const char *const *fam_retired(const void *state)
+{
+    return ((const strata_soap_state *)state)->m_orig ? fam_retired_orig : fam_retired_eigen;
+}
 
 static void fam_config_default(void *cfg)
 {
@@ -1144,6 +1240,7 @@ const strata_precond_family strata_family_soap = {
     .refresh = fam_refresh,
     .chain_in = fam_chain_in,
     .chain_out = fam_chain_out,
+    .snapshot_chained = fam_snapshot_chained,
     .chain_ordered = true, /* install permutes V relative to the basis before */
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,

@@ -822,6 +822,8 @@ STRATA_API strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale
  *                 M = b1 M + (1-b1) G'                (rotated space)
  *                 V = b2 V + (1-b2) G'^2              (rotated space)
  *                 N = Q_L [ M / (sqrt(V) + eps) ] Q_R^T
+ *                 (F = 1: M = b1 M + (1-b1) G in the original space and
+ *                 Q_L^T M Q_R in its place in N, see below)
  *                 normalize_grads: N /= 1e-30 + sqrt(mean(N^2))
  *                 step = lr * (correct_bias ? sqrt(1-b2^k) / (1-b1^k) : 1)
  *                 W = W - step N;  W = W - lr wd W    (decay after the step)
@@ -842,7 +844,13 @@ STRATA_API strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale
  * every step; an earlier strata and published versions keep it in the
  * original space and project it every step: all the same in exact
  * arithmetic; a checkpoint holds it as "exp_avg_eigen", and one from the
- * original-space form, "exp_avg", is refused); merge_dims and data_format are
+ * original-space form, "exp_avg", is refused), except at
+ * precondition_frequency 1, where M stays in the original space and is
+ * projected every step (the paper's Algorithm 3: three rotations a step
+ * against two a step plus two per rotated side at every refresh, and
+ * nothing carried when a refresh installs; checkpoint tensor
+ * "exp_avg_orig"; a checkpoint of the other form is refused with the
+ * reason, in both directions); merge_dims and data_format are
  * not offered (matrices only; a >2-D tensor is flattened by the runtime);
  * ties in the eigenvalue sort keep their order (torch.argsort: unspecified).
  * Robustness: a non-finite gradient is rejected (STRATA_ERR_NONFINITE, no

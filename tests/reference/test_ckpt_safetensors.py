@@ -118,6 +118,23 @@ def old_soap_refused(sd, ck, state, table, manifest):
         return 1
     line = next((ln for ln in p.stderr.splitlines() if "exp_avg_eigen" in ln), "")
     print("ok: the old SOAP first moment is refused:", line.strip()[:200])
+    return other_form_refused(ck)
+
+
+def other_form_refused(ck):
+    """At precondition_frequency 1 SOAP keeps M in the original space
+    ('exp_avg_orig'); the F = 2 checkpoint's 'exp_avg_eigen' must be refused
+    there with the reason, not loaded as if it were unrotated."""
+    p = subprocess.run([STRATA, "train", "--steps", "6", "--layers", "1", "--d-model", "32",
+                        "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0",
+                        "--optimizer", "soap", "--precondition-frequency", "1", "--no-progress",
+                        "--resume", ck], capture_output=True, text=True, timeout=300)
+    want = ("exp_avg_eigen", "original space", "--precondition-frequency")
+    if p.returncode == 0 or not all(w in p.stderr for w in want):
+        print(f"FAIL: resuming an F = 2 SOAP checkpoint at F = 1 (rc {p.returncode}); want an "
+              f"error naming {want}:", p.stderr[-600:])
+        return 1
+    print("ok: an eigenbasis-form first moment is refused at F = 1")
     return 0
 
 

@@ -717,6 +717,16 @@ def soap_cases(cs):
     cs.soap("soap_40x8_maxdim16_F3", (40, 8), dict(max_precond_dim=16, precondition_frequency=3),
             mode="free")
     cs.soap("soap_20x24_maxdim10_adam", (20, 24), dict(max_precond_dim=10), mode="free")
+    # F = 1: strata keeps M in the original space and projects it every step
+    # (the paper's Algorithm 3); the reference (soap.py) keeps it in the
+    # eigenbasis and carries it at every refresh: the same in exact arithmetic.
+    cs.soap("soap_12x12_F1_m_orig", (12, 12), dict(precondition_frequency=1), mode="free")
+    cs.soap("soap_10x10_F1_sb0.8_nobias_norm", (10, 10),
+            dict(precondition_frequency=1, shampoo_beta=0.8, correct_bias=False,
+                 normalize_grads=True), mode="free")
+    cs.soap("soap_24x8_tall_F1", (24, 8), dict(precondition_frequency=1))
+    cs.soap("soap_8x40_maxdim16_F1", (8, 40), dict(max_precond_dim=16, precondition_frequency=1),
+            mode="free")
     # 1-D tensors (create_vector): plain Adam by default, rotated with precondition_1d.
     cs.soap("soap_vector24", (24, 1), vector=True, mode="free")
     cs.soap("soap_vector24_precond1d_F3", (24, 1), dict(precondition_1d=True,

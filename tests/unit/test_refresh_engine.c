@@ -331,6 +331,20 @@ static strata_status c_refresh(const void *state, int b, void *slot, double *wor
     return st;
 }
 
+/* snapshot_chained: the base is not copied; a poison takes its place, so a
+ * refresh that started from it (chain_in not run) breaks the chain. */
+static int c_chained_snapshots; /* training thread only */
+
+static strata_status c_snapshot_chained(const void *state, int b, void *slot)
+{
+    const diag_state *s = state;
+    float *p = slot;
+    c_chained_snapshots++;
+    p[c_at(s, b)] = -1000.0f;
+    p[c_at(s, b) + 1] = -1.0f;
+    return d_snapshot(state, b, slot);
+}
+
 static void c_chain_in(const void *state, int b, void *slot, const void *head)
 {
     ((float *)slot)[c_at(state, b)] = ((const float *)head)[c_at(state, b)];
@@ -1237,6 +1251,17 @@ static void test_ring_chain(void **state)
         assert_int_equal(breaks, 0);
         assert_true(b.max_staleness <= cases[i].F - 1 + cases[i].S);
         assert_int_equal(b.bound_exceeded, 0);
+    }
+    /* snapshot_chained (the base left to chain_in): taken, and no break. */
+    strata_precond_family skipping = chain_family;
+    skipping.snapshot_chained = c_snapshot_chained;
+    for (size_t i = 1; i < 4; i += 2) { /* F=1 S=1 fixed lag 1; F=1 S=3 fixed lag 0 */
+        int breaks = 0;
+        strata_refresh_stats b;
+        c_chained_snapshots = 0;
+        ring_run(&skipping, cases[i].F, cases[i].S, cases[i].mode, cases[i].lag, &breaks, &b);
+        assert_true(c_chained_snapshots > 0);
+        assert_int_equal(breaks, 0);
     }
     /* The control: refreshes that all start from the installed result. */
     strata_precond_family unchained = chain_family;
