@@ -45,8 +45,8 @@ static void test_learns(void **state)
     o.quiet = true;
     o.progress = 0;
     o.strata.matrix_optimizer = opt;
-    if (opt == STRATA_OPTIM_ADAMW)
-        o.strata.adamw.lr = 2e-3f;
+    if (opt == STRATA_OPTIM_ADAMW) /* one AdamW at one lr: its matrices and its tail */
+        o.strata.adamw.lr = o.tail_lr = 2e-3f;
     o.strata.precondition_frequency = 5;
     gpt_train_result r;
     strata_status st = gpt_train(&o, NULL, &r);
