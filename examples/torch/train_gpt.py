@@ -284,7 +284,7 @@ TRAINER_COMMON = {"adamw_lr": 3e-3, "adamw_weight_decay": 0.0, "adamw_beta2": 0.
 # The tail's lr where the trainer's default for the matrix optimizer is not
 # TRAINER_COMMON's (trainer.c, gpt_default_tail_lr: the race's tail sweep).
 TRAINER_TAIL_LR = {"muon": 0.04, "normuon": 0.04, "soap": 0.01, "kl-shampoo": 0.01,
-                   "shampoo": 0.02}
+                   "shampoo": 0.02, "dion2": 0.01}
 TRAINER_DEFAULTS = {
     "adamw": {"lr": 3e-3, "weight_decay": 0.0, "beta2": 0.95},
     "shampoo": {"lr": 3e-3, "beta2": 0.95, "epsilon": 1e-10, "grafting_beta2": 0.95,
