@@ -3,7 +3,7 @@
 tail_own_lr) on a tiny model, a few steps each:
 
 1. Without --adamw-lr each run's tail takes the trainer's default for its
-   matrix optimizer (the JSONL config's adamw_lr; --help lists the table);
+   matrix optimizer (the JSONL config's adamw_lr), the one --help lists;
    --adamw-lr overrides it.
 2. --optimizer adamw: --adamw-lr is the tail's own lr, --lr the matrices'.
    Equal to the matrices' lr (given or not) the run is bit-identical to the
@@ -17,6 +17,7 @@ Exit 0 pass, 1 fail. Usage: test_tail_lr.py STRATA"""
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,7 @@ STRATA = sys.argv[1]
 TINY = ["--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch", "2",
         "--eval-every", "3", "--eval-batches", "1", "--threads", "1", "--no-progress",
         "--quiet"]
+OPTIMIZERS = ["adamw", "shampoo", "muon", "soap", "kl-shampoo", "normuon", "dion2"]
 failures = []
 
 
@@ -53,13 +55,19 @@ def train(tmp, tag, *args):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    # 1. the default tail per optimizer, and --adamw-lr over it
+    # 1. the default tail per optimizer as --help lists it, and --adamw-lr over it
     h = subprocess.run([STRATA, "train", "--help"], capture_output=True, text=True).stdout
-    check("muon 0.04" in h, "--help lists muon's default tail lr 0.04")
-    for opt, want in (("muon", 0.04), ("shampoo", 3e-3)):
+    m = re.search(r"--adamw-lr X(.*?)\(default: (.*?)\)\n", h, re.S)
+    listed = " ".join(m.group(2).split()) if m else ""
+    table = dict((k, float(v)) for k, v in re.findall(r"([a-z0-9-]+) ([0-9.e-]+)", listed))
+    others = table.pop("others", None)
+    check(others is not None and table, f"--help lists the default tail lrs ({listed!r})")
+    for opt in OPTIMIZERS:
+        want = table.get(opt, others)
         r = train(tmp, f"{opt}-default", "--optimizer", opt, "--steps", "2")
-        check(r and f32(r[0]["adamw_lr"]) == f32(want),
-              f"--optimizer {opt}: the tail's lr {want} ({r and r[0]['adamw_lr']})")
+        check(r and want is not None and f32(r[0]["adamw_lr"]) == f32(want),
+              f"--optimizer {opt}: the tail's lr {want}, as --help says "
+              f"({r and r[0]['adamw_lr']})")
     r = train(tmp, "muon-given", "--optimizer", "muon", "--steps", "2", "--adamw-lr", "0.003")
     check(r and f32(r[0]["adamw_lr"]) == f32(3e-3), "--optimizer muon --adamw-lr 0.003: 0.003")
 
@@ -104,8 +112,10 @@ with tempfile.TemporaryDirectory() as tmp:
     # 4. the race's runs name their lrs
     p = subprocess.run([STRATA, "race", *TINY, "--runs", "adamw,muon", "--steps", "2", "--out",
                         os.path.join(tmp, "race")], capture_output=True, text=True, timeout=120)
-    check(p.returncode == 0 and "running muon (2 steps, lr 0.05, tail lr 0.04)" in p.stdout and
-          "running adamw (2 steps, lr 0.003, tail lr 0.003)" in p.stdout,
+    tails = {o: "%g" % table.get(o, others or 0) for o in ("adamw", "muon")}
+    check(p.returncode == 0 and
+          f"running muon (2 steps, lr 0.05, tail lr {tails['muon']})" in p.stdout and
+          f"running adamw (2 steps, lr 0.003, tail lr {tails['adamw']})" in p.stdout,
           f"race: each run's lr and tail lr ({p.returncode} {p.stdout[:300]} {p.stderr[-300:]})")
 
 sys.exit(1 if failures else 0)
