@@ -20,9 +20,24 @@ time: noisy on a shared machine), OUT/sweep.md
 (the same as a markdown table, the picks in bold) and each run's JSONL. A
 run that fails (diverges, is refused) counts as an infinite loss.
 
+The tail stage (--tails T,T,...): the AdamW tail's lr (embeddings and 1-D
+tensors, --adamw-lr) swept instead, every optimizer at its lr (LRS below, the
+trainer's defaults), at 3e-3 (BASE_TAIL, the trainer's tail before this
+sweep) and at each T. AdamW's run at 3e-3 is the target (the race's
+reference; AdamW's own tail runs keep its matrices at their lr). The pick
+follows trainer.c's rule: the smallest tail whose final loss lies within
+--scatter (0.35%, the scatter that kept AdamW's lr at 3e-3) of the best one
+(so 3e-3 when its loss is that close), but not one at which `strata train
+--optimizer X --steps 20 --adamw-lr PICK` ends less than 0.15 below the
+unigram loss (tests/train/test_run_lengths.py's check; the rule is then
+applied to the other tails). Writes the same sweep.tsv and sweep.md (their
+tail column the swept one) into --out (default runs/race-tail-sweep).
+
 Usage: race_lr_sweep.py STRATA [--steps N] [--optimizers a,b,...]
-                        [--max-points K] [--out DIR] [--reuse] [-- extra train flags]
+                        [--max-points K] [--tails T,...] [--scatter F] [--out DIR]
+                        [--reuse] [-- extra train flags]
 Run it niced on a shared machine: nice -n 5 bench/race_lr_sweep.py build/cli/strata
+(the tail stage: ... build/cli/strata --tails 0.01,0.02,0.04,0.08)
 Exit 0, or 1 if AdamW's runs all failed."""
 import argparse
 import json
@@ -46,6 +61,18 @@ CENTRES = {
     "kl-shampoo": 1e-2,
 }
 ORDER = ["adamw", "muon", "normuon", "dion2", "shampoo", "soap", "kl-shampoo"]
+# The tail stage's matrix lrs: the trainer's defaults after the lr sweeps
+# (trainer/trainer.c), given explicitly so that a rerun sweeps the same runs.
+LRS = {
+    "adamw": 3e-3,
+    "muon": 0.05,
+    "normuon": 0.04,
+    "dion2": 0.04,
+    "shampoo": 3e-3,
+    "soap": 6e-3,
+    "kl-shampoo": 1e-2,
+}
+BASE_TAIL = 3e-3
 
 
 def read_run(opt, lr, path):
@@ -69,27 +96,56 @@ def read_run(opt, lr, path):
     return {"opt": opt, "lr": lr, "final": final, "curve": curve, "wall": wall}
 
 
-def run_one(strata, opt, lr, adamw_lr, steps, out, extra, reuse=False):
-    path = os.path.join(out, f"{opt}-lr{lr:g}.jsonl")
+def run_one(strata, opt, lr, adamw_lr, steps, out, extra, reuse=False, tail_stage=False):
+    """One `strata train` run. The lr stage: AdamW's matrices and tail both at
+    lr, every other optimizer's tail at adamw_lr. The tail stage: the matrices
+    at lr, the tail at adamw_lr, AdamW's too."""
+    name = f"{opt}-lr{lr:g}-tail{adamw_lr:g}" if tail_stage else f"{opt}-lr{lr:g}"
+    path = os.path.join(out, name + ".jsonl")
+    tail = adamw_lr if tail_stage or opt != "adamw" else lr
     if reuse:
         r = read_run(opt, lr, path)
         if r is not None:
+            r["tail"] = tail
             return r
     cmd = [strata, "train", "--optimizer", opt, "--lr", repr(lr), "--steps", str(steps),
            "--eval-every", "10", "--threads", "1", "--step-threads", "1",
-           "--metrics", path, "--quiet", "--no-progress"]
-    if opt != "adamw":
-        cmd += ["--adamw-lr", repr(adamw_lr)]
+           "--metrics", path, "--quiet", "--no-progress", "--adamw-lr", repr(tail)]
     cmd += extra
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
+    failed = {"opt": opt, "lr": lr, "tail": tail, "final": math.inf, "curve": [],
+              "wall": time.time() - t0}
     if p.returncode != 0:
-        sys.stderr.write(f"{opt} lr {lr:g}: exit {p.returncode}: "
+        sys.stderr.write(f"{name}: exit {p.returncode}: "
                          f"{(p.stdout + p.stderr).strip()[-400:]}\n")
-        return {"opt": opt, "lr": lr, "final": math.inf, "curve": [], "wall": time.time() - t0}
+        return failed
     r = read_run(opt, lr, path)
-    return r if r is not None else {"opt": opt, "lr": lr, "final": math.inf, "curve": [],
-                                    "wall": time.time() - t0}
+    if r is None:
+        return failed
+    r["tail"] = tail
+    return r
+
+
+def short_run_trains(strata, opt, lr, tail, out, extra):
+    """`strata train --optimizer opt --steps 20` at these rates ends at least
+    0.15 below the unigram loss, as tests/train/test_run_lengths.py runs and
+    checks every run length (one validation of 4 batches, one BLAS thread)."""
+    path = os.path.join(out, f"short20-{opt}-lr{lr:g}-tail{tail:g}.jsonl")
+    cmd = [strata, "train", "--optimizer", opt, "--lr", repr(lr), "--adamw-lr", repr(tail),
+           "--steps", "20", "--eval-every", "20", "--eval-batches", "4", "--metrics", path,
+           "--quiet", "--no-progress"] + extra
+    if subprocess.run(cmd, capture_output=True, text=True,
+                      env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}).returncode != 0:
+        return False
+    summary = {}
+    with open(path) as f:
+        for line in f:
+            j = json.loads(line)
+            if j.get("type") == "summary":
+                summary = j
+    final, unigram = summary.get("final_val_loss"), summary.get("unigram_val_loss")
+    return unigram is not None and final is not None and final < unigram - 0.15
 
 
 def reach(r, target):
@@ -122,18 +178,61 @@ def sweep(strata, opt, adamw_lr, a, extra, log):
     return [grid[x] for x in lrs], best
 
 
+def tail_sweep(strata, opt, tails, a, log):
+    """Every tail of the grid at opt's lr; the rows and the pick (trainer.c's rule)."""
+    lr = LRS[opt]
+    rows = []
+    for t in [BASE_TAIL] + [t for t in tails if t != BASE_TAIL]:
+        rows.append(run_one(strata, opt, lr, t, a.steps, a.out, a.extra, a.reuse, True))
+        log(rows[-1])
+    left = [r for r in rows if math.isfinite(r["final"])]
+    while left:
+        best = min(r["final"] for r in left)
+        # the smallest tail within the scatter of the best: 3e-3 when it is there
+        pick = min((r for r in left if r["final"] <= best * (1.0 + a.scatter)),
+                   key=lambda r: r["tail"])
+        if pick["tail"] == BASE_TAIL or short_run_trains(strata, opt, lr, pick["tail"], a.out,
+                                                         a.extra):
+            return sorted(rows, key=lambda r: r["tail"]), pick["tail"]
+        print(f"{opt} tail {pick['tail']:g}: the 20-step run ends above the unigram loss",
+              flush=True)
+        left.remove(pick)
+    return sorted(rows, key=lambda r: r["tail"]), BASE_TAIL
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("strata")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--optimizers", default=",".join(ORDER))
     ap.add_argument("--max-points", type=int, default=4)
-    ap.add_argument("--out", default="runs/race-lr-sweep")
+    ap.add_argument("--tails", default=None,
+                    help="the tail stage: these AdamW tail lrs (and 3e-3), every optimizer "
+                         "at its lr (LRS)")
+    ap.add_argument("--scatter", type=float, default=0.0035,
+                    help="the tail stage: the smallest tail within this fraction of the "
+                         "best final loss is picked")
+    ap.add_argument("--out", default=None,
+                    help="default runs/race-lr-sweep (runs/race-tail-sweep with --tails)")
     ap.add_argument("--reuse", action="store_true",
                     help="take a run whose JSONL in OUT is complete instead of rerunning it "
                          "(resume, or rebuild the tables)")
-    ap.add_argument("extra", nargs="*", help="more `strata train` flags (after --)")
-    a = ap.parse_args()
+    # more `strata train` flags after "--" (split here: argparse hands a "*"
+    # positional after another positional nothing, and refuses the flags)
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    a.extra = extra
+    tails = None
+    if a.tails is not None:
+        try:
+            tails = [float(t) for t in a.tails.split(",")]
+        except ValueError:
+            sys.exit(f"race_lr_sweep: --tails {a.tails}: a comma-separated list of lrs")
+        if not tails or any(not (t >= 0 and math.isfinite(t)) for t in tails):
+            sys.exit(f"race_lr_sweep: --tails {a.tails}: every lr must be finite and >= 0")
+    if a.out is None:
+        a.out = "runs/race-tail-sweep" if tails is not None else "runs/race-lr-sweep"
     opts = a.optimizers.split(",")
     for o in opts:
         if o not in CENTRES:
@@ -144,49 +243,67 @@ def main():
     os.makedirs(a.out, exist_ok=True)
 
     def log(r):
-        print(f"{r['opt']:<11} lr {r['lr']:<8g} final {r['final']:.4f} wall {r['wall']:.1f} s",
-              flush=True)
+        print(f"{r['opt']:<11} lr {r['lr']:<8g} tail {r['tail']:<8g} final {r['final']:.4f} "
+              f"wall {r['wall']:.1f} s", flush=True)
 
     results, picks = {}, {}
     adamw_lr = CENTRES["adamw"]
+    key = "tail" if tails is not None else "lr"  # the swept column
     for o in opts:
-        rows, best = sweep(a.strata, o, adamw_lr, a, a.extra, log)
+        if tails is not None:
+            rows, best = tail_sweep(a.strata, o, tails, a, log)
+        else:
+            rows, best = sweep(a.strata, o, adamw_lr, a, a.extra, log)
         results[o], picks[o] = rows, best
-        if o == "adamw":
+        if o == "adamw" and tails is None:
             adamw_lr = best
-    target = min(r["final"] for r in results["adamw"])
+    if tails is not None:  # the race's reference: AdamW at its lr, the tail 3e-3
+        target = next(r["final"] for r in results["adamw"] if r["tail"] == BASE_TAIL)
+        pick_row = next(r for r in results["adamw"] if r["tail"] == BASE_TAIL)
+    else:
+        target = min(r["final"] for r in results["adamw"])
+        pick_row = next(r for r in results["adamw"] if r["lr"] == picks["adamw"])
     if not math.isfinite(target):
         sys.stderr.write("race_lr_sweep: every AdamW run failed\n")
         return 1
-    base = next(r["wall"] for r in results["adamw"] if r["lr"] == picks["adamw"])
+    base = pick_row["wall"]
 
     def ratio(w):  # wall time to the target over AdamW's whole wall time (noisy: load)
         return "" if w is None or not base > 0 else f"{w / base:.3f}"
 
     with open(os.path.join(a.out, "sweep.tsv"), "w") as f:
-        f.write("optimizer\tlr\tfinal_val_loss\treach_step\twall_s\treach_s\t"
+        f.write("optimizer\tlr\ttail_lr\tfinal_val_loss\treach_step\twall_s\treach_s\t"
                 "ratio_to_adamw\tpicked\n")
         for o in opts:
             for r in results[o]:
                 st, w = reach(r, target)
-                f.write(f"{o}\t{r['lr']:g}\t{r['final']:.6f}\t{'' if st is None else st}\t"
+                f.write(f"{o}\t{r['lr']:g}\t{r['tail']:g}\t{r['final']:.6f}\t"
+                        f"{'' if st is None else st}\t"
                         f"{r['wall']:.1f}\t{'' if w is None else f'{w:.1f}'}\t{ratio(w)}\t"
-                        f"{int(r['lr'] == picks[o])}\n")
+                        f"{int(r[key] == picks[o])}\n")
     with open(os.path.join(a.out, "sweep.md"), "w") as f:
-        f.write(f"AdamW's final validation loss (the target): {target:.4f}; "
-                f"{a.steps} steps; AdamW tail lr {adamw_lr:g}; picks in bold\n\n")
-        f.write("| optimizer | lr | final val loss | step reaching AdamW's final loss | "
-                "wall s | ratio to AdamW's wall time |\n")
-        f.write("|---|---|---|---|---|---|\n")
+        if tails is not None:
+            f.write(f"AdamW's final validation loss at its lr {LRS['adamw']:g} and the tail "
+                    f"{BASE_TAIL:g} (the target): {target:.4f}; {a.steps} steps; the AdamW "
+                    f"tail's lr swept, each optimizer at its lr; picks in bold (the smallest "
+                    f"tail within {100 * a.scatter:g}% of the best)\n\n")
+        else:
+            f.write(f"AdamW's final validation loss (the target): {target:.4f}; "
+                    f"{a.steps} steps; AdamW tail lr {adamw_lr:g}; picks in bold\n\n")
+        f.write("| optimizer | lr | tail lr | final val loss | step reaching AdamW's final "
+                "loss | wall s | ratio to AdamW's wall time |\n")
+        f.write("|---|---|---|---|---|---|---|\n")
         for o in opts:
             for r in results[o]:
                 st, w = reach(r, target)
-                b = "**" if r["lr"] == picks[o] else ""
+                b = "**" if r[key] == picks[o] else ""
                 fin = "failed" if not math.isfinite(r["final"]) else f"{r['final']:.4f}"
-                f.write(f"| {o} | {b}{r['lr']:g}{b} | {b}{fin}{b} | "
+                lr_s = f"{b}{r['lr']:g}{b}" if key == "lr" else f"{r['lr']:g}"
+                tail_s = f"{b}{r['tail']:g}{b}" if key == "tail" else f"{r['tail']:g}"
+                f.write(f"| {o} | {lr_s} | {tail_s} | {b}{fin}{b} | "
                         f"{'never' if st is None else st} | {r['wall']:.1f} | "
                         f"{ratio(w) or '-'} |\n")
-    print(f"\ntarget {target:.4f}; picks: " +
+    print(f"\ntarget {target:.4f}; {'tail ' if tails is not None else ''}picks: " +
           ", ".join(f"{o} {picks[o]:g}" for o in opts))
     print(f"wrote {a.out}/sweep.tsv and {a.out}/sweep.md")
     return 0

@@ -372,6 +372,25 @@ static void dflt_lr(const train_args *d, char *buf, size_t n)
              (double)c->kl_shampoo.lr, (double)c->normuon.lr, (double)c->dion2.lr);
 }
 
+/* The trainer's default tail lr per matrix optimizer (gpt_default_tail_lr):
+ * those other than AdamW's, then "the others". */
+static void dflt_tail_lr(const train_args *d, char *buf, size_t n)
+{
+    (void)d;
+    const float base = gpt_default_tail_lr(STRATA_OPTIM_ADAMW);
+    size_t used = 0;
+    for (int k = 0; k < 32 && used < n; k++) {
+        const char *name = strata_optimizer_name((strata_optimizer)k);
+        if (strcmp(name, "unknown") == 0)
+            break;
+        const float v = gpt_default_tail_lr((strata_optimizer)k);
+        if (v != base)
+            used += (size_t)snprintf(buf + used, n - used, "%s %g, ", name, (double)v);
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "%s%g", used ? "the others " : "", (double)base);
+}
+
 static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
 {
     snprintf(buf, n, "%g", (double)d->o.strata.shampoo.weight_decay);
@@ -450,7 +469,9 @@ static const train_flag train_flag_rows[] = {
      .arg = "X", .dflt = dflt_lr,
      .help = "peak learning rate of the matrix optimizer\n(default: {})", .needs = NEEDS_RUN},
     {CFG(adamw_lr), .type = FT_FLOAT, .lo = 0.0, .hi = 100.0,
-     .group = G_TRAIN, .arg = "X", .help = "peak learning rate of the AdamW tail (default {})",
+     .group = G_TRAIN, .arg = "X", .dflt = dflt_tail_lr,
+     .help = "peak learning rate of the AdamW tail (embeddings,\n1-D tensors), --optimizer "
+             "adamw's too (--lr: its\nmatrices') (default: {})",
      .needs = NEEDS_RUN},
     {.name = "weight-decay", .type = FT_FLOAT, .off = OFF(wd), .lo = 0.0, .hi = 10.0,
      .group = G_TRAIN, .arg = "X", .dflt = dflt_weight_decay,
@@ -1293,13 +1314,27 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     o->model.max_seq = o->seq_len; /* the model's context is the training context */
     /* --lr and --weight-decay set the matrix optimizer's own values only (the
      * others are not used by this run; a resumed checkpoint compares them). */
+    /* --adamw-lr is the tail's lr for every matrix optimizer (AdamW's too, whose
+     * matrices take --lr); without it each run's tail takes the trainer's
+     * default for its matrix optimizer (gpt_train_options.tail_lr -1: the
+     * race's runs each their own). The flag wrote strata.adamw.lr: it moves
+     * to tail_lr, and AdamW's matrices keep their default unless --lr. */
+    if (flag_given(a, "adamw-lr")) {
+        gpt_train_options dflt;
+        gpt_train_options_default(&dflt);
+        o->tail_lr = o->strata.adamw.lr;
+        o->strata.adamw.lr = dflt.strata.adamw.lr;
+    }
     float *lr = NULL, *wd = NULL;
     strata_config_optimizer_lr(&o->strata, mopt, &lr, &wd); /* NULLs for an unknown one */
     if (a->lr >= 0.0f && lr)
         *lr = a->lr;
-    if (a->lr >= 0.0f && lr == &o->strata.adamw.lr && flag_given(a, "adamw-lr"))
-        fprintf(stderr, "strata: note: --adamw-lr has no effect with --optimizer adamw and --lr: "
-                        "the matrices and the tail share AdamW's one learning rate, --lr's\n");
+    if (cmd == CMD_TRAIN && a->lr >= 0.0f && lr == &o->strata.adamw.lr &&
+        !flag_given(a, "adamw-lr") && a->lr != gpt_default_tail_lr(mopt))
+        fprintf(stderr, "strata: note: --lr %g sets AdamW's matrices; the tail (embeddings, 1-D "
+                        "tensors) keeps --adamw-lr's default %g (--adamw-lr %g: one lr for "
+                        "all)\n",
+                (double)a->lr, (double)gpt_default_tail_lr(mopt), (double)a->lr);
     if (a->wd >= 0.0f && wd)
         *wd = a->wd;
     if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */

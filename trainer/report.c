@@ -189,6 +189,14 @@ static json_object *get_kl_beta(const config_ctx *c)
     return json_float(k->shampoo_beta >= 0.0f ? k->shampoo_beta : k->beta2);
 }
 
+/* The AdamW tail's peak lr as the run resolved it (gpt_train_options.tail_lr;
+ * with matrix optimizer AdamW it may differ from strata.adamw.lr, the
+ * matrices'). */
+static json_object *get_tail_lr(const config_ctx *c)
+{
+    return json_float(c->o->tail_lr >= 0.0f ? c->o->tail_lr : c->o->strata.adamw.lr);
+}
+
 static json_object *get_async(const config_ctx *c)
 {
     return json_object_new_boolean(c->async);
@@ -278,7 +286,7 @@ static const config_key config_keys[] = {
     {"lr", SOAP, WHEN_ALWAYS, CK_FLOAT, OFF(strata.soap.lr), NULL, NULL, 0},
     {"lr", KL, WHEN_ALWAYS, CK_FLOAT, OFF(strata.kl_shampoo.lr), NULL, NULL, 0},
     {"lr", ADAMW, WHEN_ALWAYS, CK_FLOAT, OFF(strata.adamw.lr), NULL, NULL, 0},
-    SK(adamw_lr, 0, WHEN_ALWAYS, NULL, NULL),
+    SK(adamw_lr, 0, WHEN_ALWAYS, NULL, get_tail_lr), /* the tail's (AdamW's: its own) */
     {"warmup", 0, WHEN_ALWAYS, CK_INT, OFF(warmup), NULL, NULL, 0},
     {"min_lr_ratio", 0, WHEN_ALWAYS, CK_FLOAT, OFF(min_lr_ratio), NULL, NULL, 0},
     SK(max_grad_norm, 0, WHEN_ALWAYS, NULL, NULL),

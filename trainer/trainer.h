@@ -43,7 +43,19 @@ typedef struct gpt_train_options {
     int eval_every;          /* steps between validation evaluations; default 50 (0 = end only) */
     int eval_batches;        /* batches per validation; default 8 */
     uint64_t seed;           /* model init and batch sampling; default 1337 */
-    strata_config strata;    /* optimizer configuration (matrix_optimizer, hyperparameters) */
+    strata_config strata;    /* optimizer configuration (matrix_optimizer, hyperparameters);
+                                with matrix optimizer AdamW, strata.adamw.lr is the
+                                matrices' peak lr (--lr), the tail's is tail_lr */
+    float tail_lr;           /* peak lr of the AdamW tail (embeddings and 1-D tensors) for
+                                every matrix optimizer (--adamw-lr); < 0 (the default -1):
+                                the trainer's default for the run's matrix optimizer,
+                                gpt_default_tail_lr. gpt_train writes it into
+                                strata.adamw.lr for a non-AdamW run (the tail is AdamW's
+                                only use there); with AdamW a tail_lr other than
+                                strata.adamw.lr goes to each tail parameter through
+                                strata_param_set_hyper after the commit (and after a
+                                resume's load), never called when the two are equal (then
+                                bit-identical to one AdamW at one lr) */
     int grad_accum;          /* micro-batches per optimizer step on one rank (default 1):
                                 each micro-batch's gradient is computed alone, the
                                 gradients are summed in order from +0 and scaled by
@@ -203,8 +215,16 @@ typedef struct gpt_train_result {
 } gpt_train_result;
 
 /* Defaults as documented on each field (matrix optimizer: Shampoo with Adam
- * grafting, precondition frequency 10, lr 3e-3; tail AdamW lr 3e-3). */
+ * grafting, precondition frequency 10, lr 3e-3; tail AdamW lr: tail_lr -1, the
+ * matrix optimizer's default below). */
 void gpt_train_options_default(gpt_train_options *o);
+
+/* The example trainer's default peak lr of the AdamW tail for matrix
+ * optimizer `opt` (the tail sweep in trainer.c; 3e-3 where the sweep gave
+ * no reason to move it, and for an unknown optimizer): what a run with
+ * tail_lr < 0 uses. Not the library's default (strata_config_default's
+ * adamw.lr). */
+float gpt_default_tail_lr(strata_optimizer opt);
 
 /* The checkpoint that `path` names, as --resume reads it: `path` itself when
  * it holds a manifest.json (*picked false), else the newest complete

@@ -281,6 +281,10 @@ def state_bytes(opt, model: nn.Module) -> dict:
 # library's defaults in both.
 TRAINER_COMMON = {"adamw_lr": 3e-3, "adamw_weight_decay": 0.0, "adamw_beta2": 0.95,
                   "max_grad_norm": 1.0}
+# The tail's lr where the trainer's default for the matrix optimizer is not
+# TRAINER_COMMON's (trainer.c, gpt_default_tail_lr: the race's tail sweep).
+TRAINER_TAIL_LR = {"muon": 0.04, "normuon": 0.04, "soap": 0.01, "kl-shampoo": 0.01,
+                   "shampoo": 0.02, "dion2": 0.01}
 TRAINER_DEFAULTS = {
     "adamw": {"lr": 3e-3, "weight_decay": 0.0, "beta2": 0.95},
     "shampoo": {"lr": 3e-3, "beta2": 0.95, "epsilon": 1e-10, "grafting_beta2": 0.95,
@@ -327,6 +331,8 @@ def make_optimizer(args: argparse.Namespace, model: GPT):
             for k, v in TRAINER_COMMON.items():
                 if args.optimizer != "adamw" or not k.startswith("adamw_"):
                     kw[k] = v  # AdamW: its own lr, wd and beta2 above
+            if args.optimizer in TRAINER_TAIL_LR:
+                kw["adamw_lr"] = TRAINER_TAIL_LR[args.optimizer]
         given = strata_kwargs(args.strata)
         kw.update(given)
         if kw.get("form") == "exact" and "bias_correction" not in given:

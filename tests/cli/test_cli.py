@@ -202,13 +202,17 @@ with tempfile.TemporaryDirectory() as tmp:
             (["--async", "--nvme-dir", "x"], "--nvme-dir takes effect with --tiers"),
             (["--overwrite"], "--overwrite takes effect with --save-every"),
             (["--data", short, "--data-recursive"], "--data-recursive takes effect with a --data"),
-            (["--optimizer", "adamw", "--lr", "0.01", "--adamw-lr", "0.002"],
-             "--adamw-lr has no effect with --optimizer adamw and --lr")]:
+            (["--optimizer", "adamw", "--lr", "0.01"],
+             "--lr 0.01 sets AdamW's matrices; the tail (embeddings, 1-D tensors) keeps "
+             "--adamw-lr's default 0.003")]:
         p = run("train", *nodata, *args, expect_rc=1, expect_text=note)
         ok = p is not None and p.stderr.count("note:") == 1
         print(f"{'PASS' if ok else 'FAIL'}: train {' '.join(args)}: one note")
         failures += not ok
     run("train", *nodata, "--optimizer", "dion2", "--ns-steps", "3", "--dion2-fraction", "0.5",
+        expect_rc=1, reject_text="note:")
+    # --adamw-lr with --optimizer adamw is the tail's own lr, --lr the matrices': no note
+    run("train", *nodata, "--optimizer", "adamw", "--lr", "0.01", "--adamw-lr", "0.002",
         expect_rc=1, reject_text="note:")
     # A value the runtime refuses is refused alone, with no note that the flag has no
     # effect (issue #22: --shard-group-size 2 on one rank printed both); the legal

@@ -142,6 +142,7 @@ static void tiny_options(gpt_train_options *o, const run_case *c)
      * SOAP 3e-3, Muon 0.02, KL-Shampoo 1e-2), the trainer's defaults until the
      * race's sweeps moved them (trainer/trainer.c). */
     o->strata.adamw.lr = 3e-3f;
+    o->tail_lr = 3e-3f; /* every optimizer's tail (the trainer's default is per optimizer) */
     o->strata.shampoo.lr = 3e-3f;
     o->strata.muon.lr = 0.02f;
     o->strata.soap.lr = 3e-3f;

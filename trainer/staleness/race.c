@@ -245,9 +245,15 @@ static strata_status race_one(const strata_race_options *o, race_row *row, FILE 
     snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, run->name);
     t.metrics_path = path;
     if (out) {
+        /* its peak lrs: the matrices' and the AdamW tail's (--adamw-lr, else the
+         * trainer's default for this run's matrix optimizer) */
         const bool plain = strcmp(run->variant, "-") == 0;
-        fprintf(out, "race: running %s (%s%s%d steps)...\n", run->name,
-                plain ? "" : run->variant, plain ? "" : ", ", t.steps);
+        float *lr = NULL, *wd = NULL;
+        strata_config_optimizer_lr(&t.strata, run->optimizer, &lr, &wd);
+        const float tail = t.tail_lr >= 0.0f ? t.tail_lr : gpt_default_tail_lr(run->optimizer);
+        fprintf(out, "race: running %s (%s%s%d steps, lr %g, tail lr %g)...\n", run->name,
+                plain ? "" : run->variant, plain ? "" : ", ", t.steps,
+                lr ? (double)*lr : NAN, (double)tail);
         if (strstr(run->variant, "-eps1e-4"))
             fprintf(out, "note: %s runs at --epsilon 1e-4, not the race's %g: the valve "
                          "refuses every correction below it (README, stale correction)\n",
