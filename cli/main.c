@@ -1318,7 +1318,8 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
      * matrices take --lr); without it each run's tail takes the trainer's
      * default for its matrix optimizer (gpt_train_options.tail_lr -1: the
      * race's runs each their own). The flag wrote strata.adamw.lr: it moves
-     * to tail_lr, and AdamW's matrices keep their default unless --lr. */
+     * to tail_lr, and AdamW's matrices keep their default unless --lr (without
+     * --adamw-lr AdamW's tail follows its matrices' lr: one lr for the run). */
     if (flag_given(a, "adamw-lr")) {
         gpt_train_options dflt;
         gpt_train_options_default(&dflt);
@@ -1329,12 +1330,6 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
     strata_config_optimizer_lr(&o->strata, mopt, &lr, &wd); /* NULLs for an unknown one */
     if (a->lr >= 0.0f && lr)
         *lr = a->lr;
-    if (cmd == CMD_TRAIN && a->lr >= 0.0f && lr == &o->strata.adamw.lr &&
-        !flag_given(a, "adamw-lr") && a->lr != gpt_default_tail_lr(mopt))
-        fprintf(stderr, "strata: note: --lr %g sets AdamW's matrices; the tail (embeddings, 1-D "
-                        "tensors) keeps --adamw-lr's default %g (--adamw-lr %g: one lr for "
-                        "all)\n",
-                (double)a->lr, (double)gpt_default_tail_lr(mopt), (double)a->lr);
     if (a->wd >= 0.0f && wd)
         *wd = a->wd;
     if (cmd == CMD_RACE) { /* each run its own matrix optimizer: every one of them */

@@ -197,13 +197,17 @@ float gpt_default_tail_lr(strata_optimizer opt)
                                                                          : 3e-3f;
 }
 
-/* The run's tail lr: the caller's, else the matrix optimizer's default; a
+/* The run's tail lr: the caller's, else the matrix optimizer's default
+ * (AdamW's: its own lr, strata.adamw.lr, so that an AdamW run at one --lr
+ * trains every tensor at it, as before the tail had an lr of its own); a
  * non-AdamW run's tail takes it through strata.adamw.lr (AdamW's own run
  * through tail_own_lr). */
 static void resolve_tail_lr(gpt_train_options *o)
 {
     if (o->tail_lr < 0.0f)
-        o->tail_lr = gpt_default_tail_lr(o->strata.matrix_optimizer);
+        o->tail_lr = o->strata.matrix_optimizer == STRATA_OPTIM_ADAMW
+                         ? o->strata.adamw.lr
+                         : gpt_default_tail_lr(o->strata.matrix_optimizer);
     if (o->strata.matrix_optimizer != STRATA_OPTIM_ADAMW)
         o->strata.adamw.lr = o->tail_lr;
 }

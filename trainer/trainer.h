@@ -49,7 +49,8 @@ typedef struct gpt_train_options {
     float tail_lr;           /* peak lr of the AdamW tail (embeddings and 1-D tensors) for
                                 every matrix optimizer (--adamw-lr); < 0 (the default -1):
                                 the trainer's default for the run's matrix optimizer,
-                                gpt_default_tail_lr. gpt_train writes it into
+                                gpt_default_tail_lr (AdamW's: its own strata.adamw.lr,
+                                one lr for the run). gpt_train writes it into
                                 strata.adamw.lr for a non-AdamW run (the tail is AdamW's
                                 only use there); with AdamW a tail_lr other than
                                 strata.adamw.lr goes to each tail parameter through

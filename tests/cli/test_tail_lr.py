@@ -9,7 +9,7 @@ tail_own_lr) on a tiny model, a few steps each:
    Equal to the matrices' lr (given or not) the run is bit-identical to the
    default one-lr run; different, the run differs and its record names both;
    its checkpoint's manifest gives each tail parameter the tail's lr (the
-   matrices none).
+   matrices none). Without --adamw-lr the tail follows --lr (one lr).
 3. A resume of such a run is bit-identical to the uninterrupted run; resumed
    with another --adamw-lr it continues at the new one and says so.
 4. The race names each run's lr and tail lr.
@@ -87,6 +87,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check(ok and f32(split[0]["adamw_lr"]) == f32(0.02) and f32(split[0]["lr"]) == f32(3e-3),
           f"adamw --adamw-lr 0.02: the record's adamw_lr 0.02, lr 0.003 "
           f"({split and (split[0]['adamw_lr'], split[0]['lr'])})")
+    lone = train(tmp, "adamw-lr-alone", *six, "--lr", "0.006")
+    both = train(tmp, "adamw-lr-both", *six, "--lr", "0.006", "--adamw-lr", "0.006")
+    check(lone and both and f32(lone[0]["adamw_lr"]) == f32(6e-3) and lone[1] == both[1],
+          "adamw --lr 0.006 alone: one lr for every tensor (the tail follows it), "
+          "bit-identical to --adamw-lr 0.006")
     man = os.path.join(ck, "step-00000003", "manifest.json")
     params = json.load(open(man))["params"] if os.path.exists(man) else []
     tail = [p for p in params if p.get("tail")]
