@@ -42,14 +42,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static double gauss(void)
 {
-    double u[2];
-    for (int i = 0; i < 2; i++) {
-        rng_state ^= rng_state >> 12;
-        rng_state ^= rng_state << 25;
-        rng_state ^= rng_state >> 27;
-        u[i] = ((double)((rng_state * 2685821657736338717ull) >> 11) + 1.0) * 0x1.0p-53;
-    }
-    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+    return bench_gauss(&rng_state);
 }
 
 enum { DSYEVD, EIGH, NEWTON64, NEWTON32, NKIND };

@@ -2,6 +2,8 @@
 #ifndef STRATA_BENCH_UTIL_H
 #define STRATA_BENCH_UTIL_H
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,20 @@ static inline int bench_wants_help(int argc, char **argv, const char *usage)
             return 1;
         }
     return 0;
+}
+
+/* A standard normal deviate from *state (xorshift64* and Box-Muller): a
+ * fixed, portable problem for the root benchmarks. */
+static inline double bench_gauss(uint64_t *state)
+{
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        *state ^= *state >> 12;
+        *state ^= *state << 25;
+        *state ^= *state >> 27;
+        u[i] = ((double)((*state * 2685821657736338717ull) >> 11) + 1.0) * 0x1.0p-53;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
 }
 
 /* Seconds on CLOCK_MONOTONIC. */
