@@ -128,6 +128,15 @@ strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *c
                                     NS_MAX_BATCH_THREADS));
     OPTIM_CHECK(st, optim_check_int(cfg, NAME("dtype"), (long long)c->dtype, STRATA_STATE_F32,
                                     STRATA_STATE_BF16));
+    if (st == STRATA_OK && c->method == STRATA_NS_GRAM && c->dtype == STRATA_STATE_BF16 &&
+        c->schedule == STRATA_NS_POLAR_EXPRESS)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "%s.%smethod gram with %sdtype bf16 and %sschedule polar-express: "
+                          "not supported (the Gram matrix's bfloat16 rounding, grown by Polar "
+                          "Express's first coefficients, diverges on low-rank gradients); use "
+                          "method standard or auto (standard there), the quintic schedule, or "
+                          "dtype f32",
+                          cfg, prefix, prefix, prefix);
 #undef NAME
     return st;
 }
@@ -148,6 +157,8 @@ strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows, i
 {
     if (c->method != STRATA_NS_AUTO)
         return c->method;
+    if (c->dtype == STRATA_STATE_BF16 && c->schedule == STRATA_NS_POLAR_EXPRESS)
+        return STRATA_NS_STANDARD; /* Gram diverges there (strata_ns_config_check_as) */
     const double p = (double)(rows < cols ? rows : cols), q = (double)(rows < cols ? cols : rows);
     return q >= (double)c->gram_min_aspect * p ? STRATA_NS_GRAM : STRATA_NS_STANDARD;
 }
