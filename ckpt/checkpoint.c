@@ -118,7 +118,16 @@ static json_object *config_json(const strata_config *c)
     return o;
 }
 
-/* The resumed run may change hyperparameters (a lower lr, ...): say which. */
+/* One recorded config value as the warning prints it: a float field (stored
+ * as the double of a float32) in %g of its float32, an integer as is. */
+static void config_value_str(json_object *v, char *buf, size_t n)
+{
+    if (json_object_is_type(v, json_type_double))
+        snprintf(buf, n, "%g", (double)(float)json_object_get_double(v));
+    else
+        snprintf(buf, n, "%s", json_object_to_json_string(v));
+}
+
 /* The resumed run may change hyperparameters (a lower lr, ...): say which. */
 static void config_compare(const strata_runtime *rt, const strata_config *cfg,
                            json_object *saved, const char *what)
@@ -139,11 +148,14 @@ static void config_compare(const strata_runtime *rt, const strata_config *cfg,
                                     (float)json_object_get_double(val)
                               : json_object_get_int64(old) == json_object_get_int64(val) &&
                                     json_object_get_type(old) == json_object_get_type(val);
-        if (!same)
+        if (!same) {
+            char was[64], is[64];
+            config_value_str(old, was, sizeof was);
+            config_value_str(val, is, sizeof is);
             strata_log(rt, STRATA_LOG_WARN, "ckpt",
                        "%s: config '%s' was %s at save, is %s now (the run continues with the "
-                       "new value)", what, key, json_object_to_json_string(old),
-                       json_object_to_json_string(val));
+                       "new value)", what, key, was, is);
+        }
     }
     json_object_put(now);
 }

@@ -373,7 +373,7 @@ static void dflt_lr(const train_args *d, char *buf, size_t n)
 }
 
 /* The trainer's default tail lr per matrix optimizer (gpt_default_tail_lr):
- * those other than AdamW's, then "the others". */
+ * those other than AdamW's, then "the others", then AdamW's rule. */
 static void dflt_tail_lr(const train_args *d, char *buf, size_t n)
 {
     (void)d;
@@ -387,8 +387,9 @@ static void dflt_tail_lr(const train_args *d, char *buf, size_t n)
         if (v != base)
             used += (size_t)snprintf(buf + used, n - used, "%s %g, ", name, (double)v);
     }
-    if (used < n)
-        snprintf(buf + used, n - used, "%s%g", used ? "the others " : "", (double)base);
+    if (used < n) /* AdamW's own run: its tail follows its --lr (resolve_tail_lr) */
+        snprintf(buf + used, n - used, "%s%g; adamw: its matrices' lr", used ? "the others " : "",
+                 (double)base);
 }
 
 static void dflt_weight_decay(const train_args *d, char *buf, size_t n)
