@@ -128,15 +128,6 @@ strata_status strata_ns_config_check_as(const strata_ns_config *c, const char *c
                                     NS_MAX_BATCH_THREADS));
     OPTIM_CHECK(st, optim_check_int(cfg, NAME("dtype"), (long long)c->dtype, STRATA_STATE_F32,
                                     STRATA_STATE_BF16));
-    if (st == STRATA_OK && c->method == STRATA_NS_GRAM && c->dtype == STRATA_STATE_BF16 &&
-        c->schedule == STRATA_NS_POLAR_EXPRESS)
-        st = strata_error(STRATA_ERR_INVALID_ARG,
-                          "%s.%smethod gram with %sdtype bf16 and %sschedule polar-express: "
-                          "not supported (the Gram matrix's bfloat16 rounding, grown by Polar "
-                          "Express's first coefficients, diverges on low-rank gradients); use "
-                          "method standard or auto (standard there), the quintic schedule, or "
-                          "dtype f32",
-                          cfg, prefix, prefix, prefix);
 #undef NAME
     return st;
 }
@@ -157,8 +148,6 @@ strata_ns_method strata_ns_method_for(const strata_ns_config *c, int64_t rows, i
 {
     if (c->method != STRATA_NS_AUTO)
         return c->method;
-    if (c->dtype == STRATA_STATE_BF16 && c->schedule == STRATA_NS_POLAR_EXPRESS)
-        return STRATA_NS_STANDARD; /* Gram diverges there (strata_ns_config_check_as) */
     const double p = (double)(rows < cols ? rows : cols), q = (double)(rows < cols ? cols : rows);
     return q >= (double)c->gram_min_aspect * p ? STRATA_NS_GRAM : STRATA_NS_STANDARD;
 }
@@ -312,11 +301,21 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
                                   float **res)
 {
     const size_t pp = (size_t)p * p;
+    /* bfloat16 products with Polar Express: the p x p iteration (P, R = P R P,
+     * Q = Q P) in float32 and R not rounded, only the p x q products (X X^T,
+     * the restarts' Q X, the last Q X) in bfloat16 (optim.h, "bfloat16 Gram
+     * with Polar Express"): with it all in bfloat16 the Gram matrix's
+     * rounding, grown by the schedule's first coefficients, diverged on
+     * low-rank inputs. */
+    strata_ns_config c32 = *c;
+    if (c->dtype == STRATA_STATE_BF16 && c->schedule == STRATA_NS_POLAR_EXPRESS)
+        c32.dtype = STRATA_STATE_F32;
+    const strata_ns_config *ci = &c32;
     float *R = pp_buf, *P = R + pp, *T = P + pp, *Q = T + pp, *Q2 = Q + pp;
     bool q_identity = true;
     strata_status st = ns_syrk(be, c, p, q, 1.0f, X, q, 0.0f, R, p);
     if (st == STRATA_OK)
-        st = round_gram_bf16(be, c, R, pp);
+        st = round_gram_bf16(be, ci, R, pp);
     for (int t = 0; t < c->steps && st == STRATA_OK; t++) {
         if (t > 0 && t < 64 && (mask >> t & 1) && !q_identity) {
             /* Restart: fold Q into X and re-form the Gram matrix from it. */
@@ -324,7 +323,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
             if (st == STRATA_OK)
                 st = ns_syrk(be, c, p, q, 1.0f, Y, q, 0.0f, R, p);
             if (st == STRATA_OK)
-                st = round_gram_bf16(be, c, R, pp);
+                st = round_gram_bf16(be, ci, R, pp);
             if (st != STRATA_OK)
                 break;
             float *sw = X;
@@ -337,7 +336,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
         /* P = a I + b R + c R^2 (R symmetric: R^2 = R R^T, a SYRK). */
         st = strata_backend_copy(be, P, R, pp * sizeof(float));
         if (st == STRATA_OK)
-            st = ns_syrk(be, c, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
+            st = ns_syrk(be, ci, p, p, (float)abc[2], R, p, (float)abc[1], P, p);
         if (st == STRATA_OK)
             st = strata_backend_diag_update(be, NULL, p, P, p, (float)abc[0], true);
         if (st != STRATA_OK)
@@ -346,11 +345,11 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
         const bool last = t + 1 >= c->steps;
         const bool restart_next = t + 1 < 64 && (mask >> (t + 1) & 1);
         if (!last && !restart_next) {
-            st = ns_gemm(be, c, p, p, p, R, p, P, p, T, p);
+            st = ns_gemm(be, ci, p, p, p, R, p, P, p, T, p);
             if (st == STRATA_OK)
-                st = ns_gemm(be, c, p, p, p, P, p, T, p, R, p);
+                st = ns_gemm(be, ci, p, p, p, P, p, T, p, R, p);
             if (st == STRATA_OK)
-                st = round_gram_bf16(be, c, R, pp);
+                st = round_gram_bf16(be, ci, R, pp);
             if (st != STRATA_OK)
                 break;
         }
@@ -360,7 +359,7 @@ static strata_status iterate_gram(strata_backend *be, const strata_ns_config *c,
             P = sw;
             q_identity = false;
         } else {
-            st = ns_gemm(be, c, p, p, p, Q, p, P, p, Q2, p);
+            st = ns_gemm(be, ci, p, p, p, Q, p, P, p, Q2, p);
             float *sw = Q;
             Q = Q2;
             Q2 = sw;

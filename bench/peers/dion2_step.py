@@ -110,11 +110,6 @@ def accuracy(args, torch, st, Dion2, w0, g, sides):
           % (sum(float((a - b).norm() ** 2) for a, b in zip(dw_st64, dw_ref64)) /
              sum(float(b.norm() ** 2) for b in dw_ref64)) ** 0.5)
     for dtype, method in step_pair.strata_modes(("standard", "gram")):
-        if dtype == "bf16" and method == "gram":
-            # refused: bf16 Gram with Polar Express diverges on low-rank gradients
-            # (include/strata/optim.h, strata_ns_method)
-            print("  strata ns_dtype bf16 ns_method gram: refused with Polar Express")
-            continue
         ps = [torch.nn.Parameter(w.clone()) for w in w0]
         opt = st.Dion2([(f"m{i}", p) for i, p in enumerate(ps)],
                        **step_pair.strata_threads(args.threads, args.parallel),

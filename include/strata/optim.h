@@ -449,15 +449,18 @@ typedef enum strata_muon_momentum_form {
  *             for 5 steps and one restart, against 15 p^2 q + 5 p^3: cheaper
  *             once q / p exceeds about 2.
  *   AUTO      GRAM when q >= gram_min_aspect * p, otherwise STANDARD.
- * bfloat16 products (dtype BF16) with Polar Express: GRAM is refused
- * (STRATA_ERR_INVALID_ARG) and AUTO runs STANDARD. The Gram matrix's bfloat16
- * rounding noise, grown by the schedule's first coefficients (8.29, 4.11),
- * leaves the polynomials' interval on low-rank inputs: on rank-2 gradients
- * plus 1e-4 noise, Dion2 at 128 x 128 to 768 x 3072, update norms 8 to 5e6
- * against the standard iteration's 0.05-0.3, and a default-model Dion2 run
- * diverged at step 2 (with two restarts, step 20's update still blew the
- * validation loss to 10.4). With the quintic, bf16 GRAM trains (the default
- * model, 60 steps: Muon 2.659, NorMuon 2.667, Dion2 2.706 validation loss).
+ * bfloat16 Gram with Polar Express (dtype BF16, schedule POLAR_EXPRESS,
+ * GRAM): the p x p iteration (P, R = P R P, Q = Q P) runs in float32 with R
+ * unrounded; only the p x q products (X X^T, the restarts' Q X, the last
+ * Q X) round their operands to bfloat16. All in bfloat16 (as the quintic
+ * runs) it diverged on low-rank inputs: the Gram matrix's rounding noise,
+ * grown by the schedule's first coefficients (8.29, 4.11), leaves the
+ * polynomials' interval (rank-2 gradients plus 1e-4 noise, Dion2 at
+ * 128 x 128 to 768 x 3072: update norms 37 to 5e6 against the standard
+ * iteration's 0.05-0.3; a default-model Dion2 run diverged at step 2). With
+ * the float32 iteration: within 4% of the standard bf16 iteration's norms
+ * for every restart placement tried, and the default-model Dion2 run at 60
+ * steps 2.703 against standard 2.704.
  * Restart positions: `gram_restart_mask` bit i (1 <= i < min(steps, 64))
  * restarts before iteration i (0-based: the reference's reset index i, "[2]"
  * restarts after the 2nd iteration). When the mask is 0, `gram_restarts`
@@ -484,8 +487,7 @@ typedef enum strata_ns_schedule {
 } strata_ns_schedule;
 
 typedef enum strata_ns_method {
-    STRATA_NS_AUTO = 0,     /* by aspect ratio (recommended for speed); STANDARD with
-                               bf16 products and Polar Express (below) */
+    STRATA_NS_AUTO = 0,     /* by aspect ratio (recommended for speed) */
     STRATA_NS_STANDARD = 1, /* default: today's iteration and accuracy */
     STRATA_NS_GRAM = 2,
 } strata_ns_method;

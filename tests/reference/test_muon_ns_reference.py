@@ -384,7 +384,7 @@ def ns_bf16_cases(drv, rep):
                                  ("standard", "quintic", (96, 24)),
                                  ("standard", "polar_express", (40, 100)),
                                  ("gram", "quintic", (24, 96)),
-                                 ("gram", "quintic", (130, 40))):
+                                 ("gram", "polar_express", (130, 40))):
         x = rng.standard_normal(shape).astype(np.float32)
         name = "ns_bf16_%s_%s_%dx%d" % (method, sched, shape[0], shape[1])
         out, _, err = run_ns(drv, x, method=method, schedule=sched, dtype="bf16")
@@ -406,16 +406,25 @@ def ns_bf16_cases(drv, rep):
                  note="f32 NS: %.1e" % (fro(f32out - ref) / fro(ref)))
         rep.check(name + " [differs from f32]", not np.array_equal(out, f32out),
                   "the dtype reaches the products")
-    # Gram with bf16 products and Polar Express is refused (it diverges on
-    # low-rank inputs; optim.h), auto runs the standard iteration there.
-    x = rng.standard_normal((40, 130)).astype(np.float32)
-    out, _, err = run_ns(drv, x, method="gram", schedule="polar_express", dtype="bf16")
-    rep.check("ns_bf16_gram_polar_express_refused", out is None and "not supported" in err,
-              err.strip()[-120:] if err else "ran")
-    auto, _, err = run_ns(drv, x, method="auto", schedule="polar_express", dtype="bf16")
-    std, _, _ = run_ns(drv, x, method="standard", schedule="polar_express", dtype="bf16")
-    rep.check("ns_bf16_auto_polar_express_is_standard",
-              auto is not None and std is not None and np.array_equal(auto, std), err or "equal")
+    # bf16 Gram with Polar Express on a low-rank input (rank 2 plus 1e-4 noise):
+    # its p x p iteration runs in float32 (optim.h); all in bfloat16 it
+    # diverged there (output norm 1e2-1e6 x the standard iteration's). Its
+    # output stays within 10% of the bf16 standard iteration's norm and no
+    # farther from float64 than 1.25x the standard's distance.
+    for shape in ((40, 130), (130, 40)):
+        a = rng.standard_normal((shape[0], 2)) @ rng.standard_normal((2, shape[1]))
+        x = (a + 1e-4 * rng.standard_normal(shape)).astype(np.float32)
+        name = "ns_bf16_gram_polar_express_low_rank_%dx%d" % shape
+        g, _, err = run_ns(drv, x, method="gram", schedule="polar_express", dtype="bf16")
+        sd, _, _ = run_ns(drv, x, method="standard", schedule="polar_express", dtype="bf16")
+        if g is None or sd is None:
+            rep.check(name, False, "driver failed: " + err)
+            continue
+        ref = ns_ref(x, 5, "polar_express")
+        ratio = fro(g) / fro(sd)
+        eg, es = fro(g - ref) / fro(ref), fro(sd - ref) / fro(ref)
+        rep.check(name, 0.9 <= ratio <= 1.1 and eg <= 1.25 * es,
+                  "norm / standard's %.3f, vs f64 %.2e (standard %.2e)" % (ratio, eg, es))
     # The zero matrix stays exactly zero; bf16 is refused nowhere on the CPU.
     out, _, err = run_ns(drv, np.zeros((8, 16), np.float32), dtype="bf16")
     rep.check("ns_bf16_zero_8x16", out is not None and bool(np.all(out == 0)), err or "exact 0")
