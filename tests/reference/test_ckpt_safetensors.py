@@ -107,10 +107,7 @@ def old_soap_refused(sd, ck, state, table, manifest):
                 fix(v)
     fix(manifest)
     json.dump(manifest, open(os.path.join(old, "manifest.json"), "w"))
-    p = subprocess.run([STRATA, "train", "--steps", "6", "--layers", "1", "--d-model", "32",
-                        "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0",
-                        "--optimizer", "soap", "--precondition-frequency", "2", "--no-progress",
-                        "--resume", old], capture_output=True, text=True, timeout=300)
+    p = resume_soap(old, 2)
     want = ("exp_avg'", "eigenbasis", "exp_avg_eigen")
     if p.returncode == 0 or not all(w in p.stderr for w in want):
         print(f"FAIL: resuming a checkpoint with the old SOAP 'exp_avg' (rc {p.returncode}); "
@@ -121,14 +118,20 @@ def old_soap_refused(sd, ck, state, table, manifest):
     return other_form_refused(ck)
 
 
+def resume_soap(ck, frequency):
+    """A tiny SOAP run at precondition frequency `frequency` resumed from `ck`."""
+    return subprocess.run([STRATA, "train", "--steps", "6", "--layers", "1", "--d-model", "32",
+                           "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every",
+                           "0", "--optimizer", "soap", "--precondition-frequency",
+                           str(frequency), "--no-progress", "--resume", ck],
+                          capture_output=True, text=True, timeout=300)
+
+
 def other_form_refused(ck):
     """At precondition_frequency 1 SOAP keeps M in the original space
     ('exp_avg_orig'); the F = 2 checkpoint's 'exp_avg_eigen' must be refused
     there with the reason, not loaded as if it were unrotated."""
-    p = subprocess.run([STRATA, "train", "--steps", "6", "--layers", "1", "--d-model", "32",
-                        "--heads", "2", "--seq-len", "16", "--batch", "4", "--eval-every", "0",
-                        "--optimizer", "soap", "--precondition-frequency", "1", "--no-progress",
-                        "--resume", ck], capture_output=True, text=True, timeout=300)
+    p = resume_soap(ck, 1)
     want = ("exp_avg_eigen", "original space", "--precondition-frequency")
     if p.returncode == 0 or not all(w in p.stderr for w in want):
         print(f"FAIL: resuming an F = 2 SOAP checkpoint at F = 1 (rc {p.returncode}); want an "
