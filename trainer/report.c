@@ -529,6 +529,28 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
     }
 }
 
+/* The matrix optimizer's peak lr as the run resolved it. */
+static float matrix_lr(const gpt_train_options *o)
+{
+    switch (o->strata.matrix_optimizer) {
+    case STRATA_OPTIM_MUON:
+        return o->strata.muon.lr;
+    case STRATA_OPTIM_NORMUON:
+        return o->strata.normuon.lr;
+    case STRATA_OPTIM_DION2:
+        return o->strata.dion2.lr;
+    case STRATA_OPTIM_SOAP:
+        return o->strata.soap.lr;
+    case STRATA_OPTIM_KL_SHAMPOO:
+        return o->strata.kl_shampoo.lr;
+    case STRATA_OPTIM_ADAMW:
+        return o->strata.adamw.lr;
+    case STRATA_OPTIM_SHAMPOO:
+    default:
+        return o->strata.shampoo.lr;
+    }
+}
+
 void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
 {
     const gpt_train_options *o = &rep->o;
@@ -551,6 +573,7 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
                 "(%d matrices -> %s, %d tail tensors -> adamw)\n"
                 "routing: embeddings, 1-D tensors and 1xN/Nx1 matrices -> adamw; other 2-D "
                 "matrices -> %s\n"
+                "lr: %g (%s matrices), %g (adamw tail), peak before the schedule\n"
                 "unigram baseline: %.4f nats/%s (val)%s\n",
                 name,
                 mopt == STRATA_OPTIM_KL_SHAMPOO && o->strata.kl_shampoo.form == STRATA_KL_EXACT
@@ -560,7 +583,9 @@ void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
                 info->n_val, unit, o->model.n_layer,
                 o->model.n_layer == 1 ? "" : "s", o->model.d_model, o->model.n_head,
                 o->model.n_head == 1 ? "" : "s", o->seq_len, o->batch, info->params,
-                info->n_matrix, name, info->n_tail, name, info->unigram_val_loss,
+                info->n_matrix, name, info->n_tail, name, (double)matrix_lr(o), name,
+                (double)(o->tail_lr >= 0.0f ? o->tail_lr : o->strata.adamw.lr),
+                info->unigram_val_loss,
                 tok ? "token" : "byte", async_note);
         char blas[400];
         blas_line(rep, blas, sizeof blas);
@@ -860,8 +885,10 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
     if (res->resumed_from > 0 && o->quiet) /* else said at start-up, once */
-        fprintf(f, "resumed: from step %d (load %.3f s, %.0f MiB/s)\n", res->resumed_from,
-                res->ckpt_load_s, res->ckpt_load_mib_s);
+        fprintf(f, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s)\n",
+                o->resume ? o->resume : "?", res->resumed_from,
+                res->ckpt_load_mib_s * res->ckpt_load_s, 1e3 * res->ckpt_load_s,
+                res->ckpt_load_mib_s);
     if (res->ckpt_saves > 0)
         fprintf(f, "checkpoints: %d saved | pause max %.1f ms, total %.1f ms | last %.1f MiB at "
                 "%.0f MiB/s\n", res->ckpt_saves, 1e3 * res->ckpt_pause_max_s,

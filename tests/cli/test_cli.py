@@ -664,6 +664,11 @@ with tempfile.TemporaryDirectory() as tmp:
         ratios = [r.split("\t") for r in open(os.path.join(race_dir, "ratios.tsv")).read().splitlines()]
         ok = ok and ratios[0][:6] == ["optimizer", "variant", "final_val_loss", "wall_s", "reach_s",
                                       "ratio_to_adamw"] and ratios[0][8] == "reach_step"
+        # each run's peak lrs: AdamW's tail follows its lr, the others' are the
+        # trainer's per-optimizer tail defaults
+        ok = ok and ratios[0][11:13] == ["lr", "tail_lr"]
+        ok = ok and all(float(r[11]) > 0 and float(r[12]) > 0 for r in ratios[1:])
+        ok = ok and ratios[1][11] == ratios[1][12]
         ok = ok and [tuple(r[:2]) for r in ratios[1:]] == [runs[0], runs[1], runs[2], runs[3]]
         target = curves[("adamw", "-")][-1][2]
         base = float(ratios[1][3])
@@ -711,7 +716,7 @@ with tempfile.TemporaryDirectory() as tmp:
             expect_text="largest gap to", stream="stdout")
     try:
         ratios = [r.split("\t") for r in open(os.path.join(fresh_dir, "ratios.tsv")).read().splitlines()]
-        ok = ratios[0][6] == "critical_path_fraction" and ratios[0][-1] == "wait_s"
+        ok = ratios[0][6] == "critical_path_fraction" and ratios[0][10] == "wait_s"
         variants = [tuple(r[:2]) for r in ratios[1:]]
         ok = ok and variants == [("adamw", "-"), ("shampoo", "sync-F1"), ("shampoo", "async-F1-S0"),
                                  ("shampoo", "async-F1-S1"), ("shampoo", "async-F1-S1-valve-eps1e-4"),

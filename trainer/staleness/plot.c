@@ -99,7 +99,10 @@ strata_status strata_plot_print_val_table(const char *dir, const strata_plot_cur
         fprintf(out, "\nvalidation loss at step\n%-28s", "run");
         for (int c = 0; c < nc; c++)
             fprintf(out, " %7d", cols[c]);
-        if (ref)
+        bool any_ref = false; /* the header only over a column some run fills */
+        for (int i = 0; ref && i < n; i++)
+            any_ref = any_ref || (ref[i] >= 0 && ref[i] < n && ref[i] != i);
+        if (any_ref)
             fputs("  largest gap to", out);
         fputc('\n', out);
         for (int i = 0; i < n; i++) {

@@ -15,6 +15,7 @@ typedef struct race_row {
     gpt_train_result r;
     double reach_s;  /* wall time of the first validation at or below the target; NaN: never */
     int reach_step;  /* that validation's step; -1: never */
+    double lr, tail_lr; /* the run's peak lrs: its matrices' and its AdamW tail's */
 } race_row;
 
 /* Append one run to runs[*n] unless the list is full or names it twice
@@ -244,13 +245,15 @@ static strata_status race_one(const strata_race_options *o, race_row *row, FILE 
     snprintf(path, sizeof path, "%s/%s.jsonl", o->out_dir, run->name);
     snprintf(dat, sizeof dat, "%s/%s.dat", o->out_dir, run->name);
     t.metrics_path = path;
+    /* its peak lrs: the matrices' and the AdamW tail's (--adamw-lr, else the
+     * trainer's default for this run's matrix optimizer) */
+    float *lr = NULL, *wd = NULL;
+    strata_config_optimizer_lr(&t.strata, run->optimizer, &lr, &wd);
+    const float tail = t.tail_lr >= 0.0f ? t.tail_lr : gpt_default_tail_lr(run->optimizer);
+    row->lr = lr ? (double)*lr : NAN;
+    row->tail_lr = (double)tail;
     if (out) {
-        /* its peak lrs: the matrices' and the AdamW tail's (--adamw-lr, else the
-         * trainer's default for this run's matrix optimizer) */
         const bool plain = strcmp(run->variant, "-") == 0;
-        float *lr = NULL, *wd = NULL;
-        strata_config_optimizer_lr(&t.strata, run->optimizer, &lr, &wd);
-        const float tail = t.tail_lr >= 0.0f ? t.tail_lr : gpt_default_tail_lr(run->optimizer);
         fprintf(out, "race: running %s (%s%s%d steps, lr %g, tail lr %g)...\n", run->name,
                 plain ? "" : run->variant, plain ? "" : ", ", t.steps,
                 lr ? (double)*lr : NAN, (double)tail);
@@ -322,7 +325,8 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
     if (!f)
         return strata_error(STRATA_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     fputs("optimizer\tvariant\tfinal_val_loss\twall_s\treach_s\tratio_to_adamw\t"
-          "critical_path_fraction\tstep_max_over_median\treach_step\twaits\twait_s\n",
+          "critical_path_fraction\tstep_max_over_median\treach_step\twaits\twait_s\tlr\t"
+          "tail_lr\n",
           f);
     if (out)
         fprintf(out,
@@ -340,10 +344,10 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
             snprintf(ratio, sizeof ratio, "%.6f", row->reach_s / base);
             snprintf(rstep, sizeof rstep, "%d", row->reach_step);
         }
-        fprintf(f, "%s\t%s\t%.17g\t%.6f\t%s\t%s\t%.6f\t%.4f\t%s\t%lld\t%.6f\n",
+        fprintf(f, "%s\t%s\t%.17g\t%.6f\t%s\t%s\t%.6f\t%.4f\t%s\t%lld\t%.6f\t%g\t%g\n",
                 strata_optimizer_name(row->run.optimizer), row->run.variant, r->final_val_loss,
                 r->wall_seconds, reach, ratio, r->critical_path_fraction, spike, rstep,
-                (long long)r->stats.coh_waits, r->stats.coh_wait_seconds);
+                (long long)r->stats.coh_waits, r->stats.coh_wait_seconds, row->lr, row->tail_lr);
         if (out) {
             if (!isnan(row->reach_s)) {
                 snprintf(reach, sizeof reach, "%.2f", row->reach_s);
