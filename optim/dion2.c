@@ -44,6 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The rows' zero chunk on the cpu backend, in floats (16 KiB: stays in L1
+ * across the update calls of the unselected rows). */
+#define DION2_ZERO_CHUNK ((size_t)4096)
+
 struct strata_dion2_state {
     strata_dion2_config cfg;
     strata_ns_config ns; /* from cfg, restart mask resolved */
@@ -53,17 +57,24 @@ struct strata_dion2_state {
     int64_t num, len, k;     /* slices, their length, selected per step */
     int64_t sub_rows, sub_cols; /* the submatrix: k x cols or rows x k */
     float *mom;   /* M, batch x rows x cols */
-    /* rows x cols scratch. Rows selected: z is not allocated and z2 stays all zero
-     * (the update of the unselected rows). Columns selected: z2 takes the
-     * permuted M, z holds [O | 0] in permuted order (its last num - k
-     * columns stay zero). */
+    /* host_ops: the backend runs the cpu-only ops of backend/ops.h (the
+     * fused M + G and slice norms, the column gather and scattered update);
+     * otherwise the same values come from the table's ops. */
+    bool host_ops;
+    /* Scratch. Rows selected: z is not allocated and z2 (zlen floats, all
+     * zero) is the update of the unselected rows, in chunks of zlen.
+     * Columns selected without host_ops: z2 (rows x cols) takes the
+     * permuted M, z (rows x cols) holds [O | 0] in permuted order (its last
+     * num - k columns stay zero); with host_ops neither is allocated. */
     float *z, *z2;
+    size_t zlen;
     float *sub;   /* batch submatrices, sub_rows x sub_cols each */
     float *work;  /* Newton-Schulz workspace */
     double *dnorm; /* num slice norms (backend) */
     double *dcol;  /* cols column L1 sums (backend): the overflow rule's quick bound */
     int *dperm;    /* num (backend) */
     float *dscale; /* num (backend) */
+    int *didx;     /* k (backend): one matrix's selected columns (host_ops) */
     strata_worker_team *team;
     void *mem;
     size_t mem_bytes;
@@ -201,9 +212,15 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
      * floats each, the ints 1. */
     size_t total = 0;
 #define PAD(n) (((n) + 15) / 16 * 16)
-    const size_t n_z = s->sel_rows ? 0 : mn; /* z: columns only */
-    total += PAD(n_mom) + PAD(n_z) + PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
-             PAD(2 * (size_t)cols) + PAD(num) + PAD(num);
+    s->host_ops = strata_backend_has_host_ops(be);
+    /* z: columns without host_ops; z2: that, or the rows' zero chunk (a
+     * few L1-resident rows on the cpu backend, the whole matrix elsewhere:
+     * one update call per run of unselected rows). */
+    const size_t n_z = s->sel_rows || s->host_ops ? 0 : mn;
+    s->zlen = !s->sel_rows ? (s->host_ops ? 0 : mn)
+                           : (s->host_ops && mn > DION2_ZERO_CHUNK ? DION2_ZERO_CHUNK : mn);
+    total += PAD(n_mom) + PAD(n_z) + PAD(s->zlen) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
+             PAD(2 * (size_t)cols) + PAD(num) + PAD(num) + PAD((size_t)s->k);
     s->mem_bytes = total * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -211,13 +228,14 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     float *p = s->mem;
     s->mom = optim_carve(&p, n_mom);
     s->z = n_z ? optim_carve(&p, n_z) : NULL;
-    s->z2 = optim_carve(&p, mn);
+    s->z2 = s->zlen ? optim_carve(&p, s->zlen) : NULL;
     s->sub = optim_carve(&p, n_sub);
     s->work = optim_carve(&p, n_work);
     s->dnorm = (double *)(void *)optim_carve(&p, 2 * num);
     s->dcol = (double *)(void *)optim_carve(&p, 2 * (size_t)cols);
     s->dperm = (int *)(void *)optim_carve(&p, num);
     s->dscale = optim_carve(&p, num);
+    s->didx = (int *)(void *)optim_carve(&p, (size_t)s->k);
 #undef PAD
 
     s->hnorm = malloc(num * sizeof *s->hnorm);
@@ -232,8 +250,10 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
         goto fail;
     }
     /* The zero parts the step relies on (see z, z2 above). */
-    st = s->sel_rows ? strata_backend_fill_2d(be, NULL, rows, cols, s->z2, cols, 0.0f)
-                     : strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
+    if (s->z2 && s->sel_rows)
+        st = strata_backend_fill_2d(be, NULL, 1, (int64_t)s->zlen, s->z2, (int64_t)s->zlen, 0.0f);
+    else if (s->z)
+        st = strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
     if (st != STRATA_OK)
         goto fail;
     if (s->ns.batch_threads > 1) {
@@ -313,17 +333,24 @@ static int by_index(const void *a, const void *b)
     return i < j ? -1 : i > j;
 }
 
-/* Matrix b's selection: the norms of M_b's slices, the k largest, the
- * permutation that puts them first (hperm), its inverse (hinv of b), the
- * selected slices in index order (hsel of b), the decay vector; for
- * columns, the permutation and the decay vector are uploaded (dperm,
- * dscale). *l1 += the sum of the norms (M_b's L1 norm). */
-static strata_status select_slices(strata_dion2_state *s, int64_t b, double *l1)
+/* Matrix b's selection: the norms of M_b's slices (with host_ops, M_b =
+ * M_b + G_b first, in the same pass; otherwise M + G is done), the k
+ * largest, the permutation that puts them first (hperm), its inverse (hinv
+ * of b), the selected slices in index order (hsel of b), the decay vector;
+ * for columns, the selected columns are uploaded (didx, host_ops) or the
+ * permutation and the decay vector (dperm, dscale). *l1 += the sum of the
+ * norms (M_b's L1 norm). */
+static strata_status select_slices(strata_dion2_state *s, int64_t b, const float *g, double *l1)
 {
-    const float *mb = s->mom + (size_t)b * (size_t)s->rows * (size_t)s->cols;
+    const size_t mn = (size_t)s->rows * (size_t)s->cols;
+    float *mb = s->mom + (size_t)b * mn;
     const size_t num = (size_t)s->num;
-    strata_status st = strata_backend_abs_sums(s->be, NULL, s->rows, s->cols, mb, s->cols,
-                                               s->sel_rows ? 1 : 0, s->dnorm);
+    const int axis = s->sel_rows ? 1 : 0;
+    strata_status st =
+        s->host_ops
+            ? strata_backend_add_abs_sums(s->be, NULL, s->rows, s->cols, mb, g + (size_t)b * mn,
+                                          axis, s->dnorm)
+            : strata_backend_abs_sums(s->be, NULL, s->rows, s->cols, mb, s->cols, axis, s->dnorm);
     if (st == STRATA_OK)
         st = strata_backend_copy(s->be, s->hnorm, s->dnorm, num * sizeof(double));
     if (st != STRATA_OK)
@@ -350,6 +377,8 @@ static strata_status select_slices(strata_dion2_state *s, int64_t b, double *l1)
     }
     if (s->sel_rows)
         return STRATA_OK;
+    if (s->host_ops)
+        return strata_backend_copy(s->be, s->didx, sel, (size_t)s->k * sizeof(int));
     st = strata_backend_copy(s->be, s->dperm, s->hperm, num * sizeof(int));
     if (st == STRATA_OK)
         st = strata_backend_copy(s->be, s->dscale, s->hscale, num * sizeof(float));
@@ -387,8 +416,9 @@ static strata_status gather_rows(strata_dion2_state *s, int64_t b)
 }
 
 /* Rows selected, matrix b: W = W - decay W - step P, run by run: the
- * selected rows take O's rows, the unselected ones the zeros of z2 (the
- * same per-element expression as on a scattered P, bit for bit). */
+ * selected rows take O's rows, the unselected ones the zeros of z2, chunk
+ * by chunk (the same per-element expression as on a scattered P, bit for
+ * bit). */
 static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, float step,
                                  float decay)
 {
@@ -407,11 +437,18 @@ static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, flo
             j += len;
         } else {
             len = (j < k ? sel[j] : m) - r;
-            p = s->z2;
+            p = NULL;
         }
-        st = strata_backend_apply_update(s->be, NULL, (size_t)len * (size_t)n,
-                                         wb + (size_t)r * (size_t)n, p, step, decay,
-                                         STRATA_APPLY_DECAY_STEP);
+        float *wr = wb + (size_t)r * (size_t)n;
+        const size_t count = (size_t)len * (size_t)n;
+        if (p)
+            st = strata_backend_apply_update(s->be, NULL, count, wr, p, step, decay,
+                                             STRATA_APPLY_DECAY_STEP);
+        /* The zeros in chunks of zlen (one chunk when zlen = rows x cols). */
+        for (size_t e = 0; !p && e < count && st == STRATA_OK; e += s->zlen)
+            st = strata_backend_apply_update(s->be, NULL,
+                                             count - e < s->zlen ? count - e : s->zlen, wr + e,
+                                             s->z2, step, decay, STRATA_APPLY_DECAY_STEP);
         r += len;
     }
     return st;
@@ -497,16 +534,25 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
             return STRATA_OK;
     }
 
-    /* M = M + G (1 * M + 1 * G: exact products). */
+    /* M = M + G (1 * M + 1 * G: exact products); with host_ops in
+     * select_slices, matrix by matrix, with the slice norms. */
     s->m_l1_valid = false;
     double l1 = 0.0;
-    st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
+    if (!s->host_ops)
+        st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
         float *mb = s->mom + (size_t)b * mn;
         float *sb = s->sub + (size_t)b * sub_n;
-        st = select_slices(s, b, &l1);
+        st = select_slices(s, b, g, &l1);
         if (st == STRATA_OK && s->sel_rows) {
             st = gather_rows(s, b);
+            continue;
+        }
+        /* Columns, host_ops: S = M[:, sel], then M[:, sel] *= ef_decay, one
+         * pass. */
+        if (st == STRATA_OK && s->host_ops) {
+            st = strata_backend_gather_cols(s->be, NULL, m, n, mb, n, s->k, s->didx, sb,
+                                            s->sub_cols, c->ef_decay);
             continue;
         }
         /* Columns: the selected columns first (into z2), then the first k
@@ -530,9 +576,22 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
             st = update_rows(s, b, w, step, decay);
             continue;
         }
-        /* Columns: O into the first k columns of z (the rest are zero),
-         * then every column back to its place; the unselected ones are
-         * zero. */
+        /* Columns, host_ops: W = W - decay W - step P with P's selected
+         * columns O's and the others zero, one pass (the selected columns
+         * of the last matrix are still in didx). */
+        if (s->host_ops) {
+            if (s->batch > 1)
+                st = strata_backend_copy(s->be, s->didx, s->hsel + (size_t)b * (size_t)s->k,
+                                         (size_t)s->k * sizeof(int));
+            if (st == STRATA_OK)
+                st = strata_backend_apply_update_cols(
+                    s->be, NULL, m, n, w + (size_t)b * mn, n, s->k, s->didx,
+                    s->sub + (size_t)b * sub_n, s->sub_cols, step, decay, STRATA_APPLY_DECAY_STEP);
+            continue;
+        }
+        /* Columns otherwise: O into the first k columns of z (the rest are
+         * zero), then every column back to its place; the unselected ones
+         * are zero. */
         st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, s->z, n,
                                     s->sub + (size_t)b * sub_n, s->sub_cols);
         if (st == STRATA_OK)
