@@ -6,31 +6,43 @@
  *
  * Object life: one strata_dion2_state per matrix parameter (or stack of
  * `batch` same-shape matrices). Every buffer comes from one backend
- * allocation made at creation (M, one scratch matrix (two when columns are
- * selected), the submatrices,
- * the Newton-Schulz workspace, the slice norms, the permutation and the
- * decay vector) and one host allocation (the norms read back, the slice
- * order, the permutations of the batch); nothing is allocated per step.
- * With ns_batch_threads = T > 1 (clamped to the batch) the state owns a
- * worker team of T threads for the batch's Newton-Schulz, as Muon's.
+ * allocation made at creation (M, the scratch (below), the submatrices,
+ * the Newton-Schulz workspace, the slice norms, the selected columns, the
+ * permutation and the decay vector) and one host allocation (the norms
+ * read back, the slice order, the permutations of the batch); nothing is
+ * allocated per step. With ns_batch_threads = T > 1 (clamped to the batch)
+ * the state owns a worker team of T threads for the batch's Newton-Schulz,
+ * as Muon's.
  *
  * Where the work runs: the selection reads back num float64 slice norms
- * per matrix (a backend reduction, abs_sums) and sorts them on the host.
- * Rows selected (rows <= cols): the gather and the error feedback are 2-D
- * copies and scalings of the runs of consecutive selected rows, and the
- * update is applied run by run (the selected rows from O, the others
- * against a zero buffer): nothing else touches the whole matrix but
- * M + G, the norms and the update itself. Columns selected: the gather
- * and the scatter are the backend's permute of the whole matrix by a
- * permutation the host uploads (the selected columns first, in index
- * order) and a 2-D copy of the first k; the error feedback is the
- * backend's scale_rc by a vector holding ef_decay at the selected columns
- * and 1 elsewhere (x * 1 is exact). The overflow rule first tries a bound
- * from L1 norms (column sums, which vectorize; M's from the last step's
- * slice norms) and computes the exact Frobenius norms only when that bound
- * does not fit. Every path computes the same per-element expressions as a
- * scatter into a whole zero matrix would (bit for bit). The host never
- * touches a matrix. */
+ * per matrix and sorts them on the host. On the "cpu" backend (host_ops:
+ * the cpu-only ops of backend/ops.h) the passes over a matrix are: the
+ * overflow rule's quick bound (column L1 sums of G), M = M + G fused with
+ * the slice norms (add_abs_sums: one pass), the gather of the selected
+ * part with its error feedback, Newton-Schulz on the submatrix, and the
+ * update W = W - decay W - step P in one pass over W. Rows selected (rows
+ * <= cols): the gather and the error feedback are 2-D copies and scalings
+ * of the runs of consecutive selected rows, and the update is applied run
+ * by run (the selected rows from O, the others against a 16 KiB zero
+ * chunk, reused). Columns selected: gather_cols copies the selected
+ * columns (in index order) into the submatrix and scales them in M by
+ * ef_decay in the same pass, and apply_update_cols applies O at the
+ * selected columns and +0 elsewhere in one pass over W; no whole-matrix
+ * scratch. On any other backend the same values come from the table's
+ * ops: M + G and abs_sums in two passes, the rows' zeros a whole zero
+ * matrix (one update call per run), and for columns the backend's permute
+ * of the whole matrix by a permutation the host uploads (the selected
+ * columns first, in index order), a 2-D copy of the first k, scale_rc by a
+ * vector holding ef_decay at the selected columns and 1 elsewhere (x * 1 is
+ * exact), and after Newton-Schulz [O | 0] permuted back into a zero-filled
+ * scatter for apply_update (tests/unit/test_dion2_paths.c: both ways bit
+ * for bit). The overflow rule first tries a bound from L1 norms (column
+ * sums, which vectorize; M's from the last step's slice norms) and
+ * computes the exact Frobenius norms only when that bound does not fit;
+ * either way G is read before M is touched. Every path computes the same
+ * per-element expressions as a scatter into a whole zero matrix would (bit
+ * for bit). The host never touches a matrix (the cpu-only ops are the
+ * backend's). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
