@@ -376,36 +376,45 @@ strata_status strata_host_gather_cols(int64_t rows, float *x, int64_t ld, int64_
     return STRATA_OK;
 }
 
-/* One row chunk of apply_update_cols with the form a constant. */
+/* One row chunk of apply_update_cols with the form a constant: every
+ * column against +0, then the listed ones again from their saved values
+ * against p. */
 #define APPLY_CHUNK(FORM)                                                                     \
-    for (int64_t j = 0; j < n; j++)                                                           \
-        wr[j] = strata_om_apply(wr[j], q[j], lr, decay, FORM)
+    do {                                                                                      \
+        for (int64_t j = 0; j < n; j++)                                                       \
+            wr[j] = strata_om_apply(wr[j], 0.0f, lr, decay, FORM);                            \
+        for (int64_t u = 0; u < t1 - t0; u++)                                                 \
+            wr[idx[t0 + u] - c0] = strata_om_apply(keep[u], pr[t0 + u], lr, decay, FORM);     \
+    } while (0)
 
 strata_status strata_host_apply_update_cols(int64_t rows, int64_t cols, float *w, int64_t ld,
                                             int64_t k, const int *idx, const float *p,
                                             int64_t ldp, float lr, float decay, int form)
 {
-    /* Row by row, in chunks of the columns: the chunk's update values
-     * (p's entries at the listed columns, +0 elsewhere: the zero-filled
-     * scatter this replaces) in a stack buffer, then the flat update loop
-     * of strata_ref_apply_update over it. */
+    /* Row by row, in chunks of the columns: the listed columns' weights
+     * kept aside, the flat update loop of strata_ref_apply_update over the
+     * chunk against +0 (the zero-filled scatter this replaces, without
+     * reading one), then the listed columns from their kept weights against
+     * p's entries: each element gets the one expression it would get from
+     * apply_update on the scatter. */
     enum { CHUNK = 1024 };
-    float q[CHUNK];
+    float keep[CHUNK];
     for (int64_t i = 0; i < rows; i++) {
         const float *pr = p + i * ldp;
-        int64_t t = 0;
+        int64_t t0 = 0;
         for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
             const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
             float *wr = w + i * ld + c0;
-            memset(q, 0, (size_t)n * sizeof *q);
-            for (; t < k && idx[t] < c0 + n; t++)
-                q[idx[t] - c0] = pr[t];
+            int64_t t1 = t0;
+            for (; t1 < k && idx[t1] < c0 + n; t1++)
+                keep[t1 - t0] = wr[idx[t1] - c0];
             if (form == 0)
                 APPLY_CHUNK(0);
             else if (form == 1)
                 APPLY_CHUNK(1);
             else
                 APPLY_CHUNK(2);
+            t0 = t1;
         }
     }
     return STRATA_OK;

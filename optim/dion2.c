@@ -23,8 +23,8 @@
  * update W = W - decay W - step P in one pass over W. Rows selected (rows
  * <= cols): the gather and the error feedback are 2-D copies and scalings
  * of the runs of consecutive selected rows, and the update is applied run
- * by run (the selected rows from O, the others against a 16 KiB zero
- * chunk, reused). Columns selected: gather_cols copies the selected
+ * by run (the selected rows from O, the others against +0 by
+ * apply_update_cols with no column listed: no zero buffer). Columns selected: gather_cols copies the selected
  * columns (in index order) into the submatrix and scales them in M by
  * ef_decay in the same pass, and apply_update_cols applies O at the
  * selected columns and +0 elsewhere in one pass over W; no whole-matrix
@@ -56,10 +56,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The rows' zero chunk on the cpu backend, in floats (16 KiB: stays in L1
- * across the update calls of the unselected rows). */
-#define DION2_ZERO_CHUNK ((size_t)4096)
-
 struct strata_dion2_state {
     strata_dion2_config cfg;
     strata_ns_config ns; /* from cfg, restart mask resolved */
@@ -73,13 +69,12 @@ struct strata_dion2_state {
      * fused M + G and slice norms, the column gather and scattered update);
      * otherwise the same values come from the table's ops. */
     bool host_ops;
-    /* Scratch. Rows selected: z is not allocated and z2 (zlen floats, all
-     * zero) is the update of the unselected rows, in chunks of zlen.
-     * Columns selected without host_ops: z2 (rows x cols) takes the
-     * permuted M, z (rows x cols) holds [O | 0] in permuted order (its last
-     * num - k columns stay zero); with host_ops neither is allocated. */
+    /* rows x cols scratch, without host_ops only (with host_ops neither is
+     * allocated). Rows selected: z is not allocated and z2 stays all zero
+     * (the update of the unselected rows). Columns selected: z2 takes the
+     * permuted M, z holds [O | 0] in permuted order (its last num - k
+     * columns stay zero). */
     float *z, *z2;
-    size_t zlen;
     float *sub;   /* batch submatrices, sub_rows x sub_cols each */
     float *work;  /* Newton-Schulz workspace */
     double *dnorm; /* num slice norms (backend) */
@@ -225,13 +220,9 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     size_t total = 0;
 #define PAD(n) (((n) + 15) / 16 * 16)
     s->host_ops = strata_backend_has_host_ops(be);
-    /* z: columns without host_ops; z2: that, or the rows' zero chunk (a
-     * few L1-resident rows on the cpu backend, the whole matrix elsewhere:
-     * one update call per run of unselected rows). */
-    const size_t n_z = s->sel_rows || s->host_ops ? 0 : mn;
-    s->zlen = !s->sel_rows ? (s->host_ops ? 0 : mn)
-                           : (s->host_ops && mn > DION2_ZERO_CHUNK ? DION2_ZERO_CHUNK : mn);
-    total += PAD(n_mom) + PAD(n_z) + PAD(s->zlen) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
+    const size_t n_z = s->sel_rows || s->host_ops ? 0 : mn; /* z: columns only */
+    const size_t n_z2 = s->host_ops ? 0 : mn;
+    total += PAD(n_mom) + PAD(n_z) + PAD(n_z2) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
              PAD(2 * (size_t)cols) + PAD(num) + PAD(num) + PAD((size_t)s->k);
     s->mem_bytes = total * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
@@ -240,7 +231,7 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     float *p = s->mem;
     s->mom = optim_carve(&p, n_mom);
     s->z = n_z ? optim_carve(&p, n_z) : NULL;
-    s->z2 = s->zlen ? optim_carve(&p, s->zlen) : NULL;
+    s->z2 = n_z2 ? optim_carve(&p, n_z2) : NULL;
     s->sub = optim_carve(&p, n_sub);
     s->work = optim_carve(&p, n_work);
     s->dnorm = (double *)(void *)optim_carve(&p, 2 * num);
@@ -263,7 +254,7 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     }
     /* The zero parts the step relies on (see z, z2 above). */
     if (s->z2 && s->sel_rows)
-        st = strata_backend_fill_2d(be, NULL, 1, (int64_t)s->zlen, s->z2, (int64_t)s->zlen, 0.0f);
+        st = strata_backend_fill_2d(be, NULL, rows, cols, s->z2, cols, 0.0f);
     else if (s->z)
         st = strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
     if (st != STRATA_OK)
@@ -428,9 +419,9 @@ static strata_status gather_rows(strata_dion2_state *s, int64_t b)
 }
 
 /* Rows selected, matrix b: W = W - decay W - step P, run by run: the
- * selected rows take O's rows, the unselected ones the zeros of z2, chunk
- * by chunk (the same per-element expression as on a scattered P, bit for
- * bit). */
+ * selected rows take O's rows, the unselected ones zeros (z2's, or with
+ * host_ops apply_update_cols with no column listed: +0 without a buffer;
+ * the same per-element expression as on a scattered P, bit for bit). */
 static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, float step,
                                  float decay)
 {
@@ -452,15 +443,12 @@ static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, flo
             p = NULL;
         }
         float *wr = wb + (size_t)r * (size_t)n;
-        const size_t count = (size_t)len * (size_t)n;
-        if (p)
-            st = strata_backend_apply_update(s->be, NULL, count, wr, p, step, decay,
-                                             STRATA_APPLY_DECAY_STEP);
-        /* The zeros in chunks of zlen (one chunk when zlen = rows x cols). */
-        for (size_t e = 0; !p && e < count && st == STRATA_OK; e += s->zlen)
-            st = strata_backend_apply_update(s->be, NULL,
-                                             count - e < s->zlen ? count - e : s->zlen, wr + e,
-                                             s->z2, step, decay, STRATA_APPLY_DECAY_STEP);
+        if (p || !s->host_ops)
+            st = strata_backend_apply_update(s->be, NULL, (size_t)len * (size_t)n, wr,
+                                             p ? p : s->z2, step, decay, STRATA_APPLY_DECAY_STEP);
+        else /* the zeros without a zero buffer: no column listed */
+            st = strata_backend_apply_update_cols(s->be, NULL, len, n, wr, n, 0, NULL, NULL, 0,
+                                                  step, decay, STRATA_APPLY_DECAY_STEP);
         r += len;
     }
     return st;
