@@ -200,10 +200,11 @@ static void test_paths(void **state)
     c.weight_decay = 0.0f;
     c.adjust_lr = STRATA_DION2_ADJUST_RMS_NORM;
     same_steps("tall every column", &c, 2, 20, 6);
-    /* rows, batch 2, more than one zero chunk per run of unselected rows */
+    /* rows, batch 2: a block of 16 rows and 4 more, columns not a multiple
+     * of 8 (the vector row sums' tails) */
     strata_dion2_config_default(&c);
     c.fraction = 0.3f;
-    same_steps("wide batch 2", &c, 2, 10, 1000);
+    same_steps("wide batch 2", &c, 2, 20, 1001);
     /* square (rows) */
     same_steps("square", &c, 1, 16, 16);
 }
@@ -213,7 +214,7 @@ static void test_paths(void **state)
 static void test_ops(void **state)
 {
     (void)state;
-    enum { R = 13, C = 1500, K = 5 };
+    enum { R = 21, C = 1500, K = 5 }; /* 16 + 5 rows */
     /* selected columns around the 1024-column chunk boundary and at both ends */
     const int idx[K] = {0, 1022, 1023, 1024, C - 1};
     float *x = malloc(R * C * sizeof *x), *y = malloc(R * C * sizeof *y);
