@@ -454,24 +454,47 @@ static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, flo
     return st;
 }
 
+/* G's term of quick_fit's bound (see there). */
+static strata_status g_bound(strata_dion2_state *s, const float *g, double *out)
+{
+    const int64_t n = s->cols, r = s->batch * s->rows;
+    strata_status st;
+    if (s->host_ops) {
+        double sq = 0.0;
+        st = strata_backend_sumsq_lanes(s->be, (size_t)r * (size_t)n, g, &sq);
+        *out = sqrt(sq) * (1.0 + (double)r * (double)n * 0x1p-50);
+        return st;
+    }
+    st = strata_backend_abs_sums(s->be, NULL, r, n, g, n, 0, s->dcol);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+    double l1 = 0.0;
+    for (int64_t j = 0; j < n && st == STRATA_OK; j++)
+        l1 += s->hcol[j];
+    *out = l1;
+    return st;
+}
+
 /* The overflow rule's quick pass: L1 norms bound the Frobenius norms
  * (||x||_F <= sum |x_ij|), and a column-sum pass vectorizes where the
- * exact float64 sum of squares is one chain of dependent adds. *fits: the
- * bound (1 + 1e-9 for the sums' rounding) is finite and within the limit,
- * so the exact rule (below) would let the step through too; otherwise the
- * exact rule decides. */
+ * exact float64 sum of squares is one chain of dependent adds. With
+ * host_ops G's term is instead its Frobenius norm from
+ * strata_backend_sumsq_lanes (32 interleaved float64 sums, memory-bound),
+ * widened by N 2^-50 (N elements: the rounding of either order of the sum
+ * of N squares is within N 2^-53 relative), so it is at least the exact
+ * rule's sqrt(gamma). *fits: the bound (1 + 1e-9 for the L1 sums'
+ * rounding) is finite and within the limit, so the exact rule (below)
+ * would let the step through too; otherwise the exact rule decides. The
+ * outcome, and the counters, are the exact rule's either way: the quick
+ * pass only saves its work. */
 static strata_status quick_fit(strata_dion2_state *s, const float *g, bool *fits)
 {
     *fits = false;
     const int64_t n = s->cols, r = s->batch * s->rows;
     double gl1 = 0.0, ml1 = s->m_l1;
-    strata_status st = strata_backend_abs_sums(s->be, NULL, r, n, g, n, 0, s->dcol);
-    if (st == STRATA_OK)
-        st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+    strata_status st = g_bound(s, g, &gl1);
     if (st != STRATA_OK)
         return st;
-    for (int64_t j = 0; j < n; j++)
-        gl1 += s->hcol[j];
     if (!isfinite(gl1))
         return STRATA_OK;
     if (!s->m_l1_valid) {
