@@ -17,7 +17,8 @@
  * Where the work runs: the selection reads back num float64 slice norms
  * per matrix and sorts them on the host. On the "cpu" backend (host_ops:
  * the cpu-only ops of backend/ops.h) the passes over a matrix are: the
- * overflow rule's quick bound (column L1 sums of G), M = M + G fused with
+ * overflow rule's quick bound (G's Frobenius norm by sumsq_lanes, see
+ * quick_fit), M = M + G fused with
  * the slice norms (add_abs_sums: one pass), the gather of the selected
  * part with its error feedback, Newton-Schulz on the submatrix, and the
  * update W = W - decay W - step P in one pass over W. Rows selected (rows
@@ -36,8 +37,9 @@
  * vector holding ef_decay at the selected columns and 1 elsewhere (x * 1 is
  * exact), and after Newton-Schulz [O | 0] permuted back into a zero-filled
  * scatter for apply_update (tests/unit/test_dion2_paths.c: both ways bit
- * for bit). The overflow rule first tries a bound from L1 norms (column
- * sums, which vectorize; M's from the last step's slice norms) and
+ * for bit). The overflow rule first tries a bound from L1 norms (G's
+ * column sums, or its lane-summed Frobenius norm with host_ops; M's from
+ * the last step's slice norms) and
  * computes the exact Frobenius norms only when that bound does not fit;
  * either way G is read before M is touched. Every path computes the same
  * per-element expressions as a scatter into a whole zero matrix would (bit
