@@ -14,37 +14,36 @@
  * the state owns a worker team of T threads for the batch's Newton-Schulz,
  * as Muon's.
  *
- * Where the work runs: the selection reads back num float64 slice norms
- * per matrix and sorts them on the host. On the "cpu" backend (host_ops:
- * the cpu-only ops of backend/ops.h) the passes over a matrix are: the
- * overflow rule's quick bound (G's Frobenius norm by sumsq_lanes, see
- * quick_fit), M = M + G fused with
- * the slice norms (add_abs_sums: one pass), the gather of the selected
- * part with its error feedback, Newton-Schulz on the submatrix, and the
- * update W = W - decay W - step P in one pass over W. Rows selected (rows
- * <= cols): the gather and the error feedback are 2-D copies and scalings
- * of the runs of consecutive selected rows, and the update is applied run
- * by run (the selected rows from O, the others against +0 by
- * apply_update_cols with no column listed: no zero buffer). Columns selected: gather_cols copies the selected
- * columns (in index order) into the submatrix and scales them in M by
- * ef_decay in the same pass, and apply_update_cols applies O at the
- * selected columns and +0 elsewhere in one pass over W; no whole-matrix
- * scratch. On any other backend the same values come from the table's
- * ops: M + G and abs_sums in two passes, the rows' zeros a whole zero
- * matrix (one update call per run), and for columns the backend's permute
- * of the whole matrix by a permutation the host uploads (the selected
- * columns first, in index order), a 2-D copy of the first k, scale_rc by a
- * vector holding ef_decay at the selected columns and 1 elsewhere (x * 1 is
- * exact), and after Newton-Schulz [O | 0] permuted back into a zero-filled
- * scatter for apply_update (tests/unit/test_dion2_paths.c: both ways bit
- * for bit). The overflow rule first tries a bound from L1 norms (G's
- * column sums, or its lane-summed Frobenius norm with host_ops; M's from
- * the last step's slice norms) and
- * computes the exact Frobenius norms only when that bound does not fit;
- * either way G is read before M is touched. Every path computes the same
- * per-element expressions as a scatter into a whole zero matrix would (bit
- * for bit). The host never touches a matrix (the cpu-only ops are the
- * backend's). */
+ * Where the work runs: the selection reads back num float64 slice norms per
+ * matrix and sorts them on the host. On the "cpu" backend (host_ops: the
+ * cpu-only ops of backend/ops.h) the passes over a matrix are: the overflow
+ * rule's quick bound (G's Frobenius norm by sumsq_lanes, see quick_fit), M
+ * = M + G fused with the slice norms (add_abs_sums: one pass), the gather
+ * of the selected part with its error feedback, Newton-Schulz on the
+ * submatrix, and the update W = W - decay W - step P in one pass over W.
+ * Rows selected (rows <= cols): the gather and the error feedback are 2-D
+ * copies and scalings of the runs of consecutive selected rows, and the
+ * update is applied run by run (the selected rows from O, the others
+ * against +0 by apply_update_cols with no column listed: no zero buffer).
+ * Columns selected: gather_cols copies the selected columns (in index
+ * order) into the submatrix and scales them in M by ef_decay in the same
+ * pass, and apply_update_cols applies O at the selected columns and +0
+ * elsewhere in one pass over W; no whole-matrix scratch. On any other
+ * backend the same values come from the table's ops: M + G and abs_sums in
+ * two passes, the rows' zeros a whole zero matrix (one update call per
+ * run), and for columns the backend's permute of the whole matrix by a
+ * permutation the host uploads (the selected columns first, in index
+ * order), a 2-D copy of the first k, scale_rc by a vector holding ef_decay
+ * at the selected columns and 1 elsewhere (x * 1 is exact), and after
+ * Newton-Schulz [O | 0] permuted back into a zero-filled scatter for
+ * apply_update (tests/unit/test_dion2_paths.c: both ways bit for bit). The
+ * overflow rule first tries a bound from L1 norms (G's column sums, or its
+ * lane-summed Frobenius norm with host_ops; M's from the last step's slice
+ * norms) and computes the exact Frobenius norms only when that bound does
+ * not fit; either way G is read before M is touched. Every path computes
+ * the same per-element expressions as a scatter into a whole zero matrix
+ * would (bit for bit). The host never touches a matrix (the cpu-only ops
+ * are the backend's). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
