@@ -6,6 +6,7 @@
 #include "ops_ref.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The backend's slot for `op`, or the reference. */
 #define SLOT(be, op) (backend_iface(be)->ops.op ? backend_iface(be)->ops.op : strata_ref_##op)
@@ -287,4 +288,81 @@ strata_status strata_backend_find_nonfinite(strata_backend *be, strata_stream *s
         return STRATA_OK;
     }
     return SLOT(be, find_nonfinite)(backend_ctx(be), impl, n, x, first);
+}
+
+/* ---- cpu-only ops (ops.h): the host loops of ops_ref.c */
+
+static strata_status host_ops_refused(const strata_backend *be, const char *who)
+{
+    return strata_error(STRATA_ERR_UNSUPPORTED,
+                        "%s: the %s backend's memory is not known to be host memory (a "
+                        "cpu-backend op; compose it from the table's ops there)",
+                        who, backend_iface(be)->name);
+}
+
+bool strata_backend_has_host_ops(const strata_backend *be)
+{
+    return be && strcmp(backend_iface(be)->name, "cpu") == 0;
+}
+
+strata_status strata_backend_add_abs_sums(strata_backend *be, strata_stream *s, int64_t rows,
+                                          int64_t cols, float *m, const float *g, int axis,
+                                          double *out)
+{
+    PROLOGUE("add_abs_sums", rows < 1 || cols < 1 || (axis != 0 && axis != 1) || !m || !g ||
+                                 !out);
+    (void)impl;
+    if (!strata_backend_has_host_ops(be))
+        return host_ops_refused(be, "add_abs_sums");
+    return strata_host_add_abs_sums(rows, cols, m, g, axis, out);
+}
+
+/* idx: k strictly increasing indices in [0, cols). */
+static bool idx_bad(int64_t k, const int *idx, int64_t cols)
+{
+    for (int64_t t = 0; t < k; t++)
+        if (idx[t] < 0 || idx[t] >= cols || (t > 0 && idx[t] <= idx[t - 1]))
+            return true;
+    return false;
+}
+
+strata_status strata_backend_gather_cols(strata_backend *be, strata_stream *s, int64_t rows,
+                                         int64_t cols, float *x, int64_t ld, int64_t k,
+                                         const int *idx, float *dst, int64_t ldd, float scale)
+{
+    PROLOGUE("gather_cols", shape_bad(rows, cols, ld) || k < 0 || k > cols || ldd < k ||
+                                (!empty2(rows, k) && (!x || !idx || !dst)));
+    (void)impl;
+    if (!strata_backend_has_host_ops(be))
+        return host_ops_refused(be, "gather_cols");
+    if (empty2(rows, k))
+        return STRATA_OK;
+    if (idx_bad(k, idx, cols))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "gather_cols: the column indices are not increasing in [0, %lld)",
+                            (long long)cols);
+    return strata_host_gather_cols(rows, x, ld, k, idx, dst, ldd, scale);
+}
+
+strata_status strata_backend_apply_update_cols(strata_backend *be, strata_stream *s,
+                                               int64_t rows, int64_t cols, float *w, int64_t ld,
+                                               int64_t k, const int *idx, const float *p,
+                                               int64_t ldp, float lr, float decay,
+                                               strata_apply_form form)
+{
+    PROLOGUE("apply_update_cols",
+             shape_bad(rows, cols, ld) || k < 0 || k > cols || ldp < k ||
+                 (unsigned)form > STRATA_APPLY_STEP_SHRINK ||
+                 (!empty2(rows, cols) && (!w || (k && (!idx || !p)))));
+    (void)impl;
+    if (!strata_backend_has_host_ops(be))
+        return host_ops_refused(be, "apply_update_cols");
+    if (empty2(rows, cols))
+        return STRATA_OK;
+    if (idx_bad(k, idx, cols))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "apply_update_cols: the column indices are not increasing in [0, "
+                            "%lld)",
+                            (long long)cols);
+    return strata_host_apply_update_cols(rows, cols, w, ld, k, idx, p, ldp, lr, decay, (int)form);
 }

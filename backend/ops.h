@@ -364,4 +364,45 @@ strata_status strata_backend_global_sumsq(strata_backend *be, strata_stream *s,
 strata_status strata_backend_find_nonfinite(strata_backend *be, strata_stream *s,
                                                        size_t n, const float *x, size_t *first);
 
+/* ---- cpu-only ops: Dion2's selection passes (optim/dion2.c) in one pass
+ * each where the table's ops take two or three. The "cpu" backend only
+ * (its memory is host memory; the loops are backend/ops_ref.c's
+ * strata_host_*): any other backend STRATA_ERR_UNSUPPORTED, and the caller
+ * composes the same values from the table's ops (dion2.c keeps that path).
+ * Errors also: STRATA_ERR_INVALID_ARG as the ops above. */
+
+/* True when the cpu-only ops below run on `be` (its name is "cpu"). */
+bool strata_backend_has_host_ops(const strata_backend *be);
+
+/* m = 1 m + 1 g (strata_backend_momentum with mu = gw = 1, no Nesterov:
+ * exact, bit for bit its result) over a dense rows x cols block (ld = cols),
+ * then out = strata_backend_abs_sums of the new m along `axis` (the same
+ * float64 sums in the same order): one pass over m instead of two. `out`
+ * is float64 backend memory (rows values for axis 1, cols for axis 0).
+ * Both sides >= 1; errors also: axis not 0/1. */
+strata_status strata_backend_add_abs_sums(strata_backend *be, strata_stream *s, int64_t rows,
+                                          int64_t cols, float *m, const float *g, int axis,
+                                          double *out);
+
+/* Column gather with a scaling of the gathered columns (Dion2's submatrix
+ * and error feedback): for i < rows, t < k: dst_it = x_i,idx[t], then
+ * x_i,idx[t] = x_i,idx[t] * scale (float). x is rows x cols (ld), dst
+ * rows x k (ldd >= k); idx: k int32 column indices, strictly increasing in
+ * [0, cols) (backend memory), else STRATA_ERR_INVALID_ARG. k = 0 does
+ * nothing. No overlap of dst with x. */
+strata_status strata_backend_gather_cols(strata_backend *be, strata_stream *s, int64_t rows,
+                                         int64_t cols, float *x, int64_t ld, int64_t k,
+                                         const int *idx, float *dst, int64_t ldd, float scale);
+
+/* strata_backend_apply_update of a scattered update over a rows x cols
+ * block w (ld): w_ij = apply(w_ij, q_ij) in `form` with q_i,idx[t] = p_it
+ * (p rows x k, ldp >= k) and q_ij = +0.0f at the columns not listed: bit
+ * for bit apply_update on the zero-filled rows x cols scatter of p, without
+ * it. idx as gather_cols'. */
+strata_status strata_backend_apply_update_cols(strata_backend *be, strata_stream *s,
+                                               int64_t rows, int64_t cols, float *w, int64_t ld,
+                                               int64_t k, const int *idx, const float *p,
+                                               int64_t ldp, float lr, float decay,
+                                               strata_apply_form form);
+
 #endif

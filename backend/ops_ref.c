@@ -316,3 +316,188 @@ strata_status strata_ref_find_nonfinite(void *ctx, void *stream, size_t n, const
     *first = n;
     return STRATA_OK;
 }
+
+/* ---- host loops of the cpu-only ops (ops.h: Dion2's selection passes) */
+
+/* Sixteen rows' L1 sums with AVX-512F where the CPU has it: an 8 x 8 block
+ * of each eight rows transposed in registers, so that one vector holds
+ * column j of eight rows, then added to the rows' eight float64 sums in
+ * column order. Each row's sum gets the same adds in the same order as the
+ * scalar loop (|(double)x| is exact; the vector add is the IEEE add), so
+ * the sums are bit for bit the scalar ones, at a fraction of its
+ * instructions (the scalar loop is bound by them: 8 dependent chains, a
+ * convert, an abs and an add per element). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HOST_AVX512 1
+__attribute__((target("avx512f"))) static inline void transpose8(__m256 *v)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    v[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    v[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    v[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    v[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    v[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    v[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    v[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    v[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+__attribute__((target("avx512f"))) static void row_abs_sums16(const float *r, int64_t cols,
+                                                              double *out)
+{
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    int64_t j = 0;
+    for (; j + 8 <= cols; j += 8) {
+        __m256 v[16];
+        for (int k = 0; k < 16; k++)
+            v[k] = _mm256_loadu_ps(r + k * cols + j);
+        transpose8(v);
+        transpose8(v + 8);
+        for (int c = 0; c < 8; c++) {
+            a0 = _mm512_add_pd(a0, _mm512_abs_pd(_mm512_cvtps_pd(v[c])));
+            a1 = _mm512_add_pd(a1, _mm512_abs_pd(_mm512_cvtps_pd(v[8 + c])));
+        }
+    }
+    _mm512_storeu_pd(out, a0);
+    _mm512_storeu_pd(out + 8, a1);
+    for (; j < cols; j++)
+        for (int k = 0; k < 16; k++)
+            out[k] += fabs((double)r[k * cols + j]);
+}
+
+static bool host_avx512(void)
+{
+    static _Atomic int have = -1; /* every thread computes the same value */
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx512f") != 0;
+    }
+    return have != 0;
+}
+#else
+#define HOST_AVX512 0
+#endif
+
+strata_status strata_host_add_abs_sums(int64_t rows, int64_t cols, float *m, const float *g,
+                                       int axis, double *out)
+{
+    /* Eight rows at a time: M + G over the block (strata_ref_momentum with
+     * mu = gw = 1, a flat loop that vectorizes), then the block's sums as
+     * strata_ref_abs_sums adds them (the same adds in the same order), on
+     * the values just stored, still in cache: the sums do not read M from
+     * memory again. (One loop doing both, element by element, ran 2x
+     * slower than the two ops: 16 row streams of loads and stores.) */
+    if (axis == 0)
+        for (int64_t j = 0; j < cols; j++)
+            out[j] = 0.0;
+    int64_t i = 0;
+#if HOST_AVX512
+    if (axis == 1 && host_avx512())
+        for (; i + 16 <= rows; i += 16) {
+            float *r = m + i * cols;
+            (void)strata_ref_momentum(NULL, NULL, (size_t)(16 * cols), r, g + i * cols, r, 1.0f,
+                                      1.0f, 0);
+            row_abs_sums16(r, cols, out + i);
+        }
+#endif
+    for (; i < rows; i += 8) {
+        const int64_t h = rows - i < 8 ? rows - i : 8;
+        float *r = m + i * cols;
+        (void)strata_ref_momentum(NULL, NULL, (size_t)(h * cols), r, g + i * cols, r, 1.0f, 1.0f,
+                                  0);
+        if (axis == 1 && h == 8) {
+            double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+            for (int64_t j = 0; j < cols; j++)
+                for (int k = 0; k < 8; k++)
+                    a[k] += fabs((double)r[k * cols + j]);
+            for (int k = 0; k < 8; k++)
+                out[i + k] = a[k];
+        } else if (axis == 1) {
+            for (int64_t k = 0; k < h; k++)
+                out[i + k] = strata_om_abs_sum(r + k * cols, cols, 1);
+        } else if (h == 8) {
+            for (int64_t j = 0; j < cols; j++) {
+                double t = out[j];
+                for (int k = 0; k < 8; k++)
+                    t += fabs((double)r[k * cols + j]);
+                out[j] = t;
+            }
+        } else {
+            for (int64_t k = 0; k < h; k++)
+                for (int64_t j = 0; j < cols; j++)
+                    out[j] += fabs((double)r[k * cols + j]);
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_host_gather_cols(int64_t rows, float *x, int64_t ld, int64_t k,
+                                      const int *idx, float *dst, int64_t ldd, float scale)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        float *r = x + i * ld, *d = dst + i * ldd;
+        for (int64_t t = 0; t < k; t++) {
+            const float v = r[idx[t]];
+            d[t] = v;
+            r[idx[t]] = v * scale;
+        }
+    }
+    return STRATA_OK;
+}
+
+/* One row chunk of apply_update_cols with the form a constant: every
+ * column against +0, then the listed ones again from their saved values
+ * against p. */
+#define APPLY_CHUNK(FORM)                                                                     \
+    do {                                                                                      \
+        for (int64_t j = 0; j < n; j++)                                                       \
+            wr[j] = strata_om_apply(wr[j], 0.0f, lr, decay, FORM);                            \
+        for (int64_t u = 0; u < t1 - t0; u++)                                                 \
+            wr[idx[t0 + u] - c0] = strata_om_apply(keep[u], pr[t0 + u], lr, decay, FORM);     \
+    } while (0)
+
+strata_status strata_host_apply_update_cols(int64_t rows, int64_t cols, float *w, int64_t ld,
+                                            int64_t k, const int *idx, const float *p,
+                                            int64_t ldp, float lr, float decay, int form)
+{
+    /* Row by row, in chunks of the columns: the listed columns' weights
+     * kept aside, the flat update loop of strata_ref_apply_update over the
+     * chunk against +0 (the zero-filled scatter this replaces, without
+     * reading one), then the listed columns from their kept weights against
+     * p's entries: each element gets the one expression it would get from
+     * apply_update on the scatter. */
+    enum { CHUNK = 1024 };
+    float keep[CHUNK];
+    for (int64_t i = 0; i < rows; i++) {
+        const float *pr = p + i * ldp;
+        int64_t t0 = 0;
+        for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
+            const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+            float *wr = w + i * ld + c0;
+            int64_t t1 = t0;
+            for (; t1 < k && idx[t1] < c0 + n; t1++)
+                keep[t1 - t0] = wr[idx[t1] - c0];
+            if (form == 0)
+                APPLY_CHUNK(0);
+            else if (form == 1)
+                APPLY_CHUNK(1);
+            else
+                APPLY_CHUNK(2);
+            t0 = t1;
+        }
+    }
+    return STRATA_OK;
+}
+#undef APPLY_CHUNK

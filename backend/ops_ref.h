@@ -60,4 +60,15 @@ strata_status strata_ref_sumsq_2d(void *ctx, void *stream, int64_t rows, int64_t
 strata_status strata_ref_find_nonfinite(void *ctx, void *stream, size_t n, const float *x,
                                         size_t *first);
 
+/* Host loops of the cpu-only ops of ops.h (strata_backend_add_abs_sums,
+ * strata_backend_gather_cols, strata_backend_apply_update_cols): the
+ * wrappers in ops.c call them on the "cpu" backend only, arguments checked. */
+strata_status strata_host_add_abs_sums(int64_t rows, int64_t cols, float *m, const float *g,
+                                       int axis, double *out);
+strata_status strata_host_gather_cols(int64_t rows, float *x, int64_t ld, int64_t k,
+                                      const int *idx, float *dst, int64_t ldd, float scale);
+strata_status strata_host_apply_update_cols(int64_t rows, int64_t cols, float *w, int64_t ld,
+                                            int64_t k, const int *idx, const float *p,
+                                            int64_t ldp, float lr, float decay, int form);
+
 #endif

@@ -6,31 +6,44 @@
  *
  * Object life: one strata_dion2_state per matrix parameter (or stack of
  * `batch` same-shape matrices). Every buffer comes from one backend
- * allocation made at creation (M, one scratch matrix (two when columns are
- * selected), the submatrices,
- * the Newton-Schulz workspace, the slice norms, the permutation and the
- * decay vector) and one host allocation (the norms read back, the slice
- * order, the permutations of the batch); nothing is allocated per step.
- * With ns_batch_threads = T > 1 (clamped to the batch) the state owns a
- * worker team of T threads for the batch's Newton-Schulz, as Muon's.
+ * allocation made at creation (M, the scratch (below), the submatrices,
+ * the Newton-Schulz workspace, the slice norms, the selected columns, the
+ * permutation and the decay vector) and one host allocation (the norms
+ * read back, the slice order, the permutations of the batch); nothing is
+ * allocated per step. With ns_batch_threads = T > 1 (clamped to the batch)
+ * the state owns a worker team of T threads for the batch's Newton-Schulz,
+ * as Muon's.
  *
- * Where the work runs: the selection reads back num float64 slice norms
- * per matrix (a backend reduction, abs_sums) and sorts them on the host.
+ * Where the work runs: the selection reads back num float64 slice norms per
+ * matrix and sorts them on the host. On the "cpu" backend (host_ops: the
+ * cpu-only ops of backend/ops.h) the passes over a matrix are: the overflow
+ * rule's quick bound (G's Frobenius norm by sumsq_lanes, see quick_fit), M
+ * = M + G fused with the slice norms (add_abs_sums: one pass), the gather
+ * of the selected part with its error feedback, Newton-Schulz on the
+ * submatrix, and the update W = W - decay W - step P in one pass over W.
  * Rows selected (rows <= cols): the gather and the error feedback are 2-D
  * copies and scalings of the runs of consecutive selected rows, and the
  * update is applied run by run (the selected rows from O, the others
- * against a zero buffer): nothing else touches the whole matrix but
- * M + G, the norms and the update itself. Columns selected: the gather
- * and the scatter are the backend's permute of the whole matrix by a
+ * against +0 by apply_update_cols with no column listed: no zero buffer).
+ * Columns selected: gather_cols copies the selected columns (in index
+ * order) into the submatrix and scales them in M by ef_decay in the same
+ * pass, and apply_update_cols applies O at the selected columns and +0
+ * elsewhere in one pass over W; no whole-matrix scratch. On any other
+ * backend the same values come from the table's ops: M + G and abs_sums in
+ * two passes, the rows' zeros a whole zero matrix (one update call per
+ * run), and for columns the backend's permute of the whole matrix by a
  * permutation the host uploads (the selected columns first, in index
- * order) and a 2-D copy of the first k; the error feedback is the
- * backend's scale_rc by a vector holding ef_decay at the selected columns
- * and 1 elsewhere (x * 1 is exact). The overflow rule first tries a bound
- * from L1 norms (column sums, which vectorize; M's from the last step's
- * slice norms) and computes the exact Frobenius norms only when that bound
- * does not fit. Every path computes the same per-element expressions as a
- * scatter into a whole zero matrix would (bit for bit). The host never
- * touches a matrix. */
+ * order), a 2-D copy of the first k, scale_rc by a vector holding ef_decay
+ * at the selected columns and 1 elsewhere (x * 1 is exact), and after
+ * Newton-Schulz [O | 0] permuted back into a zero-filled scatter for
+ * apply_update (tests/unit/test_dion2_paths.c: both ways bit for bit). The
+ * overflow rule first tries a bound from L1 norms (G's column sums, or its
+ * lane-summed Frobenius norm with host_ops; M's from the last step's slice
+ * norms) and computes the exact Frobenius norms only when that bound does
+ * not fit; either way G is read before M is touched. Every path computes
+ * the same per-element expressions as a scatter into a whole zero matrix
+ * would (bit for bit). The host never touches a matrix (the cpu-only ops
+ * are the backend's). */
 #include "strata/optim.h"
 #include "backend/ops.h"
 #include "optim/phases.h"
@@ -53,7 +66,12 @@ struct strata_dion2_state {
     int64_t num, len, k;     /* slices, their length, selected per step */
     int64_t sub_rows, sub_cols; /* the submatrix: k x cols or rows x k */
     float *mom;   /* M, batch x rows x cols */
-    /* rows x cols scratch. Rows selected: z is not allocated and z2 stays all zero
+    /* host_ops: the backend runs the cpu-only ops of backend/ops.h (the
+     * fused M + G and slice norms, the column gather and scattered update);
+     * otherwise the same values come from the table's ops. */
+    bool host_ops;
+    /* rows x cols scratch, without host_ops only (with host_ops neither is
+     * allocated). Rows selected: z is not allocated and z2 stays all zero
      * (the update of the unselected rows). Columns selected: z2 takes the
      * permuted M, z holds [O | 0] in permuted order (its last num - k
      * columns stay zero). */
@@ -64,6 +82,7 @@ struct strata_dion2_state {
     double *dcol;  /* cols column L1 sums (backend): the overflow rule's quick bound */
     int *dperm;    /* num (backend) */
     float *dscale; /* num (backend) */
+    int *didx;     /* k (backend): one matrix's selected columns (host_ops) */
     strata_worker_team *team;
     void *mem;
     size_t mem_bytes;
@@ -201,9 +220,11 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
      * floats each, the ints 1. */
     size_t total = 0;
 #define PAD(n) (((n) + 15) / 16 * 16)
-    const size_t n_z = s->sel_rows ? 0 : mn; /* z: columns only */
-    total += PAD(n_mom) + PAD(n_z) + PAD(mn) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
-             PAD(2 * (size_t)cols) + PAD(num) + PAD(num);
+    s->host_ops = strata_backend_has_host_ops(be);
+    const size_t n_z = s->sel_rows || s->host_ops ? 0 : mn; /* z: columns only */
+    const size_t n_z2 = s->host_ops ? 0 : mn;
+    total += PAD(n_mom) + PAD(n_z) + PAD(n_z2) + PAD(n_sub) + PAD(n_work) + PAD(2 * num) +
+             PAD(2 * (size_t)cols) + PAD(num) + PAD(num) + PAD((size_t)s->k);
     s->mem_bytes = total * sizeof(float);
     st = strata_backend_alloc(be, s->mem_bytes, &s->mem);
     if (st != STRATA_OK)
@@ -211,13 +232,14 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
     float *p = s->mem;
     s->mom = optim_carve(&p, n_mom);
     s->z = n_z ? optim_carve(&p, n_z) : NULL;
-    s->z2 = optim_carve(&p, mn);
+    s->z2 = n_z2 ? optim_carve(&p, n_z2) : NULL;
     s->sub = optim_carve(&p, n_sub);
     s->work = optim_carve(&p, n_work);
     s->dnorm = (double *)(void *)optim_carve(&p, 2 * num);
     s->dcol = (double *)(void *)optim_carve(&p, 2 * (size_t)cols);
     s->dperm = (int *)(void *)optim_carve(&p, num);
     s->dscale = optim_carve(&p, num);
+    s->didx = (int *)(void *)optim_carve(&p, (size_t)s->k);
 #undef PAD
 
     s->hnorm = malloc(num * sizeof *s->hnorm);
@@ -232,8 +254,10 @@ strata_status strata_dion2_state_create(const strata_dion2_config *c, strata_bac
         goto fail;
     }
     /* The zero parts the step relies on (see z, z2 above). */
-    st = s->sel_rows ? strata_backend_fill_2d(be, NULL, rows, cols, s->z2, cols, 0.0f)
-                     : strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
+    if (s->z2 && s->sel_rows)
+        st = strata_backend_fill_2d(be, NULL, rows, cols, s->z2, cols, 0.0f);
+    else if (s->z)
+        st = strata_backend_fill_2d(be, NULL, rows, cols, s->z, cols, 0.0f);
     if (st != STRATA_OK)
         goto fail;
     if (s->ns.batch_threads > 1) {
@@ -313,17 +337,24 @@ static int by_index(const void *a, const void *b)
     return i < j ? -1 : i > j;
 }
 
-/* Matrix b's selection: the norms of M_b's slices, the k largest, the
- * permutation that puts them first (hperm), its inverse (hinv of b), the
- * selected slices in index order (hsel of b), the decay vector; for
- * columns, the permutation and the decay vector are uploaded (dperm,
- * dscale). *l1 += the sum of the norms (M_b's L1 norm). */
-static strata_status select_slices(strata_dion2_state *s, int64_t b, double *l1)
+/* Matrix b's selection: the norms of M_b's slices (with host_ops, M_b =
+ * M_b + G_b first, in the same pass; otherwise M + G is done), the k
+ * largest, the permutation that puts them first (hperm), its inverse (hinv
+ * of b), the selected slices in index order (hsel of b), the decay vector;
+ * for columns, the selected columns are uploaded (didx, host_ops) or the
+ * permutation and the decay vector (dperm, dscale). *l1 += the sum of the
+ * norms (M_b's L1 norm). */
+static strata_status select_slices(strata_dion2_state *s, int64_t b, const float *g, double *l1)
 {
-    const float *mb = s->mom + (size_t)b * (size_t)s->rows * (size_t)s->cols;
+    const size_t mn = (size_t)s->rows * (size_t)s->cols;
+    float *mb = s->mom + (size_t)b * mn;
     const size_t num = (size_t)s->num;
-    strata_status st = strata_backend_abs_sums(s->be, NULL, s->rows, s->cols, mb, s->cols,
-                                               s->sel_rows ? 1 : 0, s->dnorm);
+    const int axis = s->sel_rows ? 1 : 0;
+    strata_status st =
+        s->host_ops
+            ? strata_backend_add_abs_sums(s->be, NULL, s->rows, s->cols, mb, g + (size_t)b * mn,
+                                          axis, s->dnorm)
+            : strata_backend_abs_sums(s->be, NULL, s->rows, s->cols, mb, s->cols, axis, s->dnorm);
     if (st == STRATA_OK)
         st = strata_backend_copy(s->be, s->hnorm, s->dnorm, num * sizeof(double));
     if (st != STRATA_OK)
@@ -350,6 +381,8 @@ static strata_status select_slices(strata_dion2_state *s, int64_t b, double *l1)
     }
     if (s->sel_rows)
         return STRATA_OK;
+    if (s->host_ops)
+        return strata_backend_copy(s->be, s->didx, sel, (size_t)s->k * sizeof(int));
     st = strata_backend_copy(s->be, s->dperm, s->hperm, num * sizeof(int));
     if (st == STRATA_OK)
         st = strata_backend_copy(s->be, s->dscale, s->hscale, num * sizeof(float));
@@ -387,8 +420,9 @@ static strata_status gather_rows(strata_dion2_state *s, int64_t b)
 }
 
 /* Rows selected, matrix b: W = W - decay W - step P, run by run: the
- * selected rows take O's rows, the unselected ones the zeros of z2 (the
- * same per-element expression as on a scattered P, bit for bit). */
+ * selected rows take O's rows, the unselected ones zeros (z2's, or with
+ * host_ops apply_update_cols with no column listed: +0 without a buffer;
+ * the same per-element expression as on a scattered P, bit for bit). */
 static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, float step,
                                  float decay)
 {
@@ -407,34 +441,61 @@ static strata_status update_rows(strata_dion2_state *s, int64_t b, float *w, flo
             j += len;
         } else {
             len = (j < k ? sel[j] : m) - r;
-            p = s->z2;
+            p = NULL;
         }
-        st = strata_backend_apply_update(s->be, NULL, (size_t)len * (size_t)n,
-                                         wb + (size_t)r * (size_t)n, p, step, decay,
-                                         STRATA_APPLY_DECAY_STEP);
+        float *wr = wb + (size_t)r * (size_t)n;
+        if (p || !s->host_ops)
+            st = strata_backend_apply_update(s->be, NULL, (size_t)len * (size_t)n, wr,
+                                             p ? p : s->z2, step, decay, STRATA_APPLY_DECAY_STEP);
+        else /* the zeros without a zero buffer: no column listed */
+            st = strata_backend_apply_update_cols(s->be, NULL, len, n, wr, n, 0, NULL, NULL, 0,
+                                                  step, decay, STRATA_APPLY_DECAY_STEP);
         r += len;
     }
     return st;
 }
 
+/* G's term of quick_fit's bound (see there). */
+static strata_status g_bound(strata_dion2_state *s, const float *g, double *out)
+{
+    const int64_t n = s->cols, r = s->batch * s->rows;
+    strata_status st;
+    if (s->host_ops) {
+        double sq = 0.0;
+        st = strata_backend_sumsq_lanes(s->be, (size_t)r * (size_t)n, g, &sq);
+        *out = sqrt(sq) * (1.0 + (double)r * (double)n * 0x1p-50);
+        return st;
+    }
+    st = strata_backend_abs_sums(s->be, NULL, r, n, g, n, 0, s->dcol);
+    if (st == STRATA_OK)
+        st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+    double l1 = 0.0;
+    for (int64_t j = 0; j < n && st == STRATA_OK; j++)
+        l1 += s->hcol[j];
+    *out = l1;
+    return st;
+}
+
 /* The overflow rule's quick pass: L1 norms bound the Frobenius norms
  * (||x||_F <= sum |x_ij|), and a column-sum pass vectorizes where the
- * exact float64 sum of squares is one chain of dependent adds. *fits: the
- * bound (1 + 1e-9 for the sums' rounding) is finite and within the limit,
- * so the exact rule (below) would let the step through too; otherwise the
- * exact rule decides. */
+ * exact float64 sum of squares is one chain of dependent adds. With
+ * host_ops G's term is instead its Frobenius norm from
+ * strata_backend_sumsq_lanes (32 interleaved float64 sums, memory-bound),
+ * widened by N 2^-50 (N elements: the rounding of either order of the sum
+ * of N squares is within N 2^-53 relative), so it is at least the exact
+ * rule's sqrt(gamma). *fits: the bound (1 + 1e-9 for the L1 sums'
+ * rounding) is finite and within the limit, so the exact rule (below)
+ * would let the step through too; otherwise the exact rule decides. The
+ * outcome, and the counters, are the exact rule's either way: the quick
+ * pass only saves its work. */
 static strata_status quick_fit(strata_dion2_state *s, const float *g, bool *fits)
 {
     *fits = false;
     const int64_t n = s->cols, r = s->batch * s->rows;
     double gl1 = 0.0, ml1 = s->m_l1;
-    strata_status st = strata_backend_abs_sums(s->be, NULL, r, n, g, n, 0, s->dcol);
-    if (st == STRATA_OK)
-        st = strata_backend_copy(s->be, s->hcol, s->dcol, (size_t)n * sizeof(double));
+    strata_status st = g_bound(s, g, &gl1);
     if (st != STRATA_OK)
         return st;
-    for (int64_t j = 0; j < n; j++)
-        gl1 += s->hcol[j];
     if (!isfinite(gl1))
         return STRATA_OK;
     if (!s->m_l1_valid) {
@@ -497,16 +558,25 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
             return STRATA_OK;
     }
 
-    /* M = M + G (1 * M + 1 * G: exact products). */
+    /* M = M + G (1 * M + 1 * G: exact products); with host_ops in
+     * select_slices, matrix by matrix, with the slice norms. */
     s->m_l1_valid = false;
     double l1 = 0.0;
-    st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
+    if (!s->host_ops)
+        st = strata_backend_momentum(s->be, NULL, all, s->mom, g, s->mom, 1.0f, 1.0f, false);
     for (int64_t b = 0; b < s->batch && st == STRATA_OK; b++) {
         float *mb = s->mom + (size_t)b * mn;
         float *sb = s->sub + (size_t)b * sub_n;
-        st = select_slices(s, b, &l1);
+        st = select_slices(s, b, g, &l1);
         if (st == STRATA_OK && s->sel_rows) {
             st = gather_rows(s, b);
+            continue;
+        }
+        /* Columns, host_ops: S = M[:, sel], then M[:, sel] *= ef_decay, one
+         * pass. */
+        if (st == STRATA_OK && s->host_ops) {
+            st = strata_backend_gather_cols(s->be, NULL, m, n, mb, n, s->k, s->didx, sb,
+                                            s->sub_cols, c->ef_decay);
             continue;
         }
         /* Columns: the selected columns first (into z2), then the first k
@@ -530,9 +600,22 @@ strata_status strata_dion2_step(strata_dion2_state *s, float lr_scale, int64_t t
             st = update_rows(s, b, w, step, decay);
             continue;
         }
-        /* Columns: O into the first k columns of z (the rest are zero),
-         * then every column back to its place; the unselected ones are
-         * zero. */
+        /* Columns, host_ops: W = W - decay W - step P with P's selected
+         * columns O's and the others zero, one pass (the selected columns
+         * of the last matrix are still in didx). */
+        if (s->host_ops) {
+            if (s->batch > 1)
+                st = strata_backend_copy(s->be, s->didx, s->hsel + (size_t)b * (size_t)s->k,
+                                         (size_t)s->k * sizeof(int));
+            if (st == STRATA_OK)
+                st = strata_backend_apply_update_cols(
+                    s->be, NULL, m, n, w + (size_t)b * mn, n, s->k, s->didx,
+                    s->sub + (size_t)b * sub_n, s->sub_cols, step, decay, STRATA_APPLY_DECAY_STEP);
+            continue;
+        }
+        /* Columns otherwise: O into the first k columns of z (the rest are
+         * zero), then every column back to its place; the unselected ones
+         * are zero. */
         st = strata_backend_copy_2d(s->be, NULL, s->sub_rows, s->sub_cols, s->z, n,
                                     s->sub + (size_t)b * sub_n, s->sub_cols);
         if (st == STRATA_OK)
