@@ -112,7 +112,12 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *             no eigendecomposition); R_inv likewise with index 1;
  *             root_method NEWTON computes the regularized root eigh-free
  *             (coupled Newton, falling back to the above per root; see
- *             strata_root_method)
+ *             strata_root_method); WARM_QR replaces V by one step of
+ *             orthogonal iteration from the factor's previous basis Q
+ *             (V = qr(L Q), lambda its Rayleigh quotients q^T L q; SOAP's
+ *             refresh, Vyas et al. 2024, Algorithm 4), the above when
+ *             ||Q^T L Q - diag||_F > warm_qr_tolerance ||Q^T L Q||_F or at
+ *             a factor's first root (optim/phases.h strata_inv_root_warm_qr)
  *   grafting  Adam: A = b_g A + (1-b_g) G^2,  D = M_hat / (sqrt(A/(1-b_g^t)) + eps_g)
  *             AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
  *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block;
@@ -265,7 +270,13 @@ typedef struct strata_shampoo_config {
                                       for factors of dimension >= STRATA_ROOT_AUTO_MIN_DIM:
                                       none, as measured on a 2-core CPU).
                                       NEWTON needs exponents 1/4, 1/2 or 0 and no
-                                      pseudo-inverse; AUTO uses EIGH where NEWTON cannot */
+                                      pseudo-inverse; AUTO uses EIGH where NEWTON cannot;
+                                      WARM_QR (no pseudo-inverse): each factor's last
+                                      eigenbasis refined by one QR step, EIGH at its first
+                                      root and when warm_qr_tolerance fails (counted in
+                                      root_fallbacks); the bases (host float32, one n x n per
+                                      factor) are not checkpointed: a resumed run's first
+                                      roots are EIGH's */
     strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
                                       BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
     strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */
