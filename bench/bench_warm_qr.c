@@ -36,8 +36,9 @@
  *          of B', i.e. E o D with D_ij = (f(l_i) - f(l_j)) / (l_i - l_j)
  *          (Daleckii-Krein; Higham, Functions of Matrices, 2008, Thm 3.11),
  *          so est = ||E o D||_F / ||f(l)||_2. A root with est > --tol
- *          (default 1: never; its time is then qrchk's own) is recomputed by dsyevd (its time included) and
- *          counted; the fallback's dsyevd basis becomes the next Q.
+ *          (default 1: never, so the time is qrchk's own) is recomputed
+ *          by dsyevd (its time included) and counted; the fallback's
+ *          dsyevd basis becomes the next Q.
  *          2 + 2 + 8/3 + 1 + 2 + 1 n^3 flops.
  *   --iters K runs K orthogonal-iteration steps (qr) / QR-algorithm steps
  *   (qrchk) per root instead of 1.
@@ -52,7 +53,8 @@
  * Usage: bench_warm_qr [--threads N] [--sizes n1,...] [--steps R] [--chain C]
  *                      [--warm W] [--iters K] [--tol X] [--eps-rel X] [--p 2|4]
  * Default: one thread, sizes 128,256,384,512,768,1024, R = 5 (1 at n >= 2048),
- * C = 5 (2 at n >= 2048), W = 20. Exit 0 (figures reported, nothing
+ * C = 5 (2 at n >= 2048), W = 20; --ema-only skips the sum form (beta2 = 1).
+ * Measured table: README, "Warm-started eigenbases". Exit 0 (figures reported, nothing
  * enforced), 1 on a failed call. */
 #include <cblas.h>
 #include <lapacke.h>

@@ -603,10 +603,11 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         /* The previous eigenbases (host), charged to the ledger as roots. */
         s->warm = calloc((size_t)s->nblocks, sizeof *s->warm);
         size_t qb = 0;
-        for (int i = 0; s->warm && i < s->nblocks; i++)
+        for (int i = 0; s->warm && i < s->nblocks; i++) {
+            pthread_mutex_init(&s->warm[i].mu[0], NULL);
+            pthread_mutex_init(&s->warm[i].mu[1], NULL);
             for (int f = 0; f < 2; f++) {
                 const size_t fd_n = (size_t)(f == 0 ? s->blocks[i].rows : s->blocks[i].cols);
-                pthread_mutex_init(&s->warm[i].mu[f], NULL);
                 s->warm[i].q[f] = host_alloc(fd_n * fd_n * sizeof(float));
                 qb += fd_n * fd_n * sizeof(float);
                 if (!s->warm[i].q[f]) {
@@ -615,6 +616,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
                     break;
                 }
             }
+        }
         if (!s->warm) {
             ws_free(s->ws, s->root_threads);
             st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate the warm eigenbases");
@@ -789,8 +791,8 @@ static strata_status root_job(strata_shampoo_state *s, int job, const root_ws *w
         optim_bf16_widen_n(ws->stage, ws->stage, ne);
     }
     if (st == STRATA_OK)
-        st = block_factor_root(s, job / 2, f, dim, ws->stage, ws->stage, ws->work,
-                                        ws->iwork, cnt);
+        st = block_factor_root(s, job / 2, f, dim, ws->stage, ws->stage, ws->work, ws->iwork,
+                               cnt);
     if (st == STRATA_OK && s->cfg.root_dtype == STRATA_STATE_BF16)
         optim_bf16_round_n(root, ws->stage, ne);
     else if (st == STRATA_OK)
