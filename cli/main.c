@@ -516,8 +516,14 @@ static const train_flag train_flag_rows[] = {
      .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_root_method), .type = FT_NAME, .names = gpt_root_method_names,
      .group = G_SHAMPOO,
-     .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted) or auto "
+     .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted), auto or "
+             "warm-qr (one QR step from the last eigenbasis, eigh fallback counted) "
              "(default {})", .opts = OPT(SHAMPOO)},
+    {CFG(shampoo_warm_qr_tolerance), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0,
+     .group = G_SHAMPOO, .arg = "X",
+     .help = "--root-method warm-qr: the last eigenbasis Q is refined while "
+             "||Q^T A Q - diag||_F <= X ||Q^T A Q||_F, else eigh (default {})",
+     .opts = OPT(SHAMPOO)},
     {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
      .group = G_SHAMPOO,
      .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "

@@ -231,10 +231,13 @@ static int decompose(int n, const float *a, int driver, const strata_inv_root_op
     return DEC_OK;
 }
 
+static strata_status root_out(int n, const double *root, float *out);
+
 /* The eigendecomposition root (steps 2-5 of the header); arguments checked,
  * *inf zeroed by the caller. */
 static strata_status eigh_root(int n, const float *a, const strata_inv_root_opts *o,
-                               float *out, double *work, int *iwork, strata_inv_root_info *inf)
+                               float *out, double *work, int *iwork, strata_inv_root_info *inf,
+                               float *basis)
 {
     const size_t nn = (size_t)n * n;
     double *v = work;
@@ -260,6 +263,13 @@ static strata_status eigh_root(int n, const float *a, const strata_inv_root_opts
                                 first, why, ortho, n);
         inf->driver = 1;
     }
+    if (basis) /* WARM_QR's next start: the eigenvectors, largest eigenvalue first */
+        for (int k = 0; k < n; k++) {
+            const double *row = v + (size_t)(n - 1 - k) * n;
+            float *dst = basis + (size_t)k * n;
+            for (int i = 0; i < n; i++)
+                dst[i] = (float)row[i];
+        }
 
     /* Floor the eigenvalues, then the power: s_j = d_j^(1/2). */
     double lmax = 0.0, lmin = lambda[0];
@@ -314,6 +324,13 @@ static strata_status eigh_root(int n, const float *a, const strata_inv_root_opts
     }
     cblas_dsyrk(CblasRowMajor, CblasLower, CblasTrans, n, k, 1.0, v + (size_t)first_kept * n, n,
                 0.0, root, n);
+    return root_out(n, root, out);
+}
+
+/* The lower triangle of the row-major float64 PSD root to float32 `out`,
+ * mirrored; refused when a diagonal entry is not finite or overflows. */
+static strata_status root_out(int n, const double *root, float *out)
+{
     /* root is positive semi-definite, so |root_ij| <= sqrt(root_ii root_jj):
      * a finite diagonal below FLT_MAX / 2 bounds every entry, and a NaN or
      * Inf anywhere in W reaches the diagonal (root_ii sums w_ji^2). */
@@ -628,7 +645,7 @@ strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_op
         inf->newton_iters = iters;
         inf->residual = res;
         inf->fallback = 1;
-        strata_status se = eigh_root(n, a, o, out, work, iwork, inf);
+        strata_status se = eigh_root(n, a, o, out, work, iwork, inf, NULL);
         inf->method = STRATA_ROOT_EIGH;
         if (se != STRATA_OK) {
             char eigh_msg[256];
@@ -639,7 +656,7 @@ strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_op
         return se;
     }
     inf->method = STRATA_ROOT_EIGH;
-    return eigh_root(n, a, o, out, work, iwork, inf);
+    return eigh_root(n, a, o, out, work, iwork, inf, NULL);
 }
 
 strata_status strata_inv_root(int n, const float *a, double eps, double p, float *out,
@@ -934,4 +951,119 @@ strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bo
     if (perm)
         memcpy(perm, idx, (size_t)n * sizeof(int));
     return STRATA_OK;
+}
+
+/* ------------------------------------------------- warm-started eigenbasis roots (WARM_QR)
+ * One step of orthogonal (subspace) iteration from the previous refresh's
+ * eigenbasis Q (Golub & Van Loan, Matrix Computations, 4th ed., section
+ * 8.2.4; SOAP's eigenbasis refresh, Vyas et al. 2024, arXiv 2409.11321,
+ * Algorithm 4: one power iteration and a QR; Distributed Shampoo's
+ * QREigendecompositionConfig, max_iterations 1):
+ *   P = A Q,  l_k = q_k^T p_k (Rayleigh quotients of the previous basis),
+ *   columns ordered by l descending (the order in which orthogonal iteration
+ *   is a stable fixed point: a column's error toward a later, smaller
+ *   eigenvalue's direction shrinks by their ratio each step),
+ *   Q' = qr(P[:, order]) (dgeqrf + dorgqr),
+ *   root = Q' diag((max(l, 0) + eps_eff)^(-e)) Q'^T (one DSYRK, as eigh_root).
+ * The check is Distributed Shampoo's criterion on the previous basis,
+ * ||B - diag B||_F <= tol ||B||_F with B = Q^T A Q (its
+ * eigenvalues_estimate_criterion_below_or_equal_tolerance), computed in
+ * O(n^2) from P: for orthonormal Q, ||B||_F^2 = sum_k ||p_k||^2 and
+ * diag B = l. Flops: 2 n^3 (P) + 8/3 n^3 (QR) + n^3 (DSYRK).
+ * Layout of `work`: A (n x n, later the sorted P and then Q'), Q (later W),
+ * P (later the root), l, sorted l, tau (n each), LAPACK workspace (the rest
+ * of strata_inv_root_work_doubles(n), >= n^2). */
+strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_root_opts *o,
+                                      double tol, float *basis, bool *have_basis, float *out,
+                                      double *work, int *iwork, strata_inv_root_info *info)
+{
+    if (n <= 0 || !a || !o || !basis || !have_basis || !out || !work || !iwork ||
+        o->mode != STRATA_ROOT_REGULARIZED || !(o->exponent > 0.0) || !isfinite(o->exponent) ||
+        !(o->eps >= 0.0) || !isfinite(o->eps) || !(o->eps_rel >= 0.0) || !isfinite(o->eps_rel) ||
+        !(tol >= 0.0) || !(tol <= 1.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root_warm_qr: bad arguments (n=%d, tol=%g; the regularized "
+                            "mode only)", n, tol);
+    strata_inv_root_info local = {0};
+    strata_inv_root_info *inf = info ? info : &local;
+    memset(inf, 0, sizeof *inf);
+    inf->residual = NAN;
+    inf->ortho_error = NAN;
+    if (!*have_basis || !all_finite_f32(basis, (size_t)n * n)) {
+        /* No previous basis (the first root, or a resumed run): dsyevd. */
+        inf->method = STRATA_ROOT_EIGH;
+        strata_status st = eigh_root(n, a, o, out, work, iwork, inf, basis);
+        *have_basis = st == STRATA_OK;
+        return st;
+    }
+    const size_t nn = (size_t)n * n;
+    double *am = work, *qm = am + nn, *pm = qm + nn, *l = pm + nn, *ls = l + n, *tau = ls + n;
+    double *lw = tau + n;
+    const lapack_int lwn = (lapack_int)(strata_inv_root_work_doubles(n) - 3 * nn - 3 * (size_t)n);
+    int *idx = iwork, *tmp = iwork + n;
+    if (!load_symmetric(n, a, 1.0, am))
+        return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input (n=%d)", n);
+    mirror_upper(n, am);
+    for (size_t i = 0; i < nn; i++)
+        qm[i] = basis[i]; /* column k (contiguous): eigenvector k */
+    /* Symmetric A reads the same in either order: P = A Q column-major. */
+    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, am, n, qm, n, 0.0, pm,
+                n);
+    double tot = 0.0, dia = 0.0;
+    for (int k = 0; k < n; k++) {
+        const double *q = qm + (size_t)k * n, *p = pm + (size_t)k * n;
+        l[k] = dot_fixed((size_t)n, q, p);
+        tot += dot_fixed((size_t)n, p, p);
+        dia += l[k] * l[k];
+        idx[k] = k;
+    }
+    const double crit = tot > 0.0 ? sqrt(fmax(tot - dia, 0.0) / tot) : NAN;
+    inf->residual = crit;
+    if (!(crit <= tol)) {
+        /* The previous basis is too far from diagonalizing A (or A = 0, or a
+         * non-finite product): recompute it by dsyevd, counted. */
+        inf->fallback = 1;
+        inf->method = STRATA_ROOT_EIGH;
+        strata_status st = eigh_root(n, a, o, out, work, iwork, inf, basis);
+        inf->fallback = 1;
+        inf->residual = crit;
+        *have_basis = st == STRATA_OK;
+        return st;
+    }
+    argsort_desc(n, l, idx, tmp);
+    for (int k = 0; k < n; k++) {
+        memcpy(am + (size_t)k * n, pm + (size_t)idx[k] * n, (size_t)n * sizeof(double));
+        ls[k] = l[idx[k]];
+    }
+    lapack_int info_qr = LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, n, n, am, n, tau, lw, lwn);
+    if (info_qr == 0)
+        info_qr = LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, n, n, n, am, n, tau, lw, lwn);
+    if (info_qr != 0 || !all_finite_f64(am, nn))
+        return strata_error(STRATA_ERR_LINALG, "inv_root_warm_qr: QR failed (info %d, n=%d)",
+                            (int)info_qr, n);
+    const double lmax = fmax(ls[0], 0.0);
+    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
+    inf->lambda_max = ls[0];
+    inf->lambda_min = ls[n - 1];
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    const double half_exp = -0.5 * o->exponent;
+    for (int k = 0; k < n; k++) {
+        const double sk = pow(fmax(ls[k], 0.0) + eps_eff, half_exp);
+        if (!isfinite(sk))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
+                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
+                                ls[k], eps_eff);
+        const double *src = am + (size_t)k * n;
+        double *dst = qm + (size_t)k * n;
+        for (int i = 0; i < n; i++)
+            dst[i] = sk * src[i];
+    }
+    for (size_t i = 0; i < nn; i++)
+        basis[i] = (float)am[i];
+    /* root = W W^T; column-major upper = row-major lower, which root_out reads. */
+    cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, n, n, 1.0, qm, n, 0.0, pm, n);
+    inf->method = STRATA_ROOT_WARM_QR;
+    return root_out(n, pm, out);
 }

@@ -366,6 +366,32 @@ size_t strata_inv_root_work_ints(int n);
 
 size_t strata_inv_root_newton_f32_work_floats(int n);
 
+/* Inverse root of the n x n float32 factor `a` (regularized mode only:
+ * out = Q diag((max(l, 0) + eps_eff)^(-o->exponent)) Q^T, eps_eff =
+ * max(o->eps, o->eps_rel * max l)) from a warm-started eigenbasis: one step
+ * of orthogonal iteration from the previous basis (P = A Q, Rayleigh
+ * quotients l_k = q_k^T p_k, columns sorted by l descending, Q' = qr(P) by
+ * dgeqrf + dorgqr; SOAP's refresh, Vyas et al. 2024, arXiv 2409.11321,
+ * Algorithm 4; Distributed Shampoo's QREigendecompositionConfig with
+ * max_iterations 1). `basis` (n x n float32, eigenvector k at basis + k n,
+ * largest eigenvalue first) is read when *have_basis and replaced by Q'. The
+ * check, Distributed Shampoo's criterion on the previous basis
+ * ||Q^T A Q - diag||_F <= tol ||Q^T A Q||_F (tol in [0, 1]; exact in O(n^2)
+ * from P), failing (or a non-finite basis) recomputes the root and the basis
+ * by dsyevd, as strata_inv_root_ex's EIGH (info->fallback = 1); without a
+ * previous basis (*have_basis false) dsyevd runs, not counted as a fallback.
+ * *have_basis is true after a success. info->method: STRATA_ROOT_WARM_QR or
+ * STRATA_ROOT_EIGH; info->residual: the criterion (NaN without a basis);
+ * lambda_min/max: the Rayleigh quotients' range. `work`:
+ * strata_inv_root_work_doubles(n) doubles, `iwork` strata_inv_root_work_ints(n)
+ * ints; `out` may alias `a` and is written only on success.
+ * Errors: STRATA_ERR_INVALID_ARG (bad arguments, the pseudo-inverse mode),
+ * STRATA_ERR_LINALG (non-finite input, QR failure, a non-finite root; as
+ * strata_inv_root_ex's). Flops: 2 n^3 + 8/3 n^3 (QR) + n^3, all BLAS-3. */
+strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_root_opts *o,
+                                      double tol, float *basis, bool *have_basis, float *out,
+                                      double *work, int *iwork, strata_inv_root_info *info);
+
 strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float *a,
                                          const strata_inv_root_opts *o, float *out,
                                          float *dwork, float *host_stage, double *work,

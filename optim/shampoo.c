@@ -61,6 +61,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,19 @@ typedef struct shampoo_block {
     float *L_inv_own, *R_inv_own;
     bool has_root[2]; /* L_inv, R_inv computed at least once */
 } shampoo_block;
+
+/* root_method WARM_QR: each factor's previous eigenbasis (host float32, n x n,
+ * strata_inv_root_warm_qr's layout), shared by the synchronous roots and the
+ * asynchronous runtime's workers (which see the state const: the bases live
+ * behind a pointer). A factor's lock is held for its whole warm root, so two
+ * refreshes of one block in flight chain their bases one after the other.
+ * Not in the checkpoint: a resumed run's first root of each factor is a
+ * dsyevd root (have = false). */
+typedef struct warm_basis {
+    pthread_mutex_t mu[2];
+    float *q[2];  /* L's (rows x rows) and R's (cols x cols) */
+    bool have[2];
+} warm_basis;
 
 /* Host scratch of one root thread: float64 eigen workspace and a float32
  * staging matrix (maxdim x maxdim: a factor, then its root). */
@@ -119,6 +133,7 @@ struct strata_shampoo_state {
     strata_status *root_status; /* per root job, of the last parallel compute_roots */
     bool skip;        /* this step's gradient could overflow the state: the step is
                          skipped (set by `before`, consumed by apply; optim_internal.h) */
+    warm_basis *warm; /* nblocks (root_method WARM_QR), else NULL */
 };
 
 void strata_shampoo_config_default(strata_shampoo_config *c)
@@ -144,6 +159,7 @@ void strata_shampoo_config_default(strata_shampoo_config *c)
     c->inverse_exponent_override[0] = -1.0f;
     c->inverse_exponent_override[1] = -1.0f;
     c->root_method = STRATA_ROOT_EIGH;
+    c->warm_qr_tolerance = 0.12f;
     c->factor_dtype = STRATA_STATE_F32;
     c->root_dtype = STRATA_STATE_F32;
 }
@@ -199,7 +215,13 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
     OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
                                        c->inverse_exponent_override[1]));
     OPTIM_CHECK(st, optim_check_int(n, "root_method", (long long)c->root_method,
-                                    STRATA_ROOT_EIGH, STRATA_ROOT_AUTO));
+                                    STRATA_ROOT_EIGH, STRATA_ROOT_WARM_QR));
+    OPTIM_CHECK(st, optim_check_float(n, "warm_qr_tolerance", c->warm_qr_tolerance, 0.0, true,
+                                      1.0, true));
+    if (st == STRATA_OK && c->root_method == STRATA_ROOT_WARM_QR && c->use_pseudo_inverse)
+        st = strata_error(STRATA_ERR_INVALID_ARG,
+                          "shampoo.root_method = warm_qr has no pseudo-inverse mode "
+                          "(shampoo.use_pseudo_inverse); use eigh");
     if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON) {
         for (int f = 0; f < 2 && st == STRATA_OK; f++) {
             const float e = c->inverse_exponent_override[f];
@@ -298,9 +320,24 @@ static double root_exponent(const strata_shampoo_config *c, int factor)
     return e < 0.0f ? 0.25 : (double)e;
 }
 
+/* strata_shampoo_factor_root with the factor's warm basis (WARM_QR; NULL:
+ * none kept, a dsyevd root). */
+static strata_status factor_root_warm(const strata_shampoo_config *c, int factor, int n,
+                                      const float *a, float *out, double *work, int *iwork,
+                                      strata_optim_counters *cnt, float *basis,
+                                      bool *have_basis);
+
 strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int factor, int n,
                                          const float *a, float *out, double *work, int *iwork,
                                          strata_optim_counters *cnt)
+{
+    return factor_root_warm(c, factor, n, a, out, work, iwork, cnt, NULL, NULL);
+}
+
+static strata_status factor_root_warm(const strata_shampoo_config *c, int factor, int n,
+                                      const float *a, float *out, double *work, int *iwork,
+                                      strata_optim_counters *cnt, float *basis,
+                                      bool *have_basis)
 {
     if (!c || (factor != 0 && factor != 1) || n <= 0 || !a || !out || !work || !iwork)
         return strata_error(STRATA_ERR_INVALID_ARG, "shampoo_factor_root: bad arguments "
@@ -326,9 +363,18 @@ strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int fac
         o.eps = c->epsilon;
         o.eps_rel = c->epsilon_rel;
     }
-    o.method = c->root_method;
     strata_inv_root_info info = {0};
-    strata_status st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
+    strata_status st;
+    if (c->root_method == STRATA_ROOT_WARM_QR) {
+        if (basis)
+            st = strata_inv_root_warm_qr(n, a, &o, (double)c->warm_qr_tolerance, basis,
+                                         have_basis, out, work, iwork, &info);
+        else /* no basis kept (the one-factor entry): as from a first root */
+            st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
+    } else {
+        o.method = c->root_method;
+        st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
+    }
     if (cnt) {
         cnt->root_retries += info.retries;
         cnt->root_fallbacks += info.fallback;
@@ -340,6 +386,32 @@ strata_status strata_shampoo_factor_root(const strata_shampoo_config *c, int fac
             cnt->root_failures++;
     }
     return st;
+}
+
+/* Factor f of block b's root, with its warm basis under its lock when the
+ * state keeps bases (WARM_QR). */
+static strata_status block_factor_root(const strata_shampoo_state *s, int b, int f, int n,
+                                       const float *a, float *out, double *work, int *iwork,
+                                       strata_optim_counters *cnt)
+{
+    if (!s->warm)
+        return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
+    warm_basis *wb = &s->warm[b];
+    pthread_mutex_lock(&wb->mu[f]);
+    strata_status st =
+        factor_root_warm(&s->cfg, f, n, a, out, work, iwork, cnt, wb->q[f], &wb->have[f]);
+    pthread_mutex_unlock(&wb->mu[f]);
+    return st;
+}
+
+static void warm_free(warm_basis *w, int nblocks)
+{
+    for (int i = 0; w && i < nblocks; i++)
+        for (int f = 0; f < 2; f++) {
+            free(w[i].q[f]);
+            pthread_mutex_destroy(&w[i].mu[f]);
+        }
+    free(w);
 }
 
 /* 64-byte aligned host memory, so that every root thread's LAPACK sees
@@ -527,6 +599,32 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         if (st != STRATA_OK)
             goto out_free_mem;
     }
+    if (c->root_method == STRATA_ROOT_WARM_QR) {
+        /* The previous eigenbases (host), charged to the ledger as roots. */
+        s->warm = calloc((size_t)s->nblocks, sizeof *s->warm);
+        size_t qb = 0;
+        for (int i = 0; s->warm && i < s->nblocks; i++) {
+            pthread_mutex_init(&s->warm[i].mu[0], NULL);
+            pthread_mutex_init(&s->warm[i].mu[1], NULL);
+            for (int f = 0; f < 2; f++) {
+                const size_t fd_n = (size_t)(f == 0 ? s->blocks[i].rows : s->blocks[i].cols);
+                s->warm[i].q[f] = host_alloc(fd_n * fd_n * sizeof(float));
+                qb += fd_n * fd_n * sizeof(float);
+                if (!s->warm[i].q[f]) {
+                    warm_free(s->warm, i + 1);
+                    s->warm = NULL;
+                    break;
+                }
+            }
+        }
+        if (!s->warm) {
+            ws_free(s->ws, s->root_threads);
+            st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot allocate the warm eigenbases");
+            goto out_free_mem;
+        }
+        strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_HOST,
+                               STRATA_LEDGER_ROOTS, qb);
+    }
     *out = s;
     return STRATA_OK;
 
@@ -546,6 +644,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
         return;
     strata_worker_team_destroy(s->team);
     ws_free(s->ws, s->root_threads);
+    warm_free(s->warm, s->nblocks);
     free(s->root_order);
     free(s->root_status);
     strata_ledger_hold_release(&s->held);
@@ -692,8 +791,8 @@ static strata_status root_job(strata_shampoo_state *s, int job, const root_ws *w
         optim_bf16_widen_n(ws->stage, ws->stage, ne);
     }
     if (st == STRATA_OK)
-        st = strata_shampoo_factor_root(&s->cfg, f, dim, ws->stage, ws->stage, ws->work,
-                                        ws->iwork, cnt);
+        st = block_factor_root(s, job / 2, f, dim, ws->stage, ws->stage, ws->work, ws->iwork,
+                               cnt);
     if (st == STRATA_OK && s->cfg.root_dtype == STRATA_STATE_BF16)
         optim_bf16_round_n(root, ws->stage, ne);
     else if (st == STRATA_OK)
@@ -1279,7 +1378,7 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
             const int dim = f == 0 ? blk->rows : blk->cols;
             const size_t ne = (size_t)dim * dim;
             optim_bf16_widen_n(stage, part, ne);
-            r[f] = strata_shampoo_factor_root(&s->cfg, f, dim, stage, stage, w2, iwork, cnt);
+            r[f] = block_factor_root(s, b, f, dim, stage, stage, w2, iwork, cnt);
             if (r[f] == STRATA_OK)
                 optim_bf16_round_n(part, stage, ne);
             part += ne * 2;
@@ -1288,8 +1387,8 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
         sr = r[1];
     } else {
         float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
-        sl = strata_shampoo_factor_root(&s->cfg, 0, blk->rows, L, L, work, iwork, cnt);
-        sr = strata_shampoo_factor_root(&s->cfg, 1, blk->cols, R, R, work, iwork, cnt);
+        sl = block_factor_root(s, b, 0, blk->rows, L, L, work, iwork, cnt);
+        sr = block_factor_root(s, b, 1, blk->cols, R, R, work, iwork, cnt);
     }
     *failed = (sl != STRATA_OK ? 1u : 0u) | (sr != STRATA_OK ? 2u : 0u);
     if (sl != STRATA_OK && sr != STRATA_OK)

@@ -70,9 +70,10 @@
     X(shampoo_pseudo_inverse_atol, shampoo.pseudo_inverse_atol, FLOAT, NOCKPT, NULL, NULL, "", "absolute cutoff") \
     X(shampoo_inverse_exponent_override0, shampoo.inverse_exponent_override[0], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
     X(shampoo_inverse_exponent_override1, shampoo.inverse_exponent_override[1], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):") \
-    X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback) or auto") \
+    X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback), auto or warm-qr (one QR step from the last eigenbasis, eigh fallback)") \
     X(shampoo_factor_dtype, shampoo.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of L and R: f32 (default) or bf16") \
     X(shampoo_root_dtype, shampoo.root_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the inverse roots: f32 (default) or bf16") \
+    X(shampoo_warm_qr_tolerance, shampoo.warm_qr_tolerance, FLOAT, NOCKPT, "warm-qr-tolerance", NULL, "", "root_method warm-qr: relative off-diagonal tolerance of the warm basis; default 0.12") \
     X(muon_lr, muon.lr, FLOAT, CKPT, NULL, NULL, "", "default 0.02") \
     X(muon_momentum, muon.momentum, FLOAT, CKPT, "muon-momentum", "muon_momentum", "", "mu in [0, 1)") \
     X(muon_nesterov, muon.nesterov, BOOL, CKPT, NULL, NULL, "", "default true") \

@@ -857,7 +857,12 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             s->paged_params > 0 ? " (paged to nvme between steps: see 'paged state')" : "", over);
     /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
      * fallback to the eigendecomposition is never silent. */
-    if (t->root_newton > 0 || t->root_fallbacks > 0)
+    if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
+        o->strata.shampoo.root_method == STRATA_ROOT_WARM_QR)
+        fprintf(f, "roots: warm-started eigenbases (one QR step from the last basis; the first "
+                "root of each factor by eigh), %lld fell back to eigh (off-diagonal "
+                "criterion)\n", (long long)t->root_fallbacks);
+    else if (t->root_newton > 0 || t->root_fallbacks > 0)
         fprintf(f, "roots: %lld by the Newton iteration, %lld fell back to eigh (residual "
                 "check or iteration cap)\n",
                 (long long)t->root_newton, (long long)t->root_fallbacks);

@@ -12,6 +12,7 @@ const gpt_enum_name gpt_grafting_names[] = {
 
 const gpt_enum_name gpt_root_method_names[] = {
     {"eigh", STRATA_ROOT_EIGH}, {"newton", STRATA_ROOT_NEWTON}, {"auto", STRATA_ROOT_AUTO},
+    {"warm-qr", STRATA_ROOT_WARM_QR},
     {NULL, 0},
 };
 

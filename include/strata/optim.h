@@ -112,7 +112,12 @@ STRATA_API strata_status strata_adamw_update(const strata_adamw_config *c, float
  *             no eigendecomposition); R_inv likewise with index 1;
  *             root_method NEWTON computes the regularized root eigh-free
  *             (coupled Newton, falling back to the above per root; see
- *             strata_root_method)
+ *             strata_root_method); WARM_QR replaces V by one step of
+ *             orthogonal iteration from the factor's previous basis Q
+ *             (V = qr(L Q), lambda its Rayleigh quotients q^T L q; SOAP's
+ *             refresh, Vyas et al. 2024, Algorithm 4), the above when
+ *             ||Q^T L Q - diag||_F > warm_qr_tolerance ||Q^T L Q||_F or at
+ *             a factor's first root (optim/phases.h strata_inv_root_warm_qr)
  *   grafting  Adam: A = b_g A + (1-b_g) G^2,  D = M_hat / (sqrt(A/(1-b_g^t)) + eps_g)
  *             AdaGrad: A += G^2,              D = M_hat / (sqrt(A) + eps_g)
  *   direction P = L_inv M_hat R_inv,  P *= ||D||_F / ||P||_F    (per block;
@@ -178,6 +183,9 @@ typedef enum strata_root_method {
     STRATA_ROOT_EIGH = 0,   /* default */
     STRATA_ROOT_NEWTON = 1,
     STRATA_ROOT_AUTO = 2,
+    STRATA_ROOT_WARM_QR = 3, /* Shampoo only (root_method): the previous refresh's eigenbasis
+                                refined by one orthogonal-iteration step (optim/phases.h
+                                strata_inv_root_warm_qr); strata_inv_root_ex refuses it */
 } strata_root_method;
 
 /* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU).
@@ -262,17 +270,29 @@ typedef struct strata_shampoo_config {
                                       for factors of dimension >= STRATA_ROOT_AUTO_MIN_DIM:
                                       none, as measured on a 2-core CPU).
                                       NEWTON needs exponents 1/4, 1/2 or 0 and no
-                                      pseudo-inverse; AUTO uses EIGH where NEWTON cannot */
+                                      pseudo-inverse; AUTO uses EIGH where NEWTON cannot;
+                                      WARM_QR (no pseudo-inverse): each factor's last
+                                      eigenbasis refined by one QR step, EIGH at its first
+                                      root and when warm_qr_tolerance fails (counted in
+                                      root_fallbacks); the bases (host float32, one n x n per
+                                      factor) are not checkpointed: a resumed run's first
+                                      roots are EIGH's */
     strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
                                       BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
     strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */
+    float warm_qr_tolerance;       /* root_method WARM_QR: the warm basis Q is refined when
+                                      ||Q^T A Q - diag||_F <= tol ||Q^T A Q||_F (Distributed
+                                      Shampoo's relative off-diagonal criterion), else
+                                      the root is a dsyevd root (counted in root_fallbacks);
+                                      in [0, 1], default 0.12 (README "Warm-started
+                                      eigenbases"); 0 = eigh every time */
 } strata_shampoo_config;
 
 /* Fields of the struct above (an array counts one per element). Every field is checked by its
  * _config_check(); tests/unit/test_validation.c walks each one with a table
  * row and fails when this count, the rows and the struct's layout
  * disagree: adding a field means adding its check, its row and 1 here. */
-#define STRATA_SHAMPOO_CONFIG_FIELDS 23
+#define STRATA_SHAMPOO_CONFIG_FIELDS 24
 
 STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
 
@@ -285,7 +305,8 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
  * inverse_exponent_override finite; use_pseudo_inverse only with
  * epsilon = epsilon_rel = 0; root_method known, and NEWTON only with
  * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false; factor_dtype and
- * root_dtype known, factor_dtype BF16 only with beta2 <= STRATA_STATE_BF16_MAX_BETA.
+ * root_dtype known, factor_dtype BF16 only with beta2 <= STRATA_STATE_BF16_MAX_BETA;
+ * root_method WARM_QR only without use_pseudo_inverse; warm_qr_tolerance in [0, 1].
  * Errors: STRATA_ERR_INVALID_ARG naming the
  * field ("shampoo.<field>"). */
 STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);

@@ -38,7 +38,8 @@ class ShampooConfig(Structure):
                 ("epsilon_rel", c_float), ("use_pseudo_inverse", c_bool),
                 ("pseudo_inverse_rtol", c_float), ("pseudo_inverse_atol", c_float),
                 ("inverse_exponent_override", c_float * 2), ("root_method", c_enum),
-                ("factor_dtype", c_enum), ("root_dtype", c_enum)]
+                ("factor_dtype", c_enum), ("root_dtype", c_enum),
+                ("warm_qr_tolerance", c_float)]
 
 
 class MuonConfig(Structure):
@@ -301,7 +302,7 @@ STATUS_NAMES = ["STRATA_OK", "STRATA_ERR_INVALID_ARG", "STRATA_ERR_NOMEM", "STRA
                 "STRATA_ERR_UNSUPPORTED", "STRATA_ERR_TIMEOUT", "STRATA_ERR_INTERNAL"]
 ENUMS = {
     "grafting": {"none": 0, "adam": 1, "adagrad": 2},
-    "root_method": {"eigh": 0, "newton": 1, "auto": 2},
+    "root_method": {"eigh": 0, "newton": 1, "auto": 2, "warm_qr": 3},
     "scale": {"shape": 0, "adamw": 1, "adamw_rms": 1, "spectral": 2, "none": 3},
     "momentum_form": {"sum": 0, "ema": 1},
     "ns_schedule": {"quintic": 0, "original": 0, "polar_express": 1, "polar-express": 1},

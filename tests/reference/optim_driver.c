@@ -27,6 +27,11 @@
  *       SENTINEL and written even when the call fails, so the test can check
  *       that a failed call leaves it untouched. On success one JSON line on
  *       stdout gives strata_inv_root_info.
+ *     MODE warm_qr_root: strata_inv_root_warm_qr. CONFIG {n, p, eps, eps_rel,
+ *       tol, have_basis}; IN is the n x n factor then the n x n basis
+ *       (eigenvector k in row k); OUT the root (SENTINEL on failure) then the
+ *       basis after the call. stdout: {method, fallback, residual, eps_eff,
+ *       have_basis}.
  *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
  *     MODE ns: strata_ns_run. CONFIG {rows, cols, batch (1), steps, schedule
  *       ("quintic" | "polar_express"), method ("auto" | "standard" | "gram"),
@@ -307,8 +312,10 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
             c.root_method = STRATA_ROOT_NEWTON;
         else if (!strcmp(rm, "auto"))
             c.root_method = STRATA_ROOT_AUTO;
+        else if (!strcmp(rm, "warm_qr"))
+            c.root_method = STRATA_ROOT_WARM_QR;
         else {
-            fprintf(stderr, "optim_driver: root_method must be eigh, newton or auto\n");
+            fprintf(stderr, "optim_driver: root_method must be eigh, newton, auto or warm_qr\n");
             return 2;
         }
     }
@@ -714,6 +721,57 @@ out_free:
     return rc;
 }
 
+/* warm_qr_root: strata_inv_root_warm_qr (see the header). */
+static int run_warm_qr_root(json_object *cfg, const char *in_path, const char *out_path)
+{
+    const int64_t n = jget_int(cfg, "n", 0);
+    if (n < 1 || n > 1 << 13) {
+        fprintf(stderr, "optim_driver: warm_qr_root needs 1 <= n <= 8192\n");
+        return 2;
+    }
+    strata_inv_root_opts o;
+    strata_inv_root_opts_default(&o);
+    o.exponent = 1.0 / jget_double(cfg, "p", 4.0);
+    o.eps = jget_double(cfg, "eps", 0.0);
+    o.eps_rel = jget_double(cfg, "eps_rel", 0.0);
+    const double tol = jget_double(cfg, "tol", 0.12);
+    bool have = jget_bool(cfg, "have_basis", true);
+    const size_t nn = (size_t)n * (size_t)n;
+    int rc = 2;
+    float *in = malloc(2 * nn * sizeof(float)), *out = malloc(nn * sizeof(float));
+    double *work = malloc(strata_inv_root_work_doubles((int)n) * sizeof(double));
+    int *iwork = malloc(strata_inv_root_work_ints((int)n) * sizeof(int));
+    if (!in || !out || !work || !iwork) {
+        fprintf(stderr, "optim_driver: out of memory\n");
+        goto out_free;
+    }
+    if (!read_floats(in_path, in, 2 * nn))
+        goto out_free;
+    for (size_t i = 0; i < nn; i++)
+        out[i] = SENTINEL;
+    strata_inv_root_info info;
+    strata_status st = strata_inv_root_warm_qr((int)n, in, &o, tol, in + nn, &have, out, work,
+                                               iwork, &info);
+    FILE *f = open_out(out_path);
+    if (!f)
+        goto out_free;
+    bool ok = write_floats(f, out, nn) && write_floats(f, in + nn, nn);
+    if (!close_out(f) || !ok)
+        goto out_free;
+    rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root_warm_qr");
+    if (rc == 0)
+        printf("{\"method\": %d, \"fallback\": %d, \"residual\": %.17g, \"eps_eff\": %.17g, "
+               "\"have_basis\": %d}\n",
+               info.method, info.fallback, isnan(info.residual) ? -1.0 : info.residual,
+               info.eps_eff, have ? 1 : 0);
+out_free:
+    free(iwork);
+    free(work);
+    free(out);
+    free(in);
+    return rc;
+}
+
 /* root_correct: strata_inv_root_correct (the stale-root valve's Newton step)
  * on the CPU backend. cfg: n, p (2|4), eps. Input: a (n x n) then the stale
  * root x (n x n). Output: the root after the call (x+ or x untouched).
@@ -879,6 +937,10 @@ int main(int argc, char **argv)
     strata_backend *be = NULL;
     if (!strcmp(mode, "inv_root")) {
         rc = run_inv_root(cfg, in_path, out_path);
+        goto out_put;
+    }
+    if (!strcmp(mode, "warm_qr_root")) {
+        rc = run_warm_qr_root(cfg, in_path, out_path);
         goto out_put;
     }
     strata_status st = strata_backend_cpu_create(1, &be);

@@ -178,6 +178,8 @@ static void test_s0_bit_identical(void **state)
          * null space, so that Newton converges (its fallbacks are counted) */
         sync.shampoo.root_method = as.shampoo.root_method = k->root_method;
         sync.shampoo.epsilon_rel = as.shampoo.epsilon_rel = 1e-5f;
+        /* warm-qr: a loose tolerance, so that most roots are warm */
+        sync.shampoo.warm_qr_tolerance = as.shampoo.warm_qr_tolerance = 0.5f;
     }
     if (k->F)
         sync.precondition_frequency = as.precondition_frequency = k->F;
@@ -208,7 +210,17 @@ static void test_s0_bit_identical(void **state)
                   (long long)sb.max_staleness, sa.device_bytes, sb.device_bytes, sb.host_bytes,
                   sb.nvme_bytes);
     CHECK(eq, "S=0 must be bit-identical to the synchronous path");
-    if (k->root_method == STRATA_ROOT_NEWTON) {
+    if (k->root_method == STRATA_ROOT_WARM_QR) {
+        /* Every root after a factor's first is warm unless it fell back:
+         * fewer than half fell back, the same ones in both runs. */
+        print_message("  warm-qr roots %lld vs %lld, fallbacks %lld vs %lld\n",
+                      (long long)sa.root_refreshes, (long long)sb.root_refreshes,
+                      (long long)sa.root_fallbacks, (long long)sb.root_fallbacks);
+        CHECK(sa.root_newton == 0 && sa.root_fallbacks == sb.root_fallbacks &&
+                  2 * sa.root_fallbacks < sa.root_refreshes,
+              "warm-qr fallbacks %lld/%lld of %lld roots", (long long)sa.root_fallbacks,
+              (long long)sb.root_fallbacks, (long long)sa.root_refreshes);
+    } else if (k->root_method == STRATA_ROOT_NEWTON) {
         print_message("  newton roots %lld vs %lld, fallbacks %lld vs %lld\n",
                       (long long)sa.root_newton, (long long)sb.root_newton,
                       (long long)sa.root_fallbacks, (long long)sb.root_fallbacks);
@@ -642,6 +654,8 @@ static const s0_case s0_cases[] = {
     {STRATA_OPTIM_KL_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, STRATA_KL_EXACT, STRATA_ROOT_EIGH},
     /* eigh-free roots (issue 23 item 4) */
     {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 0, 0, STRATA_ROOT_NEWTON},
+    /* warm-started eigenbases at F = 1: the basis chain is state */
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0, STRATA_ROOT_WARM_QR},
 };
 /* test_eigenbasis_staleness: the optimizer and KL-Shampoo's form */
 static const s0_case ring_cases[] = {
@@ -713,6 +727,7 @@ int main(int argc, char **argv)
         CASE("s0_soap_f1", test_s0_bit_identical, &s0_cases[12]),
         CASE("s0_kl_shampoo_f1", test_s0_bit_identical, &s0_cases[13]),
         CASE("s0_kl_shampoo_exact_f1", test_s0_bit_identical, &s0_cases[14]),
+        CASE("s0_shampoo_f1_warm_qr", test_s0_bit_identical, &s0_cases[16]),
         CASE("ring_staleness_shampoo", test_eigenbasis_staleness, &ring_cases[0]),
         CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &ring_cases[1]),
         CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &ring_cases[2]),
