@@ -1447,20 +1447,22 @@ strata_status strata_refresh_commit(strata_refresh *e)
          * it is installed (several in flight: a ring of slots). */
         g->chain = !g->inline_ && g->fam->chain_in && g->fam->chain_out && S >= g->sch.frequency;
         /* The family's first result on a worker too (precond.h defer_first):
-         * at F = 1 its point is the grid's first (every offset is 0). */
+         * at F = 1 its point is the grid's first (every offset is 0); it is
+         * due at once (S = 0 through step `first`, as synchronous). */
         g->deferred = !g->inline_ && S >= 1 && g->sch.frequency == 1 && g->sch.lag == 1 &&
                       g->fam->defer_first && g->sch.first >= 1 && g->sch.first < g->sch.start;
         if (g->deferred)
             strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
-                        "%s: the first result is refresh point %lld on the workers (due at "
-                        "step %lld; the steps before it use the initial one)",
-                        g->fam->name, (long long)g->sch.first,
-                        (long long)(g->sch.first + (e->cfg.sync_steps >= g->sch.first ? 0 : S)));
+                        "%s: the first result is refresh point %lld on the workers, due at "
+                        "step %lld (S = 0 for it, as synchronous)",
+                        g->fam->name, (long long)g->sch.first, (long long)g->sch.first);
         g->cc = (strata_coh_config){
             .precondition_frequency = g->sch.frequency,
             .start = g->deferred ? g->sch.first : g->sch.start < 1 ? 1 : g->sch.start,
             .staleness = S,
-            .sync_steps = g->inline_ ? 0 : e->cfg.sync_steps,
+            .sync_steps = g->inline_                                    ? 0
+                          : g->deferred && e->cfg.sync_steps < g->sch.first ? g->sch.first
+                                                                            : e->cfg.sync_steps,
             .mode = g->inline_ || e->cfg.replicas || (g->chain && g->fam->chain_ordered)
                         ? STRATA_COH_FIXED
                         : e->cfg.mode,

@@ -65,8 +65,8 @@ struct strata_kl_shampoo_state {
     bool lend;         /* install points q at the engine's slot instead of copying it
                           (precond.h lend_results; the CPU backend) */
     bool defer_first;  /* eigenbasis form: the engine computes the first basis (precond.h
-                          defer_first); the first step only absorbs G, the basis stays I
-                          until the result of refresh point 2 installs */
+                          defer_first); the first step only absorbs G; the result of
+                          refresh point 2 is installed before step 2's apply (due there) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -872,8 +872,9 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     if (!s->defer_first)
         return strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt);
     /* Deferred (precond.h defer_first): strata_kl_shampoo_step's first call
-     * without its eigh; the basis I counts as installed until the engine's
-     * first result (refresh point 2) replaces it. */
+     * without its eigh, which the engine runs on a worker as refresh point 2
+     * and installs before step 2's apply (has_basis: the state holds a basis
+     * from here on, I until then). */
     strata_status st = optim_check_step("kl_shampoo_step", s, w, g, t);
     if (st == STRATA_OK)
         st = decide(s, g, cnt, "kl_shampoo_step");

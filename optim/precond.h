@@ -260,15 +260,17 @@ typedef struct strata_precond_family {
      * (which then lies on the period's grid: the group's refresh points
      * become first, first + 1, ...). From then on the state's first
      * `before` only absorbs the gradient into the factors (done = true, no
-     * update, as before) and takes its initial result (SOAP's and
-     * KL-Shampoo's basis I) as installed; the engine snapshots refresh
-     * point `first` after it, `snapshot` marks that slot as the first (it
-     * may tell from the state), `refresh` computes there what `before`
-     * would have (the full eigh), and install takes it as the synchronous
-     * path would (no permutation of V). The result is due at first + S, as
-     * any: the steps in between use the initial result, within the bound
-     * F - 1 + S; with a synchronous warm start (sync_steps >= first) the
-     * step `first` waits for it, the synchronous run bit for bit. */
+     * update, as before) and marks its state as holding a result (SOAP's
+     * and KL-Shampoo's initial basis I, never used: see below); the engine
+     * snapshots refresh point `first` after it, `snapshot` marks that slot
+     * as the first (it may tell from the state), `refresh` computes there
+     * what `before` would have (the full eigh), and install takes it as the
+     * synchronous path would (no permutation of V). That result is due at
+     * step `first` itself (S = 0 for it: the group's warm start covers step
+     * `first`), so the run is the synchronous-first-result run bit for bit;
+     * what moves is where the work runs: on a worker, overlapping the rest
+     * of step first - 1 and the forward and backward passes of step
+     * `first`, instead of inside step first - 1 on the training thread. */
     void (*defer_first)(void *state);
     size_t (*refresh_work_doubles)(int max_dim);
     size_t (*refresh_work_ints)(int max_dim);

@@ -80,8 +80,8 @@ struct strata_soap_state {
     bool lend;     /* install points q at the engine's slot instead of copying it
                       (precond.h lend_results; the CPU backend) */
     bool defer_first; /* the engine computes the first basis (precond.h defer_first):
-                         the first step only absorbs G, the basis stays I until the
-                         result of refresh point 2 installs */
+                         the first step only absorbs G; the result of refresh point 2
+                         is installed before step 2's apply (it is due there) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -889,8 +889,9 @@ static int *slot_perms(const strata_soap_state *s, void *slot)
 
 /* The first call initializes (full eigendecomposition) and is the whole
  * step. Deferred (precond.h defer_first): it absorbs G as strata_soap_step
- * does, without the eigh; the basis I counts as installed until the
- * engine's first result (refresh point 2) replaces it. */
+ * does, without the eigh, which the engine runs on a worker as refresh
+ * point 2 and installs before step 2's apply (has_basis: the state holds a
+ * basis from here on, I until then). */
 static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                 strata_optim_counters *cnt, bool *done)
 {
