@@ -106,6 +106,8 @@ typedef struct eng_group {
     int n_slots;
     int filled;      /* blocks given a registry index so far (commit) */
     bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F */
+    bool deferred;   /* the first result is refresh point sch.first (precond.h
+                        defer_first): async, S >= 1, F = 1 */
 } eng_group;
 
 typedef struct eng_entry {
@@ -1444,11 +1446,23 @@ strata_status strata_refresh_commit(strata_refresh *e)
         /* S >= F: a refresh point comes before the result of the one before
          * it is installed (several in flight: a ring of slots). */
         g->chain = !g->inline_ && g->fam->chain_in && g->fam->chain_out && S >= g->sch.frequency;
+        /* The family's first result on a worker too (precond.h defer_first):
+         * at F = 1 its point is the grid's first (every offset is 0); it is
+         * due at once (S = 0 through step `first`, as synchronous). */
+        g->deferred = !g->inline_ && S >= 1 && g->sch.frequency == 1 && g->sch.lag == 1 &&
+                      g->fam->defer_first && g->sch.first >= 1 && g->sch.first < g->sch.start;
+        if (g->deferred)
+            strata_logf(e->cfg.log, STRATA_LOG_INFO, "async",
+                        "%s: the first result is refresh point %lld on the workers, due at "
+                        "step %lld (S = 0 for it, as synchronous)",
+                        g->fam->name, (long long)g->sch.first, (long long)g->sch.first);
         g->cc = (strata_coh_config){
             .precondition_frequency = g->sch.frequency,
-            .start = g->sch.start < 1 ? 1 : g->sch.start,
+            .start = g->deferred ? g->sch.first : g->sch.start < 1 ? 1 : g->sch.start,
             .staleness = S,
-            .sync_steps = g->inline_ ? 0 : e->cfg.sync_steps,
+            .sync_steps = g->inline_                                    ? 0
+                          : g->deferred && e->cfg.sync_steps < g->sch.first ? g->sch.first
+                                                                            : e->cfg.sync_steps,
             .mode = g->inline_ || e->cfg.replicas || (g->chain && g->fam->chain_ordered)
                         ? STRATA_COH_FIXED
                         : e->cfg.mode,
@@ -1477,6 +1491,8 @@ strata_status strata_refresh_commit(strata_refresh *e)
         eng_entry *en = &e->entries[i];
         if (!en->grp)
             continue;
+        if (en->grp->deferred)
+            en->fam->defer_first(en->state);
         for (int b = 0; b < en->n_blocks; b++) {
             eng_block *blk = &e->blocks[en->first_block + b];
             blk->grp = en->grp;
@@ -1581,6 +1597,17 @@ strata_status strata_refresh_commit(strata_refresh *e)
             strata_ledger_hold_add(&e->held, e->cfg.ledger, STRATA_LEDGER_DEVICE,
                                    STRATA_LEDGER_WORKSPACE, e->corr_bytes);
         }
+    }
+    /* Results the family may point at instead of copying (precond.h
+     * lend_results): every block in a host slot that stays put. */
+    for (int i = 0; i < e->n_entries; i++) {
+        eng_entry *en = &e->entries[i];
+        bool put = en->grp && en->fam->lend_results && !en->pg_bytes;
+        for (int b = 0; put && b < en->n_blocks; b++)
+            put = !e->blocks[en->first_block + b].on_nvme &&
+                  !e->blocks[en->first_block + b].on_device;
+        if (put)
+            en->fam->lend_results(en->state);
     }
     int on_nvme = 0;
     for (int i = 0; i < e->n_blocks; i++)
@@ -2284,6 +2311,15 @@ static strata_status step_body(strata_refresh *e, int id, int64_t t, float lr_sc
         const double r0 = cnt ? cnt->seconds_roots : 0.0;
         st = f->before(en->state, lr_scale, t, w, g, cnt, &done);
         family_roots_critical(e, cnt, r0);
+        if (st == STRATA_OK && done && en->grp && en->grp->deferred && en->grp->sch.lag == 1) {
+            /* The deferred first result (precond.h defer_first): its refresh
+             * point follows the first step's absorb. */
+            const double t0 = strata_now_seconds();
+            st = refresh_point(e, en, t + 1);
+            const double t1 = critical_add(e, t0);
+            if (cnt)
+                cnt->seconds_roots += t1 - t0;
+        }
         if (st != STRATA_OK || done)
             return st;
     }

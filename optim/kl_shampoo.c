@@ -38,7 +38,9 @@ typedef struct kl_side {
     int dim;
     float clamp;   /* upper bound of s (INFINITY: no clamping) */
     float *factor; /* S, dim x dim */
-    float *q;      /* eigenbasis, dim x dim, columns */
+    float *q;      /* eigenbasis, dim x dim, columns: q_own, or the installed result in
+                      the engine's slot (lend) */
+    float *q_own;  /* the state's own basis memory */
     float *s;      /* inverse square roots of the eigenvalue estimates, dim */
 } kl_side;
 
@@ -60,6 +62,11 @@ struct strata_kl_shampoo_state {
                           step's first hook (apply; exact form: update_factors), consumed
                           by its last (optim_internal.h) */
     bool init_pending; /* init_factor < 0: estimates set from the first nonzero gradient */
+    bool lend;         /* install points q at the engine's slot instead of copying it
+                          (precond.h lend_results; the CPU backend) */
+    bool defer_first;  /* eigenbasis form: the engine computes the first basis (precond.h
+                          defer_first); the first step only absorbs G; the result of
+                          refresh point 2 is installed before step 2's apply (due there) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -205,7 +212,7 @@ static strata_status kl_create(const strata_kl_shampoo_config *c, strata_backend
         kl_side *sd = &s->side[k];
         const int d = sd->dim;
         sd->factor = optim_carve(&p, (size_t)d * d);
-        sd->q = optim_carve(&p, (size_t)d * d);
+        sd->q = sd->q_own = optim_carve(&p, (size_t)d * d);
         sd->s = optim_carve(&p, d);
         /* Q = I, s = s0, exact form S = init I (the memory is zeroed). */
         st = strata_backend_diag_update(be, NULL, d, sd->q, d, 1.0f, false);
@@ -507,7 +514,7 @@ static strata_status sqrt_inv_from_eigenvalues(const kl_side *sd, const double *
  * they return: the runtime's installs of its refreshes' results skip the
  * host pass over q on the training thread). */
 static strata_status install_checked(strata_kl_shampoo_state *s, int side, const float *q,
-                                     const double *lambda)
+                                     const double *lambda, bool lend)
 {
     kl_side *sd = &s->side[side];
     const size_t dd = (size_t)sd->dim * sd->dim;
@@ -521,8 +528,12 @@ static strata_status install_checked(strata_kl_shampoo_state *s, int side, const
             return st;
         st = strata_backend_copy(s->be, sd->s, tmp, (size_t)sd->dim * sizeof(float));
     }
-    if (st == STRATA_OK && q != sd->q)
+    if (st == STRATA_OK && lend) {
+        sd->q = (float *)q; /* the engine's slot, untouched until the next install */
+    } else if (st == STRATA_OK && q != sd->q) {
+        sd->q = sd->q_own;
         st = strata_backend_copy(s->be, sd->q, q, dd * sizeof(float));
+    }
     if (st != STRATA_OK)
         return st;
     s->has_basis = true;
@@ -537,7 +548,7 @@ strata_status strata_kl_shampoo_install_eigenbasis(strata_kl_shampoo_state *s, i
     const size_t dd = (size_t)s->side[side].dim * s->side[side].dim;
     if (!optim_host_all_finite(q, dd))
         return strata_error(STRATA_ERR_LINALG, "kl_shampoo_install_eigenbasis: non-finite basis");
-    return install_checked(s, side, q, lambda);
+    return install_checked(s, side, q, lambda, false);
 }
 
 static strata_status refresh_with(strata_kl_shampoo_state *s, strata_optim_counters *cnt,
@@ -770,7 +781,7 @@ static void fam_schedule(const void *cfg, strata_precond_schedule *out)
     else
         *out = (strata_precond_schedule){
             .frequency = F, .start = (int64_t)F + 2, .lag = 1, .offset = c->refresh_offset,
-            .max_staleness = -1};
+            .max_staleness = -1, .first = 2 /* the first eigh: end of step 1, used at 2 */};
 }
 
 static double fam_refresh_cost(const void *cfg, const strata_precond_shape *sh)
@@ -856,7 +867,30 @@ static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w
     if (s->cfg.form == STRATA_KL_EXACT)
         return strata_kl_shampoo_update_factors(s, g, cnt); /* refuses a bad g, decides */
     *done = !s->has_basis;
-    return *done ? strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
+    if (!*done)
+        return STRATA_OK;
+    if (!s->defer_first)
+        return strata_kl_shampoo_step(s, lr_scale, t, w, g, cnt);
+    /* Deferred (precond.h defer_first): strata_kl_shampoo_step's first call
+     * without its eigh, which the engine runs on a worker as refresh point 2
+     * and installs before step 2's apply (has_basis: the state holds a basis
+     * from here on, I until then). */
+    strata_status st = optim_check_step("kl_shampoo_step", s, w, g, t);
+    if (st == STRATA_OK)
+        st = decide(s, g, cnt, "kl_shampoo_step");
+    if (st == STRATA_OK && s->skip)
+        s->skip = false;
+    else if (st == STRATA_OK)
+        st = strata_kl_shampoo_update_factors(s, g, cnt);
+    if (st == STRATA_OK)
+        s->has_basis = true;
+    return st;
+}
+
+static void fam_defer_first(void *state)
+{
+    strata_kl_shampoo_state *s = state;
+    s->defer_first = s->cfg.form == STRATA_KL_EIGENBASIS;
 }
 
 /* Per side the factor and (eigenbasis form, base) the installed basis. */
@@ -872,6 +906,13 @@ static strata_status snapshot_into(const strata_kl_shampoo_state *s, void *slot,
         if (st == STRATA_OK && !exact && base)
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd);
         p += exact ? 2 * dd + (size_t)d * sizeof(double) : 3 * dd;
+    }
+    /* Eigenbasis form: the first entry of side 0's Q_new, which the refresh
+     * overwrites, marks the deferred first basis (no update yet: the end of
+     * the first step) with a NaN. */
+    if (!exact) {
+        const size_t dd0 = (size_t)s->side[0].dim * s->side[0].dim;
+        ((float *)slot)[2 * dd0] = s->defer_first && s->steps == 0 ? NAN : 0.0f;
     }
     return st;
 }
@@ -900,6 +941,10 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
     const strata_kl_shampoo_state *s = state;
     const bool exact = s->cfg.form == STRATA_KL_EXACT;
     char *p = slot;
+    /* The deferred first basis (snapshot_into's mark): the full eigh of
+     * strata_kl_shampoo_refresh's first call, both sides. */
+    const bool first = !exact && isnan(((const float *)slot)[2 * (size_t)s->side[0].dim *
+                                                                 (size_t)s->side[0].dim]);
     int ok = 0;
     *failed = 0;
     for (int k = 0; k < 2; k++) {
@@ -917,7 +962,9 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
             }
             p += 2 * dd * sizeof(float) + (size_t)d * sizeof(double);
         } else {
-            st = strata_eigenbasis_qr(d, f, f + dd, false, false, f + 2 * dd, NULL, work, iwork);
+            st = first ? strata_eigenbasis_eigh(d, f, f + 2 * dd, NULL, work, iwork)
+                       : strata_eigenbasis_qr(d, f, f + dd, false, false, f + 2 * dd, NULL, work,
+                                              iwork);
             p += 3 * dd * sizeof(float);
         }
         if (st == STRATA_OK)
@@ -985,7 +1032,6 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
                                  unsigned have)
 {
     (void)b;
-    (void)have;
     strata_kl_shampoo_state *s = state;
     const bool exact = s->cfg.form == STRATA_KL_EXACT;
     const char *p = slot;
@@ -996,9 +1042,13 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
         if (!(failed & (1u << k))) {
             if (exact)
                 st = install_checked(s, k, (const float *)(p + dd),
-                                     (const double *)(p + 2 * dd));
+                                     (const double *)(p + 2 * dd), s->lend);
             else
-                st = install_checked(s, k, (const float *)(p + 2 * dd), NULL);
+                st = install_checked(s, k, (const float *)(p + 2 * dd), NULL, s->lend);
+        } else if (s->side[k].q != s->side[k].q_own && (have & (1u << k))) {
+            /* The engine filled the failed part from the installed result,
+             * whose slot is free from now on: point at this one. */
+            s->side[k].q = (float *)(p + (exact ? dd : 2 * dd));
         }
         if (st != STRATA_OK)
             return st;
@@ -1029,10 +1079,31 @@ static size_t fam_page_range(const void *state, void **data,
     return optim_page_range(&s->held, s->mem, s->mem_bytes, data, kind_bytes);
 }
 
+/* Lent bases back into the state's own memory (the CPU backend: host
+ * memory); the next install lends again. */
+static void unlend(strata_kl_shampoo_state *s)
+{
+    for (int k = 0; k < 2; k++) {
+        kl_side *sd = &s->side[k];
+        if (sd->q == sd->q_own)
+            continue;
+        memcpy(sd->q_own, sd->q, (size_t)sd->dim * sd->dim * sizeof(float));
+        sd->q = sd->q_own;
+    }
+}
+
+static void fam_lend_results(void *state)
+{
+    strata_kl_shampoo_state *s = state;
+    s->lend = s->borrow && strcmp(strata_backend_name(s->be), "cpu") == 0;
+}
+
 static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_kl_shampoo_state *s = state;
     int n = 0;
+    if (out) /* a checkpoint reads or writes q: the state's own memory (precond.h lend_results) */
+        unlend((strata_kl_shampoo_state *)(void *)s);
 #define PUT(name, idx, dt, r, c, where, ptr)                                                   \
     do {                                                                                       \
         if (out && n < cap)                                                                    \
@@ -1162,6 +1233,8 @@ const strata_precond_family strata_family_kl_shampoo = {
     .refresh = fam_refresh,
     .chain_in = fam_chain_in,
     .chain_out = fam_chain_out,
+    .defer_first = fam_defer_first,
+    .lend_results = fam_lend_results,
     .snapshot_chained = fam_snapshot_chained,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,

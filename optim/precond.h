@@ -82,6 +82,12 @@ typedef struct strata_precond_schedule {
     int offset;      /* the configuration's own refresh phase (refresh_offset) */
     int max_staleness; /* largest S the family accepts asynchronously; -1 = any */
     const char *why_max; /* the reason, when max_staleness >= 0 */
+    /* The refresh point of the family's first result, which `before`
+     * computes on the training thread at the first step (SOAP's and
+     * KL-Shampoo's first eigenbasis, a full eigh: 2, the end of step 1,
+     * first used at step 2); 0: none. With defer_first the engine may take
+     * it as a refresh point instead (precond.h defer_first). */
+    int64_t first;
 } strata_precond_schedule;
 
 /* Is step t a refresh point of s (start + offset + k F)? The one rule
@@ -247,6 +253,25 @@ typedef struct strata_precond_family {
      * and drops the older (coherence.h), so SOAP's V is then reordered
      * relative to a basis it never had, until its EMA forgets it. */
     bool chain_ordered;
+    /* Optional (NULL: the first result is always `before`'s, on the
+     * training thread). The first result as a refresh point (issue #23):
+     * the engine calls it once, after create and before the first step, for
+     * an asynchronous group with S >= 1 at F = 1 whose schedule has `first`
+     * (which then lies on the period's grid: the group's refresh points
+     * become first, first + 1, ...). From then on the state's first
+     * `before` only absorbs the gradient into the factors (done = true, no
+     * update, as before) and marks its state as holding a result (SOAP's
+     * and KL-Shampoo's initial basis I, never used: see below); the engine
+     * snapshots refresh point `first` after it, `snapshot` marks that slot
+     * as the first (it may tell from the state), `refresh` computes there
+     * what `before` would have (the full eigh), and install takes it as the
+     * synchronous path would (no permutation of V). That result is due at
+     * step `first` itself (S = 0 for it: the group's warm start covers step
+     * `first`), so the run is the synchronous-first-result run bit for bit;
+     * what moves is where the work runs: on a worker, overlapping the rest
+     * of step first - 1 and the forward and backward passes of step
+     * `first`, instead of inside step first - 1 on the training thread. */
+    void (*defer_first)(void *state);
     size_t (*refresh_work_doubles)(int max_dim);
     size_t (*refresh_work_ints)(int max_dim);
     /* Install a result (complete: failed parts hold the previous result, or
@@ -276,6 +301,19 @@ typedef struct strata_precond_family {
      * own (not streamed). */
     bool install_copies;
     strata_status (*rebind)(void *state, int b, const void *slot, unsigned have);
+    /* Optional (NULL: as install_copies says). The engine calls it once at
+     * commit, before the first step, for a state every block of which is
+     * held in a host slot that stays put (host placement, no device copy of
+     * the result, no state paging): from then on the slot install is given
+     * stays at its address, untouched, until the block's next install (its
+     * failed parts filled from the result before, precond.h install), so
+     * install may point the state at the result in the slot instead of
+     * copying it (issue #23: SOAP's and KL-Shampoo's eigenbases on the CPU
+     * backend). A family that does must point at the new slot (or its own
+     * memory) at every install, failed parts included, and its `tensors`
+     * (given out != NULL) must hand out its own memory, holding the result,
+     * never the slot (a checkpoint's load writes there). */
+    void (*lend_results)(void *state);
     /* Optional (NULL: no stale correction; the runtime refuses
      * stale_correction for the family, with no_correct_why). The safety
      * valve of the asynchronous runtime (issue #23 item 5): block b's due

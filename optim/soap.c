@@ -46,7 +46,9 @@ typedef struct soap_side {
     int dim;
     bool rotated;
     float *factor; /* dim x dim (rotated only) */
-    float *q;      /* dim x dim (rotated only) */
+    float *q;      /* dim x dim (rotated only): q_own, or the installed result in the
+                      engine's slot (lend) */
+    float *q_own;  /* the state's own basis memory (rotated only) */
     int *perm;     /* last refresh's permutation, host (rotated only) */
     int *perm_dev; /* the permutation V's axis takes, backend memory (rotated only) */
     bool has_perm;
@@ -75,6 +77,11 @@ struct strata_soap_state {
                       at install: the training thread's critical path) */
     bool skip;     /* this step's gradient could overflow the state: apply decided to
                       skip it, update_factors consumes the decision (optim_internal.h) */
+    bool lend;     /* install points q at the engine's slot instead of copying it
+                      (precond.h lend_results; the CPU backend) */
+    bool defer_first; /* the engine computes the first basis (precond.h defer_first):
+                         the first step only absorbs G; the result of refresh point 2
+                         is installed before step 2's apply (it is due there) */
     int64_t steps;
     void *mem;
     size_t mem_bytes;
@@ -181,7 +188,7 @@ static strata_status soap_create(const strata_soap_config *c, strata_backend *be
             int d = s->side[k].dim;
             s->side[k].factor = optim_carve(&p, optim_state_floats(c->factor_dtype,
                                                                    (size_t)d * d));
-            s->side[k].q = optim_carve(&p, (size_t)d * d);
+            s->side[k].q = s->side[k].q_own = optim_carve(&p, (size_t)d * d);
             _Static_assert(sizeof(int) == sizeof(float), "int32 permutation in float slots");
             s->side[k].perm_dev = (int *)optim_carve(&p, (size_t)d);
             /* The basis before the first refresh: I (the memory is zeroed). */
@@ -596,7 +603,8 @@ static strata_status permute_moments(strata_soap_state *s, int side, const int *
  * M is exactly zero before the first Adam step: nothing to carry then. The
  * synchronous refresh and the runtime's install both come here, so async
  * S = 0 runs the same operations as the synchronous path. */
-static strata_status install_side(strata_soap_state *s, int side, const float *q, const int *perm)
+static strata_status install_side(strata_soap_state *s, int side, const float *q, const int *perm,
+                                  bool lend)
 {
     if (!s->buf[0])
         return strata_error(STRATA_ERR_STATE, "soap: the step scratch is not set");
@@ -620,8 +628,12 @@ static strata_status install_side(strata_soap_state *s, int side, const float *q
                                               0.0f, mo, n)
                        : strata_backend_sgemm(s->be, 0, 1, m, n, n, 1.0f, s->exp_avg, n, sd->q, n,
                                               0.0f, mo, n);
-    if (st == STRATA_OK)
+    if (st == STRATA_OK && lend) {
+        sd->q = (float *)q; /* the engine's slot, untouched until the next install */
+    } else if (st == STRATA_OK) {
+        sd->q = sd->q_own;
         st = strata_backend_copy(s->be, sd->q, q, (size_t)sd->dim * sd->dim * sizeof(float));
+    }
     if (st == STRATA_OK && carry)
         st = side == 0 ? strata_backend_sgemm(s->be, 1, 0, m, n, m, 1.0f, sd->q, m, mo, n, 0.0f,
                                               s->exp_avg, n)
@@ -630,8 +642,18 @@ static strata_status install_side(strata_soap_state *s, int side, const float *q
     return st;
 }
 
+static strata_status install_basis(strata_soap_state *s, int side, const float *q,
+                                   const int *perm, bool lend);
+
 strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, const float *q,
                                              const int *perm)
+{
+    return install_basis(s, side, q, perm, false);
+}
+
+/* lend: q is the engine's slot (fam_install with s->lend), pointed at. */
+static strata_status install_basis(strata_soap_state *s, int side, const float *q,
+                                   const int *perm, bool lend)
 {
     if (!s || side < 0 || side > 1 || !q)
         return strata_error(STRATA_ERR_INVALID_ARG, "soap_install_eigenbasis: bad arguments");
@@ -644,7 +666,7 @@ strata_status strata_soap_install_eigenbasis(strata_soap_state *s, int side, con
     if (perm && !perm_valid(perm, sd->dim, s->iwork))
         return strata_error(STRATA_ERR_INVALID_ARG,
                             "soap_install_eigenbasis: not a permutation of 0..%d", sd->dim - 1);
-    strata_status st = install_side(s, side, q, perm);
+    strata_status st = install_side(s, side, q, perm, lend);
     if (st == STRATA_OK)
         s->has_basis = true;
     return st;
@@ -714,7 +736,7 @@ static strata_status refresh_with(strata_soap_state *s, strata_optim_counters *c
                                           iwork);
         }
         if (st == STRATA_OK)
-            st = install_side(s, k, q_new, first ? NULL : sd->perm);
+            st = install_side(s, k, q_new, first ? NULL : sd->perm, false);
         if (st == STRATA_OK) {
             if (cnt)
                 cnt->root_refreshes++;
@@ -780,6 +802,7 @@ static void fam_schedule(const void *cfg, strata_precond_schedule *out)
         .lag = 1,
         .offset = c->refresh_offset,
         .max_staleness = -1,
+        .first = 2, /* the first eigh: the end of step 1, used at step 2 */
     };
 }
 
@@ -864,14 +887,40 @@ static int *slot_perms(const strata_soap_state *s, void *slot)
     return (int *)((float *)slot + floats);
 }
 
-/* The first call initializes (full eigendecomposition) and is the whole step. */
+/* The first call initializes (full eigendecomposition) and is the whole
+ * step. Deferred (precond.h defer_first): it absorbs G as strata_soap_step
+ * does, without the eigh, which the engine runs on a worker as refresh
+ * point 2 and installs before step 2's apply (has_basis: the state holds a
+ * basis from here on, I until then). */
 static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
                                 strata_optim_counters *cnt, bool *done)
 {
     strata_soap_state *s = state;
     *done = !s->has_basis;
-    return *done ? strata_soap_step(s, lr_scale, t, w, g, cnt) : STRATA_OK;
+    if (!*done)
+        return STRATA_OK;
+    if (!s->defer_first)
+        return strata_soap_step(s, lr_scale, t, w, g, cnt);
+    strata_status st = optim_check_step("soap_step", s, w, g, t);
+    if (st == STRATA_OK)
+        st = decide(s, g, cnt, "soap_step");
+    if (st == STRATA_OK && !s->skip)
+        st = update_factors_core(s, g, cnt); /* decide() found g finite */
+    s->skip = false;
+    if (st == STRATA_OK)
+        s->has_basis = true;
+    return st;
 }
+
+static void fam_defer_first(void *state)
+{
+    ((strata_soap_state *)state)->defer_first = true;
+}
+
+/* The slot's first permutation entry before a refresh: -1 marks the
+ * deferred first basis (fam_refresh: eigh, and it leaves the mark: install
+ * permutes nothing, as the synchronous first basis). */
+#define SOAP_FIRST_MARK (-1)
 
 /* Per rotated side the factor and (base) the installed basis, q_old. */
 static strata_status snapshot_into(const strata_soap_state *s, void *slot, bool base)
@@ -887,6 +936,8 @@ static strata_status snapshot_into(const strata_soap_state *s, void *slot, bool 
             st = strata_backend_copy(s->be, p + dd, s->side[k].q, dd * sizeof(float));
         p += 3 * dd;
     }
+    /* No Adam step yet (the end of the first step): the deferred first basis. */
+    slot_perms(s, slot)[0] = s->defer_first && s->steps == 0 ? SOAP_FIRST_MARK : 0;
     return st;
 }
 
@@ -911,6 +962,9 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
     const strata_soap_state *s = state;
     float *p = slot;
     int *perm = slot_perms(s, slot);
+    /* The deferred first basis (fam_snapshot's mark): the full eigh of
+     * strata_soap_refresh's first call, no permutation (the mark stays). */
+    const bool first = perm[0] == SOAP_FIRST_MARK;
     int ok = 0, rotated = 0;
     *failed = 0;
     for (int k = 0; k < 2; k++) {
@@ -919,8 +973,9 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         rotated++;
-        strata_status st = strata_eigenbasis_qr(d, p, p + dd, true, true, p + 2 * dd, perm, work,
-                                                iwork);
+        strata_status st =
+            first ? strata_eigenbasis_eigh(d, p, p + 2 * dd, NULL, work, iwork)
+                  : strata_eigenbasis_qr(d, p, p + dd, true, true, p + 2 * dd, perm, work, iwork);
         if (st == STRATA_OK)
             ok++;
         else
@@ -1013,11 +1068,13 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
                                  unsigned have)
 {
     (void)b;
-    (void)have;
     strata_soap_state *s = state;
     const float *q = slot;
     const int *perm = slot_perms(s, (void *)slot);
-    const bool both = s->side[0].rotated && s->side[1].rotated && !(failed & 3u);
+    /* The deferred first basis: installed without permuting V, as
+     * strata_soap_refresh's first call installs its eigh. */
+    const bool first = perm[0] == SOAP_FIRST_MARK;
+    const bool both = s->side[0].rotated && s->side[1].rotated && !(failed & 3u) && !first;
     if (both) {
         /* The LAPACK ints of the workspace are free between refreshes. */
         if (!perm_valid(perm, s->side[0].dim, s->iwork) ||
@@ -1034,15 +1091,38 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
         const int d = s->side[k].dim;
         const size_t dd = (size_t)d * d;
         if (!(failed & (1u << k))) {
-            strata_status st = strata_soap_install_eigenbasis(s, k, q + 2 * dd,
-                                                              both ? NULL : perm);
+            strata_status st = install_basis(s, k, q + 2 * dd, both || first ? NULL : perm,
+                                             s->lend);
             if (st != STRATA_OK)
                 return st;
+        } else if (s->side[k].q != s->side[k].q_own && (have & (1u << k))) {
+            /* The engine filled the failed part from the installed result,
+             * whose slot is free from now on: point at this one. */
+            s->side[k].q = (float *)(q + 2 * dd);
         }
         q += 3 * dd;
         perm += d;
     }
     return STRATA_OK;
+}
+
+/* Lent bases back into the state's own memory (the CPU backend: host
+ * memory); the next install lends again. */
+static void unlend(strata_soap_state *s)
+{
+    for (int k = 0; k < 2; k++) {
+        soap_side *sd = &s->side[k];
+        if (!sd->rotated || sd->q == sd->q_own)
+            continue;
+        memcpy(sd->q_own, sd->q, (size_t)sd->dim * sd->dim * sizeof(float));
+        sd->q = sd->q_own;
+    }
+}
+
+static void fam_lend_results(void *state)
+{
+    strata_soap_state *s = state;
+    s->lend = s->borrow && strcmp(strata_backend_name(s->be), "cpu") == 0;
 }
 
 static strata_status fam_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
@@ -1068,6 +1148,8 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_soap_state *s = state;
     int n = 0;
+    if (out) /* a checkpoint reads or writes q: the state's own memory (precond.h lend_results) */
+        unlend((strata_soap_state *)(void *)s);
 #define PUT(name, idx, dt, r, c, where, ptr)                                                   \
     do {                                                                                       \
         if (out && n < cap)                                                                    \
@@ -1242,6 +1324,8 @@ const strata_precond_family strata_family_soap = {
     .chain_out = fam_chain_out,
     .snapshot_chained = fam_snapshot_chained,
     .chain_ordered = true, /* install permutes V relative to the basis before */
+    .defer_first = fam_defer_first,
+    .lend_results = fam_lend_results,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

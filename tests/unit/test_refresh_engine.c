@@ -53,6 +53,14 @@ typedef struct diag_state {
      * block, and installs whose result did not continue the installed one */
     float chain_count[2];
     int chain_breaks;
+    /* the deferred-first variant (first_family): the step seen last, the
+     * engine's calls of defer_first and lend_results, whether the first
+     * step computed its result inline, the step whose install brought the
+     * first result (0: none), whether step 2's apply had no result */
+    int64_t t;
+    int defer_calls, lend_calls;
+    bool started, inline_first, none_at2;
+    int64_t first_at;
 } diag_state;
 
 static size_t half(const diag_state *s, int b)
@@ -368,6 +376,76 @@ static strata_status c_install(void *state, int b, const void *slot, unsigned fa
 
 static strata_precond_family chain_family;
 
+/* ---- the deferred first result (precond.h defer_first, lend_results)
+ *
+ * As SOAP's first eigenbasis: the first `before` is the whole step and
+ * computes the first result itself (inline_first), unless the engine took
+ * it as refresh point `first` (2): then it only absorbs g, the snapshot
+ * at the end of step 1 marks the slot (part 0 = 2), and install notes the
+ * step that brought it. */
+
+static void f_schedule(const void *cfg, strata_precond_schedule *out)
+{
+    d_schedule(cfg, out);
+    out->first = 2;
+}
+
+static strata_status f_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                              strata_optim_counters *cnt, bool *done)
+{
+    (void)lr_scale;
+    (void)w;
+    (void)cnt;
+    diag_state *s = state;
+    s->t = t;
+    *done = !s->started;
+    if (s->started)
+        return STRATA_OK;
+    s->started = true;
+    s->inline_first = s->defer_calls == 0; /* else refresh point 2 brings it */
+    for (size_t i = 0; i < s->n; i++)
+        s->acc[i] += g[i] * g[i];
+    return STRATA_OK;
+}
+
+static strata_status f_snapshot(const void *state, int b, void *slot)
+{
+    const diag_state *s = state;
+    strata_status st = d_snapshot(state, b, slot);
+    if (s->defer_calls > 0 && s->t == 1)
+        ((float *)slot)[0] = 2.0f; /* the first result (refresh point 2) */
+    return st;
+}
+
+static strata_status f_install(void *state, int b, const void *slot, unsigned failed,
+                               unsigned have)
+{
+    diag_state *s = state;
+    if (((const float *)slot)[0] == 2.0f && s->first_at == 0)
+        s->first_at = s->t;
+    return d_install(state, b, slot, failed, have);
+}
+
+static strata_status f_apply(void *state, float lr_scale, int64_t t, float *w, const float *g,
+                             strata_optim_counters *cnt)
+{
+    diag_state *s = state;
+    if (t == 2 && !s->d[0] && !s->d[1])
+        s->none_at2 = true;
+    return d_apply(state, lr_scale, t, w, g, cnt);
+}
+
+static void f_defer_first(void *state)
+{
+    ((diag_state *)state)->defer_calls++;
+}
+
+static void f_lend_results(void *state)
+{
+    ((diag_state *)state)->lend_calls++;
+}
+
+static strata_precond_family first_family;
 /* ---- a backend with a deferred shadow stream
  *
  * Memory is host memory (so the family and the C reference ops work). The
@@ -742,6 +820,7 @@ static int open_workers = 1;  /* run_open_be's worker count */
 static strata_coh_mode open_mode = STRATA_COH_FIXED;
 static const strata_precond_family *open_family; /* NULL: diag_family (or _seam) */
 static size_t open_budget;     /* run_open_be's host budget (0: none) */
+static int64_t open_sync_steps; /* run_open_be's synchronous warm start (0: none) */
 static bool open_may_fail;     /* run_open_be: commit's status in open_commit, not asserted */
 static strata_status open_commit;
 /* Why the nvme cases skip (no io_uring here: qemu-user, a seccomp profile,
@@ -766,7 +845,7 @@ static void run_open_be(run *r, const diag_config *dc, bool async, int S, int de
                                 .nvme_queue_depth = 8, .be = seam_be,
                                 .device_roots = device_roots,
                                 .host_pinned = seam_be && open_host_pinned,
-                                .host_budget = open_budget};
+                                .host_budget = open_budget, .sync_steps = open_sync_steps};
     const strata_precond_family *fam =
         open_family ? open_family : seam_be ? &diag_family_seam : &diag_family;
     assert_int_equal(strata_refresh_create(&rc, &r->e), STRATA_OK);
@@ -1273,6 +1352,72 @@ static void test_ring_chain(void **state)
     assert_true(breaks > 0);
 }
 
+/* The first result as a refresh point (precond.h defer_first): taken only
+ * by an async group with S >= 1 at F = 1; then the first step does not
+ * compute it, and it is installed at step 2, as the synchronous first result
+ * is used (step 2 always has it), whatever S and the warm start. Results the
+ * family may point at (lend_results): offered to every host-placed state,
+ * sync or async. */
+static void test_deferred_first(void **state)
+{
+    (void)state;
+    static const struct {
+        bool async;
+        int F, S;
+        int64_t warm;
+        bool deferred;
+        int64_t first_at; /* the step installing the first result */
+    } cases[] = {
+        {true, 1, 1, 0, true, 2}, {true, 1, 3, 0, true, 2}, {true, 1, 1, 4, true, 2},
+        {true, 1, 0, 0, false, 0}, {false, 1, 0, 0, false, 0}, {true, 2, 1, 0, false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        diag_config dc = {.F = cases[i].F, .start = cases[i].F + 2, .lag = 1, .lr = 0.05f,
+                          .eps = 1e-3};
+        run r;
+        open_family = &first_family;
+        open_sync_steps = cases[i].warm;
+        run_open(&r, &dc, cases[i].async, cases[i].S, 0, STRATA_TIER_HOST);
+        open_family = NULL;
+        open_sync_steps = 0;
+        run_steps(&r, 6);
+        for (int p = 0; p < NPARAM; p++) {
+            const diag_state *s = r.state[p];
+            print_message("%s F=%d S=%d warm %lld p%d: defer %d, lend %d, inline first %d, "
+                          "first installed at step %lld, none at step 2 %d\n",
+                          cases[i].async ? "async" : "sync", cases[i].F, cases[i].S,
+                          (long long)cases[i].warm, p, s->defer_calls, s->lend_calls,
+                          s->inline_first, (long long)s->first_at, s->none_at2);
+            assert_int_equal(s->defer_calls, cases[i].deferred ? 1 : 0);
+            assert_int_equal(s->lend_calls, 1);
+            assert_int_equal(s->inline_first, !cases[i].deferred);
+            assert_int_equal(s->first_at, cases[i].first_at);
+            if (cases[i].deferred) /* (this family keeps no inline first result) */
+                assert_int_equal(s->none_at2, cases[i].first_at > 2);
+        }
+        run_close(&r);
+    }
+    /* nvme placement: a result may move or leave host memory, so none is
+     * offered for lending (the first is still deferred). */
+    if (nvme_skip[0]) {
+        print_message("nvme case skipped: %s\n", nvme_skip);
+        return;
+    }
+    diag_config dc = {.F = 1, .start = 3, .lag = 1, .lr = 0.05f, .eps = 1e-3};
+    run r;
+    open_family = &first_family;
+    run_open(&r, &dc, true, 1, 0, STRATA_TIER_NVME);
+    open_family = NULL;
+    run_steps(&r, 4);
+    for (int p = 0; p < NPARAM; p++) {
+        const diag_state *s = r.state[p];
+        assert_int_equal(s->lend_calls, 0);
+        assert_int_equal(s->defer_calls, 1);
+        assert_int_equal(s->first_at, 2);
+    }
+    run_close(&r);
+}
+
 /* Rings in eager mode: when several results of a block finish between two
  * steps, the newest is installed and the older ones are dropped, counted in
  * `dropped`; a family whose chained results must be installed in order
@@ -1604,6 +1749,15 @@ int main(void)
     chain_family.chain_in = c_chain_in;
     chain_family.chain_out = c_chain_out;
     chain_family.chain_ordered = true;
+    first_family = diag_family;
+    first_family.name = "test-first";
+    first_family.schedule = f_schedule;
+    first_family.before = f_before;
+    first_family.snapshot = f_snapshot;
+    first_family.install = f_install;
+    first_family.apply = f_apply;
+    first_family.defer_first = f_defer_first;
+    first_family.lend_results = f_lend_results;
     static const s0_case c0 = {0, STRATA_TIER_HOST, 0}, c1 = {1, STRATA_TIER_HOST, 0},
                          c2 = {0, STRATA_TIER_HOST, 4}, c3 = {1, STRATA_TIER_NVME, 5},
                          c4 = {0, STRATA_TIER_NVME, 3};
@@ -1624,6 +1778,7 @@ int main(void)
         cmocka_unit_test(test_staleness_bound),
         cmocka_unit_test(test_ring_chain),
         cmocka_unit_test(test_ring_drops),
+        cmocka_unit_test(test_deferred_first),
         cmocka_unit_test(test_state_enumeration),
         cmocka_unit_test(test_placement_counts_staging),
         cmocka_unit_test(test_host_budget_plan),
