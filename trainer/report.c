@@ -430,8 +430,7 @@ static void write_config(const gpt_report *rep, const gpt_run_info *info)
 
 /* ---- open, begin */
 
-/* mkdir -p of the directory part of `path` (errors surface at fopen). */
-static void make_parent_dirs(const char *path)
+void gpt_make_parent_dirs(const char *path)
 {
     char buf[4096];
     snprintf(buf, sizeof buf, "%s", path);
@@ -464,7 +463,7 @@ strata_status gpt_report_open(const gpt_train_options *o, FILE *out, gpt_report 
         goto out_free;
     }
     if (o->metrics_path) {
-        make_parent_dirs(o->metrics_path);
+        gpt_make_parent_dirs(o->metrics_path);
         r->metrics = fopen(o->metrics_path, "w");
         if (!r->metrics) {
             st = strata_error(STRATA_ERR_IO, "cannot write metrics to '%s': %s", o->metrics_path,

@@ -52,6 +52,11 @@ typedef struct gpt_step_record {
     const strata_stats *stats; /* the runtime's counters after the step */
 } gpt_step_record;
 
+/* mkdir -p of the directory part of `path` (everything before its last
+ * '/'), mode 0755; a component that cannot be made is left for the caller's
+ * own open or mkdir to report (with its errno). */
+void gpt_make_parent_dirs(const char *path);
+
 /* Start the report of a run with the resolved options `o` (warm-up and data
  * path filled in; copied). `out` receives the human-readable lines (NULL:
  * none); with o->quiet only the summary goes there; o->progress picks

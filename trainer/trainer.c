@@ -1346,6 +1346,8 @@ static strata_status save_checkpoint(strata_runtime *rt, const gpt_train_options
 static strata_status prepare_save_dir(const char *dir, bool rank0, const char *run_id,
                                       bool overwrite)
 {
+    if (rank0)
+        gpt_make_parent_dirs(dir); /* --help: "(created)", with its parents */
     if (rank0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
         return strata_error(STRATA_ERR_IO, "--save-dir %s: %s", dir, strerror(errno));
     if (!rank0)

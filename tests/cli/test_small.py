@@ -114,12 +114,13 @@ check(r.returncode == 1 and "strata plan: STRATA_ERR_INVALID_ARG: --page-state n
       f"strata plan --page-state: rc {r.returncode} {r.stderr.strip()[-160:]}")
 
 # 5. --overwrite says what it removes (count, run identity), once; a resumed
-#    run says "resumed:" once (at start-up, or in the summary under --quiet).
+#    run says "resumed:" once (at start-up, or in the summary under --quiet);
+#    --save-dir is created with its missing parents.
 import json
 import os
 import tempfile
 with tempfile.TemporaryDirectory() as tmp:
-    sd = os.path.join(tmp, "save")
+    sd = os.path.join(tmp, "runs", "a", "save")
     base = [STRATA, "train", *TINY, "--eval-every", "0", "--save-every", "1", "--save-dir", sd]
     r = subprocess.run([*base, "--steps", "3"], capture_output=True, text=True, timeout=120)
     with open(os.path.join(sd, "step-00000003", "manifest.json")) as f:
