@@ -1307,6 +1307,13 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
         fprintf(stderr, "strata: note: --shard-gradients has no effect with --shard-group-size 1 "
                         "(every rank is its own shard group and owns every matrix: full-size "
                         "gradients)\n");
+    if (mopt == STRATA_OPTIM_SHAMPOO && flag_given(a, "warm-qr-tolerance") &&
+        o->strata.shampoo.root_method != STRATA_ROOT_WARM_QR)
+        fprintf(stderr, "strata: note: --warm-qr-tolerance sets --root-method warm-qr's check; "
+                        "it has no effect with --root-method %s\n",
+                o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ? "newton"
+                : o->strata.shampoo.root_method == STRATA_ROOT_AUTO ? "auto"
+                                                                    : "eigh");
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");

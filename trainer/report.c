@@ -861,7 +861,10 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         fprintf(f, "roots: warm-started eigenbases (one QR step from the last basis; the first "
                 "root of each factor by eigh), %lld fell back to eigh (off-diagonal "
                 "criterion)\n", (long long)t->root_fallbacks);
-    else if (t->root_newton > 0 || t->root_fallbacks > 0)
+    else if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
+             (o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ||
+              o->strata.shampoo.root_method == STRATA_ROOT_AUTO) &&
+             (t->root_newton > 0 || t->root_fallbacks > 0))
         fprintf(f, "roots: %lld by the Newton iteration, %lld fell back to eigh (residual "
                 "check or iteration cap)\n",
                 (long long)t->root_newton, (long long)t->root_fallbacks);
@@ -889,10 +892,11 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         fprintf(f, "interrupted: %s after step %d of %d\n", signal_name(res->interrupted),
                 rep->n, o->steps);
     if (res->resumed_from > 0 && o->quiet) /* else said at start-up, once */
-        fprintf(f, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s)\n",
+        fprintf(f, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s); the summary's "
+                "counters (roots, refreshes, waits) include the checkpoint's %d steps\n",
                 o->resume ? o->resume : "?", res->resumed_from,
                 res->ckpt_load_mib_s * res->ckpt_load_s, 1e3 * res->ckpt_load_s,
-                res->ckpt_load_mib_s);
+                res->ckpt_load_mib_s, res->resumed_from);
     if (res->ckpt_saves > 0)
         fprintf(f, "checkpoints: %d saved | pause max %.1f ms, total %.1f ms | last %.1f MiB at "
                 "%.0f MiB/s\n", res->ckpt_saves, 1e3 * res->ckpt_pause_max_s,

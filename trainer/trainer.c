@@ -1817,9 +1817,11 @@ strata_status gpt_train(const gpt_train_options *opts, FILE *out, gpt_train_resu
         res->ckpt_load_s = li.seconds;
         res->ckpt_load_mib_s = li.seconds > 0 ? li.bytes / 1048576.0 / li.seconds : 0.0;
         if (out && !o.quiet) /* said once: here, or (--quiet) in the summary */
-            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s)\n",
+            fprintf(out, "resumed: %s at step %d (%.1f MiB in %.1f ms, %.0f MiB/s); the "
+                    "summary's counters (roots, refreshes, waits) include the checkpoint's %d "
+                    "steps\n",
                     resume_dir, ls.step, li.bytes / 1048576.0, 1e3 * li.seconds,
-                    res->ckpt_load_mib_s);
+                    res->ckpt_load_mib_s, ls.step);
     }
     /* A checkpoint already at (or past) --steps: nothing to train, and no
      * summary of zero steps (its losses would be NaN). */
