@@ -87,7 +87,10 @@ typedef struct shampoo_block {
  * the flags "has_warm_basis.b", host tier), so that a resumed run refines
  * the bases the uninterrupted one would and stays bit-identical to it; a
  * save drains the refresh engine first (strata_save), so no worker holds
- * a lock or writes a basis while it is read. The three are optional
+ * a lock or writes a basis while it is read (a load drains too, before it
+ * writes them). Under HSDP only a block's computing replica refines its
+ * bases: the replicas' copies differ, and each resumes its own (optional
+ * tensors, optim/precond.h). The three are optional
  * tensors: a checkpoint without them (another root method, or a strata
  * before them) loads with zeros, i.e. have = false, and each factor's
  * first root after the resume is a dsyevd root, as in a fresh run. Zeroed

@@ -33,7 +33,8 @@ Checks (issue #9's acceptance):
     state, reassembled by name across the rank files: `strata ckpt inspect
     --hash`) has the SHA-256 it had in the original; the same for Shampoo
     with --root-method warm-qr (its eigenbases are state: 4 ranks' on 1
-    rank bit-identically, saved again on 2 ranks with the same hashes);
+    rank bit-identically, saved again on 2 ranks with the same hashes; under
+    HSDP each replica resumes its own bases, bit-identically);
   * a checkpoint saved with --shard-group-size 2 resumes flat and with
     --shard-group-size 4: the same per-tensor hashes, and the run continues
     bit-identically to the uninterrupted one;
@@ -358,6 +359,18 @@ def main():
                    res["weights_hash"]),
               "async S=2 HSDP: saving at step 10 changes nothing, resuming from it is "
               "bit-identical")
+        # --root-method warm-qr under HSDP: only a block's computing replica
+        # refines its eigenbases, so the replicas' bases differ and each
+        # resumes from its own file's (ckpt/checkpoint.c match_state):
+        # bit-identical to the uninterrupted run.
+        wqr_hs = ["--optimizer", "shampoo", "--root-method", "warm-qr"] + hs
+        ck = os.path.join(tmp, "ck-hsdp-wqr")
+        saved = train(tmp, "ck-hsdp-wqr-full", 4, wqr_hs + ["--save-every", "10", "--save-dir",
+                                                            ck], env)
+        res = train(tmp, "ck-hsdp-wqr-res", 4, wqr_hs + ["--resume",
+                                                         os.path.join(ck, "step-00000010")], env)
+        check(bool(saved and res and saved["weights_hash"] == res["weights_hash"]),
+              "shampoo warm-qr HSDP: resuming from step 10 is bit-identical")
         # HSDP checkpoints hold identical replicas (issue #22 item 7): a replica
         # that received a shipped refresh saves the same slot bytes as the one
         # that computed it (`strata ckpt inspect --hash` compares the replicas'
