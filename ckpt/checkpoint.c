@@ -1964,16 +1964,41 @@ static strata_status match_state(loader *c, int i, const strata_rt_param_view *p
     if ((st = family_tensors(p, &ti, &n)) != STRATA_OK)
         return st;
     const int page = strata_refresh_paged(c->v.engine, p->entry) ? p->entry + 1 : 0;
+    /* Optional tensors are a replica's own (strata_tensor_info.optional):
+     * at the same world size a rank whose file holds this parameter's copy
+     * (an HSDP replica: its owner is another rank) reads its own, else the
+     * owner's. */
+    const old_rank *own = o;
+    if (c->m->world_size == c->v.world && c->v.rank != src) {
+        for (int k = 0; k < n && own == o; k++)
+            if (ti[k].optional) {
+                st = old_rank_load(c->dir, c->m, c->v.rank, &c->old[c->v.rank]);
+                if (st != STRATA_OK) {
+                    free(ti);
+                    return st;
+                }
+                own = &c->old[c->v.rank];
+            }
+    }
     for (int k = 0; k < n && st == STRATA_OK; k++) {
         char *nm = joinf(p->name, ti[k].name);
         const int64_t shape[2] = {ti[k].shape[0], ti[k].shape[1]};
         const strata_st_tensor *t = NULL;
-        st = nm ? expect(o->what, &o->hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
+        const old_rank *f = nm && ti[k].optional && strata_st_find(&own->hs, nm) ? own : o;
+        if (nm && ti[k].optional && ti[k].where == STRATA_TIER_HOST &&
+            !strata_st_find(&f->hs, nm)) {
+            /* absent: zeros, the family's "none yet" (strata_tensor_info.optional) */
+            free(nm);
+            c->copies[c->n_copies++] =
+                (pending_copy){ti[k].data, NULL, info_bytes(&ti[k]), false, page};
+            continue;
+        }
+        st = nm ? expect(f->what, &f->hs, nm, dtype_of[ti[k].dtype], ti[k].ndim, shape, &t)
                 : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
         free(nm);
         if (st == STRATA_OK)
             c->copies[c->n_copies++] =
-                (pending_copy){ti[k].data, o->fs.buf + o->hs.data_start + t->begin,
+                (pending_copy){ti[k].data, f->fs.buf + f->hs.data_start + t->begin,
                                t->end - t->begin, ti[k].where == STRATA_TIER_DEVICE, page};
     }
     free(ti);
@@ -2203,8 +2228,24 @@ static strata_status load_check_count(const loader *c)
     for (int i = 0; i < c->v.n_params; i++) {
         strata_rt_param_view p;
         strata_rt_param_get(c->rt, i, &p);
-        if (owns(&p))
-            used += p.fam->tensors(p.state, NULL, 0);
+        if (!owns(&p))
+            continue;
+        strata_tensor_info *ti = NULL;
+        int n = 0;
+        strata_status st = family_tensors(&p, &ti, &n);
+        if (st != STRATA_OK)
+            return st;
+        for (int k = 0; k < n; k++) {
+            /* an optional tensor counts where the file holds it */
+            char *nm = ti[k].optional ? joinf(p.name, ti[k].name) : NULL;
+            if (ti[k].optional && !nm) {
+                free(ti);
+                return strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");
+            }
+            used += !ti[k].optional || strata_st_find(&mine->hs, nm) != NULL;
+            free(nm);
+        }
+        free(ti);
     }
     for (int i = 0; i < c->nb; i++) {
         const strata_ckpt_block *b = &c->old[c->block_rank[i]].rk->blocks[c->block_src[i]];
@@ -2222,7 +2263,10 @@ static strata_status copy_apply(const loader *c, const pending_copy *k)
 {
     if (k->backend)
         return strata_backend_copy(c->v.be, k->dst, k->src, k->bytes);
-    memcpy(k->dst, k->src, k->bytes);
+    if (k->src)
+        memcpy(k->dst, k->src, k->bytes);
+    else /* an optional host tensor the checkpoint lacks (match_state) */
+        memset(k->dst, 0, k->bytes);
     return STRATA_OK;
 }
 

@@ -990,7 +990,8 @@ strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_ro
     inf->residual = NAN;
     inf->ortho_error = NAN;
     if (!*have_basis || !all_finite_f32(basis, (size_t)n * n)) {
-        /* No previous basis (the first root, or a resumed run): dsyevd. */
+        /* No previous basis (the first root, or a run resumed from a
+         * checkpoint without bases): dsyevd. */
         inf->method = STRATA_ROOT_EIGH;
         strata_status st = eigh_root(n, a, o, out, work, iwork, inf, basis);
         *have_basis = st == STRATA_OK;

@@ -115,6 +115,16 @@ typedef struct strata_tensor_info {
     int64_t shape[2];
     strata_tier_kind where;  /* DEVICE (backend memory) or HOST */
     void *data;              /* the tensor's memory (read/write for a restore) */
+    /* Host tensors only (strata_tensor_info_set leaves it false): a
+     * checkpoint without it still loads, and the loader then fills it with
+     * zeros, so the family keeps it where zeros mean "none yet" (Shampoo's
+     * warm eigenbases with their has_warm_basis flags: a checkpoint of
+     * another root method, or of a strata before them). A checkpoint that
+     * holds it loads it as any other tensor. It is a replica's own: HSDP
+     * replicas may hold different ones (only a block's computing replica
+     * refines its warm bases), so with the same layout each rank loads its
+     * own file's copy; on another layout the parameter owner's. */
+    bool optional;
 } strata_tensor_info;
 
 /* Kinds of second-order state with a storage dtype (strata_config.

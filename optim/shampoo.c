@@ -83,8 +83,19 @@ typedef struct shampoo_block {
  * asynchronous runtime's workers (which see the state const: the bases live
  * behind a pointer). A factor's lock is held for its whole warm root, so two
  * refreshes of one block in flight chain their bases one after the other.
- * Not in the checkpoint: a resumed run's first root of each factor is a
- * dsyevd root (have = false). */
+ * In the checkpoint (fam_tensors: "warm_basis_L.b", "warm_basis_R.b" and
+ * the flags "has_warm_basis.b", host tier), so that a resumed run refines
+ * the bases the uninterrupted one would and stays bit-identical to it; a
+ * save drains the refresh engine first (strata_save), so no worker holds
+ * a lock or writes a basis while it is read (a load drains too, before it
+ * writes them). Under HSDP only a block's computing replica refines its
+ * bases: the replicas' copies differ, and each resumes its own (optional
+ * tensors, optim/precond.h). The three are optional
+ * tensors: a checkpoint without them (another root method, or a strata
+ * before them) loads with zeros, i.e. have = false, and each factor's
+ * first root after the resume is a dsyevd root, as in a fresh run. Zeroed
+ * at create, so that a basis not computed yet is saved as zeros, not as
+ * whatever the allocator left. */
 typedef struct warm_basis {
     pthread_mutex_t mu[2];
     float *q[2];  /* L's (rows x rows) and R's (cols x cols) */
@@ -615,6 +626,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
                     s->warm = NULL;
                     break;
                 }
+                memset(s->warm[i].q[f], 0, fd_n * fd_n * sizeof(float));
             }
         }
         if (!s->warm) {
@@ -1538,6 +1550,16 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
             PUT_AS("R_inv", b, rdt, blk->cols, blk->cols, STRATA_TIER_DEVICE, blk->R_inv_own);
         }
         PUT_AS("has_root", b, STRATA_BOOL, 1, 2, STRATA_TIER_HOST, blk->has_root);
+        if (s->warm) { /* root_method WARM_QR: the previous eigenbases (warm_basis) */
+            const int n0 = n;
+            PUT_AS("warm_basis_L", b, STRATA_F32, blk->rows, blk->rows, STRATA_TIER_HOST,
+                   s->warm[b].q[0]);
+            PUT_AS("warm_basis_R", b, STRATA_F32, blk->cols, blk->cols, STRATA_TIER_HOST,
+                   s->warm[b].q[1]);
+            PUT_AS("has_warm_basis", b, STRATA_BOOL, 1, 2, STRATA_TIER_HOST, s->warm[b].have);
+            for (int k = n0; out && k < n && k < cap; k++)
+                out[k].optional = true; /* absent: zeros, have = false */
+        }
     }
     if (s->filtered)
         PUT("filtered", -1, s->rows, s->cols, s->filtered);
@@ -1548,6 +1570,22 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 #undef PUT
 #undef PUT_AS
     return n;
+}
+
+/* A warm_qr run's checkpoint resumed under another root method: refused
+ * (as SOAP refuses the other form's moment), not silently dropped, so
+ * that the switch is the user's choice. Block 0 always exists, so its
+ * flags' name stands for the bases. */
+static const char *const fam_retired_warm[] = {
+    "has_warm_basis.0",
+    "it holds root_method = warm_qr's eigenbases (a run with --root-method warm-qr); this run "
+    "computes its roots with another root method: resume with --root-method warm-qr, or "
+    "restart the run",
+    NULL};
+
+static const char *const *fam_retired(const void *state)
+{
+    return ((const strata_shampoo_state *)state)->warm ? NULL : fam_retired_warm;
 }
 
 static void fam_config_default(void *cfg)
@@ -1636,5 +1674,6 @@ const strata_precond_family strata_family_shampoo = {
     .set_hyper = fam_set_hyper,
     .after = NULL,
     .tensors = fam_tensors,
+    .retired_tensors = fam_retired,
     .page_range = fam_page_range,
 };

@@ -275,8 +275,10 @@ typedef struct strata_shampoo_config {
                                       eigenbasis refined by one QR step, EIGH at its first
                                       root and when warm_qr_tolerance fails (counted in
                                       root_fallbacks); the bases (host float32, one n x n per
-                                      factor) are not checkpointed: a resumed run's first
-                                      roots are EIGH's */
+                                      factor) are state, in the checkpoint, so a resume
+                                      is bit-identical; a checkpoint without them loads
+                                      with none (first roots EIGH's), and one with them
+                                      into another root_method is refused */
     strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
                                       BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
     strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */

@@ -84,6 +84,8 @@ typedef struct variant {
     bool nvme;
     int kl_form; /* -1: default */
     int F;       /* 0: 2 for Shampoo, 3 for the others */
+    int root;    /* 0: the default root method, else 1 + strata_root_method */
+    int workers; /* 0: 2 */
 } variant;
 
 static char nvme_dir[] = "/tmp/strata_ckpt_nvmeXXXXXX";
@@ -105,7 +107,9 @@ static strata_runtime *make(const variant *v, model *m, int delay_us)
         c.kl_shampoo.form = (strata_kl_form)v->kl_form;
     c.async = v->async;
     c.staleness = v->S;
-    c.workers = 2;
+    c.workers = v->workers ? v->workers : 2;
+    if (v->root)
+        c.shampoo.root_method = (strata_root_method)(v->root - 1);
     c.log_level = STRATA_LOG_ERROR;
     if (v->nvme) {
         c.roots_tier = STRATA_TIER_NVME;
@@ -198,26 +202,35 @@ static void check_variant(const variant *v, int k)
 }
 
 static const variant variants[] = {
-    {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1, 0},
-    {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0},
-    {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1, 0},
-    {"dion2", STRATA_OPTIM_DION2, false, 0, false, -1, 0},
-    {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
-    {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0},
-    {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0},
-    {"shampoo-s2-nvme", STRATA_OPTIM_SHAMPOO, true, 2, true, -1, 0},
-    {"soap", STRATA_OPTIM_SOAP, false, 0, false, -1, 0},
-    {"soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0},
-    {"soap-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 0},
-    {"kl", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, -1, 0},
-    {"kl-s2", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, -1, 0},
-    {"kl-exact", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, STRATA_KL_EXACT, 0},
-    {"kl-exact-async", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, STRATA_KL_EXACT, 0},
+    {"adamw", STRATA_OPTIM_ADAMW, false, 0, false, -1, 0, 0, 0},
+    {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0, 0, 0},
+    {"normuon", STRATA_OPTIM_NORMUON, false, 0, false, -1, 0, 0, 0},
+    {"dion2", STRATA_OPTIM_DION2, false, 0, false, -1, 0, 0, 0},
+    {"shampoo", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0, 0, 0},
+    {"shampoo-s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0, 0, 0},
+    {"shampoo-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0, 0, 0},
+    {"shampoo-s2-nvme", STRATA_OPTIM_SHAMPOO, true, 2, true, -1, 0, 0, 0},
+    {"soap", STRATA_OPTIM_SOAP, false, 0, false, -1, 0, 0, 0},
+    {"soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0, 0, 0},
+    {"soap-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 0, 0, 0},
+    {"kl", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, -1, 0, 0, 0},
+    {"kl-s2", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, -1, 0, 0, 0},
+    {"kl-exact", STRATA_OPTIM_KL_SHAMPOO, false, 0, false, STRATA_KL_EXACT, 0, 0, 0},
+    {"kl-exact-async", STRATA_OPTIM_KL_SHAMPOO, true, 2, false, STRATA_KL_EXACT, 0, 0, 0},
     /* F = 1, S >= F: rings of results in flight at the save (issue 23) */
-    {"shampoo-f1-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 1},
-    {"soap-f1-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 1},
-    {"soap-f1-s3-nvme", STRATA_OPTIM_SOAP, true, 3, true, -1, 1},
-    {"kl-f1-s3", STRATA_OPTIM_KL_SHAMPOO, true, 3, false, -1, 1},
+    {"shampoo-f1-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 1, 0, 0},
+    {"soap-f1-s2", STRATA_OPTIM_SOAP, true, 2, false, -1, 1, 0, 0},
+    {"soap-f1-s3-nvme", STRATA_OPTIM_SOAP, true, 3, true, -1, 1, 0, 0},
+    {"kl-f1-s3", STRATA_OPTIM_KL_SHAMPOO, true, 3, false, -1, 1, 0, 0},
+};
+
+/* root_method warm_qr: each factor's previous eigenbasis is state (in the
+ * checkpoint); at F = 1 the refreshes refine it (few fallbacks). Async with
+ * one worker: two refreshes of a block never race for its basis. */
+#define WQR (1 + STRATA_ROOT_WARM_QR)
+static const variant warm_variants[] = {
+    {"shampoo-wqr-f1", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 1, WQR, 0},
+    {"shampoo-wqr-f1-s1", STRATA_OPTIM_SHAMPOO, true, 1, false, -1, 1, WQR, 1},
 };
 
 static void test_resume_every_optimizer(void **state)
@@ -231,13 +244,71 @@ static void test_resume_every_optimizer(void **state)
     assert_true(g_drained > 0);
 }
 
+/* warm_qr resumes bit-identically (its bases come back), at F = 1 sync and
+ * async S = 1; the warm roots were used (not every refresh a dsyevd
+ * fallback, else the test would pass without the bases). A checkpoint
+ * without bases (eigh) loads into a warm_qr runtime; a warm_qr checkpoint
+ * into an eigh runtime is refused with the reason. */
+static void test_resume_warm_qr(void **state)
+{
+    (void)state;
+    int64_t factors = 0;
+    for (size_t i = 0; i < sizeof warm_variants / sizeof warm_variants[0]; i++) {
+        for (int k = 2; k <= 5; k += 3)
+            check_variant(&warm_variants[i], k);
+        model a;
+        model_init(&a);
+        strata_runtime *rt = make(&warm_variants[i], &a, 0);
+        run_steps(rt, &a, 0, STEPS, 0);
+        strata_stats s;
+        assert_int_equal(strata_stats_get(rt, &s), STRATA_OK);
+        /* The synchronous run refreshes every factor at every step, so it
+         * has root_refreshes / STEPS factors, each with one first root (a
+         * dsyevd root, not a fallback); the rest are warm or fallbacks. */
+        if (i == 0)
+            factors = s.root_refreshes / STEPS;
+        print_message("%s: %lld roots (%lld factors' first), %lld dsyevd fallbacks\n",
+                      warm_variants[i].name, (long long)s.root_refreshes, (long long)factors,
+                      (long long)s.root_fallbacks);
+        assert_true(factors > 0 && s.root_refreshes - factors - s.root_fallbacks > 0);
+        strata_destroy(rt);
+        model_free(&a);
+    }
+    const variant eigh = {"eigh", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 1, 0, 0};
+    const variant *from[] = {&eigh, &warm_variants[0]}, *into[] = {&warm_variants[0], &eigh};
+    for (int i = 0; i < 2; i++) {
+        model a;
+        model_init(&a);
+        strata_runtime *rt = make(from[i], &a, 0);
+        run_steps(rt, &a, 0, 3, 0);
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/cross-%s", ckpt_root, from[i]->name);
+        assert_int_equal(strata_save(rt, dir, NULL, NULL), STRATA_OK);
+        strata_destroy(rt);
+        rt = make(into[i], &a, 0);
+        strata_status st = strata_load(rt, dir, NULL, NULL);
+        print_message("%s checkpoint into %s: %s%s%s\n", from[i]->name, into[i]->name,
+                      strata_status_str(st), st == STRATA_OK ? "" : ": ",
+                      st == STRATA_OK ? "" : strata_last_error());
+        if (i == 0) {
+            assert_int_equal(st, STRATA_OK);
+            run_steps(rt, &a, 3, 6, 0); /* first roots by dsyevd, then warm */
+        } else {
+            assert_int_equal(st, STRATA_ERR_INVALID_ARG);
+            assert_non_null(strstr(strata_last_error(), "warm_qr"));
+        }
+        strata_destroy(rt);
+        model_free(&a);
+    }
+}
+
 /* A mismatched runtime is refused before anything changes. */
 static void test_mismatch(void **state)
 {
     (void)state;
     model a;
     model_init(&a);
-    const variant v = {"mm", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0};
+    const variant v = {"mm", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0, 0, 0};
     strata_runtime *rt = make(&v, &a, 0);
     run_steps(rt, &a, 0, 3, 0);
     char dir[256];
@@ -247,9 +318,9 @@ static void test_mismatch(void **state)
     strata_destroy(rt);
     /* Another staleness (or sync) is a runtime setting: it loads and steps on
      * (issue #22 item 4); another optimizer is refused. */
-    const variant other[] = {{"s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0},
-                             {"sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
-                             {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0}};
+    const variant other[] = {{"s0", STRATA_OPTIM_SHAMPOO, true, 0, false, -1, 0, 0, 0},
+                             {"sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0, 0, 0},
+                             {"muon", STRATA_OPTIM_MUON, false, 0, false, -1, 0, 0, 0}};
     const strata_status want[] = {STRATA_OK, STRATA_OK, STRATA_ERR_INVALID_ARG};
     for (int i = 0; i < 3; i++) {
         rt = make(&other[i], &a, 0);
@@ -269,9 +340,9 @@ static void test_mismatch(void **state)
 static void test_stats_resume(void **state)
 {
     (void)state;
-    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0},
-                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0},
-                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0}};
+    const variant vs[] = {{"stats-sync", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 0, 0, 0},
+                          {"stats-s2", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0, 0, 0},
+                          {"stats-soap-s0", STRATA_OPTIM_SOAP, true, 0, false, -1, 0, 0, 0}};
     enum { K = 4 };
     for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
         const variant *v = &vs[vi];
@@ -430,7 +501,7 @@ static void fault_loop(const variant *v, strata_runtime *rt, const model *m, con
 static void test_save_faults(void **state)
 {
     (void)state;
-    const variant v = {"faults", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0};
+    const variant v = {"faults", STRATA_OPTIM_SHAMPOO, true, 2, false, -1, 0, 0, 0};
     model a;
     model_init(&a);
     strata_runtime *rt = make(&v, &a, 0);
@@ -493,6 +564,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_every_optimizer),
+        cmocka_unit_test(test_resume_warm_qr),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_save_faults),
         cmocka_unit_test(test_stats_resume),

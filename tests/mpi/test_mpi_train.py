@@ -31,7 +31,10 @@ Checks (issue #9's acceptance):
     and 3 ranks, and 3 ranks' on 4; saved again right after the resharding
     load (--save-after-load), every logical tensor (weights and optimizer
     state, reassembled by name across the rank files: `strata ckpt inspect
-    --hash`) has the SHA-256 it had in the original;
+    --hash`) has the SHA-256 it had in the original; the same for Shampoo
+    with --root-method warm-qr (its eigenbases are state: 4 ranks' on 1
+    rank bit-identically, saved again on 2 ranks with the same hashes; under
+    HSDP each replica resumes its own bases, bit-identically);
   * a checkpoint saved with --shard-group-size 2 resumes flat and with
     --shard-group-size 4: the same per-tensor hashes, and the run continues
     bit-identically to the uninterrupted one;
@@ -356,6 +359,18 @@ def main():
                    res["weights_hash"]),
               "async S=2 HSDP: saving at step 10 changes nothing, resuming from it is "
               "bit-identical")
+        # --root-method warm-qr under HSDP: only a block's computing replica
+        # refines its eigenbases, so the replicas' bases differ and each
+        # resumes from its own file's (ckpt/checkpoint.c match_state):
+        # bit-identical to the uninterrupted run.
+        wqr_hs = ["--optimizer", "shampoo", "--root-method", "warm-qr"] + hs
+        ck = os.path.join(tmp, "ck-hsdp-wqr")
+        saved = train(tmp, "ck-hsdp-wqr-full", 4, wqr_hs + ["--save-every", "10", "--save-dir",
+                                                            ck], env)
+        res = train(tmp, "ck-hsdp-wqr-res", 4, wqr_hs + ["--resume",
+                                                         os.path.join(ck, "step-00000010")], env)
+        check(bool(saved and res and saved["weights_hash"] == res["weights_hash"]),
+              "shampoo warm-qr HSDP: resuming from step 10 is bit-identical")
         # HSDP checkpoints hold identical replicas (issue #22 item 7): a replica
         # that received a shipped refresh saves the same slot bytes as the one
         # that computed it (`strata ckpt inspect --hash` compares the replicas'
@@ -432,6 +447,25 @@ def main():
                 same_hashes(os.path.join(ck, "step-00000010"),
                             os.path.join(again, "step-00000010"),
                             f"{name}: 4 ranks' checkpoint saved again on {m} ranks")
+        # --root-method warm-qr keeps each factor's eigenbasis in the state
+        # (in the checkpoint): 4 ranks' checkpoint resumed on 1 rank with
+        # --grad-accum 4 continues bit-identically (without the bases it
+        # differs: each factor's first root after the resume would be an
+        # eigh root), and saved again on 2 ranks holds the same bases.
+        wqr = ["--optimizer", "shampoo", "--root-method", "warm-qr"]
+        ck = os.path.join(tmp, "rs-wqr")
+        full = train(tmp, "rs-full-wqr", 4, wqr + ["--save-every", "10", "--save-dir", ck])
+        one = train(tmp, "rs-one-wqr", 1, wqr + ["--grad-accum", "4", "--resume",
+                                                 os.path.join(ck, "step-00000010")])
+        check(bool(full and one and full["weights_hash"] == one["weights_hash"]),
+              "shampoo warm-qr: 4 ranks' checkpoint resumed on 1 rank with --grad-accum 4, "
+              "bit-identical")
+        again = os.path.join(tmp, "rs-2-wqr-again")
+        got = train(tmp, "rs-2-wqr", 2, wqr + ["--resume", os.path.join(ck, "step-00000010"),
+                                               "--save-after-load", "--save-dir", again])
+        check(bool(got), "shampoo warm-qr: 4 ranks' checkpoint resumed on 2 ranks and trained on")
+        same_hashes(os.path.join(ck, "step-00000010"), os.path.join(again, "step-00000010"),
+                    "shampoo warm-qr: 4 ranks' checkpoint saved again on 2 ranks")
         # The reassembled weights: resumed on 1, 2, 3 ranks with no step left,
         # the weights hash equals the one at the save.
         ck6 = os.path.join(tmp, "rs-6")
