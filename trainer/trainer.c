@@ -105,12 +105,24 @@ void gpt_train_options_default(gpt_train_options *o)
      *     again NOT taken (the short-run spike above);
      *   dion2 0.005 2.5991, 0.01 2.5822, 0.02 2.5553, 0.04 2.5097 -> 0.04
      *     (unchanged; the grid's edge);
-     *   kl-shampoo 5e-3 2.2529, 1e-2 2.1219, 2e-2 2.1818 -> 1e-2 (unchanged). */
+     *   kl-shampoo 5e-3 2.2529, 1e-2 2.1219, 2e-2 2.1818 -> 1e-2 (unchanged).
+     * Shampoo and Dion2 again at their tuned tails (gpt_default_tail_lr: 2e-2 and
+     * 1e-2; 2026-12-02, `strata train --optimizer X --lr L --steps 300 --eval-every
+     * 10`, the machine's BLAS threads; the same checks as every pick):
+     *   shampoo 1.5e-3 2.4090, 3e-3 2.3029, 6e-3 2.1890, 1.2e-2 2.1130, 2.4e-2
+     *     2.6406: the pick 1.2e-2 is NOT taken: its 20- and 40-step runs diverge
+     *     at step 11 (the first root at the peak lr; loss 12.5), and 6e-3's 40-step
+     *     run jumps 7.44 over its running minimum (test_warmup.py's bound 1.0) and
+     *     its 20-step run ends at 3.181 (test_run_lengths.py's bound 3.172); 3e-3
+     *     stays;
+     *   dion2 0.02 2.5458, 0.04 2.4870, 0.08 2.4557, 0.16 2.5294 -> 0.08 (was
+     *     0.04; its 20/40-step and small-model 100/300-step runs pass: 3.114,
+     *     2.765, 2.823, 2.502). */
     o->strata.adamw.lr = 3e-3f; /* AdamW's matrices (--optimizer adamw --lr) */
     o->tail_lr = -1.0f;         /* the tail: gpt_default_tail_lr of the matrix optimizer */
     o->strata.adamw.weight_decay = 0.0f;
     o->strata.adamw.beta2 = 0.95f;
-    o->strata.shampoo.lr = 3e-3f; /* the sweep above: its pick 6e-3 spikes short runs */
+    o->strata.shampoo.lr = 3e-3f; /* the sweeps above: every higher rate spikes short runs */
     o->strata.shampoo.beta2 = 0.95f;
     o->strata.shampoo.epsilon = 1e-10f;
     o->strata.precondition_frequency = 10; /* every refreshing family's period */
@@ -118,7 +130,7 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.shampoo.max_preconditioner_dim = 1024;
     o->strata.muon.lr = 0.05f; /* the sweep above */
     o->strata.normuon.lr = 0.04f; /* the 300-step sweep above */
-    o->strata.dion2.lr = 0.04f;   /* the sweep above */
+    o->strata.dion2.lr = 0.08f;   /* the recheck at its tuned tail above */
     o->strata.soap.lr = 6e-3f; /* the 150-step sweep above (its 300-step pick spikes short runs) */
     o->strata.soap.weight_decay = 0.0f;
     /* Eigenvalue estimates start at the gradient's RMS (init_factor auto): with the
