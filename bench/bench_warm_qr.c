@@ -83,16 +83,6 @@ static void mirror_lower_cm(int n, double *a) /* column-major lower -> full */
             a[(size_t)i * n + j] = a[(size_t)j * n + i];
 }
 
-static double rel_err(size_t nn, const double *x, const double *ref)
-{
-    double d = 0.0, s = 0.0;
-    for (size_t i = 0; i < nn; i++) {
-        d += (x[i] - ref[i]) * (x[i] - ref[i]);
-        s += ref[i] * ref[i];
-    }
-    return sqrt(d / s);
-}
-
 static double fval(const ws *w, double l) { return pow(fmax(l, 0.0) + w->eps, -1.0 / w->p); }
 
 /* X = Q diag(f(l)) Q^T (Q column-major, columns scaled in t1). */
@@ -315,7 +305,7 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
             goto lapack_fail;
         root_from(&w, qa, l, x);
         const double t_a = bench_now_seconds() - t0;
-        const double ea = rel_err(nn, x, ref);
+        const double ea = bench_rel_err(nn, x, ref);
         t0 = bench_now_seconds();
         double est = 0.0, off = 0.0;
         if (warm_qr_checked(&w, a, qc, l, iters, &est, &off))
@@ -334,8 +324,8 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
         ta[s] = t_a;
         tc[s] = t_c;
         err_a = fmax(err_a, ea);
-        err_c = fmax(err_c, rel_err(nn, x, ref));
-        err_s = fmax(err_s, rel_err(nn, refprev, ref));
+        err_c = fmax(err_c, bench_rel_err(nn, x, ref));
+        err_s = fmax(err_s, bench_rel_err(nn, refprev, ref));
         est_max = fmax(est_max, est);
         offa_max = fmax(offa_max, off_a);
         off_max = fmax(off_max, off);

@@ -231,16 +231,6 @@ static int coupled_warm(ws *w, double *x, const double *b, int p, double *rend)
     return r <= RESID_TOL ? k : -1;
 }
 
-static double rel_err(size_t nn, const double *x, const double *ref)
-{
-    double d = 0.0, s = 0.0;
-    for (size_t i = 0; i < nn; i++) {
-        d += (x[i] - ref[i]) * (x[i] - ref[i]);
-        s += ref[i] * ref[i];
-    }
-    return sqrt(d / s);
-}
-
 static int run(int n, int decay, double beta2, int steps, int warm, double eps_rel, int p)
 {
     const int k = n <= 512 ? (n < 128 ? n : 128) : 768;
@@ -307,7 +297,7 @@ static int run(int n, int decay, double beta2, int steps, int warm, double eps_r
                 eigh_root(&w, a, eps, p, x);
                 dt += bench_now_seconds() - t0;
             }
-            const double e = rel_err(nn, x, ref);
+            const double e = bench_rel_err(nn, x, ref);
             if (q == 0) {
                 tn[s] = dt;
                 if (it < 0)
