@@ -115,9 +115,11 @@ void gpt_train_options_default(gpt_train_options *o)
      *     run jumps 7.44 over its running minimum (test_warmup.py's bound 1.0) and
      *     its 20-step run ends at 3.181 (test_run_lengths.py's bound 3.172); 3e-3
      *     stays;
-     *   dion2 0.02 2.5458, 0.04 2.4870, 0.08 2.4557, 0.16 2.5294 -> 0.08 (was
-     *     0.04; its 20/40-step and small-model 100/300-step runs pass: 3.114,
-     *     2.765, 2.823, 2.502). */
+     *   dion2 0.02 2.5458, 0.04 2.4870, 0.08 2.4557, 0.16 2.5294: the pick 0.08
+     *     is NOT taken: its 20/40-step and small-model 100/300-step runs pass
+     *     (3.114, 2.765, 2.823, 2.502), but the 1-layer d_model-8 batch-1 model of
+     *     tests/python/test_example.py diverges at step 269 of 300 (loss 11.6;
+     *     0.04 and 0.06 train through); 0.04 stays. */
     o->strata.adamw.lr = 3e-3f; /* AdamW's matrices (--optimizer adamw --lr) */
     o->tail_lr = -1.0f;         /* the tail: gpt_default_tail_lr of the matrix optimizer */
     o->strata.adamw.weight_decay = 0.0f;
@@ -130,7 +132,7 @@ void gpt_train_options_default(gpt_train_options *o)
     o->strata.shampoo.max_preconditioner_dim = 1024;
     o->strata.muon.lr = 0.05f; /* the sweep above */
     o->strata.normuon.lr = 0.04f; /* the 300-step sweep above */
-    o->strata.dion2.lr = 0.08f;   /* the recheck at its tuned tail above */
+    o->strata.dion2.lr = 0.04f;   /* the sweeps above (0.08: see its recheck) */
     o->strata.soap.lr = 6e-3f; /* the 150-step sweep above (its 300-step pick spikes short runs) */
     o->strata.soap.weight_decay = 0.0f;
     /* Eigenvalue estimates start at the gradient's RMS (init_factor auto): with the
