@@ -528,26 +528,15 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
     }
 }
 
-/* The matrix optimizer's peak lr as the run resolved it. */
+/* The matrix optimizer's peak lr as the run resolved it (the family table's
+ * lr field, through strata_config_optimizer_lr; NaN if it has none). */
 static float matrix_lr(const gpt_train_options *o)
 {
-    switch (o->strata.matrix_optimizer) {
-    case STRATA_OPTIM_MUON:
-        return o->strata.muon.lr;
-    case STRATA_OPTIM_NORMUON:
-        return o->strata.normuon.lr;
-    case STRATA_OPTIM_DION2:
-        return o->strata.dion2.lr;
-    case STRATA_OPTIM_SOAP:
-        return o->strata.soap.lr;
-    case STRATA_OPTIM_KL_SHAMPOO:
-        return o->strata.kl_shampoo.lr;
-    case STRATA_OPTIM_ADAMW:
-        return o->strata.adamw.lr;
-    case STRATA_OPTIM_SHAMPOO:
-    default:
-        return o->strata.shampoo.lr;
-    }
+    strata_config c = o->strata; /* the lookup hands out pointers into a config */
+    float *lr = NULL, *wd = NULL;
+    if (strata_config_optimizer_lr(&c, c.matrix_optimizer, &lr, &wd) != STRATA_OK || !lr)
+        return NAN;
+    return *lr;
 }
 
 void gpt_report_begin(gpt_report *rep, const gpt_run_info *info)
