@@ -119,10 +119,17 @@ static json_object *config_json(const strata_config *c)
 }
 
 /* One recorded config value as the warning prints it: a float field (stored
- * as the double of a float32) in %g of its float32, an integer as is. */
-static void config_value_str(json_object *v, char *buf, size_t n)
+ * as the double of a float32) in %g of its float32, an enum by the name its
+ * schema row spells it with (the CLI flag's spelling, "warm-qr"), an integer
+ * as is. */
+static void config_value_str(const strata_cfg_field *f, json_object *v, char *buf, size_t n)
 {
-    if (json_object_is_type(v, json_type_double))
+    const char *name = f->kind == STRATA_CFG_ENUM && json_object_is_type(v, json_type_int)
+                           ? strata_cfg_value_name(f, json_object_get_int(v))
+                           : NULL;
+    if (name)
+        snprintf(buf, n, "%s", name);
+    else if (json_object_is_type(v, json_type_double))
         snprintf(buf, n, "%g", (double)(float)json_object_get_double(v));
     else
         snprintf(buf, n, "%s", json_object_to_json_string(v));
@@ -135,12 +142,14 @@ static void config_compare(const strata_runtime *rt, const strata_config *cfg,
     json_object *now = config_json(cfg);
     if (!now)
         return;
-    json_object_object_foreach(now, key, val)
-    {
-        json_object *old = NULL;
-        if (!json_object_object_get_ex(saved, key, &old)) {
+    for (size_t i = 0; i < STRATA_CFG_ROWS; i++) {
+        const strata_cfg_field *f = &cfg_fields[i];
+        json_object *old = NULL, *val = NULL;
+        if (!f->ckpt || !json_object_object_get_ex(now, f->name, &val))
+            continue;
+        if (!json_object_object_get_ex(saved, f->name, &old)) {
             strata_log(rt, STRATA_LOG_WARN, "ckpt", "%s: config field '%s' not recorded", what,
-                       key);
+                       f->name);
             continue;
         }
         const bool same = json_object_is_type(val, json_type_double)
@@ -150,11 +159,11 @@ static void config_compare(const strata_runtime *rt, const strata_config *cfg,
                                     json_object_get_type(old) == json_object_get_type(val);
         if (!same) {
             char was[64], is[64];
-            config_value_str(old, was, sizeof was);
-            config_value_str(val, is, sizeof is);
+            config_value_str(f, old, was, sizeof was);
+            config_value_str(f, val, is, sizeof is);
             strata_log(rt, STRATA_LOG_WARN, "ckpt",
                        "%s: config '%s' was %s at save, is %s now (the run continues with the "
-                       "new value)", what, key, was, is);
+                       "new value)", what, f->name, was, is);
         }
     }
     json_object_put(now);

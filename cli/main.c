@@ -138,7 +138,7 @@ struct train_flag {
     flag_type type;
     size_t off;        /* into train_args */
     double lo, hi;     /* accepted range (numbers) */
-    const gpt_enum_name *names; /* FT_NAME */
+    const gpt_enum_name *names; /* FT_NAME: NULL for a CFG row, whose schema row spells it */
     int value;         /* FT_SET */
     int (*set)(train_args *a, const train_flag *f, const char *arg); /* FT_CUSTOM: 0 or -1
                                                                          (reported) */
@@ -360,8 +360,8 @@ static void dflt_ns_schedule(const train_args *d, char *buf, size_t n)
 {
     const strata_config *c = &d->o.strata;
     snprintf(buf, n, "muon and normuon %s,\ndion2 %s",
-             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->muon.ns_schedule, "?"),
-             gpt_enum_name_of(gpt_ns_schedule_names, (int)c->dion2.ns_schedule, "?"));
+             gpt_enum_name_of(strata_cfg_names_ns_schedule, (int)c->muon.ns_schedule, "?"),
+             gpt_enum_name_of(strata_cfg_names_ns_schedule, (int)c->dion2.ns_schedule, "?"));
 }
 
 static void dflt_lr(const train_args *d, char *buf, size_t n)
@@ -513,9 +513,8 @@ static const train_flag train_flag_rows[] = {
      .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
      .help = "added to factor eigenvalues (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_grafting), .type = FT_NAME,
-     .names = gpt_grafting_names, .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
-    {CFG(shampoo_root_method), .type = FT_NAME, .names = gpt_root_method_names,
-     .group = G_SHAMPOO,
+     .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
+    {CFG(shampoo_root_method), .type = FT_NAME, .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted), auto or "
              "warm-qr (one QR step from the last eigenbasis, eigh fallback counted) "
              "(default {})", .opts = OPT(SHAMPOO)},
@@ -524,14 +523,11 @@ static const train_flag train_flag_rows[] = {
      .help = "--root-method warm-qr: the last eigenbasis Q is refined while "
              "||Q^T A Q - diag||_F <= X ||Q^T A Q||_F, else eigh (default {})",
      .opts = OPT(SHAMPOO)},
-    {CFG(state_dtype_factors), .type = FT_NAME, .names = gpt_state_dtype_names,
-     .group = G_SHAMPOO,
+    {CFG(state_dtype_factors), .type = FT_NAME, .group = G_SHAMPOO,
      .help = "storage of the factors: f32 or bf16 (round to nearest\neven, widened when "
              "read; shampoo (--beta2 <= 0.996) and soap)\n(default {})"},
-    {CFG(state_dtype_roots), .type = FT_NAME, .names = gpt_state_dtype_names,
-     .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})"},
-    {CFG(state_dtype_moments), .type = FT_NAME, .names = gpt_state_dtype_names,
-     .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})"},
+    {CFG(state_dtype_roots), .type = FT_NAME, .group = G_SHAMPOO, .help = "storage of the inverse roots: f32 or bf16 (shampoo)\n(default {})"},
+    {CFG(state_dtype_moments), .type = FT_NAME, .group = G_SHAMPOO, .help = "storage of the moments: f32 (bf16: no family yet)\n(default {})"},
     {CFG(shampoo_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_SHAMPOO, .arg = "X",
      .help = "heavy-ball momentum after grafting (default {})", .opts = OPT(SHAMPOO)},
@@ -543,22 +539,22 @@ static const train_flag train_flag_rows[] = {
     {CFG(muon_momentum), .type = FT_FLOAT, .lo = 0.0,
      .hi = 0.999999, .group = G_MUON, .arg = "X", .help = "(default {})", .opts = OPT(MUON)},
     {CFG(muon_scale), .type = FT_NAME,
-     .names = gpt_muon_scale_names, .group = G_MUON, .arg = "RULE",
+     .group = G_MUON, .arg = "RULE",
      .help = "shape: sqrt(max(1,m/n)) (default) | adamw:\n0.2*sqrt(max(m,n)) | spectral: "
              "sqrt(m/n) | none", .opts = OPT(MUON)},
     {CFG(muon_momentum_form), .type = FT_NAME,
-     .names = gpt_muon_momentum_form_names, .group = G_MUON,
+     .group = G_MUON,
      .help = "B = mu B + G (default) or mu B + (1-mu) G", .opts = OPT(MUON)},
     {CFG(muon_ns_schedule), .type = FT_NAME,
-     .names = gpt_ns_schedule_names, .group = G_MUON, .then = fan_ns_schedule,
+     .group = G_MUON, .then = fan_ns_schedule,
      .dflt = dflt_ns_schedule,
      .help = "Newton-Schulz coefficients of muon, normuon and\ndion2 (default {})", .opts = OPT_NS},
     {CFG(muon_ns_method), .type = FT_NAME, .then = fan_ns_method,
-     .names = gpt_ns_method_names, .group = G_MUON, .arg = "standard|gram|auto",
+     .group = G_MUON, .arg = "standard|gram|auto",
      .help = "Gram Newton-Schulz for wide matrices, muon, normuon\nand dion2 (default {}; auto "
              "picks gram by aspect\nratio)", .opts = OPT_NS},
     {CFG(muon_ns_dtype), .type = FT_NAME, .then = fan_ns_dtype,
-     .names = gpt_state_dtype_names, .group = G_MUON, .arg = "f32|bf16",
+     .group = G_MUON, .arg = "f32|bf16",
      .help = "Newton-Schulz products of muon, normuon and dion2:\nbf16 rounds their operands "
              "to bfloat16, float32\nsums (the reference codes' precision; default {})",
      .opts = OPT_NS},
@@ -571,13 +567,12 @@ static const train_flag train_flag_rows[] = {
              "(default {})", .opts = OPT(DION2)},
     {CFG(dion2_ef_decay), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_DION2, .arg = "X",
      .help = "error-feedback decay of the selected slices (default {})", .opts = OPT(DION2)},
-    {CFG(dion2_adjust_lr), .type = FT_NAME, .names = gpt_dion2_adjust_lr_names,
-     .group = G_DION2, .arg = "RULE",
+    {CFG(dion2_adjust_lr), .type = FT_NAME, .group = G_DION2, .arg = "RULE",
      .help = "spectral-norm: sqrt(m/n) (default) | rms-norm:\n0.2*sqrt(max(m,n)) | none",
      .opts = OPT(DION2)},
 
     {CFG(kl_shampoo_form), .type = FT_NAME,
-     .names = gpt_kl_form_names, .group = G_KL,
+     .group = G_KL,
      .help = "the reference code's eigenbasis form (default) or the\npaper's exact factor update",
      .opts = OPT(KL_SHAMPOO)},
     {CFG(kl_shampoo_init_factor), .type = FT_CUSTOM, .set = set_kl_init, .lo = 1e-30, .hi = 1e30,
@@ -610,10 +605,10 @@ static const train_flag train_flag_rows[] = {
      .group = G_ASYNC, .arg = "K", .help = "worker threads (default: cores - 1)",
      .needs = NEEDS_ASYNC},
     {CFG(install_mode), .type = FT_NAME,
-     .names = gpt_install_mode_names, .group = G_ASYNC,
+     .group = G_ASYNC,
      .help = "fixed: reproducible (default); eager: fresher", .needs = NEEDS_ASYNC},
     {CFG(stale_correction), .type = FT_NAME,
-     .names = gpt_stale_correction_names, .group = G_ASYNC,
+     .group = G_ASYNC,
      .help = "when a step would wait for a root still on a worker:\noff: wait (default); "
              "newton: correct the newest ready\nroot toward the current factor (one Newton "
              "step;\nShampoo; timing-dependent runs; needs --async)",
@@ -642,7 +637,7 @@ static const train_flag train_flag_rows[] = {
      .help = "pin workers to the last cores (hwloc)", .needs = NEEDS_ASYNC},
 
     {CFG(sharding), .type = FT_NAME,
-     .names = gpt_sharding_names, .group = G_RANKS,
+     .group = G_RANKS,
      .help = "owner: each matrix whole on one rank (default);\ngather, zero1: baselines to "
              "compare with", .needs = NEEDS_RANKS},
     {.name = "deterministic", .type = FT_TRUE, .off = OFF(deterministic), .group = G_RANKS,
@@ -810,7 +805,10 @@ static void resolve_flags(void)
         const strata_cfg_field *s = &schema[f->field - 1];
         f->name = s->cli;
         f->off = OFF(o.strata) + s->off;
-        if (!f->name || !flag_fits(f->type, s->kind)) { /* a broken table: a program error */
+        if (f->type == FT_NAME && !f->names)
+            f->names = s->names; /* the schema's spellings (runtime/config_schema.h) */
+        if (!f->name || !flag_fits(f->type, s->kind) ||
+            (f->type == FT_NAME && (!f->names || !f->names->name))) { /* a broken table: a program error */
             fprintf(stderr, "strata: internal error: the flag row of strata_config.%s does not "
                             "fit its schema row\n", s->name);
             abort();
@@ -2265,7 +2263,7 @@ static int cmd_plan(int argc, char **argv)
            "adamw\n", model, sum.n_params, sum.elements / 1e6, sum.n_matrix,
            sum.matrix_elements / 1e6, mopt, sum.n_tail);
     printf("run: %d rank%s (%d per node), sharding %s, %s, F = %d%s\n", W, W == 1 ? "" : "s", rpn,
-           gpt_enum_name_of(gpt_sharding_names, (int)a.o.strata.sharding, "?"),
+           gpt_enum_name_of(strata_cfg_names_sharding, (int)a.o.strata.sharding, "?"),
            a.o.strata.async ? "async" : "sync", sum.frequency,
            opt.managed ? ", managed weights" : "");
     printf("per-rank bytes at the peak (MiB), as the memory ledger counts them:\n");

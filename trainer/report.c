@@ -273,7 +273,7 @@ static const config_key config_keys[] = {
     {"params", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_params, 0},
     {"seed", 0, WHEN_ALWAYS, CK_U64, OFF(seed), NULL, NULL, 0},
     {"world_size", 0, WHEN_ALWAYS, CK_FN, 0, NULL, get_world_size, 0},
-    SK(sharding, 0, WHEN_ALWAYS, gpt_sharding_names, NULL),
+    SK(sharding, 0, WHEN_ALWAYS, NULL, NULL),
     SK(shard_group_size, 0, WHEN_ALWAYS, NULL, NULL),
     SK(shard_gradients, 0, WHEN_ALWAYS, NULL, NULL),
     {"grad_accum", 0, WHEN_ALWAYS, CK_INT, OFF(grad_accum), NULL, NULL, 0},
@@ -314,32 +314,32 @@ static const config_key config_keys[] = {
     SK(shampoo_max_preconditioner_dim, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_beta2, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_epsilon, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
-    SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, gpt_grafting_names, NULL),
-    SK(shampoo_root_method, SHAMPOO, WHEN_ALWAYS, gpt_root_method_names, NULL),
+    SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(shampoo_root_method, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_momentum, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
-    SK(state_dtype_factors, 0, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
-    SK(state_dtype_roots, 0, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
-    SK(state_dtype_moments, 0, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
+    SK(state_dtype_factors, 0, WHEN_ALWAYS, NULL, NULL),
+    SK(state_dtype_roots, 0, WHEN_ALWAYS, NULL, NULL),
+    SK(state_dtype_moments, 0, WHEN_ALWAYS, NULL, NULL),
     SK(muon_momentum, MUON, WHEN_ALWAYS, NULL, NULL),
-    SK(muon_momentum_form, MUON, WHEN_ALWAYS, gpt_muon_momentum_form_names, NULL),
-    SK(muon_scale, MUON, WHEN_ALWAYS, gpt_muon_scale_names, NULL),
+    SK(muon_momentum_form, MUON, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_scale, MUON, WHEN_ALWAYS, NULL, NULL),
     SK(muon_ns_steps, MUON, WHEN_ALWAYS, NULL, NULL),
-    SK(muon_ns_schedule, MUON, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
-    SK(muon_ns_method, MUON, WHEN_ALWAYS, gpt_ns_method_names, NULL),
-    SK(muon_ns_dtype, MUON, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
+    SK(muon_ns_schedule, MUON, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_ns_method, MUON, WHEN_ALWAYS, NULL, NULL),
+    SK(muon_ns_dtype, MUON, WHEN_ALWAYS, NULL, NULL),
     /* the other Newton-Schulz families' copies (--ns-* set all three) */
     SK(normuon_ns_steps, NORMUON, WHEN_ALWAYS, NULL, NULL),
-    SK(normuon_ns_schedule, NORMUON, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
-    SK(normuon_ns_method, NORMUON, WHEN_ALWAYS, gpt_ns_method_names, NULL),
-    SK(normuon_ns_dtype, NORMUON, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
+    SK(normuon_ns_schedule, NORMUON, WHEN_ALWAYS, NULL, NULL),
+    SK(normuon_ns_method, NORMUON, WHEN_ALWAYS, NULL, NULL),
+    SK(normuon_ns_dtype, NORMUON, WHEN_ALWAYS, NULL, NULL),
     SK(dion2_ns_steps, DION2, WHEN_ALWAYS, NULL, NULL),
-    SK(dion2_ns_schedule, DION2, WHEN_ALWAYS, gpt_ns_schedule_names, NULL),
-    SK(dion2_ns_method, DION2, WHEN_ALWAYS, gpt_ns_method_names, NULL),
-    SK(dion2_ns_dtype, DION2, WHEN_ALWAYS, gpt_state_dtype_names, NULL),
+    SK(dion2_ns_schedule, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(dion2_ns_method, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(dion2_ns_dtype, DION2, WHEN_ALWAYS, NULL, NULL),
     SK(dion2_fraction, DION2, WHEN_ALWAYS, NULL, NULL),
     SK(dion2_ef_decay, DION2, WHEN_ALWAYS, NULL, NULL),
-    SK(dion2_adjust_lr, DION2, WHEN_ALWAYS, gpt_dion2_adjust_lr_names, NULL),
-    SK(kl_shampoo_form, KL, WHEN_ALWAYS, gpt_kl_form_names, NULL),
+    SK(dion2_adjust_lr, DION2, WHEN_ALWAYS, NULL, NULL),
+    SK(kl_shampoo_form, KL, WHEN_ALWAYS, NULL, NULL),
     SK(kl_shampoo_init_factor, KL, WHEN_ALWAYS, NULL, get_kl_init),
     SK(kl_shampoo_shampoo_beta, KL, WHEN_ALWAYS, NULL, get_kl_beta),
     SK(kl_shampoo_bias_correction, KL, WHEN_ALWAYS, NULL, NULL),
@@ -348,8 +348,8 @@ static const config_key config_keys[] = {
     SK(async, 0, WHEN_ALWAYS, NULL, get_async),
     SK(staleness, 0, WHEN_ASYNC, NULL, NULL),
     SK(staleness_warmup, 0, WHEN_ASYNC, NULL, NULL),
-    SK(install_mode, 0, WHEN_ASYNC, gpt_install_mode_names, NULL),
-    SK(stale_correction, 0, WHEN_ASYNC, gpt_stale_correction_names, NULL),
+    SK(install_mode, 0, WHEN_ASYNC, NULL, NULL),
+    SK(stale_correction, 0, WHEN_ASYNC, NULL, NULL),
     SK(workers, 0, WHEN_ASYNC, NULL, get_workers),
     SK(roots_tier, 0, WHEN_ASYNC, NULL, get_roots_tier),
     SK(nvme_dir, 0, WHEN_ASYNC, NULL, NULL),
@@ -365,6 +365,8 @@ static config_key schema_key(const config_key *k)
     config_key r = *k;
     r.key = f->jsonl;
     r.off = OFF(strata) + f->off;
+    if (!r.names)
+        r.names = f->names; /* the schema's spellings (runtime/config_schema.h) */
     r.kind = k->get                        ? CK_FN
              : f->kind == STRATA_CFG_INT    ? CK_INT
              : f->kind == STRATA_CFG_ENUM   ? CK_NAME
@@ -899,7 +901,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 "async: S=%d%s %s | %lld wait%s (%.2f s) | max staleness %lld (bound %d) | "
                 "%lld installs, %lld dropped | host tier %.1f MiB, nvme tier %.1f MiB%s\n",
                 o->strata.staleness, warm,
-                gpt_enum_name_of(gpt_install_mode_names, (int)o->strata.install_mode, "eager"),
+                gpt_enum_name_of(strata_cfg_names_install_mode, (int)o->strata.install_mode, "eager"),
                 (long long)t->coh_waits, t->coh_waits == 1 ? "" : "s", t->coh_wait_seconds,
                 (long long)t->max_staleness, rep->refresh.frequency - 1 + o->strata.staleness,
                 (long long)t->coh_installs, (long long)t->coh_dropped,
@@ -910,7 +912,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 "stale correction: %s | %lld wait%s avoided, %lld roots corrected, %lld "
                 "refused (waited) | %lld refresh points skipped (no free slot) | max corrected "
                 "staleness %lld\n",
-                gpt_enum_name_of(gpt_stale_correction_names, (int)o->strata.stale_correction,
+                gpt_enum_name_of(strata_cfg_names_stale_correction, (int)o->strata.stale_correction,
                                  "?"),
                 (long long)t->stale_waits_avoided, t->stale_waits_avoided == 1 ? "" : "s",
                 (long long)t->stale_corrections, (long long)t->stale_refused,
@@ -940,7 +942,7 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     if (res->world_size > 1) {
         fprintf(f, "ranks: %d, sharding %s (planned makespan / lower bound %.3f)\n",
                 res->world_size,
-                gpt_enum_name_of(gpt_sharding_names, (int)o->strata.sharding, "?"),
+                gpt_enum_name_of(strata_cfg_names_sharding, (int)o->strata.sharding, "?"),
                 s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1.0);
         for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
             const gpt_rank_figures *g = &res->ranks[r];
@@ -1144,7 +1146,7 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
         json_object_object_add(
             j, "sharding",
             json_object_new_string(
-                gpt_enum_name_of(gpt_sharding_names, (int)rep->o.strata.sharding, "?")));
+                gpt_enum_name_of(strata_cfg_names_sharding, (int)rep->o.strata.sharding, "?")));
         json_add_double(j, "planned_makespan", s->planned_makespan);
         json_add_double(j, "planned_lower_bound", s->planned_lower_bound);
         json_object *ranks = json_object_new_array();

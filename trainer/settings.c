@@ -5,65 +5,11 @@
 #include <stddef.h>
 #include <string.h>
 
-const gpt_enum_name gpt_grafting_names[] = {
-    {"adam", STRATA_GRAFT_ADAM}, {"adagrad", STRATA_GRAFT_ADAGRAD}, {"none", STRATA_GRAFT_NONE},
-    {NULL, 0},
-};
-
-const gpt_enum_name gpt_root_method_names[] = {
-    {"eigh", STRATA_ROOT_EIGH}, {"newton", STRATA_ROOT_NEWTON}, {"auto", STRATA_ROOT_AUTO},
-    {"warm-qr", STRATA_ROOT_WARM_QR},
-    {NULL, 0},
-};
-
-const gpt_enum_name gpt_muon_scale_names[] = {
-    {"shape", STRATA_MUON_SCALE_SHAPE}, {"adamw", STRATA_MUON_SCALE_ADAMW_RMS},
-    {"spectral", STRATA_MUON_SCALE_SPECTRAL}, {"none", STRATA_MUON_SCALE_NONE},
-    {NULL, 0},
-};
-
-const gpt_enum_name gpt_muon_momentum_form_names[] = {
-    {"sum", STRATA_MUON_MOMENTUM_SUM}, {"ema", STRATA_MUON_MOMENTUM_EMA}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_ns_schedule_names[] = {
-    {"quintic", STRATA_NS_QUINTIC}, {"polar-express", STRATA_NS_POLAR_EXPRESS}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_ns_method_names[] = {
-    {"auto", STRATA_NS_AUTO}, {"standard", STRATA_NS_STANDARD}, {"gram", STRATA_NS_GRAM},
-    {NULL, 0},
-};
-
-const gpt_enum_name gpt_dion2_adjust_lr_names[] = {
-    {"spectral-norm", STRATA_DION2_ADJUST_SPECTRAL_NORM}, {"rms-norm", STRATA_DION2_ADJUST_RMS_NORM},
-    {"none", STRATA_DION2_ADJUST_NONE}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_kl_form_names[] = {
-    {"eigenbasis", STRATA_KL_EIGENBASIS}, {"exact", STRATA_KL_EXACT}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_install_mode_names[] = {
-    {"fixed", STRATA_COH_FIXED}, {"eager", STRATA_COH_EAGER}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_stale_correction_names[] = {
-    {"off", STRATA_STALE_CORRECTION_OFF}, {"newton", STRATA_STALE_CORRECTION_NEWTON}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_sharding_names[] = {
-    {"owner", STRATA_SHARD_OWNER}, {"gather", STRATA_SHARD_GATHER}, {"zero1", STRATA_SHARD_ZERO1},
-    {NULL, 0},
-};
-
+/* The strata_config enums' spellings are the config schema's
+ * (runtime/config_schema.h, strata_cfg_names_*); this is the trainer's own. */
 const gpt_enum_name gpt_data_format_names[] = {
     {"auto", GPT_TRAIN_DATA_AUTO}, {"bytes", GPT_TRAIN_DATA_BYTES},
     {"tokens", GPT_TRAIN_DATA_TOKENS}, {NULL, 0},
-};
-
-const gpt_enum_name gpt_state_dtype_names[] = {
-    {"f32", STRATA_STATE_F32}, {"bf16", STRATA_STATE_BF16}, {NULL, 0},
 };
 
 const char *gpt_enum_name_of(const gpt_enum_name *names, int value, const char *fallback)

@@ -2,9 +2,11 @@
  *
  * Two things the command line, the trainer and its reports must agree on,
  * kept here once:
- *   - the spelling of every enumerated setting (grafting, Muon's scale rule,
- *     KL-Shampoo's form, ...): the CLI parses these names, lists them in its
- *     errors and --help, and the JSONL config record writes them;
+ *   - the spelling of the trainer's own enumerated settings (--data-format;
+ *     strata_config's enums, grafting, Muon's scale rule, ..., are spelled
+ *     by the config schema, runtime/config_schema.h): the CLI parses these
+ *     names, lists them in its errors and --help, and the JSONL config
+ *     record writes them;
  *   - what the matrix optimizer refreshes periodically, whether --async can
  *     move that work to worker threads and whether --stagger-refresh can
  *     spread it (gpt_optimizer_refresh_info).
@@ -14,31 +16,20 @@
 
 #include <stdbool.h>
 
+#include "runtime/config_schema.h"
 #include "strata/strata.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* One spelling of an enumerated setting. Tables end with {NULL, 0}; their
- * order is the order the CLI lists the names in. */
-typedef struct gpt_enum_name {
-    const char *name;
-    int value; /* the enum constant, as int */
-} gpt_enum_name;
+/* One spelling of an enumerated setting: the config schema's entry
+ * (runtime/config_schema.h), whose strata_cfg_names_* tables spell every
+ * strata_config enum (the CLI, the JSONL record and a checkpoint's
+ * config-change warnings read the same table). Tables end with {NULL, 0};
+ * their order is the order the CLI lists the names in. */
+typedef strata_cfg_name gpt_enum_name;
 
-extern const gpt_enum_name gpt_grafting_names[];       /* strata_grafting */
-extern const gpt_enum_name gpt_root_method_names[];    /* strata_root_method */
-extern const gpt_enum_name gpt_state_dtype_names[];    /* strata_state_dtype */
-extern const gpt_enum_name gpt_muon_scale_names[];     /* strata_muon_scale */
-extern const gpt_enum_name gpt_muon_momentum_form_names[]; /* strata_muon_momentum_form */
-extern const gpt_enum_name gpt_ns_schedule_names[];    /* strata_ns_schedule */
-extern const gpt_enum_name gpt_ns_method_names[];      /* strata_ns_method */
-extern const gpt_enum_name gpt_kl_form_names[];        /* strata_kl_form */
-extern const gpt_enum_name gpt_dion2_adjust_lr_names[]; /* strata_dion2_adjust_lr */
-extern const gpt_enum_name gpt_install_mode_names[];   /* strata_coh_mode */
-extern const gpt_enum_name gpt_stale_correction_names[]; /* strata_stale_correction */
-extern const gpt_enum_name gpt_sharding_names[];       /* strata_sharding */
 extern const gpt_enum_name gpt_data_format_names[];    /* GPT_TRAIN_DATA_* (trainer.h) */
 
 /* Code that reads or writes one of these enums through an int (a table of

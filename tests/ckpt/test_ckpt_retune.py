@@ -80,6 +80,10 @@ with tempfile.TemporaryDirectory() as tmp:
                   and s["last_loss"] < 6.0)
             check(ok, f"{opt}: resume with {' '.join(ch) or 'no --async'} continues "
                   f"(rc {p.returncode}, last step {s.get('last_step')})", p.stderr)
+            # a changed enum setting is said in the CLI's spelling, not as its number
+            if "--install-mode" in ch:
+                check("config 'install_mode' was fixed at save, is eager now" in p.stderr,
+                      f"{opt}: the install-mode change is warned about by name", p.stderr)
             # workers and tiers do not change a fixed-mode run's numbers
             if "--workers" in ch or "--tiers" in ch:
                 check(s.get("weights_hash") == ref_async.get("weights_hash"),
@@ -100,6 +104,15 @@ with tempfile.TemporaryDirectory() as tmp:
         check(p.returncode == 1 and needle in p.stderr and not os.path.exists(out),
               f"resume with {' '.join(ch)}: refused naming the field and both values",
               p.stderr)
+
+    # Shampoo's root method may change at a resume from eigh (its roots are
+    # recomputed): warned about in the spelling --root-method takes.
+    p, s = train("--optimizer", "shampoo", "--async", "--staleness", "1", "--root-method",
+                 "newton", "--resume", ck, "--save-dir", os.path.join(tmp, "rnames"))
+    check(p.returncode == 0 and s.get("last_step") == 10 and
+          "config 'shampoo.root_method' was eigh at save, is newton now" in p.stderr,
+          "resume with --root-method newton: continues, the change named eigh -> newton",
+          p.stderr)
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

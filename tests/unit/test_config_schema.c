@@ -81,11 +81,54 @@ static void test_names_unique_kinds_sound(void **state)
     assert_int_equal(schema[STRATA_CFG_ID(staleness)].off, offsetof(strata_config, staleness));
 }
 
+/* Every ENUM row recorded in checkpoints or set by a CLI flag spells its
+ * values (the names column): the CLI parses those names and a resume's
+ * config-change warning prints them; other kinds have none; within a table
+ * names and values are unique; strata_cfg_value_name answers each value
+ * with its name and an unknown one with NULL. */
+static void test_enum_rows_spelled(void **state)
+{
+    (void)state;
+    int spelled = 0;
+    for (int i = 0; i < STRATA_CFG_ROWS; i++) {
+        const strata_cfg_field *f = &schema[i];
+        if (f->kind != STRATA_CFG_ENUM) {
+            if (f->names)
+                print_message("FAIL '%s' is not an enum but has names\n", f->name);
+            assert_null(f->names);
+            continue;
+        }
+        if (f->ckpt && !f->names)
+            print_message("FAIL enum '%s' is checkpointed without names\n", f->name);
+        assert_true(!f->ckpt || f->names);
+        if (!f->names)
+            continue;
+        spelled++;
+        for (const strata_cfg_name *e = f->names; e->name; e++) {
+            for (const strata_cfg_name *d = f->names; d != e; d++) {
+                assert_string_not_equal(d->name, e->name);
+                assert_int_not_equal(d->value, e->value);
+            }
+            assert_string_equal(strata_cfg_value_name(f, e->value), e->name);
+        }
+        if (f->names[0].name)
+            assert_null(strata_cfg_value_name(f, 12345));
+    }
+    print_message("%d enum rows spelled\n", spelled);
+    const strata_cfg_field *rm = &schema[STRATA_CFG_ID(shampoo_root_method)];
+    assert_string_equal(strata_cfg_value_name(rm, STRATA_ROOT_WARM_QR), "warm-qr");
+    assert_string_equal(strata_cfg_value_name(rm, STRATA_ROOT_EIGH), "eigh");
+    const strata_cfg_field *mo = &schema[STRATA_CFG_ID(matrix_optimizer)];
+    assert_string_equal(strata_cfg_value_name(mo, STRATA_OPTIM_SOAP), "soap");
+    assert_null(strata_cfg_value_name(mo, 12345));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_tile_the_struct),
         cmocka_unit_test(test_names_unique_kinds_sound),
+        cmocka_unit_test(test_enum_rows_spelled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
