@@ -259,6 +259,38 @@ def _wrapped_params() -> set[int]:
     return out
 
 
+_EMBEDDING_MODULES = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+
+
+def _embedding_weights(params: list[torch.Tensor],
+                       model: Optional[torch.nn.Module]) -> set[int]:
+    """ids of those of `params` that are the weight of an nn.Embedding or
+    nn.EmbeddingBag: of `model`'s modules when it is given, else of every live
+    module (one pass over the collector's objects at construction, about 40 ms
+    per 200k objects: a parameter given as model.parameters() or by an
+    unhelpful name, "0.weight" in an nn.Sequential, is still told by the
+    module that holds it). A table used
+    through F.embedding on a bare Parameter has no such module: route it by
+    name (embedding_patterns), `routes` or a param group."""
+    want = {id(p) for p in params if p.dim() == 2}
+    if model is not None:
+        return {id(m.weight) for m in model.modules()
+                if isinstance(m, _EMBEDDING_MODULES) and id(m.weight) in want}
+    if not want:
+        return set()
+    import gc
+    import warnings
+    out: set[int] = set()
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        for o in gc.get_objects():
+            if isinstance(o, _EMBEDDING_MODULES):
+                w = o._parameters.get("weight")
+                if w is not None and id(w) in want:
+                    out.add(id(w))
+    return out
+
+
 class _Guard:
     """StrataOptimizer._locked()'s context manager: the per-optimizer lock,
     refusing a call from inside a strata call on the same thread (one object
@@ -314,9 +346,13 @@ class StrataOptimizer(torch.optim.Optimizer):
     Routing (the C runtime's rule, strata.h): 2-D to the matrix optimizer
     (more dimensions flattened to (d0, d1*...)); 1-D, 0-d, 1xN and Nx1 and
     the names matching `embedding_patterns` / `head_patterns` (any dotted
-    component, fnmatch) and the weights of `model`'s nn.Embedding modules
-    (when `model` is given) to the AdamW tail. `routes` maps fnmatch
-    patterns of full names to an optimizer ({"*.attn.*": "adamw"}: the
+    component, fnmatch) and the weights of nn.Embedding / nn.EmbeddingBag
+    modules (`model`'s when given, else found among the live modules, so
+    that model.parameters() of an nn.Sequential routes its embedding too)
+    to the AdamW tail, as torch.optim.Muon's documentation asks of
+    embeddings and the head. An output head is told only by its name
+    (`head_patterns`, default "lm_head") or as a tied embedding's weight.
+    `routes` maps fnmatch patterns of full names to an optimizer ({"*.attn.*": "adamw"}: the
     first match wins; a group's "optimizer" wins over it), as an explicit
     per-parameter choice (strata_param_desc.optimizer). `routing()` returns the table; it is logged at INFO
     ("strata.torch") at construction.
@@ -388,9 +424,7 @@ class StrataOptimizer(torch.optim.Optimizer):
         self._lib = L.lib()
         self._embedding_patterns = tuple(embedding_patterns)
         self._head_patterns = tuple(head_patterns)
-        # the weights of the model's nn.Embedding modules are embeddings whatever their name
-        self._embedding_ids = set() if model is None else {
-            id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+        self._embedding_ids: set[int] = set()  # filled once the parameters are collected
         self._options = dict(options)
         self._routes = dict(routes or {})
         for pat, o in self._routes.items():
@@ -415,6 +449,13 @@ class StrataOptimizer(torch.optim.Optimizer):
         if model is not None and _is_wrapper(model):
             raise _wrapper_refusal(f"model is a {type(model).__name__}")
         self._collect()
+        # the weights of nn.Embedding modules are embeddings whatever their name:
+        # model's, else any live module's (torch.optim.Muon's rule, embeddings to AdamW)
+        # (the scan of live modules only for 2-D tensors nothing else routes yet)
+        self._embedding_ids = _embedding_weights(
+            self._params if model is not None else
+            [p for p, n, req in zip(self._params, self._names, self._requested)
+             if req is None and self._role(n)[0] == L.ROLES["auto"]], model)
         if dist.is_available() and dist.is_initialized():
             wrapped = _wrapped_params()
             for p, n in zip(self._params, self._names):

@@ -163,8 +163,24 @@ def test_model_embeddings_go_to_the_tail():
     r = {e["name"]: e for e in st.Shampoo(m.named_parameters(), model=m).routing()}
     assert r["0.weight"]["optimizer"] == "adamw" and "nn.Embedding" in r["0.weight"]["reason"]
     assert r["1.weight"]["optimizer"] == "shampoo"
-    r = {e["name"]: e for e in st.Shampoo(m.named_parameters()).routing()}
-    assert r["0.weight"]["optimizer"] == "shampoo"  # without model= only names tell
+    # without model=: the live nn.Embedding (or EmbeddingBag) holding the tensor
+    # tells, whether the parameters come named ("0.weight" matches no pattern)
+    # or bare (model.parameters(): "param.0")
+    bag = torch.nn.Sequential(torch.nn.EmbeddingBag(12, 8), torch.nn.Linear(8, 8))
+    for cls, mat in ((st.Shampoo, "shampoo"), (st.Muon, "muon")):
+        for model, params in ((m, list(m.named_parameters())), (m, list(m.parameters())),
+                              (bag, list(bag.parameters()))):
+            r = cls(params).routing()
+            assert r[0]["optimizer"] == "adamw" and "nn.Embedding" in r[0]["reason"], r[0]
+            assert r[1]["optimizer"] == mat and r[1]["reason"] == "2-D matrix", r[1]
+    # an explicit choice wins: a group's optimizer keeps the table on the matrix optimizer
+    r = st.Muon([{"params": [m[0].weight], "optimizer": "muon"},
+                 {"params": [m[1].weight]}]).routing()
+    assert r[0]["optimizer"] == "muon" and r[1]["optimizer"] == "muon"
+    # a bare Parameter no module holds (F.embedding) is told only by its name
+    table = torch.nn.Parameter(torch.randn(10, 8))
+    assert st.Muon([table]).routing()[0]["optimizer"] == "muon"
+    assert st.Muon([("wte", table)]).routing()[0]["optimizer"] == "adamw"
 
 
 def test_stats():
