@@ -2136,8 +2136,59 @@ static json_object *plan_rank_json(const strata_plan_rank *r)
                            json_object_new_double(r->refresh_serial_seconds));
     json_object_object_add(j, "owned_params", json_object_new_int(r->owned_params));
     json_object_object_add(j, "owned_blocks", json_object_new_int(r->owned_blocks));
+    json_object_object_add(j, "blocks_on_nvme", json_object_new_int(r->blocks_on_nvme));
+    json_object_object_add(j, "paged_params", json_object_new_int(r->paged_params));
     return j;
 }
+
+static uint64_t plan_host_roots(const strata_plan_rank *r)
+{
+    return r->bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
+           r->bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS];
+}
+
+/* The ranks of the plan whose `key` equals rank r0's and are not yet in
+ * done[] (marked now), as "rank 3" or "ranks 0-2,5" into buf; their count. */
+static int plan_rank_group(const strata_plan_rank *ranks, int W, int r0,
+                           int (*key)(const strata_plan_rank *), bool *done, char *buf, size_t n)
+{
+    int count = 0, used = 0;
+    buf[0] = '\0';
+    for (int r = r0; r < W; r++) {
+        if (done[r] || key(&ranks[r]) != key(&ranks[r0]))
+            continue;
+        done[r] = true;
+        count++;
+        int e = r; /* the run r..e of consecutive members */
+        while (e + 1 < W && !done[e + 1] && key(&ranks[e + 1]) == key(&ranks[r0]))
+            done[++e] = true, count++;
+        if (used < (int)n)
+            used += snprintf(buf + used, n - (size_t)used, "%s%d", used ? "," : "", r);
+        if (e > r && used < (int)n)
+            used += snprintf(buf + used, n - (size_t)used, "-%d", e);
+        r = e;
+    }
+    /* "rank 3" / "ranks 0-2,5" */
+    char list[256];
+    snprintf(list, sizeof list, "%s", buf);
+    snprintf(buf, n, "%s %s", count == 1 ? "rank" : "ranks", list);
+    return count;
+}
+
+/* A placement: the blocks on nvme and the blocks owned, as one key. */
+static int plan_key_placement(const strata_plan_rank *r)
+{
+    return r->blocks_on_nvme * (1 << 20) + r->owned_blocks;
+}
+
+static int plan_key_paged(const strata_plan_rank *r)
+{
+    return r->paged_params;
+}
+
+/* At most this many distinct placements (paging counts) are printed, one line
+ * each; --json lists every rank's. */
+#define PLAN_GROUPS_SHOWN 6
 
 static int cmd_plan(int argc, char **argv)
 {
@@ -2273,33 +2324,116 @@ static int cmd_plan(int argc, char **argv)
     if (W > 1)
         printf("ranks: total min %.1f, mean %.1f, max %.1f MiB (max/mean %.3f)\n", mib(tmin),
                tmean / 1048576.0, mib(sum.max_total), sum.max_total / (tmean > 0 ? tmean : 1));
-    if (a.o.strata.async && ranks[0].blocks_on_nvme > 0)
-        printf("placement: rank 0 has %d of %d result blocks on nvme (roots streamed through "
-               "the residency pool); host-tier roots %.1f MiB\n",
-               ranks[0].blocks_on_nvme, ranks[0].owned_blocks,
-               mib(ranks[0].bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
-                   ranks[0].bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS]));
+    /* Every rank's placement (ranks own different blocks, so one may spill to
+     * nvme while rank 0 does not): one line per distinct placement. */
+    bool any_nvme = false, any_paged = false;
+    for (int r = 0; r < W; r++) {
+        any_nvme |= ranks[r].blocks_on_nvme > 0;
+        any_paged |= ranks[r].paged_params > 0;
+    }
+    bool *done = calloc((size_t)W, sizeof *done);
+    if (!done) {
+        fprintf(stderr, "strata: plan: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    if (a.o.strata.async && any_nvme) {
+        int groups = 0, left = 0;
+        for (int r = 0; r < W; r++) {
+            if (done[r])
+                continue;
+            char who[320];
+            if (groups == PLAN_GROUPS_SHOWN) {
+                left += plan_rank_group(ranks, W, r, plan_key_placement, done, who, sizeof who);
+                continue;
+            }
+            const int m = plan_rank_group(ranks, W, r, plan_key_placement, done, who, sizeof who);
+            groups++;
+            uint64_t lo = UINT64_MAX, hi = 0;
+            for (int q = 0; q < W; q++)
+                if (plan_key_placement(&ranks[q]) == plan_key_placement(&ranks[r])) {
+                    const uint64_t b = plan_host_roots(&ranks[q]);
+                    lo = b < lo ? b : lo;
+                    hi = b > hi ? b : hi;
+                }
+            printf("placement: %s %s %d of %d result blocks on nvme%s; host-tier roots %.1f",
+                   who, m == 1 ? "has" : "have", ranks[r].blocks_on_nvme, ranks[r].owned_blocks,
+                   ranks[r].blocks_on_nvme ? " (roots streamed through the residency pool)" : "",
+                   mib(lo));
+            if (hi > lo)
+                printf("-%.1f", mib(hi));
+            printf(" MiB%s\n", m > 1 && hi == lo ? " each" : "");
+        }
+        if (left)
+            printf("placement: %d more rank%s with other placements (--json: "
+                   "ranks[].blocks_on_nvme)\n", left, left == 1 ? "" : "s");
+    }
     if (a.o.strata.async && a.o.strata.host_budget) {
-        const uint64_t roots = ranks[0].bytes[STRATA_LEDGER_HOST][STRATA_LEDGER_ROOTS] +
-                               ranks[0].bytes[STRATA_LEDGER_HOST_PINNED][STRATA_LEDGER_ROOTS];
-        if (roots > a.o.strata.host_budget)
-            printf("note: rank 0's host-tier roots (%.1f MiB) exceed --host-budget-mib %.0f: "
-                   "the run is refused (%s)\n", mib(roots), mib(a.o.strata.host_budget),
+        int over = 0, worst = -1;
+        for (int r = 0; r < W; r++)
+            if (plan_host_roots(&ranks[r]) > a.o.strata.host_budget) {
+                over++;
+                if (worst < 0 || plan_host_roots(&ranks[r]) > plan_host_roots(&ranks[worst]))
+                    worst = r;
+            }
+        char who[64];
+        if (over == 1)
+            snprintf(who, sizeof who, "rank %d's host-tier roots (%.1f MiB)", worst,
+                     mib(plan_host_roots(&ranks[worst])));
+        else
+            snprintf(who, sizeof who, "%d ranks' host-tier roots (rank %d's %.1f MiB the most)",
+                     over, worst, mib(plan_host_roots(&ranks[worst])));
+        if (over)
+            printf("note: %s exceed --host-budget-mib %.0f: the run is refused (%s)\n", who,
+                   mib(a.o.strata.host_budget),
                    a.o.strata.nvme_dir ? "even the spill layout does not fit"
                                        : "--tiers device,host,nvme would spill to nvme");
     }
-    if (ranks[0].paged_params > 0) {
-        uint64_t on_nvme = 0;
-        for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
-            if (k != STRATA_LEDGER_ROOTS)
-                on_nvme += ranks[0].bytes[STRATA_LEDGER_NVME][k];
-        printf("paging: rank 0 pages %d matrices' state to nvme between their steps (%.1f MiB: "
-               "factors %.1f, moments %.1f, grafting %.1f), two at most resident\n",
-               ranks[0].paged_params, mib(on_nvme),
-               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_FACTORS]),
-               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_MOMENTS]),
-               mib(ranks[0].bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_GRAFTING]));
+    memset(done, 0, (size_t)W * sizeof *done);
+    if (any_paged) {
+        int groups = 0, left = 0;
+        for (int r = 0; r < W; r++) {
+            if (done[r])
+                continue;
+            char who[320];
+            if (groups == PLAN_GROUPS_SHOWN) {
+                left += plan_rank_group(ranks, W, r, plan_key_paged, done, who, sizeof who);
+                continue;
+            }
+            const int m = plan_rank_group(ranks, W, r, plan_key_paged, done, who, sizeof who);
+            groups++;
+            /* the figures of the group's rank with the most on nvme */
+            int big = r;
+            uint64_t most = 0;
+            for (int q = 0; q < W; q++) {
+                if (ranks[q].paged_params != ranks[r].paged_params)
+                    continue;
+                uint64_t on = 0;
+                for (int k = 0; k < STRATA_LEDGER_KINDS; k++)
+                    if (k != STRATA_LEDGER_ROOTS)
+                        on += ranks[q].bytes[STRATA_LEDGER_NVME][k];
+                if (on >= most && (on > most || q == r))
+                    most = on, big = q;
+            }
+            const strata_plan_rank *b = &ranks[big];
+            if (!b->paged_params) {
+                printf("paging: %s %s no matrix's state\n", who, m == 1 ? "pages" : "page");
+                continue;
+            }
+            printf("paging: %s %s %d matrices' state to nvme between their steps (%.1f MiB",
+                   who, m == 1 ? "pages" : "page", b->paged_params, mib(most));
+            if (m > 1)
+                printf(" on rank %d, the most", big);
+            printf(": factors %.1f, moments %.1f, grafting %.1f), two at most resident\n",
+                   mib(b->bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_FACTORS]),
+                   mib(b->bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_MOMENTS]),
+                   mib(b->bytes[STRATA_LEDGER_NVME][STRATA_LEDGER_GRAFTING]));
+        }
+        if (left)
+            printf("paging: %d more rank%s with other counts (--json: ranks[].paged_params)\n",
+                   left, left == 1 ? "" : "s");
     }
+    free(done);
     if (a.memory_gib > 0) {
         /* memory only: the nvme tier is disk, not memory */
         const double cap = a.memory_gib * 1073741824.0;

@@ -919,8 +919,9 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 (long long)t->stale_refreshes_skipped, (long long)t->stale_max_corrected);
     if (s->blocks_on_nvme > 0) /* streamed residency (engine/refresh.c), this rank's */
         fprintf(f,
-                "nvme roots: %d block%s on nvme | %d resident buffer%s (%.1f MiB host) | %lld "
+                "nvme roots%s: %d block%s on nvme | %d resident buffer%s (%.1f MiB host) | %lld "
                 "read%s at the step (waited), %lld ahead, %lld eviction%s\n",
+                res->world_size > 1 ? " (rank 0; every rank's: the ranks' lines)" : "",
                 s->blocks_on_nvme, s->blocks_on_nvme == 1 ? "" : "s", s->nvme_resident_buffers,
                 s->nvme_resident_buffers == 1 ? "" : "s", s->nvme_resident_bytes / 1048576.0,
                 (long long)s->nvme_resident_reads, s->nvme_resident_reads == 1 ? "" : "s",
@@ -928,8 +929,9 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 s->nvme_resident_evictions == 1 ? "" : "s");
     if (s->paged_params > 0) /* state paging (engine/refresh.c), this rank's */
         fprintf(f,
-                "paged state: %d matri%s, %.1f MiB on nvme between steps | %lld read%s "
+                "paged state%s: %d matri%s, %.1f MiB on nvme between steps | %lld read%s "
                 "(%lld waited at the step, the rest ahead), %lld write%s\n",
+                res->world_size > 1 ? " (rank 0; every rank's: the ranks' lines)" : "",
                 s->paged_params, s->paged_params == 1 ? "x" : "ces", s->paged_bytes / 1048576.0,
                 (long long)s->page_reads, s->page_reads == 1 ? "" : "s",
                 (long long)s->page_reads_waited, (long long)s->page_writes,
@@ -944,6 +946,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 res->world_size,
                 gpt_enum_name_of(strata_cfg_names_sharding, (int)o->strata.sharding, "?"),
                 s->planned_lower_bound > 0 ? s->planned_makespan / s->planned_lower_bound : 1.0);
+        /* where each rank's roots and state live, when any rank's are on nvme
+         * (the lines above are rank 0's: another rank may spill and it not) */
+        bool nvme_roots = false, paged = false;
+        for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
+            nvme_roots |= res->ranks[r].blocks_on_nvme > 0;
+            paged |= res->ranks[r].paged_params > 0;
+        }
         for (int r = 0; r < res->world_size && r < GPT_MAX_RANKS; r++) {
             const gpt_rank_figures *g = &res->ranks[r];
             char matrix[32], intra[32], inter[32];
@@ -954,10 +963,17 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                     "  rank %d: %.0f params, resident %.2f MiB | per step: optimizer %.1f ms, "
                     "matrix bytes at the step %s, intra-node %s, inter-node %s | "
                     "refreshes computed %.0f, received %.0f | ledger peak %.2f MiB "
-                    "(gradients %.2f)\n",
+                    "(gradients %.2f)",
                     r, g->owned_params, g->resident_bytes / 1048576.0, g->opt_ms_mean, matrix,
                     intra, inter, g->refreshes_computed, g->refreshes_received,
                     g->ledger_peak / 1048576.0, g->grad_bytes_peak / 1048576.0);
+            if (nvme_roots)
+                fprintf(f, " | %.0f root block%s on nvme", g->blocks_on_nvme,
+                        g->blocks_on_nvme == 1 ? "" : "s");
+            if (paged)
+                fprintf(f, " | %.0f paged matri%s", g->paged_params,
+                        g->paged_params == 1 ? "x" : "ces");
+            fprintf(f, "\n");
         }
     }
 }
@@ -1169,6 +1185,8 @@ static void write_summary(const gpt_report *rep, const gpt_train_result *res)
             json_add_int64(o, "step_scratch_bytes", (int64_t)g->step_scratch_bytes);
             json_add_int64(o, "grad_bytes_peak", (int64_t)g->grad_bytes_peak);
             json_add_int64(o, "ledger_peak", (int64_t)g->ledger_peak);
+            json_add_int64(o, "blocks_on_nvme", (int64_t)g->blocks_on_nvme);
+            json_add_int64(o, "paged_params", (int64_t)g->paged_params);
             json_add_int64(o, "max_staleness", (int64_t)g->max_staleness);
             json_add_int64(o, "staleness_bound_exceeded", (int64_t)g->staleness_bound_exceeded);
             json_add_int64(o, "refreshes_computed", (int64_t)g->refreshes_computed);

@@ -752,7 +752,7 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     res->world_size = world;
     const strata_stats *s = &res->stats;
     const double steps = s->step > 0 ? (double)s->step : 1.0;
-    enum { K = 37 };
+    enum { K = 39 };
     double rows[GPT_MAX_RANKS * K] = {0};
     double *m = rows + (size_t)rank * K;
     m[0] = (double)(s->param_bytes_peak + s->device_bytes);
@@ -793,6 +793,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
     for (int tier = 0; tier < STRATA_LEDGER_TIERS; tier++)
         m[35] += (double)res->ledger.peak[tier][STRATA_LEDGER_GRADIENTS];
     m[36] = (double)res->ledger.total_peak;
+    m[37] = (double)s->blocks_on_nvme;
+    m[38] = (double)s->paged_params;
     (void)rt;
     strata_status st = STRATA_OK;
     if (world > 1)
@@ -814,7 +816,8 @@ static strata_status rank_figures(const gpt_train_options *o, strata_runtime *rt
                                            .step_scratch_bytes = v[34],
                                            .owned_param_bytes = v[15],
                                            .bwd_hook_ms = v[16], .grad_wait_ms = v[17],
-                                           .grad_bytes_peak = v[35], .ledger_peak = v[36]};
+                                           .grad_bytes_peak = v[35], .ledger_peak = v[36],
+                                           .blocks_on_nvme = v[37], .paged_params = v[38]};
     }
     if (st != STRATA_OK)
         return st;

@@ -143,6 +143,10 @@ typedef struct gpt_rank_figures {
     double grad_bytes_peak;    /* the memory ledger's gradients, all tiers, at their peak
                                   (--shard-gradients: owned + lent layers) */
     double ledger_peak;        /* the memory ledger's total peak on this rank */
+    double blocks_on_nvme;     /* its result blocks whose roots live in the nvme tier
+                                  (strata_stats.blocks_on_nvme: ranks own different blocks,
+                                  so one may spill past --host-budget-mib and another not) */
+    double paged_params;       /* its matrices whose state pages to nvme (--page-state) */
 } gpt_rank_figures;
 
 #define GPT_MAX_RANKS 64

@@ -15,6 +15,7 @@ Exit 0 pass, 1 fail.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,11 @@ RUN = ["--steps", "3", "--eval-every", "0", "--eval-batches", "1", "--quiet", "-
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none",
            OMPI_MCA_plm_rsh_agent="")
+# roots spilled past a host budget on some ranks (tests of every rank's placement)
+SPILL_MODEL = ["--layers", "1", "--d-model", "128", "--heads", "2", "--seq-len", "32",
+               "--batch", "4", "--threads", "1", "--precondition-frequency", "2"]
+SPILL = ["--optimizer", "shampoo", "--async", "--staleness", "1", "--workers", "1",
+         "--tiers", "device,host,nvme"]
 failures = []
 
 
@@ -124,8 +130,52 @@ with tempfile.TemporaryDirectory() as tmp:
         mpi = "built without MPI" not in probe.stderr and probe.returncode == 0
     if mpi:
         compare("shampoo-2ranks", ["--optimizer", "shampoo"], ranks=2)
+        # Every rank's nvme placement in the run's summary: ranks own different
+        # matrices, so past a host budget one rank spills roots to nvme and the
+        # other not (the "nvme roots:" line is rank 0's, which may be the one
+        # that does not); the text's rank lines and the JSONL's "ranks" agree.
+        m2 = os.path.join(tmp, "spill2.jsonl")
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", STRATA, "train"] +
+                           SPILL_MODEL + SPILL + ["--host-budget-mib", "6",
+                                                  "--nvme-dir", os.path.join(tmp, "nvme"),
+                                                  "--steps", "3", "--eval-every", "0",
+                                                  "--eval-batches", "1", "--no-progress",
+                                                  "--metrics", m2],
+                           capture_output=True, text=True, timeout=300, env=ENV)
+        ranks = []
+        if p.returncode == 0 and os.path.exists(m2):
+            ranks = [json.loads(l) for l in open(m2)][-1].get("ranks", [])
+        lines = [l for l in p.stdout.splitlines() if l.startswith("  rank ")]
+        check(len(ranks) == 2 and len(lines) == 2 and
+              sum(r.get("blocks_on_nvme", 0) for r in ranks) > 0 and
+              all(f"| {r['blocks_on_nvme']} root block" in lines[i]
+                  for i, r in enumerate(ranks)),
+              "spill on 2 ranks: each rank line says its root blocks on nvme, as the JSONL "
+              f"({[r.get('blocks_on_nvme') for r in ranks]}; rc {p.returncode})")
     else:
         print("skip: two ranks (no mpirun, or strata built without MPI)")
+
+    # The plan's placement lines cover every rank (one line per distinct
+    # placement), as its --json's per-rank blocks_on_nvme / owned_blocks say
+    # (here one rank spills and ranks 0-1, each with one matrix, do not:
+    # rank 0's line alone said nothing at all).
+    args = SPILL_MODEL + SPILL + ["--host-budget-mib", "4", "--nvme-dir",
+                                  os.path.join(tmp, "nvme"), "--world", "3"]
+    j = plan(args)
+    t = subprocess.run([STRATA, "plan"] + args, capture_output=True, text=True, timeout=300,
+                       env=ENV).stdout
+    said = {}
+    for line in t.splitlines():
+        m = re.match(r"placement: ranks? ([\d,-]+) ha(?:s|ve) (\d+) of (\d+) result", line)
+        for part in (m.group(1).split(",") if m else []):
+            lo, _, hi = part.partition("-")
+            for r in range(int(lo), int(hi or lo) + 1):
+                said[r] = (int(m.group(2)), int(m.group(3)))
+    want = {r: (x["blocks_on_nvme"], x["owned_blocks"]) for r, x in
+            enumerate(j["ranks"])} if j else None
+    check(j is not None and any(v[0] for v in want.values()) and said == want,
+          f"plan on 3 ranks past a host budget: a placement line for every rank ({said} vs "
+          f"--json {want})")
 
     g = plan(["--shapes", os.path.join(SHAPES, "gpt2-124m.json")])
     check(g is not None and g["elements"] == 124439808 and g["matrices"] == 48,
