@@ -65,16 +65,18 @@ typedef struct strata_precond_block {
     size_t part_offset[STRATA_PRECOND_MAX_PARTS]; /* byte range of each part in the slot */
     size_t part_bytes[STRATA_PRECOND_MAX_PARTS];
     /* Bytes of the slot besides the parts that install reads (SOAP: the
-     * permutations its refresh writes after the bases); aux_bytes = 0: none.
+     * permutations its refresh writes after the bases; Shampoo warm-qr: the
+     * eigenbases its roots came from); aux_bytes = 0: none.
      * The parts and this range are the installed result: what an HSDP
      * replica set ships from the replica that refreshed the block. */
     size_t aux_offset, aux_bytes;
-    /* Bytes at the end of the slot (inside aux) that a checkpoint of an
-     * older layout may lack (0: none): such a checkpoint's slot of
-     * slot_bytes - tail_bytes loads with the tail zeroed, which the family
-     * reads as "none" (Shampoo's warm-qr eigenbases with their flags: a
-     * checkpoint of another root method, or of a strata before the bases
-     * were part of the result, loads into a warm-qr run). */
+    /* Bytes at the end of the slot (the aux range, and any padding before
+     * it) that a checkpoint of an older layout may lack (0: none): such a
+     * checkpoint's slot of slot_bytes - tail_bytes loads with the tail
+     * zeroed, which the family reads as "none" (Shampoo's warm-qr
+     * eigenbases with their flags: a checkpoint of another root method, or
+     * of a strata before the bases were part of the result, loads into a
+     * warm-qr run). */
     size_t tail_bytes;
 } strata_precond_block;
 
