@@ -465,9 +465,11 @@ static void test_eigenbasis_staleness(void **state)
  * workers run two refreshes of it at once (random delays shuffle which
  * starts first), each of which must continue the eigenbases of the refresh
  * before it (the bases are part of the result, chained in refresh order:
- * optim/shampoo.c warm_basis). Two such runs and one with a single
- * undelayed worker give bit-identical weights. (Before, the bases were
- * state refined under a lock by whichever refresh took it first.) */
+ * optim/shampoo.c warm_basis). Two such runs, one with a single undelayed
+ * worker and one with device roots (the stream seam's snapshot_async and
+ * install from the staged copy, runtime/testing.h) give bit-identical
+ * weights. (Before, the bases were state refined under a lock by whichever
+ * refresh took it first.) */
 enum { WQ_ROWS = 24, WQ_COLS = 20, WQ_STEPS = 40 };
 
 static uint64_t wq_mix(uint64_t x)
@@ -479,14 +481,17 @@ static uint64_t wq_mix(uint64_t x)
     return x ^ (x >> 33);
 }
 
-static void wq_run(const strata_config *c, int delay_us, float *w, strata_stats *st)
+static void wq_run(const strata_config *c, int delay_us, bool device_roots, float *w,
+                   strata_stats *st)
 {
     float g[WQ_ROWS * WQ_COLS];
     for (int k = 0; k < WQ_ROWS * WQ_COLS; k++)
         w[k] = (float)((int)(wq_mix((uint64_t)k) % 2001) - 1000) / 4000.0f;
     strata_runtime *rt = NULL;
     CHECK(strata_create(c, &rt) == STRATA_OK, "create: %s", strata_last_error());
-    CHECK(strata_testing_set_worker_delay(rt, delay_us) == STRATA_OK, "delay");
+    CHECK(strata_testing_set_worker_delay(rt, delay_us) == STRATA_OK &&
+              strata_testing_set_device_roots(rt, device_roots) == STRATA_OK,
+          "testing hooks");
     strata_param_desc d = {.name = "w", .ndim = 2, .shape = {WQ_ROWS, WQ_COLS}, .layer = 0,
                            .role = STRATA_ROLE_MATRIX, .optimizer = STRATA_OPTIM_DEFAULT,
                            .data = w, .grad = g};
@@ -517,24 +522,30 @@ static void test_warm_qr_workers(void **state)
     c.precondition_frequency = 1;
     c.async = true;
     c.staleness = 2;
-    static float w[3][WQ_ROWS * WQ_COLS];
-    strata_stats st[3];
-    for (int i = 0; i < 3; i++) {
+    static float w[4][WQ_ROWS * WQ_COLS];
+    strata_stats st[4];
+    for (int i = 0; i < 4; i++) {
         c.workers = i < 2 ? 2 : 1;
-        wq_run(&c, i < 2 ? 1500 : 0, w[i], &st[i]);
+        wq_run(&c, i < 2 ? 1500 : 0, i == 3, w[i], &st[i]);
     }
     const bool eq01 = memcmp(w[0], w[1], sizeof w[0]) == 0;
     const bool eq02 = memcmp(w[0], w[2], sizeof w[0]) == 0;
-    print_message("shampoo warm-qr F=1 S=2, one block, 2 workers (delays) twice and 1 worker: "
-                  "%s, %s (%lld roots, %lld fallbacks, max staleness %lld, %lld waits)\n",
+    const bool eq03 = memcmp(w[0], w[3], sizeof w[0]) == 0;
+    print_message("shampoo warm-qr F=1 S=2, one block, 2 workers (delays) twice, 1 worker, "
+                  "device roots: %s, %s, %s (%lld roots, %lld fallbacks, max staleness %lld, "
+                  "%lld waits; %lld device installs)\n",
                   eq01 ? "bit-identical" : "DIFFERENT", eq02 ? "bit-identical" : "DIFFERENT",
+                  eq03 ? "bit-identical" : "DIFFERENT",
                   (long long)st[0].root_refreshes, (long long)st[0].root_fallbacks,
-                  (long long)st[0].max_staleness, (long long)st[0].coh_waits);
+                  (long long)st[0].max_staleness, (long long)st[0].coh_waits,
+                  (long long)st[3].stream_installs);
     /* the warm roots were used (else the bases would not matter) */
     CHECK(st[0].root_refreshes > 0 && 2 * st[0].root_fallbacks < st[0].root_refreshes,
           "warm-qr fallbacks %lld of %lld roots", (long long)st[0].root_fallbacks,
           (long long)st[0].root_refreshes);
     CHECK(eq01 && eq02, "warm-qr with several workers must not depend on their schedule");
+    CHECK(eq03 && st[3].stream_installs > 0, "warm-qr with device roots: %s, %lld installs",
+          eq03 ? "same" : "different", (long long)st[3].stream_installs);
 }
 
 /* The synchronous warm start (strata_config.staleness_warmup, issue 23
