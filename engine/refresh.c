@@ -105,7 +105,8 @@ typedef struct eng_group {
     int n_blocks;
     int n_slots;
     int filled;      /* blocks given a registry index so far (commit) */
-    bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F */
+    bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F, and some
+                        state of the group chains (precond.h chains) */
     bool deferred;   /* the first result is refresh point sch.first (precond.h
                         defer_first): async, S >= 1, F = 1 */
 } eng_group;
