@@ -2055,7 +2055,9 @@ static const char *block_fixed_differs(const strata_ckpt_block *b,
 {
     const char *f = NULL;
     long long was = 0, now = 0;
-    if (b->slot_bytes != d->slot_bytes)
+    /* an older layout without the slot's optional tail (precond.h tail_bytes) loads */
+    if (b->slot_bytes != d->slot_bytes &&
+        !(d->tail_bytes && b->slot_bytes == d->slot_bytes - d->tail_bytes))
         f = "result bytes (the block's layout: another optimizer or block size)",
         was = (long long)b->slot_bytes, now = (long long)d->slot_bytes;
     else if (b->frequency != d->frequency)
@@ -2180,12 +2182,13 @@ static strata_status match_block(loader *c, int i)
         im->version = b->slots[k].version;
         im->failed = b->slots[k].failed;
         im->data = NULL;
+        im->bytes = b->slot_bytes; /* slot_bytes, or without the tail (block_fixed_differs) */
         if (im->state != STRATA_SLOT_READY && im->state != STRATA_SLOT_INSTALLED)
             continue;
         char nm[64];
         snprintf(nm, sizeof nm, "engine.%d.%d", d.block, k);
         char *full = joinf(p.name, nm);
-        const int64_t shape[1] = {(int64_t)d.slot_bytes};
+        const int64_t shape[1] = {(int64_t)b->slot_bytes};
         const strata_st_tensor *t = NULL;
         st = full ? expect(o->what, &o->hs, full, STRATA_ST_U8, 1, shape, &t)
                   : strata_error(STRATA_ERR_NOMEM, "checkpoint: out of memory");

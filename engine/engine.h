@@ -415,6 +415,8 @@ typedef struct strata_refresh_block_desc {
     int entry;            /* the parameter's handle (strata_refresh_add's *id) */
     int block;            /* block index within the parameter's state */
     size_t slot_bytes;    /* bytes of one slot (the family's layout) */
+    size_t tail_bytes;    /* of them, the tail an older layout's checkpoint may lack
+                             (precond.h strata_precond_block.tail_bytes) */
     int n_slots;          /* slots of the block (strata_coh_slots_needed(F, S)) */
     bool on_nvme;         /* slots in the nvme tier, installed result through the residency pool */
     bool inline_;         /* refreshed on the training thread (sync, or not async-capable) */
@@ -464,6 +466,9 @@ typedef struct strata_refresh_slot_image {
     int64_t version;             /* its refresh point */
     unsigned failed;             /* failed-part bits of its refresh */
     const void *data;            /* slot_bytes of host memory (READY/INSTALLED), else NULL */
+    size_t bytes;                /* bytes at data: slot_bytes (0 reads as slot_bytes), or
+                                    slot_bytes - tail_bytes, the tail then zeroed (an older
+                                    layout's checkpoint) */
 } strata_refresh_slot_image;
 
 /* Restore block i from a checkpoint: every slot's bytes (into the host or

@@ -105,7 +105,8 @@ typedef struct eng_group {
     int n_blocks;
     int n_slots;
     int filled;      /* blocks given a registry index so far (commit) */
-    bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F */
+    bool chain;      /* chained refreshes (precond.h chain_in): async, S >= F, and some
+                        state of the group chains (precond.h chains) */
     bool deferred;   /* the first result is refresh point sch.first (precond.h
                         defer_first): async, S >= 1, F = 1 */
 } eng_group;
@@ -170,7 +171,9 @@ typedef struct eng_block {
     /* chained groups (precond.h chain_in): the base the next refresh
      * continues from (slot layout; valid once a job or a restore wrote it,
      * else the snapshot's copy of the installed result is the base), and
-     * the job submitted last (the next one's predecessor) */
+     * the job submitted last (the next one's predecessor); `chain`: this
+     * block chains (its group does and its state does, precond.h `chains`) */
+    bool chain;
     void *head;
     atomic_bool head_valid; /* written by the jobs (true; release) and restore (no job in
                                flight); read by the jobs and the snapshot (acquire) */
@@ -689,7 +692,7 @@ static strata_status job_compute(strata_refresh *e, eng_block *blk, int k, doubl
         }
     }
     const strata_precond_family *f = blk->ent->fam;
-    const bool chain = blk->grp->chain && blk->head;
+    const bool chain = blk->chain && blk->head;
     if (chain && atomic_load_explicit(&blk->head_valid, memory_order_acquire))
         /* continue from the refresh before this one */
         f->chain_in(blk->ent->state, blk->b, buf, blk->head);
@@ -1175,7 +1178,7 @@ static strata_status place(strata_refresh *e)
         const eng_block *blk = &e->blocks[i];
         pb[i] = (strata_place_block){
             .charge = strata_tier_charge_size(e->host, blk->info.slot_bytes),
-            .n_slots = blk->grp->n_slots, .chain = blk->grp->chain,
+            .n_slots = blk->grp->n_slots, .chain = blk->chain,
             .inline_ = blk->grp->inline_};
     }
     size_t planned = 0;
@@ -1206,7 +1209,7 @@ static strata_status place(strata_refresh *e)
                 st = tier_alloc_charged(e, e->nvme, blk->nvme_bytes, STRATA_LEDGER_ROOTS,
                                         &blk->slots[k].nvme);
         }
-        if (st == STRATA_OK && blk->grp->chain)
+        if (st == STRATA_OK && blk->chain)
             st = strata_tier_alloc(e->host, bytes, &blk->head);
     }
     if (st == STRATA_OK && any_nvme) {
@@ -1446,6 +1449,13 @@ strata_status strata_refresh_commit(strata_refresh *e)
         /* S >= F: a refresh point comes before the result of the one before
          * it is installed (several in flight: a ring of slots). */
         g->chain = !g->inline_ && g->fam->chain_in && g->fam->chain_out && S >= g->sch.frequency;
+        /* ... and some state of it chains (precond.h `chains`: Shampoo's
+         * warm-qr roots do, its eigh roots do not) */
+        bool any_chains = false;
+        for (int i = 0; g->chain && i < e->n_entries && !any_chains; i++)
+            any_chains = e->entries[i].grp == g &&
+                         (!g->fam->chains || g->fam->chains(e->entries[i].state));
+        g->chain = g->chain && any_chains;
         /* The family's first result on a worker too (precond.h defer_first):
          * at F = 1 its point is the grid's first (every offset is 0); it is
          * due at once (S = 0 through step `first`, as synchronous). */
@@ -1503,6 +1513,7 @@ strata_status strata_refresh_commit(strata_refresh *e)
             blk->inst_rb = blk->stage_rb = -1;
             blk->last_slot = -1;
             blk->last_version = -1;
+            blk->chain = en->grp->chain && (!en->fam->chains || en->fam->chains(en->state));
             en->fam->block(en->state, b, &blk->info);
             blk->slots = calloc((size_t)en->grp->n_slots, sizeof *blk->slots);
             if (!blk->slots)
@@ -2005,7 +2016,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         /* Chained with a valid head (it stays valid: only the jobs set it,
          * and a restore, with none in flight): the job's chain_in replaces
          * the snapshot's base, which is then not copied. */
-        const bool headed = g->chain && blk->head && f->snapshot_chained &&
+        const bool headed = blk->chain && blk->head && f->snapshot_chained &&
                             atomic_load_explicit(&blk->head_valid, memory_order_acquire);
         st = headed ? f->snapshot_chained(blk->ent->state, blk->b, slot->buf)
                     : f->snapshot(blk->ent->state, blk->b, slot->buf);
@@ -2028,7 +2039,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         return st == STRATA_ERR_LINALG ? STRATA_OK : st; /* counted; the previous result stays */
     }
     slot->job.job.deadline = version + (version <= g->cc.sync_steps ? 0 : g->cc.staleness);
-    slot->job.pred_slot = g->chain ? blk->last_slot : -1;
+    slot->job.pred_slot = blk->chain ? blk->last_slot : -1;
     slot->job.pred_version = blk->last_version;
     st = strata_worker_submit(e->pool, &slot->job.job);
     if (st != STRATA_OK) { /* no callback fires: the refresh of `version` failed */
@@ -2037,7 +2048,7 @@ static strata_status snapshot_submit(strata_refresh *e, eng_block *blk, int64_t 
         return st;
     }
     e->jobs_submitted++;
-    if (g->chain) {
+    if (blk->chain) {
         blk->last_slot = k;
         blk->last_version = version;
     }
@@ -2583,6 +2594,7 @@ strata_status strata_refresh_block_describe(const strata_refresh *e, int i,
         .entry = (int)(blk->ent - e->entries),
         .block = blk->b,
         .slot_bytes = blk->info.slot_bytes,
+        .tail_bytes = blk->info.tail_bytes,
         .n_slots = g->n_slots,
         .on_nvme = blk->on_nvme,
         .inline_ = g->inline_,
@@ -2738,9 +2750,50 @@ void strata_refresh_page_release(strata_refresh *e)
         strata_error_clear(); /* counted; read again at its step */
 }
 
+static strata_status block_restore(strata_refresh *e, int i,
+                                   const strata_refresh_slot_image *slots, int n, unsigned have);
+
+/* An older layout's images (bytes = slot_bytes - tail_bytes) are padded
+ * with zeros to slot_bytes first (precond.h tail_bytes). */
 strata_status strata_refresh_block_restore(strata_refresh *e, int i,
                                            const strata_refresh_slot_image *slots, int n,
                                            unsigned have)
+{
+    eng_block *blk = block_at(e, i);
+    if (!blk || !slots || n < 1 || n > 16)
+        return block_restore(e, i, slots, n, have); /* its errors */
+    const size_t full = blk->info.slot_bytes;
+    strata_refresh_slot_image im[16];
+    void *pad[16] = {NULL};
+    strata_status st = STRATA_OK;
+    for (int k = 0; k < n; k++) {
+        im[k] = slots[k];
+        if (!im[k].data || !im[k].bytes || im[k].bytes == full)
+            continue;
+        if (im[k].bytes != full - blk->info.tail_bytes) {
+            st = strata_error(STRATA_ERR_INVALID_ARG,
+                              "refresh_block_restore: '%s' block %d slot %d has %zu bytes, "
+                              "not %zu", blk->ent->name, blk->b, k, im[k].bytes, full);
+            break;
+        }
+        pad[k] = calloc(1, full);
+        if (!pad[k]) {
+            st = strata_error(STRATA_ERR_NOMEM, "refresh engine: out of memory");
+            break;
+        }
+        memcpy(pad[k], im[k].data, im[k].bytes);
+        im[k].data = pad[k];
+        im[k].bytes = full;
+    }
+    if (st == STRATA_OK)
+        st = block_restore(e, i, im, n, have);
+    for (int k = 0; k < n; k++)
+        free(pad[k]);
+    return st;
+}
+
+static strata_status block_restore(strata_refresh *e, int i,
+                                   const strata_refresh_slot_image *slots, int n, unsigned have)
 {
     eng_block *blk = block_at(e, i);
     if (!blk || !slots || n != blk->grp->n_slots)

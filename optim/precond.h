@@ -65,10 +65,19 @@ typedef struct strata_precond_block {
     size_t part_offset[STRATA_PRECOND_MAX_PARTS]; /* byte range of each part in the slot */
     size_t part_bytes[STRATA_PRECOND_MAX_PARTS];
     /* Bytes of the slot besides the parts that install reads (SOAP: the
-     * permutations its refresh writes after the bases); aux_bytes = 0: none.
+     * permutations its refresh writes after the bases; Shampoo warm-qr: the
+     * eigenbases its roots came from); aux_bytes = 0: none.
      * The parts and this range are the installed result: what an HSDP
      * replica set ships from the replica that refreshed the block. */
     size_t aux_offset, aux_bytes;
+    /* Bytes at the end of the slot (the aux range, and any padding before
+     * it) that a checkpoint of an older layout may lack (0: none): such a
+     * checkpoint's slot of slot_bytes - tail_bytes loads with the tail
+     * zeroed, which the family reads as "none" (Shampoo's warm-qr
+     * eigenbases with their flags: a checkpoint of another root method, or
+     * of a strata before the bases were part of the result, loads into a
+     * warm-qr run). */
+    size_t tail_bytes;
 } strata_precond_block;
 
 /* Refresh schedule in runtime steps: refresh points are
@@ -120,10 +129,10 @@ typedef struct strata_tensor_info {
      * zeros, so the family keeps it where zeros mean "none yet" (Shampoo's
      * warm eigenbases with their has_warm_basis flags: a checkpoint of
      * another root method, or of a strata before them). A checkpoint that
-     * holds it loads it as any other tensor. It is a replica's own: HSDP
-     * replicas may hold different ones (only a block's computing replica
-     * refines its warm bases), so with the same layout each rank loads its
-     * own file's copy; on another layout the parameter owner's. */
+     * holds it loads it as any other tensor. With the same layout each rank
+     * loads its own file's copy; on another layout the parameter owner's
+     * (Shampoo's bases are part of the refresh result, shipped to every
+     * HSDP replica with it, so the replicas' copies agree). */
     bool optional;
 } strata_tensor_info;
 
@@ -249,6 +258,15 @@ typedef struct strata_precond_family {
      * as with S < F. Both may read only what is immutable after create. */
     void (*chain_in)(const void *state, int b, void *slot, const void *head);
     void (*chain_out)(const void *state, int b, const void *slot, unsigned failed, void *head);
+    /* Optional (NULL: every state of a family with chain_in chains). Does
+     * this state's refresh continue the one before it? A family whose
+     * states chain only in some configurations (Shampoo: root_method
+     * WARM_QR, whose orthogonal-iteration step starts from the previous
+     * eigenbasis; its eigh roots start from nothing) answers per state
+     * (training thread, after create; immutable). A state answering false
+     * is refreshed as without chain_in: no chain head, its block's jobs
+     * are not serialized, snapshot is always taken. */
+    bool (*chains)(const void *state);
     /* Optional (NULL: snapshot always), with chain_in: snapshot without
      * what chain_in replaces (the copy of the installed base; the factors
      * only). The engine takes it instead of snapshot when the block's head

@@ -61,7 +61,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,25 +78,37 @@ typedef struct shampoo_block {
 } shampoo_block;
 
 /* root_method WARM_QR: each factor's previous eigenbasis (host float32, n x n,
- * strata_inv_root_warm_qr's layout), shared by the synchronous roots and the
- * asynchronous runtime's workers (which see the state const: the bases live
- * behind a pointer). A factor's lock is held for its whole warm root, so two
- * refreshes of one block in flight chain their bases one after the other.
+ * strata_inv_root_warm_qr's layout) is part of the refresh result, as
+ * SOAP's and KL-Shampoo's eigenbases are (optim/soap.c). The state keeps
+ * the *installed* bases (warm_basis, here); the runtime's slot carries a
+ * basis next to the factors (fam_block: the slot's aux range, after the
+ * parts, [Q_L | Q_R | have_L, have_R as float 0/1]): the snapshot copies
+ * the installed bases into the slot, the refresh (any thread; it reads
+ * only the slot) continues from the slot's basis and writes the new one
+ * into it, and install copies it back into the state, failed parts
+ * included (a failed warm root leaves the basis it started from; a failed
+ * dsyevd root clears `have`). So the basis sequence is the refresh
+ * sequence, whichever worker runs which refresh: with S < F a result is
+ * installed before the next snapshot; with S >= F the engine chains the
+ * block's refreshes in refresh order (fam_chain_in/out, precond.h), and
+ * only for WARM_QR states (fam_chains: the eigh and Newton roots start
+ * from nothing, so their refreshes stay independent). Under HSDP the aux
+ * range is shipped with the roots (engine/refresh.c ship_one), so every
+ * replica installs the same bases. The synchronous one-tensor path
+ * (compute_roots, root_job) refines the state's bases in place: each
+ * (block, factor) is one root job, so even its parallel form touches a
+ * basis from one thread.
  * In the checkpoint (fam_tensors: "warm_basis_L.b", "warm_basis_R.b" and
  * the flags "has_warm_basis.b", host tier), so that a resumed run refines
- * the bases the uninterrupted one would and stays bit-identical to it; a
- * save drains the refresh engine first (strata_save), so no worker holds
- * a lock or writes a basis while it is read (a load drains too, before it
- * writes them). Under HSDP only a block's computing replica refines its
- * bases: the replicas' copies differ, and each resumes its own (optional
- * tensors, optim/precond.h). The three are optional
- * tensors: a checkpoint without them (another root method, or a strata
- * before them) loads with zeros, i.e. have = false, and each factor's
- * first root after the resume is a dsyevd root, as in a fresh run. Zeroed
- * at create, so that a basis not computed yet is saved as zeros, not as
- * whatever the allocator left. */
+ * the bases the uninterrupted one would and stays bit-identical to it
+ * (the engine's saved slots carry the bases of results not installed yet).
+ * The three are optional tensors: a checkpoint without them (another root
+ * method, or a strata before them) loads with zeros, i.e. have = false,
+ * and each factor's first root after the resume is a dsyevd root, as in a
+ * fresh run; such a checkpoint's slots lack the aux range, which loads as
+ * zeros (precond.h tail_bytes). Zeroed at create, so that a basis not
+ * computed yet is saved as zeros, not as whatever the allocator left. */
 typedef struct warm_basis {
-    pthread_mutex_t mu[2];
     float *q[2];  /* L's (rows x rows) and R's (cols x cols) */
     bool have[2];
 } warm_basis;
@@ -399,29 +410,24 @@ static strata_status factor_root_warm(const strata_shampoo_config *c, int factor
     return st;
 }
 
-/* Factor f of block b's root, with its warm basis under its lock when the
- * state keeps bases (WARM_QR). */
-static strata_status block_factor_root(const strata_shampoo_state *s, int b, int f, int n,
+/* Factor f of block b's root in the one-tensor path (compute_roots), with
+ * the state's warm basis when it keeps bases (WARM_QR): one root job per
+ * (block, factor), so no other thread touches that basis meanwhile. */
+static strata_status block_factor_root(strata_shampoo_state *s, int b, int f, int n,
                                        const float *a, float *out, double *work, int *iwork,
                                        strata_optim_counters *cnt)
 {
     if (!s->warm)
         return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
     warm_basis *wb = &s->warm[b];
-    pthread_mutex_lock(&wb->mu[f]);
-    strata_status st =
-        factor_root_warm(&s->cfg, f, n, a, out, work, iwork, cnt, wb->q[f], &wb->have[f]);
-    pthread_mutex_unlock(&wb->mu[f]);
-    return st;
+    return factor_root_warm(&s->cfg, f, n, a, out, work, iwork, cnt, wb->q[f], &wb->have[f]);
 }
 
 static void warm_free(warm_basis *w, int nblocks)
 {
     for (int i = 0; w && i < nblocks; i++)
-        for (int f = 0; f < 2; f++) {
+        for (int f = 0; f < 2; f++)
             free(w[i].q[f]);
-            pthread_mutex_destroy(&w[i].mu[f]);
-        }
     free(w);
 }
 
@@ -615,8 +621,6 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         s->warm = calloc((size_t)s->nblocks, sizeof *s->warm);
         size_t qb = 0;
         for (int i = 0; s->warm && i < s->nblocks; i++) {
-            pthread_mutex_init(&s->warm[i].mu[0], NULL);
-            pthread_mutex_init(&s->warm[i].mu[1], NULL);
             for (int f = 0; f < 2; f++) {
                 const size_t fd_n = (size_t)(f == 0 ? s->blocks[i].rows : s->blocks[i].cols);
                 s->warm[i].q[f] = host_alloc(fd_n * fd_n * sizeof(float));
@@ -1214,7 +1218,41 @@ static int fam_n_blocks(const void *s)
     return strata_shampoo_state_blocks(s);
 }
 
-/* Slot: [L | R] (rows^2 + cols^2 floats), the roots in place; parts L, R. */
+/* Slot: [L | R] (rows^2 + cols^2 elements of the root dtype), the roots in
+ * place; parts L, R. With root_method WARM_QR, then (64-byte aligned) the
+ * aux range [Q_L (rows^2 floats) | Q_R (cols^2 floats) | have_L, have_R
+ * (floats 0 or 1)]: the bases the refresh continues from and writes
+ * (warm_basis). Floats throughout, so that HSDP ships it as float32 words;
+ * the tail a checkpoint of the older [L | R] layout lacks is all of it. */
+static strata_precond_block slot_layout(const strata_shampoo_config *c, size_t r, size_t q)
+{
+    const size_t res = optim_state_elem(c->root_dtype);
+    const size_t nl = r * r * res, nr = q * q * res;
+    strata_precond_block out = {
+        .slot_bytes = nl + nr,
+        .max_dim = (int)(r > q ? r : q),
+        .n_parts = 2,
+        .part_offset = {0, nl},
+        .part_bytes = {nl, nr},
+    };
+    if (c->root_method == STRATA_ROOT_WARM_QR) {
+        out.aux_offset = (nl + nr + 63) / 64 * 64;
+        out.aux_bytes = (r * r + q * q + 2) * sizeof(float);
+        out.slot_bytes = out.aux_offset + out.aux_bytes;
+        out.tail_bytes = out.slot_bytes - (nl + nr);
+    }
+    return out;
+}
+
+/* The warm-qr bases of a slot of block blk (slot_layout's aux range):
+ * q[0], q[1] and the two flags after them. */
+static float *slot_warm(const strata_shampoo_state *s, const shampoo_block *blk,
+                        const void *slot)
+{
+    const strata_precond_block l = slot_layout(&s->cfg, (size_t)blk->rows, (size_t)blk->cols);
+    return (float *)(void *)((const unsigned char *)slot + l.aux_offset);
+}
+
 /* The sizes create_ex(external_roots = true) allocates and charges (its
  * carve, padding included), without a state. */
 static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_precond_plan *out,
@@ -1226,7 +1264,6 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
     const int64_t nbr = (rows + d - 1) / d, nbc = (cols + d - 1) / d;
     const size_t n = (size_t)rows * (size_t)cols;
     const strata_state_dtype fd = c->factor_dtype, rd = c->root_dtype;
-    const size_t res = optim_state_elem(rd);
     size_t factors = 0, factor_floats = 0, tmp = 0, maxdim = 1;
     int nb = 0;
     for (int64_t bi = 0; bi < nbr; bi++)
@@ -1239,13 +1276,9 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
             maxdim = r > maxdim ? r : maxdim;
             maxdim = q > maxdim ? q : maxdim;
             if (blocks && nb < cap)
-                blocks[nb] = (strata_precond_block){
-                    .slot_bytes = (r * r + q * q) * res,
-                    .max_dim = (int)(r > q ? r : q),
-                    .n_parts = 2,
-                    .part_offset = {0, r * r * res},
-                    .part_bytes = {r * r * res, q * q * res},
-                };
+                blocks[nb] = slot_layout(c, r, q);
+            if (c->root_method == STRATA_ROOT_WARM_QR) /* the installed bases (host) */
+                out->host[STRATA_LEDGER_ROOTS] += (r * r + q * q) * sizeof(float);
             nb++;
         }
     const bool need_m = c->beta1 > 0.0f, need_a = c->grafting != STRATA_GRAFT_NONE,
@@ -1293,16 +1326,7 @@ static void fam_block(const void *state, int b, strata_precond_block *out)
 {
     const strata_shampoo_state *s = state;
     const shampoo_block *blk = &s->blocks[b];
-    const size_t res = optim_state_elem(s->cfg.root_dtype);
-    const size_t nl = (size_t)blk->rows * blk->rows * res;
-    const size_t nr = (size_t)blk->cols * blk->cols * res;
-    *out = (strata_precond_block){
-        .slot_bytes = nl + nr,
-        .max_dim = blk->rows > blk->cols ? blk->rows : blk->cols,
-        .n_parts = 2,
-        .part_offset = {0, nl},
-        .part_bytes = {nl, nr},
-    };
+    *out = slot_layout(&s->cfg, (size_t)blk->rows, (size_t)blk->cols);
 }
 
 static strata_status fam_before(void *state, float lr_scale, int64_t t, float *w, const float *g,
@@ -1335,9 +1359,23 @@ static strata_status snapshot_part(const strata_shampoo_state *s, unsigned char 
     return STRATA_OK;
 }
 
-static strata_status fam_snapshot(const void *state, int b, void *slot)
+/* WARM_QR: the installed bases (host) into the slot's aux range, the base
+ * of this refresh (warm_basis). */
+static void snapshot_warm(const strata_shampoo_state *s, int b, void *slot)
 {
-    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const warm_basis *wb = &s->warm[b];
+    float *q = slot_warm(s, blk, slot);
+    const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+    memcpy(q, wb->q[0], nl * sizeof(float));
+    memcpy(q + nl, wb->q[1], nr * sizeof(float));
+    q[nl + nr] = wb->have[0] ? 1.0f : 0.0f;
+    q[nl + nr + 1] = wb->have[1] ? 1.0f : 0.0f;
+}
+
+/* The factors, and (base, WARM_QR) the installed bases. */
+static strata_status snapshot_into(const strata_shampoo_state *s, int b, void *slot, bool base)
+{
     const shampoo_block *blk = &s->blocks[b];
     const size_t nl = (size_t)blk->rows * blk->rows;
     unsigned char *dst = slot;
@@ -1345,7 +1383,20 @@ static strata_status fam_snapshot(const void *state, int b, void *slot)
     if (st == STRATA_OK)
         st = snapshot_part(s, dst + nl * optim_state_elem(s->cfg.root_dtype), blk->R,
                            (size_t)blk->cols * blk->cols);
+    if (st == STRATA_OK && base && s->warm)
+        snapshot_warm(s, b, slot);
     return st;
+}
+
+static strata_status fam_snapshot(const void *state, int b, void *slot)
+{
+    return snapshot_into(state, b, slot, true);
+}
+
+/* Chained (precond.h; WARM_QR only): the base comes from the chain head. */
+static strata_status fam_snapshot_chained(const void *state, int b, void *slot)
+{
+    return snapshot_into(state, b, slot, false);
 }
 
 /* fam_snapshot's copies, queued on stream `st` (device factors -> host slot). */
@@ -1363,6 +1414,8 @@ static strata_status fam_snapshot_async(const void *state, int b, void *slot, st
     if (r == STRATA_OK)
         r = strata_backend_copy_async(s->be, dst + nl * e, blk->R,
                                       (size_t)blk->cols * blk->cols * e, STRATA_COPY_D2H, st);
+    if (r == STRATA_OK && s->warm) /* host to host, now: install changes them, not the stream */
+        snapshot_warm(s, b, slot);
     return r;
 }
 
@@ -1372,11 +1425,30 @@ static size_t stage_doubles(int n)
     return ((size_t)n * n / 2 + 1 + 7) / 8 * 8;
 }
 
+/* Factor f's root in a refresh: WARM_QR continues from the slot's basis
+ * (`q`, slot_warm; NULL otherwise) and leaves the new one there. */
+static strata_status slot_factor_root(const strata_shampoo_state *s, const shampoo_block *blk,
+                                      float *q, int f, const float *a, float *out,
+                                      double *work, int *iwork, strata_optim_counters *cnt)
+{
+    const int n = f == 0 ? blk->rows : blk->cols;
+    if (!q)
+        return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
+    const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+    float *basis = f == 0 ? q : q + nl, *flag = q + nl + nr + f;
+    bool have = *flag != 0.0f;
+    const strata_status st =
+        factor_root_warm(&s->cfg, f, n, a, out, work, iwork, cnt, basis, &have);
+    *flag = have ? 1.0f : 0.0f;
+    return st;
+}
+
 static strata_status fam_refresh(const void *state, int b, void *slot, double *work, int *iwork,
                                  unsigned *failed, strata_optim_counters *cnt)
 {
     const strata_shampoo_state *s = state;
     const shampoo_block *blk = &s->blocks[b];
+    float *q = s->warm ? slot_warm(s, blk, slot) : NULL;
     strata_status sl, sr;
     if (s->cfg.root_dtype == STRATA_STATE_BF16) {
         /* A bfloat16 slot: each part widened into the float32 stage at the
@@ -1390,7 +1462,7 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
             const int dim = f == 0 ? blk->rows : blk->cols;
             const size_t ne = (size_t)dim * dim;
             optim_bf16_widen_n(stage, part, ne);
-            r[f] = block_factor_root(s, b, f, dim, stage, stage, w2, iwork, cnt);
+            r[f] = slot_factor_root(s, blk, q, f, stage, stage, w2, iwork, cnt);
             if (r[f] == STRATA_OK)
                 optim_bf16_round_n(part, stage, ne);
             part += ne * 2;
@@ -1399,13 +1471,42 @@ static strata_status fam_refresh(const void *state, int b, void *slot, double *w
         sr = r[1];
     } else {
         float *L = slot, *R = L + (size_t)blk->rows * blk->rows;
-        sl = block_factor_root(s, b, 0, blk->rows, L, L, work, iwork, cnt);
-        sr = block_factor_root(s, b, 1, blk->cols, R, R, work, iwork, cnt);
+        sl = slot_factor_root(s, blk, q, 0, L, L, work, iwork, cnt);
+        sr = slot_factor_root(s, blk, q, 1, R, R, work, iwork, cnt);
     }
     *failed = (sl != STRATA_OK ? 1u : 0u) | (sr != STRATA_OK ? 2u : 0u);
     if (sl != STRATA_OK && sr != STRATA_OK)
         return strata_error(STRATA_ERR_LINALG, "shampoo: both inverse roots of block %d failed", b);
     return STRATA_OK;
+}
+
+/* Chained refreshes (precond.h; WARM_QR states only, fam_chains): the base
+ * is the slot's aux range (the bases and their flags); the next base is
+ * what this refresh left there, failed parts included (a failed warm root
+ * leaves the basis it started from, a failed dsyevd root clears its flag),
+ * as install keeps it. */
+static void fam_chain_in(const void *state, int b, void *slot, const void *head)
+{
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const strata_precond_block l = slot_layout(&s->cfg, (size_t)blk->rows, (size_t)blk->cols);
+    memcpy(slot_warm(s, blk, slot), slot_warm(s, blk, head), l.aux_bytes);
+}
+
+static void fam_chain_out(const void *state, int b, const void *slot, unsigned failed,
+                          void *head)
+{
+    (void)failed;
+    const strata_shampoo_state *s = state;
+    const shampoo_block *blk = &s->blocks[b];
+    const strata_precond_block l = slot_layout(&s->cfg, (size_t)blk->rows, (size_t)blk->cols);
+    memcpy(slot_warm(s, blk, head), slot_warm(s, blk, slot), l.aux_bytes);
+}
+
+/* Only warm-qr roots continue the refresh before them. */
+static bool fam_chains(const void *state)
+{
+    return ((const strata_shampoo_state *)state)->warm != NULL;
 }
 
 static size_t fam_work_doubles(int n)
@@ -1431,10 +1532,26 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     const float *L = slot;
     const float *R = (const float *)(const void *)((const unsigned char *)slot +
                                                    (size_t)blk->rows * blk->rows * res);
+    strata_status st = STRATA_OK;
+    if (s->warm) {
+        /* The bases this result left (warm_basis), failed parts included;
+         * `slot` may be device memory (install_device): backend copies. */
+        const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+        const float *q = slot_warm(s, blk, slot);
+        float flag[2] = {0.0f, 0.0f};
+        st = strata_backend_copy(s->be, s->warm[b].q[0], q, nl * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, s->warm[b].q[1], q + nl, nr * sizeof(float));
+        if (st == STRATA_OK)
+            st = strata_backend_copy(s->be, flag, q + nl + nr, sizeof flag);
+        if (st != STRATA_OK)
+            return st;
+        s->warm[b].have[0] = flag[0] != 0.0f;
+        s->warm[b].have[1] = flag[1] != 0.0f;
+    }
     if (s->external_roots)
         return strata_shampoo_block_set_roots(s, b, (have & 1u) ? L : NULL,
                                               (have & 2u) ? R : NULL);
-    strata_status st = STRATA_OK;
     if (!(failed & 1u)) {
         st = strata_backend_copy(s->be, blk->L_inv_own, L, (size_t)blk->rows * blk->rows * res);
         blk->has_root[0] = st == STRATA_OK;
@@ -1663,6 +1780,10 @@ const strata_precond_family strata_family_shampoo = {
     .snapshot = fam_snapshot,
     .snapshot_async = fam_snapshot_async,
     .refresh = fam_refresh,
+    .chain_in = fam_chain_in,
+    .chain_out = fam_chain_out,
+    .chains = fam_chains,
+    .snapshot_chained = fam_snapshot_chained,
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,

@@ -34,7 +34,8 @@ Checks (issue #9's acceptance):
     --hash`) has the SHA-256 it had in the original; the same for Shampoo
     with --root-method warm-qr (its eigenbases are state: 4 ranks' on 1
     rank bit-identically, saved again on 2 ranks with the same hashes; under
-    HSDP each replica resumes its own bases, bit-identically);
+    HSDP the replicas save the same bases, and the checkpoint resumes
+    bit-identically there and on 1 rank, sync and async F = 1 S = 2);
   * a checkpoint saved with --shard-group-size 2 resumes flat and with
     --shard-group-size 4: the same per-tensor hashes, and the run continues
     bit-identically to the uninterrupted one;
@@ -359,18 +360,36 @@ def main():
                    res["weights_hash"]),
               "async S=2 HSDP: saving at step 10 changes nothing, resuming from it is "
               "bit-identical")
-        # --root-method warm-qr under HSDP: only a block's computing replica
-        # refines its eigenbases, so the replicas' bases differ and each
-        # resumes from its own file's (ckpt/checkpoint.c match_state):
-        # bit-identical to the uninterrupted run.
-        wqr_hs = ["--optimizer", "shampoo", "--root-method", "warm-qr"] + hs
-        ck = os.path.join(tmp, "ck-hsdp-wqr")
-        saved = train(tmp, "ck-hsdp-wqr-full", 4, wqr_hs + ["--save-every", "10", "--save-dir",
-                                                            ck], env)
-        res = train(tmp, "ck-hsdp-wqr-res", 4, wqr_hs + ["--resume",
-                                                         os.path.join(ck, "step-00000010")], env)
-        check(bool(saved and res and saved["weights_hash"] == res["weights_hash"]),
-              "shampoo warm-qr HSDP: resuming from step 10 is bit-identical")
+        # --root-method warm-qr under HSDP: the eigenbases are part of the
+        # refresh result, shipped with the roots (optim/shampoo.c warm_basis),
+        # so the replicas save the same bases (ckpt inspect --hash), and the
+        # checkpoint resumes bit-identically on the same layout and on 1 rank
+        # with --grad-accum 4 (whose owner's copy of every block's bases is
+        # the one its computing replica refined); also async F = 1 S = 2,
+        # whose refreshes in flight chain their bases (saved in their slots).
+        wqr = ["--optimizer", "shampoo", "--root-method", "warm-qr"]
+        wqr_cases = [("sync", wqr)]
+        if not QUICK:
+            wqr_cases.append(("async-F1-S2", wqr + ["--async", "--staleness", "2", "--workers",
+                                                    "1", "--precondition-frequency", "1"]))
+        for name, args in wqr_cases:
+            ck = os.path.join(tmp, f"ck-hsdp-wqr-{name}")
+            step10 = os.path.join(ck, "step-00000010")
+            saved = train(tmp, f"ck-hsdp-wqr-{name}-full", 4,
+                          args + hs + ["--save-every", "10", "--save-dir", ck], env)
+            hashes = ckpt_hashes(step10) if saved else None
+            check(bool(hashes), f"shampoo warm-qr {name} HSDP: the replicas' saved bases are "
+                                f"identical (ckpt inspect --hash, {len(hashes or [])} tensors)")
+            if name == "sync":
+                res = train(tmp, f"ck-hsdp-wqr-{name}-res", 4, args + hs + ["--resume", step10],
+                            env)
+                check(bool(saved and res and saved["weights_hash"] == res["weights_hash"]),
+                      f"shampoo warm-qr {name} HSDP: resuming from step 10 is bit-identical")
+            one = train(tmp, f"ck-hsdp-wqr-{name}-one", 1,
+                        args + ["--grad-accum", "4", "--resume", step10])
+            check(bool(saved and one and saved["weights_hash"] == one["weights_hash"]),
+                  f"shampoo warm-qr {name} HSDP: its checkpoint resumed on 1 rank with "
+                  f"--grad-accum 4 is bit-identical")
         # HSDP checkpoints hold identical replicas (issue #22 item 7): a replica
         # that received a shipped refresh saves the same slot bytes as the one
         # that computed it (`strata ckpt inspect --hash` compares the replicas'
