@@ -12,7 +12,7 @@ const gpt_enum_name gpt_grafting_names[] = {
 
 const gpt_enum_name gpt_root_method_names[] = {
     {"eigh", STRATA_ROOT_EIGH}, {"newton", STRATA_ROOT_NEWTON}, {"auto", STRATA_ROOT_AUTO},
-    {"warm-qr", STRATA_ROOT_WARM_QR},
+    {"warm-qr", STRATA_ROOT_WARM_QR}, {"newton-f32", STRATA_ROOT_NEWTON_F32},
     {NULL, 0},
 };
 
