@@ -1841,6 +1841,13 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
 }
 
 /* The factor EMA, and Adam grafting's second moment. */
+/* newton_f32's roots run on the backend: a cost of their own (precond.h). */
+static const char *fam_cost_variant(const void *cfg)
+{
+    return ((const strata_shampoo_config *)cfg)->root_method == STRATA_ROOT_NEWTON_F32
+               ? "newton-f32" : "";
+}
+
 static double fam_ema_horizon(const void *cfg)
 {
     const strata_shampoo_config *c = cfg;
@@ -1866,6 +1873,7 @@ const strata_precond_family strata_family_shampoo = {
     .state_per_param = 8,
     .failure_hint = fam_failure_hint,
     .ema_horizon = fam_ema_horizon,
+    .cost_variant = fam_cost_variant,
     .has_state_dtype = {[STRATA_STATE_KIND_FACTORS] = true, [STRATA_STATE_KIND_ROOTS] = true},
     .state_dtype_offset = {[STRATA_STATE_KIND_FACTORS] = offsetof(strata_shampoo_config,
                                                                   factor_dtype),
