@@ -1321,6 +1321,14 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                 : o->strata.shampoo.root_method == STRATA_ROOT_AUTO ? "auto"
                 : o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 ? "newton-f32"
                                                                     : "eigh");
+    if (mopt == STRATA_OPTIM_SHAMPOO &&
+        o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 &&
+        o->strata.shampoo.epsilon_rel < 1e-5f)
+        fprintf(stderr, "strata: note: --root-method newton-f32 accepts a float32 root only when "
+                        "its residual is under 3e-2, which needs factors of condition below "
+                        "~1e5: with --epsilon-rel %g most roots will fall back to eigh (the "
+                        "summary's roots: line counts them); --epsilon-rel 1e-4 bounds it\n",
+                (double)o->strata.shampoo.epsilon_rel);
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");
