@@ -28,6 +28,11 @@ test_optim_reference.py at its tolerance (1e-4), and the newton and eigh C
 trajectories within 1e-4 of each other per step (metric: the per-step
 relative weight-update error of test_optim_reference.py); a rank-deficient
 run falls back on every root (counted) and equals eigh's run exactly.
+Shampoo with root_method newton_f32 (the float32 iteration on the driver's CPU
+backend): the same three checks at eps_rel 1e-4 (p = 4, and p = 2 on L), its
+rank-1 run at epsilon 1e-12 refused by the float32 residual check on every
+root (eigh's run exactly, every fallback counted), and its refusals
+(pseudo-inverse, exponent 1/3) named.
 
 Prints one line per check; exits 0 when all pass, 1 otherwise.
 """
