@@ -448,6 +448,11 @@ strata_status strata_backend_create_kind(strata_backend_kind kind, int blas_thre
 
 /* ---- streams and events ---------------------------------------------- */
 
+bool strata_backend_is_synchronous(const strata_backend *be)
+{
+    return !be || !has_streams(be->iface);
+}
+
 strata_status strata_backend_stream_create(strata_backend *be, strata_stream_priority prio,
                                            strata_stream **out)
 {

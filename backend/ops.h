@@ -96,6 +96,12 @@ void strata_backend_bytes_kind(const strata_backend *be, strata_mem_kind kind,
 strata_status strata_backend_set_budget(strata_backend *be, strata_mem_kind kind,
                                                    size_t bytes);
 
+/* True when the backend is synchronous: it has no stream slots, so its
+ * streams are bookkeeping and all work runs inline in the calling thread
+ * (the CPU backend). A caller may then use the default-stream products
+ * (sgemm, ssyrk) from any thread instead of stream-ordered ones. */
+bool strata_backend_is_synchronous(const strata_backend *be);
+
 /* Create a stream. On a synchronous backend (cpu) its work runs inline in
  * the calling thread. Errors: STRATA_ERR_INVALID_ARG, STRATA_ERR_NOMEM, or
  * the backend's error. */

@@ -512,12 +512,18 @@ static const train_flag train_flag_rows[] = {
     {CFG(shampoo_epsilon), .type = FT_FLOAT, .lo = 0.0,
      .hi = 1e6, .group = G_SHAMPOO, .arg = "X",
      .help = "added to factor eigenvalues (default {})", .opts = OPT(SHAMPOO)},
+    {CFG(shampoo_epsilon_rel), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0, .group = G_SHAMPOO,
+     .arg = "X",
+     .help = "relative regularizer: eps_eff = max(epsilon, X lambda_max)\n(default {}); "
+             "--root-method newton-f32 needs about 1e-5\n(float32 roots of factors of "
+             "condition above ~1e6 fall back)", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_grafting), .type = FT_NAME,
      .group = G_SHAMPOO, .help = "(default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_root_method), .type = FT_NAME, .group = G_SHAMPOO,
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted), auto or "
-             "warm-qr (one QR step from the last eigenbasis, eigh fallback counted) "
-             "(default {})", .opts = OPT(SHAMPOO)},
+             "warm-qr (one QR step from the last eigenbasis, eigh fallback counted) or\n"
+             "newton-f32 (Newton in float32 on the backend: the GPU with\n--device cuda; "
+             "eigh fallback counted) (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_warm_qr_tolerance), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0,
      .group = G_SHAMPOO, .arg = "X",
      .help = "--root-method warm-qr: the last eigenbasis Q is refined while "
@@ -1311,7 +1317,16 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "it has no effect with --root-method %s\n",
                 o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ? "newton"
                 : o->strata.shampoo.root_method == STRATA_ROOT_AUTO ? "auto"
+                : o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 ? "newton-f32"
                                                                     : "eigh");
+    if (mopt == STRATA_OPTIM_SHAMPOO &&
+        o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 &&
+        o->strata.shampoo.epsilon_rel < 1e-5f)
+        fprintf(stderr, "strata: note: --root-method newton-f32 accepts a float32 root only when "
+                        "its residual is under 3e-2, which needs factors of condition below "
+                        "~1e5: with --epsilon-rel %g most roots will fall back to eigh (the "
+                        "summary's roots: line counts them); --epsilon-rel 1e-4 bounds it\n",
+                (double)o->strata.shampoo.epsilon_rel);
     if (o->strata.stagger_refresh && refresh.stagger && refresh.frequency == 1)
         fprintf(stderr, "strata: note: --stagger-refresh has nothing to spread with "
                         "--precondition-frequency 1\n");

@@ -397,6 +397,20 @@ strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float 
                                          float *dwork, float *host_stage, double *work,
                                          int *iwork, strata_inv_root_info *info);
 
+/* strata_inv_root_newton_f32 with its work queued on stream `s` (NULL: the
+ * default stream, as strata_inv_root_newton_f32): every op, the products
+ * (on an asynchronous backend through the strided-batched slot, one
+ * product, the squares by GEMM instead of SYRK; on a synchronous backend
+ * the default-stream sgemm/ssyrk, the same results as with s = NULL) and
+ * the fallback's host copies, so that several threads, each with its own
+ * stream, compute roots at once (Shampoo's refresh workers,
+ * root_method NEWTON_F32). `a`, `out`, `dwork` are backend memory; the
+ * call returns after the work on `s` has finished. Errors as above. */
+strata_status strata_inv_root_newton_f32_on(strata_backend *be, strata_stream *s, int n,
+                                            const float *a, const strata_inv_root_opts *o,
+                                            float *out, float *dwork, float *host_stage,
+                                            double *work, int *iwork, strata_inv_root_info *info);
+
 /* `info` may be NULL. */
 strata_status strata_inv_root_ex(int n, const float *a, const strata_inv_root_opts *o,
                                             float *out, double *work, int *iwork,

@@ -207,6 +207,13 @@ typedef struct strata_precond_family {
      * configuration (strata_optimizer_info.ema_horizon; a trainer's default
      * warm-up covers it). strata_ema_horizon gives one EMA's. */
     double (*ema_horizon)(const void *cfg);
+    /* Optional (NULL, or "": none): a short name for a configuration whose
+     * refreshes run elsewhere or cost otherwise than the family's default
+     * (Shampoo's root_method newton_f32: float32 roots on the backend, not
+     * float64 eigendecompositions on a CPU worker). The cost model
+     * (plan/costmodel.c) keys its cached measurements by it, so that such a
+     * configuration is measured as it runs, never priced from another's. */
+    const char *(*cost_variant)(const void *cfg);
     /* Optional (false: F32 only): which kinds of second-order state
      * (STRATA_STATE_KIND_*) the configuration can store in bfloat16, and
      * where its strata_state_dtype field for each is (a byte offset inside

@@ -33,54 +33,91 @@ size_t strata_inv_root_newton_f32_work_floats(int n)
     return n <= 0 ? 0 : 5 * (size_t)n * n + 2 * (size_t)n;
 }
 
-/* c = a a (a symmetric), full n x n. */
-static strata_status sq(strata_backend *be, int n, const float *a, float *c)
+/* The products run on stream `s`. Where the backend is synchronous (the
+ * CPU backend: streams are bookkeeping, work runs inline) or `s` is NULL,
+ * they are the default stream's sgemm / ssyrk, exactly as before streams
+ * were passed; on an asynchronous backend (CUDA) they are queued on `s`
+ * through the strided-batched slot with one product (the square by a GEMM
+ * with B = A^T: the iface's ssyrk has no stream), so that each caller's
+ * work stays on its own stream (include/strata/backend.h: one stream, one
+ * thread at a time). */
+static bool on_default(strata_backend *be, strata_stream *s)
 {
-    return strata_backend_ssyrk(be, 0, n, n, 1.0f, a, n, 0.0f, c, n);
+    return !s || strata_backend_is_synchronous(be);
 }
 
-static strata_status mul(strata_backend *be, int n, const float *a, const float *b, float *c)
+static strata_status gemm(strata_backend *be, strata_stream *s, int tb, int m, int n, int k,
+                          const float *a, int lda, const float *b, int ldb, float *c, int ldc)
 {
-    return strata_backend_sgemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    if (on_default(be, s))
+        return strata_backend_sgemm(be, 0, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    return strata_backend_sgemm_strided_batched(be, s, 0, tb, m, n, k, 1.0f, a, lda, 0, b, ldb,
+                                                0, 0.0f, c, ldc, 0, 1);
+}
+
+/* c = a a (a symmetric), full n x n. */
+static strata_status sq(strata_backend *be, strata_stream *s, int n, const float *a, float *c)
+{
+    if (on_default(be, s))
+        return strata_backend_ssyrk(be, 0, n, n, 1.0f, a, n, 0.0f, c, n);
+    return gemm(be, s, 1, n, n, n, a, n, a, n, c, n);
+}
+
+static strata_status mul(strata_backend *be, strata_stream *s, int n, const float *a,
+                         const float *b, float *c)
+{
+    return gemm(be, s, 0, n, n, n, a, n, b, n, c, n);
+}
+
+/* A synchronous copy on `s` (host <-> backend memory). */
+static strata_status copy_on(strata_backend *be, strata_stream *s, void *dst, const void *src,
+                             size_t bytes, strata_copy_dir dir)
+{
+    if (!s)
+        return strata_backend_copy(be, dst, src, bytes);
+    strata_status st = strata_backend_copy_async(be, dst, src, bytes, dir, s);
+    if (st == STRATA_OK)
+        st = strata_backend_stream_synchronize(be, s);
+    return st;
 }
 
 /* ||m - I||_F, using t as scratch. */
-static strata_status dist_identity(strata_backend *be, int n, const float *m, float *t,
-                                   double *out)
+static strata_status dist_identity(strata_backend *be, strata_stream *s, int n, const float *m,
+                                   float *t, double *out)
 {
-    strata_status st = strata_backend_copy_2d(be, NULL, n, n, t, n, m, n);
+    strata_status st = strata_backend_copy_2d(be, s, n, n, t, n, m, n);
     if (st == STRATA_OK)
-        st = strata_backend_diag_update(be, NULL, n, t, n, -1.0f, true);
+        st = strata_backend_diag_update(be, s, n, t, n, -1.0f, true);
     if (st == STRATA_OK)
-        st = strata_backend_sumsq_2d(be, NULL, n, n, t, n, out);
+        st = strata_backend_sumsq_2d(be, s, n, n, t, n, out);
     *out = sqrt(*out);
     return st;
 }
 
 /* m = (m + m^T) / 2, t scratch. */
-static strata_status symmetrize(strata_backend *be, int n, float *m, float *t)
+static strata_status symmetrize(strata_backend *be, strata_stream *s, int n, float *m, float *t)
 {
-    strata_status st = strata_backend_transpose(be, NULL, n, n, m, t);
+    strata_status st = strata_backend_transpose(be, s, n, n, m, t);
     if (st == STRATA_OK)
-        st = strata_backend_ema(be, NULL, (size_t)n * n, m, t, 0.5f, NULL, 1.0f);
+        st = strata_backend_ema(be, s, (size_t)n * n, m, t, 0.5f, NULL, 1.0f);
     return st;
 }
 
 /* B = sym(a) + shift I into b (t scratch). */
-static strata_status load_shifted(strata_backend *be, int n, const float *a, float shift,
-                                  float *b, float *t)
+static strata_status load_shifted(strata_backend *be, strata_stream *s, int n, const float *a,
+                                  float shift, float *b, float *t)
 {
-    strata_status st = strata_backend_copy_2d(be, NULL, n, n, b, n, a, n);
+    strata_status st = strata_backend_copy_2d(be, s, n, n, b, n, a, n);
     if (st == STRATA_OK)
-        st = symmetrize(be, n, b, t);
+        st = symmetrize(be, s, n, b, t);
     if (st == STRATA_OK && shift != 0.0f)
-        st = strata_backend_diag_update(be, NULL, n, b, n, shift, true);
+        st = strata_backend_diag_update(be, s, n, b, n, shift, true);
     return st;
 }
 
 /* One float32 attempt; STRATA_ERR_LINALG with *why when rejected; other
  * statuses are backend failures. */
-static strata_status attempt(strata_backend *be, int n, const float *a,
+static strata_status attempt(strata_backend *be, strata_stream *s, int n, const float *a,
                              const strata_inv_root_opts *o, int p, float *out, float *dwork,
                              strata_inv_root_info *inf, const char **why)
 {
@@ -90,7 +127,7 @@ static strata_status attempt(strata_backend *be, int n, const float *a,
     strata_status st;
     {
         size_t first = nn;
-        st = strata_backend_find_nonfinite(be, NULL, nn, a, &first);
+        st = strata_backend_find_nonfinite(be, s, nn, a, &first);
         if (st != STRATA_OK)
             return st;
         if (first != nn) {
@@ -98,22 +135,22 @@ static strata_status attempt(strata_backend *be, int n, const float *a,
             return STRATA_ERR_LINALG;
         }
     }
-    if ((st = load_shifted(be, n, a, 0.0f, B1, T)) != STRATA_OK)
+    if ((st = load_shifted(be, s, n, a, 0.0f, B1, T)) != STRATA_OK)
         return st;
     /* lambda_max estimate: ||B x||, x unit, after power iterations from 1/sqrt(n). */
-    if ((st = strata_backend_fill_2d(be, NULL, n, 1, vx, 1, 1.0f / sqrtf((float)n))) !=
+    if ((st = strata_backend_fill_2d(be, s, n, 1, vx, 1, 1.0f / sqrtf((float)n))) !=
         STRATA_OK)
         return st;
     double lmax = 0.0;
     for (int k = 0; k < POWER_ITERS; k++) {
-        if ((st = strata_backend_sgemm(be, 0, 0, n, 1, n, 1.0f, B1, n, vx, 1, 0.0f, vy, 1)) !=
+        if ((st = gemm(be, s, 0, n, 1, n, B1, n, vx, 1, vy, 1)) !=
                 STRATA_OK ||
-            (st = strata_backend_sumsq(be, NULL, (size_t)n, vy, &lmax)) != STRATA_OK)
+            (st = strata_backend_sumsq(be, s, (size_t)n, vy, &lmax)) != STRATA_OK)
             return st;
         lmax = sqrt(lmax);
         if (!(lmax > 0.0) || !isfinite(lmax))
             break;
-        if ((st = strata_backend_scale_f64(be, NULL, (size_t)n, vx, vy, 1.0 / lmax)) !=
+        if ((st = strata_backend_scale_f64(be, s, (size_t)n, vx, vy, 1.0 / lmax)) !=
             STRATA_OK)
             return st;
     }
@@ -123,10 +160,10 @@ static strata_status attempt(strata_backend *be, int n, const float *a,
     inf->eps_eff = eps_eff;
     inf->rank = n;
     if (eps_eff != 0.0 &&
-        (st = strata_backend_diag_update(be, NULL, n, B1, n, (float)eps_eff, true)) != STRATA_OK)
+        (st = strata_backend_diag_update(be, s, n, B1, n, (float)eps_eff, true)) != STRATA_OK)
         return st;
     double fro2 = 0.0;
-    if ((st = strata_backend_sumsq_2d(be, NULL, n, n, B1, n, &fro2)) != STRATA_OK)
+    if ((st = strata_backend_sumsq_2d(be, s, n, n, B1, n, &fro2)) != STRATA_OK)
         return st;
     const double c = fmin(sqrt(fro2), 1.25 * (fmax(lmax, 0.0) + eps_eff));
     if (!(c > 0.0) || !isfinite(c) || !((float)c > 0.0f)) {
@@ -134,48 +171,48 @@ static strata_status attempt(strata_backend *be, int n, const float *a,
         return STRATA_ERR_LINALG;
     }
     /* M_0 = B / c, X_0 = c^(-1/p) I */
-    if ((st = strata_backend_copy_2d(be, NULL, n, n, M, n, B1, n)) != STRATA_OK ||
-        (st = strata_backend_scale_2d(be, NULL, n, n, M, n, (float)(1.0 / c))) != STRATA_OK ||
-        (st = strata_backend_fill_2d(be, NULL, n, n, X, n, 0.0f)) != STRATA_OK ||
-        (st = strata_backend_diag_update(be, NULL, n, X, n, (float)pow(c, -1.0 / p), false)) !=
+    if ((st = strata_backend_copy_2d(be, s, n, n, M, n, B1, n)) != STRATA_OK ||
+        (st = strata_backend_scale_2d(be, s, n, n, M, n, (float)(1.0 / c))) != STRATA_OK ||
+        (st = strata_backend_fill_2d(be, s, n, n, X, n, 0.0f)) != STRATA_OK ||
+        (st = strata_backend_diag_update(be, s, n, X, n, (float)pow(c, -1.0 / p), false)) !=
             STRATA_OK)
         return st;
     double err = 0.0, prev = INFINITY;
-    if ((st = dist_identity(be, n, M, T, &err)) != STRATA_OK)
+    if ((st = dist_identity(be, s, n, M, T, &err)) != STRATA_OK)
         return st;
     int k = 0;
     while (k < o->newton_max_iter && err > o->newton_tol) {
         k++;
         /* B1 = N = ((p + 1) I - M) / p */
-        if ((st = strata_backend_copy_2d(be, NULL, n, n, B1, n, M, n)) != STRATA_OK ||
-            (st = strata_backend_scale_2d(be, NULL, n, n, B1, n, -1.0f / (float)p)) !=
+        if ((st = strata_backend_copy_2d(be, s, n, n, B1, n, M, n)) != STRATA_OK ||
+            (st = strata_backend_scale_2d(be, s, n, n, B1, n, -1.0f / (float)p)) !=
                 STRATA_OK ||
-            (st = strata_backend_diag_update(be, NULL, n, B1, n, (float)(p + 1) / (float)p,
+            (st = strata_backend_diag_update(be, s, n, B1, n, (float)(p + 1) / (float)p,
                                              true)) != STRATA_OK)
             return st;
-        if ((st = mul(be, n, X, B1, B2)) != STRATA_OK)
+        if ((st = mul(be, s, n, X, B1, B2)) != STRATA_OK)
             return st;
         float *t = X;
         X = B2;
         B2 = t;
-        if ((st = sq(be, n, B1, B2)) != STRATA_OK)
+        if ((st = sq(be, s, n, B1, B2)) != STRATA_OK)
             return st;
         if (p == 4) {
-            if ((st = sq(be, n, B2, B1)) != STRATA_OK)
+            if ((st = sq(be, s, n, B2, B1)) != STRATA_OK)
                 return st;
             t = B1;
             B1 = B2;
             B2 = t;
         }
-        if ((st = mul(be, n, B2, M, B1)) != STRATA_OK)
+        if ((st = mul(be, s, n, B2, M, B1)) != STRATA_OK)
             return st;
         t = M;
         M = B1;
         B1 = t;
-        if ((st = symmetrize(be, n, M, T)) != STRATA_OK)
+        if ((st = symmetrize(be, s, n, M, T)) != STRATA_OK)
             return st;
         prev = err;
-        if ((st = dist_identity(be, n, M, T, &err)) != STRATA_OK)
+        if ((st = dist_identity(be, s, n, M, T, &err)) != STRATA_OK)
             return st;
         if (!isfinite(err)) {
             inf->newton_iters = k;
@@ -187,32 +224,41 @@ static strata_status attempt(strata_backend *be, int n, const float *a,
     }
     inf->newton_iters = k;
     /* residual ||X^p B - I||_F from B afresh */
-    if ((st = symmetrize(be, n, X, T)) != STRATA_OK ||
-        (st = load_shifted(be, n, a, (float)eps_eff, B1, T)) != STRATA_OK ||
-        (st = sq(be, n, X, B2)) != STRATA_OK)
+    if ((st = symmetrize(be, s, n, X, T)) != STRATA_OK ||
+        (st = load_shifted(be, s, n, a, (float)eps_eff, B1, T)) != STRATA_OK ||
+        (st = sq(be, s, n, X, B2)) != STRATA_OK)
         return st;
     if (p == 4) {
-        if ((st = sq(be, n, B2, M)) != STRATA_OK)
+        if ((st = sq(be, s, n, B2, M)) != STRATA_OK)
             return st;
         float *t = M;
         M = B2;
         B2 = t;
     }
-    if ((st = mul(be, n, B2, B1, M)) != STRATA_OK ||
-        (st = dist_identity(be, n, M, T, &inf->residual)) != STRATA_OK)
+    if ((st = mul(be, s, n, B2, B1, M)) != STRATA_OK ||
+        (st = dist_identity(be, s, n, M, T, &inf->residual)) != STRATA_OK)
         return st;
     if (!(inf->residual <= o->newton_residual_tol)) {
         *why = k >= o->newton_max_iter ? "no convergence within the iteration cap"
                                        : "residual over newton_residual_tol";
         return STRATA_ERR_LINALG;
     }
-    return strata_backend_copy_2d(be, NULL, n, n, out, n, X, n);
+    return strata_backend_copy_2d(be, s, n, n, out, n, X, n);
 }
 
 strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float *a,
                                          const strata_inv_root_opts *o, float *out,
                                          float *dwork, float *host_stage, double *work,
                                          int *iwork, strata_inv_root_info *info)
+{
+    return strata_inv_root_newton_f32_on(be, NULL, n, a, o, out, dwork, host_stage, work, iwork,
+                                         info);
+}
+
+strata_status strata_inv_root_newton_f32_on(strata_backend *be, strata_stream *s, int n,
+                                            const float *a, const strata_inv_root_opts *o,
+                                            float *out, float *dwork, float *host_stage,
+                                            double *work, int *iwork, strata_inv_root_info *info)
 {
     if (!be || n <= 0 || !a || !o || !out || !dwork || !host_stage || !work || !iwork ||
         o->method != STRATA_ROOT_NEWTON)
@@ -233,7 +279,7 @@ strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float 
     inf->residual = NAN;
     inf->ortho_error = NAN;
     const char *why = "";
-    strata_status st = attempt(be, n, a, o, p, out, dwork, inf, &why);
+    strata_status st = attempt(be, s, n, a, o, p, out, dwork, inf, &why);
     if (st == STRATA_OK) {
         inf->method = STRATA_ROOT_NEWTON;
         return st;
@@ -244,7 +290,7 @@ strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float 
         return strata_error(STRATA_ERR_LINALG, "inv_root_newton_f32: non-finite input (n=%d)", n);
     /* float64 eigendecomposition on the host, the root copied back */
     const size_t bytes = (size_t)n * n * sizeof(float);
-    if ((st = strata_backend_copy(be, host_stage, a, bytes)) != STRATA_OK)
+    if ((st = copy_on(be, s, host_stage, a, bytes, STRATA_COPY_D2H)) != STRATA_OK)
         return st;
     strata_inv_root_opts eo = *o;
     eo.method = STRATA_ROOT_EIGH;
@@ -257,7 +303,7 @@ strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float 
     inf->method = STRATA_ROOT_EIGH;
     if (st != STRATA_OK)
         return st;
-    return strata_backend_copy(be, out, host_stage, bytes);
+    return copy_on(be, s, out, host_stage, bytes, STRATA_COPY_H2D);
 }
 
 /* ---- the stale-root correction (issue #23 item 5, the safety valve)
@@ -287,10 +333,10 @@ static strata_status correct_residual(strata_backend *be, int n, int p, const fl
                                       const float *x, float *t1, float *t2, float *rm,
                                       double *out)
 {
-    strata_status st = sq(be, n, x, t1); /* X^2 */
+    strata_status st = sq(be, NULL, n, x, t1); /* X^2 */
     const float *xp = t1;
     if (st == STRATA_OK && p == 4) {
-        st = sq(be, n, t1, t2); /* X^4 */
+        st = sq(be, NULL, n, t1, t2); /* X^4 */
         xp = t2;
     }
     /* rm = X^p a + eps X^p: copy, then sgemm with beta = eps */

@@ -44,6 +44,17 @@
  * same arithmetic). The conversions are host loops over backend memory:
  * bf16 needs the cpu backend.
  *
+ * Device roots (root_method NEWTON_F32): block_factor_root, the one entry
+ * of the synchronous roots, the one-tensor compute_roots and the runtime's
+ * refresh workers (fam_refresh), takes an entry of the state's dev_pool
+ * (below: a stream and backend buffers), copies the float32 factor from
+ * its host slot or stage to backend memory on that stream, runs the float32
+ * coupled Newton iteration there (strata_inv_root_newton_f32_on; a rejected
+ * root is recomputed by float64 eigh on the host) and copies the root back,
+ * then returns the entry. The same function in every path, so async S = 0
+ * stays bit-identical to synchronous. Lock order: a pool's mutex is a leaf
+ * (held only to pop or push an entry; no backend call under it).
+ *
  * Invariant: a block's `has_root[f]` becomes true only after a successful,
  * finite root of factor f; failures leave the previous root in place.
  * Every public entry that takes a gradient scans it for NaN/Inf before it
@@ -61,6 +72,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +133,38 @@ typedef struct root_ws {
     float *stage;
 } root_ws;
 
+/* root_method NEWTON_F32: what one device root in flight needs, for
+ * factors up to the state's maxdim d: a stream of its own (SHADOW priority:
+ * it yields to the training stream), one backend allocation carved into
+ * the factor `a` (d^2 floats), the root `out` (d^2) and the iteration's
+ * workspace (strata_inv_root_newton_f32_work_floats(d) = 5 d^2 + 2 d), so
+ * (7 d^2 + 2 d) * 4 bytes of device memory per entry (28 MiB at d = 1024,
+ * 16 MiB at d = 768), plus a host stage of d^2 floats for the eigh fallback.
+ * Entries are made on first use, by the thread that finds the free list
+ * empty, so a state holds as many as refreshes of it ran at once (one per
+ * concurrent worker at most, one in the synchronous paths), and are reused
+ * after; nothing is allocated once that concurrency has been reached. The
+ * device bytes are charged to the ledger (device workspace) through the
+ * pool's hold, under its mutex. Freed at destroy (no refresh in flight
+ * then: the runtime drains its workers before it destroys states). */
+typedef struct dev_root {
+    struct dev_root *next;     /* free list */
+    struct dev_root *next_all; /* every entry, for destroy */
+    strata_stream *stream;
+    float *a, *out, *dwork;    /* carved from mem */
+    void *mem;
+    size_t mem_bytes;
+    float *host;               /* d^2 floats, host */
+} dev_root;
+
+typedef struct dev_pool {
+    pthread_mutex_t mu;
+    dev_root *free;
+    dev_root *all;
+    int count;                 /* entries made */
+    strata_ledger_hold held;   /* their device bytes (mutated under mu) */
+} dev_pool;
+
 struct strata_shampoo_state {
     strata_ledger_hold held; /* what the state charged to the runtime's ledger */
     strata_shampoo_config cfg;
@@ -156,6 +200,7 @@ struct strata_shampoo_state {
     bool skip;        /* this step's gradient could overflow the state: the step is
                          skipped (set by `before`, consumed by apply; optim_internal.h) */
     warm_basis *warm; /* nblocks (root_method WARM_QR), else NULL */
+    dev_pool *dev;    /* root_method NEWTON_F32, else NULL */
 };
 
 void strata_shampoo_config_default(strata_shampoo_config *c)
@@ -237,7 +282,7 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
     OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
                                        c->inverse_exponent_override[1]));
     OPTIM_CHECK(st, optim_check_int(n, "root_method", (long long)c->root_method,
-                                    STRATA_ROOT_EIGH, STRATA_ROOT_WARM_QR));
+                                    STRATA_ROOT_EIGH, STRATA_ROOT_NEWTON_F32));
     OPTIM_CHECK(st, optim_check_float(n, "warm_qr_tolerance", c->warm_qr_tolerance, 0.0, true,
                                       1.0, true));
     if (st == STRATA_OK && c->root_method == STRATA_ROOT_WARM_QR && c->use_pseudo_inverse)
@@ -258,6 +303,22 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
             st = strata_error(STRATA_ERR_INVALID_ARG,
                               "shampoo.root_method = newton has no pseudo-inverse mode "
                               "(shampoo.use_pseudo_inverse); use eigh or auto");
+    }
+    if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON_F32) {
+        for (int f = 0; f < 2 && st == STRATA_OK; f++) {
+            const float e = c->inverse_exponent_override[f];
+            if (!(e < 0.0f || e == 0.0f || e == 0.25f || e == 0.5f))
+                st = strata_error(STRATA_ERR_INVALID_ARG,
+                                  "shampoo.root_method = newton_f32 computes exponents 1/4 and "
+                                  "1/2 only (its coupled iteration is written for p = 2, 4; "
+                                  "shampoo.inverse_exponent_override[%d] = %g); use eigh",
+                                  f, (double)e);
+        }
+        if (st == STRATA_OK && c->use_pseudo_inverse)
+            st = strata_error(STRATA_ERR_INVALID_ARG,
+                              "shampoo.root_method = newton_f32 has no pseudo-inverse mode "
+                              "(shampoo.use_pseudo_inverse: the iteration computes the "
+                              "regularized root only); use eigh");
     }
     OPTIM_CHECK(st, optim_check_state_dtype(n, "factor_dtype", c->factor_dtype));
     OPTIM_CHECK(st, optim_check_state_dtype(n, "root_dtype", c->root_dtype));
@@ -385,6 +446,10 @@ static strata_status factor_root_warm(const strata_shampoo_config *c, int factor
         o.eps = c->epsilon;
         o.eps_rel = c->epsilon_rel;
     }
+    if (c->root_method == STRATA_ROOT_NEWTON_F32)
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "shampoo_factor_root: root_method newton_f32 runs on a state's "
+                            "backend (block_factor_root), not on a bare configuration");
     strata_inv_root_info info = {0};
     strata_status st;
     if (c->root_method == STRATA_ROOT_WARM_QR) {
@@ -410,13 +475,157 @@ static strata_status factor_root_warm(const strata_shampoo_config *c, int factor
     return st;
 }
 
-/* Factor f of block b's root in the one-tensor path (compute_roots), with
- * the state's warm basis when it keeps bases (WARM_QR): one root job per
- * (block, factor), so no other thread touches that basis meanwhile. */
-static strata_status block_factor_root(strata_shampoo_state *s, int b, int f, int n,
+/* 64-byte aligned host memory (below). */
+static void *host_alloc(size_t bytes);
+
+static void dev_root_free(strata_backend *be, dev_root *e)
+{
+    if (!e)
+        return;
+    if (e->stream) {
+        (void)strata_backend_stream_synchronize(be, e->stream);
+        strata_backend_stream_destroy(e->stream);
+    }
+    strata_backend_free(be, e->mem, e->mem_bytes);
+    free(e->host);
+    free(e);
+}
+
+static void dev_pool_destroy(strata_backend *be, dev_pool *p)
+{
+    if (!p)
+        return;
+    for (dev_root *e = p->all, *next; e; e = next) {
+        next = e->next_all;
+        dev_root_free(be, e);
+    }
+    strata_ledger_hold_release(&p->held);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* An idle entry, or a new one when every entry is busy (see dev_pool). */
+static strata_status dev_root_acquire(const strata_shampoo_state *s, dev_root **out)
+{
+    dev_pool *p = s->dev;
+    pthread_mutex_lock(&p->mu);
+    dev_root *e = p->free;
+    if (e)
+        p->free = e->next;
+    pthread_mutex_unlock(&p->mu);
+    if (e) {
+        *out = e;
+        return STRATA_OK;
+    }
+    const int d = s->maxdim;
+    const size_t dd = (size_t)d * d;
+    const size_t floats = 2 * ((dd + 15) / 16 * 16) + strata_inv_root_newton_f32_work_floats(d);
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return strata_error(STRATA_ERR_NOMEM, "shampoo: out of memory (device root entry)");
+    e->mem_bytes = floats * sizeof(float);
+    e->host = host_alloc(dd * sizeof(float));
+    strata_status st = e->host ? STRATA_OK
+                               : strata_error(STRATA_ERR_NOMEM,
+                                              "shampoo: cannot allocate a device root's host "
+                                              "stage (dim %d)", d);
+    if (st == STRATA_OK)
+        st = strata_backend_alloc(s->be, e->mem_bytes, &e->mem);
+    if (st == STRATA_OK)
+        st = strata_backend_stream_create(s->be, STRATA_STREAM_SHADOW, &e->stream);
+    if (st != STRATA_OK) {
+        dev_root_free(s->be, e);
+        return st;
+    }
+    float *q = e->mem;
+    e->a = optim_carve(&q, dd);
+    e->out = optim_carve(&q, dd);
+    e->dwork = q;
+    pthread_mutex_lock(&p->mu);
+    e->next_all = p->all;
+    p->all = e;
+    p->count++;
+    strata_ledger_hold_add(&p->held, strata_backend_ledger(s->be), STRATA_LEDGER_DEVICE,
+                           STRATA_LEDGER_WORKSPACE, e->mem_bytes);
+    pthread_mutex_unlock(&p->mu);
+    *out = e;
+    return STRATA_OK;
+}
+
+static void dev_root_release(const strata_shampoo_state *s, dev_root *e)
+{
+    dev_pool *p = s->dev;
+    pthread_mutex_lock(&p->mu);
+    e->next = p->free;
+    p->free = e;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* root_method NEWTON_F32: factor f's root (n x n, host float32 `a` ->
+ * host `out`, which may alias) on the backend, counted as
+ * factor_root_warm counts (root_newton, root_fallbacks). */
+static strata_status factor_root_dev(const strata_shampoo_state *s, int f, int n,
+                                     const float *a, float *out, double *work, int *iwork,
+                                     strata_optim_counters *cnt)
+{
+    const strata_shampoo_config *c = &s->cfg;
+    strata_inv_root_opts o;
+    strata_inv_root_opts_default(&o);
+    o.exponent = root_exponent(c, f);
+    o.eps = c->epsilon;
+    o.eps_rel = c->epsilon_rel;
+    o.method = STRATA_ROOT_NEWTON;
+    /* float32 iterates: the stopping error's floor is near sqrt(n) 1e-6
+     * (optim/root_newton_f32.c), and the acceptance residual the float32
+     * bound of optim/phases.h */
+    o.newton_tol = 1e-5;
+    o.newton_residual_tol = STRATA_ROOT_F32_RESIDUAL_TOL;
+    dev_root *e = NULL;
+    strata_status st = dev_root_acquire(s, &e);
+    if (st != STRATA_OK)
+        return st;
+    const size_t bytes = (size_t)n * n * sizeof(float);
+    strata_inv_root_info info = {0};
+    st = strata_backend_copy_async(s->be, e->a, a, bytes, STRATA_COPY_H2D, e->stream);
+    if (st == STRATA_OK)
+        st = strata_inv_root_newton_f32_on(s->be, e->stream, n, e->a, &o, e->out, e->dwork,
+                                           e->host, work, iwork, &info);
+    if (st == STRATA_OK)
+        st = strata_backend_copy_async(s->be, out, e->out, bytes, STRATA_COPY_D2H, e->stream);
+    if (st == STRATA_OK)
+        st = strata_backend_stream_synchronize(s->be, e->stream);
+    else
+        (void)strata_backend_stream_synchronize(s->be, e->stream);
+    dev_root_release(s, e);
+    if (cnt) {
+        cnt->root_retries += info.retries;
+        cnt->root_fallbacks += info.fallback;
+        if (st == STRATA_OK && info.method == STRATA_ROOT_NEWTON)
+            cnt->root_newton++;
+        if (st == STRATA_OK)
+            cnt->root_refreshes++;
+        else if (st == STRATA_ERR_LINALG)
+            cnt->root_failures++;
+    }
+    return st;
+}
+
+/* Factor f of block b's root: in the one-tensor path (compute_roots) with
+ * the state's warm basis when it keeps bases (WARM_QR: one root job per
+ * (block, factor), so no other thread touches that basis meanwhile); on the
+ * backend for NEWTON_F32 in every path (an exponent of 0, the identity,
+ * stays factor_root_warm's). */
+static strata_status block_factor_root(const strata_shampoo_state *s, int b, int f, int n,
                                        const float *a, float *out, double *work, int *iwork,
                                        strata_optim_counters *cnt)
 {
+    if (s->dev && root_exponent(&s->cfg, f) != 0.0)
+        return factor_root_dev(s, f, n, a, out, work, iwork, cnt);
+    if (s->dev) { /* the identity side: no backend work, as eigh's config would give it */
+        strata_shampoo_config ce = s->cfg;
+        ce.root_method = STRATA_ROOT_EIGH;
+        return strata_shampoo_factor_root(&ce, f, n, a, out, work, iwork, cnt);
+    }
     if (!s->warm)
         return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
     warm_basis *wb = &s->warm[b];
@@ -641,6 +850,18 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         strata_ledger_hold_add(&s->held, strata_backend_ledger(be), STRATA_LEDGER_HOST,
                                STRATA_LEDGER_ROOTS, qb);
     }
+    if (c->root_method == STRATA_ROOT_NEWTON_F32) {
+        /* The pool only: its entries are made on first use (dev_pool). */
+        s->dev = calloc(1, sizeof *s->dev);
+        if (!s->dev || pthread_mutex_init(&s->dev->mu, NULL) != 0) {
+            free(s->dev);
+            s->dev = NULL;
+            warm_free(s->warm, s->nblocks);
+            ws_free(s->ws, s->root_threads);
+            st = strata_error(STRATA_ERR_NOMEM, "shampoo: cannot create the device root pool");
+            goto out_free_mem;
+        }
+    }
     *out = s;
     return STRATA_OK;
 
@@ -661,6 +882,7 @@ void strata_shampoo_state_destroy(strata_shampoo_state *s)
     strata_worker_team_destroy(s->team);
     ws_free(s->ws, s->root_threads);
     warm_free(s->warm, s->nblocks);
+    dev_pool_destroy(s->be, s->dev);
     free(s->root_order);
     free(s->root_status);
     strata_ledger_hold_release(&s->held);
@@ -1432,8 +1654,8 @@ static strata_status slot_factor_root(const strata_shampoo_state *s, const shamp
                                       double *work, int *iwork, strata_optim_counters *cnt)
 {
     const int n = f == 0 ? blk->rows : blk->cols;
-    if (!q)
-        return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
+    if (!q) /* eigh, newton, auto; newton_f32 on the backend */
+        return block_factor_root(s, (int)(blk - s->blocks), f, n, a, out, work, iwork, cnt);
     const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
     float *basis = f == 0 ? q : q + nl, *flag = q + nl + nr + f;
     bool have = *flag != 0.0f;
@@ -1738,6 +1960,13 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
 }
 
 /* The factor EMA, and Adam grafting's second moment. */
+/* newton_f32's roots run on the backend: a cost of their own (precond.h). */
+static const char *fam_cost_variant(const void *cfg)
+{
+    return ((const strata_shampoo_config *)cfg)->root_method == STRATA_ROOT_NEWTON_F32
+               ? "newton-f32" : "";
+}
+
 static double fam_ema_horizon(const void *cfg)
 {
     const strata_shampoo_config *c = cfg;
@@ -1763,6 +1992,7 @@ const strata_precond_family strata_family_shampoo = {
     .state_per_param = 8,
     .failure_hint = fam_failure_hint,
     .ema_horizon = fam_ema_horizon,
+    .cost_variant = fam_cost_variant,
     .has_state_dtype = {[STRATA_STATE_KIND_FACTORS] = true, [STRATA_STATE_KIND_ROOTS] = true},
     .state_dtype_offset = {[STRATA_STATE_KIND_FACTORS] = offsetof(strata_shampoo_config,
                                                                   factor_dtype),

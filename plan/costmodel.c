@@ -10,7 +10,9 @@
  * Cache: one line per measurement in $XDG_CACHE_HOME/strata/costs-v1.tsv
  * (default ~/.cache/strata/...): CPU model, BLAS core (OpenBLAS's name, or
  * "BLIS/<arch>"), BLAS threads,
- * family, batch, rows, cols, F, seconds. A machine measures a shape once;
+ * family (with its cost variant, "shampoo/newton-f32", and "@cuda" when the
+ * backend is not the CPU's: those are measured as they run, on the backend),
+ * batch, rows, cols, F, seconds. A machine measures a shape once;
  * STRATA_COST_CACHE=0 turns the cache off (measure every time).
  */
 #include "plan/plan.h"
@@ -89,15 +91,25 @@ static bool cache_path(char *out, size_t n)
     return true;
 }
 
-static void key_of(const strata_precond_family *f, const strata_precond_shape *sh, int F,
-                   char *out, size_t n)
+static void key_of(strata_backend *be, const strata_precond_family *f, const void *cfg,
+                   const strata_precond_shape *sh, int F, char *out, size_t n)
 {
+    /* The family's name, with its cost variant (a refresh that runs on the
+     * backend: Shampoo's newton_f32) and a backend other than the CPU's (its
+     * measurements are the device's), so that neither is priced from a CPU
+     * eigh measurement; the CPU's plain keys keep their old form. */
+    char fam[160];
+    const char *v = f->cost_variant ? f->cost_variant(cfg) : NULL;
+    const char *bn = strata_backend_name(be);
+    const bool other_be = bn && strcmp(bn, "cpu") != 0;
+    snprintf(fam, sizeof fam, "%s%s%s%s%s", f->name, v && *v ? "/" : "", v && *v ? v : "",
+             other_be ? "@" : "", other_be ? bn : "");
     /* OpenBLAS's keys keep their old form (its core names alone); another
      * BLAS's core is prefixed with the library's name, so that one cache
      * file never mixes two libraries' timings */
     const char *lib = strata_blas_core_env() ? "" : strata_blas_name();
     snprintf(out, n, "%s\t%s%s%s\t%d\t%s\t%lld\t%lld\t%lld\t%d", cpu_model(), lib,
-             *lib ? "/" : "", strata_blas_core(), strata_blas_threads(), f->name, (long long)sh->batch, (long long)sh->rows,
+             *lib ? "/" : "", strata_blas_core(), strata_blas_threads(), fam, (long long)sh->batch, (long long)sh->rows,
              (long long)sh->cols, F);
 }
 
@@ -314,7 +326,7 @@ strata_status strata_cost_step_seconds(strata_backend *be, const strata_precond_
         F = sch.frequency;
     }
     char key[1024];
-    key_of(f, shape, F, key, sizeof key);
+    key_of(be, f, cfg, shape, F, key, sizeof key);
     if (cached)
         *cached = false;
     if (cache_get(key, seconds)) {
@@ -399,7 +411,7 @@ static strata_status fit_point(strata_backend *be, const strata_precond_family *
         F = sch.frequency;
     }
     char key[1100];
-    key_of(f, sh, F, key, sizeof key - 8);
+    key_of(be, f, cfg, sh, F, key, sizeof key - 8);
     strcat(key, "\tmin3");
     *cached = cache_get(key, seconds);
     if (*cached)

@@ -19,7 +19,7 @@
 # numbers within their target). A timeout, a missing number or a 77 ("no
 # device") with a GPU present is a FAIL. Without a GPU (nvidia-smi lists
 # none), the GPU checks are SKIPped, never passed: the dry run on a machine
-# without one ends "2 passed, 0 failed, 7 skipped".
+# without one ends "2 passed, 0 failed, 8 skipped".
 #
 # Checks, cheapest evidence first:
 #   libs          every bundled program and library resolves every library
@@ -48,6 +48,10 @@
 #                 same shapes, same run; target NS >= 0.7 of SGEMM
 #   tiers         pinned/pageable/managed/nvme bandwidth vs the cudaMemcpy
 #                 peak; target pinned >= 0.8 of peak
+#   newton_f32    strata race, Shampoo F = 1 sync vs async S = 1 with
+#                 --root-method newton-f32 (float32 Newton roots on the GPU),
+#                 60 steps (run last): crit% of both printed (goal <= 1%); passes when
+#                 both end, most roots are Newton's and async's crit% is lower
 #
 # Time: STRATA_DEVICE_BUDGET_S (default 360 s) for the whole script, checked
 # by the script itself: every check runs under `timeout` with the smaller of
@@ -443,6 +447,60 @@ EOF
 }
 export -f tiers
 check tiers 60 GPU tiers
+
+# Shampoo's roots on the GPU (issue #23 item 4): F = 1 sync against F = 1
+# async S = 1, both --root-method newton-f32 (the float32 coupled Newton root
+# on each worker's own stream, cuBLAS; --epsilon-rel 1e-4 bounds the factors'
+# condition for its float32 residual check), 60 steps of the GPU GPT, one
+# BLAS thread (the workers take the other cores). Evidence: both runs end,
+# most roots are Newton's (fallbacks to the host's eigh under 10%), and the
+# async run's critical-path fraction is below the sync run's; crit% is
+# printed against the issue's 1% goal (not the pass condition: measured here
+# first).
+newton_f32() {
+    local dev=${NEWTON_F32_DEVICE:-cuda}
+    "$BIN/strata" race $GPT --eval-every 20 --runs adamw,shampoo-f1,shampoo-f1-async-s1 \
+        --steps "${NEWTON_F32_STEPS:-60}" --device "$dev" --root-method newton-f32 \
+        --epsilon-rel 1e-4 --threads 1 --out "$LOGS/race_newton_f32" ||
+        { echo "strata race (newton-f32): exit $?"; return 1; }
+    "$PY" - "$LOGS/race_newton_f32" "$dev" <<'EOF'
+import csv, json, os, sys
+d, dev = sys.argv[1], sys.argv[2]
+rows = list(csv.DictReader(open(os.path.join(d, "ratios.tsv")), delimiter="\t"))
+def summary(name):
+    p = os.path.join(d, name + ".jsonl")
+    recs = [json.loads(l) for l in open(p)] if os.path.exists(p) else []
+    s = [r for r in recs if r.get("type") == "summary"]
+    return s[-1] if s else {}
+runs = {}
+for name, is_async in (("shampoo-f1", False), ("shampoo-f1-async-s1", True)):
+    s = summary(name)
+    r = [v for v in rows if v["optimizer"] == "shampoo" and ("async" in v["variant"]) == is_async]
+    g = lambda k: float(r[0][k]) if r else None
+    runs[name] = {"val_loss": g("final_val_loss"), "crit": g("critical_path_fraction"),
+                  "wait_s": g("wait_s"), "wall_s": g("wall_s"),
+                  "root_newton": s.get("root_newton"), "root_fallbacks": s.get("root_fallbacks"),
+                  "root_refreshes": s.get("root_refreshes")}
+a, b = runs["shampoo-f1"], runs["shampoo-f1-async-s1"]
+def newton_ok(x):
+    n, f = x["root_newton"], x["root_fallbacks"]
+    return n is not None and f is not None and n > 0 and f < 0.1 * (n + f)
+ok = all(x["crit"] is not None for x in (a, b)) and newton_ok(a) and newton_ok(b) and \
+    b["crit"] < a["crit"]
+print(json.dumps({"check": "newton_f32", "device": dev, "runs": runs, "ok": ok}),
+      file=open(os.environ["RESULTS"], "a"))
+f = lambda x, k, fmt: (fmt % x[k]) if x[k] is not None else "?"
+print(f"shampoo F=1 newton-f32 ({dev}): sync val {f(a, 'val_loss', '%.4f')} crit "
+      f"{100 * (a['crit'] or 0):.2f}% | async S=1 val {f(b, 'val_loss', '%.4f')} crit "
+      f"{100 * (b['crit'] or 0):.2f}% (goal <= 1%), waits {f(b, 'wait_s', '%.3f')} s; newton "
+      f"roots {a['root_newton']}/{b['root_newton']}, eigh fallbacks {a['root_fallbacks']}/"
+      f"{b['root_fallbacks']}")
+sys.exit(0 if ok else 1)
+EOF
+}
+export -f newton_f32
+# last: it cannot take time from the checks above
+check newton_f32 80 GPU newton_f32
 
 # ---- the results
 ELAPSED=$(($(date +%s) - START))

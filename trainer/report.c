@@ -314,6 +314,7 @@ static const config_key config_keys[] = {
     SK(shampoo_max_preconditioner_dim, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_beta2, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_epsilon, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
+    SK(shampoo_epsilon_rel, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_grafting, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_root_method, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
     SK(shampoo_momentum, SHAMPOO, WHEN_ALWAYS, NULL, NULL),
@@ -854,11 +855,15 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
                 "criterion)\n", (long long)t->root_fallbacks);
     else if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
              (o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ||
-              o->strata.shampoo.root_method == STRATA_ROOT_AUTO) &&
+              o->strata.shampoo.root_method == STRATA_ROOT_AUTO ||
+              o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32) &&
              (t->root_newton > 0 || t->root_fallbacks > 0))
-        fprintf(f, "roots: %lld by the Newton iteration, %lld fell back to eigh (residual "
+        fprintf(f, "roots: %lld by the Newton iteration%s, %lld fell back to eigh (residual "
                 "check or iteration cap)\n",
-                (long long)t->root_newton, (long long)t->root_fallbacks);
+                (long long)t->root_newton,
+                o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32
+                    ? " (float32 on the backend)" : "",
+                (long long)t->root_fallbacks);
     print_ledger(f, &res->ledger, res->world_size);
     /* The numerical guards (strata_stats): said only when they acted. */
     if (s->overflow_skipped > 0 || s->nonfinite_directions > 0)

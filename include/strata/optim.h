@@ -186,6 +186,13 @@ typedef enum strata_root_method {
     STRATA_ROOT_WARM_QR = 3, /* Shampoo only (root_method): the previous refresh's eigenbasis
                                 refined by one orthogonal-iteration step (optim/phases.h
                                 strata_inv_root_warm_qr); strata_inv_root_ex refuses it */
+    STRATA_ROOT_NEWTON_F32 = 4, /* Shampoo only (root_method): NEWTON's coupled iteration in
+                                float32 through the state's backend (cuBLAS on CUDA), one
+                                stream and device workspace per concurrent refresh, the
+                                float32 residual check (STRATA_ROOT_F32_RESIDUAL_TOL) and
+                                a float64 EIGH fallback on the host (optim/phases.h
+                                strata_inv_root_newton_f32_on); strata_inv_root_ex
+                                refuses it */
 } strata_root_method;
 
 /* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU).
@@ -278,7 +285,15 @@ typedef struct strata_shampoo_config {
                                       factor) are state, in the checkpoint, so a resume
                                       is bit-identical; a checkpoint without them loads
                                       with none (first roots EIGH's), and one with them
-                                      into another root_method is refused */
+                                      into another root_method is refused;
+                                      NEWTON_F32 (exponents 1/4, 1/2 or 0, no
+                                      pseudo-inverse): NEWTON in float32 on the backend
+                                      (the GPU when the CUDA backend runs), the factor
+                                      copied to backend memory and the root back, a
+                                      rejected root (float32 residual over
+                                      STRATA_ROOT_F32_RESIDUAL_TOL, or no convergence)
+                                      recomputed by float64 EIGH on the host (counted in
+                                      root_fallbacks) */
     strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
                                       BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
     strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */
@@ -308,7 +323,9 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
  * epsilon = epsilon_rel = 0; root_method known, and NEWTON only with
  * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false; factor_dtype and
  * root_dtype known, factor_dtype BF16 only with beta2 <= STRATA_STATE_BF16_MAX_BETA;
- * root_method WARM_QR only without use_pseudo_inverse; warm_qr_tolerance in [0, 1].
+ * root_method WARM_QR only without use_pseudo_inverse; warm_qr_tolerance in [0, 1];
+ * root_method NEWTON_F32 only with exponents in {1/4, 1/2, 0} and without
+ * use_pseudo_inverse (the reason is named).
  * Errors: STRATA_ERR_INVALID_ARG naming the
  * field ("shampoo.<field>"). */
 STRATA_API strata_status strata_shampoo_config_check(const strata_shampoo_config *c);

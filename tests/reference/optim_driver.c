@@ -314,8 +314,11 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
             c.root_method = STRATA_ROOT_AUTO;
         else if (!strcmp(rm, "warm_qr"))
             c.root_method = STRATA_ROOT_WARM_QR;
+        else if (!strcmp(rm, "newton_f32")) /* on this driver's backend (cpu) */
+            c.root_method = STRATA_ROOT_NEWTON_F32;
         else {
-            fprintf(stderr, "optim_driver: root_method must be eigh, newton, auto or warm_qr\n");
+            fprintf(stderr, "optim_driver: root_method must be eigh, newton, auto, warm_qr or "
+                            "newton_f32\n");
             return 2;
         }
     }

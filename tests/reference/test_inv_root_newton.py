@@ -28,6 +28,11 @@ test_optim_reference.py at its tolerance (1e-4), and the newton and eigh C
 trajectories within 1e-4 of each other per step (metric: the per-step
 relative weight-update error of test_optim_reference.py); a rank-deficient
 run falls back on every root (counted) and equals eigh's run exactly.
+Shampoo with root_method newton_f32 (the float32 iteration on the driver's CPU
+backend): the same three checks at eps_rel 1e-4 (p = 4, and p = 2 on L), its
+rank-1 run at epsilon 1e-12 refused by the float32 residual check on every
+root (eigh's run exactly, every fallback counted), and its refusals
+(pseudo-inverse, exponent 1/3) named.
 
 Prints one line per check; exits 0 when all pass, 1 otherwise.
 """
@@ -198,13 +203,15 @@ def shampoo_config_cases(drv, rep):
     # shampoo_config_check refuses what NEWTON cannot compute.
     g = T.gaussian_grads(T.rng_for("shampoo_newton_cfg"), (6, 4), steps=2)
     data = np.concatenate([np.zeros(24, np.float32)] + [x.ravel() for x in g])
-    for name, over in (("pseudo", dict(use_pseudo_inverse=True, epsilon=0.0)),
-                       ("exponent_1/3", dict(inverse_exponent_override=[1.0 / 3, 0.25]))):
-        cfg = dict(T.SHAMPOO_BASE, rows=6, cols=4, steps=2, lr_scale=1.0, root_method="newton")
-        cfg.update(over)
-        rc, out, st, err = drv.run("shampoo", cfg, data, 2 * 24)
-        rep.check("shampoo_newton_%s_refused" % name, rc != 0 and "root_method" in err,
-                  err.strip())
+    for method in ("newton", "newton_f32"):
+        for name, over in (("pseudo", dict(use_pseudo_inverse=True, epsilon=0.0)),
+                           ("exponent_1/3", dict(inverse_exponent_override=[1.0 / 3, 0.25]))):
+            cfg = dict(T.SHAMPOO_BASE, rows=6, cols=4, steps=2, lr_scale=1.0,
+                       root_method=method)
+            cfg.update(over)
+            rc, out, st, err = drv.run("shampoo", cfg, data, 2 * 24)
+            rep.check("shampoo_%s_%s_refused" % (method, name),
+                      rc != 0 and "root_method = %s" % method in err, err.strip())
     cfg = dict(T.SHAMPOO_BASE, rows=6, cols=4, steps=2, lr_scale=1.0, root_method="auto",
                use_pseudo_inverse=True, epsilon=0.0)
     rc, out, st, err = drv.run("shampoo", cfg, data, 2 * 24)
@@ -215,19 +222,20 @@ def shampoo_config_cases(drv, rep):
 def shampoo_cases(drv, rep):
     # A run with newton roots against the float64 reference (the eigh-defined
     # Shampoo), and against the C eigh run.
-    def pair(name, shape, grads, over, tol, expect_fallbacks):
+    def pair(name, shape, grads, over, tol, expect_fallbacks, newton="newton"):
         runs, stats = {}, {}
         w0 = (0.01 * T.rng_for(name + "/w0").standard_normal(shape)).astype(np.float32)
-        for method in ("eigh", "newton"):
+        for method in ("eigh", newton):
             cfg = dict(over, root_method=method)
             seen = {}
 
             def keep(st, cfg_, wc, seen=seen):
                 seen["stats"] = st
 
-            runs[method] = T.run_trajectory(drv, rep, "%s_%s" % (name, method), "shampoo",
-                                            shape, grads, cfg, tol, extra=keep, w0=w0)
-            stats[method] = seen.get("stats")
+            key = "newton" if method == newton else method
+            runs[key] = T.run_trajectory(drv, rep, "%s_%s" % (name, method), "shampoo",
+                                         shape, grads, cfg, tol, extra=keep, w0=w0)
+            stats[key] = seen.get("stats")
         if runs["eigh"] is None or runs["newton"] is None or stats["newton"] is None:
             rep.check(name + " [pair]", False, "a run failed")
             return
@@ -269,6 +277,22 @@ def shampoo_cases(drv, rep):
     # (tolerance against the reference 1e-3: eigh's own run measures 1.7e-4 on
     # this rank-1 problem at epsilon 1e-12; the check here is the fallback.)
     pair("shampoo_newton_rank1_12x10_eps1e-12", (12, 10), lr[:6], {}, 1e-3, True)
+
+    # root_method newton_f32: the same iteration in float32 on the backend (the
+    # driver's CPU backend; the GPU's cuBLAS on CUDA), accepted under
+    # STRATA_ROOT_F32_RESIDUAL_TOL. eps_rel 1e-4 bounds cond(B) by 1e4, where
+    # float32 rounding leaves the residual near 1e4 sqrt(n) 6e-8 < 3e-2: every
+    # root is Newton's, within the float64 reference's tolerance, and within
+    # 1e-4 of the C eigh run per step. The rank-1 run at epsilon 1e-12 (cond
+    # ~1e12) is refused by the float32 residual check on every root: each is
+    # the float64 eigh root (counted in root_fallbacks), the run eigh's exactly.
+    pair("shampoo_newton_f32_24x16_epsrel1e-4", shape, grads, dict(epsilon_rel=1e-4),
+         T.TOL_SHAMPOO, False, newton="newton_f32")
+    pair("shampoo_newton_f32_24x16_p2_epsrel1e-4", shape, grads,
+         dict(epsilon_rel=1e-4, inverse_exponent_override=[0.5, 0.25]), T.TOL_SHAMPOO, False,
+         newton="newton_f32")
+    pair("shampoo_newton_f32_rank1_12x10_eps1e-12", (12, 10), lr[:6], {}, 1e-3, True,
+         newton="newton_f32")
 
 
 def main():

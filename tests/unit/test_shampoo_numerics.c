@@ -12,6 +12,8 @@
  *    float32 rounding) and is reported; the orthogonality check variants do
  *    not change the result; bad options are refused;
  *  - configuration validation of the new options;
+ *  - root_method newton_f32 on several root threads (one device-root pool
+ *    entry each): the same roots, all Newton's, the pool freed at destroy;
  *  - roots on several threads (strata_shampoo_state_set_root_threads): the
  *    same weights and roots, bit for bit, as one after another with one
  *    OpenBLAS thread, whatever the caller's OpenBLAS thread count, which is
@@ -617,6 +619,55 @@ static void test_root_threads(void **state)
     free(r1);
 }
 
+/* root_method NEWTON_F32 on several root threads: each thread takes its
+ * own entry of the state's device-root pool (stream and backend buffers),
+ * so the roots equal one thread's bit for bit (each root is one
+ * deterministic float32 iteration on the CPU backend under one BLAS
+ * thread), all of them Newton's at eps_rel 1e-4, and the pool's device
+ * bytes come back at destroy. A NEWTON_F32 configuration without a state
+ * is refused by strata_shampoo_factor_root (it needs a backend). */
+static void test_root_threads_newton_f32(void **state)
+{
+    fixture *f = *state;
+    strata_shampoo_config c;
+    strata_shampoo_config_default(&c);
+    c.max_preconditioner_dim = 96;
+    c.precondition_frequency = 1;
+    c.epsilon_rel = 1e-4f;
+    c.root_method = STRATA_ROOT_NEWTON_F32;
+    enum { R = 120, C = 200, STEPS = 3 };
+    size_t before = 0, peak = 0;
+    strata_backend_bytes(f->be, &before, &peak);
+    float *w1, *r1, *w3, *r3;
+    strata_optim_counters c1, c3;
+    run_root_threads(f, &c, R, C, 1, 1, STEPS, &w1, &r1, &c1);
+    run_root_threads(f, &c, R, C, 3, 1, STEPS, &w3, &r3, &c3);
+    size_t after = 0;
+    strata_backend_bytes(f->be, &after, &peak);
+    assert_int_equal(after, before);
+    strata_shampoo_state *probe;
+    assert_int_equal(strata_shampoo_state_create(&c, f->be, R, C, &probe), STRATA_OK);
+    const size_t root_floats = roots_of(probe, NULL);
+    strata_shampoo_state_destroy(probe);
+    /* 2 x 3 blocks (factors 96 and 24; 96, 96 and 8), 12 roots a step */
+    assert_int_equal(c1.root_refreshes, 12 * STEPS);
+    assert_int_equal(c1.root_newton, c1.root_refreshes);
+    assert_int_equal(c1.root_fallbacks, 0);
+    assert_int_equal(c3.root_newton, c1.root_newton);
+    assert_memory_equal(r3, r1, root_floats * sizeof(float));
+    assert_memory_equal(w3, w1, (size_t)R * C * sizeof(float));
+    free(w1);
+    free(r1);
+    free(w3);
+    free(r3);
+    float a[4] = {2, 0, 0, 2}, out[4];
+    double work[64];
+    int iwork[64];
+    assert_int_equal(strata_shampoo_factor_root(&c, 0, 2, a, out, work, iwork, NULL),
+                     STRATA_ERR_INVALID_ARG);
+    strata_blas_threads_set(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -628,6 +679,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refresh_offset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kl_auto_init, setup, teardown),
         cmocka_unit_test_setup_teardown(test_root_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_root_threads_newton_f32, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
