@@ -32,7 +32,16 @@
  *
  * cuBLAS: one handle, guarded by a mutex held across cublasSetStream and the
  * call, because the interface lets several threads issue products on
- * disjoint outputs. Math mode CUBLAS_DEFAULT_MATH, set explicitly: true
+ * disjoint outputs. Products on a created stream get that stream's own
+ * cuBLAS workspace (cublasSetWorkspace after cublasSetStream, which resets
+ * it to the handle's default pool): the mutex orders the launches only, the
+ * kernels of two streams run concurrently, and one workspace shared by
+ * concurrent kernels is unsafe (the per-(handle, stream) workspaces of
+ * PyTorch's CublasHandlePool.cpp; the cuBLAS documentation's
+ * cublasSetWorkspace). Sized as the cuBLAS documentation recommends: 32 MiB
+ * on compute capability 9 and later (Hopper, Blackwell), 4 MiB before; made
+ * at a stream's first product, freed with the stream (blas_ws below). The
+ * legacy stream keeps the default pool. Math mode CUBLAS_DEFAULT_MATH, set explicitly: true
  * float32 (no TF32, no BF16x9 emulation), and cuBLAS's default
  * deterministic algorithms (no atomics mode). Row-major products map
  * to column-major cuBLAS by computing C^T = op(B)^T op(A)^T.
@@ -55,6 +64,13 @@ typedef struct cuda_ctx {
     int prio_training, prio_shadow; /* cudaDeviceGetStreamPriorityRange: greatest, least */
     cublasHandle_t blas;
     pthread_mutex_t blas_lock;
+    /* per created stream, its cuBLAS workspace (under blas_lock) */
+    size_t blas_ws_bytes;
+    int n_blas_ws;
+    struct {
+        cudaStream_t stream;
+        void *ws;
+    } blas_ws[STRATA_CUDA_BLAS_STREAMS];
     int concurrent_managed;         /* cudaDevAttrConcurrentManagedAccess */
     char name[256];                 /* device name, for messages */
     /* The reductions' scratch (review C5): device partials plus a pinned
@@ -239,7 +255,18 @@ static strata_status cu_stream_create(void *ctx, strata_stream_priority prio, vo
 
 static void cu_stream_destroy(void *ctx, void *stream)
 {
-    (void)ctx;
+    cuda_ctx *c = ctx;
+    /* Its cuBLAS workspace, if it got one, once its queued work finished. */
+    pthread_mutex_lock(&c->blas_lock);
+    for (int i = 0; i < c->n_blas_ws; i++) {
+        if (c->blas_ws[i].stream != (cudaStream_t)stream)
+            continue;
+        (void)STRATA_CUDA_CALL(cudaStreamSynchronize((cudaStream_t)stream));
+        (void)STRATA_CUDA_CALL(cudaFree(c->blas_ws[i].ws));
+        c->blas_ws[i] = c->blas_ws[--c->n_blas_ws];
+        break;
+    }
+    pthread_mutex_unlock(&c->blas_lock);
     /* cudaStreamDestroy returns at once; queued work still completes. */
     (void)STRATA_CUDA_CALL(cudaStreamDestroy((cudaStream_t)stream));
 }
@@ -341,6 +368,31 @@ static cublasOperation_t op_of(int trans)
     return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
+/* The created stream `s`'s own cuBLAS workspace on the handle (see the top
+ * of this file), made at its first product. Caller holds blas_lock, after
+ * cublasSetStream(s). Errors: STRATA_ERR_NOMEM (the workspace, or more than
+ * STRATA_CUDA_BLAS_STREAMS streams issuing products), cuBLAS errors. */
+static strata_status set_stream_workspace(cuda_ctx *c, cudaStream_t s)
+{
+    int i = 0;
+    while (i < c->n_blas_ws && c->blas_ws[i].stream != s)
+        i++;
+    if (i == c->n_blas_ws) {
+        if (c->n_blas_ws == STRATA_CUDA_BLAS_STREAMS)
+            return strata_error(STRATA_ERR_NOMEM,
+                                "cuda backend: more than %d streams issue products (each "
+                                "needs its own cuBLAS workspace)", STRATA_CUDA_BLAS_STREAMS);
+        void *ws = NULL;
+        strata_status st = STRATA_CUDA_CALL(cudaMalloc(&ws, c->blas_ws_bytes));
+        if (st != STRATA_OK)
+            return st;
+        c->blas_ws[i].stream = s;
+        c->blas_ws[i].ws = ws;
+        c->n_blas_ws++;
+    }
+    return STRATA_CUBLAS_CALL(cublasSetWorkspace(c->blas, c->blas_ws[i].ws, c->blas_ws_bytes));
+}
+
 /* Row-major C (m x n) = alpha op(A) op(B) + beta C is column-major
  * C^T (n x m) = alpha op(B)^T op(A)^T + beta C^T: swap the operands. */
 static strata_status gemm_on(cuda_ctx *c, void *stream, int trans_a, int trans_b, int m, int n,
@@ -360,6 +412,8 @@ static strata_status gemm_on(cuda_ctx *c, void *stream, int trans_a, int trans_b
     }
     pthread_mutex_lock(&c->blas_lock);
     strata_status st = STRATA_CUBLAS_CALL(cublasSetStream(c->blas, strata_cuda_stream(stream)));
+    if (st == STRATA_OK && stream)
+        st = set_stream_workspace(c, (cudaStream_t)stream);
     if (st == STRATA_OK && batch == 1)
         st = STRATA_CUBLAS_CALL(cublasSgemm(c->blas, op_of(trans_b), op_of(trans_a), n, m, k,
                                             &alpha, b, ldb, a, lda, &beta, cm, ldc));
@@ -421,6 +475,8 @@ static void cu_destroy(void *ctx)
         return;
     (void)STRATA_CUDA_CALL(cudaDeviceSynchronize());
     (void)STRATA_CUBLAS_CALL(cublasDestroy(c->blas));
+    for (int i = 0; i < c->n_blas_ws; i++)
+        (void)STRATA_CUDA_CALL(cudaFree(c->blas_ws[i].ws));
     for (int i = 0; i < STRATA_CUDA_SCRATCH_SLOTS; i++) {
         if (c->scratch[i].dev)
             (void)STRATA_CUDA_CALL(cudaFree(c->scratch[i].dev));
@@ -541,6 +597,7 @@ strata_status strata_backend_cuda_create(strata_backend **out)
     st = STRATA_CUDA_CALL(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     if (st != STRATA_OK)
         goto out_free_ctx;
+    c->blas_ws_bytes = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
     st = STRATA_CUBLAS_CALL(cublasCreate(&c->blas));
     if (st != STRATA_OK)
         goto out_free_ctx;

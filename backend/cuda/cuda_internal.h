@@ -119,6 +119,10 @@ strata_status strata_cuda_find_nonfinite(void *ctx, void *stream, size_t n, cons
  * work. Errors: the cudaMalloc/cudaHostAlloc of a first use. */
 #define STRATA_CUDA_SCRATCH_SLOTS 16
 #define STRATA_CUDA_SCRATCH_BYTES 4096
+/* Created streams that may issue cuBLAS products at once (each gets its own
+ * cuBLAS workspace, cuda.c): the shadow stream plus one per concurrent
+ * device-root refresh (optim/shampoo.c) are a handful. */
+#define STRATA_CUDA_BLAS_STREAMS 64
 strata_status strata_cuda_scratch_acquire(void *ctx, int *slot, void **dev, void **host);
 void strata_cuda_scratch_release(void *ctx, int slot);
 
