@@ -269,8 +269,8 @@ void gpt_blas_core_print(FILE *f)
     gpt_blas_core_get(&c);
     fprintf(f, "%s core: %s", strata_blas_name(), c.core ? c.core : "?");
     if (c.detected)
-        fprintf(f, "; forced weaker than this CPU's %s: SGEMM probe 0.1 s each, %s %.1f GFLOP/s, "
-                   "%s %.1f GFLOP/s", c.detected, c.core ? c.core : "?", c.gflops_core,
+        fprintf(f, "; forced weaker than this CPU's %s (unset OPENBLAS_CORETYPE to use it): "
+                   "SGEMM probe 0.1 s each, %s %.1f GFLOP/s, %s %.1f GFLOP/s", c.detected, c.core ? c.core : "?", c.gflops_core,
                 c.detected, c.gflops_detected);
     fputc('\n', f);
 }

@@ -508,15 +508,16 @@ static void blas_line(const gpt_report *rep, char *buf, size_t n)
                  b->better ? b->better : "", rep->blas_threads,
                  rep->blas_threads == 1 ? "" : "s");
         if (b->supports) { /* the user forced a weaker core: both probes */
-            char more[240];
+            char more[320];
             if (b->detected)
                 snprintf(more, sizeof more, "; forced weaker than this CPU's %s (OpenBLAS's "
-                         "pick without it): SGEMM probe 0.1 s each, %s %.1f GFLOP/s, %s %.1f "
-                         "GFLOP/s", b->detected, b->core ? b->core : "?", b->gflops_core,
+                         "pick without it; unset OPENBLAS_CORETYPE to use it): SGEMM probe "
+                         "0.1 s each, %s %.1f GFLOP/s, %s %.1f GFLOP/s", b->detected, b->core ? b->core : "?", b->gflops_core,
                          b->detected, b->gflops_detected);
             else
                 snprintf(more, sizeof more, "; forced weaker than this CPU's kernels (it "
-                         "supports %s; GEMM probed only in runs of %d steps or more)",
+                         "supports %s; unset OPENBLAS_CORETYPE to use them; GEMM probed only in "
+                         "runs of %d steps or more)",
                          b->supports, GPT_BLAS_PROBE_MIN_STEPS);
             const size_t used = strlen(buf);
             if (used < n)
