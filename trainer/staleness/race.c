@@ -361,6 +361,14 @@ static strata_status write_ratios(const strata_race_options *o, const race_row *
                     r->stats.coh_wait_seconds);
         }
     }
+    if (out)
+        fputs("reach_s: training seconds to the first validation at or below the target "
+              "(validations only: every --eval-every steps, so a short race's runs reach it at "
+              "the same few steps); ratio: reach_s / AdamW's (< 1: faster); step: that "
+              "validation's step; crit%: the training thread's time in snapshots, waits, "
+              "installs and inline refreshes; max/p50: the slowest step over the median; "
+              "wait_s: time waiting for due results\n",
+              out);
     if (fclose(f) != 0)
         return strata_error(STRATA_ERR_IO, "writing %s failed", path);
     return STRATA_OK;
