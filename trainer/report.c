@@ -840,12 +840,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
             "(unigram %.4f)\n"
             "step time ms: p50 %.1f  p99 %.1f  max %.1f  mean %.1f | optimizer p50 %.1f "
             "max %.1f | %s\n"
-            "optimizer: %s%.1f MiB state in the device tier%s%s\n",
+            "optimizer: %s%.1f MiB state in the device tier%s%s%s\n",
             strata_optimizer_name(o->strata.matrix_optimizer), rep->n, rep->n == 1 ? "" : "s",
             res->wall_seconds < 1.0 ? 3 : 1, res->wall_seconds, res->final_train_loss,
             val, res->unigram_val_loss, res->step_ms_p50, res->step_ms_p99,
             res->step_ms_max, res->step_ms_mean, res->opt_ms_p50, res->opt_ms_max,
             tok, refreshes, t->device_bytes / 1048576.0,
+            o->strata.backend == STRATA_BACKEND_CPU ? " (host memory: the cpu backend's)" : "",
             s->paged_params > 0 ? " (paged to nvme between steps: see 'paged state')" : "", over);
     /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
      * fallback to the eigendecomposition is never silent. */
