@@ -314,7 +314,8 @@ typedef struct strata_shampoo_config {
     float warm_qr_tolerance;       /* root_method WARM_QR(_F32): the warm basis Q is refined when
                                       ||Q^T A Q - diag||_F <= tol ||Q^T A Q||_F (Distributed
                                       Shampoo's relative off-diagonal criterion), else
-                                      the root is a dsyevd root (counted in root_fallbacks);
+                                      the root is a dsyevd root (WARM_QR_F32: ssyevd;
+                                      counted in root_fallbacks);
                                       in [0, 1], default 0.12 (README "Warm-started
                                       eigenbases"); 0 = eigh every time */
 } strata_shampoo_config;

@@ -541,7 +541,8 @@ static void test_warm_qr_workers(void **state)
     print_message("shampoo %s F=1 S=2, one block, 2 workers (delays) twice, 1 worker, "
                   "device roots: %s, %s, %s (%lld roots, %lld fallbacks, max staleness %lld, "
                   "%lld waits; %lld device installs)\n",
-                  c.shampoo.root_method == STRATA_ROOT_WARM_QR ? "warm-qr" : "warm-qr-f32", eq01 ? "bit-identical" : "DIFFERENT", eq02 ? "bit-identical" : "DIFFERENT",
+                  c.shampoo.root_method == STRATA_ROOT_WARM_QR ? "warm-qr" : "warm-qr-f32",
+                  eq01 ? "bit-identical" : "DIFFERENT", eq02 ? "bit-identical" : "DIFFERENT",
                   eq03 ? "bit-identical" : "DIFFERENT",
                   (long long)st[0].root_refreshes, (long long)st[0].root_fallbacks,
                   (long long)st[0].max_staleness, (long long)st[0].coh_waits,
