@@ -398,7 +398,7 @@ strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_ro
  * Rayleigh quotients and the criterion's sums accumulate in float64); its
  * first root and its fallback (criterion over `tol`, a non-finite basis)
  * are the float32 eigendecomposition root (ssyevd; eigenvectors accepted
- * with a probe orthogonality error under 1e-3 unless o->ortho_check is
+ * with a probe orthogonality error under max(1e-3, 1e-6 n) unless o->ortho_check is
  * OFF, else the float64 dsyevd/dsyev root, counted in info->retries).
  * info->method: STRATA_ROOT_WARM_QR_F32 or STRATA_ROOT_EIGH; the basis is
  * replaced only by a successful root. Arguments, `work` (as doubles;

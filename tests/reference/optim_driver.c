@@ -29,10 +29,10 @@
  *       stdout gives strata_inv_root_info.
  *     MODE warm_qr_root: strata_inv_root_warm_qr (with "f32": true,
  *       strata_inv_root_warm_qr_f32). CONFIG {n, p, eps, eps_rel, tol,
- *       have_basis, f32}; IN is the n x n factor then the n x n basis
+ *       have_basis, f32, force_retry}; IN is the n x n factor then the n x n basis
  *       (eigenvector k in row k); OUT the root (SENTINEL on failure) then the
  *       basis after the call. stdout: {method, fallback, residual, eps_eff,
- *       have_basis}.
+ *       have_basis, ortho_error (-1: not measured), retries}.
  *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
  *     MODE ns: strata_ns_run. CONFIG {rows, cols, batch (1), steps, schedule
  *       ("quintic" | "polar_express"), method ("auto" | "standard" | "gram"),
@@ -741,6 +741,8 @@ static int run_warm_qr_root(json_object *cfg, const char *in_path, const char *o
     o.eps = jget_double(cfg, "eps", 0.0);
     o.eps_rel = jget_double(cfg, "eps_rel", 0.0);
     const double tol = jget_double(cfg, "tol", 0.12);
+    if (jget_bool(cfg, "force_retry", false)) /* the eigendecompositions' retry path */
+        o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
     bool have = jget_bool(cfg, "have_basis", true);
     const bool f32 = jget_bool(cfg, "f32", false);
     const size_t nn = (size_t)n * (size_t)n;
@@ -769,9 +771,10 @@ static int run_warm_qr_root(json_object *cfg, const char *in_path, const char *o
                                             : "strata_inv_root_warm_qr");
     if (rc == 0)
         printf("{\"method\": %d, \"fallback\": %d, \"residual\": %.17g, \"eps_eff\": %.17g, "
-               "\"have_basis\": %d}\n",
+               "\"have_basis\": %d, \"ortho_error\": %.17g, \"retries\": %d}\n",
                info.method, info.fallback, isnan(info.residual) ? -1.0 : info.residual,
-               info.eps_eff, have ? 1 : 0);
+               info.eps_eff, have ? 1 : 0, isnan(info.ortho_error) ? -1.0 : info.ortho_error,
+               info.retries);
 out_free:
     free(iwork);
     free(work);

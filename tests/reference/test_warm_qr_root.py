@@ -30,7 +30,9 @@ the criterion (its sums lose sqrt(n) u / crit, about 2e-5 at crit 0.05;
 measured <= 9e-7) and 1e-4 on 1 - |cos| of the basis (measured <= 1.9e-7).
 Its fallback and first root are ssyevd's root: the fallback's equals the
 no-basis call's bit for bit (both ssyevd), and both are checked against the
-float64 eigh root at 1e-4.
+float64 eigh root at 1e-4; ssyevd's eigenvectors pass the probe check
+(orthogonality error under 1e-3; measured 6.3e-6 at n = 64), and a rejected
+ssyevd (forced) gives the float64 form's root bit for bit, 2 retries counted.
 
 Checks:
   - no previous basis: the dsyevd root (bit for bit the inv_root eigh root)
@@ -152,7 +154,20 @@ def run_form(rep, drv, f32):
         else:
             rep.check("first_root [= inv_root eigh bit for bit]",
                       ref_c is not None and np.array_equal(root, ref_c), "")
-        first_root = root.copy()
+        if f32:  # ssyevd's eigenvectors passed the probe check
+            rep.line(pre + "first_root [ssyevd orthogonality error]", st["ortho_error"], 1e-3)
+            # a rejected ssyevd (forced) goes to the float64 root: dsyevd
+            # (rejected too, forced) then dsyev, bit for bit the float64
+            # form's, two retries counted
+            zero = np.zeros((n, n), np.float32)
+            rc1, r1, _, s1, e1 = warm(a, zero, have_basis=False, eps_rel=1e-6,
+                                      force_retry=True)
+            rc2, out2, _, _ = drv.run("warm_qr_root", dict(n=n, p=4.0, eps_rel=1e-6,
+                                                           have_basis=False, force_retry=True),
+                                      np.concatenate([a.ravel(), zero.ravel()]), 2 * n * n)
+            rep.check(pre + "first_root [ssyevd rejected: the float64 root, 2 retries]",
+                      rc1 == 0 and rc2 == 0 and s1["retries"] == 2 and
+                      np.array_equal(r1, out2[:n * n].reshape(n, n)), e1.strip())
         rep.check(pre + "first_root [method eigh, no fallback, basis kept]",
                   st["method"] == 0 and st["fallback"] == 0 and st["have_basis"] == 1, "")
         lam = np.linalg.eigvalsh(sym64(a))[::-1]
