@@ -1968,10 +1968,14 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
  * (precond.h). */
 static const char *fam_cost_variant(const void *cfg)
 {
-    /* warm-qr-f32's refresh costs about 0.4x warm-qr's (float32 BLAS): its own too. */
+    /* The warm-qr forms: their warm step, not an eigh root (plan/costmodel.c
+     * times a chained variant's second refresh); warm-qr-f32's costs about
+     * 0.5x warm-qr's (float32 BLAS). */
     const strata_root_method m = ((const strata_shampoo_config *)cfg)->root_method;
-    return m == STRATA_ROOT_NEWTON_F32 ? "newton-f32" : m == STRATA_ROOT_WARM_QR_F32 ? "warm-qr-f32"
-                                                                                    : "";
+    return m == STRATA_ROOT_NEWTON_F32    ? "newton-f32"
+           : m == STRATA_ROOT_WARM_QR_F32 ? "warm-qr-f32"
+           : m == STRATA_ROOT_WARM_QR     ? "warm-qr"
+                                          : "";
 }
 
 static double fam_ema_horizon(const void *cfg)
