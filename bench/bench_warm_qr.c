@@ -40,6 +40,11 @@
  *          by dsyevd (its time included) and counted; the fallback's
  *          dsyevd basis becomes the next Q.
  *          2 + 2 + 8/3 + 1 + 2 + 1 n^3 flops.
+ *   qr32   the runtime's float32 form (optim/phases.h strata_inv_root_warm_qr_f32,
+ *          Shampoo's --root-method warm-qr-f32) on the float32 factor, its
+ *          own float32 basis chained, tolerance 1 (never a fallback: the
+ *          step's own time; the runtime's 0.12 would fall back to ssyevd);
+ *          timed from the float32 factor to the float32 root.
  *   --iters K runs K orthogonal-iteration steps (qr) / QR-algorithm steps
  *   (qrchk) per root instead of 1.
  * Columns: ms per root (median over the measured steps; loaded machine),
@@ -65,6 +70,7 @@
 
 #include "backend/blas.h"
 #include "bench_util.h"
+#include "optim/phases.h"
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -265,10 +271,23 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
     w.liw = malloc((size_t)w.liwork * sizeof(lapack_int));
     w.idx = malloc((size_t)n * sizeof(int));
     double *te = calloc((size_t)steps, sizeof(double)), *ta = calloc((size_t)steps, sizeof(double)),
-           *tc = calloc((size_t)steps, sizeof(double));
+           *tc = calloc((size_t)steps, sizeof(double)), *t32 = calloc((size_t)steps,
+                                                                        sizeof(double));
+    float *a32 = malloc(nn * sizeof(float)), *q32 = malloc(nn * sizeof(float)),
+          *x32 = malloc(nn * sizeof(float));
+    double *work32 = malloc(strata_inv_root_work_doubles(n) * sizeof(double)),
+           *x64 = malloc(nn * sizeof(double));
+    int *iwork32 = malloc(strata_inv_root_work_ints(n) * sizeof(int));
+    bool have32 = true;
+    double err_32 = 0.0;
+    strata_inv_root_opts o32;
+    strata_inv_root_opts_default(&o32);
+    o32.exponent = 1.0 / p;
+    o32.eps_rel = eps_rel;
     int rc = 1;
     if (!a || !g || !c || !ref || !refprev || !x || !qa || !qc || !qe || !l || !w.v || !w.lam ||
-        !w.f || !w.lw || !w.t1 || !w.t2 || !w.t3 || !w.liw || !w.idx || !te || !ta || !tc) {
+        !w.f || !w.lw || !w.t1 || !w.t2 || !w.t3 || !w.liw || !w.idx || !te || !ta || !tc ||
+        !t32 || !a32 || !q32 || !x32 || !work32 || !x64 || !iwork32) {
         fprintf(stderr, "bench_warm_qr: out of memory at n=%d\n", n);
         goto out;
     }
@@ -293,9 +312,13 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
         w.eps = eps_rel * l[0];
         root_from(&w, qe, l, ref);
         const double t_eigh = bench_now_seconds() - t0;
+        for (size_t i = 0; i < nn; i++)
+            a32[i] = (float)a[i];
         if (t == first) {
             memcpy(qa, qe, nn * sizeof(double));
             memcpy(qc, qe, nn * sizeof(double));
+            for (size_t i = 0; i < nn; i++)
+                q32[i] = (float)qe[i];
             continue;
         }
         const int s = t - warm - 1; /* < 0: chained, untimed */
@@ -317,8 +340,17 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
         }
         root_from(&w, qc, l, x);
         const double t_c = bench_now_seconds() - t0;
+        t0 = bench_now_seconds();
+        if (strata_inv_root_warm_qr_f32(n, a32, &o32, 1.0, q32, &have32, x32, work32, iwork32,
+                                        NULL) != STRATA_OK)
+            goto lapack_fail;
+        const double t_32 = bench_now_seconds() - t0;
         if (s < 0)
             continue;
+        t32[s] = t_32;
+        for (size_t i = 0; i < nn; i++)
+            x64[i] = x32[i];
+        err_32 = fmax(err_32, bench_rel_err(nn, x64, ref));
         fb += fell;
         te[s] = t_eigh;
         ta[s] = t_a;
@@ -331,16 +363,16 @@ static int run(int n, int decay, double beta2, int steps, int chain, int warm, d
         off_max = fmax(off_max, off);
     }
     const double me = 1e3 * bench_median(te, steps), ma = 1e3 * bench_median(ta, steps),
-                 mc = 1e3 * bench_median(tc, steps);
+                 mc = 1e3 * bench_median(tc, steps), m32 = 1e3 * bench_median(t32, steps);
     char form[24];
     if (beta2 == 1.0)
         snprintf(form, sizeof form, "sum");
     else
         snprintf(form, sizeof form, "ema %g", beta2);
     printf("| %d | %s | %s | %.1f | %.1f | %.1f | %.2fx | %.2fx | %.1e | %.1e | %.1e | %.1e | "
-           "%.1e | %.1e | %d/%d |\n",
+           "%.1e | %.1e | %d/%d | %.1f | %.2fx | %.1e |\n",
            n, decay ? "decay" : "iso", form, me, ma, mc, me / ma, me / mc, err_a, err_c, err_s,
-           offa_max, est_max, off_max, fb, steps);
+           offa_max, est_max, off_max, fb, steps, m32, me / m32, err_32);
     fflush(stdout);
     rc = 0;
     goto out;
@@ -349,7 +381,8 @@ lapack_fail:
 out:
     free(a), free(g), free(c), free(ref), free(refprev), free(x), free(qa), free(qc), free(qe);
     free(l), free(w.v), free(w.lam), free(w.f), free(w.lw), free(w.t1), free(w.t2), free(w.t3);
-    free(w.liw), free(w.idx), free(te), free(ta), free(tc);
+    free(w.liw), free(w.idx), free(te), free(ta), free(tc), free(t32);
+    free(a32), free(q32), free(x32), free(work32), free(x64), free(iwork32);
     return rc;
 }
 
@@ -410,8 +443,8 @@ int main(int argc, char **argv)
            p, eps_rel, warm, iters, tol);
     printf("| n | C | A | eigh ms | qr ms | qrchk ms | eigh/qr | eigh/qrchk | err qr | "
            "err qrchk | err stale-1 eigh | offdiag qr (old basis) | est qrchk | offdiag qrchk | "
-           "fallback qrchk |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "fallback qrchk | qr32 ms | eigh/qr32 | err qr32 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < ns; i++)
         for (int decay = 0; decay < 2; decay++)
             for (int form = 0; form < 2; form++) {

@@ -523,10 +523,11 @@ static const train_flag train_flag_rows[] = {
      .help = "inverse roots: eigh, newton (eigh-free, eigh fallback counted), auto or "
              "warm-qr (one QR step from the last eigenbasis, eigh fallback counted) or\n"
              "newton-f32 (Newton in float32 on the backend: the GPU with\n--device cuda; "
-             "eigh fallback counted) (default {})", .opts = OPT(SHAMPOO)},
+             "eigh fallback counted) or warm-qr-f32 (warm-qr in float32,\nssyevd fallback "
+             "counted) (default {})", .opts = OPT(SHAMPOO)},
     {CFG(shampoo_warm_qr_tolerance), .type = FT_FLOAT, .lo = 0.0, .hi = 1.0,
      .group = G_SHAMPOO, .arg = "X",
-     .help = "--root-method warm-qr: the last eigenbasis Q is refined while "
+     .help = "--root-method warm-qr, warm-qr-f32: the last eigenbasis Q is refined while "
              "||Q^T A Q - diag||_F <= X ||Q^T A Q||_F, else eigh (default {})",
      .opts = OPT(SHAMPOO)},
     {CFG(state_dtype_factors), .type = FT_NAME, .group = G_SHAMPOO,
@@ -1312,13 +1313,14 @@ static int parse_train(int argc, char **argv, train_cmd cmd, train_args *a)
                         "(every rank is its own shard group and owns every matrix: full-size "
                         "gradients)\n");
     if (mopt == STRATA_OPTIM_SHAMPOO && flag_given(a, "warm-qr-tolerance") &&
-        o->strata.shampoo.root_method != STRATA_ROOT_WARM_QR)
-        fprintf(stderr, "strata: note: --warm-qr-tolerance sets --root-method warm-qr's check; "
-                        "it has no effect with --root-method %s\n",
-                o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ? "newton"
-                : o->strata.shampoo.root_method == STRATA_ROOT_AUTO ? "auto"
-                : o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 ? "newton-f32"
-                                                                    : "eigh");
+        !STRATA_ROOT_METHOD_WARM(o->strata.shampoo.root_method)) {
+        const char *rm = "?"; /* the schema's spelling (runtime/config_schema.h) */
+        for (const strata_cfg_name *e = strata_cfg_names_root_method; e->name; e++)
+            if (e->value == (int)o->strata.shampoo.root_method)
+                rm = e->name;
+        fprintf(stderr, "strata: note: --warm-qr-tolerance sets --root-method warm-qr's (and "
+                        "warm-qr-f32's) check; it has no effect with --root-method %s\n", rm);
+    }
     if (mopt == STRATA_OPTIM_SHAMPOO &&
         o->strata.shampoo.root_method == STRATA_ROOT_NEWTON_F32 &&
         o->strata.shampoo.epsilon_rel < 1e-5f)

@@ -1068,3 +1068,259 @@ strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_ro
     inf->method = STRATA_ROOT_WARM_QR;
     return root_out(n, pm, out);
 }
+
+/* ------------------------------------------------- warm-qr in float32 (WARM_QR_F32)
+ * strata_inv_root_warm_qr's step with every O(n^3) product in float32
+ * (SGEMM for P = A Q, sgeqrf + sorgqr, SSYRK for the root) and its fallback
+ * the float32 eigendecomposition (ssyevd) of the same factor. The factors
+ * and bases are stored in float32, so their rounding (about 1e-7 ||A||)
+ * already bounds what float64 arithmetic could add, and a warm-qr root is
+ * only one-step-stale accurate (1e-2 - 4e-2 from the exact root,
+ * bench_warm_qr). Reductions of O(n^2) (the Rayleigh quotients and the
+ * criterion's sums) accumulate in float64, in a fixed order.
+ * Layout of `work` (read as floats after 2n doubles of l and sorted l):
+ * A (n x n, later the sorted P and then Q'), Q (later W), P (later the
+ * root), tau (n), LAPACK workspace (the rest). The ssyevd fallback reads
+ * `work` from its start as floats: v (n x n), lambda (n), probes
+ * (3 N_PROBES n), ssyevd's workspace (1 + 6n + 2n^2). Both fit in
+ * strata_inv_root_work_doubles(n) doubles (twice as many floats). */
+
+/* Orthogonality tolerance of the float32 eigenvectors (probe estimate of
+ * ||V V^T - I||_F): ssyevd's rounding gave 6.3e-6, 1.1e-5, 2.5e-5, 3.0e-5
+ * and 5.1e-5 at n = 64, 128, 384, 512, 1024 (about 5e-8 n; optim_driver's
+ * warm_qr_root, OpenBLAS 0.3.21), a broken decomposition O(1): 20x the
+ * measured growth, at least 1e-3. */
+static double f32_ortho_tol(int n) { return fmax(1e-3, 1e-6 * (double)n); }
+
+/* Full symmetric v = (a + a^T) / 2 in float32 (row-major, both triangles);
+ * false on a non-finite a. */
+static bool load_symmetric_f32(int n, const float *a, float *v)
+{
+    if (!all_finite_f32(a, (size_t)n * n))
+        return false;
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int j0 = i0; j0 < n; j0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, j1 = j0 + TILE < n ? j0 + TILE : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0 > i ? j0 : i; j < j1; j++) {
+                    const float m = 0.5f * (a[(size_t)i * n + j] + a[(size_t)j * n + i]);
+                    v[(size_t)i * n + j] = m;
+                    v[(size_t)j * n + i] = m;
+                }
+        }
+    return true;
+}
+
+/* x . y of float32 vectors, accumulated in float64 in a fixed order. */
+static double dot_fixed_f32(size_t n, const float *x, const float *y)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * (double)y[i];
+    return s;
+}
+
+/* root_out for a float32 root: the lower triangle of the row-major `root`
+ * to `out`, mirrored; refused when a diagonal entry is not finite or
+ * overflows (PSD: the diagonal bounds every entry). */
+static strata_status root_out_f32(int n, const float *root, float *out)
+{
+    for (int i = 0; i < n; i++) {
+        const float x = root[(size_t)i * n + i];
+        if (!(x <= 0.5f * FLT_MAX))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: root diagonal %g is not finite or overflows float32 "
+                                "(n=%d)", (double)x, n);
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * n, root + (size_t)i * n, (size_t)(i + 1) * sizeof(float));
+    for (int i0 = 0; i0 < n; i0 += TILE)
+        for (int j0 = i0; j0 < n; j0 += TILE) {
+            const int i1 = i0 + TILE < n ? i0 + TILE : n, j1 = j0 + TILE < n ? j0 + TILE : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
+                    out[(size_t)i * n + j] = out[(size_t)j * n + i];
+        }
+    return STRATA_OK;
+}
+
+/* Probe estimate of ||V V^T - I||_F for the float32 eigenvectors (rows of
+ * v), as ortho_error's PROBE: z = V V^T x - x for the fixed Gaussian x. */
+static double ortho_error_f32(int n, const float *v, float *probe)
+{
+    const int k = N_PROBES;
+    float *x = probe, *y = probe + (size_t)n * k, *z = probe + 2 * (size_t)n * k;
+    uint64_t s = 0x5EEDC0FFEEull;
+    for (size_t i = 0; i < (size_t)n * k; i += 2) {
+        const double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53;
+        const double u2 = (double)(splitmix64(&s) >> 11) * 0x1.0p-53;
+        const double r = sqrt(-2.0 * log(u1)), two_pi = 6.283185307179586476925;
+        x[i] = (float)(r * cos(two_pi * u2));
+        if (i + 1 < (size_t)n * k)
+            x[i + 1] = (float)(r * sin(two_pi * u2));
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, n, 1.0f, v, n, x, k, 0.0f, y, k);
+    memcpy(z, x, (size_t)n * k * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, n, 1.0f, v, n, y, k, -1.0f, z, k);
+    double ss = 0.0;
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        ss += (double)z[i] * (double)z[i];
+    return sqrt(ss / k);
+}
+
+/* The float32 eigendecomposition root (regularized mode; arguments
+ * checked, *inf zeroed by the caller): ssyevd, accepted when info == 0,
+ * every eigenvalue finite and (unless o->ortho_check is OFF) the probe
+ * orthogonality error under f32_ortho_tol(n); otherwise the float64 eigh_root
+ * (dsyevd, then dsyev), counted in inf->retries. `basis` receives the
+ * eigenvectors, largest eigenvalue first. */
+static strata_status eigh_root_f32(int n, const float *a, const strata_inv_root_opts *o,
+                                   float *out, double *work, int *iwork,
+                                   strata_inv_root_info *inf, float *basis)
+{
+    const size_t nn = (size_t)n * n;
+    float *v = (float *)work, *lambda = v + nn, *probe = lambda + n;
+    float *lw = probe + 3 * N_PROBES * (size_t)n;
+    const lapack_int lwn = (lapack_int)lapack_lwork(n);
+    if (!load_symmetric_f32(n, a, v))
+        return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input (n=%d)", n);
+    lapack_int info = LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', 'L', n, v, n, lambda, lw, lwn,
+                                          iwork, (lapack_int)strata_inv_root_work_ints(n));
+    bool ok = info == 0;
+    for (int j = 0; ok && j < n; j++)
+        ok = isfinite(lambda[j]);
+    if (ok && o->ortho_check != STRATA_ORTHO_OFF) {
+        inf->ortho_error = ortho_error_f32(n, v, probe);
+        ok = inf->ortho_error <= f32_ortho_tol(n);
+    }
+    if (ok && (o->flags & STRATA_INV_ROOT_FORCE_RETRY))
+        ok = false;
+    if (!ok) { /* the float64 decomposition, with its own retry */
+        strata_status st = eigh_root(n, a, o, out, work, iwork, inf, basis);
+        inf->retries += 1;
+        return st;
+    }
+    /* Eigenvectors are the columns of the column-major v (rows of the
+     * row-major buffer), eigenvalues ascending. */
+    for (int k = 0; k < n; k++)
+        memcpy(basis + (size_t)k * n, v + (size_t)(n - 1 - k) * n, (size_t)n * sizeof(float));
+    double lmax = 0.0, lmin = lambda[0];
+    for (int j = 0; j < n; j++) {
+        lmax = fmax(lmax, (double)lambda[j]);
+        lmin = fmin(lmin, (double)lambda[j]);
+    }
+    inf->lambda_min = lmin;
+    inf->lambda_max = lmax;
+    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    const double half_exp = -0.5 * o->exponent;
+    for (int j = 0; j < n; j++) {
+        const double s = pow(fmax((double)lambda[j], 0.0) + eps_eff, half_exp);
+        if (!isfinite(s))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
+                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
+                                (double)lambda[j], eps_eff);
+        cblas_sscal(n, (float)s, v + (size_t)j * n, 1);
+    }
+    /* root = W W^T, W's columns s_j v_j: column-major upper = row-major lower. */
+    float *root = lw;
+    cblas_ssyrk(CblasColMajor, CblasUpper, CblasNoTrans, n, n, 1.0f, v, n, 0.0f, root, n);
+    return root_out_f32(n, root, out);
+}
+
+strata_status strata_inv_root_warm_qr_f32(int n, const float *a, const strata_inv_root_opts *o,
+                                          double tol, float *basis, bool *have_basis,
+                                          float *out, double *work, int *iwork,
+                                          strata_inv_root_info *info)
+{
+    if (n <= 0 || !a || !o || !basis || !have_basis || !out || !work || !iwork ||
+        o->mode != STRATA_ROOT_REGULARIZED || !(o->exponent > 0.0) || !isfinite(o->exponent) ||
+        !(o->eps >= 0.0) || !isfinite(o->eps) || !(o->eps_rel >= 0.0) || !isfinite(o->eps_rel) ||
+        !(tol >= 0.0) || !(tol <= 1.0))
+        return strata_error(STRATA_ERR_INVALID_ARG,
+                            "inv_root_warm_qr_f32: bad arguments (n=%d, tol=%g; the regularized "
+                            "mode only)", n, tol);
+    strata_inv_root_info local = {0};
+    strata_inv_root_info *inf = info ? info : &local;
+    memset(inf, 0, sizeof *inf);
+    inf->residual = NAN;
+    inf->ortho_error = NAN;
+    if (!*have_basis || !all_finite_f32(basis, (size_t)n * n)) {
+        inf->method = STRATA_ROOT_EIGH; /* the first root: ssyevd, not a fallback */
+        strata_status st = eigh_root_f32(n, a, o, out, work, iwork, inf, basis);
+        *have_basis = st == STRATA_OK;
+        return st;
+    }
+    const size_t nn = (size_t)n * n;
+    double *l = work, *ls = l + n;
+    float *am = (float *)(work + 2 * (size_t)n), *qm = am + nn, *pm = qm + nn, *tau = pm + nn;
+    float *lw = tau + n;
+    const lapack_int lwn =
+        (lapack_int)(2 * strata_inv_root_work_doubles(n) - 4 * (size_t)n - 3 * nn - (size_t)n);
+    int *idx = iwork, *tmp = iwork + n;
+    if (!load_symmetric_f32(n, a, am))
+        return strata_error(STRATA_ERR_LINALG, "inv_root: non-finite input (n=%d)", n);
+    /* Symmetric A reads the same in either order: P = A Q column-major
+     * (column k of Q, contiguous: eigenvector k). */
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, am, n, basis, n, 0.0f,
+                pm, n);
+    double tot = 0.0, dia = 0.0;
+    for (int k = 0; k < n; k++) {
+        const float *q = basis + (size_t)k * n, *p = pm + (size_t)k * n;
+        l[k] = dot_fixed_f32((size_t)n, q, p);
+        tot += dot_fixed_f32((size_t)n, p, p);
+        dia += l[k] * l[k];
+        idx[k] = k;
+    }
+    const double crit = tot > 0.0 ? sqrt(fmax(tot - dia, 0.0) / tot) : NAN;
+    inf->residual = crit;
+    if (!(crit <= tol)) { /* too stale (or A = 0, or non-finite): ssyevd, counted */
+        inf->method = STRATA_ROOT_EIGH;
+        strata_status st = eigh_root_f32(n, a, o, out, work, iwork, inf, basis);
+        inf->fallback = 1;
+        inf->residual = crit;
+        *have_basis = st == STRATA_OK;
+        return st;
+    }
+    argsort_desc(n, l, idx, tmp);
+    for (int k = 0; k < n; k++) {
+        memcpy(am + (size_t)k * n, pm + (size_t)idx[k] * n, (size_t)n * sizeof(float));
+        ls[k] = l[idx[k]];
+    }
+    lapack_int info_qr = LAPACKE_sgeqrf_work(LAPACK_COL_MAJOR, n, n, am, n, tau, lw, lwn);
+    if (info_qr == 0)
+        info_qr = LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, n, n, n, am, n, tau, lw, lwn);
+    if (info_qr != 0 || !all_finite_f32(am, nn))
+        return strata_error(STRATA_ERR_LINALG, "inv_root_warm_qr_f32: QR failed (info %d, n=%d)",
+                            (int)info_qr, n);
+    const double lmax = fmax(ls[0], 0.0);
+    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
+    inf->lambda_max = ls[0];
+    inf->lambda_min = ls[n - 1];
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    const double half_exp = -0.5 * o->exponent;
+    for (int k = 0; k < n; k++) {
+        const double sk = pow(fmax(ls[k], 0.0) + eps_eff, half_exp);
+        if (!isfinite(sk))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
+                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
+                                ls[k], eps_eff);
+        const float skf = (float)sk, *src = am + (size_t)k * n;
+        float *dst = qm + (size_t)k * n;
+        for (int i = 0; i < n; i++)
+            dst[i] = skf * src[i];
+    }
+    /* root = W W^T; column-major upper = row-major lower, which root_out_f32
+     * reads. The new basis is written only now (a failure above leaves it). */
+    cblas_ssyrk(CblasColMajor, CblasUpper, CblasNoTrans, n, n, 1.0f, qm, n, 0.0f, pm, n);
+    strata_status st = root_out_f32(n, pm, out);
+    if (st == STRATA_OK) {
+        memcpy(basis, am, nn * sizeof(float));
+        inf->method = STRATA_ROOT_WARM_QR_F32;
+    }
+    return st;
+}

@@ -392,6 +392,24 @@ strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_ro
                                       double tol, float *basis, bool *have_basis, float *out,
                                       double *work, int *iwork, strata_inv_root_info *info);
 
+/* strata_inv_root_warm_qr in float32 arithmetic (root_method WARM_QR_F32):
+ * the same step, criterion, ordering, eigenvalue clamp and eps_eff, with
+ * P = A Q by SGEMM, Q' by sgeqrf + sorgqr and the root by SSYRK (the
+ * Rayleigh quotients and the criterion's sums accumulate in float64); its
+ * first root and its fallback (criterion over `tol`, a non-finite basis)
+ * are the float32 eigendecomposition root (ssyevd; eigenvectors accepted
+ * with a probe orthogonality error under max(1e-3, 1e-6 n) unless o->ortho_check is
+ * OFF, else the float64 dsyevd/dsyev root, counted in info->retries).
+ * info->method: STRATA_ROOT_WARM_QR_F32 or STRATA_ROOT_EIGH; the basis is
+ * replaced only by a successful root. Arguments, `work` (as doubles;
+ * read as floats), errors and aliasing as strata_inv_root_warm_qr's.
+ * Accuracy: the float64 form's root to float32 rounding, about n * 6e-8
+ * relative (tests/reference/test_warm_qr_root.py). */
+strata_status strata_inv_root_warm_qr_f32(int n, const float *a, const strata_inv_root_opts *o,
+                                          double tol, float *basis, bool *have_basis,
+                                          float *out, double *work, int *iwork,
+                                          strata_inv_root_info *info);
+
 strata_status strata_inv_root_newton_f32(strata_backend *be, int n, const float *a,
                                          const strata_inv_root_opts *o, float *out,
                                          float *dwork, float *host_stage, double *work,

@@ -282,13 +282,14 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
     OPTIM_CHECK(st, optim_check_finite(n, "inverse_exponent_override[1]",
                                        c->inverse_exponent_override[1]));
     OPTIM_CHECK(st, optim_check_int(n, "root_method", (long long)c->root_method,
-                                    STRATA_ROOT_EIGH, STRATA_ROOT_NEWTON_F32));
+                                    STRATA_ROOT_EIGH, STRATA_ROOT_WARM_QR_F32));
     OPTIM_CHECK(st, optim_check_float(n, "warm_qr_tolerance", c->warm_qr_tolerance, 0.0, true,
                                       1.0, true));
-    if (st == STRATA_OK && c->root_method == STRATA_ROOT_WARM_QR && c->use_pseudo_inverse)
+    if (st == STRATA_OK && STRATA_ROOT_METHOD_WARM(c->root_method) && c->use_pseudo_inverse)
         st = strata_error(STRATA_ERR_INVALID_ARG,
-                          "shampoo.root_method = warm_qr has no pseudo-inverse mode "
-                          "(shampoo.use_pseudo_inverse); use eigh");
+                          "shampoo.root_method = %s has no pseudo-inverse mode "
+                          "(shampoo.use_pseudo_inverse); use eigh",
+                          c->root_method == STRATA_ROOT_WARM_QR ? "warm_qr" : "warm_qr_f32");
     if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON) {
         for (int f = 0; f < 2 && st == STRATA_OK; f++) {
             const float e = c->inverse_exponent_override[f];
@@ -452,11 +453,14 @@ static strata_status factor_root_warm(const strata_shampoo_config *c, int factor
                             "backend (block_factor_root), not on a bare configuration");
     strata_inv_root_info info = {0};
     strata_status st;
-    if (c->root_method == STRATA_ROOT_WARM_QR) {
-        if (basis)
+    if (STRATA_ROOT_METHOD_WARM(c->root_method)) {
+        if (basis && c->root_method == STRATA_ROOT_WARM_QR_F32) /* float32 (ssyevd first) */
+            st = strata_inv_root_warm_qr_f32(n, a, &o, (double)c->warm_qr_tolerance, basis,
+                                             have_basis, out, work, iwork, &info);
+        else if (basis)
             st = strata_inv_root_warm_qr(n, a, &o, (double)c->warm_qr_tolerance, basis,
                                          have_basis, out, work, iwork, &info);
-        else /* no basis kept (the one-factor entry): as from a first root */
+        else /* no basis kept (the one-factor entry): a dsyevd root, as warm-qr's */
             st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
     } else {
         o.method = c->root_method;
@@ -825,7 +829,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         if (st != STRATA_OK)
             goto out_free_mem;
     }
-    if (c->root_method == STRATA_ROOT_WARM_QR) {
+    if (STRATA_ROOT_METHOD_WARM(c->root_method)) {
         /* The previous eigenbases (host), charged to the ledger as roots. */
         s->warm = calloc((size_t)s->nblocks, sizeof *s->warm);
         size_t qb = 0;
@@ -1457,7 +1461,7 @@ static strata_precond_block slot_layout(const strata_shampoo_config *c, size_t r
         .part_offset = {0, nl},
         .part_bytes = {nl, nr},
     };
-    if (c->root_method == STRATA_ROOT_WARM_QR) {
+    if (STRATA_ROOT_METHOD_WARM(c->root_method)) {
         out.aux_offset = (nl + nr + 63) / 64 * 64;
         out.aux_bytes = (r * r + q * q + 2) * sizeof(float);
         out.slot_bytes = out.aux_offset + out.aux_bytes;
@@ -1499,7 +1503,7 @@ static int fam_plan(const void *cfg, const strata_precond_shape *sh, strata_prec
             maxdim = q > maxdim ? q : maxdim;
             if (blocks && nb < cap)
                 blocks[nb] = slot_layout(c, r, q);
-            if (c->root_method == STRATA_ROOT_WARM_QR) /* the installed bases (host) */
+            if (STRATA_ROOT_METHOD_WARM(c->root_method)) /* the installed bases (host) */
                 out->host[STRATA_LEDGER_ROOTS] += (r * r + q * q) * sizeof(float);
             nb++;
         }
@@ -1917,9 +1921,9 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
  * flags' name stands for the bases. */
 static const char *const fam_retired_warm[] = {
     "has_warm_basis.0",
-    "it holds root_method = warm_qr's eigenbases (a run with --root-method warm-qr); this run "
-    "computes its roots with another root method: resume with --root-method warm-qr, or "
-    "restart the run",
+    "it holds root_method = warm_qr's (or warm_qr_f32's) eigenbases (a run with --root-method "
+    "warm-qr or warm-qr-f32); this run computes its roots with a root method that keeps none: "
+    "resume with --root-method warm-qr or warm-qr-f32, or restart the run",
     NULL};
 
 static const char *const *fam_retired(const void *state)
@@ -1960,11 +1964,18 @@ static void fam_set_hyper(void *state, float lr, float weight_decay)
 }
 
 /* The factor EMA, and Adam grafting's second moment. */
-/* newton_f32's roots run on the backend: a cost of their own (precond.h). */
+/* newton_f32's roots run on the backend, warm_qr_f32's in float32: costs of their own
+ * (precond.h). */
 static const char *fam_cost_variant(const void *cfg)
 {
-    return ((const strata_shampoo_config *)cfg)->root_method == STRATA_ROOT_NEWTON_F32
-               ? "newton-f32" : "";
+    /* The warm-qr forms: their warm step, not an eigh root (plan/costmodel.c
+     * times a chained variant's second refresh); warm-qr-f32's costs about
+     * 0.5x warm-qr's (float32 BLAS). */
+    const strata_root_method m = ((const strata_shampoo_config *)cfg)->root_method;
+    return m == STRATA_ROOT_NEWTON_F32    ? "newton-f32"
+           : m == STRATA_ROOT_WARM_QR_F32 ? "warm-qr-f32"
+           : m == STRATA_ROOT_WARM_QR     ? "warm-qr"
+                                          : "";
 }
 
 static double fam_ema_horizon(const void *cfg)

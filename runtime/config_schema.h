@@ -78,7 +78,7 @@
     X(shampoo_pseudo_inverse_atol, shampoo.pseudo_inverse_atol, FLOAT, NOCKPT, NULL, NULL, "", "absolute cutoff", none) \
     X(shampoo_inverse_exponent_override0, shampoo.inverse_exponent_override[0], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):", none) \
     X(shampoo_inverse_exponent_override1, shampoo.inverse_exponent_override[1], FLOAT, NOCKPT, NULL, NULL, "", "root exponent e of L ([0]) and R ([1]):", none) \
-    X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback), auto, warm-qr (one QR step from the last eigenbasis, eigh fallback) or newton-f32 (the coupled Newton iteration in float32 on the backend, the GPU with --device cuda; eigh fallback)", root_method) \
+    X(shampoo_root_method, shampoo.root_method, ENUM, CKPT, "root-method", "root_method", "", "eigh (default), newton (eigh-free coupled Newton, eigh fallback), auto, warm-qr (one QR step from the last eigenbasis, eigh fallback), newton-f32 (the coupled Newton iteration in float32 on the backend, the GPU with --device cuda; eigh fallback) or warm-qr-f32 (warm-qr in float32, ssyevd fallback)", root_method) \
     X(shampoo_factor_dtype, shampoo.factor_dtype, ENUM, CKPT, NULL, NULL, "", "storage of L and R: f32 (default) or bf16", state_dtype) \
     X(shampoo_root_dtype, shampoo.root_dtype, ENUM, CKPT, NULL, NULL, "", "storage of the inverse roots: f32 (default) or bf16", state_dtype) \
     X(shampoo_warm_qr_tolerance, shampoo.warm_qr_tolerance, FLOAT, NOCKPT, "warm-qr-tolerance", NULL, "", "root_method warm-qr: relative off-diagonal tolerance of the warm basis; default 0.12", none) \
@@ -200,7 +200,8 @@ static const strata_cfg_name strata_cfg_names_grafting[] = {
 };
 static const strata_cfg_name strata_cfg_names_root_method[] = {
     {"eigh", STRATA_ROOT_EIGH}, {"newton", STRATA_ROOT_NEWTON}, {"auto", STRATA_ROOT_AUTO},
-    {"warm-qr", STRATA_ROOT_WARM_QR}, {"newton-f32", STRATA_ROOT_NEWTON_F32}, {NULL, 0},
+    {"warm-qr", STRATA_ROOT_WARM_QR}, {"newton-f32", STRATA_ROOT_NEWTON_F32},
+    {"warm-qr-f32", STRATA_ROOT_WARM_QR_F32}, {NULL, 0},
 };
 static const strata_cfg_name strata_cfg_names_muon_scale[] = {
     {"shape", STRATA_MUON_SCALE_SHAPE}, {"adamw", STRATA_MUON_SCALE_ADAMW_RMS},

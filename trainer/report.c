@@ -851,10 +851,13 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
     /* Eigh-free roots (shampoo.root_method newton/auto): said when tried, so a
      * fallback to the eigendecomposition is never silent. */
     if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
-        o->strata.shampoo.root_method == STRATA_ROOT_WARM_QR)
-        fprintf(f, "roots: warm-started eigenbases (one QR step from the last basis; the first "
-                "root of each factor by eigh), %lld fell back to eigh (off-diagonal "
-                "criterion)\n", (long long)t->root_fallbacks);
+        STRATA_ROOT_METHOD_WARM(o->strata.shampoo.root_method)) {
+        const bool f32 = o->strata.shampoo.root_method == STRATA_ROOT_WARM_QR_F32;
+        fprintf(f, "roots: warm-started eigenbases (one QR step from the last basis%s; the first "
+                "root of each factor by %s), %lld fell back to %s (off-diagonal "
+                "criterion)\n", f32 ? ", float32" : "", f32 ? "ssyevd" : "eigh",
+                (long long)t->root_fallbacks, f32 ? "ssyevd" : "eigh");
+    }
     else if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
              (o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ||
               o->strata.shampoo.root_method == STRATA_ROOT_AUTO ||

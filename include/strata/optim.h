@@ -193,7 +193,18 @@ typedef enum strata_root_method {
                                 a float64 EIGH fallback on the host (optim/phases.h
                                 strata_inv_root_newton_f32_on); strata_inv_root_ex
                                 refuses it */
+    STRATA_ROOT_WARM_QR_F32 = 5, /* Shampoo only (root_method): WARM_QR computed in float32
+                                (SGEMM, sgeqrf + sorgqr, SSYRK; its first roots and
+                                fallbacks by ssyevd, optim/phases.h
+                                strata_inv_root_warm_qr_f32): the same bases, checkpoint
+                                tensors and counters; strata_inv_root_ex refuses it */
 } strata_root_method;
+
+/* True for the root methods that keep each factor's eigenbasis between
+ * refreshes (WARM_QR, WARM_QR_F32): their refreshes chain, their bases are
+ * in the refresh result and the checkpoint. One predicate, so that the two
+ * cannot drift. */
+#define STRATA_ROOT_METHOD_WARM(m) ((m) == STRATA_ROOT_WARM_QR || (m) == STRATA_ROOT_WARM_QR_F32)
 
 /* The smallest factor dimension AUTO sends to NEWTON (float64 on the CPU).
  * bench/bench_roots.c measured NEWTON slower than EIGH at every size it runs
@@ -293,14 +304,18 @@ typedef struct strata_shampoo_config {
                                       rejected root (float32 residual over
                                       STRATA_ROOT_F32_RESIDUAL_TOL, or no convergence)
                                       recomputed by float64 EIGH on the host (counted in
-                                      root_fallbacks) */
+                                      root_fallbacks);
+                                      WARM_QR_F32: WARM_QR in float32 arithmetic (its
+                                      first roots and fallbacks by ssyevd), bases and
+                                      checkpoint as WARM_QR's */
     strata_state_dtype factor_dtype; /* storage of L and R (strata_state_dtype); default F32.
                                       BF16 needs beta2 <= STRATA_STATE_BF16_MAX_BETA */
     strata_state_dtype root_dtype;   /* storage of the inverse roots; default F32 */
-    float warm_qr_tolerance;       /* root_method WARM_QR: the warm basis Q is refined when
+    float warm_qr_tolerance;       /* root_method WARM_QR(_F32): the warm basis Q is refined when
                                       ||Q^T A Q - diag||_F <= tol ||Q^T A Q||_F (Distributed
                                       Shampoo's relative off-diagonal criterion), else
-                                      the root is a dsyevd root (counted in root_fallbacks);
+                                      the root is a dsyevd root (WARM_QR_F32: ssyevd;
+                                      counted in root_fallbacks);
                                       in [0, 1], default 0.12 (README "Warm-started
                                       eigenbases"); 0 = eigh every time */
 } strata_shampoo_config;
@@ -323,7 +338,8 @@ STRATA_API void strata_shampoo_config_default(strata_shampoo_config *c);
  * epsilon = epsilon_rel = 0; root_method known, and NEWTON only with
  * exponents in {1/4, 1/2, 0} and use_pseudo_inverse false; factor_dtype and
  * root_dtype known, factor_dtype BF16 only with beta2 <= STRATA_STATE_BF16_MAX_BETA;
- * root_method WARM_QR only without use_pseudo_inverse; warm_qr_tolerance in [0, 1];
+ * root_method WARM_QR and WARM_QR_F32 only without use_pseudo_inverse; warm_qr_tolerance
+ * in [0, 1];
  * root_method NEWTON_F32 only with exponents in {1/4, 1/2, 0} and without
  * use_pseudo_inverse (the reason is named).
  * Errors: STRATA_ERR_INVALID_ARG naming the

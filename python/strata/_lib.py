@@ -302,7 +302,8 @@ STATUS_NAMES = ["STRATA_OK", "STRATA_ERR_INVALID_ARG", "STRATA_ERR_NOMEM", "STRA
                 "STRATA_ERR_UNSUPPORTED", "STRATA_ERR_TIMEOUT", "STRATA_ERR_INTERNAL"]
 ENUMS = {
     "grafting": {"none": 0, "adam": 1, "adagrad": 2},
-    "root_method": {"eigh": 0, "newton": 1, "auto": 2, "warm_qr": 3, "newton_f32": 4},
+    "root_method": {"eigh": 0, "newton": 1, "auto": 2, "warm_qr": 3, "newton_f32": 4,
+                    "warm_qr_f32": 5},
     "scale": {"shape": 0, "adamw": 1, "adamw_rms": 1, "spectral": 2, "none": 3},
     "momentum_form": {"sum": 0, "ema": 1},
     "ns_schedule": {"quintic": 0, "original": 0, "polar_express": 1, "polar-express": 1},

@@ -231,6 +231,9 @@ static const variant variants[] = {
 static const variant warm_variants[] = {
     {"shampoo-wqr-f1", STRATA_OPTIM_SHAMPOO, false, 0, false, -1, 1, WQR, 0},
     {"shampoo-wqr-f1-s1", STRATA_OPTIM_SHAMPOO, true, 1, false, -1, 1, WQR, 1},
+    /* the float32 form (its bases, checkpoint tensors and chains are warm-qr's) */
+    {"shampoo-wqr32-f1-s1", STRATA_OPTIM_SHAMPOO, true, 1, false, -1, 1,
+     1 + STRATA_ROOT_WARM_QR_F32, 1},
 };
 
 static void test_resume_every_optimizer(void **state)

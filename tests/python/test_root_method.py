@@ -3,7 +3,8 @@ eigh-free Newton roots run and are counted in stats(), the default (eigh)
 counts none, newton_f32 (float32 Newton roots on the backend) trains and
 resumes from its state_dict bit-identically, warm_qr runs (and at warm_qr_tolerance 0 falls back on every
 root after a factor's first, giving eigh's weights exactly) and resumes from its
-state_dict bit-identically (its eigenbases are state), and a bad name is
+state_dict bit-identically (its eigenbases are state), warm_qr_f32 (its float32
+form) runs with its own weights and fallbacks, and a bad name is
 refused by the binding with the field named."""
 import pytest
 
@@ -31,6 +32,19 @@ def test_warm_qr_roots():
     # tol 0: every root after a factor's first falls back (first roots: 1 / 4 of 4 steps)
     assert z["root_fallbacks"] == z["root_refreshes"] * 3 // 4 > 0
     assert all(bool((a == b).all()) for a, b in zip(wz, we))
+
+
+def test_warm_qr_f32_roots():
+    """root_method="warm_qr_f32" (warm_qr in float32, ssyevd first roots and
+    fallbacks): as many roots as warm_qr, its own weights (float32 rounding),
+    and at tolerance 0 every root after a factor's first falls back."""
+    s, w = run(True, 1, root_method="warm_qr_f32", epsilon_rel=1e-5)
+    q, wq = run(True, 1, root_method="warm_qr", epsilon_rel=1e-5)
+    assert s["root_refreshes"] == q["root_refreshes"] > 0 and s["root_newton"] == 0
+    assert s["root_fallbacks"] < s["root_refreshes"] * 3 // 4  # warm roots were used
+    assert any(not bool((a == b).all()) for a, b in zip(w, wq))
+    z = run(False, 1, root_method="warm_qr_f32", epsilon_rel=1e-5, warm_qr_tolerance=0.0)
+    assert z["root_fallbacks"] == z["root_refreshes"] * 3 // 4 > 0
 
 
 def test_newton_roots_counted():

@@ -27,11 +27,12 @@
  *       SENTINEL and written even when the call fails, so the test can check
  *       that a failed call leaves it untouched. On success one JSON line on
  *       stdout gives strata_inv_root_info.
- *     MODE warm_qr_root: strata_inv_root_warm_qr. CONFIG {n, p, eps, eps_rel,
- *       tol, have_basis}; IN is the n x n factor then the n x n basis
+ *     MODE warm_qr_root: strata_inv_root_warm_qr (with "f32": true,
+ *       strata_inv_root_warm_qr_f32). CONFIG {n, p, eps, eps_rel, tol,
+ *       have_basis, f32, force_retry}; IN is the n x n factor then the n x n basis
  *       (eigenvector k in row k); OUT the root (SENTINEL on failure) then the
  *       basis after the call. stdout: {method, fallback, residual, eps_eff,
- *       have_basis}.
+ *       have_basis, ortho_error (-1: not measured), retries}.
  *     MODE newton_schulz: CONFIG {rows, cols, steps}; IN and OUT rows x cols.
  *     MODE ns: strata_ns_run. CONFIG {rows, cols, batch (1), steps, schedule
  *       ("quintic" | "polar_express"), method ("auto" | "standard" | "gram"),
@@ -314,11 +315,13 @@ static int run_shampoo(json_object *cfg, const problem *p, FILE *out, strata_bac
             c.root_method = STRATA_ROOT_AUTO;
         else if (!strcmp(rm, "warm_qr"))
             c.root_method = STRATA_ROOT_WARM_QR;
+        else if (!strcmp(rm, "warm_qr_f32"))
+            c.root_method = STRATA_ROOT_WARM_QR_F32;
         else if (!strcmp(rm, "newton_f32")) /* on this driver's backend (cpu) */
             c.root_method = STRATA_ROOT_NEWTON_F32;
         else {
-            fprintf(stderr, "optim_driver: root_method must be eigh, newton, auto, warm_qr or "
-                            "newton_f32\n");
+            fprintf(stderr, "optim_driver: root_method must be eigh, newton, auto, warm_qr, "
+                            "newton_f32 or warm_qr_f32\n");
             return 2;
         }
     }
@@ -738,7 +741,10 @@ static int run_warm_qr_root(json_object *cfg, const char *in_path, const char *o
     o.eps = jget_double(cfg, "eps", 0.0);
     o.eps_rel = jget_double(cfg, "eps_rel", 0.0);
     const double tol = jget_double(cfg, "tol", 0.12);
+    if (jget_bool(cfg, "force_retry", false)) /* the eigendecompositions' retry path */
+        o.flags |= STRATA_INV_ROOT_FORCE_RETRY;
     bool have = jget_bool(cfg, "have_basis", true);
+    const bool f32 = jget_bool(cfg, "f32", false);
     const size_t nn = (size_t)n * (size_t)n;
     int rc = 2;
     float *in = malloc(2 * nn * sizeof(float)), *out = malloc(nn * sizeof(float));
@@ -753,20 +759,22 @@ static int run_warm_qr_root(json_object *cfg, const char *in_path, const char *o
     for (size_t i = 0; i < nn; i++)
         out[i] = SENTINEL;
     strata_inv_root_info info;
-    strata_status st = strata_inv_root_warm_qr((int)n, in, &o, tol, in + nn, &have, out, work,
-                                               iwork, &info);
+    strata_status st = (f32 ? strata_inv_root_warm_qr_f32 : strata_inv_root_warm_qr)(
+        (int)n, in, &o, tol, in + nn, &have, out, work, iwork, &info);
     FILE *f = open_out(out_path);
     if (!f)
         goto out_free;
     bool ok = write_floats(f, out, nn) && write_floats(f, in + nn, nn);
     if (!close_out(f) || !ok)
         goto out_free;
-    rc = st == STRATA_OK ? 0 : fail(st, "strata_inv_root_warm_qr");
+    rc = st == STRATA_OK ? 0 : fail(st, f32 ? "strata_inv_root_warm_qr_f32"
+                                            : "strata_inv_root_warm_qr");
     if (rc == 0)
         printf("{\"method\": %d, \"fallback\": %d, \"residual\": %.17g, \"eps_eff\": %.17g, "
-               "\"have_basis\": %d}\n",
+               "\"have_basis\": %d, \"ortho_error\": %.17g, \"retries\": %d}\n",
                info.method, info.fallback, isnan(info.residual) ? -1.0 : info.residual,
-               info.eps_eff, have ? 1 : 0);
+               info.eps_eff, have ? 1 : 0, isnan(info.ortho_error) ? -1.0 : info.ortho_error,
+               info.retries);
 out_free:
     free(iwork);
     free(work);

@@ -214,7 +214,7 @@ static void test_s0_bit_identical(void **state)
                   (long long)sb.max_staleness, sa.device_bytes, sb.device_bytes, sb.host_bytes,
                   sb.nvme_bytes);
     CHECK(eq, "S=0 must be bit-identical to the synchronous path");
-    if (k->root_method == STRATA_ROOT_WARM_QR) {
+    if (STRATA_ROOT_METHOD_WARM(k->root_method)) {
         /* Every root after a factor's first is warm unless it fell back:
          * fewer than half fell back, the same ones in both runs. */
         print_message("  warm-qr roots %lld vs %lld, fallbacks %lld vs %lld\n",
@@ -516,11 +516,13 @@ static void wq_run(const strata_config *c, int delay_us, bool device_roots, floa
     strata_destroy(rt);
 }
 
+/* state: NULL (warm-qr) or the root method (warm-qr-f32). */
+static const strata_root_method root_warm_qr_f32 = STRATA_ROOT_WARM_QR_F32;
+
 static void test_warm_qr_workers(void **state)
 {
-    (void)state;
     strata_config c = base_config();
-    c.shampoo.root_method = STRATA_ROOT_WARM_QR;
+    c.shampoo.root_method = *state ? *(const strata_root_method *)*state : STRATA_ROOT_WARM_QR;
     c.shampoo.epsilon_rel = 1e-5f;
     c.shampoo.warm_qr_tolerance = 0.5f; /* loose: most roots warm (s0 cases) */
     c.shampoo.max_preconditioner_dim = 1024; /* one block */
@@ -536,9 +538,10 @@ static void test_warm_qr_workers(void **state)
     const bool eq01 = memcmp(w[0], w[1], sizeof w[0]) == 0;
     const bool eq02 = memcmp(w[0], w[2], sizeof w[0]) == 0;
     const bool eq03 = memcmp(w[0], w[3], sizeof w[0]) == 0;
-    print_message("shampoo warm-qr F=1 S=2, one block, 2 workers (delays) twice, 1 worker, "
+    print_message("shampoo %s F=1 S=2, one block, 2 workers (delays) twice, 1 worker, "
                   "device roots: %s, %s, %s (%lld roots, %lld fallbacks, max staleness %lld, "
                   "%lld waits; %lld device installs)\n",
+                  c.shampoo.root_method == STRATA_ROOT_WARM_QR ? "warm-qr" : "warm-qr-f32",
                   eq01 ? "bit-identical" : "DIFFERENT", eq02 ? "bit-identical" : "DIFFERENT",
                   eq03 ? "bit-identical" : "DIFFERENT",
                   (long long)st[0].root_refreshes, (long long)st[0].root_fallbacks,
@@ -752,6 +755,8 @@ static const s0_case s0_cases[] = {
     /* float32 Newton roots on the backend (each worker its own stream and
      * device workspace) at F = 1 */
     {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0, STRATA_ROOT_NEWTON_F32},
+    /* warm-qr in float32 (ssyevd first roots and fallbacks) at F = 1 */
+    {STRATA_OPTIM_SHAMPOO, STRATA_TIER_HOST, 3000, false, 1, 0, STRATA_ROOT_WARM_QR_F32},
 };
 /* test_eigenbasis_staleness: the optimizer and KL-Shampoo's form */
 static const s0_case ring_cases[] = {
@@ -829,6 +834,8 @@ int main(int argc, char **argv)
         CASE("s0_shampoo_f1_warm_qr", test_s0_bit_identical, &s0_cases[16]),
         CASE("warm_qr_workers", test_warm_qr_workers, NULL),
         CASE("s0_shampoo_f1_newton_f32", test_s0_bit_identical, &s0_cases[17]),
+        CASE("s0_shampoo_f1_warm_qr_f32", test_s0_bit_identical, &s0_cases[18]),
+        CASE("warm_qr_f32_workers", test_warm_qr_workers, &root_warm_qr_f32),
         CASE("ring_staleness_shampoo", test_eigenbasis_staleness, &ring_cases[0]),
         CASE("eigenbasis_staleness_soap", test_eigenbasis_staleness, &ring_cases[1]),
         CASE("eigenbasis_staleness_kl_shampoo", test_eigenbasis_staleness, &ring_cases[2]),

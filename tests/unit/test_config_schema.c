@@ -117,6 +117,7 @@ static void test_enum_rows_spelled(void **state)
     print_message("%d enum rows spelled\n", spelled);
     const strata_cfg_field *rm = &schema[STRATA_CFG_ID(shampoo_root_method)];
     assert_string_equal(strata_cfg_value_name(rm, STRATA_ROOT_WARM_QR), "warm-qr");
+    assert_string_equal(strata_cfg_value_name(rm, STRATA_ROOT_WARM_QR_F32), "warm-qr-f32");
     assert_string_equal(strata_cfg_value_name(rm, STRATA_ROOT_EIGH), "eigh");
     const strata_cfg_field *mo = &schema[STRATA_CFG_ID(matrix_optimizer)];
     assert_string_equal(strata_cfg_value_name(mo, STRATA_OPTIM_SOAP), "soap");

@@ -88,7 +88,7 @@ static const row shampoo_rows[] = {
     ROW(S, pseudo_inverse_atol, float, K_F32, -1e-6, END),
     ROW(S, inverse_exponent_override[0], float, K_F32, END),
     ROW(S, inverse_exponent_override[1], float, K_F32, END),
-    ROW(S, root_method, strata_root_method, K_ENUM, -1, 5, END),
+    ROW(S, root_method, strata_root_method, K_ENUM, -1, 6, END),
     ROW(S, factor_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
     ROW(S, root_dtype, strata_state_dtype, K_ENUM, -1, 2, END),
     ROW(S, warm_qr_tolerance, float, K_F32, -0.1, 1.5, END),
