@@ -119,9 +119,16 @@ typedef struct shampoo_block {
  * and each factor's first root after the resume is a dsyevd root, as in a
  * fresh run; such a checkpoint's slots lack the aux range, which loads as
  * zeros (precond.h tail_bytes). Zeroed at create, so that a basis not
- * computed yet is saved as zeros, not as whatever the allocator left. */
+ * computed yet is saved as zeros, not as whatever the allocator left.
+ * Lent bases (precond.h lend_results: every block's result in a host slot
+ * that stays put until the block's next install): install points q at the
+ * slot's bases instead of copying them (n^2 floats per factor and step at
+ * F = 1: the default GPT's 12 MB a step on the training thread); the
+ * one-tensor path and fam_tensors (a checkpoint reads or writes the bases)
+ * first copy them back into `own` (warm_unlend). */
 typedef struct warm_basis {
-    float *q[2];  /* L's (rows x rows) and R's (cols x cols) */
+    float *q[2];  /* L's (rows x rows) and R's (cols x cols): own[f], or lent */
+    float *own[2]; /* the state's memory for them */
     bool have[2];
 } warm_basis;
 
@@ -189,6 +196,8 @@ struct strata_shampoo_state {
     float *wide;     /* scratch optim_bf16_panel_floats(maxdim): a widened panel of a
                         bfloat16 factor or root (NULL when both dtypes are F32) */
     bool external_roots;
+    bool lend_warm;   /* install points the warm bases at the engine's host slot
+                         (fam_lend_results; warm_basis) */
     void *mem;       /* the one device allocation */
     size_t mem_bytes;
     int maxdim;       /* largest factor dimension */
@@ -614,6 +623,8 @@ static strata_status factor_root_dev(const strata_shampoo_state *s, int f, int n
     return st;
 }
 
+static void warm_unlend(const strata_shampoo_state *s, int b);
+
 /* Factor f of block b's root: in the one-tensor path (compute_roots) with
  * the state's warm basis when it keeps bases (WARM_QR: one root job per
  * (block, factor), so no other thread touches that basis meanwhile); on the
@@ -633,14 +644,37 @@ static strata_status block_factor_root(const strata_shampoo_state *s, int b, int
     if (!s->warm)
         return strata_shampoo_factor_root(&s->cfg, f, n, a, out, work, iwork, cnt);
     warm_basis *wb = &s->warm[b];
+    warm_unlend(s, b); /* the refinement writes the basis in place */
     return factor_root_warm(&s->cfg, f, n, a, out, work, iwork, cnt, wb->q[f], &wb->have[f]);
+}
+
+/* Block b's bases back into the state's own memory when lent (warm_basis).
+ * The state is logically const here: the bases' values do not change. */
+static void warm_unlend(const strata_shampoo_state *s, int b)
+{
+    warm_basis *wb = &s->warm[b];
+    const shampoo_block *blk = &s->blocks[b];
+    for (int f = 0; f < 2; f++) {
+        if (wb->q[f] == wb->own[f])
+            continue;
+        const size_t d = (size_t)(f == 0 ? blk->rows : blk->cols);
+        memcpy(wb->own[f], wb->q[f], d * d * sizeof(float));
+        wb->q[f] = wb->own[f];
+    }
+}
+
+/* precond.h lend_results: every block's result stays in a host slot. */
+static void fam_lend_results(void *state)
+{
+    strata_shampoo_state *s = state;
+    s->lend_warm = s->warm != NULL;
 }
 
 static void warm_free(warm_basis *w, int nblocks)
 {
     for (int i = 0; w && i < nblocks; i++)
         for (int f = 0; f < 2; f++)
-            free(w[i].q[f]);
+            free(w[i].own[f]);
     free(w);
 }
 
@@ -836,7 +870,7 @@ strata_status strata_shampoo_state_create_ex(const strata_shampoo_config *c, str
         for (int i = 0; s->warm && i < s->nblocks; i++) {
             for (int f = 0; f < 2; f++) {
                 const size_t fd_n = (size_t)(f == 0 ? s->blocks[i].rows : s->blocks[i].cols);
-                s->warm[i].q[f] = host_alloc(fd_n * fd_n * sizeof(float));
+                s->warm[i].q[f] = s->warm[i].own[f] = host_alloc(fd_n * fd_n * sizeof(float));
                 qb += fd_n * fd_n * sizeof(float);
                 if (!s->warm[i].q[f]) {
                     warm_free(s->warm, i + 1);
@@ -1759,12 +1793,22 @@ static strata_status fam_install(void *state, int b, const void *slot, unsigned 
     const float *R = (const float *)(const void *)((const unsigned char *)slot +
                                                    (size_t)blk->rows * blk->rows * res);
     strata_status st = STRATA_OK;
-    if (s->warm) {
+    if (s->warm && s->lend_warm) {
+        /* The bases this result left, pointed at (warm_basis: lent; the slot
+         * is host memory that stays put until the next install). */
+        const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
+        float *q = slot_warm(s, blk, (void *)(uintptr_t)slot);
+        s->warm[b].q[0] = q;
+        s->warm[b].q[1] = q + nl;
+        s->warm[b].have[0] = q[nl + nr] != 0.0f;
+        s->warm[b].have[1] = q[nl + nr + 1] != 0.0f;
+    } else if (s->warm) {
         /* The bases this result left (warm_basis), failed parts included;
          * `slot` may be device memory (install_device): backend copies. */
         const size_t nl = (size_t)blk->rows * blk->rows, nr = (size_t)blk->cols * blk->cols;
         const float *q = slot_warm(s, blk, slot);
         float flag[2] = {0.0f, 0.0f};
+        warm_unlend(s, b);
         st = strata_backend_copy(s->be, s->warm[b].q[0], q, nl * sizeof(float));
         if (st == STRATA_OK)
             st = strata_backend_copy(s->be, s->warm[b].q[1], q + nl, nr * sizeof(float));
@@ -1873,6 +1917,8 @@ static int fam_tensors(const void *state, strata_tensor_info *out, int cap)
 {
     const strata_shampoo_state *s = state;
     int n = 0;
+    for (int b = 0; out && s->warm && b < s->nblocks; b++)
+        warm_unlend(s, b); /* a checkpoint reads or writes the state's own bases */
 #define PUT_AS(name, idx, dt, r, c, where, ptr)                                                \
     do {                                                                                       \
         if (out && n < cap)                                                                    \
@@ -2028,6 +2074,7 @@ const strata_precond_family strata_family_shampoo = {
     .refresh_work_doubles = fam_work_doubles,
     .refresh_work_ints = fam_work_ints,
     .install = fam_install,
+    .lend_results = fam_lend_results,
     .install_device = true, /* lends the roots to products, or copies them with the backend */
     .rebind = fam_rebind,
     .correct = fam_correct,
