@@ -185,8 +185,8 @@ with tempfile.TemporaryDirectory() as tmp:
     run("train", *nodata, "--workers", "2", expect_rc=1,
         expect_text="--workers takes effect with --async")
     run("train", *nodata, "--warm-qr-tolerance", "0.2", expect_rc=1,
-        expect_text="--warm-qr-tolerance sets --root-method warm-qr's check; it has no effect "
-        "with --root-method eigh")
+        expect_text="--warm-qr-tolerance sets --root-method warm-qr's (and warm-qr-f32's) "
+        "check; it has no effect with --root-method eigh")
     run("train", *nodata, "--warm-qr-tolerance", "0.2", "--root-method", "warm-qr",
         expect_rc=1, reject_text="note:")
     # Every family's and every mode's flag given where it has no effect: one
