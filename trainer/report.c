@@ -854,9 +854,10 @@ static void print_summary(const gpt_report *rep, const gpt_train_result *res)
         STRATA_ROOT_METHOD_WARM(o->strata.shampoo.root_method)) {
         const bool f32 = o->strata.shampoo.root_method == STRATA_ROOT_WARM_QR_F32;
         fprintf(f, "roots: warm-started eigenbases (one QR step from the last basis%s; the first "
-                "root of each factor by %s), %lld fell back to %s (off-diagonal "
-                "criterion)\n", f32 ? ", float32" : "", f32 ? "ssyevd" : "eigh",
-                (long long)t->root_fallbacks, f32 ? "ssyevd" : "eigh");
+                "root of each factor by %s, not counted below): %lld of the %lld roots fell "
+                "back to %s (off-diagonal criterion over --warm-qr-tolerance)\n",
+                f32 ? ", float32" : "", f32 ? "ssyevd" : "eigh", (long long)t->root_fallbacks,
+                (long long)t->root_refreshes, f32 ? "ssyevd" : "eigh");
     }
     else if (o->strata.matrix_optimizer == STRATA_OPTIM_SHAMPOO &&
              (o->strata.shampoo.root_method == STRATA_ROOT_NEWTON ||
