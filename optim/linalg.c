@@ -953,6 +953,34 @@ strata_status strata_eigenbasis_qr(int n, const float *a, const float *q_old, bo
     return STRATA_OK;
 }
 
+/* The warm roots' spectrum, both forms: the Rayleigh quotients `ls` (n,
+ * descending) are recorded in inf (lambda_min/max, eps_eff = max(eps,
+ * eps_rel max(l_0, 0)), rank n) and replaced by the root's column scales
+ * (max(l, 0) + eps_eff)^(-exponent / 2), so that Q diag(scales) times its
+ * transpose is Q diag((l + eps_eff)^-exponent) Q^T. Errors:
+ * STRATA_ERR_LINALG (a non-finite scale: a singular factor without eps). */
+static strata_status warm_root_scales(int n, double *ls, const strata_inv_root_opts *o,
+                                      strata_inv_root_info *inf)
+{
+    const double lmax = fmax(ls[0], 0.0);
+    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
+    inf->lambda_max = ls[0];
+    inf->lambda_min = ls[n - 1];
+    inf->eps_eff = eps_eff;
+    inf->rank = n;
+    const double half_exp = -0.5 * o->exponent;
+    for (int k = 0; k < n; k++) {
+        const double sk = pow(fmax(ls[k], 0.0) + eps_eff, half_exp);
+        if (!isfinite(sk))
+            return strata_error(STRATA_ERR_LINALG,
+                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
+                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
+                                ls[k], eps_eff);
+        ls[k] = sk;
+    }
+    return STRATA_OK;
+}
+
 /* ------------------------------------------------- warm-started eigenbasis roots (WARM_QR)
  * One step of orthogonal (subspace) iteration from the previous refresh's
  * eigenbasis Q (Golub & Van Loan, Matrix Computations, 4th ed., section
@@ -1042,21 +1070,11 @@ strata_status strata_inv_root_warm_qr(int n, const float *a, const strata_inv_ro
     if (info_qr != 0 || !all_finite_f64(am, nn))
         return strata_error(STRATA_ERR_LINALG, "inv_root_warm_qr: QR failed (info %d, n=%d)",
                             (int)info_qr, n);
-    const double lmax = fmax(ls[0], 0.0);
-    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
-    inf->lambda_max = ls[0];
-    inf->lambda_min = ls[n - 1];
-    inf->eps_eff = eps_eff;
-    inf->rank = n;
-    const double half_exp = -0.5 * o->exponent;
+    strata_status sst = warm_root_scales(n, ls, o, inf);
+    if (sst != STRATA_OK)
+        return sst;
     for (int k = 0; k < n; k++) {
-        const double sk = pow(fmax(ls[k], 0.0) + eps_eff, half_exp);
-        if (!isfinite(sk))
-            return strata_error(STRATA_ERR_LINALG,
-                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
-                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
-                                ls[k], eps_eff);
-        const double *src = am + (size_t)k * n;
+        const double sk = ls[k], *src = am + (size_t)k * n;
         double *dst = qm + (size_t)k * n;
         for (int i = 0; i < n; i++)
             dst[i] = sk * src[i];
@@ -1295,21 +1313,11 @@ strata_status strata_inv_root_warm_qr_f32(int n, const float *a, const strata_in
     if (info_qr != 0 || !all_finite_f32(am, nn))
         return strata_error(STRATA_ERR_LINALG, "inv_root_warm_qr_f32: QR failed (info %d, n=%d)",
                             (int)info_qr, n);
-    const double lmax = fmax(ls[0], 0.0);
-    const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
-    inf->lambda_max = ls[0];
-    inf->lambda_min = ls[n - 1];
-    inf->eps_eff = eps_eff;
-    inf->rank = n;
-    const double half_exp = -0.5 * o->exponent;
+    strata_status sst = warm_root_scales(n, ls, o, inf);
+    if (sst != STRATA_OK)
+        return sst;
     for (int k = 0; k < n; k++) {
-        const double sk = pow(fmax(ls[k], 0.0) + eps_eff, half_exp);
-        if (!isfinite(sk))
-            return strata_error(STRATA_ERR_LINALG,
-                                "inv_root: eigenvalue %g + eps %g gives a non-finite root "
-                                "(use epsilon > 0 or epsilon_rel > 0 for singular factors)",
-                                ls[k], eps_eff);
-        const float skf = (float)sk, *src = am + (size_t)k * n;
+        const float skf = (float)ls[k], *src = am + (size_t)k * n;
         float *dst = qm + (size_t)k * n;
         for (int i = 0; i < n; i++)
             dst[i] = skf * src[i];
