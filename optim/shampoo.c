@@ -299,36 +299,24 @@ strata_status strata_shampoo_config_check(const strata_shampoo_config *c)
                           "shampoo.root_method = %s has no pseudo-inverse mode "
                           "(shampoo.use_pseudo_inverse); use eigh",
                           c->root_method == STRATA_ROOT_WARM_QR ? "warm_qr" : "warm_qr_f32");
-    if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON) {
+    if (st == STRATA_OK &&
+        (c->root_method == STRATA_ROOT_NEWTON || c->root_method == STRATA_ROOT_NEWTON_F32)) {
+        /* the coupled iteration is written for p = 2, 4 and computes the
+         * regularized root only */
+        const char *m = c->root_method == STRATA_ROOT_NEWTON ? "newton" : "newton_f32";
+        const char *alt = c->root_method == STRATA_ROOT_NEWTON ? "eigh or auto" : "eigh";
         for (int f = 0; f < 2 && st == STRATA_OK; f++) {
             const float e = c->inverse_exponent_override[f];
             if (!(e < 0.0f || e == 0.0f || e == 0.25f || e == 0.5f))
                 st = strata_error(STRATA_ERR_INVALID_ARG,
-                                  "shampoo.root_method = newton computes exponents 1/4 and "
-                                  "1/2 only (shampoo.inverse_exponent_override[%d] = %g); use "
-                                  "eigh or auto",
-                                  f, (double)e);
+                                  "shampoo.root_method = %s computes exponents 1/4 and 1/2 only "
+                                  "(shampoo.inverse_exponent_override[%d] = %g); use %s",
+                                  m, f, (double)e, alt);
         }
         if (st == STRATA_OK && c->use_pseudo_inverse)
             st = strata_error(STRATA_ERR_INVALID_ARG,
-                              "shampoo.root_method = newton has no pseudo-inverse mode "
-                              "(shampoo.use_pseudo_inverse); use eigh or auto");
-    }
-    if (st == STRATA_OK && c->root_method == STRATA_ROOT_NEWTON_F32) {
-        for (int f = 0; f < 2 && st == STRATA_OK; f++) {
-            const float e = c->inverse_exponent_override[f];
-            if (!(e < 0.0f || e == 0.0f || e == 0.25f || e == 0.5f))
-                st = strata_error(STRATA_ERR_INVALID_ARG,
-                                  "shampoo.root_method = newton_f32 computes exponents 1/4 and "
-                                  "1/2 only (its coupled iteration is written for p = 2, 4; "
-                                  "shampoo.inverse_exponent_override[%d] = %g); use eigh",
-                                  f, (double)e);
-        }
-        if (st == STRATA_OK && c->use_pseudo_inverse)
-            st = strata_error(STRATA_ERR_INVALID_ARG,
-                              "shampoo.root_method = newton_f32 has no pseudo-inverse mode "
-                              "(shampoo.use_pseudo_inverse: the iteration computes the "
-                              "regularized root only); use eigh");
+                              "shampoo.root_method = %s has no pseudo-inverse mode "
+                              "(shampoo.use_pseudo_inverse); use %s", m, alt);
     }
     OPTIM_CHECK(st, optim_check_state_dtype(n, "factor_dtype", c->factor_dtype));
     OPTIM_CHECK(st, optim_check_state_dtype(n, "root_dtype", c->root_dtype));
