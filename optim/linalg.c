@@ -1222,11 +1222,9 @@ static strata_status eigh_root_f32(int n, const float *a, const strata_inv_root_
      * row-major buffer), eigenvalues ascending. */
     for (int k = 0; k < n; k++)
         memcpy(basis + (size_t)k * n, v + (size_t)(n - 1 - k) * n, (size_t)n * sizeof(float));
-    double lmax = 0.0, lmin = lambda[0];
-    for (int j = 0; j < n; j++) {
-        lmax = fmax(lmax, (double)lambda[j]);
-        lmin = fmin(lmin, (double)lambda[j]);
-    }
+    /* ssyevd's eigenvalues are ascending (and finite, checked above); no
+     * min/max loop (aarch64 GCC 12 crashes vectorizing that reduction) */
+    const double lmin = lambda[0], lmax = fmax(0.0, (double)lambda[n - 1]);
     inf->lambda_min = lmin;
     inf->lambda_max = lmax;
     const double eps_eff = fmax(o->eps, o->eps_rel * lmax);
