@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 GPU_CHECKS = ["cuda_ops", "gpt_cuda", "async_s0", "gpt_curve", "async_stagger", "ns_vs_sgemm",
-              "tiers"]
+              "tiers", "newton_f32"]
 CPU_CHECKS = ["libs", "cpu_refs"]
 
 
