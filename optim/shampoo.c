@@ -401,6 +401,23 @@ static double root_exponent(const strata_shampoo_config *c, int factor)
     return e < 0.0f ? 0.25 : (double)e;
 }
 
+/* One root's counters (root_retries, root_fallbacks, root_newton,
+ * root_refreshes, root_failures) from its info and status; cnt may be NULL. */
+static void count_root(strata_optim_counters *cnt, const strata_inv_root_info *info,
+                       strata_status st)
+{
+    if (!cnt)
+        return;
+    cnt->root_retries += info->retries;
+    cnt->root_fallbacks += info->fallback;
+    if (st == STRATA_OK && info->method == STRATA_ROOT_NEWTON)
+        cnt->root_newton++;
+    if (st == STRATA_OK)
+        cnt->root_refreshes++;
+    else if (st == STRATA_ERR_LINALG)
+        cnt->root_failures++;
+}
+
 /* strata_shampoo_factor_root with the factor's warm basis (WARM_QR; NULL:
  * none kept, a dsyevd root). */
 static strata_status factor_root_warm(const strata_shampoo_config *c, int factor, int n,
@@ -463,16 +480,7 @@ static strata_status factor_root_warm(const strata_shampoo_config *c, int factor
         o.method = c->root_method;
         st = strata_inv_root_ex(n, a, &o, out, work, iwork, &info);
     }
-    if (cnt) {
-        cnt->root_retries += info.retries;
-        cnt->root_fallbacks += info.fallback;
-        if (st == STRATA_OK && info.method == STRATA_ROOT_NEWTON)
-            cnt->root_newton++;
-        if (st == STRATA_OK)
-            cnt->root_refreshes++;
-        else if (st == STRATA_ERR_LINALG)
-            cnt->root_failures++;
-    }
+    count_root(cnt, &info, st);
     return st;
 }
 
@@ -598,16 +606,7 @@ static strata_status factor_root_dev(const strata_shampoo_state *s, int f, int n
     else
         (void)strata_backend_stream_synchronize(s->be, e->stream);
     dev_root_release(s, e);
-    if (cnt) {
-        cnt->root_retries += info.retries;
-        cnt->root_fallbacks += info.fallback;
-        if (st == STRATA_OK && info.method == STRATA_ROOT_NEWTON)
-            cnt->root_newton++;
-        if (st == STRATA_OK)
-            cnt->root_refreshes++;
-        else if (st == STRATA_ERR_LINALG)
-            cnt->root_failures++;
-    }
+    count_root(cnt, &info, st);
     return st;
 }
 
